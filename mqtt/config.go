@@ -1,0 +1,101 @@
+package mqtt
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+)
+
+// Defaults for Config. They are chosen for small boards: a connected sensor
+// should cost a few kilobytes, not mochi's default ~145 KB.
+const (
+	DefaultListen          = "127.0.0.1:1883"
+	DefaultMaxPayload      = 1 << 20 // 1 MiB
+	DefaultWindow          = 64      // unacked QoS>0 publishes per client and direction
+	DefaultQueueDepth      = 256     // live records queued per subscriber before it falls back to its own cursor
+	DefaultReadBatch       = 512     // records per log read
+	DefaultReadBatchBytes  = 1 << 20 // bytes per log read
+	DefaultBufferSize      = 2048    // socket read/write buffer per client
+	DefaultWritesPending   = 64      // mochi's outbound channel per client (only non-log traffic uses it)
+	DefaultMaxSessionHours = 24 * 7
+)
+
+// Config is the MQTT front-end's configuration. YAML lives in edge; this is a
+// plain struct.
+type Config struct {
+	// Listen is the TCP address of the MQTT listener.
+	Listen string
+	// MaxPayload is the largest payload accepted, in bytes; larger publishes
+	// are refused with a reason (v5) or a disconnect (v3).
+	MaxPayload int
+	// Window bounds unacknowledged QoS 1/2 messages per client, in each
+	// direction: inbound publishes awaiting durability, and outbound
+	// deliveries awaiting PUBACK. MQTT 5 clients get min(Window, their
+	// Receive Maximum) outbound; it is also the Receive Maximum Peat
+	// advertises.
+	Window int
+	// QueueDepth is how many live records a subscriber may have queued
+	// before a QoS 1 subscriber falls back to reading the log by itself and
+	// a QoS 0 subscriber starts losing messages (counted).
+	QueueDepth int
+	// ReadBatch and ReadBatchBytes bound one read from the log.
+	ReadBatch      int
+	ReadBatchBytes int
+	// BufferSize is each client's socket read and write buffer, in bytes.
+	BufferSize int
+	// WritesPending is mochi's per-client outbound channel length; traffic
+	// fed from the log does not use it, so it can be small.
+	WritesPending int
+
+	Logger  *slog.Logger
+	Metrics *Metrics // nil: a fresh, unregistered set
+}
+
+// DefaultConfig returns a Config with every field set to its default.
+func DefaultConfig() Config {
+	return Config{
+		Listen:         DefaultListen,
+		MaxPayload:     DefaultMaxPayload,
+		Window:         DefaultWindow,
+		QueueDepth:     DefaultQueueDepth,
+		ReadBatch:      DefaultReadBatch,
+		ReadBatchBytes: DefaultReadBatchBytes,
+		BufferSize:     DefaultBufferSize,
+		WritesPending:  DefaultWritesPending,
+	}
+}
+
+// Validate reports every invalid field, each by name.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			errs = append(errs, fmt.Errorf("listen: %q is not host:port: %w", c.Listen, err))
+		}
+	}
+	positive := []struct {
+		name string
+		v    int
+	}{
+		{"max_payload", c.MaxPayload},
+		{"window", c.Window},
+		{"queue_depth", c.QueueDepth},
+		{"read_batch", c.ReadBatch},
+		{"read_batch_bytes", c.ReadBatchBytes},
+		{"buffer_size", c.BufferSize},
+		{"writes_pending", c.WritesPending},
+	}
+	for _, p := range positive {
+		if p.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s: must be positive, got %d", p.name, p.v))
+		}
+	}
+	if c.Window > 65535 {
+		errs = append(errs, fmt.Errorf("window: at most 65535 (an MQTT Receive Maximum), got %d", c.Window))
+	}
+	if c.MaxPayload > 268435455 {
+		errs = append(errs, fmt.Errorf("max_payload: at most 268435455 (the MQTT limit), got %d", c.MaxPayload))
+	}
+	return errors.Join(errs...)
+}

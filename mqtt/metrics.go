@@ -1,0 +1,52 @@
+package mqtt
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the MQTT front-end's Prometheus collectors.
+type Metrics struct {
+	Connected     prometheus.Gauge       // peat_mqtt_connected_clients
+	Received      *prometheus.CounterVec // peat_mqtt_received_messages_total{stream}: publishes taken into a stream
+	Refused       *prometheus.CounterVec // peat_mqtt_refused_messages_total{reason}: publishes not stored and not acked
+	Delivered     *prometheus.CounterVec // peat_mqtt_delivered_records_total{stream}: records written to subscribers
+	Dropped       *prometheus.CounterVec // peat_mqtt_dropped_messages_total{reason}: messages the broker dropped on purpose
+	CursorCatchup prometheus.Counter     // peat_mqtt_subscriber_fallbacks_total: subscribers that left the shared reader for their own cursor
+}
+
+// Reasons for Refused and Dropped.
+const (
+	ReasonTooLarge     = "too_large"      // payload above max_payload
+	ReasonStoreFailed  = "store_failed"   // the log refused the append (disk full, closed)
+	ReasonSlowQoS0     = "slow_qos0"      // a QoS 0 subscriber's queue was full
+	ReasonOutOfRetain  = "retention"      // a lagging cursor's position fell below the log start
+	ReasonClientClosed = "client_closed"  // the subscriber disconnected before delivery
+	ReasonReadOnly     = "reserved_topic" // a publish to a reserved topic
+)
+
+// NewMetrics creates the collectors and registers them with reg when reg is
+// not nil.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "peat_mqtt_connected_clients", Help: "MQTT clients connected now.",
+		}),
+		Received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "peat_mqtt_received_messages_total", Help: "Publishes taken into a stream's log.",
+		}, []string{"stream"}),
+		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "peat_mqtt_refused_messages_total", Help: "Publishes refused (not stored, not acknowledged), by reason.",
+		}, []string{"reason"}),
+		Delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "peat_mqtt_delivered_records_total", Help: "Records written to subscribers from the log.",
+		}, []string{"stream"}),
+		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "peat_mqtt_dropped_messages_total", Help: "Messages the broker dropped on purpose, by reason.",
+		}, []string{"reason"}),
+		CursorCatchup: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "peat_mqtt_subscriber_fallbacks_total", Help: "Times a lagging subscriber left the shared live reader to read the log with its own cursor.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Connected, m.Received, m.Refused, m.Delivered, m.Dropped, m.CursorCatchup)
+	}
+	return m
+}
