@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what `make test` needs on a fresh machine, and does nothing when it
+# is already there. The race detector needs a C toolchain (cgo); the MQTT tests
+# use Go clients fetched through the module proxy.
+set -euo pipefail
+
+need=()
+command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+command -v mosquitto_sub >/dev/null 2>&1 || need+=(mosquitto-clients)
+
+if [ ${#need[@]} -gt 0 ]; then
+	if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+		echo "test-deps: installing ${need[*]}"
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+	else
+		echo "test-deps: missing ${need[*]}; install them (Debian: apt-get install ${need[*]})" >&2
+		exit 1
+	fi
+fi
+
+go mod download
