@@ -1,0 +1,112 @@
+// Command peat-bench is Peat's load generator: a minimal MQTT client that
+// writes one PUBLISH per write like a real sensor, counts loss and
+// duplicates exactly, and prints one JSON line per run. `peat-bench mochi`
+// runs plain mochi (no persistence, allow-all) as the peer to compare with.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/auth"
+	"github.com/mochi-mqtt/server/v2/listeners"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "fanin":
+		err = faninCmd(os.Args[2:])
+	case "mochi":
+		err = mochiCmd(os.Args[2:])
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "peat-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, `usage:
+  peat-bench fanin [flags]   run a fan-in workload against --addr, print one JSON line
+  peat-bench mochi [flags]   run plain mochi (allow-all, no persistence) on --listen`)
+	os.Exit(2)
+}
+
+func faninCmd(args []string) error {
+	fs := flag.NewFlagSet("fanin", flag.ExitOnError)
+	cfg := faninConfig{}
+	var qos, pid int
+	var label string
+	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:1883", "broker address")
+	fs.IntVar(&cfg.Publishers, "publishers", 10, "publishing connections")
+	fs.IntVar(&cfg.Subscribers, "subscribers", 1, "subscribers of bench/#")
+	fs.IntVar(&qos, "qos", 1, "QoS of publishes and subscriptions (0 or 1)")
+	fs.IntVar(&cfg.Window, "window", 16, "QoS 1 publishes in flight per publisher")
+	fs.IntVar(&cfg.Payload, "payload", 128, "payload bytes")
+	fs.IntVar(&cfg.Rate, "rate", 0, "total offered msg/s; 0 = unthrottled")
+	fs.IntVar(&cfg.Count, "count", 20000, "messages per publisher")
+	fs.DurationVar(&cfg.Drain, "drain", 3*time.Second, "how long subscribers may stay silent before the rest counts as lost")
+	fs.IntVar(&pid, "pid", 0, "broker process id, to report its CPU time per message and RSS")
+	fs.StringVar(&label, "label", "", "system under test, copied into the output")
+	_ = fs.Parse(args)
+	cfg.QoS = byte(qos)
+
+	before, _ := readProc(pid)
+	res, err := runFanin(cfg)
+	if err != nil {
+		return err
+	}
+	after, _ := readProc(pid)
+	secs := res.Elapsed.Seconds()
+	out := map[string]any{
+		"label": label, "workload": "fanin", "publishers": cfg.Publishers, "subscribers": cfg.Subscribers,
+		"qos": cfg.QoS, "window": cfg.Window, "payload": cfg.Payload, "rate": cfg.Rate,
+		"sent": res.Sent, "acked": res.Acked, "received": res.Received, "lost": res.Lost, "dups": res.Dups,
+		"seconds":         round(secs),
+		"delivered_per_s": round(float64(res.Received) / secs),
+		"acked_per_s":     round(float64(res.Acked) / secs),
+		"puback_p50_ms":   round(res.Puback.quantile(0.5)), "puback_p99_ms": round(res.Puback.quantile(0.99)),
+		"e2e_p50_ms": round(res.E2E.quantile(0.5)), "e2e_p99_ms": round(res.E2E.quantile(0.99)),
+		"e2e_p999_ms": round(res.E2E.quantile(0.999)),
+	}
+	if pid > 0 && res.Received > 0 {
+		out["cpu_us_per_msg"] = round(float64(after.cpu-before.cpu) / float64(time.Microsecond) / float64(res.Received))
+		out["rss_mb"] = round(float64(after.rss) / (1 << 20))
+		out["rss_peak_mb"] = round(float64(after.hwm) / (1 << 20))
+	}
+	return json.NewEncoder(os.Stdout).Encode(out)
+}
+
+func round(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
+
+func mochiCmd(args []string) error {
+	fs := flag.NewFlagSet("mochi", flag.ExitOnError)
+	listen := fs.String("listen", "127.0.0.1:1883", "MQTT listen address")
+	_ = fs.Parse(args)
+	srv := mochi.New(&mochi.Options{InlineClient: false})
+	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
+		return err
+	}
+	if err := srv.AddListener(listeners.NewTCP(listeners.Config{ID: "tcp", Address: *listen})); err != nil {
+		return err
+	}
+	if err := srv.Serve(); err != nil {
+		return err
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	<-sig
+	return srv.Close()
+}

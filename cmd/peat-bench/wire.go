@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// conn is a minimal MQTT 3.1.1 client connection: just what a load
+// generator needs, with no queues of its own, so the broker is what is
+// measured. Packets are encoded and decoded with mochi's packets package.
+type conn struct {
+	nc  net.Conn
+	r   *bufio.Reader
+	buf bytes.Buffer // encode scratch, owned by the writer
+}
+
+func dial(addr, clientID string, clean bool) (*conn, error) {
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	c := &conn{nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}
+	pk := packets.Packet{
+		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
+		ProtocolVersion: 4,
+		Connect: packets.ConnectParams{
+			ProtocolName:     []byte("MQTT"),
+			Clean:            clean,
+			Keepalive:        60,
+			ClientIdentifier: clientID,
+		},
+	}
+	if err := c.write(&pk); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("connect %s: %w", clientID, err)
+	}
+	ack, err := c.read()
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("connack %s: %w", clientID, err)
+	}
+	if ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
+		nc.Close()
+		return nil, fmt.Errorf("connect %s refused: type %d code %#x", clientID, ack.FixedHeader.Type, ack.ReasonCode)
+	}
+	return c, nil
+}
+
+// write encodes pk and sends it in one write call, as a sensor would.
+func (c *conn) write(pk *packets.Packet) error {
+	c.buf.Reset()
+	var err error
+	switch pk.FixedHeader.Type {
+	case packets.Connect:
+		err = pk.ConnectEncode(&c.buf)
+	case packets.Publish:
+		err = pk.PublishEncode(&c.buf)
+	case packets.Puback:
+		err = pk.PubackEncode(&c.buf)
+	case packets.Subscribe:
+		err = pk.SubscribeEncode(&c.buf)
+	case packets.Disconnect:
+		err = pk.DisconnectEncode(&c.buf)
+	default:
+		return fmt.Errorf("cannot encode packet type %d", pk.FixedHeader.Type)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = c.nc.Write(c.buf.Bytes())
+	return err
+}
+
+// read reads one packet. The returned packet's byte slices alias a fresh
+// buffer, so they stay valid.
+func (c *conn) read() (packets.Packet, error) {
+	var pk packets.Packet
+	pk.ProtocolVersion = 4
+	hb, err := c.r.ReadByte()
+	if err != nil {
+		return pk, err
+	}
+	if err := pk.FixedHeader.Decode(hb); err != nil {
+		return pk, err
+	}
+	n, err := readVarint(c.r)
+	if err != nil {
+		return pk, err
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(c.r, body); err != nil {
+		return pk, err
+	}
+	pk.FixedHeader.Remaining = n
+	switch pk.FixedHeader.Type {
+	case packets.Connack:
+		err = pk.ConnackDecode(body)
+	case packets.Publish:
+		err = pk.PublishDecode(body)
+	case packets.Puback:
+		err = pk.PubackDecode(body)
+	case packets.Suback:
+		err = pk.SubackDecode(body)
+	case packets.Pingresp:
+	default:
+		err = fmt.Errorf("unexpected packet type %d", pk.FixedHeader.Type)
+	}
+	return pk, err
+}
+
+func readVarint(r io.ByteReader) (int, error) {
+	var n, shift int
+	for i := 0; i < 4; i++ {
+		b, err := r.ReadByte()
+		if err != nil {
+			return 0, err
+		}
+		n |= int(b&0x7f) << shift
+		if b&0x80 == 0 {
+			return n, nil
+		}
+		shift += 7
+	}
+	return 0, errors.New("malformed remaining length")
+}
+
+func (c *conn) subscribe(filter string, qos byte) error {
+	pk := packets.Packet{
+		FixedHeader:     packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
+		ProtocolVersion: 4,
+		PacketID:        1,
+		Filters:         packets.Subscriptions{{Filter: filter, Qos: qos}},
+	}
+	if err := c.write(&pk); err != nil {
+		return err
+	}
+	ack, err := c.read()
+	if err != nil {
+		return fmt.Errorf("suback: %w", err)
+	}
+	if ack.FixedHeader.Type != packets.Suback || len(ack.ReasonCodes) != 1 || ack.ReasonCodes[0] >= 0x80 {
+		return fmt.Errorf("subscribe %q refused: %v", filter, ack.ReasonCodes)
+	}
+	return nil
+}
+
+func (c *conn) close() {
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}, ProtocolVersion: 4}
+	_ = c.write(&pk)
+	c.nc.Close()
+}
