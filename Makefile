@@ -5,7 +5,7 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 export CGO_ENABLED = 0
 
-.PHONY: all run build test test-deps vet fmt-check lint bench clean
+.PHONY: all run build test test-deps vet fmt-check lint bench bench-fanin clean
 
 all: build
 
@@ -38,6 +38,10 @@ lint: vet fmt-check
 ## bench: Go benchmarks of the hot paths (append, read from offset)
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./logstore/ ./mqtt/
+
+## bench-fanin: Peat (fsync and interval) beside plain mochi, fan-in QoS 0 and QoS 1, ratios per repetition
+bench-fanin:
+	./scripts/bench-fanin.sh
 
 clean:
 	rm -rf bin dist
