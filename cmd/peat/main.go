@@ -1,0 +1,222 @@
+// Command peat is the Peat broker: an MQTT broker that keeps every message
+// in a durable offset log. This file is the thin command line; the node
+// itself is package edge.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/peatmq/peat/edge"
+)
+
+// Set with -ldflags "-X main.version=... -X main.commit=...".
+var (
+	version = "dev"
+	commit  = "dev"
+)
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitError = 1 // the node failed while starting or stopping
+	exitUsage = 2 // bad flag, bad config
+)
+
+// shutdownTimeout bounds a clean shutdown after SIGTERM or SIGINT.
+const shutdownTimeout = 5 * time.Second
+
+const usage = `peat is an MQTT broker that keeps every message in a durable offset log.
+
+Usage:
+  peat serve [flags]   run a node (no flags: data in ./data, MQTT on 127.0.0.1:1883, HTTP on 127.0.0.1:8080)
+  peat version         print the version
+  peat help            print this help
+
+Run 'peat serve --help' for the serve flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, os.LookupEnv))
+}
+
+// run is main without the process: it returns the exit status.
+func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:], stderr, lookupEnv)
+	case "version", "--version", "-version":
+		fmt.Fprintf(stdout, "peat %s (commit %s, %s, %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return exitOK
+	case "help", "--help", "-help", "-h":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "peat: unknown command %q\n\n%s", args[0], usage)
+		return exitUsage
+	}
+}
+
+// serveFlags are the flags of `peat serve`, each bound to a YAML path.
+var serveFlags = []struct {
+	name, path, help string
+}{
+	{"data", "data_dir", "data directory (default ./data; env PEAT_DATA_DIR)"},
+	{"mqtt", "mqtt.listen", "MQTT listen address host:port (default 127.0.0.1:1883; env PEAT_MQTT_LISTEN)"},
+	{"http", "http.listen", "HTTP listen address host:port, empty to disable (default 127.0.0.1:8080; env PEAT_HTTP_LISTEN)"},
+	{"profile", "storage.profile", "storage profile pi-zero, pi or server (default: pi on arm, server elsewhere; env PEAT_STORAGE_PROFILE)"},
+	{"log-level", "log.level", "log level debug, info, warn or error (env PEAT_LOG_LEVEL)"},
+	{"log-format", "log.format", "log format text or json (env PEAT_LOG_FORMAT)"},
+}
+
+// loadConfig builds the configuration: defaults, then the file, then the
+// environment, then flags. Its errors wrap edge.ErrConfig or flag errors.
+func loadConfig(args []string, stderr io.Writer, lookupEnv func(string) (string, bool)) (edge.Config, error) {
+	fs := flag.NewFlagSet("peat serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are printed once, by serve
+	configPath := fs.String("config", "", "YAML config file (env PEAT_CONFIG; see configs/peat.yaml)")
+	values := make(map[string]*string, len(serveFlags))
+	for _, f := range serveFlags {
+		values[f.name] = fs.String(f.name, "", f.help)
+	}
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: peat serve [flags]\n\nFlags override the environment, which overrides the config file.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fs.Usage()
+		}
+		return edge.Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return edge.Config{}, fmt.Errorf("unexpected argument %q (serve takes only flags)", fs.Arg(0))
+	}
+
+	path := *configPath
+	if path == "" {
+		path, _ = lookupEnv("PEAT_CONFIG")
+	}
+	cfg := edge.DefaultConfig()
+	if path != "" {
+		var err error
+		if cfg, err = edge.LoadFile(path); err != nil {
+			return edge.Config{}, err
+		}
+	}
+	cfg.ApplyEnv(lookupEnv)
+	var setErr error
+	fs.Visit(func(fl *flag.Flag) {
+		for _, f := range serveFlags {
+			if f.name == fl.Name {
+				setErr = errors.Join(setErr, cfg.Set(f.path, *values[f.name], "flag --"+f.name))
+			}
+		}
+	})
+	if setErr != nil {
+		return edge.Config{}, setErr
+	}
+	return cfg, cfg.Validate()
+}
+
+func serve(args []string, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	cfg, err := loadConfig(args, stderr, lookupEnv)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case err != nil:
+		printConfigError(stderr, err)
+		return exitUsage
+	}
+	logger := newLogger(stderr, cfg.Log)
+	logger.Info("starting peat", "version", version, "commit", commit)
+
+	// Signals are caught before Start so a SIGTERM during start-up is a
+	// clean shutdown too.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	node, err := edge.New(cfg, logger)
+	if err != nil {
+		printConfigError(stderr, err)
+		return exitUsage
+	}
+	started := make(chan error, 1)
+	go func() { started <- node.Start(ctx) }()
+	var sig os.Signal
+	select {
+	case err := <-started:
+		if err != nil {
+			logger.Error("start failed", "err", err)
+			return exitError
+		}
+		sig = <-sigs
+	case sig = <-sigs:
+		cancel()
+		<-started
+	}
+
+	logger.Info("shutting down", "signal", sig.String(), "timeout", shutdownTimeout)
+	begin := time.Now()
+	closeCtx, cancelClose := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancelClose()
+	closed := make(chan error, 1)
+	go func() { closed <- node.Close(closeCtx) }()
+	select {
+	case err = <-closed:
+	case sig = <-sigs:
+		logger.Warn("second signal: exiting without a clean shutdown", "signal", sig.String())
+		return exitError
+	}
+	if err != nil {
+		logger.Error("shutdown failed", "err", err, "took", time.Since(begin))
+		return exitError
+	}
+	logger.Info("stopped", "took", time.Since(begin))
+	return exitOK
+}
+
+// printConfigError writes a configuration or flag error, each problem on
+// its own line.
+func printConfigError(w io.Writer, err error) {
+	if !errors.Is(err, edge.ErrConfig) { // a flag error
+		fmt.Fprintf(w, "peat serve: %v\nRun 'peat serve --help' for the flags.\n", err)
+		return
+	}
+	leaves := edge.Problems(err)
+	if len(leaves) == 1 {
+		fmt.Fprintf(w, "peat serve: invalid configuration: %s\n", leaves[0])
+		return
+	}
+	fmt.Fprintf(w, "peat serve: invalid configuration (%d problems):\n", len(leaves))
+	for _, l := range leaves {
+		fmt.Fprintf(w, "  %s\n", l)
+	}
+}
+
+func newLogger(w io.Writer, c edge.LogConfig) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level)) // validated
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

@@ -1,0 +1,177 @@
+package edge
+
+import (
+	"time"
+
+	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt"
+)
+
+// Defaults of the configuration that are edge's own; the MQTT ones come from
+// mqtt.DefaultConfig and the storage ones from logstore.
+const (
+	DefaultDataDir      = "./data"
+	DefaultHTTPListen   = "127.0.0.1:8080"
+	DefaultLogLevel     = "info"
+	DefaultLogFormat    = "text"
+	DefaultStreamFilter = "#"
+)
+
+// Config is the whole configuration of one node, as written in YAML.
+type Config struct {
+	// DataDir holds the node's Badger database.
+	DataDir string        `yaml:"data_dir"`
+	Log     LogConfig     `yaml:"log"`
+	HTTP    HTTPConfig    `yaml:"http"`
+	MQTT    MQTTConfig    `yaml:"mqtt"`
+	Storage StorageConfig `yaml:"storage"`
+	// Streams are the logs and the topics each captures. A topic no stream
+	// captures goes through the MQTT broker without being stored.
+	Streams []StreamConfig `yaml:"streams"`
+
+	// sources records, by YAML path, where a value came from when it was
+	// not the defaults or the file ("PEAT_DATA_DIR", "flag --data"), so a
+	// validation error can say so.
+	sources map[string]string
+}
+
+// LogConfig sets the node's own log output.
+type LogConfig struct {
+	Level  string `yaml:"level"`  // debug | info | warn | error
+	Format string `yaml:"format"` // text | json
+}
+
+// HTTPConfig sets the HTTP server (metrics, health, API).
+type HTTPConfig struct {
+	Listen string `yaml:"listen"` // host:port; empty disables HTTP
+}
+
+// MQTTConfig is the YAML face of mqtt.Config.
+type MQTTConfig struct {
+	Listen          string   `yaml:"listen"`
+	MaxPayloadBytes ByteSize `yaml:"max_payload_bytes"`
+	Window          int      `yaml:"window"`
+	QueueDepth      int      `yaml:"queue_depth"`
+	ReadBatch       int      `yaml:"read_batch"`
+	ReadBatchBytes  ByteSize `yaml:"read_batch_bytes"`
+	BufferBytes     ByteSize `yaml:"buffer_bytes"`
+	WritesPending   int      `yaml:"writes_pending"`
+}
+
+// StorageConfig sets how the log uses the machine.
+type StorageConfig struct {
+	// Profile is pi-zero, pi or server; empty picks pi on arm and arm64,
+	// server elsewhere.
+	Profile string `yaml:"profile"`
+	// RetentionInterval is how often retention is enforced.
+	RetentionInterval Duration `yaml:"retention_interval"`
+	// ReclaimInterval is the least time between two space reclaims, which
+	// block writers while they run.
+	ReclaimInterval Duration `yaml:"reclaim_interval"`
+	// MinFreeBytes refuses publishes while the disk has less free space;
+	// 0 is the profile's reserve, -1 turns the check off.
+	MinFreeBytes ByteSize `yaml:"min_free_bytes"`
+}
+
+// StreamConfig is one stream.
+type StreamConfig struct {
+	Name       string          `yaml:"name"`
+	Filters    []string        `yaml:"filters"`
+	Retention  RetentionConfig `yaml:"retention"`
+	Durability string          `yaml:"durability"` // fsync | interval
+	// SyncInterval is how often an "interval" stream is fsynced.
+	SyncInterval Duration `yaml:"sync_interval"`
+}
+
+// RetentionConfig bounds what a stream keeps; zero means no bound.
+type RetentionConfig struct {
+	MaxAge   Duration `yaml:"max_age"`
+	MaxBytes ByteSize `yaml:"max_bytes"`
+}
+
+// DefaultConfig is what `peat serve` runs with no arguments: one stream,
+// "default", capturing every topic, durable by fsync, kept for 7 days.
+func DefaultConfig() Config {
+	m := mqtt.DefaultConfig()
+	return Config{
+		DataDir: DefaultDataDir,
+		Log:     LogConfig{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		HTTP:    HTTPConfig{Listen: DefaultHTTPListen},
+		MQTT: MQTTConfig{
+			Listen:          m.Listen,
+			MaxPayloadBytes: ByteSize(m.MaxPayload),
+			Window:          m.Window,
+			QueueDepth:      m.QueueDepth,
+			ReadBatch:       m.ReadBatch,
+			ReadBatchBytes:  ByteSize(m.ReadBatchBytes),
+			BufferBytes:     ByteSize(m.BufferSize),
+			WritesPending:   m.WritesPending,
+		},
+		Storage: StorageConfig{
+			Profile:           "",
+			RetentionInterval: Duration(logstore.DefaultRetentionInterval),
+			ReclaimInterval:   Duration(logstore.DefaultReclaimInterval),
+			MinFreeBytes:      0,
+		},
+		Streams: []StreamConfig{defaultStream(logstore.DefaultStreamName, DefaultStreamFilter)},
+	}
+}
+
+// defaultStream is a stream with every field but name and filters at its
+// default; a stream written in YAML starts from it.
+func defaultStream(name string, filters ...string) StreamConfig {
+	return StreamConfig{
+		Name:         name,
+		Filters:      filters,
+		Retention:    RetentionConfig{MaxAge: Duration(logstore.DefaultMaxAge)},
+		Durability:   string(logstore.DurabilityFsync),
+		SyncInterval: Duration(logstore.DefaultSyncInterval),
+	}
+}
+
+// Profile is the storage profile the node runs with: the configured one, or
+// the platform's default when none is set.
+func (c Config) Profile() logstore.Profile {
+	if c.Storage.Profile == "" {
+		return logstore.DefaultProfile()
+	}
+	return logstore.Profile(c.Storage.Profile)
+}
+
+// StoreConfig is the logstore configuration this Config describes (Logger
+// and Metrics are left for the caller).
+func (c Config) StoreConfig() logstore.Config {
+	sc := logstore.DefaultConfig()
+	sc.Dir = c.DataDir
+	sc.Profile = c.Profile()
+	sc.RetentionInterval = time.Duration(c.Storage.RetentionInterval)
+	sc.ReclaimInterval = time.Duration(c.Storage.ReclaimInterval)
+	sc.MinFreeBytes = int64(c.Storage.MinFreeBytes)
+	sc.Streams = make([]logstore.StreamConfig, len(c.Streams))
+	for i, s := range c.Streams {
+		sc.Streams[i] = logstore.StreamConfig{
+			Name:         s.Name,
+			Filters:      append([]string(nil), s.Filters...),
+			MaxAge:       time.Duration(s.Retention.MaxAge),
+			MaxBytes:     int64(s.Retention.MaxBytes),
+			Durability:   logstore.Durability(s.Durability),
+			SyncInterval: time.Duration(s.SyncInterval),
+		}
+	}
+	return sc
+}
+
+// BrokerConfig is the MQTT front-end configuration this Config describes
+// (Logger and Metrics are left for the caller).
+func (c Config) BrokerConfig() mqtt.Config {
+	m := mqtt.DefaultConfig()
+	m.Listen = c.MQTT.Listen
+	m.MaxPayload = int(c.MQTT.MaxPayloadBytes)
+	m.Window = c.MQTT.Window
+	m.QueueDepth = c.MQTT.QueueDepth
+	m.ReadBatch = c.MQTT.ReadBatch
+	m.ReadBatchBytes = int(c.MQTT.ReadBatchBytes)
+	m.BufferSize = int(c.MQTT.BufferBytes)
+	m.WritesPending = c.MQTT.WritesPending
+	return m
+}

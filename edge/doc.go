@@ -1,0 +1,39 @@
+// Package edge wires one Peat node together: the YAML configuration (the
+// only place YAML tags live), the node's lifecycle (storage profile and Go
+// memory limit, the logstore, the MQTT front-end, the HTTP server) and the
+// HTTP API.
+//
+// # Configuration
+//
+// A Config starts from DefaultConfig (what `peat serve` runs with no
+// arguments), then a YAML file (LoadFile; unknown fields are errors), then
+// the environment (ApplyEnv: PEAT_DATA_DIR, PEAT_MQTT_LISTEN,
+// PEAT_HTTP_LISTEN, PEAT_STORAGE_PROFILE, PEAT_LOG_LEVEL, PEAT_LOG_FORMAT),
+// then command-line flags (Set). Validate reports every problem at once, each
+// named by its YAML path ("streams[0].durability: ..."), and says where a
+// value came from when it was not the file ("mqtt.listen (from flag
+// --mqtt): ..."). The storage and MQTT packages validate their own fields;
+// edge maps their field names to YAML paths.
+//
+// # Lifecycle
+//
+// New checks the configuration and builds the node's Prometheus registry; it
+// does no I/O. Start applies the storage profile's Go memory limit (unless
+// GOMEMLIMIT is set), opens the log, starts the MQTT broker and the HTTP
+// server. Close stops the HTTP server, then the broker (no new
+// connections or publishes), then closes the log (flush, close Badger), and
+// is idempotent.
+//
+// # HTTP
+//
+//	GET /healthz         200 "ok" while the node serves, 503 otherwise
+//	GET /readyz          same as /healthz on a single node
+//	GET /metrics         Prometheus text format: Go and process collectors,
+//	                     logstore metrics (with per-stream offset gauges)
+//	                     and MQTT metrics
+//	GET /api/v1/streams  [{"name","filters","first_offset","next_offset",
+//	                       "committed_offset","bytes"}]
+//	GET /api/v1/streams/{name}  one stream, 404 when there is none
+//
+// Errors are JSON: {"error": "message"}.
+package edge

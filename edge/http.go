@@ -1,0 +1,146 @@
+package edge
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/peatmq/peat/logstore"
+)
+
+// StreamInfo is one stream as GET /api/v1/streams shows it.
+type StreamInfo struct {
+	Name            string   `json:"name"`
+	Filters         []string `json:"filters"`
+	FirstOffset     uint64   `json:"first_offset"`
+	NextOffset      uint64   `json:"next_offset"`
+	CommittedOffset uint64   `json:"committed_offset"`
+	Bytes           int64    `json:"bytes"`
+}
+
+// apiError is the body of every error the HTTP API returns.
+type apiError struct {
+	Error string `json:"error"`
+}
+
+// Handler is the node's HTTP API (see the package documentation).
+func (n *Node) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", n.handleHealth)
+	mux.HandleFunc("GET /readyz", n.handleHealth)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{
+		ErrorLog: slogPrinter{n}, Registry: n.reg,
+	}))
+	mux.HandleFunc("GET /api/v1/streams", n.handleStreams)
+	mux.HandleFunc("GET /api/v1/streams/{name}", n.handleStream)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return methodsAsJSON(mux)
+}
+
+func (n *Node) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if !n.serving.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("not serving\n"))
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+func (n *Node) handleStreams(w http.ResponseWriter, _ *http.Request) {
+	store := n.store.Load()
+	if store == nil {
+		writeError(w, http.StatusServiceUnavailable, "the log is not open")
+		return
+	}
+	out := make([]StreamInfo, 0, len(store.Streams()))
+	for _, s := range store.Streams() {
+		out = append(out, streamInfo(s))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (n *Node) handleStream(w http.ResponseWriter, r *http.Request) {
+	store := n.store.Load()
+	if store == nil {
+		writeError(w, http.StatusServiceUnavailable, "the log is not open")
+		return
+	}
+	name := r.PathValue("name")
+	s := store.Stream(name)
+	if s == nil {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no stream named %q", name))
+		return
+	}
+	writeJSON(w, http.StatusOK, streamInfo(s))
+}
+
+func streamInfo(s *logstore.Stream) StreamInfo {
+	filters := s.Config().Filters
+	if filters == nil {
+		filters = []string{}
+	}
+	return StreamInfo{
+		Name:            s.Name(),
+		Filters:         filters,
+		FirstOffset:     s.FirstOffset(),
+		NextOffset:      s.NextOffset(),
+		CommittedOffset: s.Committed(),
+		Bytes:           s.Bytes(),
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // the client went away: nothing to do
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, apiError{Error: msg})
+}
+
+// methodsAsJSON turns the mux's plain-text 405 into a JSON error.
+func methodsAsJSON(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(&jsonStatusWriter{ResponseWriter: w, r: r}, r)
+	})
+}
+
+// jsonStatusWriter replaces the body of a 405 written by http.ServeMux.
+type jsonStatusWriter struct {
+	http.ResponseWriter
+	r        *http.Request
+	replaced bool
+}
+
+func (w *jsonStatusWriter) WriteHeader(status int) {
+	if status == http.StatusMethodNotAllowed && !w.replaced {
+		w.replaced = true
+		w.Header().Del("X-Content-Type-Options")
+		writeError(w.ResponseWriter, status, fmt.Sprintf("method %s not allowed on %s", w.r.Method, w.r.URL.Path))
+		return
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *jsonStatusWriter) Write(b []byte) (int, error) {
+	if w.replaced {
+		return len(b), nil // ServeMux's plain-text body
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *jsonStatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// slogPrinter is promhttp's error log.
+type slogPrinter struct{ n *Node }
+
+func (p slogPrinter) Println(v ...any) { p.n.log.Warn("metrics: " + fmt.Sprint(v...)) }

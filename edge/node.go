@@ -1,0 +1,263 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt"
+)
+
+// Attribute keys of the node's log lines.
+const (
+	attrAddr    = "addr"
+	attrDataDir = "data_dir"
+	attrProfile = "profile"
+	attrLimit   = "memory_limit_bytes"
+	attrStreams = "streams"
+	attrErr     = "err"
+)
+
+// Node is one running Peat node: the log, the MQTT front-end and the HTTP
+// server.
+type Node struct {
+	cfg Config
+	log *slog.Logger
+	reg *prometheus.Registry
+
+	storeMetrics *logstore.Metrics
+	mqttMetrics  *mqtt.Metrics
+
+	serving atomic.Bool                    // /healthz says ok
+	store   atomic.Pointer[logstore.Store] // what HTTP handlers and metrics read; nil when closed
+
+	// mu guards the lifecycle: what Start opened is what Close closes.
+	mu struct {
+		sync.Mutex
+		started, closed bool
+		closeErr        error
+		store           *logstore.Store
+		broker          *mqtt.Broker
+		http            *http.Server
+		httpAddr        net.Addr
+		httpDone        chan struct{} // closed when the HTTP serve goroutine returns
+		prevMemLimit    int64         // -1: the node did not set a memory limit
+	}
+}
+
+// New checks cfg and prepares a node; it opens nothing. logger may be nil
+// (no logging).
+func New(cfg Config, logger *slog.Logger) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	n := &Node{
+		cfg:          cfg,
+		log:          logger,
+		reg:          reg,
+		storeMetrics: logstore.NewMetrics(reg),
+		mqttMetrics:  mqtt.NewMetrics(reg),
+	}
+	n.mu.prevMemLimit = -1
+	return n, nil
+}
+
+// Registry is the node's Prometheus registry, served on /metrics.
+func (n *Node) Registry() *prometheus.Registry { return n.reg }
+
+// Start applies the memory limit, opens the log, starts the MQTT broker and
+// the HTTP server. On error everything it opened is closed again, and the
+// node cannot be started again.
+func (n *Node) Start(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case n.mu.closed:
+		return ErrClosed
+	case n.mu.started:
+		return ErrStarted
+	}
+	n.mu.started = true
+	if err := n.start(ctx); err != nil {
+		n.mu.closed = true
+		n.mu.closeErr = n.shutdown(context.Background())
+		return err
+	}
+	n.serving.Store(true)
+	n.log.Info("node serving", "mqtt", n.mu.broker.Addr().String(), "http", addrString(n.mu.httpAddr),
+		attrDataDir, n.cfg.DataDir, attrProfile, string(n.cfg.Profile()))
+	return nil
+}
+
+// start does Start's work; n.mu is held. What it opened is recorded in n.mu
+// as soon as it is open, so shutdown can undo a partial start.
+func (n *Node) start(ctx context.Context) error {
+	profile := n.cfg.Profile()
+	n.applyMemoryLimit(profile)
+
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sc := n.cfg.StoreConfig()
+	sc.Logger = n.log.With("component", "logstore")
+	sc.Metrics = n.storeMetrics
+	store, err := logstore.Open(sc)
+	if err != nil {
+		return fmt.Errorf("open log in %s: %w", n.cfg.DataDir, err)
+	}
+	n.mu.store = store
+	n.store.Store(store)
+	streams := make([]string, 0, len(store.Streams()))
+	for _, s := range store.Streams() {
+		streams = append(streams, s.Name())
+	}
+	n.log.Info("log open", attrDataDir, n.cfg.DataDir, attrProfile, string(profile), attrStreams, streams)
+
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// Bind HTTP before MQTT: a port clash is found before clients connect.
+	if n.cfg.HTTP.Listen != "" {
+		ln, err := net.Listen("tcp", n.cfg.HTTP.Listen)
+		if err != nil {
+			return fmt.Errorf("listen for HTTP on %s: %w", n.cfg.HTTP.Listen, err)
+		}
+		n.mu.httpAddr = ln.Addr()
+		n.mu.http = &http.Server{
+			Handler:           n.Handler(),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
+		}
+		n.mu.httpDone = make(chan struct{})
+		go n.serveHTTP(n.mu.http, ln, n.mu.httpDone)
+	}
+
+	bc := n.cfg.BrokerConfig()
+	bc.Logger = n.log.With("component", "mqtt")
+	bc.Metrics = n.mqttMetrics
+	broker, err := mqtt.New(bc, storeLog{store})
+	if err != nil {
+		return fmt.Errorf("set up MQTT: %w", err)
+	}
+	n.mu.broker = broker
+	if err := broker.Start(); err != nil {
+		return fmt.Errorf("start MQTT on %s: %w", n.cfg.MQTT.Listen, err)
+	}
+	return nil
+}
+
+// serveHTTP is the HTTP server's goroutine; Close stops it and waits on done.
+func (n *Node) serveHTTP(srv *http.Server, ln net.Listener, done chan struct{}) {
+	defer close(done)
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		n.log.Error("HTTP server stopped", attrErr, err)
+	}
+}
+
+// applyMemoryLimit sets the Go runtime's soft memory limit to the storage
+// profile's, unless the operator set GOMEMLIMIT.
+func (n *Node) applyMemoryLimit(p logstore.Profile) {
+	limit := p.MemoryLimit()
+	if limit <= 0 {
+		return
+	}
+	if v, ok := os.LookupEnv("GOMEMLIMIT"); ok {
+		n.log.Info("memory limit left to GOMEMLIMIT", "GOMEMLIMIT", v, attrProfile, string(p))
+		return
+	}
+	n.mu.prevMemLimit = debug.SetMemoryLimit(limit)
+	n.log.Info("memory limit set", attrProfile, string(p), attrLimit, limit)
+}
+
+// Close stops the HTTP server, the MQTT broker (no new connections or
+// publishes) and then closes the log. It returns when all is closed or ctx
+// is done; calling it again returns the first call's result.
+func (n *Node) Close(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.closed {
+		return n.mu.closeErr
+	}
+	n.mu.closed = true
+	n.mu.closeErr = n.shutdown(ctx)
+	return n.mu.closeErr
+}
+
+// shutdown closes whatever is open, in order; n.mu is held.
+func (n *Node) shutdown(ctx context.Context) error {
+	n.serving.Store(false)
+	var errs []error
+	if n.mu.http != nil {
+		if err := n.mu.http.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop HTTP: %w", err))
+			_ = n.mu.http.Close()
+		}
+		<-n.mu.httpDone
+	}
+	if n.mu.broker != nil {
+		if err := n.mu.broker.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop MQTT: %w", err))
+		}
+	}
+	if n.mu.store != nil {
+		n.store.Store(nil)
+		if err := n.mu.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close log: %w", err))
+		}
+	}
+	if n.mu.prevMemLimit >= 0 {
+		debug.SetMemoryLimit(n.mu.prevMemLimit)
+		n.mu.prevMemLimit = -1
+	}
+	return errors.Join(errs...)
+}
+
+// MQTTAddr is the MQTT listener's address, nil before Start.
+func (n *Node) MQTTAddr() net.Addr {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.broker == nil || n.mu.closed {
+		return nil
+	}
+	return n.mu.broker.Addr()
+}
+
+// HTTPAddr is the HTTP listener's address, nil before Start or when HTTP is
+// disabled.
+func (n *Node) HTTPAddr() net.Addr {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.mu.httpAddr
+}
+
+// Store is the node's log, nil before Start and after Close.
+func (n *Node) Store() *logstore.Store {
+	return n.store.Load()
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}

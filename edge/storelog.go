@@ -1,0 +1,32 @@
+package edge
+
+import (
+	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt"
+)
+
+// storeLog is the single-node log as the MQTT front-end sees it.
+type storeLog struct{ s *logstore.Store }
+
+var (
+	_ mqtt.Log    = storeLog{}
+	_ mqtt.Stream = (*logstore.Stream)(nil)
+)
+
+// Route returns the stream capturing topic, or a nil interface (never a
+// typed nil) when no stream does.
+func (l storeLog) Route(topic string) mqtt.Stream {
+	if s := l.s.Route(topic); s != nil {
+		return s
+	}
+	return nil
+}
+
+func (l storeLog) Streams() []mqtt.Stream {
+	ss := l.s.Streams()
+	out := make([]mqtt.Stream, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
