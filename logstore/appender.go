@@ -1,0 +1,359 @@
+package logstore
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+type reqKind uint8
+
+const (
+	reqAppend reqKind = iota
+	reqTruncate
+	reqRetain
+)
+
+// maxBatchRecords bounds one group commit (with Store.batchBytes).
+const maxBatchRecords = 4096
+
+// request is one entry of a stream's appender queue.
+type request struct {
+	kind     reqKind
+	recs     []*Record
+	size     int // sum of Record.Size
+	done     func(first uint64, err error)
+	enqueued time.Time
+
+	offset uint64    // truncate
+	now    time.Time // retention
+	result chan ctlResult
+}
+
+type ctlResult struct {
+	n   uint64
+	err error
+}
+
+func (r *request) finish(first uint64, err error) {
+	if r.result != nil {
+		r.result <- ctlResult{first, err}
+		return
+	}
+	if r.done != nil {
+		r.done(first, err)
+	}
+}
+
+// enqueue adds r to the queue; false once the appender has stopped.
+func (s *Stream) enqueue(r *request) bool {
+	s.q.Lock()
+	if s.q.closed {
+		s.q.Unlock()
+		return false
+	}
+	s.q.reqs = append(s.q.reqs, r)
+	s.q.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// take removes the next unit of work: one control request, or a group of
+// consecutive append requests bounded by maxBatchRecords and batchBytes
+// (the first request is always taken whole).
+func (s *Stream) take() (batch []*request, ctl *request) {
+	s.q.Lock()
+	defer s.q.Unlock()
+	q := s.q.reqs
+	if len(q) == 0 {
+		return nil, nil
+	}
+	if q[0].kind != reqAppend {
+		s.q.reqs = q[1:]
+		return nil, q[0]
+	}
+	n, recs, size := 0, 0, 0
+	for n < len(q) && q[n].kind == reqAppend {
+		if n > 0 && (recs+len(q[n].recs) > maxBatchRecords || size+q[n].size > s.st.batchBytes) {
+			break
+		}
+		recs += len(q[n].recs)
+		size += q[n].size
+		n++
+	}
+	batch = q[:n:n]
+	s.q.reqs = q[n:]
+	if len(s.q.reqs) == 0 {
+		s.q.reqs = nil // let the backing array go
+	}
+	return batch, nil
+}
+
+// run is the appender goroutine: it owns every write to the stream.
+func (s *Stream) run() {
+	defer s.st.wg.Done()
+	defer s.shutdown()
+	for {
+		select {
+		case <-s.st.stopping:
+			return
+		case <-s.wake:
+		}
+		for {
+			select {
+			case <-s.st.stopping:
+				return
+			default:
+			}
+			batch, ctl := s.take()
+			switch {
+			case ctl != nil:
+				s.handleControl(ctl)
+			case batch != nil:
+				s.commitBatch(batch)
+			default:
+			}
+			if batch == nil && ctl == nil {
+				break
+			}
+		}
+	}
+}
+
+// shutdown fails every queued request with ErrClosed, in order, and wakes
+// waiters.
+func (s *Stream) shutdown() {
+	s.q.Lock()
+	q := s.q.reqs
+	s.q.reqs, s.q.closed = nil, true
+	s.q.Unlock()
+	for _, r := range q {
+		if r.kind == reqAppend {
+			s.st.metrics.AppendErrors.WithLabelValues(s.name, reasonClosed).Inc()
+		}
+		r.finish(0, fmt.Errorf("append to %s: %w", s.name, ErrClosed))
+	}
+	s.closeChanged()
+}
+
+func (s *Stream) handleControl(r *request) {
+	var n uint64
+	var err error
+	switch r.kind {
+	case reqTruncate:
+		err = s.truncate(r.offset)
+	case reqRetain:
+		n, err = s.retain(r.now)
+	}
+	r.finish(n, err)
+}
+
+// pending is one encoded record waiting for its transaction.
+type pending struct {
+	key, val []byte
+	ts       int64
+}
+
+func (p pending) size() int64 { return int64(len(p.key) + len(p.val)) }
+
+// commitBatch is one group commit: offsets are assigned in queue order,
+// the records are written in as few Badger transactions as fit (usually
+// one), each commit is durable when it returns (SyncWrites), and then the
+// requests it completed are told, in order.
+func (s *Stream) commitBatch(batch []*request) {
+	now := time.Now()
+	if err := s.st.space.check(now); err != nil {
+		s.st.space.noted(s.st.log, err)
+		err = fmt.Errorf("append to %s: %w", s.name, err)
+		for _, r := range batch {
+			s.st.metrics.AppendErrors.WithLabelValues(s.name, reasonNoSpace).Inc()
+			r.finish(0, err)
+		}
+		return
+	}
+	next := s.next.Load()
+	ms, epoch := now.UnixMilli(), s.epoch.Load()
+
+	// Assign offsets and encode. Keys and values go into one arena reused
+	// by the next batch: Badger copies them during Commit. When the arena
+	// grows, earlier slices keep pointing at the old (intact) array.
+	firstIdx := make([]int, len(batch)) // request's first record in ents; -1: refused
+	ents := make([]pending, 0, 16)
+	arena := s.arena[:0]
+	for i, r := range batch {
+		if hasNil(r.recs) {
+			firstIdx[i] = -1
+			continue
+		}
+		firstIdx[i] = len(ents)
+		for _, rec := range r.recs {
+			rec.Offset = next + uint64(len(ents))
+			rec.Epoch = epoch
+			if rec.Timestamp == 0 {
+				rec.Timestamp = ms
+			}
+			k0 := len(arena)
+			arena = append(arena, recordKey(s.id, rec.Offset)...)
+			k1 := len(arena)
+			arena = encodeRecord(arena, rec)
+			v1 := len(arena)
+			ents = append(ents, pending{key: arena[k0:k1:k1], val: arena[k1:v1:v1], ts: rec.Timestamp})
+		}
+	}
+	s.arena = arena
+	if cap(s.arena) > 16*mib {
+		s.arena = nil // do not pin a huge buffer after a burst
+	}
+	s.st.metrics.BatchRecords.Observe(float64(len(ents)))
+
+	written, ri := 0, 0
+	for written < len(ents) {
+		n, err := s.writeRecords(next+uint64(written), ents[written:])
+		written += n
+		if err != nil {
+			s.report(batch, firstIdx, ri, written, next, s.appendError(err))
+			return
+		}
+		ri = s.report(batch, firstIdx, ri, written, next, nil)
+	}
+	s.report(batch, firstIdx, ri, written, next, nil)
+}
+
+// report finishes, in order from ri, the requests whose records are all
+// among the first written; with err set it fails every other one. It
+// returns the first request left unfinished.
+func (s *Stream) report(batch []*request, firstIdx []int, ri, written int, next uint64, err error) int {
+	for ; ri < len(batch); ri++ {
+		r := batch[ri]
+		switch {
+		case firstIdx[ri] < 0:
+			s.st.metrics.AppendErrors.WithLabelValues(s.name, reasonInvalid).Inc()
+			r.finish(0, fmt.Errorf("append to %s: %w", s.name, ErrNilRecord))
+		case firstIdx[ri]+len(r.recs) <= written:
+			s.mAppendDur.Observe(time.Since(r.enqueued).Seconds())
+			r.finish(next+uint64(firstIdx[ri]), nil)
+		case err != nil:
+			r.finish(0, err)
+		default:
+			return ri
+		}
+	}
+	return ri
+}
+
+// appendError classifies a failed commit, counts it and logs a full disk
+// once per episode.
+func (s *Stream) appendError(err error) error {
+	reason := reasonIO
+	switch {
+	case isNoSpace(err):
+		reason = reasonNoSpace
+		err = fmt.Errorf("%w (%w)", ErrNoSpace, err)
+		s.st.space.noted(s.st.log, err)
+	case errors.Is(err, ErrRecordTooLarge):
+		reason = reasonTooBig
+	case errors.Is(err, badger.ErrDBClosed), errors.Is(err, badger.ErrBlockedWrites):
+		reason = reasonClosed
+		err = fmt.Errorf("%w (%w)", ErrClosed, err)
+	default:
+		s.st.log.Error("append failed", slog.String(logKeyStream, s.name), slog.Any(logKeyError, err))
+	}
+	s.st.metrics.AppendErrors.WithLabelValues(s.name, reason).Inc()
+	return fmt.Errorf("append to %s: %w", s.name, err)
+}
+
+func hasNil(recs []*Record) bool {
+	for _, r := range recs {
+		if r == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// writeRecords writes a prefix of ents (offsets from base on) in one
+// transaction with the stats of the chunks it touches, commits it, and
+// publishes the new log end. It returns how many records it wrote.
+func (s *Stream) writeRecords(base uint64, ents []pending) (int, error) {
+	txn := s.st.db.NewTransaction(true)
+	defer txn.Discard()
+	n, size := 0, 0
+	for _, e := range ents {
+		esz := len(e.key) + len(e.val) + 32
+		if n > 0 && (n+8 >= s.st.txnCount || size+esz > s.st.txnBytes) {
+			break
+		}
+		if err := txn.Set(e.key, e.val); err != nil {
+			if errors.Is(err, badger.ErrTxnTooBig) {
+				if n == 0 {
+					return 0, fmt.Errorf("%w: %d bytes at offset %d", ErrRecordTooLarge, len(e.val), base)
+				}
+				break
+			}
+			return 0, err
+		}
+		n++
+		size += esz
+	}
+	ents = ents[:n]
+
+	// Chunk stats after this transaction.
+	chunks := s.mu.chunks // only the appender writes it: no lock needed to read
+	var touched []chunk
+	var cur chunk
+	if l := len(chunks); l > 0 && chunks[l-1].start == base&^(chunkSize-1) {
+		cur = chunks[l-1]
+	} else {
+		cur = chunk{start: base &^ (chunkSize - 1)}
+	}
+	var added int64
+	for i, e := range ents {
+		if cs := (base + uint64(i)) &^ (chunkSize - 1); cs != cur.start {
+			touched = append(touched, cur)
+			cur = chunk{start: cs}
+		}
+		cur.add(e.ts, e.size())
+		added += e.size()
+	}
+	touched = append(touched, cur)
+	for _, c := range touched {
+		if err := txn.Set(chunkKey(s.id, c.start), c.encode()); err != nil {
+			return 0, fmt.Errorf("write chunk stats: %w", err)
+		}
+	}
+
+	s.st.writeMu.RLock()
+	t0 := time.Now()
+	err := txn.Commit()
+	s.mCommitDur.Observe(time.Since(t0).Seconds())
+	s.st.writeMu.RUnlock()
+	if err != nil {
+		return 0, err
+	}
+
+	s.mu.Lock()
+	if l := len(s.mu.chunks); l > 0 && s.mu.chunks[l-1].start == touched[0].start {
+		s.mu.chunks[l-1] = touched[0]
+		touched = touched[1:]
+	}
+	s.mu.chunks = append(s.mu.chunks, touched...)
+	s.mu.Unlock()
+
+	end := base + uint64(n)
+	s.next.Store(end)
+	s.bytes.Add(added)
+	if !s.st.cfg.ManualCommit {
+		s.committed.Store(end)
+	}
+	s.notify()
+	s.mAppended.Add(float64(n))
+	s.mBytes.Add(float64(added))
+	s.st.space.noted(s.st.log, nil)
+	return n, nil
+}

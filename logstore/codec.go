@@ -1,0 +1,274 @@
+package logstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+)
+
+// Key prefixes (see doc.go for the layout).
+const (
+	tagMeta   = 'm'
+	tagRecord = 'r'
+	tagChunk  = 'c'
+
+	metaStreamID = 'n' // m n <name>       -> stream id (uint32 BE)
+	metaStart    = 's' // m s <id>         -> log start (uint64 BE)
+
+	recordKeyLen = 1 + 4 + 8
+	valueVersion = 1
+	valueHeader  = 1 + 4 // version, crc32c
+
+	chunkShift  = 10 // 1024 offsets per chunk of stats
+	chunkSize   = 1 << chunkShift
+	blockShift  = 16 // 65536 offsets per DropPrefix block (6-byte key prefix)
+	blockSize   = 1 << blockShift
+	chunkValLen = 4 + 8 + 8 + 8
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func streamIDKey(name string) []byte { return append([]byte{tagMeta, metaStreamID}, name...) }
+
+func startKey(id uint32) []byte {
+	return binary.BigEndian.AppendUint32([]byte{tagMeta, metaStart}, id)
+}
+
+// prefix returns tag + stream id.
+func prefix(tag byte, id uint32) []byte {
+	return binary.BigEndian.AppendUint32([]byte{tag}, id)
+}
+
+func recordKey(id uint32, off uint64) []byte {
+	return binary.BigEndian.AppendUint64(prefix(tagRecord, id), off)
+}
+
+func chunkKey(id uint32, chunkStart uint64) []byte {
+	return binary.BigEndian.AppendUint64(prefix(tagChunk, id), chunkStart)
+}
+
+// blockPrefix is the key prefix shared by every key of tag for stream id in
+// the 65536-offset block that starts at block<<16.
+func blockPrefix(tag byte, id uint32, block uint64) []byte {
+	var off [8]byte
+	binary.BigEndian.PutUint64(off[:], block<<blockShift)
+	return append(prefix(tag, id), off[:6]...)
+}
+
+// keyOffset reads the offset of a record or chunk key.
+func keyOffset(k []byte) uint64 { return binary.BigEndian.Uint64(k[len(k)-8:]) }
+
+// chunk holds the stats of the records of one 1024-offset chunk that are
+// at or above the log start.
+type chunk struct {
+	start        uint64 // first offset of the chunk (multiple of 1024)
+	count        uint32
+	bytes        int64
+	minTs, maxTs int64 // unix ms
+}
+
+func (c chunk) encode() []byte {
+	b := make([]byte, 0, chunkValLen)
+	b = binary.BigEndian.AppendUint32(b, c.count)
+	b = binary.BigEndian.AppendUint64(b, uint64(c.bytes))
+	b = binary.BigEndian.AppendUint64(b, uint64(c.minTs))
+	return binary.BigEndian.AppendUint64(b, uint64(c.maxTs))
+}
+
+func decodeChunk(start uint64, b []byte) (chunk, error) {
+	if len(b) != chunkValLen {
+		return chunk{}, fmt.Errorf("chunk stats at %d: %d bytes, want %d", start, len(b), chunkValLen)
+	}
+	return chunk{
+		start: start,
+		count: binary.BigEndian.Uint32(b),
+		bytes: int64(binary.BigEndian.Uint64(b[4:])),
+		minTs: int64(binary.BigEndian.Uint64(b[12:])),
+		maxTs: int64(binary.BigEndian.Uint64(b[20:])),
+	}, nil
+}
+
+func (c *chunk) add(ts int64, size int64) {
+	if c.count == 0 || ts < c.minTs {
+		c.minTs = ts
+	}
+	if c.count == 0 || ts > c.maxTs {
+		c.maxTs = ts
+	}
+	c.count++
+	c.bytes += size
+}
+
+// Record value fields, in msgpack array order. Trailing empty fields are
+// left out; a decoder skips fields it does not know.
+const (
+	fTimestamp = iota
+	fTopic
+	fPayload
+	fFlags // qos | retain<<2
+	fClientID
+	fEpoch
+	fContentType
+	fPayloadFormat // nil when unset
+	fResponseTopic
+	fCorrelationData
+	fUserProperties // flat array k0, v0, k1, v1, ...
+	numFields
+)
+
+// encodeRecord appends the stored value of r (header + msgpack body) to dst.
+// The CRC covers the offset, so a value copied under another key is caught.
+func encodeRecord(dst []byte, r *Record) []byte {
+	n := numFields
+	for n > fFlags+1 && fieldEmpty(r, n-1) {
+		n--
+	}
+	base := len(dst)
+	dst = append(dst, valueVersion, 0, 0, 0, 0)
+	dst = appendArrayLen(dst, n)
+	for i := range n {
+		switch i {
+		case fTimestamp:
+			dst = appendInt(dst, r.Timestamp)
+		case fTopic:
+			dst = appendStr(dst, r.Topic)
+		case fPayload:
+			dst = appendBin(dst, r.Payload)
+		case fFlags:
+			f := uint64(r.QoS & 3)
+			if r.Retain {
+				f |= 4
+			}
+			dst = appendUint(dst, f)
+		case fClientID:
+			dst = appendStr(dst, r.ClientID)
+		case fEpoch:
+			dst = appendUint(dst, uint64(r.Epoch))
+		case fContentType:
+			dst = appendStr(dst, r.ContentType)
+		case fPayloadFormat:
+			if r.PayloadFormat == nil {
+				dst = append(dst, mpNil)
+			} else {
+				dst = appendUint(dst, uint64(*r.PayloadFormat))
+			}
+		case fResponseTopic:
+			dst = appendStr(dst, r.ResponseTopic)
+		case fCorrelationData:
+			dst = appendBin(dst, r.CorrelationData)
+		case fUserProperties:
+			dst = appendArrayLen(dst, 2*len(r.UserProperties))
+			for _, p := range r.UserProperties {
+				dst = appendStr(dst, p.Key)
+				dst = appendStr(dst, p.Value)
+			}
+		}
+	}
+	binary.BigEndian.PutUint32(dst[base+1:], valueCRC(r.Offset, dst[base:base+1], dst[base+valueHeader:]))
+	return dst
+}
+
+func valueCRC(off uint64, version, body []byte) uint32 {
+	var o [8]byte
+	binary.BigEndian.PutUint64(o[:], off)
+	c := crc32.Update(0, castagnoli, o[:])
+	c = crc32.Update(c, castagnoli, version)
+	return crc32.Update(c, castagnoli, body)
+}
+
+func fieldEmpty(r *Record, f int) bool {
+	switch f {
+	case fClientID:
+		return r.ClientID == ""
+	case fEpoch:
+		return r.Epoch == 0
+	case fContentType:
+		return r.ContentType == ""
+	case fPayloadFormat:
+		return r.PayloadFormat == nil
+	case fResponseTopic:
+		return r.ResponseTopic == ""
+	case fCorrelationData:
+		return len(r.CorrelationData) == 0
+	case fUserProperties:
+		return len(r.UserProperties) == 0
+	}
+	return false
+}
+
+var (
+	errShortValue = errors.New("value shorter than its header")
+	errVersion    = errors.New("unknown value format version")
+	errChecksum   = errors.New("checksum mismatch")
+)
+
+// decodeRecord decodes the value stored at offset off into a new Record.
+// It never panics and never allocates more than len(v) for the payload.
+func decodeRecord(off uint64, v []byte) (*Record, error) {
+	if len(v) < valueHeader {
+		return nil, errShortValue
+	}
+	if v[0] != valueVersion {
+		return nil, fmt.Errorf("%w %d", errVersion, v[0])
+	}
+	if want, got := binary.BigEndian.Uint32(v[1:]), valueCRC(off, v[:1], v[valueHeader:]); want != got {
+		return nil, fmt.Errorf("%w: stored %08x, computed %08x", errChecksum, want, got)
+	}
+	r := &Record{Offset: off}
+	if err := decodeBody(r, v[valueHeader:]); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func decodeBody(r *Record, b []byte) error {
+	d := mpDecoder{b: b}
+	n := d.arrayLen()
+	if n < fFlags+1 && d.err == nil {
+		d.err = fmt.Errorf("record has %d fields, want at least %d", n, fFlags+1)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		switch i {
+		case fTimestamp:
+			r.Timestamp = d.int()
+		case fTopic:
+			r.Topic = d.str()
+		case fPayload:
+			r.Payload = d.bin()
+		case fFlags:
+			f := d.uint(0xff)
+			r.QoS, r.Retain = byte(f&3), f&4 != 0
+		case fClientID:
+			r.ClientID = d.str()
+		case fEpoch:
+			r.Epoch = uint32(d.uint(math.MaxUint32))
+		case fContentType:
+			r.ContentType = d.str()
+		case fPayloadFormat:
+			if !d.nilValue() {
+				pf := byte(d.uint(0xff))
+				r.PayloadFormat = &pf
+			}
+		case fResponseTopic:
+			r.ResponseTopic = d.str()
+		case fCorrelationData:
+			r.CorrelationData = d.bin()
+		case fUserProperties:
+			m := d.arrayLen()
+			if m%2 != 0 && d.err == nil {
+				d.err = errors.New("user properties: odd number of strings")
+			}
+			for j := 0; j+1 < m && d.err == nil; j += 2 {
+				r.UserProperties = append(r.UserProperties, UserProperty{Key: d.str(), Value: d.str()})
+			}
+		default:
+			d.skip()
+		}
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%d trailing bytes after the record", len(d.b))
+	}
+	return d.err
+}

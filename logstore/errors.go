@@ -1,0 +1,48 @@
+package logstore
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Errors returned by this package wrap them, so test with
+// errors.Is.
+var (
+	// ErrClosed is returned by operations on a closed Store, and given to
+	// appends that were still queued when it closed.
+	ErrClosed = errors.New("logstore: closed")
+	// ErrOffsetOutOfRange is returned by Read for an offset below
+	// FirstOffset or above Committed, and by Truncate below FirstOffset.
+	ErrOffsetOutOfRange = errors.New("logstore: offset out of range")
+	// ErrNoSpace is returned by appends refused because the disk is full
+	// (or below the configured free-space reserve). Nothing stored is
+	// damaged; appends work again once space returns.
+	ErrNoSpace = errors.New("logstore: no space left on device")
+	// ErrUnknownStream is returned for a stream name the store does not know.
+	ErrUnknownStream = errors.New("logstore: unknown stream")
+	// ErrInvalidConfig is wrapped by Config.Validate's error.
+	ErrInvalidConfig = errors.New("logstore: invalid config")
+	// ErrRecordTooLarge is returned for a record that cannot fit in one
+	// Badger transaction.
+	ErrRecordTooLarge = errors.New("logstore: record too large")
+	// ErrCorrupt is wrapped by every CorruptError.
+	ErrCorrupt = errors.New("logstore: corrupt record")
+)
+
+// CorruptError reports a stored record that fails its checksum or cannot be
+// decoded (or is missing where the log says it must be).
+type CorruptError struct {
+	Stream string
+	Offset uint64
+	Err    error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("logstore: corrupt record in stream %q at offset %d: %v", e.Stream, e.Offset, e.Err)
+}
+
+// Unwrap lets errors.Is match both ErrCorrupt and the underlying cause.
+func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
+
+// ErrNilRecord is returned for an append that contains a nil *Record.
+var ErrNilRecord = errors.New("logstore: nil record")

@@ -1,0 +1,121 @@
+package logstore
+
+import (
+	"fmt"
+	"runtime"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+)
+
+// Profile is a named set of Badger options sized for a class of machine.
+type Profile string
+
+// Storage profiles.
+const (
+	ProfilePiZero Profile = "pi-zero"
+	ProfilePi     Profile = "pi"
+	ProfileServer Profile = "server"
+)
+
+const (
+	kib = 1 << 10
+	mib = 1 << 20
+)
+
+// profileSpec is the measured table of issue 2, item 4.
+type profileSpec struct {
+	memTableSize, baseTableSize, baseLevelSize int64
+	numMemtables, l0Tables, l0Stall            int
+	compression                                options.CompressionType
+	blockCache, indexCache                     int64
+	valueThreshold, valueLogFileSize           int64
+	memoryLimit                                int64
+	numCompactors                              int
+	minFree                                    int64 // default free-space reserve
+}
+
+var profiles = map[Profile]profileSpec{
+	ProfilePiZero: {
+		memTableSize: 8 * mib, numMemtables: 2, l0Tables: 2, l0Stall: 4,
+		baseTableSize: 8 * mib, baseLevelSize: 32 * mib,
+		compression: options.None, blockCache: 0, indexCache: 8 * mib,
+		valueThreshold: 32 * kib, valueLogFileSize: 32 * mib,
+		memoryLimit: 128 * mib, numCompactors: 2, minFree: 64 * mib,
+	},
+	ProfilePi: {
+		memTableSize: 16 * mib, numMemtables: 3, l0Tables: 3, l0Stall: 8,
+		baseTableSize: 8 * mib, baseLevelSize: 64 * mib,
+		compression: options.Snappy, blockCache: 16 * mib, indexCache: 16 * mib,
+		valueThreshold: 64 * kib, valueLogFileSize: 64 * mib,
+		memoryLimit: 256 * mib, numCompactors: 2, minFree: 128 * mib,
+	},
+	ProfileServer: {
+		memTableSize: 64 * mib, numMemtables: 4, l0Tables: 5, l0Stall: 15,
+		baseTableSize: 8 * mib, baseLevelSize: 64 * mib,
+		compression: options.Snappy, blockCache: 256 * mib, indexCache: 128 * mib,
+		valueThreshold: 64 * kib, valueLogFileSize: 256 * mib,
+		memoryLimit: 0, numCompactors: 4, minFree: 512 * mib,
+	},
+}
+
+// DefaultProfile is pi on arm and arm64, server elsewhere.
+func DefaultProfile() Profile {
+	switch runtime.GOARCH {
+	case "arm", "arm64":
+		return ProfilePi
+	}
+	return ProfileServer
+}
+
+// Validate accepts the known profiles and "" (the default).
+func (p Profile) Validate() error {
+	if p == "" {
+		return nil
+	}
+	if _, ok := profiles[p]; !ok {
+		return fmt.Errorf("unknown storage profile %q, want %q, %q or %q", string(p), ProfilePiZero, ProfilePi, ProfileServer)
+	}
+	return nil
+}
+
+// MemoryLimit is the Go memory limit (for debug.SetMemoryLimit) that suits
+// the profile, in bytes; 0 means none.
+func (p Profile) MemoryLimit() int64 { return p.spec().memoryLimit }
+
+func (p Profile) orDefault() Profile {
+	if p == "" {
+		return DefaultProfile()
+	}
+	return p
+}
+
+func (p Profile) spec() profileSpec {
+	if s, ok := profiles[p.orDefault()]; ok {
+		return s
+	}
+	return profiles[ProfileServer]
+}
+
+// badgerOptions builds the Badger options for the profile. The caller sets
+// Dir/InMemory, SyncWrites and Logger.
+func (p Profile) badgerOptions() badger.Options {
+	s := p.spec()
+	return badger.DefaultOptions("").
+		WithMemTableSize(s.memTableSize).
+		WithNumMemtables(s.numMemtables).
+		WithNumLevelZeroTables(s.l0Tables).
+		WithNumLevelZeroTablesStall(s.l0Stall).
+		WithBaseTableSize(s.baseTableSize).
+		WithBaseLevelSize(s.baseLevelSize).
+		WithCompression(s.compression).
+		WithBlockCacheSize(s.blockCache).
+		WithIndexCacheSize(s.indexCache).
+		WithValueThreshold(s.valueThreshold).
+		WithValueLogFileSize(s.valueLogFileSize).
+		WithNumCompactors(s.numCompactors).
+		WithNumVersionsToKeep(1).
+		WithDetectConflicts(false).
+		WithMetricsEnabled(false).
+		WithLoggingLevel(badger.WARNING)
+}

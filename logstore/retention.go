@@ -1,0 +1,371 @@
+package logstore
+
+import (
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// load reads the stream's log start, log end and chunk stats. The log end is
+// the last record key + 1, or the persisted start when no record is left.
+// The stats of the first and last chunk are recomputed from the records, so
+// a crash in the middle of a truncation or a fully emptied log leaves no
+// stale figures.
+func (s *Stream) load() error {
+	var start, next uint64
+	var chunks []chunk
+	reclaimFrom := ^uint64(0)
+	err := s.st.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(startKey(s.id))
+		switch {
+		case err == badger.ErrKeyNotFound:
+		case err != nil:
+			return fmt.Errorf("read log start: %w", err)
+		default:
+			if err := item.Value(func(v []byte) error {
+				if len(v) != 8 {
+					return fmt.Errorf("log start: %d bytes, want 8", len(v))
+				}
+				start = binary.BigEndian.Uint64(v)
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		next = start
+		rp := prefix(tagRecord, s.id)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: rp, Reverse: true})
+		it.Seek(append(append([]byte(nil), rp...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff))
+		if it.Valid() {
+			next = max(next, keyOffset(it.Item().Key())+1)
+		}
+		it.Close()
+		it = txn.NewIterator(badger.IteratorOptions{Prefix: rp})
+		if it.Rewind(); it.Valid() {
+			reclaimFrom = keyOffset(it.Item().Key()) >> blockShift
+		}
+		it.Close()
+
+		it = txn.NewIterator(badger.IteratorOptions{Prefix: prefix(tagChunk, s.id), PrefetchValues: false})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			cs := keyOffset(it.Item().Key())
+			reclaimFrom = min(reclaimFrom, cs>>blockShift)
+			if cs+chunkSize <= start || cs >= next {
+				continue // dropped by retention or truncation, not reclaimed yet
+			}
+			var c chunk
+			if err := it.Item().Value(func(v []byte) (err error) {
+				c, err = decodeChunk(cs, v)
+				return err
+			}); err != nil {
+				return err
+			}
+			chunks = append(chunks, c)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if reclaimFrom == ^uint64(0) {
+		reclaimFrom = start >> blockShift
+	}
+	s.first.Store(start)
+	s.next.Store(next)
+	if s.st.cfg.ManualCommit {
+		s.committed.Store(start)
+	} else {
+		s.committed.Store(next)
+	}
+	s.reclaimFrom = reclaimFrom
+	s.mu.chunks = chunks
+	if next > start {
+		if err := s.rescanChunk(start &^ (chunkSize - 1)); err != nil {
+			return err
+		}
+		if err := s.rescanChunk((next - 1) &^ (chunkSize - 1)); err != nil {
+			return err
+		}
+	}
+	var total int64
+	for _, c := range s.mu.chunks {
+		total += c.bytes
+	}
+	s.bytes.Store(total)
+	return nil
+}
+
+// rescanChunk recomputes the in-memory stats of chunk cs from its records
+// in [max(cs, start), min(cs+1024, next)).
+func (s *Stream) rescanChunk(cs uint64) error {
+	c, _, err := s.scanChunk(cs, max(cs, s.first.Load()), min(cs+chunkSize, s.next.Load()), nil)
+	if err != nil {
+		return err
+	}
+	s.setChunk(c)
+	return nil
+}
+
+// setChunk replaces (or inserts, or with count 0 removes) chunk c.start in
+// memory.
+func (s *Stream) setChunk(c chunk) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cs := s.mu.chunks
+	i := 0
+	for i < len(cs) && cs[i].start < c.start {
+		i++
+	}
+	switch {
+	case i < len(cs) && cs[i].start == c.start && c.count == 0:
+		s.mu.chunks = append(cs[:i:i], cs[i+1:]...)
+	case i < len(cs) && cs[i].start == c.start:
+		cs[i] = c
+	case c.count > 0:
+		s.mu.chunks = append(cs[:i:i], append([]chunk{c}, cs[i:]...)...)
+	}
+}
+
+// scanChunk reads the records of [from, to) (inside chunk cs). drop, when
+// not nil, is asked in offset order whether each record goes; it stops
+// being asked at the first "no". scanChunk returns the stats of the records
+// kept and the first offset kept (to when all went).
+func (s *Stream) scanChunk(cs, from, to uint64, drop func(off uint64, ts, size int64) bool) (chunk, uint64, error) {
+	kept := chunk{start: cs}
+	firstKept := to
+	dropping := drop != nil
+	err := s.st.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix(tagRecord, s.id)})
+		defer it.Close()
+		for it.Seek(recordKey(s.id, from)); it.Valid(); it.Next() {
+			item := it.Item()
+			off := keyOffset(item.Key())
+			if off >= to {
+				break
+			}
+			var ts int64
+			size := int64(len(item.Key())) + item.ValueSize()
+			_ = item.Value(func(v []byte) error {
+				if r, err := decodeRecord(off, v); err == nil {
+					ts = r.Timestamp
+				} else {
+					ts = kept.minTs // unknown: treat as old as the oldest kept
+				}
+				return nil
+			})
+			if dropping && drop(off, ts, size) {
+				continue
+			}
+			if dropping {
+				dropping = false
+			}
+			if firstKept == to {
+				firstKept = off
+			}
+			kept.add(ts, size)
+		}
+		return nil
+	})
+	return kept, firstKept, err
+}
+
+// retain applies the stream's retention at now (appender goroutine). Only
+// committed records are dropped. The new log start and the stats of a
+// partly dropped chunk are persisted in one transaction; the keys stay
+// until a later reclaim drops whole blocks.
+func (s *Stream) retain(now time.Time) (uint64, error) {
+	start, hw := s.first.Load(), s.committed.Load()
+	if hw <= start || (s.cfg.MaxAge == 0 && s.cfg.MaxBytes == 0) {
+		return 0, s.maybeReclaim(now)
+	}
+	cutoff := now.Add(-s.cfg.MaxAge).UnixMilli()
+	bytes := s.bytes.Load()
+	chunks := s.mu.chunks
+	newStart, i := start, 0
+	var partial *chunk
+	for ; i < len(chunks); i++ {
+		c := chunks[i]
+		end := min(c.start+chunkSize, hw)
+		if end <= newStart {
+			continue
+		}
+		excess := int64(0)
+		if s.cfg.MaxBytes > 0 {
+			excess = bytes - s.cfg.MaxBytes
+		}
+		oldAll := s.cfg.MaxAge > 0 && c.maxTs < cutoff
+		if c.start+chunkSize <= hw && (oldAll || (excess > 0 && c.bytes <= excess)) {
+			bytes -= c.bytes
+			newStart = c.start + chunkSize
+			continue
+		}
+		oldSome := s.cfg.MaxAge > 0 && c.minTs < cutoff
+		if !oldSome && excess <= 0 {
+			break
+		}
+		var gone int64
+		kept, firstKept, err := s.scanChunk(c.start, max(c.start, newStart), min(c.start+chunkSize, s.next.Load()),
+			func(off uint64, ts, size int64) bool {
+				if off >= hw {
+					return false // never drop what readers cannot see yet
+				}
+				if (s.cfg.MaxAge > 0 && ts < cutoff) || gone < excess {
+					gone += size
+					return true
+				}
+				return false
+			})
+		if err != nil {
+			return 0, fmt.Errorf("scan chunk %d: %w", c.start, err)
+		}
+		if firstKept > newStart {
+			newStart = firstKept
+			bytes -= c.bytes - kept.bytes
+			partial = &kept
+		}
+		break
+	}
+	if newStart == start {
+		return 0, s.maybeReclaim(now)
+	}
+	err := s.update(func(txn *badger.Txn) error {
+		if err := txn.Set(startKey(s.id), binary.BigEndian.AppendUint64(nil, newStart)); err != nil {
+			return err
+		}
+		if partial != nil {
+			return txn.Set(chunkKey(s.id, partial.start), partial.encode())
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("persist log start %d: %w", newStart, err)
+	}
+	s.mu.Lock()
+	s.mu.chunks = s.mu.chunks[i:]
+	if partial != nil && len(s.mu.chunks) > 0 && s.mu.chunks[0].start == partial.start {
+		if partial.count == 0 {
+			s.mu.chunks = s.mu.chunks[1:]
+		} else {
+			s.mu.chunks[0] = *partial
+		}
+	}
+	s.mu.Unlock()
+	s.first.Store(newStart)
+	s.bytes.Store(bytes)
+	dropped := newStart - start
+	s.mDropped.Add(float64(dropped))
+	return dropped, s.maybeReclaim(now)
+}
+
+// maybeReclaim gives back the space of whole 65536-offset blocks below the
+// log start with one DropPrefix call, at most once per ReclaimInterval for
+// the whole store. DropPrefix stops every writer while it runs, so the
+// store's commits wait on writeMu instead of failing.
+func (s *Stream) maybeReclaim(now time.Time) error {
+	upto := s.first.Load() >> blockShift // blocks below upto are whole and hidden
+	if upto <= s.reclaimFrom || !s.st.reclaimDue(now) {
+		return nil
+	}
+	const maxBlocks = 2048
+	upto = min(upto, s.reclaimFrom+maxBlocks)
+	prefixes := make([][]byte, 0, 2*(upto-s.reclaimFrom))
+	for b := s.reclaimFrom; b < upto; b++ {
+		prefixes = append(prefixes, blockPrefix(tagRecord, s.id, b), blockPrefix(tagChunk, s.id, b))
+	}
+	s.st.writeMu.Lock()
+	t0 := time.Now()
+	err := s.st.db.DropPrefix(prefixes...)
+	s.st.writeMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("reclaim blocks [%d, %d): %w", s.reclaimFrom, upto, err)
+	}
+	s.st.metrics.Reclaims.Inc()
+	s.st.log.Debug("reclaimed retained-out records", slog.String(logKeyStream, s.name),
+		slog.Uint64("below_offset", upto<<blockShift), slog.Duration("took", time.Since(t0)))
+	s.reclaimFrom = upto
+	return nil
+}
+
+// truncate drops every record >= offset (appender goroutine). Readers stop
+// at the lowered watermark first; keys are deleted from the top down so a
+// crash leaves a contiguous log that load() reads correctly.
+func (s *Stream) truncate(offset uint64) error {
+	next, start := s.next.Load(), s.first.Load()
+	if offset >= next {
+		return nil
+	}
+	if offset < start {
+		return fmt.Errorf("offset below log start %d: %w", start, ErrOffsetOutOfRange)
+	}
+	for {
+		hw := s.committed.Load()
+		if hw <= offset || s.committed.CompareAndSwap(hw, offset) {
+			break
+		}
+	}
+	s.notify()
+	batch := uint64(max(s.st.txnCount/2, 1))
+	for hi := next; hi > offset; {
+		lo := max(offset, hi-min(hi, batch))
+		err := s.update(func(txn *badger.Txn) error {
+			for o := hi; o > lo; o-- {
+				if err := txn.Delete(recordKey(s.id, o-1)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("delete records [%d, %d): %w", lo, hi, err)
+		}
+		hi = lo
+	}
+	cs := offset &^ (chunkSize - 1)
+	s.next.Store(offset)
+	kept, _, err := s.scanChunk(cs, max(cs, start), offset, nil)
+	if err != nil {
+		return fmt.Errorf("rescan chunk %d: %w", cs, err)
+	}
+	err = s.update(func(txn *badger.Txn) error {
+		for c := cs + chunkSize; c < next; c += chunkSize {
+			if err := txn.Delete(chunkKey(s.id, c)); err != nil {
+				return err
+			}
+		}
+		if kept.count == 0 {
+			return txn.Delete(chunkKey(s.id, cs))
+		}
+		return txn.Set(chunkKey(s.id, cs), kept.encode())
+	})
+	if err != nil {
+		return fmt.Errorf("rewrite chunk stats: %w", err)
+	}
+	s.mu.Lock()
+	cl := s.mu.chunks
+	for len(cl) > 0 && cl[len(cl)-1].start >= cs {
+		cl = cl[:len(cl)-1]
+	}
+	if kept.count > 0 {
+		cl = append(cl, kept)
+	}
+	s.mu.chunks = cl
+	var total int64
+	for _, c := range cl {
+		total += c.bytes
+	}
+	s.mu.Unlock()
+	s.bytes.Store(total)
+	s.notify()
+	return nil
+}
+
+// update runs fn in a write transaction, held off while DropPrefix runs.
+func (s *Stream) update(fn func(txn *badger.Txn) error) error {
+	s.st.writeMu.RLock()
+	defer s.st.writeMu.RUnlock()
+	return s.st.db.Update(fn)
+}

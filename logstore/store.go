@@ -1,0 +1,333 @@
+package logstore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// Store is a set of streams kept in one Badger database.
+//
+// Locks: Store.life (Read and Close) is taken before Store.writeMu (commits
+// read-lock it, DropPrefix write-locks it); Stream.q and Stream.mu are
+// leaves, never held while taking another lock.
+type Store struct {
+	cfg        Config
+	db         *badger.DB
+	log        *slog.Logger
+	metrics    *Metrics
+	streams    []*Stream
+	byName     map[string]*Stream
+	router     *router
+	syncWrites bool
+
+	stopping chan struct{}   // closed by Close: appenders and loops stop
+	ctx      context.Context // cancelled by Close
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+
+	// writeMu keeps commits out while DropPrefix runs: Badger would
+	// refuse them with ErrBlockedWrites; waiting is better.
+	writeMu sync.RWMutex
+
+	life struct {
+		sync.RWMutex
+		closed bool
+	}
+	closeOnce sync.Once
+	closeErr  error
+
+	space spaceGuard
+
+	reclaim struct {
+		sync.Mutex
+		last time.Time
+	}
+	reclaimEvery time.Duration
+
+	// Batch and transaction limits derived from the profile.
+	batchBytes, txnBytes, txnCount int
+}
+
+// Open opens (or creates) the store described by cfg and starts one
+// appender per stream.
+func Open(cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Profile = cfg.Profile.orDefault()
+	if cfg.RetentionInterval == 0 {
+		cfg.RetentionInterval = DefaultRetentionInterval
+	}
+	st := &Store{
+		cfg:          cfg,
+		log:          cfg.Logger,
+		metrics:      cfg.Metrics,
+		byName:       map[string]*Stream{},
+		stopping:     make(chan struct{}),
+		reclaimEvery: cfg.ReclaimInterval,
+		syncWrites:   len(cfg.Streams) == 0,
+	}
+	if st.log == nil {
+		st.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if st.metrics == nil {
+		st.metrics = NewMetrics(nil)
+	}
+	if st.reclaimEvery == 0 {
+		st.reclaimEvery = DefaultReclaimInterval
+	}
+	for _, sc := range cfg.Streams {
+		if sc.durability() == DurabilityFsync {
+			st.syncWrites = true
+		}
+	}
+	spec := cfg.Profile.spec()
+	maxBatch := 15 * spec.memTableSize / 100 // Badger's own limit per transaction
+	st.txnBytes = int(maxBatch * 3 / 4)
+	st.txnCount = int(maxBatch/96) * 3 / 4 // 96: Badger's skiplist node size
+	st.batchBytes = int(maxBatch / 2)
+
+	minFree := cfg.MinFreeBytes
+	if minFree == 0 {
+		minFree = spec.minFree
+	}
+	if cfg.InMemory {
+		minFree = -1
+	}
+	st.space = spaceGuard{dir: cfg.Dir, min: minFree, every: 100 * time.Millisecond, free: diskFree}
+
+	opts := cfg.Profile.badgerOptions().
+		WithSyncWrites(st.syncWrites).
+		WithLogger(badgerLogger{st.log})
+	if cfg.InMemory {
+		opts = opts.WithInMemory(true)
+	} else {
+		opts = opts.WithDir(cfg.Dir).WithValueDir(cfg.Dir)
+	}
+	db, err := badger.Open(opts)
+	if err != nil {
+		return nil, fmt.Errorf("logstore: open badger in %q: %w", cfg.Dir, err)
+	}
+	st.db = db
+	if err := st.openStreams(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	st.router = newRouter(st.streams)
+	st.ctx, st.cancel = context.WithCancel(context.Background())
+	for _, s := range st.streams {
+		st.wg.Add(1)
+		go s.run()
+	}
+	st.wg.Add(1)
+	go st.retentionLoop()
+	if !st.syncWrites {
+		st.wg.Add(1)
+		go st.syncLoop()
+	}
+	st.metrics.gauges.attach(st)
+	return st, nil
+}
+
+// openStreams maps stream names to ids (assigning new ids in one
+// transaction) and loads each stream's offsets and chunk stats.
+func (st *Store) openStreams() error {
+	ids := map[string]uint32{}
+	var maxID uint32
+	err := st.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tagMeta, metaStreamID}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			name := string(item.Key()[2:])
+			err := item.Value(func(v []byte) error {
+				if len(v) != 4 {
+					return fmt.Errorf("stream id of %q: %d bytes, want 4", name, len(v))
+				}
+				ids[name] = binary.BigEndian.Uint32(v)
+				maxID = max(maxID, ids[name])
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("logstore: read stream ids: %w", err)
+	}
+	err = st.db.Update(func(txn *badger.Txn) error {
+		for _, sc := range st.cfg.Streams {
+			if _, ok := ids[sc.Name]; ok {
+				continue
+			}
+			maxID++
+			ids[sc.Name] = maxID
+			if err := txn.Set(streamIDKey(sc.Name), binary.BigEndian.AppendUint32(nil, maxID)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("logstore: assign stream ids: %w", err)
+	}
+	for _, sc := range st.cfg.Streams {
+		s := newStream(st, sc, ids[sc.Name])
+		if err := s.load(); err != nil {
+			return fmt.Errorf("logstore: load stream %q: %w", sc.Name, err)
+		}
+		st.streams = append(st.streams, s)
+		st.byName[sc.Name] = s
+	}
+	return nil
+}
+
+// Close stops the appenders (queued appends fail with ErrClosed), stops
+// retention and closes Badger. It is idempotent.
+func (st *Store) Close() error {
+	st.closeOnce.Do(func() {
+		close(st.stopping)
+		st.cancel()
+		st.wg.Wait()
+		st.life.Lock()
+		st.life.closed = true
+		st.life.Unlock()
+		var errs []error
+		if !st.syncWrites && !st.cfg.InMemory {
+			if err := st.db.Sync(); err != nil {
+				errs = append(errs, fmt.Errorf("logstore: final sync: %w", err))
+			}
+		}
+		if err := st.db.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("logstore: close badger: %w", err))
+		}
+		st.metrics.gauges.detach(st)
+		st.closeErr = errors.Join(errs...)
+	})
+	return st.closeErr
+}
+
+// Stream returns the named stream, or nil.
+func (st *Store) Stream(name string) *Stream { return st.byName[name] }
+
+// Streams returns the streams in config order.
+func (st *Store) Streams() []*Stream { return append([]*Stream(nil), st.streams...) }
+
+// Route returns the stream capturing topic, or nil. The most specific filter
+// wins (see router).
+func (st *Store) Route(topic string) *Stream { return st.router.route(topic) }
+
+// Profile is the storage profile in effect.
+func (st *Store) Profile() Profile { return st.cfg.Profile }
+
+// retentionLoop applies every stream's retention each RetentionInterval and
+// gives value-log space back after records were dropped.
+func (st *Store) retentionLoop() {
+	defer st.wg.Done()
+	ctx := st.ctx
+	t := time.NewTicker(st.cfg.RetentionInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-st.stopping:
+			return
+		case now := <-t.C:
+			var dropped uint64
+			for _, s := range st.streams {
+				if s.cfg.MaxAge == 0 && s.cfg.MaxBytes == 0 {
+					continue
+				}
+				n, err := s.ApplyRetention(ctx, now)
+				if err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
+					st.log.Warn("retention failed", slog.String(logKeyStream, s.name), slog.Any(logKeyError, err))
+				}
+				dropped += n
+			}
+			if dropped > 0 {
+				st.valueLogGC(ctx)
+			}
+		}
+	}
+}
+
+// valueLogGC rewrites value-log files that are mostly garbage (large
+// payloads live there), a few files per round.
+func (st *Store) valueLogGC(ctx context.Context) {
+	if st.cfg.InMemory {
+		return
+	}
+	for range 8 {
+		if ctx.Err() != nil || st.db.RunValueLogGC(0.5) != nil {
+			return
+		}
+	}
+}
+
+// syncLoop fsyncs the database every SyncInterval when no stream asks for
+// fsync durability (SyncWrites is off).
+func (st *Store) syncLoop() {
+	defer st.wg.Done()
+	every := time.Duration(0)
+	for _, s := range st.streams {
+		if every == 0 || s.cfg.syncInterval() < every {
+			every = s.cfg.syncInterval()
+		}
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-st.stopping:
+			return
+		case <-t.C:
+			err := st.db.Sync()
+			if err != nil && !failing {
+				st.log.Error("periodic fsync failed", slog.Any(logKeyError, err))
+			}
+			failing = err != nil
+		}
+	}
+}
+
+// reclaimDue reports whether a DropPrefix may run now (store-wide rate
+// limit) and, if so, books it.
+func (st *Store) reclaimDue(now time.Time) bool {
+	st.reclaim.Lock()
+	defer st.reclaim.Unlock()
+	if !st.reclaim.last.IsZero() && now.Sub(st.reclaim.last) < st.reclaimEvery {
+		return false
+	}
+	st.reclaim.last = now
+	return true
+}
+
+// Log attribute keys.
+const (
+	logKeyStream = "stream"
+	logKeyError  = "err"
+	logKeyOffset = "offset"
+)
+
+// badgerLogger bridges Badger's warnings and errors into slog.
+type badgerLogger struct{ l *slog.Logger }
+
+func (b badgerLogger) Errorf(f string, a ...any) {
+	b.l.Error(fmt.Sprintf(f, a...), slog.String("component", "badger"))
+}
+
+func (b badgerLogger) Warningf(f string, a ...any) {
+	b.l.Warn(fmt.Sprintf(f, a...), slog.String("component", "badger"))
+}
+func (badgerLogger) Infof(string, ...any)  {}
+func (badgerLogger) Debugf(string, ...any) {}

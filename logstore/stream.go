@@ -1,0 +1,350 @@
+package logstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Stream is one append-only offset log. Its appender goroutine is the only
+// writer: appends, truncation and retention all go through it, in order.
+type Stream struct {
+	st   *Store
+	name string
+	id   uint32
+	cfg  StreamConfig
+
+	first     atomic.Uint64 // log start
+	next      atomic.Uint64 // log end
+	committed atomic.Uint64 // high watermark
+	bytes     atomic.Int64
+	epoch     atomic.Uint32
+
+	// mu guards the change channel and the chunk stats. Only the appender
+	// changes chunks; other goroutines read them under mu.
+	mu struct {
+		sync.Mutex
+		changed chan struct{}
+		closed  bool
+		chunks  []chunk // retained chunks, oldest first
+	}
+
+	q struct { // the appender's queue
+		sync.Mutex
+		reqs   []*request
+		closed bool
+	}
+	wake chan struct{}
+
+	// appender-only state
+	reclaimFrom uint64 // lowest DropPrefix block that may still hold keys
+	arena       []byte
+
+	mAppended, mBytes, mCorrupt, mDropped prometheus.Counter
+	mAppendDur, mCommitDur                prometheus.Observer
+}
+
+func newStream(st *Store, sc StreamConfig, id uint32) *Stream {
+	m := st.metrics
+	s := &Stream{
+		st: st, name: sc.Name, id: id, cfg: sc,
+		wake:       make(chan struct{}, 1),
+		mAppended:  m.AppendedRecords.WithLabelValues(sc.Name),
+		mBytes:     m.AppendedBytes.WithLabelValues(sc.Name),
+		mCorrupt:   m.CorruptRecords.WithLabelValues(sc.Name),
+		mDropped:   m.RetentionDropped.WithLabelValues(sc.Name),
+		mAppendDur: m.AppendDuration.WithLabelValues(sc.Name),
+		mCommitDur: m.CommitDuration.WithLabelValues(sc.Name),
+	}
+	s.mu.changed = make(chan struct{})
+	return s
+}
+
+// Name is the stream's name.
+func (s *Stream) Name() string { return s.name }
+
+// Config is the stream's configuration.
+func (s *Stream) Config() StreamConfig {
+	c := s.cfg
+	c.Filters = append([]string(nil), c.Filters...)
+	return c
+}
+
+// FirstOffset is the log start: the oldest offset retention still holds.
+func (s *Stream) FirstOffset() uint64 { return s.first.Load() }
+
+// NextOffset is the log end: the offset the next appended record gets.
+func (s *Stream) NextOffset() uint64 { return s.next.Load() }
+
+// Committed is the high watermark: readers see offsets below it. Without
+// ManualCommit it follows NextOffset once records are durable.
+func (s *Stream) Committed() uint64 { return s.committed.Load() }
+
+// Bytes is what the retained records take (encoded keys and values).
+func (s *Stream) Bytes() int64 { return s.bytes.Load() }
+
+// SetEpoch sets the leader epoch stamped on records appended from now on.
+func (s *Stream) SetEpoch(e uint32) { s.epoch.Store(e) }
+
+// SetCommitted moves the high watermark up to hw (clamped to NextOffset).
+// It only acts when the store was opened with ManualCommit; it never moves
+// the watermark down (Truncate does).
+func (s *Stream) SetCommitted(hw uint64) {
+	if !s.st.cfg.ManualCommit {
+		return
+	}
+	for {
+		cur := s.committed.Load()
+		hw = min(hw, s.next.Load())
+		if hw <= cur {
+			return
+		}
+		if s.committed.CompareAndSwap(cur, hw) {
+			s.notify()
+			return
+		}
+	}
+}
+
+// Changed returns a channel closed the next time Committed advances, the
+// log is truncated, or the stream closes. Take it before reading Committed.
+func (s *Stream) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.changed
+}
+
+func (s *Stream) notify() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
+		return
+	}
+	close(s.mu.changed)
+	s.mu.changed = make(chan struct{})
+}
+
+func (s *Stream) closeChanged() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.mu.closed {
+		s.mu.closed = true
+		close(s.mu.changed)
+	}
+}
+
+func (s *Stream) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.closed
+}
+
+// Wait returns nil once Committed() > offset, ErrClosed when the stream
+// closes first, or the context's error.
+func (s *Stream) Wait(ctx context.Context, offset uint64) error {
+	for {
+		ch := s.Changed()
+		if s.Committed() > offset {
+			return nil
+		}
+		if s.isClosed() {
+			return fmt.Errorf("wait on %s: %w", s.name, ErrClosed)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Append appends recs and returns the offset of the first once they are
+// durable. If ctx ends first, Append returns its error, but the records may
+// still be appended.
+func (s *Stream) Append(ctx context.Context, recs ...*Record) (first uint64, err error) {
+	type result struct {
+		first uint64
+		err   error
+	}
+	ch := make(chan result, 1)
+	s.AppendAsync(recs, func(first uint64, err error) { ch <- result{first, err} })
+	select {
+	case r := <-ch:
+		return r.first, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// AppendAsync hands recs to the appender; done is called exactly once, on
+// the appender goroutine, when they are durable (first is recs[0]'s offset)
+// or failed. done must not block. For one stream, done calls happen in the
+// order of the AppendAsync calls. After Close, done is called at once with
+// ErrClosed. The appender sets each record's Offset, Epoch and (when zero)
+// Timestamp; callers must not touch recs until done.
+func (s *Stream) AppendAsync(recs []*Record, done func(first uint64, err error)) {
+	r := &request{kind: reqAppend, recs: recs, done: done, enqueued: time.Now()}
+	for _, rec := range recs {
+		if rec != nil {
+			r.size += rec.Size()
+		}
+	}
+	if !s.enqueue(r) {
+		s.st.metrics.AppendErrors.WithLabelValues(s.name, reasonClosed).Inc()
+		r.finish(0, fmt.Errorf("append to %s: %w", s.name, ErrClosed))
+	}
+}
+
+// Truncate drops every record at or above offset (a follower discarding a
+// tail its leader does not have). It goes through the appender, so it is
+// ordered with appends; Committed clamps down to offset. Truncating at or
+// above NextOffset does nothing; below FirstOffset is ErrOffsetOutOfRange.
+func (s *Stream) Truncate(ctx context.Context, offset uint64) error {
+	_, err := s.control(ctx, &request{kind: reqTruncate, offset: offset})
+	if err != nil {
+		return fmt.Errorf("truncate %s at %d: %w", s.name, offset, err)
+	}
+	return nil
+}
+
+// ApplyRetention drops the oldest records that are older than MaxAge at now
+// or that make the stream exceed MaxBytes, and returns how many. The log
+// start moves at once; the space comes back with a later, rate-limited
+// DropPrefix of whole 65536-offset blocks. The store calls it every
+// RetentionInterval. Only committed records are ever dropped.
+func (s *Stream) ApplyRetention(ctx context.Context, now time.Time) (dropped uint64, err error) {
+	n, err := s.control(ctx, &request{kind: reqRetain, now: now})
+	if err != nil {
+		return n, fmt.Errorf("retention of %s: %w", s.name, err)
+	}
+	return n, nil
+}
+
+func (s *Stream) control(ctx context.Context, r *request) (uint64, error) {
+	r.result = make(chan ctlResult, 1)
+	if !s.enqueue(r) {
+		return 0, ErrClosed
+	}
+	select {
+	case res := <-r.result:
+		return res.n, res.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// Read returns committed records from offset from: at least one when
+// from < Committed() (even if larger than maxBytes), at most max records
+// (max <= 0: no limit) and at most maxBytes of Record.Size in total
+// (maxBytes <= 0: no limit). It returns an empty slice at Committed(), and
+// an error wrapping ErrOffsetOutOfRange below FirstOffset or above
+// Committed. A record that fails its checksum or decoding ends the batch:
+// the records before it are returned, and a Read starting at it returns a
+// *CorruptError.
+func (s *Stream) Read(from uint64, max, maxBytes int) ([]*Record, error) {
+	s.st.life.RLock()
+	defer s.st.life.RUnlock()
+	if s.st.life.closed {
+		return nil, fmt.Errorf("read %s: %w", s.name, ErrClosed)
+	}
+	hw, start := s.Committed(), s.FirstOffset()
+	if from < start || from > hw {
+		return nil, fmt.Errorf("read %s at %d (log holds [%d, %d)): %w", s.name, from, start, hw, ErrOffsetOutOfRange)
+	}
+	if from == hw {
+		return []*Record{}, nil
+	}
+	want := hw - from
+	if max > 0 && uint64(max) < want {
+		want = uint64(max)
+	}
+	out := make([]*Record, 0, min(want, 1024))
+	var size int
+	var corrupt error
+	err := s.st.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix(tagRecord, s.id)})
+		defer it.Close()
+		off := from
+		for it.Seek(recordKey(s.id, from)); it.Valid() && uint64(len(out)) < want; it.Next() {
+			item := it.Item()
+			if k := keyOffset(item.Key()); k != off {
+				corrupt = fmt.Errorf("record missing (next key is offset %d)", k)
+				return nil
+			}
+			var rec *Record
+			if err := item.Value(func(v []byte) (err error) {
+				rec, err = decodeRecord(off, v)
+				return err
+			}); err != nil {
+				corrupt = err
+				return nil
+			}
+			size += rec.Size()
+			if maxBytes > 0 && size > maxBytes && len(out) > 0 {
+				return nil
+			}
+			out = append(out, rec)
+			off++
+		}
+		if uint64(len(out)) < want && corrupt == nil {
+			corrupt = fmt.Errorf("record missing (log ends early)")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s at %d: %w", s.name, from, err)
+	}
+	if corrupt != nil && len(out) == 0 {
+		off := from + uint64(len(out))
+		// Retention or truncation may have moved while we read.
+		if off < s.FirstOffset() || off >= s.Committed() {
+			return nil, fmt.Errorf("read %s at %d: %w", s.name, from, ErrOffsetOutOfRange)
+		}
+		s.mCorrupt.Inc()
+		return nil, &CorruptError{Stream: s.name, Offset: off, Err: corrupt}
+	}
+	return out, nil
+}
+
+// OffsetForTime returns the first offset whose record has a timestamp at
+// or after t, or Committed() when every record is older. It uses the chunk
+// stats, then scans one chunk (at most 1024 records).
+func (s *Stream) OffsetForTime(t time.Time) (uint64, error) {
+	ms := t.UnixMilli()
+	hw := s.Committed()
+	var from uint64
+	found := false
+	s.mu.Lock()
+	for _, c := range s.mu.chunks {
+		if c.count > 0 && c.maxTs >= ms {
+			from, found = c.start, true
+			break
+		}
+	}
+	s.mu.Unlock()
+	if !found {
+		return hw, nil
+	}
+	from = max(from, s.FirstOffset())
+	for from < hw {
+		recs, err := s.Read(from, chunkSize, 0)
+		if err != nil {
+			return 0, fmt.Errorf("find offset for %s in %s: %w", t.Format(time.RFC3339Nano), s.name, err)
+		}
+		if len(recs) == 0 {
+			break
+		}
+		for _, r := range recs {
+			if r.Timestamp >= ms {
+				return r.Offset, nil
+			}
+		}
+		from = recs[len(recs)-1].Offset + 1
+	}
+	return hw, nil
+}
