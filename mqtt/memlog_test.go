@@ -28,12 +28,11 @@ type memLog struct {
 
 var _ Log = (*memLog)(nil)
 
-// errMemClosed is what appends get after the memLog is closed.
-var errMemClosed = errors.New("memlog: closed")
-
-// errMemOutOfRange is what Read wraps for an offset outside the log.
-// TODO: wrap logstore.ErrOffsetOutOfRange once logstore/errors.go exists.
-var errMemOutOfRange = errors.New("memlog: offset out of range")
+// The memLog wraps logstore's sentinels, as the real log does.
+var (
+	errMemClosed     = logstore.ErrClosed           // appends after close, and appends queued at close
+	errMemOutOfRange = logstore.ErrOffsetOutOfRange // Read outside [FirstOffset, Committed]
+)
 
 // newMemLog builds a memLog from "name=filter,filter" specs, e.g.
 // newMemLog(t, "default=#") or newMemLog(t, "a=sensors/#", "b=meters/+/power").

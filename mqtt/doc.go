@@ -1,0 +1,68 @@
+// Package mqtt is Peat's MQTT front-end: a mochi-mqtt server whose hooks put
+// every publish on a captured topic into the offset log (ingest) and feed
+// subscribers of captured topics from that log (delivery). Topics that no
+// stream captures go through mochi unchanged.
+//
+// # Broker
+//
+// New builds the mochi server with capabilities sized for small boards
+// (Config), an allow-all auth hook, the ingest hook and the delivery hook, in
+// that order; Start binds the one TCP listener; Close stops it all.
+//
+// # Ingest (ingest.go, ingest_conn.go, will.go)
+//
+// mochi acks a QoS 1/2 publish as soon as OnPublish returns. Peat acks only
+// when the record is durable, so the ingest hook takes every publish on a
+// captured topic over: OnPublish hands the record to the stream's appender
+// (Stream.AppendAsync) and returns packets.ErrRejectPacket, so mochi neither
+// acks nor fans out. The PUBACK (QoS 1) or PUBREC (QoS 2) is written later,
+// by the client's ack drainer, when the append is durable:
+//
+//	read goroutine            appender goroutine        ack drainer (per client, only while acks are pending)
+//	OnPublish:                                          pops completed entries from the head of the
+//	  take a window slot  --> AppendAsync ... done: --> client's ack queue, in arrival order, and
+//	  (blocks when full)        mark entry, poke        writes PUBACK/PUBREC, or the refusal;
+//	  queue ack entry                                   frees the window slot
+//
+// Many publishes of one client are in flight at once, bounded by
+// Config.Window, which is also the Receive Maximum advertised to MQTT 5
+// clients. When a client has Window publishes pending, OnPublish blocks its
+// read goroutine: TCP back-pressure, never an unbounded queue. QoS 0
+// publishes take a slot too (freed when their append completes), so a QoS 0
+// flood cannot queue unbounded records either.
+//
+// QoS 2 is exactly once on ingest. On arrival the PUBREC is put into the
+// client's mochi Inflight map (which holds inbound and outbound packet ids
+// alike, so this also keeps delivery from reusing the id); mochi's
+// processPubrel then answers PUBREL with PUBCOMP. A resent PUBLISH with that
+// id before PUBREL is recognised in OnPacketRead (the Inflight entry carries
+// our marker in Origin), turned into a packet mochi passes through untouched
+// (QoS 0, id 0), and answered with a PUBREC in queue order, without a second
+// append. Known limit: if a client reconnects while a QoS 2 append is still
+// pending, the old connection's not-yet-durable PUBRECs are dropped from the
+// session (so the new connection is never acked early); the client's resend
+// is then appended again: at least once in that race, never lost.
+//
+// Refusals are never acked: a publish that cannot be stored gets, in queue
+// order, a PUBACK/PUBREC with a reason code and reason string (MQTT 5: 0x97
+// for a full disk or a payload above max_payload, 0x90 for a reserved topic,
+// 0x80 otherwise) or a disconnect (MQTT 3). QoS 0 refusals are dropped. All
+// are counted in peat_mqtt_refused_messages_total{reason}. A failing stream
+// is logged once when it starts failing and once when it recovers.
+//
+// Retained publishes on captured topics are appended and, once durable, set
+// (or, with an empty payload, cleared) in mochi's retained store, so new
+// subscribers still get them. mochi's storage hooks are not told
+// (OnRetainMessage is private to mochi); Peat registers none.
+//
+// Last wills on captured topics are taken from the client when its session
+// is established (mochi's sendLWT then skips them) and appended when the
+// connection ends without a normal DISCONNECT, after the will delay when one
+// is set (cancelled if the client reconnects first). A will reaches
+// subscribers only through the log, once. Closing the broker does not fire
+// wills.
+//
+// Publishes to $replay/... and $group/... are refused: those topics belong
+// to the replay protocol. Malformed packets make mochi disconnect that
+// client only.
+package mqtt

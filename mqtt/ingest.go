@@ -1,0 +1,332 @@
+package mqtt
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/logstore"
+)
+
+// Log attribute keys used by ingest.
+const (
+	attrClient = "client"
+	attrStream = "stream"
+	attrTopic  = "topic"
+	attrError  = "error"
+)
+
+// ingestOrigin marks the PUBRECs ingest puts into a client's Inflight map, so
+// a resent QoS 2 PUBLISH can be told from one mochi handles itself.
+const ingestOrigin = "peat-ingest"
+
+// Reason codes of refused publishes (MQTT 5 PUBACK/PUBREC).
+var (
+	codeNoSpace  = packets.Code{Code: packets.ErrQuotaExceeded.Code, Reason: "not stored: disk full"}
+	codeNotSaved = packets.Code{Code: packets.ErrUnspecifiedError.Code, Reason: "not stored"}
+	codeReserved = packets.Code{Code: packets.ErrTopicNameInvalid.Code, Reason: "reserved topic: $replay/ and $group/ are read-only"}
+)
+
+// reservedPrefixes are topics of the replay protocol, closed to publishers.
+var reservedPrefixes = []string{"$replay/", "$group/"}
+
+func reservedTopic(topic string) bool {
+	for _, p := range reservedPrefixes {
+		if strings.HasPrefix(topic, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// ingest is the mochi hook that takes publishes on captured topics into the
+// log and acks them once durable (see doc.go).
+type ingest struct {
+	mochi.HookBase
+	srv    *mochi.Server
+	log    Log
+	cfg    Config
+	m      *Metrics
+	logger *slog.Logger
+	tooBig packets.Code
+
+	conns   sync.Map      // *mochi.Client -> *ingestConn
+	closing chan struct{} // closed by beginClose
+
+	mu struct {
+		sync.Mutex
+		closed bool                    // no more drainers or will timers start
+		wills  map[string]*delayedWill // by client id
+	}
+	wg sync.WaitGroup // ack drainers and scheduled wills
+
+	failMu  sync.Mutex
+	failing map[string]bool // streams whose last append failed
+}
+
+var _ mochi.Hook = (*ingest)(nil)
+
+func newIngest(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slog.Logger) *ingest {
+	h := &ingest{
+		srv:     srv,
+		log:     log,
+		cfg:     cfg,
+		m:       m,
+		logger:  logger.With(slog.String("component", "ingest")),
+		closing: make(chan struct{}),
+		failing: map[string]bool{},
+		tooBig: packets.Code{
+			Code:   packets.ErrQuotaExceeded.Code, // 0x95 is not a valid PUBACK reason; 0x97 is
+			Reason: fmt.Sprintf("payload above max_payload (%d bytes)", cfg.MaxPayload),
+		},
+	}
+	h.mu.wills = map[string]*delayedWill{}
+	return h
+}
+
+// ID names the hook.
+func (h *ingest) ID() string { return "peat-ingest" }
+
+// Provides reports the hook events ingest handles.
+func (h *ingest) Provides(b byte) bool {
+	switch b {
+	case mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnPublish,
+		mochi.OnSessionEstablish, mochi.OnSessionEstablished, mochi.OnDisconnect:
+		return true
+	}
+	return false
+}
+
+// beginClose makes publishers blocked on a full window give up, stops ack
+// drainers and will timers from starting, and cancels scheduled wills.
+func (h *ingest) beginClose() {
+	h.mu.Lock()
+	if h.mu.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.mu.closed = true
+	close(h.closing)
+	for id, w := range h.mu.wills {
+		delete(h.mu.wills, id)
+		if w.timer.Stop() {
+			h.wg.Done() // it will never run
+		}
+	}
+	h.mu.Unlock()
+}
+
+// wait waits for the drainers and will appends started before beginClose.
+func (h *ingest) wait() { h.wg.Wait() }
+
+// goOwned starts f on a goroutine ingest waits for, unless closing.
+func (h *ingest) goOwned(f func()) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mu.closed {
+		return false
+	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		f()
+	}()
+	return true
+}
+
+func (h *ingest) isClosing() bool {
+	select {
+	case <-h.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// conn returns the ingest state of cl, creating it on first use. Idle
+// clients that never publish to a captured topic have none.
+func (h *ingest) conn(cl *mochi.Client) *ingestConn {
+	if c, ok := h.conns.Load(cl); ok {
+		return c.(*ingestConn)
+	}
+	c, _ := h.conns.LoadOrStore(cl, newIngestConn(h, cl))
+	return c.(*ingestConn)
+}
+
+// OnPacketRead recognises a resent QoS 2 PUBLISH whose PUBREC ingest owns
+// and hands it on as a packet mochi passes to OnPublish untouched (QoS 0,
+// no id): mochi would otherwise answer it with PUBREC 0x91 before the
+// record is durable. OnPublish answers it in queue order.
+func (h *ingest) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type != packets.Publish {
+		return pk, nil
+	}
+	if c, ok := h.conns.Load(cl); ok {
+		c.(*ingestConn).dupID = 0 // read goroutine only
+	}
+	if pk.FixedHeader.Qos != 2 {
+		return pk, nil
+	}
+	if in, ok := cl.State.Inflight.Get(pk.PacketID); ok && in.FixedHeader.Type == packets.Pubrec && in.Origin == ingestOrigin {
+		h.conn(cl).dupID = pk.PacketID
+		pk.FixedHeader.Qos, pk.FixedHeader.Dup, pk.PacketID = 0, false, 0
+	}
+	return pk, nil
+}
+
+// OnPacketEncode tells MQTT 5 clients the largest packet Peat accepts
+// (mochi enforces Maximum Packet Size but does not advertise it).
+func (h *ingest) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Connack && pk.ReasonCode < packets.ErrUnspecifiedError.Code {
+		pk.Properties.MaximumPacketSize = h.srv.Options.Capabilities.MaximumPacketSize
+	}
+	return pk
+}
+
+// OnPublish takes a publish on a captured topic over: it is appended, and
+// acked (or refused) by the client's ack drainer; mochi neither acks nor
+// fans it out. Other topics pass through.
+func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if cl.Net.Inline {
+		return h.publishInline(cl, pk)
+	}
+	c := h.conn(cl)
+	if id := c.dupID; id != 0 {
+		c.dupID = 0
+		c.resentQoS2(id)
+		return pk, packets.ErrRejectPacket
+	}
+	if reservedTopic(pk.TopicName) {
+		c.refuse(pk, codeReserved, ReasonReadOnly)
+		return pk, packets.ErrRejectPacket
+	}
+	st := h.log.Route(pk.TopicName)
+	if st == nil {
+		return pk, nil
+	}
+	if len(pk.Payload) > h.cfg.MaxPayload {
+		c.refuse(pk, h.tooBig, ReasonTooLarge)
+		return pk, packets.ErrRejectPacket
+	}
+	c.publish(st, pk)
+	return pk, packets.ErrRejectPacket
+}
+
+// publishInline appends a publish made in process (mochi's inline client).
+// mochi treats those as QoS 0; nothing is acked.
+func (h *ingest) publishInline(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	st := h.log.Route(pk.TopicName)
+	if st == nil || reservedTopic(pk.TopicName) {
+		return pk, nil
+	}
+	rec := recordOf(cl.ID, pk)
+	retained := retainedCopy(pk)
+	st.AppendAsync([]*logstore.Record{rec}, func(_ uint64, err error) {
+		h.appended(st, retained, err)
+	})
+	return pk, packets.ErrRejectPacket
+}
+
+// appended is the common part of every append's completion. It runs on the
+// log's appender goroutine: it only counts, logs a state change, and
+// updates the retained store (a short lock in mochi's topic index).
+func (h *ingest) appended(st Stream, retained *packets.Packet, err error) {
+	name := st.Name()
+	h.noteAppend(name, err)
+	if err != nil {
+		h.m.Refused.WithLabelValues(ReasonStoreFailed).Inc()
+		return
+	}
+	h.m.Received.WithLabelValues(name).Inc()
+	if retained != nil {
+		h.retain(*retained)
+	}
+}
+
+// retain sets or clears the retained message of a captured topic, as
+// mochi's retainMessage does for the publishes it handles.
+func (h *ingest) retain(pk packets.Packet) {
+	if h.srv.Options.Capabilities.RetainAvailable == 0 {
+		return
+	}
+	h.srv.Topics.RetainMessage(pk)
+	atomic.StoreInt64(&h.srv.Info.Retained, int64(h.srv.Topics.Retained.Len()))
+}
+
+// noteAppend logs a stream starting to fail, and recovering, once each,
+// not once per message.
+func (h *ingest) noteAppend(stream string, err error) {
+	h.failMu.Lock()
+	was := h.failing[stream]
+	now := err != nil
+	if was != now {
+		if now {
+			h.failing[stream] = true
+		} else {
+			delete(h.failing, stream)
+		}
+	}
+	h.failMu.Unlock()
+	switch {
+	case now && !was:
+		h.logger.Warn("appends failing: refusing publishes", slog.String(attrStream, stream), slog.Any(attrError, err))
+	case was && !now:
+		h.logger.Info("appends succeed again", slog.String(attrStream, stream))
+	}
+}
+
+// refusalCode is the MQTT 5 reason for a failed append.
+func refusalCode(err error) packets.Code {
+	if errors.Is(err, logstore.ErrNoSpace) {
+		return codeNoSpace
+	}
+	return codeNotSaved
+}
+
+// recordOf builds the log record of a publish.
+func recordOf(clientID string, pk packets.Packet) *logstore.Record {
+	p := &pk.Properties
+	r := &logstore.Record{
+		Topic:           pk.TopicName,
+		Payload:         pk.Payload,
+		QoS:             pk.FixedHeader.Qos,
+		Retain:          pk.FixedHeader.Retain,
+		ClientID:        clientID,
+		ContentType:     p.ContentType,
+		ResponseTopic:   p.ResponseTopic,
+		CorrelationData: p.CorrelationData,
+	}
+	if p.PayloadFormatFlag {
+		pf := p.PayloadFormat
+		r.PayloadFormat = &pf
+	}
+	if len(p.User) > 0 {
+		r.UserProperties = make([]logstore.UserProperty, len(p.User))
+		for i, u := range p.User {
+			r.UserProperties[i] = logstore.UserProperty{Key: u.Key, Value: u.Val}
+		}
+	}
+	return r
+}
+
+// retainedCopy is what goes into mochi's retained store for a retained
+// publish, nil for others.
+func retainedCopy(pk packets.Packet) *packets.Packet {
+	if !pk.FixedHeader.Retain {
+		return nil
+	}
+	out := pk.Copy(false)
+	out.PacketID = 0
+	out.Properties.TopicAlias, out.Properties.TopicAliasFlag = 0, false
+	if out.Created == 0 {
+		out.Created = time.Now().Unix()
+	}
+	return &out
+}
