@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -35,10 +36,7 @@ func (n *Node) Handler() http.Handler {
 	}))
 	mux.HandleFunc("GET /api/v1/streams", n.handleStreams)
 	mux.HandleFunc("GET /api/v1/streams/{name}", n.handleStream)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
-	})
-	return methodsAsJSON(mux)
+	return errorsAsJSON(mux)
 }
 
 func (n *Node) handleHealth(w http.ResponseWriter, _ *http.Request) {
@@ -106,14 +104,16 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, apiError{Error: msg})
 }
 
-// methodsAsJSON turns the mux's plain-text 405 into a JSON error.
-func methodsAsJSON(next http.Handler) http.Handler {
+// errorsAsJSON turns the mux's plain-text 404 and 405 into JSON errors.
+func errorsAsJSON(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(&jsonStatusWriter{ResponseWriter: w, r: r}, r)
 	})
 }
 
-// jsonStatusWriter replaces the body of a 405 written by http.ServeMux.
+// jsonStatusWriter replaces the plain-text body http.ServeMux writes (with
+// http.Error) for a path it does not know or a method it does not allow.
+// Handlers' own errors are JSON already and pass through.
 type jsonStatusWriter struct {
 	http.ResponseWriter
 	r        *http.Request
@@ -121,10 +121,15 @@ type jsonStatusWriter struct {
 }
 
 func (w *jsonStatusWriter) WriteHeader(status int) {
-	if status == http.StatusMethodNotAllowed && !w.replaced {
+	plain := strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain")
+	if !w.replaced && plain && (status == http.StatusNotFound || status == http.StatusMethodNotAllowed) {
 		w.replaced = true
 		w.Header().Del("X-Content-Type-Options")
-		writeError(w.ResponseWriter, status, fmt.Sprintf("method %s not allowed on %s", w.r.Method, w.r.URL.Path))
+		msg := fmt.Sprintf("no such endpoint: %s", w.r.URL.Path)
+		if status == http.StatusMethodNotAllowed {
+			msg = fmt.Sprintf("method %s not allowed on %s (allowed: %s)", w.r.Method, w.r.URL.Path, w.Header().Get("Allow"))
+		}
+		writeError(w.ResponseWriter, status, msg)
 		return
 	}
 	w.ResponseWriter.WriteHeader(status)
