@@ -1,0 +1,254 @@
+package mqtt
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Log-driven delivery.
+//
+// Publishes to captured topics never reach mochi's fan-out: the ingest hook
+// appends them to their stream and the delivery hook feeds subscribers from
+// the log. The pieces, and who owns which goroutine:
+//
+//   - delivery (this file) is the mochi hook. It keeps one deliveryClient per
+//     connected client that has at least one subscription, and one
+//     deliveryReader per stream. Its hooks do bounded work inline: register
+//     a client, note an acknowledgement, cancel a client.
+//   - deliveryReader (delivery_reader.go) is the one shared reader of a
+//     stream on this node. It waits on Changed, reads committed batches and,
+//     for each record, matches it against mochi's topic index and offers it
+//     without blocking to each matching live client's bounded queue.
+//   - deliveryClient (delivery_client.go) has one sender goroutine that
+//     writes the queued records to its client itself (never through mochi's
+//     drop-when-full outbound channel), keeping a window of unacknowledged
+//     QoS 1/2 messages.
+//   - deliveryCursor (delivery_cursor.go): when a client's queue is full and
+//     the record is QoS 1/2, the client leaves the shared reader for that
+//     stream and a cursor goroutine reads the log from the first offset it
+//     missed, matching for that client alone and waiting for room in its
+//     queue, until it reaches the reader's position and rejoins it under the
+//     reader's lock: no gap, no duplicate, and memory bounded by QueueDepth.
+//     A $share group that cannot place a record does the same with a group
+//     cursor. A QoS 0 record that finds the queue full is dropped and
+//     counted.
+//
+// Lock order: delivery.mu, then deliveryReader.mu, then deliveryClient.mu.
+// Queues are channels and are never sent to while blocking under a lock.
+
+// Log attribute keys used by delivery.
+const (
+	deliveryAttrClient = "client"
+	deliveryAttrStream = "stream"
+	deliveryAttrOffset = "offset"
+	deliveryAttrError  = "error"
+	deliveryAttrGroup  = "group"
+	deliveryAttrCount  = "count"
+)
+
+// delivery is the mochi hook that delivers records of captured topics from
+// the log to subscribers.
+type delivery struct {
+	mochi.HookBase
+
+	srv    *mochi.Server
+	log    Log
+	cfg    Config
+	m      *Metrics
+	logger *slog.Logger
+
+	// Drop counters, resolved once.
+	dropSlowQoS0  prometheus.Counter
+	dropRetention prometheus.Counter
+	dropClosed    prometheus.Counter
+	dropTooLarge  prometheus.Counter
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // readers, senders and cursors
+	closed sync.Once
+
+	mu struct {
+		sync.RWMutex
+		clients map[*mochi.Client]*deliveryClient
+		readers []*deliveryReader
+	}
+}
+
+// newDelivery creates the delivery hook and starts one reader per stream.
+// Register it with srv.AddHook(d, nil) after the ingest hook; stop it with
+// Close, before srv.Close (Close unblocks senders stuck writing to clients
+// that do not read, which would otherwise hold up mochi's shutdown).
+func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slog.Logger) *delivery {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	d := &delivery{
+		srv: srv, log: log, cfg: cfg, m: m, logger: logger,
+		dropSlowQoS0:  m.Dropped.WithLabelValues(ReasonSlowQoS0),
+		dropRetention: m.Dropped.WithLabelValues(ReasonOutOfRetain),
+		dropClosed:    m.Dropped.WithLabelValues(ReasonClientClosed),
+		dropTooLarge:  m.Dropped.WithLabelValues(ReasonTooLarge),
+	}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	d.mu.clients = map[*mochi.Client]*deliveryClient{}
+	for _, s := range log.Streams() {
+		r := newDeliveryReader(d, s)
+		d.mu.readers = append(d.mu.readers, r)
+		d.wg.Add(1)
+		go r.run()
+	}
+	return d
+}
+
+// ID names the hook.
+func (d *delivery) ID() string { return "peat-delivery" }
+
+// Provides reports the hook events delivery handles.
+func (d *delivery) Provides(b byte) bool {
+	switch b {
+	case mochi.OnSubscribed, mochi.OnSessionEstablished, mochi.OnPacketRead,
+		mochi.OnPacketProcessed, mochi.OnDisconnect:
+		return true
+	}
+	return false
+}
+
+// Stop is mochi's hook shutdown; it is Close.
+func (d *delivery) Stop() error {
+	d.Close()
+	return nil
+}
+
+// Close stops every reader, sender and cursor and waits for them. A sender
+// blocked writing to a client that does not read is unblocked by expiring
+// that connection's write deadline. Close is idempotent.
+func (d *delivery) Close() {
+	d.closed.Do(func() {
+		d.cancel()
+		d.mu.Lock()
+		clients := make([]*deliveryClient, 0, len(d.mu.clients))
+		for _, c := range d.mu.clients {
+			clients = append(clients, c)
+		}
+		d.mu.clients = map[*mochi.Client]*deliveryClient{}
+		d.mu.Unlock()
+		for _, c := range clients {
+			c.stop()
+			c.unblockWrite()
+		}
+		d.wg.Wait()
+	})
+}
+
+// OnSessionEstablished starts delivery for a client that inherited
+// subscriptions from an earlier session.
+func (d *delivery) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
+	if cl.State.Subscriptions.Len() > 0 {
+		d.attach(cl)
+	}
+}
+
+// OnSubscribed starts delivery for a client's first granted subscription. It
+// runs before mochi writes the SUBACK; MQTT allows matching PUBLISHes to be
+// sent before it. The client starts live at each stream's committed offset.
+func (d *delivery) OnSubscribed(cl *mochi.Client, _ packets.Packet, reasonCodes []byte) {
+	for _, code := range reasonCodes {
+		if code < packets.ErrUnspecifiedError.Code {
+			d.attach(cl)
+			return
+		}
+	}
+}
+
+// OnPacketRead notes acknowledgements of deliveries: PUBACK ends a QoS 1
+// delivery, PUBCOMP (or a PUBREC carrying an error) a QoS 2 one. mochi
+// removes its own inflight entry afterwards.
+func (d *delivery) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	switch pk.FixedHeader.Type {
+	case packets.Puback, packets.Pubcomp:
+	case packets.Pubrec:
+		if pk.ReasonCode < packets.ErrUnspecifiedError.Code {
+			return pk, nil
+		}
+	default:
+		return pk, nil
+	}
+	if c := d.client(cl); c != nil {
+		c.ack(pk.PacketID)
+	}
+	return pk, nil
+}
+
+// OnPacketProcessed restores the inflight entry of an outstanding delivery
+// that mochi deleted because the client published with the same packet id
+// (mochi keeps both directions in one map), so mochi does not hand the id
+// out again while the delivery is unacknowledged.
+func (d *delivery) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, _ error) {
+	if pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Qos == 0 {
+		return
+	}
+	if c := d.client(cl); c != nil {
+		c.restoreInflight(pk.PacketID)
+	}
+}
+
+// OnDisconnect stops delivery to the client. Its goroutines exit on their
+// own (the connection is closed); Close waits for them.
+func (d *delivery) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
+	d.mu.Lock()
+	c := d.mu.clients[cl]
+	delete(d.mu.clients, cl)
+	readers := d.mu.readers
+	d.mu.Unlock()
+	if c == nil {
+		return
+	}
+	c.stop()
+	for _, r := range readers {
+		r.leave(c)
+	}
+	c.countUnsent()
+}
+
+// client returns the delivery state of cl, or nil.
+func (d *delivery) client(cl *mochi.Client) *deliveryClient {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.mu.clients[cl]
+}
+
+// attach creates the delivery state of cl, once, and joins it to every
+// stream's reader live at that stream's committed offset.
+func (d *delivery) attach(cl *mochi.Client) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ctx.Err() != nil || d.mu.clients[cl] != nil || cl.Closed() {
+		return
+	}
+	c := newDeliveryClient(d, cl)
+	d.mu.clients[cl] = c
+	d.wg.Add(1)
+	go c.run()
+	for _, r := range d.mu.readers {
+		r.join(c)
+	}
+}
+
+// maxQoS caps a delivery's QoS at the server's maximum.
+func (d *delivery) maxQoS() byte {
+	return d.srv.Options.Capabilities.MaximumQos
+}
+
+// addInflight and removeInflight keep mochi's $SYS inflight count right for
+// the entries delivery puts into a client's inflight map.
+func (d *delivery) addInflight(n int64) { atomic.AddInt64(&d.srv.Info.Inflight, n) }

@@ -1,0 +1,288 @@
+package mqtt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/logstore"
+)
+
+// deliveryItem is one record on its way to one client.
+type deliveryItem struct {
+	rec    *logstore.Record // shared, never modified
+	r      *deliveryReader  // the stream it came from
+	qos    byte             // granted: min(subscription, record, server)
+	retain bool
+	subIDs []int // v5 subscription identifiers
+}
+
+// deliveryClient is the delivery state of one connected client: a bounded
+// queue that readers and cursors fill, and one sender goroutine that writes
+// it to the client, keeping at most window QoS 1/2 messages unacknowledged.
+type deliveryClient struct {
+	d      *delivery
+	cl     *mochi.Client
+	id     string
+	v5     bool
+	window int
+
+	queue   chan deliveryItem
+	acked   chan struct{} // 1-buffered: an outstanding delivery was acknowledged
+	ctx     context.Context
+	cancel  context.CancelFunc
+	writing atomic.Bool // the sender is inside WritePacket
+
+	mu struct {
+		sync.Mutex
+		// outstanding holds the QoS 1/2 deliveries awaiting PUBACK or
+		// PUBCOMP, by packet id. It is ours, not mochi's inflight map: an
+		// inbound publish with the same id deletes mochi's entry.
+		outstanding map[uint16]packets.Packet
+	}
+}
+
+func newDeliveryClient(d *delivery, cl *mochi.Client) *deliveryClient {
+	c := &deliveryClient{
+		d:      d,
+		cl:     cl,
+		id:     cl.ID,
+		v5:     cl.Properties.ProtocolVersion == 5,
+		window: d.cfg.Window,
+		queue:  make(chan deliveryItem, d.cfg.QueueDepth),
+		acked:  make(chan struct{}, 1),
+	}
+	if rm := int(cl.Properties.Props.ReceiveMaximum); c.v5 && rm > 0 && rm < c.window {
+		c.window = rm
+	}
+	c.ctx, c.cancel = context.WithCancel(d.ctx)
+	c.mu.outstanding = map[uint16]packets.Packet{}
+	return c
+}
+
+// stop ends delivery to the client; its sender and cursors exit.
+func (c *deliveryClient) stop() { c.cancel() }
+
+// offer queues it without blocking; false when the queue is full or the
+// client is gone.
+func (c *deliveryClient) offer(it deliveryItem) bool {
+	if c.ctx.Err() != nil {
+		return false
+	}
+	select {
+	case c.queue <- it:
+		return true
+	default:
+		return false
+	}
+}
+
+// push queues it, waiting for room; it fails when the client is gone.
+func (c *deliveryClient) push(it deliveryItem) error {
+	select {
+	case c.queue <- it:
+		return nil
+	case <-c.ctx.Done():
+		return c.ctx.Err()
+	}
+}
+
+// run is the sender loop.
+func (c *deliveryClient) run() {
+	defer c.d.wg.Done()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case it := <-c.queue:
+			if err := c.send(it); err != nil {
+				if c.ctx.Err() == nil {
+					c.d.logger.Debug("delivery: stopped sending to client", deliveryAttrClient, c.id, deliveryAttrError, err)
+				}
+				c.cancel()
+				return
+			}
+		}
+	}
+}
+
+// send writes one delivery, first waiting for room in the window when it
+// needs an acknowledgement. It follows mochi's own outbound QoS bookkeeping
+// (packet id, inflight entry, send quota) but writes synchronously, so
+// nothing is ever dropped for a full outbound channel.
+func (c *deliveryClient) send(it deliveryItem) error {
+	out := c.packet(it)
+	if it.qos > 0 {
+		if err := c.waitWindow(); err != nil {
+			return err
+		}
+		id, err := c.nextID()
+		if err != nil {
+			return err
+		}
+		out.PacketID = id
+		c.mu.Lock()
+		c.mu.outstanding[id] = out
+		c.mu.Unlock()
+		if c.cl.State.Inflight.Set(out) {
+			c.d.addInflight(1)
+		}
+		c.cl.State.Inflight.DecreaseSendQuota()
+	}
+
+	c.writing.Store(true) // before the check: Close sees either the flag or a cancelled ctx
+	if err := c.ctx.Err(); err != nil {
+		c.writing.Store(false)
+		return err
+	}
+	err := c.cl.WritePacket(out)
+	c.writing.Store(false)
+	if errors.Is(err, packets.ErrPacketTooLarge) {
+		// Larger than the client's Maximum Packet Size: it can never take it.
+		if it.qos > 0 {
+			c.forget(out.PacketID)
+		}
+		c.d.dropTooLarge.Inc()
+		c.d.logger.Warn("delivery: record larger than the client's maximum packet size; skipped",
+			deliveryAttrClient, c.id, deliveryAttrStream, it.r.stream.Name(), deliveryAttrOffset, it.rec.Offset)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("write %s offset %d to %s: %w", it.r.stream.Name(), it.rec.Offset, c.id, err)
+	}
+	it.r.delivered.Inc()
+	return nil
+}
+
+// packet builds the PUBLISH for it.
+func (c *deliveryClient) packet(it deliveryItem) packets.Packet {
+	rec := it.rec
+	out := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: it.qos, Retain: it.retain},
+		TopicName:   rec.Topic,
+		Payload:     rec.Payload,
+		Origin:      rec.ClientID,
+		// mochi expires inflight entries by Created; 0 would expire at once.
+		Created: time.Now().Unix(),
+	}
+	if !c.v5 {
+		return out
+	}
+	p := &out.Properties
+	p.ContentType = rec.ContentType
+	p.ResponseTopic = rec.ResponseTopic
+	p.CorrelationData = rec.CorrelationData
+	if rec.PayloadFormat != nil {
+		p.PayloadFormat, p.PayloadFormatFlag = *rec.PayloadFormat, true
+	}
+	if len(rec.UserProperties) > 0 {
+		p.User = make([]packets.UserProperty, len(rec.UserProperties))
+		for i, u := range rec.UserProperties {
+			p.User[i] = packets.UserProperty{Key: u.Key, Val: u.Value}
+		}
+	}
+	p.SubscriptionIdentifier = it.subIDs
+	return out
+}
+
+// waitWindow waits until fewer than window deliveries are unacknowledged.
+func (c *deliveryClient) waitWindow() error {
+	for {
+		c.mu.Lock()
+		n := len(c.mu.outstanding)
+		c.mu.Unlock()
+		if n < c.window {
+			return nil
+		}
+		select {
+		case <-c.acked:
+		case <-c.ctx.Done():
+			return c.ctx.Err()
+		}
+	}
+}
+
+// nextID takes a packet id from mochi (so mochi's own deliveries to the
+// client do not reuse it) that is not one of ours still outstanding.
+func (c *deliveryClient) nextID() (uint16, error) {
+	for {
+		id, err := c.cl.NextPacketID()
+		if err != nil {
+			// Every id is in mochi's inflight map: wait for an ack.
+			select {
+			case <-c.acked:
+				continue
+			case <-c.ctx.Done():
+				return 0, fmt.Errorf("packet id for %s: %w", c.id, err)
+			}
+		}
+		c.mu.Lock()
+		_, mine := c.mu.outstanding[uint16(id)]
+		c.mu.Unlock()
+		if !mine {
+			return uint16(id), nil
+		}
+	}
+}
+
+// ack ends the outstanding delivery id, if it is one of ours.
+func (c *deliveryClient) ack(id uint16) {
+	c.mu.Lock()
+	_, ok := c.mu.outstanding[id]
+	delete(c.mu.outstanding, id)
+	c.mu.Unlock()
+	if ok {
+		c.signalAck()
+	}
+}
+
+// forget ends an outstanding delivery that was never written.
+func (c *deliveryClient) forget(id uint16) {
+	c.ack(id)
+	if c.cl.State.Inflight.Delete(id) {
+		c.d.addInflight(-1)
+	}
+	c.cl.State.Inflight.IncreaseSendQuota()
+}
+
+func (c *deliveryClient) signalAck() {
+	select {
+	case c.acked <- struct{}{}:
+	default:
+	}
+}
+
+// restoreInflight puts back mochi's inflight entry for an outstanding
+// delivery id if mochi deleted it.
+func (c *deliveryClient) restoreInflight(id uint16) {
+	c.mu.Lock()
+	out, ok := c.mu.outstanding[id]
+	c.mu.Unlock()
+	if !ok {
+		return
+	}
+	if _, exists := c.cl.State.Inflight.Get(id); !exists && c.cl.State.Inflight.Set(out) {
+		c.d.addInflight(1)
+	}
+}
+
+// countUnsent counts what was still queued when the client went away.
+func (c *deliveryClient) countUnsent() {
+	if n := len(c.queue); n > 0 {
+		c.d.dropClosed.Add(float64(n))
+	}
+}
+
+// unblockWrite makes a write stuck on a client that does not read fail at
+// once. Only Close uses it.
+func (c *deliveryClient) unblockWrite() {
+	if c.writing.Load() && c.cl.Net.Conn != nil {
+		_ = c.cl.Net.Conn.SetWriteDeadline(time.Now())
+	}
+}

@@ -1,0 +1,319 @@
+package mqtt
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/peatmq/peat/logstore"
+)
+
+// deliveryRetryDelay is how long a reader or cursor waits before reading
+// again after a read error, or after a wakeup that found nothing new (a
+// closed stream keeps its Changed channel closed).
+const deliveryRetryDelay = 250 * time.Millisecond
+
+// deliveryReader is the one shared reader of a stream on this node. It
+// dispatches each committed record, in offset order, to the live members
+// whose subscriptions match it, and to one member of each matching $share
+// group.
+type deliveryReader struct {
+	d         *delivery
+	stream    Stream
+	delivered prometheus.Counter
+
+	mu struct {
+		sync.Mutex
+		members map[string]*deliveryMember // by client id
+		groups  map[string]*deliveryGroup  // by shared filter, "$share/<group>/<filter>"
+		// dispatched is the offset after the last record dispatched: live
+		// members have been offered every matching record below it.
+		dispatched uint64
+	}
+}
+
+// deliveryMember is a client's place in one stream's reader.
+type deliveryMember struct {
+	c *deliveryClient
+	// live members get records at or above start from the reader; a member
+	// that is not live is being fed by its own cursor.
+	live  bool
+	start uint64
+}
+
+// deliveryGroup is a $share group's place in one stream's reader.
+type deliveryGroup struct {
+	key  string
+	live bool // false while a group cursor places the group's records
+	next int  // round-robin position among the group's members
+}
+
+func newDeliveryReader(d *delivery, s Stream) *deliveryReader {
+	r := &deliveryReader{
+		d:         d,
+		stream:    s,
+		delivered: d.m.Delivered.WithLabelValues(s.Name()),
+	}
+	r.mu.members = map[string]*deliveryMember{}
+	r.mu.groups = map[string]*deliveryGroup{}
+	return r
+}
+
+// join makes c a live member, starting at the stream's committed offset.
+func (r *deliveryReader) join(c *deliveryClient) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mu.members[c.id] = &deliveryMember{c: c, live: true, start: r.stream.Committed()}
+}
+
+// leave removes c, unless a newer connection with the same client id has
+// taken its place.
+func (r *deliveryReader) leave(c *deliveryClient) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m := r.mu.members[c.id]; m != nil && m.c == c {
+		delete(r.mu.members, c.id)
+	}
+}
+
+// run is the reader's loop; it returns when the delivery closes.
+func (r *deliveryReader) run() {
+	defer r.d.wg.Done()
+	ctx := r.d.ctx
+	r.mu.Lock()
+	r.mu.dispatched = r.stream.Committed()
+	r.mu.Unlock()
+	woken := false
+	for {
+		changed := r.stream.Changed() // before reading Committed: no advance is missed
+		progressed, err := r.step()
+		if err != nil {
+			r.d.logger.Error("delivery: read stream", deliveryAttrStream, r.stream.Name(), deliveryAttrError, err)
+		}
+		if progressed {
+			woken = false
+			continue
+		}
+		if woken || err != nil {
+			// Woken with nothing to read: the stream is closed (Changed stays
+			// closed) or was truncated. Do not spin.
+			if !deliverySleep(ctx, deliveryRetryDelay) {
+				return
+			}
+		}
+		select {
+		case <-changed:
+			woken = true
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// step reads and dispatches one batch. It reports whether it moved.
+func (r *deliveryReader) step() (bool, error) {
+	committed := r.stream.Committed()
+	r.mu.Lock()
+	from := r.mu.dispatched
+	switch {
+	case committed < from: // truncated below what was dispatched
+		r.truncatedLocked(committed)
+		r.mu.Unlock()
+		return true, nil
+	case from == committed:
+		r.mu.Unlock()
+		return false, nil
+	case len(r.mu.members) == 0: // nobody to deliver to: skip ahead
+		r.mu.dispatched = committed
+		r.mu.Unlock()
+		return true, nil
+	}
+	r.mu.Unlock()
+
+	recs, err := r.stream.Read(from, r.d.cfg.ReadBatch, r.d.cfg.ReadBatchBytes)
+	if err != nil {
+		if first := r.stream.FirstOffset(); from < first {
+			r.d.logger.Warn("delivery: shared reader fell below the log start; skipping to it",
+				deliveryAttrStream, r.stream.Name(), deliveryAttrOffset, from, deliveryAttrCount, first-from)
+			r.d.dropRetention.Add(float64(first - from))
+			r.mu.Lock()
+			r.mu.dispatched = first
+			r.mu.Unlock()
+			return true, nil
+		}
+		return false, err
+	}
+	if len(recs) == 0 {
+		return false, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rec := range recs {
+		r.dispatchLocked(rec)
+	}
+	r.mu.dispatched = recs[len(recs)-1].Offset + 1
+	return true, nil
+}
+
+// truncatedLocked follows the log back to end after a truncation.
+func (r *deliveryReader) truncatedLocked(end uint64) {
+	r.mu.dispatched = end
+	for _, m := range r.mu.members {
+		if m.start > end {
+			m.start = end
+		}
+	}
+}
+
+// dispatchLocked offers rec to every live member and group it matches.
+func (r *deliveryReader) dispatchLocked(rec *logstore.Record) {
+	subs := r.d.srv.Topics.Subscribers(rec.Topic)
+	for id, sub := range subs.Subscriptions {
+		m := r.mu.members[id]
+		if m == nil || !m.live || rec.Offset < m.start {
+			continue
+		}
+		it, ok := r.item(m.c, sub, rec)
+		if !ok || m.c.offer(it) {
+			continue
+		}
+		if it.qos == 0 {
+			r.d.dropSlowQoS0.Inc()
+			continue
+		}
+		r.fallBackLocked(m, rec.Offset)
+	}
+	for key, shared := range subs.Shared {
+		r.dispatchSharedLocked(key, shared, rec)
+	}
+}
+
+// dispatchSharedLocked offers rec to one member of a $share group, round
+// robin among the members with room in their queue.
+func (r *deliveryReader) dispatchSharedLocked(key string, shared map[string]packets.Subscription, rec *logstore.Record) {
+	g := r.mu.groups[key]
+	if g == nil {
+		g = &deliveryGroup{key: key, live: true}
+		r.mu.groups[key] = g
+	}
+	if !g.live {
+		return
+	}
+	cands := r.candidatesLocked(g, shared, rec)
+	for _, cand := range cands {
+		if cand.c.offer(cand.it) {
+			g.next++
+			return
+		}
+	}
+	if len(cands) == 0 {
+		return // no member connected: nobody to deliver to, as in mochi
+	}
+	var qos byte
+	for _, cand := range cands {
+		qos = max(qos, cand.it.qos)
+	}
+	if qos == 0 {
+		r.d.dropSlowQoS0.Inc()
+		return
+	}
+	g.live = false
+	r.d.m.CursorCatchup.Inc()
+	r.d.logger.Debug("delivery: shared group fell behind; reading with its own cursor",
+		deliveryAttrGroup, key, deliveryAttrStream, r.stream.Name(), deliveryAttrOffset, rec.Offset)
+	r.d.wg.Add(1)
+	go r.runGroupCursor(g, rec.Offset)
+}
+
+// deliveryCandidate is a group member that could take a record.
+type deliveryCandidate struct {
+	c  *deliveryClient
+	it deliveryItem
+}
+
+// candidatesLocked lists the connected members of a group, in round-robin
+// order starting at the group's next position.
+func (r *deliveryReader) candidatesLocked(g *deliveryGroup, shared map[string]packets.Subscription, rec *logstore.Record) []deliveryCandidate {
+	ids := make([]string, 0, len(shared))
+	for id := range shared {
+		if r.mu.members[id] != nil {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	sort.Strings(ids)
+	start := g.next % len(ids)
+	cands := make([]deliveryCandidate, 0, len(ids))
+	for _, id := range slices.Concat(ids[start:], ids[:start]) {
+		c := r.mu.members[id].c
+		if it, ok := r.item(c, shared[id], rec); ok {
+			cands = append(cands, deliveryCandidate{c: c, it: it})
+		}
+	}
+	return cands
+}
+
+// fallBackLocked takes m off the shared reader: a cursor of its own reads
+// the stream from offset from and rejoins when it has caught up.
+func (r *deliveryReader) fallBackLocked(m *deliveryMember, from uint64) {
+	m.live = false
+	r.d.m.CursorCatchup.Inc()
+	r.d.logger.Debug("delivery: subscriber fell behind; reading with its own cursor",
+		deliveryAttrClient, m.c.id, deliveryAttrStream, r.stream.Name(), deliveryAttrOffset, from)
+	r.d.wg.Add(1)
+	go r.runClientCursor(m, from)
+}
+
+// item builds what a client is sent for rec under sub, or reports false
+// when the client must not get it (NoLocal).
+func (r *deliveryReader) item(c *deliveryClient, sub packets.Subscription, rec *logstore.Record) (deliveryItem, bool) {
+	if sub.NoLocal && rec.ClientID == c.id {
+		return deliveryItem{}, false // [MQTT-3.8.3-3]
+	}
+	it := deliveryItem{
+		rec: rec,
+		r:   r,
+		qos: min(rec.QoS, sub.Qos, r.d.maxQoS()),
+		// [MQTT-3.3.1-12]: cleared unless a v5 subscription asked to keep it.
+		retain: rec.Retain && c.v5 && sub.RetainAsPublished,
+	}
+	if c.v5 {
+		it.subIDs = deliverySubIDs(sub)
+	}
+	return it, true
+}
+
+// deliverySubIDs returns the subscription identifiers to send, sorted
+// ([MQTT-3.3.4-3]); mochi's merged subscriptions carry them in Identifiers.
+func deliverySubIDs(sub packets.Subscription) []int {
+	var ids []int
+	for _, id := range sub.Identifiers {
+		if id > 0 {
+			ids = append(ids, id)
+		}
+	}
+	if len(sub.Identifiers) == 0 && sub.Identifier > 0 {
+		ids = append(ids, sub.Identifier)
+	}
+	sort.Ints(ids)
+	return ids
+}
+
+// deliverySleep waits d or until ctx is done; it reports false on ctx.
+func deliverySleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
