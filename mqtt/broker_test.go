@@ -1,0 +1,416 @@
+package mqtt
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pahov5 "github.com/eclipse/paho.golang/paho"
+	paho "github.com/eclipse/paho.mqtt.golang"
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// waitLimit only stops a broken test from hanging; no test asserts timing.
+const waitLimit = 10 * time.Second
+
+// newTestBroker starts a broker on 127.0.0.1:0 over log, closed at cleanup.
+func newTestBroker(tb testing.TB, log Log, mutate ...func(*Config)) *Broker {
+	tb.Helper()
+	cfg := DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.Metrics = NewMetrics(nil)
+	for _, f := range mutate {
+		f(&cfg)
+	}
+	b, err := New(cfg, log)
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	if err := b.Start(); err != nil {
+		tb.Fatalf("Start: %v", err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		if err := b.Close(ctx); err != nil {
+			tb.Errorf("Close: %v", err)
+		}
+	})
+	return b
+}
+
+// dialV3 connects an MQTT 3.1.1 paho client; lost receives the error when
+// the broker drops the connection.
+func dialV3(tb testing.TB, b *Broker, id string, opt ...func(*paho.ClientOptions)) (c paho.Client, lost <-chan error) {
+	tb.Helper()
+	lostCh := make(chan error, 1)
+	o := paho.NewClientOptions().
+		AddBroker("tcp://" + b.Addr().String()).
+		SetClientID(id).
+		SetProtocolVersion(4).
+		SetAutoReconnect(false).
+		SetConnectRetry(false).
+		SetConnectionLostHandler(func(_ paho.Client, err error) {
+			select {
+			case lostCh <- err:
+			default:
+			}
+		})
+	for _, f := range opt {
+		f(o)
+	}
+	c = paho.NewClient(o)
+	if t := c.Connect(); !t.WaitTimeout(waitLimit) || t.Error() != nil {
+		tb.Fatalf("v3 connect %s: %v", id, t.Error())
+	}
+	tb.Cleanup(func() { c.Disconnect(0) })
+	return c, lostCh
+}
+
+// dialV5 connects an MQTT 5 paho.golang client.
+func dialV5(tb testing.TB, b *Broker, id string) (*pahov5.Client, *pahov5.Connack) {
+	tb.Helper()
+	conn, err := net.Dial("tcp", b.Addr().String())
+	if err != nil {
+		tb.Fatalf("dial: %v", err)
+	}
+	c := pahov5.NewClient(pahov5.ClientConfig{Conn: conn, ClientID: id, PacketTimeout: waitLimit})
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	ack, err := c.Connect(ctx, &pahov5.Connect{
+		ClientID:   id,
+		CleanStart: true,
+		KeepAlive:  30,
+		Properties: &pahov5.ConnectProperties{RequestProblemInfo: true},
+	})
+	if err != nil {
+		tb.Fatalf("v5 connect %s: %v", id, err)
+	}
+	tb.Cleanup(func() { _ = c.Disconnect(&pahov5.Disconnect{}) })
+	return c, ack
+}
+
+// rawClient speaks MQTT over a bare net.Conn with mochi's packet codec, for
+// what paho hides (DUP resends, exact ack order, wire-level assertions).
+type rawClient struct {
+	tb   testing.TB
+	conn net.Conn
+	r    *bufio.Reader
+	v    byte
+}
+
+// dialRaw connects with protocol version 4 (3.1.1) or 5 and completes
+// CONNECT/CONNACK. connect may adjust the
+// CONNECT packet (a will, say).
+func dialRaw(tb testing.TB, b *Broker, id string, version byte, connect ...func(*packets.Packet)) *rawClient {
+	tb.Helper()
+	conn, err := net.Dial("tcp", b.Addr().String())
+	if err != nil {
+		tb.Fatalf("dial: %v", err)
+	}
+	tb.Cleanup(func() { _ = conn.Close() })
+	c := &rawClient{tb: tb, conn: conn, r: bufio.NewReader(conn), v: version}
+	pk := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Connect},
+		Connect: packets.ConnectParams{
+			ProtocolName:     []byte("MQTT"),
+			ClientIdentifier: id,
+			Clean:            true,
+			Keepalive:        60,
+		},
+	}
+	for _, f := range connect {
+		f(&pk)
+	}
+	c.send(pk)
+	if ack := c.read(); ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
+		tb.Fatalf("raw connect %s: got %v reason %#x", id, ack.FixedHeader.Type, ack.ReasonCode)
+	}
+	return c
+}
+
+func (c *rawClient) send(pk packets.Packet) {
+	c.tb.Helper()
+	if pk.ProtocolVersion == 0 {
+		pk.ProtocolVersion = c.v
+	}
+	var buf bytes.Buffer
+	var err error
+	switch pk.FixedHeader.Type {
+	case packets.Connect:
+		err = pk.ConnectEncode(&buf)
+	case packets.Publish:
+		err = pk.PublishEncode(&buf)
+	case packets.Puback:
+		err = pk.PubackEncode(&buf)
+	case packets.Pubrel:
+		pk.FixedHeader.Qos = 1
+		err = pk.PubrelEncode(&buf)
+	case packets.Pingreq:
+		err = pk.PingreqEncode(&buf)
+	case packets.Subscribe:
+		pk.FixedHeader.Qos = 1
+		err = pk.SubscribeEncode(&buf)
+	case packets.Disconnect:
+		err = pk.DisconnectEncode(&buf)
+	default:
+		err = fmt.Errorf("rawClient cannot send %v", pk.FixedHeader.Type)
+	}
+	if err != nil {
+		c.tb.Fatalf("encode: %v", err)
+	}
+	if _, err := c.conn.Write(buf.Bytes()); err != nil {
+		c.tb.Fatalf("write: %v", err)
+	}
+}
+
+// publish sends a PUBLISH.
+func (c *rawClient) publish(topic string, qos byte, id uint16, dup bool, payload string) {
+	c.tb.Helper()
+	c.send(packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos, Dup: dup},
+		TopicName:   topic,
+		PacketID:    id,
+		Payload:     []byte(payload),
+	})
+}
+
+// next reads one packet, or returns the read error (io.EOF when the broker
+// closed the connection).
+func (c *rawClient) next() (packets.Packet, error) {
+	_ = c.conn.SetReadDeadline(time.Now().Add(waitLimit))
+	var pk packets.Packet
+	b, err := c.r.ReadByte()
+	if err != nil {
+		return pk, err
+	}
+	if err := pk.FixedHeader.Decode(b); err != nil {
+		return pk, err
+	}
+	n, _, err := packets.DecodeLength(c.r)
+	if err != nil {
+		return pk, err
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(c.r, body); err != nil {
+		return pk, err
+	}
+	pk.ProtocolVersion = c.v
+	pk.FixedHeader.Remaining = n
+	switch pk.FixedHeader.Type {
+	case packets.Connack:
+		err = pk.ConnackDecode(body)
+	case packets.Publish:
+		err = pk.PublishDecode(body)
+	case packets.Puback:
+		err = pk.PubackDecode(body)
+	case packets.Pubrec:
+		err = pk.PubrecDecode(body)
+	case packets.Pubcomp:
+		err = pk.PubcompDecode(body)
+	case packets.Suback:
+		err = pk.SubackDecode(body)
+	case packets.Disconnect:
+		err = pk.DisconnectDecode(body)
+	case packets.Pingresp:
+	default:
+		err = fmt.Errorf("unexpected packet type %d", pk.FixedHeader.Type)
+	}
+	return pk, err
+}
+
+// read reads one packet and fails the test on error.
+func (c *rawClient) read() packets.Packet {
+	c.tb.Helper()
+	pk, err := c.next()
+	if err != nil {
+		c.tb.Fatalf("read: %v", err)
+	}
+	return pk
+}
+
+// ping sends PINGREQ: everything the broker wrote before its PINGRESP was
+// decided before it read the PINGREQ.
+func (c *rawClient) ping() {
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}})
+}
+
+// expectClosed reads until the broker closes the connection; it fails on a
+// PUBACK/PUBREC with a success code (a refused publish must not be acked).
+func (c *rawClient) expectClosed() {
+	c.tb.Helper()
+	for {
+		pk, err := c.next()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				c.tb.Fatalf("connection still open after %v", waitLimit)
+			}
+			return
+		}
+		if (pk.FixedHeader.Type == packets.Puback || pk.FixedHeader.Type == packets.Pubrec) && pk.ReasonCode < 0x80 {
+			c.tb.Fatalf("got a success %v for id %d before the disconnect", pk.FixedHeader.Type, pk.PacketID)
+		}
+	}
+}
+
+func TestBroker_NewValidates(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Window = 0
+	cfg.MaxPayload = -1
+	_, err := New(cfg, newMemLog(t, "default=#"))
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("New with bad config: err %v, want ErrInvalidConfig", err)
+	}
+	for _, field := range []string{"window", "max_payload"} {
+		if !bytes.Contains([]byte(err.Error()), []byte(field)) {
+			t.Errorf("error %q does not name %s", err, field)
+		}
+	}
+	if _, err := New(DefaultConfig(), nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("New with nil log: err %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestBroker_AdvertisesLimits(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	b := newTestBroker(t, l, func(c *Config) { c.Window = 7; c.MaxPayload = 1000 })
+	_, ack := dialV5(t, b, "caps")
+	p := ack.Properties
+	if p == nil || p.ReceiveMaximum == nil || *p.ReceiveMaximum != 7 {
+		t.Errorf("CONNACK Receive Maximum = %v, want 7 (the window)", p.ReceiveMaximum)
+	}
+	if p == nil || p.MaximumPacketSize == nil || *p.MaximumPacketSize != maxPacketSize(1000) {
+		t.Errorf("CONNACK Maximum Packet Size = %v, want %d", p.MaximumPacketSize, maxPacketSize(1000))
+	}
+	caps := b.Server().Options.Capabilities
+	if caps.MaximumMessageExpiryInterval != 0 {
+		t.Errorf("MaximumMessageExpiryInterval = %d, want 0 (mochi would delete retained messages)", caps.MaximumMessageExpiryInterval)
+	}
+	if got := b.Server().Options.ClientNetReadBufferSize; got != DefaultBufferSize {
+		t.Errorf("read buffer = %d, want %d", got, DefaultBufferSize)
+	}
+}
+
+func TestBroker_CountsClients(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	b := newTestBroker(t, l)
+	m := b.ingest.m
+	c1, _ := dialV3(t, b, "one")
+	c2, _ := dialV3(t, b, "two")
+	for _, c := range []paho.Client{c1, c2} { // a round trip: the session is established
+		if tok := c.Publish("sensors/x", 1, false, "x"); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+	}
+	if got := b.Clients(); got != 2 {
+		t.Errorf("Clients() = %d, want 2", got)
+	}
+	if got := metricValue(m.Connected); got != 2 {
+		t.Errorf("connected gauge = %v, want 2", got)
+	}
+	c1.Disconnect(0)
+	waitFor(t, "one client left", func() bool { return b.Clients() == 1 })
+	waitFor(t, "gauge at 1", func() bool { return metricValue(m.Connected) == 1 })
+}
+
+func TestBroker_MalformedPacketDisconnectsOnlyThatClient(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	b := newTestBroker(t, l)
+	good, _ := dialV3(t, b, "good")
+	bad := dialRaw(t, b, "bad", 4)
+	// A PUBLISH whose topic length runs past the packet.
+	if _, err := bad.conn.Write([]byte{0x30, 0x03, 0x00, 0x09, 'a'}); err != nil {
+		t.Fatal(err)
+	}
+	bad.expectClosed()
+	if tok := good.Publish("sensors/ok", 1, false, "still here"); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
+		t.Fatalf("other client's publish after the malformed one: %v", tok.Error())
+	}
+	recs := l.stream(t, "default").waitRecords(t, 1)
+	if len(recs) != 1 || recs[0].Topic != "sensors/ok" {
+		t.Fatalf("log = %v, want only sensors/ok", recs)
+	}
+}
+
+func TestBroker_CloseUnblocksPublisherOnFullWindow(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	st := l.stream(t, "default")
+	st.hold()
+	cfg := DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Window = 2
+	b, err := New(cfg, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := dialRaw(t, b, "blocked", 4)
+	for i := 1; i <= 4; i++ {
+		c.publish("sensors/x", 1, uint16(i), false, "x")
+	}
+	st.waitAppends(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := b.Close(ctx); err != nil {
+		t.Fatalf("Close with a publisher blocked on its window: %v", err)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := b.Start(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start after Close: %v, want ErrClosed", err)
+	}
+}
+
+// waitFor polls cond until it holds; the limit only stops a hang.
+func waitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// hookCounter is a test hook counting mochi events ingest must avoid.
+type hookCounter struct {
+	mochi.HookBase
+	willSent  atomic.Int64
+	published atomic.Int64
+}
+
+func (h *hookCounter) ID() string { return "test-counter" }
+func (h *hookCounter) Provides(b byte) bool {
+	return b == mochi.OnWillSent || b == mochi.OnPublished
+}
+func (h *hookCounter) OnWillSent(*mochi.Client, packets.Packet)  { h.willSent.Add(1) }
+func (h *hookCounter) OnPublished(*mochi.Client, packets.Packet) { h.published.Add(1) }
+
+// metricValue reads a counter or gauge.
+func metricValue(c prometheus.Metric) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return -1
+	}
+	if m.Counter != nil {
+		return m.Counter.GetValue()
+	}
+	return m.Gauge.GetValue()
+}

@@ -1,0 +1,491 @@
+package mqtt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	pahov5 "github.com/eclipse/paho.golang/paho"
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/logstore"
+)
+
+func TestIngest_AppendsPublishesWithProperties(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	st := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	c, _ := dialV5(t, b, "producer")
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	pf := byte(1)
+	for qos := byte(0); qos <= 2; qos++ {
+		_, err := c.Publish(ctx, &pahov5.Publish{
+			QoS:     qos,
+			Topic:   fmt.Sprintf("sensors/q%d", qos),
+			Payload: []byte(fmt.Sprintf("payload %d", qos)),
+			Properties: &pahov5.PublishProperties{
+				ContentType:     "text/plain",
+				ResponseTopic:   "replies/x",
+				CorrelationData: []byte{1, 2, qos},
+				PayloadFormat:   &pf,
+				User:            pahov5.UserProperties{{Key: "k", Value: "v1"}, {Key: "k", Value: "v2"}},
+			},
+		})
+		if err != nil {
+			t.Fatalf("publish QoS %d: %v", qos, err)
+		}
+	}
+	recs := st.waitRecords(t, 3)
+	for i, r := range recs {
+		qos := byte(i)
+		if r.Topic != fmt.Sprintf("sensors/q%d", qos) || string(r.Payload) != fmt.Sprintf("payload %d", qos) || r.QoS != qos {
+			t.Errorf("record %d: topic %q payload %q qos %d", i, r.Topic, r.Payload, r.QoS)
+		}
+		if r.ClientID != "producer" || r.ContentType != "text/plain" || r.ResponseTopic != "replies/x" ||
+			string(r.CorrelationData) != string([]byte{1, 2, qos}) || r.PayloadFormat == nil || *r.PayloadFormat != 1 {
+			t.Errorf("record %d lost properties: %+v", i, r)
+		}
+		want := []logstore.UserProperty{{Key: "k", Value: "v1"}, {Key: "k", Value: "v2"}}
+		if fmt.Sprint(r.UserProperties) != fmt.Sprint(want) {
+			t.Errorf("record %d user properties %v, want %v", i, r.UserProperties, want)
+		}
+	}
+	if got := metricValue(b.ingest.m.Received.WithLabelValues("default")); got != 3 {
+		t.Errorf("received metric = %v, want 3", got)
+	}
+}
+
+func TestIngest_AckOnlyWhenDurable(t *testing.T) {
+	for _, v := range []byte{4, 5} {
+		for _, qos := range []byte{1, 2} {
+			t.Run(fmt.Sprintf("v%d/qos%d", v, qos), func(t *testing.T) {
+				l := newMemLog(t, "default=#")
+				st := l.stream(t, "default")
+				b := newTestBroker(t, l)
+				c := dialRaw(t, b, "p", v)
+				st.hold()
+				c.publish("sensors/a", qos, 1, false, "x")
+				st.waitAppends(t, 1)
+				c.ping() // answered by the read goroutine, which already handed the publish over
+				if pk := c.read(); pk.FixedHeader.Type != packets.Pingresp {
+					t.Fatalf("before the append is durable got %v id %d, want only PINGRESP", pk.FixedHeader.Type, pk.PacketID)
+				}
+				st.release()
+				want := byte(packets.Puback)
+				if qos == 2 {
+					want = packets.Pubrec
+				}
+				if pk := c.read(); pk.FixedHeader.Type != want || pk.PacketID != 1 || pk.ReasonCode != 0 {
+					t.Fatalf("after the append: got %v id %d reason %#x, want %v id 1", pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode, want)
+				}
+				if qos == 2 {
+					c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel}, PacketID: 1})
+					if pk := c.read(); pk.FixedHeader.Type != packets.Pubcomp || pk.PacketID != 1 || pk.ReasonCode != 0 {
+						t.Fatalf("PUBREL answered with %v id %d reason %#x, want PUBCOMP success", pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestIngest_AcksInArrivalOrder(t *testing.T) {
+	l := newMemLog(t, "a=a/#", "b=b/#")
+	sa, sb := l.stream(t, "a"), l.stream(t, "b")
+	b := newTestBroker(t, l)
+	c := dialRaw(t, b, "p", 5)
+	sa.hold() // stream a is slow: b's appends complete first
+	const n = 20
+	for i := 1; i <= n; i++ {
+		topic := "a/x"
+		if i%2 == 0 {
+			topic = "b/x"
+		}
+		c.publish(topic, 1+byte(i%2), uint16(i), false, fmt.Sprint(i))
+	}
+	// All of them are in flight at once: nothing waits for an earlier fsync.
+	sa.waitAppends(t, n/2)
+	sb.waitRecords(t, n/2)
+	c.ping()
+	if pk := c.read(); pk.FixedHeader.Type != packets.Pingresp {
+		t.Fatalf("got %v id %d while the first publish is not durable, want PINGRESP", pk.FixedHeader.Type, pk.PacketID)
+	}
+	sa.release()
+	for i := 1; i <= n; i++ {
+		pk := c.read()
+		if pk.PacketID != uint16(i) || pk.ReasonCode != 0 {
+			t.Fatalf("ack %d: got %v id %d reason %#x", i, pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode)
+		}
+	}
+}
+
+func TestIngest_WindowBoundsPendingPublishes(t *testing.T) {
+	const window, n = 4, 10
+	l := newMemLog(t, "default=#")
+	st := l.stream(t, "default")
+	b := newTestBroker(t, l, func(c *Config) { c.Window = window })
+	c := dialRaw(t, b, "p", 4)
+	st.hold()
+	for i := 1; i <= n; i++ {
+		c.publish("sensors/x", 1, uint16(i), false, "x")
+	}
+	c.ping()
+	st.waitAppends(t, window)
+	if got := st.submitted(); got != window {
+		t.Fatalf("%d appends pending with a window of %d", got, window)
+	}
+	st.release()
+	// The read goroutine was blocked on the full window, so the PINGREQ
+	// behind publish n was read only after publish n got a slot, which
+	// the ack of publish n-window freed.
+	var seq []string
+	for len(seq) < n+1 {
+		pk := c.read()
+		if pk.FixedHeader.Type == packets.Pingresp {
+			seq = append(seq, "ping")
+		} else {
+			seq = append(seq, fmt.Sprint(pk.PacketID))
+		}
+	}
+	pingAt := -1
+	for i, s := range seq {
+		if s == "ping" {
+			pingAt = i
+		}
+	}
+	if pingAt < n-window {
+		t.Fatalf("wire order %v: PINGRESP before ack %d, so publishes went past the window", seq, n-window)
+	}
+	for i, want := 0, 1; i < len(seq); i++ {
+		if seq[i] == "ping" {
+			continue
+		}
+		if seq[i] != fmt.Sprint(want) {
+			t.Fatalf("wire order %v: acks out of order", seq)
+		}
+		want++
+	}
+	if got := len(st.records()); got != n {
+		t.Fatalf("%d records, want %d", got, n)
+	}
+}
+
+func TestIngest_QoS2ResendAppendedOnce(t *testing.T) {
+	for _, v := range []byte{4, 5} {
+		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
+			l := newMemLog(t, "default=#")
+			st := l.stream(t, "default")
+			b := newTestBroker(t, l)
+			c := dialRaw(t, b, "p", v)
+			st.hold()
+			c.publish("sensors/q2", 2, 7, false, "once")
+			st.waitAppends(t, 1)
+			c.publish("sensors/q2", 2, 7, true, "once") // resent before PUBREC
+			c.ping()
+			if pk := c.read(); pk.FixedHeader.Type != packets.Pingresp {
+				t.Fatalf("resend answered with %v reason %#x before the original is durable", pk.FixedHeader.Type, pk.ReasonCode)
+			}
+			st.release()
+			for i := 0; i < 2; i++ {
+				if pk := c.read(); pk.FixedHeader.Type != packets.Pubrec || pk.PacketID != 7 || pk.ReasonCode != 0 {
+					t.Fatalf("answer %d: %v id %d reason %#x, want PUBREC 7 success", i, pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode)
+				}
+			}
+			c.publish("sensors/q2", 2, 7, true, "once") // resent after PUBREC, before PUBREL
+			if pk := c.read(); pk.FixedHeader.Type != packets.Pubrec || pk.PacketID != 7 || pk.ReasonCode != 0 {
+				t.Fatalf("late resend: %v id %d reason %#x, want PUBREC 7 success", pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode)
+			}
+			c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel}, PacketID: 7})
+			if pk := c.read(); pk.FixedHeader.Type != packets.Pubcomp || pk.PacketID != 7 || pk.ReasonCode != 0 {
+				t.Fatalf("PUBREL: %v id %d reason %#x, want PUBCOMP 7 success", pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode)
+			}
+			// The id is free again: a new message with it is a new message.
+			c.publish("sensors/q2", 2, 7, false, "second")
+			if pk := c.read(); pk.FixedHeader.Type != packets.Pubrec || pk.PacketID != 7 {
+				t.Fatalf("new publish with a released id: %v id %d", pk.FixedHeader.Type, pk.PacketID)
+			}
+			recs := st.records()
+			if len(recs) != 2 || string(recs[0].Payload) != "once" || string(recs[1].Payload) != "second" {
+				t.Fatalf("log holds %d records %v, want once, second", len(recs), recs)
+			}
+			if st.submitted() != 2 {
+				t.Fatalf("%d appends, want 2", st.submitted())
+			}
+		})
+	}
+}
+
+func TestIngest_WillAppendedOnAbnormalDisconnect(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	st := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	counter := new(hookCounter)
+	if err := b.Server().AddHook(counter, nil); err != nil {
+		t.Fatal(err)
+	}
+	withWill := func(topic, payload string) func(*packets.Packet) {
+		return func(pk *packets.Packet) {
+			pk.Connect.WillFlag = true
+			pk.Connect.WillTopic = topic
+			pk.Connect.WillPayload = []byte(payload)
+			pk.Connect.WillQos = 1
+			pk.Connect.WillRetain = true
+		}
+	}
+
+	polite := dialRaw(t, b, "polite", 4, withWill("sensors/polite/status", "gone"))
+	polite.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}})
+	waitFor(t, "polite client gone", func() bool { return b.Clients() == 0 })
+
+	dying := dialRaw(t, b, "dying", 4, withWill("sensors/dying/status", "offline"))
+	_ = dying.conn.Close() // no DISCONNECT
+	recs := st.waitRecords(t, 1)
+	r := recs[0]
+	if r.Topic != "sensors/dying/status" || string(r.Payload) != "offline" || r.QoS != 1 || !r.Retain || r.ClientID != "dying" {
+		t.Fatalf("will record %+v", r)
+	}
+	waitFor(t, "dying client gone", func() bool { return b.Clients() == 0 })
+	if n := st.submitted(); n != 1 {
+		t.Fatalf("%d appends: the will of a client that sent DISCONNECT was appended too", n)
+	}
+	if n := counter.willSent.Load(); n != 0 {
+		t.Fatalf("mochi sent %d wills itself: captured wills must reach subscribers only through the log", n)
+	}
+	waitFor(t, "retained will", func() bool {
+		m := b.Server().Topics.Messages("sensors/dying/status")
+		return len(m) == 1 && string(m[0].Payload) == "offline"
+	})
+}
+
+func TestIngest_RefusesWhenAppendFails(t *testing.T) {
+	cases := []struct {
+		name     string
+		err      error
+		wantCode byte
+	}{
+		{"disk full", logstore.ErrNoSpace, 0x97},
+		{"other", errors.New("boom"), 0x80},
+	}
+	for _, tc := range cases {
+		for _, qos := range []byte{1, 2} {
+			t.Run(fmt.Sprintf("v5/%s/qos%d", tc.name, qos), func(t *testing.T) {
+				l := newMemLog(t, "default=#")
+				st := l.stream(t, "default")
+				b := newTestBroker(t, l)
+				c := dialRaw(t, b, "p", 5)
+				cl, _ := b.Server().Clients.Get("p")
+				st.fail(tc.err)
+				c.publish("sensors/a", qos, 3, false, "x")
+				pk := c.read()
+				if pk.PacketID != 3 || pk.ReasonCode != tc.wantCode || pk.Properties.ReasonString == "" {
+					t.Fatalf("got %v id %d reason %#x %q, want reason %#x with a reason string",
+						pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode, pk.Properties.ReasonString, tc.wantCode)
+				}
+				if _, ok := cl.State.Inflight.Get(3); ok {
+					t.Fatalf("refused QoS %d publish left id 3 in the client's inflight", qos)
+				}
+				if got := metricValue(b.ingest.m.Refused.WithLabelValues(ReasonStoreFailed)); got != 1 {
+					t.Errorf("refused metric = %v, want 1", got)
+				}
+				st.fail(nil) // space is back: publishing works again
+				c.publish("sensors/a", 1, 4, false, "y")
+				if pk := c.read(); pk.PacketID != 4 || pk.ReasonCode != 0 {
+					t.Fatalf("after healing: %v id %d reason %#x", pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode)
+				}
+			})
+		}
+	}
+	t.Run("v3 is disconnected", func(t *testing.T) {
+		l := newMemLog(t, "default=#")
+		st := l.stream(t, "default")
+		b := newTestBroker(t, l)
+		c := dialRaw(t, b, "p", 4)
+		st.fail(logstore.ErrNoSpace)
+		c.publish("sensors/a", 1, 3, false, "x")
+		c.expectClosed()
+	})
+	t.Run("v3 paho sees the connection lost", func(t *testing.T) {
+		l := newMemLog(t, "default=#")
+		st := l.stream(t, "default")
+		b := newTestBroker(t, l)
+		c, lost := dialV3(t, b, "p")
+		st.fail(logstore.ErrNoSpace)
+		c.Publish("sensors/a", 1, false, "x")
+		if err := waitErr(lost); err == nil {
+			t.Fatal("client not disconnected after a refused publish")
+		}
+	})
+}
+
+func waitErr(ch <-chan error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+func TestIngest_RefusesOversizePayload(t *testing.T) {
+	const max = 16
+	big := strings.Repeat("x", max+1)
+	t.Run("v5", func(t *testing.T) {
+		l := newMemLog(t, "default=#")
+		st := l.stream(t, "default")
+		b := newTestBroker(t, l, func(c *Config) { c.MaxPayload = max })
+		c := dialRaw(t, b, "p", 5)
+		c.publish("sensors/a", 0, 0, false, big) // dropped and counted
+		c.publish("sensors/a", 1, 1, false, big)
+		pk := c.read()
+		if pk.PacketID != 1 || pk.ReasonCode != 0x97 || !strings.Contains(pk.Properties.ReasonString, "max_payload") {
+			t.Fatalf("oversize publish: %v id %d reason %#x %q", pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode, pk.Properties.ReasonString)
+		}
+		c.publish("sensors/a", 1, 2, false, strings.Repeat("x", max))
+		if pk := c.read(); pk.PacketID != 2 || pk.ReasonCode != 0 {
+			t.Fatalf("publish at the limit: %v id %d reason %#x", pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode)
+		}
+		if recs := st.records(); len(recs) != 1 || len(recs[0].Payload) != max {
+			t.Fatalf("log holds %d records, want only the one at the limit", len(recs))
+		}
+		if got := metricValue(b.ingest.m.Refused.WithLabelValues(ReasonTooLarge)); got != 2 {
+			t.Errorf("too_large refused = %v, want 2 (QoS 0 and QoS 1)", got)
+		}
+	})
+	t.Run("v3", func(t *testing.T) {
+		l := newMemLog(t, "default=#")
+		b := newTestBroker(t, l, func(c *Config) { c.MaxPayload = max })
+		c := dialRaw(t, b, "p", 4)
+		c.publish("sensors/a", 1, 1, false, big)
+		c.expectClosed()
+		if n := l.stream(t, "default").submitted(); n != 0 {
+			t.Fatalf("%d appends of an oversize payload", n)
+		}
+	})
+}
+
+func TestIngest_RefusesReservedTopics(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	st := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	v5 := dialRaw(t, b, "v5", 5)
+	for i, topic := range []string{"$replay/0/5/sensors/a", "$group/g/5/x"} {
+		v5.publish(topic, 1, uint16(i+1), false, "x")
+		if pk := v5.read(); pk.PacketID != uint16(i+1) || pk.ReasonCode != 0x90 {
+			t.Fatalf("publish to %s: %v reason %#x, want 0x90", topic, pk.FixedHeader.Type, pk.ReasonCode)
+		}
+	}
+	v3 := dialRaw(t, b, "v3", 4)
+	v3.publish("$replay/x", 1, 1, false, "x")
+	v3.expectClosed()
+	if n := st.submitted(); n != 0 {
+		t.Fatalf("%d appends for reserved topics", n)
+	}
+	if got := metricValue(b.ingest.m.Refused.WithLabelValues(ReasonReadOnly)); got != 3 {
+		t.Errorf("reserved_topic refused = %v, want 3", got)
+	}
+}
+
+func TestIngest_UncapturedTopicsGoThroughMochi(t *testing.T) {
+	l := newMemLog(t, "a=sensors/#")
+	st := l.stream(t, "a")
+	b := newTestBroker(t, l)
+	sub, _ := dialV3(t, b, "sub")
+	got := make(chan paho.Message, 1)
+	if tok := sub.Subscribe("other/#", 1, func(_ paho.Client, m paho.Message) { got <- m }); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	pub, _ := dialV3(t, b, "pub")
+	if tok := pub.Publish("other/x", 1, false, "via mochi"); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	select {
+	case m := <-got:
+		if m.Topic() != "other/x" || string(m.Payload()) != "via mochi" {
+			t.Fatalf("got %s %q", m.Topic(), m.Payload())
+		}
+	case <-ctx.Done():
+		t.Fatal("subscriber of an uncaptured topic got nothing")
+	}
+	if n := st.submitted(); n != 0 {
+		t.Fatalf("an uncaptured topic was appended %d times", n)
+	}
+}
+
+func TestIngest_RetainedOnCapturedTopic(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	st := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	pub, _ := dialV3(t, b, "pub")
+	publish := func(payload string) {
+		t.Helper()
+		if tok := pub.Publish("sensors/r", 1, true, payload); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+	}
+	retained := func() []packets.Packet { return b.Server().Topics.Messages("sensors/r") }
+
+	publish("v1")
+	if m := retained(); len(m) != 1 || string(m[0].Payload) != "v1" {
+		t.Fatalf("retained store after an acked retained publish: %v", m)
+	}
+	if r := st.records(); len(r) != 1 || !r[0].Retain {
+		t.Fatalf("retained publish not in the log with its flag: %v", r)
+	}
+	sub, _ := dialV3(t, b, "sub")
+	got := make(chan paho.Message, 1)
+	if tok := sub.Subscribe("sensors/#", 1, func(_ paho.Client, m paho.Message) {
+		select {
+		case got <- m:
+		default:
+		}
+	}); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	select {
+	case m := <-got:
+		if string(m.Payload()) != "v1" || !m.Retained() {
+			t.Fatalf("new subscriber got %q retained=%v, want v1 retained", m.Payload(), m.Retained())
+		}
+	case <-ctx.Done():
+		t.Fatal("new subscriber did not get the retained message")
+	}
+
+	st.fail(errors.New("boom")) // a refused retained publish changes nothing
+	pubV5 := dialRaw(t, b, "pub5", 5)
+	pubV5.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true}, TopicName: "sensors/r", PacketID: 1, Payload: []byte("v2")})
+	if pk := pubV5.read(); pk.ReasonCode < 0x80 {
+		t.Fatalf("publish acked while the log fails")
+	}
+	if m := retained(); len(m) != 1 || string(m[0].Payload) != "v1" {
+		t.Fatalf("a refused retained publish changed the retained store: %v", m)
+	}
+	st.fail(nil)
+
+	publish("") // an empty retained payload clears it
+	if m := retained(); len(m) != 0 {
+		t.Fatalf("retained store after clearing: %v", m)
+	}
+}
+
+func TestIngest_InlinePublishAppended(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	st := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	if err := b.Server().Publish("sensors/inline", []byte("in process"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	recs := st.waitRecords(t, 1)
+	if recs[0].Topic != "sensors/inline" || string(recs[0].Payload) != "in process" {
+		t.Fatalf("inline publish record %+v", recs[0])
+	}
+}
