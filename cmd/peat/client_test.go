@@ -41,7 +41,9 @@ func newPublisher(t testing.TB, addr, id, topic string, window int) *publisher {
 	t.Helper()
 	opts := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).
 		SetCleanSession(true).SetAutoReconnect(false).SetConnectRetry(false).
-		SetConnectTimeout(10 * time.Second).SetWriteTimeout(10 * time.Second).
+		SetConnectTimeout(10 * time.Second).
+		// Bounds a Publish stuck on a connection the kill took away.
+		SetWriteTimeout(2 * time.Second).
 		SetOrderMatters(false)
 	c := paho.NewClient(opts)
 	if tok := c.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
