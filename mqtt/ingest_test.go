@@ -489,3 +489,43 @@ func TestIngest_InlinePublishAppended(t *testing.T) {
 		t.Fatalf("inline publish record %+v", recs[0])
 	}
 }
+
+func TestIngest_DelayedWill(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	st := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	withDelayedWill := func(delay uint32) func(*packets.Packet) {
+		return func(pk *packets.Packet) {
+			pk.Connect.WillFlag = true
+			pk.Connect.WillTopic = "sensors/w/status"
+			pk.Connect.WillPayload = []byte("offline")
+			pk.Connect.WillProperties.WillDelayInterval = delay
+		}
+	}
+	pendingWills := func() int {
+		b.ingest.mu.Lock()
+		defer b.ingest.mu.Unlock()
+		return len(b.ingest.mu.wills)
+	}
+
+	t.Run("cancelled by a reconnect", func(t *testing.T) {
+		c := dialRaw(t, b, "back-soon", 5, withDelayedWill(3600))
+		_ = c.conn.Close()
+		waitFor(t, "the will to be scheduled", func() bool { return pendingWills() == 1 })
+		dialRaw(t, b, "back-soon", 5)
+		if n := pendingWills(); n != 0 {
+			t.Fatalf("%d wills still scheduled after the client reconnected", n)
+		}
+		if n := st.submitted(); n != 0 {
+			t.Fatalf("%d appends: the will was sent although the client came back", n)
+		}
+	})
+	t.Run("sent after the delay", func(t *testing.T) {
+		c := dialRaw(t, b, "gone", 5, withDelayedWill(1))
+		_ = c.conn.Close()
+		recs := st.waitRecords(t, 1)
+		if recs[0].Topic != "sensors/w/status" || recs[0].ClientID != "gone" {
+			t.Fatalf("will record %+v", recs[0])
+		}
+	})
+}
