@@ -112,15 +112,13 @@ func (s *Stream) run() {
 			default:
 			}
 			batch, ctl := s.take()
-			switch {
-			case ctl != nil:
-				s.handleControl(ctl)
-			case batch != nil:
-				s.commitBatch(batch)
-			default:
-			}
 			if batch == nil && ctl == nil {
 				break
+			}
+			if ctl != nil {
+				s.handleControl(ctl)
+			} else {
+				s.commitBatch(batch)
 			}
 		}
 	}
@@ -134,9 +132,11 @@ func (s *Stream) shutdown() {
 	s.q.reqs, s.q.closed = nil, true
 	s.q.Unlock()
 	for _, r := range q {
-		if r.kind == reqAppend {
-			s.st.metrics.AppendErrors.WithLabelValues(s.name, reasonClosed).Inc()
+		if r.kind != reqAppend {
+			r.finish(0, ErrClosed) // the caller adds what it was doing
+			continue
 		}
+		s.st.metrics.AppendErrors.WithLabelValues(s.name, reasonClosed).Inc()
 		r.finish(0, fmt.Errorf("append to %s: %w", s.name, ErrClosed))
 	}
 	s.closeChanged()
