@@ -62,6 +62,19 @@
 // subscribers only through the log, once. Closing the broker does not fire
 // wills.
 //
+// # Memory per connection
+//
+// mochi with default capabilities holds about 145 KB per connection. Peat
+// sizes its socket buffers (BufferSize), its outbound channel
+// (WritesPending) and Receive Maximum (Window) from Config, and starts no
+// goroutine and keeps no state for a client until it publishes to a captured
+// topic (an ack drainer lives only while acks are pending). Measured with
+// 1,000 MQTT 3.1.1 clients on a log that commits at once: about 28 KB per
+// idle connection (20 KB of it the stacks of mochi's two goroutines per
+// client), 40 MB RSS for the broker with all 1,000 publishing QoS 1 at
+// 1 msg/s under GOMEMLIMIT=32MiB (78 MB without a memory limit: the Go
+// runtime keeps freed memory).
+//
 // Publishes to $replay/... and $group/... are refused: those topics belong
 // to the replay protocol. Malformed packets make mochi disconnect that
 // client only.
