@@ -184,15 +184,18 @@ func (s *Stream) commitBatch(batch []*request) {
 	// by the next batch: Badger copies them during Commit. When the arena
 	// grows, earlier slices keep pointing at the old (intact) array.
 	firstIdx := make([]int, len(batch)) // request's first record in ents; -1: refused
+	var refused []error                 // why, for refused requests
 	ents := make([]pending, 0, 16)
 	arena := s.arena[:0]
 	for i, r := range batch {
-		if hasNil(r.recs) {
-			firstIdx[i] = -1
-			continue
-		}
 		firstIdx[i] = len(ents)
+		mark := len(arena)
+		var bad error
 		for _, rec := range r.recs {
+			if rec == nil {
+				bad = ErrNilRecord
+				break
+			}
 			rec.Offset = next + uint64(len(ents))
 			rec.Epoch = epoch
 			if rec.Timestamp == 0 {
@@ -203,7 +206,19 @@ func (s *Stream) commitBatch(batch []*request) {
 			k1 := len(arena)
 			arena = encodeRecord(arena, rec)
 			v1 := len(arena)
+			if v1-k1 > s.st.maxValue {
+				bad = fmt.Errorf("%w: %d bytes encoded, at most %d", ErrRecordTooLarge, v1-k1, s.st.maxValue)
+				break
+			}
 			ents = append(ents, pending{key: arena[k0:k1:k1], val: arena[k1:v1:v1], ts: rec.Timestamp})
+		}
+		if bad != nil { // refuse the whole request, take back its offsets
+			if refused == nil {
+				refused = make([]error, len(batch))
+			}
+			refused[i] = bad
+			ents, arena = ents[:firstIdx[i]], arena[:mark]
+			firstIdx[i] = -1
 		}
 	}
 	s.arena = arena
@@ -217,24 +232,28 @@ func (s *Stream) commitBatch(batch []*request) {
 		n, err := s.writeRecords(next+uint64(written), ents[written:])
 		written += n
 		if err != nil {
-			s.report(batch, firstIdx, ri, written, next, s.appendError(err))
+			s.report(batch, firstIdx, refused, ri, written, next, s.appendError(err))
 			return
 		}
-		ri = s.report(batch, firstIdx, ri, written, next, nil)
+		ri = s.report(batch, firstIdx, refused, ri, written, next, nil)
 	}
-	s.report(batch, firstIdx, ri, written, next, nil)
+	s.report(batch, firstIdx, refused, ri, written, next, nil)
 }
 
 // report finishes, in order from ri, the requests whose records are all
 // among the first written; with err set it fails every other one. It
 // returns the first request left unfinished.
-func (s *Stream) report(batch []*request, firstIdx []int, ri, written int, next uint64, err error) int {
+func (s *Stream) report(batch []*request, firstIdx []int, refused []error, ri, written int, next uint64, err error) int {
 	for ; ri < len(batch); ri++ {
 		r := batch[ri]
 		switch {
 		case firstIdx[ri] < 0:
-			s.st.metrics.AppendErrors.WithLabelValues(s.name, reasonInvalid).Inc()
-			r.finish(0, fmt.Errorf("append to %s: %w", s.name, ErrNilRecord))
+			reason := reasonInvalid
+			if errors.Is(refused[ri], ErrRecordTooLarge) {
+				reason = reasonTooBig
+			}
+			s.st.metrics.AppendErrors.WithLabelValues(s.name, reason).Inc()
+			r.finish(0, fmt.Errorf("append to %s: %w", s.name, refused[ri]))
 		case firstIdx[ri]+len(r.recs) <= written:
 			s.mAppendDur.Observe(time.Since(r.enqueued).Seconds())
 			r.finish(next+uint64(firstIdx[ri]), nil)
@@ -266,15 +285,6 @@ func (s *Stream) appendError(err error) error {
 	}
 	s.st.metrics.AppendErrors.WithLabelValues(s.name, reason).Inc()
 	return fmt.Errorf("append to %s: %w", s.name, err)
-}
-
-func hasNil(recs []*Record) bool {
-	for _, r := range recs {
-		if r == nil {
-			return true
-		}
-	}
-	return false
 }
 
 // writeRecords writes a prefix of ents (offsets from base on) in one

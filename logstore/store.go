@@ -54,6 +54,7 @@ type Store struct {
 
 	// Batch and transaction limits derived from the profile.
 	batchBytes, txnBytes, txnCount int
+	maxValue                       int // largest encoded record value
 }
 
 // Open opens (or creates) the store described by cfg and starts one
@@ -94,6 +95,12 @@ func Open(cfg Config) (*Store, error) {
 	st.txnBytes = int(maxBatch * 3 / 4)
 	st.txnCount = int(maxBatch/96) * 3 / 4 // 96: Badger's skiplist node size
 	st.batchBytes = int(maxBatch / 2)
+	// Badger refuses values above ValueLogFileSize, and in memory above the
+	// value threshold, with an error that dumps the whole value: check first.
+	st.maxValue = int(spec.valueLogFileSize) - 1024
+	if cfg.InMemory {
+		st.maxValue = int(spec.valueThreshold)
+	}
 
 	minFree := cfg.MinFreeBytes
 	if minFree == 0 {
@@ -226,6 +233,11 @@ func (st *Store) Streams() []*Stream { return append([]*Stream(nil), st.streams.
 // Route returns the stream capturing topic, or nil. The most specific filter
 // wins (see router).
 func (st *Store) Route(topic string) *Stream { return st.router.route(topic) }
+
+// MaxRecordBytes is the largest record (encoded value, about Record.Size)
+// an append accepts; larger ones fail with ErrRecordTooLarge. Front-ends
+// should cap their maximum packet size below it.
+func (st *Store) MaxRecordBytes() int { return st.maxValue }
 
 // Profile is the storage profile in effect.
 func (st *Store) Profile() Profile { return st.cfg.Profile }

@@ -436,3 +436,47 @@ func queued(s *Stream) int {
 	defer s.q.Unlock()
 	return len(s.q.reqs)
 }
+
+func TestStream_LargeRecordsAndInMemory(t *testing.T) {
+	for _, inMem := range []bool{false, true} {
+		t.Run(fmt.Sprint("in-memory=", inMem), func(t *testing.T) {
+			cfg := testConfig(t)
+			if inMem {
+				cfg.InMemory, cfg.Dir = true, ""
+				cfg.Profile = ProfileServer // 64 KiB value threshold, the in-memory record limit
+			}
+			cfg.Streams[0].MaxBytes = 3 << 20
+			if inMem {
+				cfg.Streams[0].MaxBytes = 3 * 64 << 10 / 2
+			}
+			s := openStore(t, cfg).Stream("default")
+			st := s.st
+			big := bytes.Repeat([]byte("x"), min(2<<20, st.MaxRecordBytes()-100)) // above pi-zero's transaction limit
+			var recs []*Record
+			for i := range 3 {
+				recs = append(recs, &Record{Topic: "big", Payload: big}, rec("small", fmt.Sprint(i)))
+			}
+			if _, err := s.Append(context.Background(), recs...); err != nil {
+				t.Fatalf("Append of 2 MiB records: %v", err)
+			}
+			got := readAll(t, s, 0)
+			if len(got) != 6 || !bytes.Equal(got[4].Payload, big) || string(got[5].Payload) != "2" {
+				t.Fatalf("read back %d records", len(got))
+			}
+			if _, err := s.ApplyRetention(context.Background(), time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			if s.Bytes() > cfg.Streams[0].MaxBytes || s.FirstOffset() != 3 {
+				t.Fatalf("after size retention: Bytes %d, FirstOffset %d; want <= %d from offset 3", s.Bytes(), s.FirstOffset(), cfg.Streams[0].MaxBytes)
+			}
+			tooBig := &Record{Topic: "big", Payload: make([]byte, st.MaxRecordBytes()+1)}
+			_, err := s.Append(context.Background(), rec("a", "fits"), tooBig)
+			if !errors.Is(err, ErrRecordTooLarge) || len(err.Error()) > 200 {
+				t.Fatalf("Append of a record above MaxRecordBytes = %.300v, want a short ErrRecordTooLarge", err)
+			}
+			if first, err := s.Append(context.Background(), rec("a", "next")); err != nil || first != 6 {
+				t.Fatalf("Append after a refused one = %d, %v; want offset 6 (refused requests take no offsets)", first, err)
+			}
+		})
+	}
+}
