@@ -22,12 +22,15 @@ import (
 
 // Attribute keys of the node's log lines.
 const (
-	attrAddr    = "addr"
-	attrDataDir = "data_dir"
-	attrProfile = "profile"
-	attrLimit   = "memory_limit_bytes"
-	attrStreams = "streams"
-	attrErr     = "err"
+	attrMQTT      = "mqtt" // bound MQTT address; scripts and tests read it from "node serving"
+	attrHTTP      = "http" // bound HTTP address
+	attrComponent = "component"
+	attrGoMemLim  = "GOMEMLIMIT"
+	attrDataDir   = "data_dir"
+	attrProfile   = "profile"
+	attrLimit     = "memory_limit_bytes"
+	attrStreams   = "streams"
+	attrErr       = "err"
 )
 
 // Node is one running Peat node: the log, the MQTT front-end and the HTTP
@@ -104,7 +107,7 @@ func (n *Node) Start(ctx context.Context) error {
 		return err
 	}
 	n.serving.Store(true)
-	n.log.Info("node serving", "mqtt", n.mu.broker.Addr().String(), "http", addrString(n.mu.httpAddr),
+	n.log.Info("node serving", attrMQTT, n.mu.broker.Addr().String(), attrHTTP, addrString(n.mu.httpAddr),
 		attrDataDir, n.cfg.DataDir, attrProfile, string(n.cfg.Profile()))
 	return nil
 }
@@ -119,7 +122,7 @@ func (n *Node) start(ctx context.Context) error {
 		return err
 	}
 	sc := n.cfg.StoreConfig()
-	sc.Logger = n.log.With("component", "logstore")
+	sc.Logger = n.log.With(attrComponent, "logstore")
 	sc.Metrics = n.storeMetrics
 	store, err := logstore.Open(sc)
 	if err != nil {
@@ -146,6 +149,7 @@ func (n *Node) start(ctx context.Context) error {
 		n.mu.http = &http.Server{
 			Handler:           n.Handler(),
 			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       2 * time.Minute,
 			ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
 		}
 		n.mu.httpDone = make(chan struct{})
@@ -153,7 +157,7 @@ func (n *Node) start(ctx context.Context) error {
 	}
 
 	bc := n.cfg.BrokerConfig()
-	bc.Logger = n.log.With("component", "mqtt")
+	bc.Logger = n.log.With(attrComponent, "mqtt")
 	bc.Metrics = n.mqttMetrics
 	broker, err := mqtt.New(bc, storeLog{store})
 	if err != nil {
@@ -182,7 +186,7 @@ func (n *Node) applyMemoryLimit(p logstore.Profile) {
 		return
 	}
 	if v, ok := os.LookupEnv("GOMEMLIMIT"); ok {
-		n.log.Info("memory limit left to GOMEMLIMIT", "GOMEMLIMIT", v, attrProfile, string(p))
+		n.log.Info("memory limit left to GOMEMLIMIT", attrGoMemLim, v, attrProfile, string(p))
 		return
 	}
 	n.mu.prevMemLimit = debug.SetMemoryLimit(limit)

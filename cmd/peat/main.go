@@ -32,6 +32,16 @@ const (
 	exitUsage = 2 // bad flag, bad config
 )
 
+// Attribute keys of the command's log lines.
+const (
+	attrVersion = "version"
+	attrCommit  = "commit"
+	attrErr     = "err"
+	attrSignal  = "signal"
+	attrTimeout = "timeout"
+	attrTook    = "took"
+)
+
 // shutdownTimeout bounds a clean shutdown after SIGTERM or SIGINT.
 const shutdownTimeout = 5 * time.Second
 
@@ -143,7 +153,7 @@ func serve(args []string, stderr io.Writer, lookupEnv func(string) (string, bool
 		return exitUsage
 	}
 	logger := newLogger(stderr, cfg.Log)
-	logger.Info("starting peat", "version", version, "commit", commit)
+	logger.Info("starting peat", attrVersion, version, attrCommit, commit)
 
 	// Signals are caught before Start so a SIGTERM during start-up is a
 	// clean shutdown too.
@@ -164,7 +174,7 @@ func serve(args []string, stderr io.Writer, lookupEnv func(string) (string, bool
 	select {
 	case err := <-started:
 		if err != nil {
-			logger.Error("start failed", "err", err)
+			logger.Error("start failed", attrErr, err)
 			return exitError
 		}
 		sig = <-sigs
@@ -173,7 +183,7 @@ func serve(args []string, stderr io.Writer, lookupEnv func(string) (string, bool
 		<-started
 	}
 
-	logger.Info("shutting down", "signal", sig.String(), "timeout", shutdownTimeout)
+	logger.Info("shutting down", attrSignal, sig.String(), attrTimeout, shutdownTimeout)
 	begin := time.Now()
 	closeCtx, cancelClose := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancelClose()
@@ -182,14 +192,14 @@ func serve(args []string, stderr io.Writer, lookupEnv func(string) (string, bool
 	select {
 	case err = <-closed:
 	case sig = <-sigs:
-		logger.Warn("second signal: exiting without a clean shutdown", "signal", sig.String())
+		logger.Warn("second signal: exiting without a clean shutdown", attrSignal, sig.String())
 		return exitError
 	}
 	if err != nil {
-		logger.Error("shutdown failed", "err", err, "took", time.Since(begin))
+		logger.Error("shutdown failed", attrErr, err, attrTook, time.Since(begin))
 		return exitError
 	}
-	logger.Info("stopped", "took", time.Since(begin))
+	logger.Info("stopped", attrTook, time.Since(begin))
 	return exitOK
 }
 
