@@ -236,7 +236,8 @@ func (n *Node) shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// MQTTAddr is the MQTT listener's address, nil before Start.
+// MQTTAddr is the MQTT listener's address, nil before Start and after
+// Close.
 func (n *Node) MQTTAddr() net.Addr {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -246,11 +247,14 @@ func (n *Node) MQTTAddr() net.Addr {
 	return n.mu.broker.Addr()
 }
 
-// HTTPAddr is the HTTP listener's address, nil before Start or when HTTP is
-// disabled.
+// HTTPAddr is the HTTP listener's address, nil before Start, after Close,
+// or when HTTP is disabled.
 func (n *Node) HTTPAddr() net.Addr {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.mu.closed {
+		return nil
+	}
 	return n.mu.httpAddr
 }
 

@@ -228,6 +228,9 @@ func TestNode_Lifecycle(t *testing.T) {
 	if _, err := http.Get("http://" + httpAddr + "/healthz"); err == nil {
 		t.Error("HTTP still answers after Close")
 	}
+	if n.MQTTAddr() != nil || n.HTTPAddr() != nil || n.Store() != nil {
+		t.Error("a closed node reports addresses or a store")
+	}
 	// The data directory is free again (Badger's lock released).
 	cfg.MQTT.Listen, cfg.HTTP.Listen = "127.0.0.1:0", ""
 	m := startNode(t, cfg)
