@@ -69,3 +69,22 @@ func BenchmarkReadFrom(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)*page/b.Elapsed().Seconds(), "rec/s")
 }
+
+// BenchmarkAppendBatch100 appends 100 records per call from one goroutine
+// (fsync): the raw write path without waiting producers.
+func BenchmarkAppendBatch100(b *testing.B) {
+	s := benchStore(b, DurabilityFsync)
+	payload := make([]byte, benchPayload)
+	b.SetBytes(100 * benchPayload)
+	b.ReportAllocs()
+	for b.Loop() {
+		recs := make([]*Record, 100)
+		for j := range recs {
+			recs[j] = &Record{Topic: "sensors/bench/temp", Payload: payload, QoS: 1, ClientID: "bench"}
+		}
+		if _, err := s.Append(context.Background(), recs...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)*100/b.Elapsed().Seconds(), "rec/s")
+}

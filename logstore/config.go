@@ -35,7 +35,7 @@ type StreamConfig struct {
 	Name         string
 	Filters      []string      // MQTT topic filters this stream captures
 	MaxAge       time.Duration // retention by age; 0 = unlimited
-	MaxBytes     int64         // retention by size; 0 = unlimited
+	MaxBytes     int64         // retention by size, compared with Stream.Bytes (encoded keys and values); 0 = unlimited
 	Durability   Durability    // "" means fsync
 	SyncInterval time.Duration // for interval durability: fsync period (default 100ms)
 }

@@ -120,14 +120,24 @@
 //
 // # Full disk
 //
-// Badger writes its WAL and value log through sparse memory-mapped files;
-// running out of space while writing one is a fault that kills the process,
-// not an error. The appender therefore refuses appends with ErrNoSpace while
+// Badger writes its WAL, value log and tables through sparse memory-mapped
+// files; running out of space while writing one is a fault that kills the
+// process, not an error (seen: SIGBUS in table.CreateTable on a full 40 MB
+// tmpfs; TestStore_RealDiskFull reproduces the protected case). The appender therefore refuses appends with ErrNoSpace while
 // the filesystem has less free space than a reserve (profile default, or
 // Config.MinFreeBytes), checked at most every 100 ms. A commit that fails
 // with ENOSPC anyway fails its appends with ErrNoSpace too. The first refusal
 // is logged once, as is the recovery; appends work again when space returns,
 // and nothing already stored is touched.
+//
+// # Record size
+//
+// Store.MaxRecordBytes is the largest encoded record an append accepts:
+// ValueLogFileSize less 1 KiB on disk, the value threshold in memory (Badger
+// has no value log there). Larger records fail with ErrRecordTooLarge before
+// reaching Badger, whose own error would dump the whole value. Records above
+// the value threshold live in the value log, which DropPrefix does not
+// shrink: value-log GC does.
 //
 // # Corruption
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -251,5 +252,78 @@ func TestStream_Truncate(t *testing.T) {
 	}
 	if err := s3.Truncate(context.Background(), 0); !errors.Is(err, ErrOffsetOutOfRange) {
 		t.Fatalf("Truncate below FirstOffset = %v, want ErrOffsetOutOfRange", err)
+	}
+}
+
+// Readers racing appends, retention (with DropPrefix) and truncation see
+// records or ErrOffsetOutOfRange, never a corrupt or missing record.
+func TestStream_ReadersDuringRetentionAndTruncate(t *testing.T) {
+	cfg := testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, MaxBytes: 100_000})
+	cfg.ReclaimInterval = time.Nanosecond
+	st := openStore(t, cfg)
+	s := st.Stream("s")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var reads atomic.Int64
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				from := s.FirstOffset()
+				recs, err := s.Read(from, 300, 0)
+				switch {
+				case errors.Is(err, ErrOffsetOutOfRange):
+					// retention moved the start between the two calls
+				case err != nil:
+					t.Errorf("Read(%d): %v", from, err)
+					cancel()
+					return
+				default:
+					for i, rec := range recs {
+						if rec.Offset != from+uint64(i) || string(rec.Payload) != fmt.Sprintf("o%d", rec.Offset) {
+							t.Errorf("Read(%d)[%d] = offset %d payload %q", from, i, rec.Offset, rec.Payload)
+							cancel()
+							return
+						}
+					}
+					reads.Add(int64(len(recs)))
+				}
+			}
+		}()
+	}
+	// Each payload names its offset (this test is the only writer).
+	appendOffsets := func(n int) {
+		next := s.NextOffset()
+		recs := make([]*Record, n)
+		for i := range recs {
+			recs[i] = rec("a", fmt.Sprintf("o%d", next+uint64(i)))
+		}
+		if first, err := s.Append(context.Background(), recs...); err != nil || first != next {
+			t.Fatalf("Append = %d, %v; want %d", first, err, next)
+		}
+	}
+	for i := 0; i < 36 && ctx.Err() == nil; i++ {
+		appendOffsets(2000)
+		if _, err := s.ApplyRetention(context.Background(), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if i%5 == 4 {
+			if err := s.Truncate(context.Background(), s.NextOffset()-1000); err != nil {
+				t.Fatal(err)
+			}
+			appendOffsets(1000)
+		}
+	}
+	cancel()
+	wg.Wait()
+	if s.NextOffset() != 72_000 || s.FirstOffset() < blockSize {
+		t.Fatalf("next %d first %d", s.NextOffset(), s.FirstOffset())
+	}
+	if k := keysUnder(t, s, 0, blockSize); k != 0 {
+		t.Fatalf("%d keys of block 0 left after reclaim", k)
+	}
+	if reads.Load() == 0 {
+		t.Fatal("the readers never read a record")
 	}
 }
