@@ -162,4 +162,8 @@ func checkCrashLog(t *testing.T, data string, acked map[string]bool) {
 	if missing > 0 {
 		t.Errorf("%d acknowledged messages are missing from the log of %d records", missing, len(recs))
 	}
+	// Records beyond the acknowledged ones were in flight at the kill: stored,
+	// but the PUBACK never reached the client. Allowed (at least once), and
+	// shown so a run says how close the kill came.
+	t.Logf("log: %d records, %d acknowledged, %d stored without an ack", len(recs), len(acked), len(recs)-len(acked)+missing)
 }
