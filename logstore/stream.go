@@ -111,8 +111,9 @@ func (s *Stream) SetCommitted(hw uint64) {
 	}
 }
 
-// Changed returns a channel closed the next time Committed advances, the
-// log is truncated, or the stream closes. Take it before reading Committed.
+// Changed returns a channel closed the next time Committed or NextOffset
+// advances, the log is truncated, or the stream closes (it then stays
+// closed). Take it before reading Committed, so no advance is missed.
 func (s *Stream) Changed() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
