@@ -126,7 +126,7 @@ func (b *Broker) Start() error {
 		if err != nil {
 			return fmt.Errorf("mqtt listen on %s: %w", b.cfg.Listen, err)
 		}
-		if err := b.srv.AddListener(listeners.NewNet("tcp", ln)); err != nil {
+		if err := b.srv.AddListener(listeners.NewNet("tcp", corkListener{ln})); err != nil {
 			_ = ln.Close()
 			return fmt.Errorf("mqtt add listener %s: %w", b.cfg.Listen, err)
 		}

@@ -222,9 +222,12 @@ func (c *ingestConn) drain() {
 			}
 		}
 		c.mu.Unlock()
-		for _, e := range batch {
-			c.finish(e)
-		}
+		// One write for the whole batch: a group commit completes many.
+		_ = corked(c.cl, func() {
+			for _, e := range batch {
+				c.finish(e)
+			}
+		})
 	}
 }
 
