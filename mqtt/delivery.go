@@ -150,9 +150,19 @@ func (d *delivery) Close() {
 	})
 }
 
-// OnSessionEstablished starts delivery for a client that inherited
-// subscriptions from an earlier session.
+// OnSessionEstablished switches off mochi's own send quota for the client
+// and starts delivery for a client that inherited subscriptions from an
+// earlier session.
+//
+// The send quota is off because mochi v2.7.9 takes its inflight map's read
+// lock twice after every packet of a client with a quota
+// (processPacket -> Inflight.NextImmediate -> GetAll): with a writer such as
+// a delivery sender waiting in between, that client deadlocks. Delivery
+// enforces the client's Receive Maximum itself (the window); what mochi still
+// sends itself (retained messages on subscribe, topics no stream captures)
+// goes out without it, as it does for MQTT 3 clients.
 func (d *delivery) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
+	cl.State.Inflight.ResetSendQuota(0)
 	if cl.State.Subscriptions.Len() > 0 {
 		d.attach(cl)
 	}

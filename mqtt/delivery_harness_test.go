@@ -36,6 +36,7 @@ type deliveryHarness struct {
 	d    *delivery
 	m    *Metrics
 	addr string
+	once sync.Once
 }
 
 func newDeliveryHarness(tb testing.TB, cfg Config, specs ...string) *deliveryHarness {
@@ -71,10 +72,21 @@ func newDeliveryHarness(tb testing.TB, cfg Config, specs ...string) *deliveryHar
 }
 
 // close stops delivery first (it unblocks senders stuck on clients that do
-// not read), then mochi.
+// not read), then the clients, then mochi. mochi v2.7.9's Close takes the
+// clients map's read lock twice (GetByListener -> Len): a client removing
+// itself in between deadlocks it, so no client may still be leaving.
 func (h *deliveryHarness) close() {
-	h.d.Close()
-	_ = h.srv.Close()
+	h.once.Do(func() {
+		h.d.Close()
+		for _, cl := range h.srv.Clients.GetAll() {
+			cl.Stop(packets.ErrServerShuttingDown)
+		}
+		deadline := time.Now().Add(deliveryWait)
+		for h.srv.Clients.Len() > 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		_ = h.srv.Close()
+	})
 }
 
 // testDeliveryConfig is a Config with small queues, for tests.
@@ -321,29 +333,38 @@ func (c *dlvRaw) write(pk packets.Packet) {
 // read returns the next packet (one read earlier and set aside first).
 func (c *dlvRaw) read() packets.Packet {
 	c.tb.Helper()
+	pk, err := c.readErr()
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	return pk
+}
+
+// readErr is read for goroutines other than the test's: it returns errors.
+func (c *dlvRaw) readErr() (packets.Packet, error) {
+	var pk packets.Packet
 	if len(c.pending) > 0 {
-		pk := c.pending[0]
+		pk = c.pending[0]
 		c.pending = c.pending[1:]
-		return pk
+		return pk, nil
 	}
 	_ = c.conn.SetReadDeadline(time.Now().Add(deliveryWait))
 	b, err := c.r.ReadByte()
 	if err != nil {
-		c.tb.Fatalf("raw read: %v", err)
+		return pk, fmt.Errorf("raw read: %w", err)
 	}
-	var pk packets.Packet
 	pk.ProtocolVersion = c.version
 	if err := pk.FixedHeader.Decode(b); err != nil {
-		c.tb.Fatal(err)
+		return pk, err
 	}
 	n, _, err := packets.DecodeLength(c.r)
 	if err != nil {
-		c.tb.Fatal(err)
+		return pk, err
 	}
 	pk.FixedHeader.Remaining = n
 	body := make([]byte, n)
 	if _, err := io.ReadFull(c.r, body); err != nil {
-		c.tb.Fatalf("raw read body: %v", err)
+		return pk, fmt.Errorf("raw read body: %w", err)
 	}
 	switch pk.FixedHeader.Type {
 	case packets.Connack:
@@ -358,10 +379,18 @@ func (c *dlvRaw) read() packets.Packet {
 	case packets.Disconnect:
 		err = pk.DisconnectDecode(body)
 	}
-	if err != nil {
-		c.tb.Fatal(err)
+	return pk, err
+}
+
+// pubackErr acknowledges id and returns errors, for other goroutines.
+func (c *dlvRaw) pubackErr(id uint16) error {
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: id, ProtocolVersion: c.version}
+	var buf bytes.Buffer
+	if err := pk.PubackEncode(&buf); err != nil {
+		return err
 	}
-	return pk
+	_, err := c.conn.Write(buf.Bytes())
+	return err
 }
 
 // readUntil reads until a packet of type t, setting aside the others.

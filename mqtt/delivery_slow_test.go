@@ -1,0 +1,359 @@
+package mqtt
+
+import (
+	"fmt"
+	"net"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/logstore"
+)
+
+// reader returns the delivery reader of a stream.
+func (h *deliveryHarness) reader(tb testing.TB, stream string) *deliveryReader {
+	tb.Helper()
+	h.d.mu.RLock()
+	defer h.d.mu.RUnlock()
+	for _, r := range h.d.mu.readers {
+		if r.stream.Name() == stream {
+			return r
+		}
+	}
+	tb.Fatalf("no reader for %s", stream)
+	return nil
+}
+
+// waitDispatched waits until the shared reader of stream has dispatched
+// every committed record.
+func (h *deliveryHarness) waitDispatched(tb testing.TB, stream string) {
+	tb.Helper()
+	r := h.reader(tb, stream)
+	dlvWaitFor(tb, "the shared reader to dispatch everything", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.mu.dispatched == r.stream.Committed()
+	})
+}
+
+// live reports whether client id is on the shared reader of stream.
+func (h *deliveryHarness) live(tb testing.TB, stream, id string) bool {
+	r := h.reader(tb, stream)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.mu.members[id]
+	return m != nil && m.live
+}
+
+// appendPadded appends n records numbered from first, payloads padded to
+// size bytes, in batches.
+func (h *deliveryHarness) appendPadded(tb testing.TB, stream, topic string, qos byte, first, n, size int) {
+	tb.Helper()
+	const batch = 500
+	for i := first; i < first+n; i += batch {
+		var recs []*logstore.Record
+		for j := i; j < min(i+batch, first+n); j++ {
+			p := fmt.Appendf(nil, "%d ", j)
+			if len(p) < size {
+				p = append(p, strings.Repeat("x", size-len(p))...)
+			}
+			recs = append(recs, &logstore.Record{Topic: topic, Payload: p, QoS: qos})
+		}
+		h.appendRecs(tb, stream, recs...)
+	}
+}
+
+// seqOf parses the record number at the start of a payload.
+func seqOf(tb testing.TB, payload []byte) int {
+	tb.Helper()
+	s, _, _ := strings.Cut(string(payload), " ")
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		tb.Fatalf("payload %q: %v", payload, err)
+	}
+	return n
+}
+
+// readInOrder reads PUBLISHes, acknowledging QoS 1 ones, and checks that
+// they carry the record numbers from, from+1, ... until it has n.
+func readInOrder(tb testing.TB, c *dlvRaw, from, n int) {
+	tb.Helper()
+	for want := from; want < from+n; want++ {
+		pk := c.readUntil(packets.Publish)
+		if got := seqOf(tb, pk.Payload); got != want {
+			tb.Fatalf("got record %d, want %d: a record was lost, repeated or reordered", got, want)
+		}
+		if pk.FixedHeader.Qos > 0 {
+			c.puback(pk.PacketID)
+		}
+	}
+}
+
+func TestDelivery_SlowQoS1SubscriberLosesNothing(t *testing.T) {
+	cfg := testDeliveryConfig()
+	cfg.QueueDepth, cfg.Window, cfg.ReadBatch = 8, 16, 64
+	h := newDeliveryHarness(t, cfg, "default=#")
+	slow := dialDlvRaw(t, h.addr, "slow", 4, packets.Properties{})
+	slow.subscribe("s/#", 1)
+	fast := dialDlvPaho(t, h.addr, "fast")
+	fast.subscribe(t, "s/#", 1)
+
+	// The slow client reads nothing yet: its window and queue fill, and it
+	// must fall back to its own cursor instead of losing records or
+	// holding them all in memory.
+	const n = 5000
+	h.appendPadded(t, "default", "s/x", 1, 0, n, 64)
+	dlvWaitFor(t, "the slow subscriber to fall back to its own cursor", func() bool { return h.catchups() > 0 })
+	if h.live(t, "default", "slow") {
+		t.Fatal("slow subscriber still on the shared reader")
+	}
+	fast.waitCount(t, n) // the others are not held up
+
+	readInOrder(t, slow, 0, n)
+	dlvWaitFor(t, "the slow subscriber to rejoin the shared reader", func() bool { return h.live(t, "default", "slow") })
+
+	// Live again: new records arrive, continuing the sequence.
+	h.appendPadded(t, "default", "s/x", 1, n, 10, 64)
+	readInOrder(t, slow, n, 10)
+	if got := h.dropped(ReasonSlowQoS0) + h.dropped(ReasonOutOfRetain); got != 0 {
+		t.Fatalf("dropped %v, want 0", got)
+	}
+	if got := dlvCount(h.m.Delivered.WithLabelValues("default")); got < 2*n {
+		t.Fatalf("delivered metric %v, want at least %d", got, 2*n)
+	}
+}
+
+func TestDelivery_SlowQoS0SubscriberDropsAreCounted(t *testing.T) {
+	cfg := testDeliveryConfig()
+	cfg.QueueDepth = 8
+	h := newDeliveryHarness(t, cfg, "default=#")
+	slow := dialDlvRaw(t, h.addr, "slow0", 4, packets.Properties{})
+	if tc, ok := slow.conn.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(4096)
+	}
+	slow.subscribe("s/#", 0)
+
+	const n, size = 20000, 512
+	h.appendPadded(t, "default", "s/x", 1, 0, n, size)
+	h.waitDispatched(t, "default")
+	dropped := int(h.dropped(ReasonSlowQoS0))
+	if dropped == 0 {
+		t.Fatal("a QoS 0 subscriber that does not read lost nothing: the test did not fill its queue")
+	}
+	if h.catchups() != 0 {
+		t.Fatalf("a QoS 0 subscriber fell back to a cursor (%v times); it should lose messages instead", h.catchups())
+	}
+	last := -1
+	for received := 0; received < n-dropped; received++ {
+		pk := slow.readUntil(packets.Publish)
+		seq := seqOf(t, pk.Payload)
+		if seq <= last {
+			t.Fatalf("record %d after %d: repeated or reordered", seq, last)
+		}
+		last = seq
+	}
+	// Everything not received was counted; a marker proves nothing more is coming.
+	h.appendPadded(t, "default", "s/x", 0, n, 1, size)
+	if seq := seqOf(t, slow.readUntil(packets.Publish).Payload); seq != n {
+		t.Fatalf("after %d received and %d dropped, got record %d, want the marker %d", n-dropped, dropped, seq, n)
+	}
+}
+
+func TestDelivery_WindowBoundsUnackedMessages(t *testing.T) {
+	run := func(t *testing.T, version byte, props packets.Properties, cfgWindow, want int) {
+		cfg := testDeliveryConfig()
+		cfg.Window, cfg.QueueDepth = cfgWindow, 4
+		h := newDeliveryHarness(t, cfg, "default=#")
+		c := dialDlvRaw(t, h.addr, "noack", version, props)
+		c.subscribe("s/#", 1)
+		const n = 40
+		h.appendPadded(t, "default", "s/x", 1, 0, n, 16)
+
+		var unacked []packets.Packet
+		next := 0
+		take := func(k int) {
+			for range k {
+				pk := c.readUntil(packets.Publish)
+				if got := seqOf(t, pk.Payload); got != next {
+					t.Fatalf("got record %d, want %d", got, next)
+				}
+				next++
+				unacked = append(unacked, pk)
+			}
+			// PINGRESP comes after anything the broker had already sent.
+			if extra := c.ping(); len(extra) > 0 {
+				t.Fatalf("%d unacknowledged, then %d more arrived: window %d not respected", len(unacked), len(extra), want)
+			}
+		}
+		take(want)
+		for next < n {
+			k := min(3, len(unacked))
+			for _, pk := range unacked[:k] {
+				c.puback(pk.PacketID)
+			}
+			unacked = unacked[k:]
+			take(min(k, n-next))
+		}
+	}
+	t.Run("v3 client gets the configured window", func(t *testing.T) {
+		run(t, 4, packets.Properties{}, 8, 8)
+	})
+	t.Run("v5 client gets its smaller Receive Maximum", func(t *testing.T) {
+		run(t, 5, packets.Properties{ReceiveMaximum: 3}, 8, 3)
+	})
+	t.Run("v5 client with a larger Receive Maximum gets the window", func(t *testing.T) {
+		run(t, 5, packets.Properties{ReceiveMaximum: 100}, 5, 5)
+	})
+}
+
+func TestDelivery_LaggingCursorBelowRetentionSkipsAndCounts(t *testing.T) {
+	cfg := testDeliveryConfig()
+	cfg.QueueDepth, cfg.Window, cfg.ReadBatch = 4, 4, 8
+	h := newDeliveryHarness(t, cfg, "default=#")
+	c := dialDlvRaw(t, h.addr, "lagger", 4, packets.Properties{})
+	c.subscribe("s/#", 1)
+	const n = 200
+	h.appendPadded(t, "default", "s/x", 1, 0, n, 16)
+	dlvWaitFor(t, "the subscriber to fall back to its own cursor", func() bool { return h.catchups() > 0 })
+	h.waitDispatched(t, "default")
+	h.log.stream(t, "default").trim(100) // retention removes what the cursor has not read
+
+	var got []int
+	for {
+		pk := c.readUntil(packets.Publish)
+		c.puback(pk.PacketID)
+		got = append(got, seqOf(t, pk.Payload))
+		if got[len(got)-1] == n-1 {
+			break
+		}
+	}
+	skipped := int(h.dropped(ReasonOutOfRetain))
+	if skipped == 0 {
+		t.Fatal("no record counted as lost to retention")
+	}
+	if len(got)+skipped != n {
+		t.Fatalf("received %d + skipped %d, want %d", len(got), skipped, n)
+	}
+	if !slices.IsSorted(got) || len(slices.Compact(slices.Clone(got))) != len(got) {
+		t.Fatalf("records repeated or reordered: %v", got)
+	}
+	if got[len(got)-100] != 100 {
+		t.Fatalf("after the skip the cursor resumed at %d, want the log start 100", got[len(got)-100])
+	}
+}
+
+func TestDelivery_SlowSharedGroupLosesNothing(t *testing.T) {
+	cfg := testDeliveryConfig()
+	cfg.QueueDepth, cfg.Window, cfg.ReadBatch = 4, 4, 16
+	h := newDeliveryHarness(t, cfg, "default=#")
+	members := []*dlvRaw{
+		dialDlvRaw(t, h.addr, "m1", 4, packets.Properties{}),
+		dialDlvRaw(t, h.addr, "m2", 4, packets.Properties{}),
+	}
+	for _, m := range members {
+		m.subscribe("$share/g/s/#", 1)
+	}
+	const n = 500
+	h.appendPadded(t, "default", "s/x", 1, 0, n, 16)
+	dlvWaitFor(t, "the group to fall back to its own cursor", func() bool { return h.catchups() > 0 })
+
+	// Each member reads and acknowledges everything it is given.
+	seqs := make(chan int, n+10)
+	for _, m := range members {
+		go func() {
+			for {
+				pk, err := m.readErr()
+				if err != nil {
+					return // the connection closed at cleanup
+				}
+				if pk.FixedHeader.Type != packets.Publish || m.pubackErr(pk.PacketID) != nil {
+					continue
+				}
+				s, _, _ := strings.Cut(string(pk.Payload), " ")
+				seq, _ := strconv.Atoi(s)
+				seqs <- seq
+			}
+		}()
+	}
+	seen := map[int]int{}
+	collect := func(want int) {
+		t.Helper()
+		timeout := time.After(deliveryWait)
+		for len(seen) < want {
+			select {
+			case seq := <-seqs:
+				seen[seq]++
+				if seen[seq] > 1 {
+					t.Fatalf("record %d delivered twice to the group", seq)
+				}
+			case <-timeout:
+				t.Fatalf("group got %d distinct records, want %d", len(seen), want)
+			}
+		}
+	}
+	collect(n)
+	// Two markers, once the group is back on the shared reader; anything
+	// still on its way would arrive before them.
+	dlvWaitFor(t, "the group to catch up", func() bool {
+		r := h.reader(t, "default")
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		g := r.mu.groups["$share/g/s/#"]
+		return g != nil && g.live
+	})
+	h.appendPadded(t, "default", "s/x", 1, n, 2, 16)
+	collect(n + 2)
+	for i := range n + 2 {
+		if seen[i] != 1 {
+			t.Fatalf("record %d delivered %d times", i, seen[i])
+		}
+	}
+}
+
+func TestDelivery_CloseStopsEveryGoroutine(t *testing.T) {
+	cfg := testDeliveryConfig()
+	cfg.QueueDepth, cfg.Window = 4, 4
+	h := newDeliveryHarness(t, cfg, "default=#", "other=o/#")
+	// A QoS 0 client that never reads: its sender ends up blocked in a
+	// socket write. A QoS 1 client that never acks: its cursor waits.
+	stuck := dialDlvRaw(t, h.addr, "stuck", 4, packets.Properties{})
+	if tc, ok := stuck.conn.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(4096)
+	}
+	stuck.subscribe("s/#", 0)
+	noack := dialDlvRaw(t, h.addr, "noack", 4, packets.Properties{})
+	noack.subscribe("s/#", 1)
+	p := dialDlvPaho(t, h.addr, "paho")
+	p.subscribe(t, "#", 1)
+	h.appendPadded(t, "default", "s/x", 1, 0, 5000, 1024)
+	dlvWaitFor(t, "a cursor to start", func() bool { return h.catchups() > 0 })
+
+	h.close()
+	// Close has waited for every goroutine; some may still be returning
+	// from their last frame.
+	var left string
+	deadline := time.Now().Add(deliveryWait)
+	for {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		left = ""
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if strings.Contains(g, "peat/mqtt.(*delivery") {
+				left = g
+			}
+		}
+		if left == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutine left after Close:\n%s", left)
+		}
+		runtime.Gosched()
+	}
+	h.d.Close() // idempotent
+}
