@@ -176,9 +176,14 @@ func (b *Broker) Close(ctx context.Context) error {
 		// publishers blocked on a full window give up, and wills stop firing.
 		b.deliv.Close()
 		b.ingest.beginClose()
-		_ = b.srv.Close() // closes the listener, disconnects clients, stops hooks
+		// srv.Close closes the listener, disconnects clients and stops hooks.
+		// mochi v2.7.9 can deadlock in it: Clients.GetByListener takes the
+		// clients map's read lock twice, and a client removing itself in
+		// between (a writer waiting on the lock) blocks both. So it is
+		// waited for no longer than ctx allows, like the client goroutines.
 		clientsDone := make(chan struct{})
-		go func() { // ends when the last client goroutine does
+		go func() { // ends when mochi has closed and the last client goroutine has ended
+			_ = b.srv.Close()
 			b.srv.Listeners.ClientsWg.Wait()
 			close(clientsDone)
 		}()

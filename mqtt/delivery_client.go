@@ -101,7 +101,7 @@ func (c *deliveryClient) run() {
 		case <-c.ctx.Done():
 			return
 		case it := <-c.queue:
-			if err := c.send(it); err != nil {
+			if err := c.sendBurst(it); err != nil {
 				if c.ctx.Err() == nil {
 					c.d.logger.Debug("delivery: stopped sending to client", deliveryAttrClient, c.id, deliveryAttrError, err)
 				}
@@ -110,6 +110,71 @@ func (c *deliveryClient) run() {
 			}
 		}
 	}
+}
+
+// maxBurst bounds how many deliveries one corked burst writes.
+const maxBurst = 256
+
+// sendBurst writes it and then whatever else is already queued, with the
+// connection corked so the packets leave in as few socket writes as
+// possible (mochi's WritePacket would otherwise make one syscall per
+// packet). It uncorks before waiting for room in the window: the client
+// cannot acknowledge what it has not received.
+func (c *deliveryClient) sendBurst(it deliveryItem) (err error) {
+	cc, _ := c.cl.Net.Conn.(*corkConn)
+	corked := false
+	defer func() {
+		if corked {
+			if ferr := c.uncork(cc); err == nil && ferr != nil {
+				err = fmt.Errorf("write to %s: %w", c.id, ferr)
+			}
+		}
+	}()
+	for n := 1; ; n++ {
+		if cc != nil {
+			full := it.qos > 0 && !c.windowHasRoom()
+			switch {
+			case full && corked:
+				corked = false
+				if err := c.uncork(cc); err != nil {
+					return fmt.Errorf("write to %s: %w", c.id, err)
+				}
+			case !full && !corked:
+				cc.cork()
+				corked = true
+			}
+		}
+		if err := c.send(it); err != nil {
+			return err
+		}
+		if n == maxBurst {
+			return nil
+		}
+		select {
+		case it = <-c.queue:
+		default:
+			return nil
+		}
+	}
+}
+
+// uncork sends what the burst held back, marked as writing so Close can
+// unblock it.
+func (c *deliveryClient) uncork(cc *corkConn) error {
+	c.writing.Store(true) // before the check, as in send
+	if c.ctx.Err() != nil {
+		_ = cc.SetWriteDeadline(time.Now()) // stopping: do not wait on a client that does not read
+	}
+	err := cc.uncork()
+	c.writing.Store(false)
+	return err
+}
+
+// windowHasRoom reports whether one more QoS 1/2 delivery fits the window.
+func (c *deliveryClient) windowHasRoom() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.mu.outstanding) < c.window
 }
 
 // send writes one delivery, first waiting for room in the window when it
