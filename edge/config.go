@@ -52,6 +52,7 @@ type MQTTConfig struct {
 	MaxPayloadBytes ByteSize `yaml:"max_payload_bytes"`
 	Window          int      `yaml:"window"`
 	QueueDepth      int      `yaml:"queue_depth"`
+	QoS0MaxLag      int      `yaml:"qos0_max_lag"`
 	ReadBatch       int      `yaml:"read_batch"`
 	ReadBatchBytes  ByteSize `yaml:"read_batch_bytes"`
 	BufferBytes     ByteSize `yaml:"buffer_bytes"`
@@ -102,6 +103,7 @@ func DefaultConfig() Config {
 			MaxPayloadBytes: ByteSize(m.MaxPayload),
 			Window:          m.Window,
 			QueueDepth:      m.QueueDepth,
+			QoS0MaxLag:      m.QoS0MaxLag,
 			ReadBatch:       m.ReadBatch,
 			ReadBatchBytes:  ByteSize(m.ReadBatchBytes),
 			BufferBytes:     ByteSize(m.BufferSize),
@@ -169,6 +171,7 @@ func (c Config) BrokerConfig() mqtt.Config {
 	m.MaxPayload = int(c.MQTT.MaxPayloadBytes)
 	m.Window = c.MQTT.Window
 	m.QueueDepth = c.MQTT.QueueDepth
+	m.QoS0MaxLag = c.MQTT.QoS0MaxLag
 	m.ReadBatch = c.MQTT.ReadBatch
 	m.ReadBatchBytes = int(c.MQTT.ReadBatchBytes)
 	m.BufferSize = int(c.MQTT.BufferBytes)

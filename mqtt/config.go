@@ -14,6 +14,7 @@ const (
 	DefaultMaxPayload      = 1 << 20 // 1 MiB
 	DefaultWindow          = 64      // unacked QoS>0 publishes per client and direction
 	DefaultQueueDepth      = 256     // live records queued per subscriber before it falls back to its own cursor
+	DefaultQoS0MaxLag      = 10000   // records a QoS 0 subscriber may lag before it loses messages
 	DefaultReadBatch       = 512     // records per log read
 	DefaultReadBatchBytes  = 1 << 20 // bytes per log read
 	DefaultBufferSize      = 2048    // socket read/write buffer per client
@@ -39,6 +40,11 @@ type Config struct {
 	// before a QoS 1 subscriber falls back to reading the log by itself and
 	// a QoS 0 subscriber starts losing messages (counted).
 	QueueDepth int
+	// QoS0MaxLag is how many records a QoS 0 delivery may lag behind the
+	// log's committed end. A subscriber whose queue is full reads the log
+	// with its own cursor (QoS 0 included, so a burst loses nothing); QoS 0
+	// records it reaches further behind than this are dropped, each counted.
+	QoS0MaxLag int
 	// ReadBatch and ReadBatchBytes bound one read from the log.
 	ReadBatch      int
 	ReadBatchBytes int
@@ -59,6 +65,7 @@ func DefaultConfig() Config {
 		MaxPayload:     DefaultMaxPayload,
 		Window:         DefaultWindow,
 		QueueDepth:     DefaultQueueDepth,
+		QoS0MaxLag:     DefaultQoS0MaxLag,
 		ReadBatch:      DefaultReadBatch,
 		ReadBatchBytes: DefaultReadBatchBytes,
 		BufferSize:     DefaultBufferSize,
@@ -81,6 +88,7 @@ func (c Config) Validate() error {
 		{"max_payload", c.MaxPayload},
 		{"window", c.Window},
 		{"queue_depth", c.QueueDepth},
+		{"qos0_max_lag", c.QoS0MaxLag},
 		{"read_batch", c.ReadBatch},
 		{"read_batch_bytes", c.ReadBatchBytes},
 		{"buffer_size", c.BufferSize},

@@ -7,8 +7,11 @@ import (
 )
 
 // A cursor feeds one consumer that fell behind the shared reader of a
-// stream: a client whose queue was full for a QoS 1/2 record, or a $share
-// group none of whose members had room. It reads the log from the first
+// stream: a client whose queue was full, or a $share group none of whose
+// members had room for a QoS 1/2 record. A client's cursor drops QoS 0
+// records it reaches more than Config.QoS0MaxLag behind the committed end
+// (counted as slow_qos0): only a QoS 0 subscriber that stays that far
+// behind loses messages. It reads the log from the first
 // offset the consumer missed, matches each record for that consumer alone,
 // and waits for room in the queue instead of dropping. When it reaches the
 // reader's dispatched offset it switches back under the reader's lock, so
@@ -26,6 +29,10 @@ func (r *deliveryReader) runClientCursor(m *deliveryMember, from uint64) {
 		}
 		it, ok := r.item(c, sub, rec)
 		if !ok {
+			return nil
+		}
+		if it.qos == 0 && r.stream.Committed()-rec.Offset > uint64(r.d.cfg.QoS0MaxLag) {
+			r.d.dropSlowQoS0.Inc()
 			return nil
 		}
 		return c.push(it)

@@ -182,10 +182,9 @@ func (r *deliveryReader) dispatchLocked(rec *logstore.Record) {
 		if !ok || m.c.offer(it) {
 			continue
 		}
-		if it.qos == 0 {
-			r.d.dropSlowQoS0.Inc()
-			continue
-		}
+		// QoS 0 too: a burst larger than the queue must not lose messages
+		// a client reading at full speed would take. The cursor drops QoS 0
+		// records only once it lags more than QoS0MaxLag.
 		r.fallBackLocked(m, rec.Offset)
 	}
 	for key, shared := range subs.Shared {

@@ -130,7 +130,7 @@ func TestDelivery_SlowQoS1SubscriberLosesNothing(t *testing.T) {
 
 func TestDelivery_SlowQoS0SubscriberDropsAreCounted(t *testing.T) {
 	cfg := testDeliveryConfig()
-	cfg.QueueDepth = 8
+	cfg.QueueDepth, cfg.QoS0MaxLag = 8, 100
 	h := newDeliveryHarness(t, cfg, "default=#")
 	slow := dialDlvRaw(t, h.addr, "slow0", 4, packets.Properties{})
 	if tc, ok := slow.conn.(*net.TCPConn); ok {
@@ -138,32 +138,54 @@ func TestDelivery_SlowQoS0SubscriberDropsAreCounted(t *testing.T) {
 	}
 	slow.subscribe("s/#", 0)
 
+	// The subscriber reads nothing while 6000 large records are appended:
+	// its queue and socket fill, and it ends far more than QoS0MaxLag behind.
 	const n, size = 6000, 2048
 	h.appendPadded(t, "default", "s/x", 1, 0, n, size)
 	h.waitDispatched(t, "default")
-	dropped := int(h.dropped(ReasonSlowQoS0))
-	if dropped == 0 {
-		t.Fatal("a QoS 0 subscriber that does not read lost nothing: the test did not fill its queue")
-	}
 	if tc, ok := slow.conn.(*net.TCPConn); ok {
 		_ = tc.SetReadBuffer(1 << 20) // read the rest quickly
 	}
-	if h.catchups() != 0 {
-		t.Fatalf("a QoS 0 subscriber fell back to a cursor (%v times); it should lose messages instead", h.catchups())
-	}
-	last := -1
-	for received := 0; received < n-dropped; received++ {
-		pk := slow.readUntil(packets.Publish)
-		seq := seqOf(t, pk.Payload)
+	// A marker appended after the burst arrives once the subscriber has
+	// caught up: everything before it was either received or counted.
+	h.appendPadded(t, "default", "s/x", 0, n, 1, size)
+	last, received := -1, 0
+	for {
+		seq := seqOf(t, slow.readUntil(packets.Publish).Payload)
 		if seq <= last {
 			t.Fatalf("record %d after %d: repeated or reordered", seq, last)
 		}
 		last = seq
+		if seq == n {
+			break
+		}
+		received++
 	}
-	// Everything not received was counted; a marker proves nothing more is coming.
-	h.appendPadded(t, "default", "s/x", 0, n, 1, size)
-	if seq := seqOf(t, slow.readUntil(packets.Publish).Payload); seq != n {
-		t.Fatalf("after %d received and %d dropped, got record %d, want the marker %d", n-dropped, dropped, seq, n)
+	dropped := int(h.dropped(ReasonSlowQoS0))
+	if dropped == 0 {
+		t.Fatal("a QoS 0 subscriber far behind lost nothing: the test did not make it lag")
+	}
+	if received+dropped != n {
+		t.Fatalf("received %d + dropped %d = %d, want every one of %d records accounted for", received, dropped, received+dropped, n)
+	}
+}
+
+func TestDelivery_QoS0BurstLargerThanTheQueueLosesNothing(t *testing.T) {
+	cfg := testDeliveryConfig()
+	cfg.QueueDepth = 8 // far smaller than one read batch
+	h := newDeliveryHarness(t, cfg, "default=#")
+	c := dialDlvRaw(t, h.addr, "burst0", 4, packets.Properties{})
+	c.subscribe("s/#", 0)
+
+	const n = 3000
+	h.appendPadded(t, "default", "s/x", 0, 0, n, 64)
+	for want := range n {
+		if got := seqOf(t, c.readUntil(packets.Publish).Payload); got != want {
+			t.Fatalf("got record %d, want %d", got, want)
+		}
+	}
+	if d := h.dropped(ReasonSlowQoS0); d != 0 {
+		t.Fatalf("%v QoS 0 records dropped for a subscriber within qos0_max_lag", d)
 	}
 }
 
