@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"math"
 )
 
 // Key prefixes (see doc.go for the layout).
@@ -127,45 +126,7 @@ func encodeRecord(dst []byte, r *Record) []byte {
 	}
 	base := len(dst)
 	dst = append(dst, valueVersion, 0, 0, 0, 0)
-	dst = appendArrayLen(dst, n)
-	for i := range n {
-		switch i {
-		case fTimestamp:
-			dst = appendInt(dst, r.Timestamp)
-		case fTopic:
-			dst = appendStr(dst, r.Topic)
-		case fPayload:
-			dst = appendBin(dst, r.Payload)
-		case fFlags:
-			f := uint64(r.QoS & 3)
-			if r.Retain {
-				f |= 4
-			}
-			dst = appendUint(dst, f)
-		case fClientID:
-			dst = appendStr(dst, r.ClientID)
-		case fEpoch:
-			dst = appendUint(dst, uint64(r.Epoch))
-		case fContentType:
-			dst = appendStr(dst, r.ContentType)
-		case fPayloadFormat:
-			if r.PayloadFormat == nil {
-				dst = append(dst, mpNil)
-			} else {
-				dst = appendUint(dst, uint64(*r.PayloadFormat))
-			}
-		case fResponseTopic:
-			dst = appendStr(dst, r.ResponseTopic)
-		case fCorrelationData:
-			dst = appendBin(dst, r.CorrelationData)
-		case fUserProperties:
-			dst = appendArrayLen(dst, 2*len(r.UserProperties))
-			for _, p := range r.UserProperties {
-				dst = appendStr(dst, p.Key)
-				dst = appendStr(dst, p.Value)
-			}
-		}
-	}
+	dst = appendBody(dst, r, n)
 	binary.BigEndian.PutUint32(dst[base+1:], valueCRC(r.Offset, dst[base:base+1], dst[base+valueHeader:]))
 	return dst
 }
@@ -221,54 +182,4 @@ func decodeRecord(off uint64, v []byte) (*Record, error) {
 		return nil, err
 	}
 	return r, nil
-}
-
-func decodeBody(r *Record, b []byte) error {
-	d := mpDecoder{b: b}
-	n := d.arrayLen()
-	if n < fFlags+1 && d.err == nil {
-		d.err = fmt.Errorf("record has %d fields, want at least %d", n, fFlags+1)
-	}
-	for i := 0; i < n && d.err == nil; i++ {
-		switch i {
-		case fTimestamp:
-			r.Timestamp = d.int()
-		case fTopic:
-			r.Topic = d.str()
-		case fPayload:
-			r.Payload = d.bin()
-		case fFlags:
-			f := d.uint(0xff)
-			r.QoS, r.Retain = byte(f&3), f&4 != 0
-		case fClientID:
-			r.ClientID = d.str()
-		case fEpoch:
-			r.Epoch = uint32(d.uint(math.MaxUint32))
-		case fContentType:
-			r.ContentType = d.str()
-		case fPayloadFormat:
-			if !d.nilValue() {
-				pf := byte(d.uint(0xff))
-				r.PayloadFormat = &pf
-			}
-		case fResponseTopic:
-			r.ResponseTopic = d.str()
-		case fCorrelationData:
-			r.CorrelationData = d.bin()
-		case fUserProperties:
-			m := d.arrayLen()
-			if m%2 != 0 && d.err == nil {
-				d.err = errors.New("user properties: odd number of strings")
-			}
-			for j := 0; j+1 < m && d.err == nil; j += 2 {
-				r.UserProperties = append(r.UserProperties, UserProperty{Key: d.str(), Value: d.str()})
-			}
-		default:
-			d.skip()
-		}
-	}
-	if d.err == nil && len(d.b) != 0 {
-		d.err = fmt.Errorf("%d trailing bytes after the record", len(d.b))
-	}
-	return d.err
 }

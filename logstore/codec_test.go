@@ -3,9 +3,11 @@ package logstore
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -195,10 +197,7 @@ func TestCodec_IsStandardMsgpack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	val := append([]byte{valueVersion, 0, 0, 0, 0}, body...)
-	crc := valueCRC(9, val[:1], body)
-	val[1], val[2], val[3], val[4] = byte(crc>>24), byte(crc>>16), byte(crc>>8), byte(crc)
-	got, err := decodeRecord(9, val)
+	got, err := decodeRecord(9, withCRC(9, body))
 	if err != nil {
 		t.Fatalf("decode library-written value: %v", err)
 	}
@@ -206,6 +205,78 @@ func TestCodec_IsStandardMsgpack(t *testing.T) {
 		Epoch: 3, ContentType: "ct", UserProperties: []UserProperty{{"k", "v"}}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+}
+
+// withCRC makes the stored value of body at offset off: with a valid
+// checksum, so decoding reaches the msgpack decoder.
+func withCRC(off uint64, body []byte) []byte {
+	v := append([]byte{valueVersion, 0, 0, 0, 0}, body...)
+	binary.BigEndian.PutUint32(v[1:], valueCRC(off, v[:1], body))
+	return v
+}
+
+type corruptBody struct {
+	name string
+	body []byte
+	want string // in the error
+}
+
+// corruptBodies are msgpack bodies a buggy or foreign writer could store
+// under a valid checksum: lengths far beyond the value, deep nesting, wrong
+// types.
+func corruptBodies() []corruptBody {
+	// The first ten fields of a record, all empty: ts, topic "a", payload,
+	// flags, client id, epoch, content type, payload format, response topic,
+	// correlation data.
+	ten := []byte{0x00, 0xa1, 'a', 0xc4, 0x00, 0x00, 0xa0, 0x00, 0xa0, 0xc0, 0xa0, 0xc4, 0x00}
+	fields := func(n byte, tail ...byte) []byte {
+		return append(append([]byte{0x90 | n}, ten...), tail...)
+	}
+	huge := []byte{0xff, 0xff, 0xff, 0xff}
+	deep := fields(12, append([]byte{0x90}, bytes.Repeat([]byte{0x91}, 100_000)...)...)
+	return []corruptBody{
+		{"payload bin32 of 4 GiB", append([]byte{0x94, 0x00, 0xa1, 'a', 0xc6}, huge...), "4294967295 bytes declared"},
+		{"topic str32 of 4 GiB", append([]byte{0x94, 0x00, 0xdb}, huge...), "4294967295 bytes declared"},
+		{"record array32 of 4G fields", append([]byte{0xdd}, huge...), "4294967295 values declared"},
+		{"user properties array32 of 4G strings", fields(11, append([]byte{0xdd}, huge...)...), "4294967295 values declared"},
+		{"unknown field bin32 of 4 GiB", fields(12, append([]byte{0x90, 0xc6}, huge...)...), "4294967295 bytes declared"},
+		{"unknown field ext32 of 4 GiB", fields(12, append(append([]byte{0x90, 0xc9}, huge...), 1)...), "4294967295 bytes declared"},
+		{"unknown field map32 of 4G entries", fields(12, append([]byte{0x90, 0xdf}, huge...)...), "values declared"},
+		{"unknown field nested 100000 deep", deep, "nested deeper"},
+		{"unknown field with an unused code", fields(12, 0x90, 0xc1), "unknown code"},
+		{"topic longer than the value", []byte{0x94, 0x00, 0xa5, 'a', 0x00, 0x00}, "5 bytes declared, 3 left"},
+		{"truncated record", []byte{0x95, 0x00, 0xa1, 'a', 0xc4, 0x00, 0x00}, "value ends early"},
+		{"nil timestamp", []byte{0x94, 0xc0, 0xa1, 'a', 0xc4, 0x00, 0x00}, "want an integer"},
+		{"timestamp beyond int64", append([]byte{0x94, 0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 0xa1, 'a', 0xc4, 0x00, 0x00), "overflows int64"},
+		{"negative flags", []byte{0x94, 0x00, 0xa1, 'a', 0xc4, 0x00, 0xff}, "out of range"},
+		{"string for the payload", []byte{0x94, 0x00, 0xa1, 'a', 0xa1, 'p', 0x00}, "want binary data"},
+		{"binary topic", []byte{0x94, 0x00, 0xc4, 0x01, 'a', 0xc4, 0x00, 0x00}, "want a string"},
+		{"odd user properties", fields(11, 0x91, 0xa0), "odd number"},
+		{"nil record", []byte{0xc0}, "want an array"},
+		{"three fields", []byte{0x93, 0x00, 0xa1, 'a', 0xc4, 0x00}, "3 fields"},
+		{"trailing bytes", []byte{0x94, 0x00, 0xa1, 'a', 0xc4, 0x00, 0x00, 0x00}, "trailing bytes"},
+	}
+}
+
+// A corrupt body under a valid checksum is an error naming what is wrong;
+// it never panics, overflows the stack, or allocates what a corrupt length
+// declares.
+func TestCodec_CorruptBodyIsAnError(t *testing.T) {
+	for _, c := range corruptBodies() {
+		t.Run(c.name, func(t *testing.T) {
+			v := withCRC(5, c.body)
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			r, err := decodeRecord(5, v)
+			runtime.ReadMemStats(&after)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("decode = %+v, %v; want an error with %q", r, err, c.want)
+			}
+			if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
+				t.Fatalf("decoding a %d-byte value allocated %d bytes", len(v), n)
+			}
+		})
 	}
 }
 
@@ -229,12 +300,15 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(uint64(0), []byte{0xdd, 0xff, 0xff, 0xff, 0xff}, false)
 	f.Add(uint64(0), []byte{0x95, 0x00, 0xa0, 0xc6, 0xff, 0xff, 0xff, 0xff}, false)
 	f.Add(uint64(0), []byte{0x9c, 0, 0xa0, 0xc0, 0, 0xa0, 0, 0xa0, 0xc0, 0xa0, 0xc0, 0x93, 0xa0}, false)
+	for _, c := range corruptBodies() {
+		if len(c.body) <= 4096 {
+			f.Add(uint64(0), c.body, false)
+		}
+	}
 	f.Fuzz(func(t *testing.T, off uint64, data []byte, raw bool) {
 		v := data
 		if !raw {
-			v = append([]byte{valueVersion, 0, 0, 0, 0}, data...)
-			crc := valueCRC(off, v[:1], data)
-			v[1], v[2], v[3], v[4] = byte(crc>>24), byte(crc>>16), byte(crc>>8), byte(crc)
+			v = withCRC(off, data)
 		}
 		r, err := decodeRecord(off, v)
 		if err != nil {

@@ -1,308 +1,427 @@
 package logstore
 
 import (
-	"encoding/binary"
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"sync"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
-// A minimal msgpack (https://msgpack.org/) encoder and decoder for the
-// record value: the types it needs, append-style so encoding allocates
-// nothing, and a decoder that checks every length against the input so
-// corrupt bytes give an error, never a panic or a huge allocation. Values
-// are standard msgpack: vmihailenco/msgpack decodes them (see codec_test.go).
+// The record body (see doc.go) is written and read with vmihailenco/msgpack's
+// streaming Encoder and Decoder, without reflection. This file holds the
+// little the library does not do for us:
+//
+//   - keep the first encoder's bytes: an empty or nil payload is bin8 of
+//     length 0 (EncodeBytes writes nil for a nil slice), and a negative
+//     integer below -32 is int64 (EncodeInt picks int8..int32);
+//   - bound every length by the bytes left: DecodeBytes allocates the declared
+//     length up front (4 GiB for a corrupt bin32), and DecodeString and Skip
+//     allocate up to 1 MiB before finding out the value is shorter;
+//   - bound nesting when skipping unknown fields: Skip recurses once per
+//     level, so a value of nested one-element arrays would overflow the stack.
 
-const mpNil = 0xc0
+// appendWriter is the io.Writer and io.ByteWriter the encoder writes to: it
+// appends to b, so the body lands right after the header in the caller's
+// buffer, growing it as append does. It never fails.
+type appendWriter struct{ b []byte }
 
-func appendArrayLen(b []byte, n int) []byte {
-	switch {
-	case n < 16:
-		return append(b, 0x90|byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xdc), uint16(n))
-	default:
-		return binary.BigEndian.AppendUint32(append(b, 0xdd), uint32(n))
-	}
+func (w *appendWriter) Write(p []byte) (int, error) {
+	w.b = append(w.b, p...)
+	return len(p), nil
 }
 
-func appendUint(b []byte, v uint64) []byte {
-	switch {
-	case v < 128:
-		return append(b, byte(v))
-	case v <= math.MaxUint8:
-		return append(b, 0xcc, byte(v))
-	case v <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xcd), uint16(v))
-	case v <= math.MaxUint32:
-		return binary.BigEndian.AppendUint32(append(b, 0xce), uint32(v))
-	default:
-		return binary.BigEndian.AppendUint64(append(b, 0xcf), v)
-	}
-}
-
-func appendInt(b []byte, v int64) []byte {
-	switch {
-	case v >= 0:
-		return appendUint(b, uint64(v))
-	case v >= -32:
-		return append(b, byte(v))
-	default:
-		return binary.BigEndian.AppendUint64(append(b, 0xd3), uint64(v))
-	}
-}
-
-func appendStr(b []byte, s string) []byte {
-	n := len(s)
-	switch {
-	case n < 32:
-		b = append(b, 0xa0|byte(n))
-	case n <= math.MaxUint8:
-		b = append(b, 0xd9, byte(n))
-	case n <= math.MaxUint16:
-		b = binary.BigEndian.AppendUint16(append(b, 0xda), uint16(n))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, 0xdb), uint32(n))
-	}
-	return append(b, s...)
-}
-
-func appendBin(b []byte, p []byte) []byte {
-	n := len(p)
-	switch {
-	case n <= math.MaxUint8:
-		b = append(b, 0xc4, byte(n))
-	case n <= math.MaxUint16:
-		b = binary.BigEndian.AppendUint16(append(b, 0xc5), uint16(n))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, 0xc6), uint32(n))
-	}
-	return append(b, p...)
-}
-
-var errTruncated = errors.New("msgpack: unexpected end of value")
-
-// mpDecoder reads from b; the first error sticks and later reads return
-// zero values.
-type mpDecoder struct {
-	b   []byte
-	err error
-}
-
-func (d *mpDecoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("msgpack: "+format, args...)
-	}
-}
-
-func (d *mpDecoder) byte1() byte {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) < 1 {
-		d.err = errTruncated
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-func (d *mpDecoder) take(n uint64) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.err = errTruncated
-		return nil
-	}
-	p := d.b[:n]
-	d.b = d.b[n:]
-	return p
-}
-
-func (d *mpDecoder) be(n int) uint64 {
-	p := d.take(uint64(n))
-	var v uint64
-	for _, c := range p {
-		v = v<<8 | uint64(c)
-	}
-	return v
-}
-
-func (d *mpDecoder) arrayLen() int {
-	c := d.byte1()
-	var n uint64
-	switch {
-	case d.err != nil:
-		return 0
-	case c&0xf0 == 0x90:
-		n = uint64(c & 0x0f)
-	case c == 0xdc:
-		n = d.be(2)
-	case c == 0xdd:
-		n = d.be(4)
-	default:
-		d.fail("want an array, got code 0x%02x", c)
-		return 0
-	}
-	if n > uint64(len(d.b)) { // every element takes at least one byte
-		d.fail("array of %d elements in %d bytes", n, len(d.b))
-		return 0
-	}
-	return int(n)
-}
-
-// int reads any msgpack integer that fits in an int64.
-func (d *mpDecoder) int() int64 {
-	c := d.byte1()
-	switch {
-	case d.err != nil:
-		return 0
-	case c <= 0x7f:
-		return int64(c)
-	case c >= 0xe0:
-		return int64(int8(c))
-	}
-	switch c {
-	case 0xcc:
-		return int64(d.be(1))
-	case 0xcd:
-		return int64(d.be(2))
-	case 0xce:
-		return int64(d.be(4))
-	case 0xcf:
-		v := d.be(8)
-		if v > math.MaxInt64 {
-			d.fail("integer %d overflows int64", v)
-		}
-		return int64(v)
-	case 0xd0:
-		return int64(int8(d.be(1)))
-	case 0xd1:
-		return int64(int16(d.be(2)))
-	case 0xd2:
-		return int64(int32(d.be(4)))
-	case 0xd3:
-		return int64(d.be(8))
-	}
-	d.fail("want an integer, got code 0x%02x", c)
-	return 0
-}
-
-// uint reads a non-negative integer no larger than max.
-func (d *mpDecoder) uint(max uint64) uint64 {
-	v := d.int()
-	if d.err == nil && (v < 0 || uint64(v) > max) {
-		d.fail("integer %d out of range [0, %d]", v, max)
-		return 0
-	}
-	return uint64(v)
-}
-
-func (d *mpDecoder) strBytes() []byte {
-	c := d.byte1()
-	switch {
-	case d.err != nil:
-		return nil
-	case c&0xe0 == 0xa0:
-		return d.take(uint64(c & 0x1f))
-	case c == 0xd9:
-		return d.take(d.be(1))
-	case c == 0xda:
-		return d.take(d.be(2))
-	case c == 0xdb:
-		return d.take(d.be(4))
-	}
-	d.fail("want a string, got code 0x%02x", c)
+func (w *appendWriter) WriteByte(c byte) error {
+	w.b = append(w.b, c)
 	return nil
 }
 
-func (d *mpDecoder) str() string { return string(d.strBytes()) }
+type recordEncoder struct {
+	w   appendWriter
+	enc *msgpack.Encoder
+}
+
+var recordEncoders = sync.Pool{New: func() any {
+	e := new(recordEncoder)
+	e.enc = msgpack.NewEncoder(&e.w)
+	return e
+}}
+
+// appendBody appends the msgpack array of the first n fields of r to dst.
+func appendBody(dst []byte, r *Record, n int) []byte {
+	e := recordEncoders.Get().(*recordEncoder)
+	e.w.b = dst
+	err := e.body(r, n)
+	dst = e.w.b
+	e.w.b = nil // do not pin the caller's buffer in the pool
+	recordEncoders.Put(e)
+	if err != nil {
+		// Only the writer can make the encoder fail, and appendWriter does not.
+		panic(fmt.Sprintf("logstore: msgpack encoder failed on a memory buffer: %v", err))
+	}
+	return dst
+}
+
+func (e *recordEncoder) body(r *Record, n int) error {
+	enc := e.enc
+	if err := enc.EncodeArrayLen(n); err != nil {
+		return err
+	}
+	for i := range n {
+		var err error
+		switch i {
+		case fTimestamp:
+			err = e.int(r.Timestamp)
+		case fTopic:
+			err = enc.EncodeString(r.Topic)
+		case fPayload:
+			err = e.bin(r.Payload)
+		case fFlags:
+			f := uint64(r.QoS & 3)
+			if r.Retain {
+				f |= 4
+			}
+			err = enc.EncodeUint(f)
+		case fClientID:
+			err = enc.EncodeString(r.ClientID)
+		case fEpoch:
+			err = enc.EncodeUint(uint64(r.Epoch))
+		case fContentType:
+			err = enc.EncodeString(r.ContentType)
+		case fPayloadFormat:
+			if r.PayloadFormat == nil {
+				err = enc.EncodeNil()
+			} else {
+				err = enc.EncodeUint(uint64(*r.PayloadFormat))
+			}
+		case fResponseTopic:
+			err = enc.EncodeString(r.ResponseTopic)
+		case fCorrelationData:
+			err = e.bin(r.CorrelationData)
+		case fUserProperties:
+			err = enc.EncodeArrayLen(2 * len(r.UserProperties))
+			for _, p := range r.UserProperties {
+				if err == nil {
+					err = enc.EncodeString(p.Key)
+				}
+				if err == nil {
+					err = enc.EncodeString(p.Value)
+				}
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// int writes v as the first encoder did: the shortest form for v >= -32,
+// int64 below (the library would pick int8, int16 or int32).
+func (e *recordEncoder) int(v int64) error {
+	if v < -32 {
+		return e.enc.EncodeInt64(v)
+	}
+	return e.enc.EncodeInt(v)
+}
+
+// bin writes p as bin, also when it is nil (the library would write nil).
+func (e *recordEncoder) bin(p []byte) error {
+	if p == nil {
+		return e.enc.EncodeBytesLen(0)
+	}
+	return e.enc.EncodeBytes(p)
+}
+
+// maxSkipDepth bounds the nesting of an unknown field's value.
+const maxSkipDepth = 32
+
+var errTruncated = errors.New("value ends early")
+
+// recordDecoder reads a record body from src through the library's Decoder
+// on a bytes.Reader (a ByteScanner, so the Decoder adds no buffering and the
+// reader's position is the Decoder's).
+type recordDecoder struct {
+	src []byte
+	r   bytes.Reader
+	dec *msgpack.Decoder
+}
+
+var recordDecoders = sync.Pool{New: func() any {
+	d := new(recordDecoder)
+	d.dec = msgpack.NewDecoder(&d.r)
+	return d
+}}
+
+// decodeBody decodes the msgpack array b into r. Strings and byte slices are
+// copied: b may be Badger's memory, valid only in its callback.
+func decodeBody(r *Record, b []byte) error {
+	d := recordDecoders.Get().(*recordDecoder)
+	d.src = b
+	d.r.Reset(b)
+	d.dec.Reset(&d.r)
+	err := d.record(r)
+	d.src = nil
+	d.r.Reset(nil)
+	recordDecoders.Put(d)
+	return err
+}
+
+// eof says "value ends early" for the reader's io.EOF and io.ErrUnexpectedEOF.
+func eof(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return errTruncated
+	}
+	return err
+}
+
+var fieldNames = [numFields]string{"timestamp", "topic", "payload", "flags", "client id", "epoch",
+	"content type", "payload format", "response topic", "correlation data", "user properties"}
+
+func (d *recordDecoder) record(r *Record) error {
+	n, err := d.arrayLen()
+	if err != nil {
+		return fmt.Errorf("record: %w", eof(err))
+	}
+	if n < fFlags+1 {
+		return fmt.Errorf("record has %d fields, want at least %d", n, fFlags+1)
+	}
+	for i := range n {
+		if err := d.field(r, i); err != nil {
+			name := "unknown"
+			if i < numFields {
+				name = fieldNames[i]
+			}
+			return fmt.Errorf("record field %d (%s): %w", i, name, eof(err))
+		}
+	}
+	if left := d.r.Len(); left != 0 {
+		return fmt.Errorf("%d trailing bytes after the record", left)
+	}
+	return nil
+}
+
+func (d *recordDecoder) field(r *Record, i int) (err error) {
+	var u uint64
+	switch i {
+	case fTimestamp:
+		r.Timestamp, err = d.int()
+	case fTopic:
+		r.Topic, err = d.str()
+	case fPayload:
+		r.Payload, err = d.bin()
+	case fFlags:
+		u, err = d.uint(0xff)
+		r.QoS, r.Retain = byte(u&3), u&4 != 0
+	case fClientID:
+		r.ClientID, err = d.str()
+	case fEpoch:
+		u, err = d.uint(math.MaxUint32)
+		r.Epoch = uint32(u)
+	case fContentType:
+		r.ContentType, err = d.str()
+	case fPayloadFormat:
+		var isNil bool
+		if isNil, err = d.nilValue(); err == nil && !isNil {
+			u, err = d.uint(0xff)
+			pf := byte(u)
+			r.PayloadFormat = &pf
+		}
+	case fResponseTopic:
+		r.ResponseTopic, err = d.str()
+	case fCorrelationData:
+		r.CorrelationData, err = d.bin()
+	case fUserProperties:
+		r.UserProperties, err = d.userProperties()
+	default: // a field added by a newer writer
+		err = d.skip(0)
+	}
+	return err
+}
+
+// int reads any msgpack integer that fits in an int64.
+func (d *recordDecoder) int() (int64, error) {
+	c, err := d.dec.PeekCode()
+	switch {
+	case err != nil:
+		return 0, err
+	case c == msgpcode.Nil: // DecodeInt64 would read nil as 0
+		return 0, errors.New("want an integer, got nil")
+	case c == msgpcode.Uint64: // DecodeInt64 would wrap it
+		v, err := d.dec.DecodeUint64()
+		if err == nil && v > math.MaxInt64 {
+			err = fmt.Errorf("integer %d overflows int64", v)
+		}
+		return int64(v), err
+	}
+	return d.dec.DecodeInt64()
+}
+
+// uint reads a non-negative integer no larger than max.
+func (d *recordDecoder) uint(max uint64) (uint64, error) {
+	v, err := d.int()
+	if err == nil && (v < 0 || uint64(v) > max) {
+		return 0, fmt.Errorf("integer %d out of range [0, %d]", v, max)
+	}
+	return uint64(v), err
+}
+
+// nil consumes a nil and reports whether there was one.
+func (d *recordDecoder) nilValue() (bool, error) {
+	c, err := d.dec.PeekCode()
+	if err != nil || c != msgpcode.Nil {
+		return false, err
+	}
+	return true, d.dec.DecodeNil()
+}
+
+func (d *recordDecoder) str() (string, error) {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return "", err
+	}
+	if !msgpcode.IsString(c) {
+		return "", fmt.Errorf("want a string, got code 0x%02x", c)
+	}
+	p, err := d.raw()
+	return string(p), err
+}
 
 // bin reads binary data (or nil) into a new slice; nil for length 0.
-func (d *mpDecoder) bin() []byte {
-	if d.nilValue() {
-		return nil
+func (d *recordDecoder) bin() ([]byte, error) {
+	if isNil, err := d.nilValue(); isNil || err != nil {
+		return nil, err
 	}
-	c := d.byte1()
-	var p []byte
-	switch {
-	case d.err != nil:
-		return nil
-	case c == 0xc4:
-		p = d.take(d.be(1))
-	case c == 0xc5:
-		p = d.take(d.be(2))
-	case c == 0xc6:
-		p = d.take(d.be(4))
-	default:
-		d.fail("want binary data, got code 0x%02x", c)
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return nil, err
 	}
-	if len(p) == 0 {
-		return nil
+	if !msgpcode.IsBin(c) {
+		return nil, fmt.Errorf("want binary data, got code 0x%02x", c)
 	}
-	return append([]byte(nil), p...)
+	p, err := d.raw()
+	if len(p) == 0 || err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), p...), nil
 }
 
-// nilValue consumes a nil and reports whether there was one.
-func (d *mpDecoder) nilValue() bool {
-	if d.err == nil && len(d.b) > 0 && d.b[0] == mpNil {
-		d.b = d.b[1:]
-		return true
+// raw reads a str or bin header with the library and returns the content as
+// a sub-slice of src, after checking the length against the bytes left.
+func (d *recordDecoder) raw() ([]byte, error) {
+	n, err := d.dec.DecodeBytesLen()
+	if err != nil {
+		return nil, err
 	}
-	return false
+	return d.take(n)
 }
 
-// skip consumes one value of any type (for fields a newer writer added).
-func (d *mpDecoder) skip() { d.skipDepth(0) }
+// take returns the next n bytes of src and moves past them.
+func (d *recordDecoder) take(n int) ([]byte, error) {
+	left := d.r.Len()
+	if n < 0 || n > left { // n < 0: a 32-bit length that overflowed int
+		return nil, fmt.Errorf("%d bytes declared, %d left", n, left)
+	}
+	pos := len(d.src) - left
+	if _, err := d.r.Seek(int64(n), io.SeekCurrent); err != nil {
+		return nil, err
+	}
+	return d.src[pos : pos+n : pos+n], nil
+}
 
-func (d *mpDecoder) skipDepth(depth int) {
-	if depth > 32 {
-		d.fail("values nested deeper than 32")
-		return
+// arrayLen reads an array header; a nil is refused.
+func (d *recordDecoder) arrayLen() (int, error) {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return 0, err
 	}
-	if d.err != nil || len(d.b) == 0 {
-		d.take(1)
-		return
+	if c == msgpcode.Nil { // DecodeArrayLen would say -1
+		return 0, errors.New("want an array, got nil")
 	}
-	c := d.b[0]
-	var elems uint64 // array/map elements to skip after the header
+	n, err := d.dec.DecodeArrayLen()
+	if err != nil {
+		return 0, err
+	}
+	return n, d.fits(n)
+}
+
+// fits checks that n values can be in the bytes left (each takes at least
+// one), so a corrupt count fails at once instead of after n reads.
+func (d *recordDecoder) fits(n int) error {
+	if left := d.r.Len(); n < 0 || n > left {
+		return fmt.Errorf("%d values declared in %d bytes", n, left)
+	}
+	return nil
+}
+
+// userProperties reads the flat [k0, v0, k1, v1, ...] array (or nil).
+func (d *recordDecoder) userProperties() ([]UserProperty, error) {
+	if isNil, err := d.nilValue(); isNil || err != nil {
+		return nil, err
+	}
+	m, err := d.arrayLen()
+	if err != nil || m == 0 {
+		return nil, err
+	}
+	if m%2 != 0 {
+		return nil, errors.New("odd number of strings")
+	}
+	props := make([]UserProperty, 0, min(m/2, 64))
+	for range m / 2 {
+		k, err := d.str()
+		if err != nil {
+			return nil, err
+		}
+		v, err := d.str()
+		if err != nil {
+			return nil, err
+		}
+		props = append(props, UserProperty{Key: k, Value: v})
+	}
+	return props, nil
+}
+
+// skip consumes one value of any type. Containers, strings, binary data and
+// extensions are walked here, with their lengths checked; the library skips
+// the fixed-size rest.
+func (d *recordDecoder) skip(depth int) error {
+	if depth > maxSkipDepth {
+		return fmt.Errorf("values nested deeper than %d", maxSkipDepth)
+	}
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return err
+	}
+	var n int // values inside a container
 	switch {
-	case c <= 0x7f || c >= 0xe0 || c == mpNil || c == 0xc2 || c == 0xc3:
-		d.take(1)
-	case c&0xe0 == 0xa0, c == 0xd9, c == 0xda, c == 0xdb:
-		d.strBytes()
-	case c == 0xc4, c == 0xc5, c == 0xc6:
-		d.bin()
-	case c >= 0xcc && c <= 0xd3:
-		d.int()
-	case c == 0xca:
-		d.take(5)
-	case c == 0xcb:
-		d.take(9)
-	case c >= 0xd4 && c <= 0xd8: // fixext 1, 2, 4, 8, 16
-		d.take(2 + uint64(1)<<(c-0xd4))
-	case c == 0xc7, c == 0xc8, c == 0xc9:
-		d.take(1)
-		n := d.be(1 << (c - 0xc7))
-		d.take(1 + n)
-	case c&0xf0 == 0x90, c == 0xdc, c == 0xdd:
-		elems = uint64(d.arrayLen())
-	case c&0xf0 == 0x80:
-		d.take(1)
-		elems = 2 * uint64(c&0x0f)
-	case c == 0xde, c == 0xdf:
-		d.take(1)
-		elems = 2 * d.be(2<<(c-0xde))
+	case msgpcode.IsString(c) || msgpcode.IsBin(c):
+		_, err = d.raw()
+		return err
+	case msgpcode.IsExt(c):
+		_, size, err := d.dec.DecodeExtHeader()
+		if err == nil {
+			_, err = d.take(size)
+		}
+		return err
+	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
+		n, err = d.arrayLen()
+	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
+		if n, err = d.dec.DecodeMapLen(); err == nil && n > math.MaxInt/2 {
+			err = fmt.Errorf("map of %d entries", n)
+		}
+		n *= 2
+		if err == nil {
+			err = d.fits(n)
+		}
 	default:
-		d.fail("unknown code 0x%02x", c)
+		return d.dec.Skip()
 	}
-	if elems > uint64(len(d.b)) {
-		d.fail("container of %d values in %d bytes", elems, len(d.b))
-		return
+	for i := 0; i < n && err == nil; i++ {
+		err = d.skip(depth + 1)
 	}
-	for i := uint64(0); i < elems && d.err == nil; i++ {
-		d.skipDepth(depth + 1)
-	}
+	return err
 }
