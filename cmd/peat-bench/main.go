@@ -26,6 +26,8 @@ func main() {
 	switch os.Args[1] {
 	case "fanin":
 		err = faninCmd(os.Args[2:])
+	case "sensors":
+		err = sensorsCmd(os.Args[2:])
 	case "mochi":
 		err = mochiCmd(os.Args[2:])
 	default:
@@ -40,6 +42,7 @@ func main() {
 func usage() {
 	fmt.Fprintln(os.Stderr, `usage:
   peat-bench fanin [flags]   run a fan-in workload against --addr, print one JSON line
+  peat-bench sensors [flags] run many staggered low-rate publishers against --addr, print one JSON line
   peat-bench mochi [flags]   run plain mochi (allow-all, no persistence) on --listen`)
 	os.Exit(2)
 }
