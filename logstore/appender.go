@@ -158,6 +158,7 @@ func (s *Stream) handleControl(r *request) {
 type pending struct {
 	key, val []byte
 	ts       int64
+	rec      *Record // for the tail cache
 }
 
 func (p pending) size() int64 { return int64(len(p.key) + len(p.val)) }
@@ -210,7 +211,7 @@ func (s *Stream) commitBatch(batch []*request) {
 				bad = fmt.Errorf("%w: %d bytes encoded, at most %d", ErrRecordTooLarge, v1-k1, s.st.maxValue)
 				break
 			}
-			ents = append(ents, pending{key: arena[k0:k1:k1], val: arena[k1:v1:v1], ts: rec.Timestamp})
+			ents = append(ents, pending{key: arena[k0:k1:k1], val: arena[k1:v1:v1], ts: rec.Timestamp, rec: rec})
 		}
 		if bad != nil { // refuse the whole request, take back its offsets
 			if refused == nil {
@@ -356,6 +357,11 @@ func (s *Stream) writeRecords(base uint64, ents []pending) (int, error) {
 	s.mu.Unlock()
 
 	end := base + uint64(n)
+	recs := make([]*Record, n)
+	for i, e := range ents {
+		recs[i] = e.rec
+	}
+	s.tail.add(base, recs)
 	s.next.Store(end)
 	s.bytes.Add(added)
 	if !s.st.cfg.ManualCommit {

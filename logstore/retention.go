@@ -307,6 +307,7 @@ func (s *Stream) truncate(offset uint64) error {
 			break
 		}
 	}
+	s.tail.truncate(offset)
 	s.notify()
 	batch := uint64(max(s.st.txnCount/2, 1))
 	for hi := next; hi > offset; {

@@ -24,6 +24,7 @@ type Stream struct {
 	committed atomic.Uint64 // high watermark
 	bytes     atomic.Int64
 	epoch     atomic.Uint32
+	tail      tail // the newest records, served to readers without Badger
 
 	// mu guards the change channel and the chunk stats. Only the appender
 	// changes chunks; other goroutines read them under mu.
@@ -259,6 +260,9 @@ func (s *Stream) Read(from uint64, max, maxBytes int) ([]*Record, error) {
 	}
 	if from == hw {
 		return []*Record{}, nil
+	}
+	if recs, ok := s.tail.read(from, hw, max, maxBytes); ok {
+		return recs, nil
 	}
 	want := hw - from
 	if max > 0 && uint64(max) < want {
