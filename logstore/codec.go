@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 )
 
 // Key prefixes (see doc.go for the layout).
@@ -131,11 +132,70 @@ func encodeRecord(dst []byte, r *Record) []byte {
 	return dst
 }
 
+func (e *recordEncoder) body(r *Record, n int) error {
+	enc := e.enc
+	if err := enc.EncodeArrayLen(n); err != nil {
+		return err
+	}
+	for i := range n {
+		var err error
+		switch i {
+		case fTimestamp:
+			err = e.int(r.Timestamp)
+		case fTopic:
+			err = enc.EncodeString(r.Topic)
+		case fPayload:
+			err = e.bin(r.Payload)
+		case fFlags:
+			f := uint64(r.QoS & 3)
+			if r.Retain {
+				f |= 4
+			}
+			err = enc.EncodeUint(f)
+		case fClientID:
+			err = enc.EncodeString(r.ClientID)
+		case fEpoch:
+			err = enc.EncodeUint(uint64(r.Epoch))
+		case fContentType:
+			err = enc.EncodeString(r.ContentType)
+		case fPayloadFormat:
+			if r.PayloadFormat == nil {
+				err = enc.EncodeNil()
+			} else {
+				err = enc.EncodeUint(uint64(*r.PayloadFormat))
+			}
+		case fResponseTopic:
+			err = enc.EncodeString(r.ResponseTopic)
+		case fCorrelationData:
+			err = e.bin(r.CorrelationData)
+		case fUserProperties:
+			err = enc.EncodeArrayLen(2 * len(r.UserProperties))
+			for _, p := range r.UserProperties {
+				if err == nil {
+					err = enc.EncodeString(p.Key)
+				}
+				if err == nil {
+					err = enc.EncodeString(p.Value)
+				}
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// valueCRC is the CRC-32C of off (8 bytes, big-endian), version and body.
 func valueCRC(off uint64, version, body []byte) uint32 {
-	var o [8]byte
-	binary.BigEndian.PutUint64(o[:], off)
-	c := crc32.Update(0, castagnoli, o[:])
-	c = crc32.Update(c, castagnoli, version)
+	// The offset goes through the table a byte at a time: a stack array
+	// handed to crc32.Update escapes, one allocation per record written or
+	// read.
+	c := ^uint32(0)
+	for shift := 56; shift >= 0; shift -= 8 {
+		c = castagnoli[byte(c)^byte(off>>shift)] ^ c>>8
+	}
+	c = crc32.Update(^c, castagnoli, version)
 	return crc32.Update(c, castagnoli, body)
 }
 
@@ -182,4 +242,95 @@ func decodeRecord(off uint64, v []byte) (*Record, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+var fieldNames = [numFields]string{"timestamp", "topic", "payload", "flags", "client id", "epoch",
+	"content type", "payload format", "response topic", "correlation data", "user properties"}
+
+func (d *recordDecoder) record(r *Record) error {
+	n, err := d.arrayLen()
+	if err != nil {
+		return fmt.Errorf("record: %w", eof(err))
+	}
+	if n < fFlags+1 {
+		return fmt.Errorf("record has %d fields, want at least %d", n, fFlags+1)
+	}
+	for i := range n {
+		if err := d.field(r, i); err != nil {
+			name := "unknown"
+			if i < numFields {
+				name = fieldNames[i]
+			}
+			return fmt.Errorf("record field %d (%s): %w", i, name, eof(err))
+		}
+	}
+	if left := d.r.Len(); left != 0 {
+		return fmt.Errorf("%d trailing bytes after the record", left)
+	}
+	return nil
+}
+
+func (d *recordDecoder) field(r *Record, i int) (err error) {
+	var u uint64
+	switch i {
+	case fTimestamp:
+		r.Timestamp, err = d.int()
+	case fTopic:
+		r.Topic, err = d.str()
+	case fPayload:
+		r.Payload, err = d.bin()
+	case fFlags:
+		u, err = d.uint(0xff)
+		r.QoS, r.Retain = byte(u&3), u&4 != 0
+	case fClientID:
+		r.ClientID, err = d.str()
+	case fEpoch:
+		u, err = d.uint(math.MaxUint32)
+		r.Epoch = uint32(u)
+	case fContentType:
+		r.ContentType, err = d.str()
+	case fPayloadFormat:
+		var isNil bool
+		if isNil, err = d.nilValue(); err == nil && !isNil {
+			u, err = d.uint(0xff)
+			pf := byte(u)
+			r.PayloadFormat = &pf
+		}
+	case fResponseTopic:
+		r.ResponseTopic, err = d.str()
+	case fCorrelationData:
+		r.CorrelationData, err = d.bin()
+	case fUserProperties:
+		r.UserProperties, err = d.userProperties()
+	default: // a field added by a newer writer
+		err = d.skip(0)
+	}
+	return err
+}
+
+// userProperties reads the flat [k0, v0, k1, v1, ...] array (or nil).
+func (d *recordDecoder) userProperties() ([]UserProperty, error) {
+	if isNil, err := d.nilValue(); isNil || err != nil {
+		return nil, err
+	}
+	m, err := d.arrayLen()
+	if err != nil || m == 0 {
+		return nil, err
+	}
+	if m%2 != 0 {
+		return nil, errors.New("odd number of strings")
+	}
+	props := make([]UserProperty, 0, min(m/2, 64))
+	for range m / 2 {
+		k, err := d.str()
+		if err != nil {
+			return nil, err
+		}
+		v, err := d.str()
+		if err != nil {
+			return nil, err
+		}
+		props = append(props, UserProperty{Key: k, Value: v})
+	}
+	return props, nil
 }

@@ -60,6 +60,17 @@
 //	empty fields are left out (a plain QoS 1 publish stores 5 fields), and a
 //	decoder skips fields it does not know, so fields can be added at the end.
 //
+// Integers take their shortest msgpack form, except that negatives below -32
+// are always int64; payload and correlation data are bin even when empty
+// (bin8 of length 0, never nil). TestCodec_OnDiskFormatIsStable pins these
+// bytes. The body is written and read with vmihailenco/msgpack's streaming
+// Encoder and Decoder (no reflection; msgpack.go). Two of the library's
+// defaults differ from the format above and are overridden there, and, since
+// stored bytes are not trusted, every length and element count is checked
+// against the bytes left before anything is read or allocated (the library
+// allocates a declared bin length up front), and unknown fields are skipped
+// at most 32 levels deep (the library's Skip recurses without a limit).
+//
 // The offset itself is not in the value: the key carries it.
 //
 // # Chunk stats

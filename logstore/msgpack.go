@@ -12,9 +12,10 @@ import (
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
-// The record body (see doc.go) is written and read with vmihailenco/msgpack's
-// streaming Encoder and Decoder, without reflection. This file holds the
-// little the library does not do for us:
+// The record body (see doc.go; codec.go maps Record fields to it) is written
+// and read with vmihailenco/msgpack's streaming Encoder and Decoder, without
+// reflection. This file holds the pooled encoder and decoder and the little
+// the library does not do for us:
 //
 //   - keep the first encoder's bytes: an empty or nil payload is bin8 of
 //     length 0 (EncodeBytes writes nil for a nil slice), and a negative
@@ -66,60 +67,6 @@ func appendBody(dst []byte, r *Record, n int) []byte {
 	return dst
 }
 
-func (e *recordEncoder) body(r *Record, n int) error {
-	enc := e.enc
-	if err := enc.EncodeArrayLen(n); err != nil {
-		return err
-	}
-	for i := range n {
-		var err error
-		switch i {
-		case fTimestamp:
-			err = e.int(r.Timestamp)
-		case fTopic:
-			err = enc.EncodeString(r.Topic)
-		case fPayload:
-			err = e.bin(r.Payload)
-		case fFlags:
-			f := uint64(r.QoS & 3)
-			if r.Retain {
-				f |= 4
-			}
-			err = enc.EncodeUint(f)
-		case fClientID:
-			err = enc.EncodeString(r.ClientID)
-		case fEpoch:
-			err = enc.EncodeUint(uint64(r.Epoch))
-		case fContentType:
-			err = enc.EncodeString(r.ContentType)
-		case fPayloadFormat:
-			if r.PayloadFormat == nil {
-				err = enc.EncodeNil()
-			} else {
-				err = enc.EncodeUint(uint64(*r.PayloadFormat))
-			}
-		case fResponseTopic:
-			err = enc.EncodeString(r.ResponseTopic)
-		case fCorrelationData:
-			err = e.bin(r.CorrelationData)
-		case fUserProperties:
-			err = enc.EncodeArrayLen(2 * len(r.UserProperties))
-			for _, p := range r.UserProperties {
-				if err == nil {
-					err = enc.EncodeString(p.Key)
-				}
-				if err == nil {
-					err = enc.EncodeString(p.Value)
-				}
-			}
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // int writes v as the first encoder did: the shortest form for v >= -32,
 // int64 below (the library would pick int8, int16 or int32).
 func (e *recordEncoder) int(v int64) error {
@@ -162,8 +109,7 @@ var recordDecoders = sync.Pool{New: func() any {
 func decodeBody(r *Record, b []byte) error {
 	d := recordDecoders.Get().(*recordDecoder)
 	d.src = b
-	d.r.Reset(b)
-	d.dec.Reset(&d.r)
+	d.r.Reset(b) // the Decoder reads d.r since NewDecoder: no Decoder.Reset
 	err := d.record(r)
 	d.src = nil
 	d.r.Reset(nil)
@@ -179,73 +125,20 @@ func eof(err error) error {
 	return err
 }
 
-var fieldNames = [numFields]string{"timestamp", "topic", "payload", "flags", "client id", "epoch",
-	"content type", "payload format", "response topic", "correlation data", "user properties"}
-
-func (d *recordDecoder) record(r *Record) error {
-	n, err := d.arrayLen()
-	if err != nil {
-		return fmt.Errorf("record: %w", eof(err))
+// peek returns the next code without consuming it. It reads src directly:
+// the library's PeekCode costs two calls through the reader interface, and
+// the decoder checks up to two codes per field.
+func (d *recordDecoder) peek() (byte, error) {
+	left := d.r.Len()
+	if left == 0 {
+		return 0, io.EOF
 	}
-	if n < fFlags+1 {
-		return fmt.Errorf("record has %d fields, want at least %d", n, fFlags+1)
-	}
-	for i := range n {
-		if err := d.field(r, i); err != nil {
-			name := "unknown"
-			if i < numFields {
-				name = fieldNames[i]
-			}
-			return fmt.Errorf("record field %d (%s): %w", i, name, eof(err))
-		}
-	}
-	if left := d.r.Len(); left != 0 {
-		return fmt.Errorf("%d trailing bytes after the record", left)
-	}
-	return nil
-}
-
-func (d *recordDecoder) field(r *Record, i int) (err error) {
-	var u uint64
-	switch i {
-	case fTimestamp:
-		r.Timestamp, err = d.int()
-	case fTopic:
-		r.Topic, err = d.str()
-	case fPayload:
-		r.Payload, err = d.bin()
-	case fFlags:
-		u, err = d.uint(0xff)
-		r.QoS, r.Retain = byte(u&3), u&4 != 0
-	case fClientID:
-		r.ClientID, err = d.str()
-	case fEpoch:
-		u, err = d.uint(math.MaxUint32)
-		r.Epoch = uint32(u)
-	case fContentType:
-		r.ContentType, err = d.str()
-	case fPayloadFormat:
-		var isNil bool
-		if isNil, err = d.nilValue(); err == nil && !isNil {
-			u, err = d.uint(0xff)
-			pf := byte(u)
-			r.PayloadFormat = &pf
-		}
-	case fResponseTopic:
-		r.ResponseTopic, err = d.str()
-	case fCorrelationData:
-		r.CorrelationData, err = d.bin()
-	case fUserProperties:
-		r.UserProperties, err = d.userProperties()
-	default: // a field added by a newer writer
-		err = d.skip(0)
-	}
-	return err
+	return d.src[len(d.src)-left], nil
 }
 
 // int reads any msgpack integer that fits in an int64.
 func (d *recordDecoder) int() (int64, error) {
-	c, err := d.dec.PeekCode()
+	c, err := d.peek()
 	switch {
 	case err != nil:
 		return 0, err
@@ -270,9 +163,9 @@ func (d *recordDecoder) uint(max uint64) (uint64, error) {
 	return uint64(v), err
 }
 
-// nil consumes a nil and reports whether there was one.
+// nilValue consumes a nil and reports whether there was one.
 func (d *recordDecoder) nilValue() (bool, error) {
-	c, err := d.dec.PeekCode()
+	c, err := d.peek()
 	if err != nil || c != msgpcode.Nil {
 		return false, err
 	}
@@ -280,7 +173,7 @@ func (d *recordDecoder) nilValue() (bool, error) {
 }
 
 func (d *recordDecoder) str() (string, error) {
-	c, err := d.dec.PeekCode()
+	c, err := d.peek()
 	if err != nil {
 		return "", err
 	}
@@ -296,7 +189,7 @@ func (d *recordDecoder) bin() ([]byte, error) {
 	if isNil, err := d.nilValue(); isNil || err != nil {
 		return nil, err
 	}
-	c, err := d.dec.PeekCode()
+	c, err := d.peek()
 	if err != nil {
 		return nil, err
 	}
@@ -335,7 +228,7 @@ func (d *recordDecoder) take(n int) ([]byte, error) {
 
 // arrayLen reads an array header; a nil is refused.
 func (d *recordDecoder) arrayLen() (int, error) {
-	c, err := d.dec.PeekCode()
+	c, err := d.peek()
 	if err != nil {
 		return 0, err
 	}
@@ -358,33 +251,6 @@ func (d *recordDecoder) fits(n int) error {
 	return nil
 }
 
-// userProperties reads the flat [k0, v0, k1, v1, ...] array (or nil).
-func (d *recordDecoder) userProperties() ([]UserProperty, error) {
-	if isNil, err := d.nilValue(); isNil || err != nil {
-		return nil, err
-	}
-	m, err := d.arrayLen()
-	if err != nil || m == 0 {
-		return nil, err
-	}
-	if m%2 != 0 {
-		return nil, errors.New("odd number of strings")
-	}
-	props := make([]UserProperty, 0, min(m/2, 64))
-	for range m / 2 {
-		k, err := d.str()
-		if err != nil {
-			return nil, err
-		}
-		v, err := d.str()
-		if err != nil {
-			return nil, err
-		}
-		props = append(props, UserProperty{Key: k, Value: v})
-	}
-	return props, nil
-}
-
 // skip consumes one value of any type. Containers, strings, binary data and
 // extensions are walked here, with their lengths checked; the library skips
 // the fixed-size rest.
@@ -392,7 +258,7 @@ func (d *recordDecoder) skip(depth int) error {
 	if depth > maxSkipDepth {
 		return fmt.Errorf("values nested deeper than %d", maxSkipDepth)
 	}
-	c, err := d.dec.PeekCode()
+	c, err := d.peek()
 	if err != nil {
 		return err
 	}
