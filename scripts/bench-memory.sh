@@ -10,6 +10,7 @@
 #   scripts/bench-memory.sh                      # 1,000 sensors, 1 msg/s, QoS 1, 30 s
 #   SENSORS=2000 DURATION=60s scripts/bench-memory.sh
 #   SYSTEMS="peat-pi-zero mosquitto" scripts/bench-memory.sh
+#   PEAT_ENV="GODEBUG=gcshrinkstackoff=1" scripts/bench-memory.sh   # environment for Peat only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +21,7 @@ PAYLOAD=${PAYLOAD:-32}
 DURATION=${DURATION:-30s}     # publishing phase
 IDLE=${IDLE:-3}               # seconds between start and the idle RSS reading
 SYSTEMS=${SYSTEMS:-"peat-pi-zero peat-pi mochi mosquitto"}
+PEAT_ENV=${PEAT_ENV:-}         # e.g. GOMEMLIMIT=... or GODEBUG=... for the Peat runs
 
 work=$(mktemp -d)
 PID=""
@@ -70,7 +72,8 @@ start_system() { # name -> sets PID and PORT
 	pick_port
 	case $name in
 	peat-*)
-		$pin_broker "$work/peat" serve --data "$work/data-$name" --profile "${name#peat-}" \
+		# shellcheck disable=SC2086 # PEAT_ENV is a list of NAME=value words
+		env $PEAT_ENV $pin_broker "$work/peat" serve --data "$work/data-$name" --profile "${name#peat-}" \
 			--mqtt 127.0.0.1:$PORT --http 127.0.0.1:$((PORT + 1)) >"$work/$name.log" 2>&1 &
 		;;
 	mochi) $pin_broker "$work/peat-bench" mochi --listen 127.0.0.1:$PORT >"$work/$name.log" 2>&1 & ;;
@@ -100,7 +103,9 @@ CONF
 for name in $SYSTEMS; do
 	start_system "$name"
 	sleep "$IDLE"
-	line=$($pin_load "$work/peat-bench" sensors --addr 127.0.0.1:$PORT --pid "$PID" --label "$name" \
+	label=$name
+	[[ $name == peat-* && -n $PEAT_ENV ]] && label="$name $PEAT_ENV"
+	line=$($pin_load "$work/peat-bench" sensors --addr 127.0.0.1:$PORT --pid "$PID" --label "$label" \
 		--connections "$SENSORS" --rate "$RATE" --qos "$QOS" --payload "$PAYLOAD" --duration "$DURATION")
 	echo "$line"
 	echo "$line" >>"$work/results.jsonl"
