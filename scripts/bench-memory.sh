@@ -61,13 +61,13 @@ port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # free ports (MQTT, HTTP) for each run.
 pick_port() { # -> sets PORT
 	for _ in $(seq 50); do
-		PORT=$((20000 + RANDOM % 30000))
+		PORT=$((20000 + RANDOM % 12000)) # below the usual ephemeral range (32768+): 1,000 sensors take ports there
 		port_free "$PORT" && port_free $((PORT + 1)) && return 0
 	done
 	echo "bench-memory: no free port found" >&2; exit 1
 }
 
-start_system() { # name -> sets PID and PORT
+start_once() { # name -> sets PID and PORT; fails if the broker exits
 	local name=$1
 	pick_port
 	case $name in
@@ -97,7 +97,17 @@ CONF
 		port_free "$PORT" || return 0
 		sleep 0.1
 	done
-	echo "$name did not start:" >&2; cat "$work/$name.log" >&2; exit 1
+	kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true
+	PID=""
+	return 1
+}
+
+# A port that looked free may be taken in between: try a few fresh ones.
+start_system() { # name -> sets PID and PORT
+	for _ in 1 2 3; do
+		start_once "$1" && return 0
+	done
+	echo "$1 did not start:" >&2; cat "$work/$1.log" >&2; exit 1
 }
 
 for name in $SYSTEMS; do
