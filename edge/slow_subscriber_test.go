@@ -1,0 +1,202 @@
+package edge
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"io"
+	"math"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/logstore"
+)
+
+// rawClient is an MQTT 3.1.1 client that reads only when told to, with a
+// small socket buffer: a subscriber that falls far behind.
+type rawClient struct {
+	tb   testing.TB
+	conn *net.TCPConn
+	r    *bufio.Reader
+}
+
+func dialRaw(tb testing.TB, addr net.Addr, id string) *rawClient {
+	tb.Helper()
+	nc, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { nc.Close() })
+	tc := nc.(*net.TCPConn) // default buffers: a backlog of 80 MB does not fit in them
+	c := &rawClient{tb: tb, conn: tc, r: bufio.NewReaderSize(nc, 4096)}
+	c.write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4,
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 600, ClientIdentifier: id}})
+	if pk := c.read(); pk.FixedHeader.Type != packets.Connack || pk.ReasonCode != 0 {
+		tb.Fatalf("connect: %+v", pk)
+	}
+	return c
+}
+
+func (c *rawClient) write(pk packets.Packet) {
+	c.tb.Helper()
+	var buf bytes.Buffer
+	var err error
+	switch pk.FixedHeader.Type {
+	case packets.Connect:
+		err = pk.ConnectEncode(&buf)
+	case packets.Subscribe:
+		err = pk.SubscribeEncode(&buf)
+	case packets.Puback:
+		err = pk.PubackEncode(&buf)
+	}
+	if err == nil {
+		_, err = c.conn.Write(buf.Bytes())
+	}
+	if err != nil {
+		c.tb.Fatalf("write %v: %v", pk.FixedHeader.Type, err)
+	}
+}
+
+func (c *rawClient) read() packets.Packet {
+	c.tb.Helper()
+	_ = c.conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	pk := packets.Packet{ProtocolVersion: 4}
+	hb, err := c.r.ReadByte()
+	if err == nil {
+		err = pk.FixedHeader.Decode(hb)
+	}
+	var n int
+	for shift := 0; err == nil; shift += 7 {
+		var b byte
+		if b, err = c.r.ReadByte(); err == nil {
+			n |= int(b&0x7f) << shift
+			if b&0x80 == 0 {
+				break
+			}
+		}
+	}
+	body := make([]byte, n)
+	if err == nil {
+		_, err = io.ReadFull(c.r, body)
+	}
+	if err == nil {
+		switch pk.FixedHeader.Type {
+		case packets.Connack:
+			err = pk.ConnackDecode(body)
+		case packets.Suback:
+			err = pk.SubackDecode(body)
+		case packets.Publish:
+			err = pk.PublishDecode(body)
+		}
+	}
+	if err != nil {
+		c.tb.Fatalf("read: %v", err)
+	}
+	return pk
+}
+
+// brokerHeap estimates the live heap bytes allocated by Peat's and mochi's
+// code (not Badger's, whose table builders come and go with compactions),
+// from the runtime's sampled heap profile, scaled as pprof scales it.
+func brokerHeap() int64 {
+	runtime.GC()
+	runtime.GC() // the profile is as of the last completed cycle
+	var recs []runtime.MemProfileRecord
+	for {
+		n, ok := runtime.MemProfile(recs, false)
+		if ok {
+			recs = recs[:n]
+			break
+		}
+		recs = make([]runtime.MemProfileRecord, n+64)
+	}
+	rate := float64(runtime.MemProfileRate)
+	var total float64
+	for _, r := range recs {
+		if r.InUseObjects() == 0 || !allocatedByBroker(r.Stack()) {
+			continue
+		}
+		avg := float64(r.InUseBytes()) / float64(r.InUseObjects())
+		total += float64(r.InUseBytes()) / (1 - math.Exp(-avg/rate))
+	}
+	return int64(total)
+}
+
+func allocatedByBroker(stack []uintptr) bool {
+	frames := runtime.CallersFrames(stack)
+	for {
+		f, more := frames.Next()
+		if strings.HasPrefix(f.Function, "github.com/peatmq/peat/") || strings.HasPrefix(f.Function, "github.com/mochi-mqtt/") {
+			return !strings.Contains(f.Function, "_test") && !strings.Contains(f.Function, ".Test")
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
+// A QoS 1 subscriber that stops reading while far more is published than
+// fits in memory loses nothing, and the broker's heap does not grow with
+// what it has not yet read: the subscriber's place is an offset in the log.
+func TestNode_SlowQoS1SubscriberLosesNothingInBoundedMemory(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Storage.Profile = string(logstore.ProfilePiZero) // small Badger memtables
+	cfg.Streams[0].Durability = string(logstore.DurabilityInterval)
+	n := startNode(t, cfg)
+	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
+	runtime.MemProfileRate = 64 << 10
+
+	slow := dialRaw(t, n.MQTTAddr(), "slow")
+	slow.write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, ProtocolVersion: 4,
+		PacketID: 1, Filters: packets.Subscriptions{{Filter: "sensors/#", Qos: 1}}})
+	if pk := slow.read(); pk.FixedHeader.Type != packets.Suback || pk.ReasonCodes[0] != 1 {
+		t.Fatalf("subscribe: %+v", pk)
+	}
+
+	pub := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + n.MQTTAddr().String()).
+		SetClientID("pub").SetAutoReconnect(false).SetMaxResumePubInFlight(64))
+	if tok := pub.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	defer pub.Disconnect(0)
+
+	const count, size = 20000, 4096 // 80 MB the subscriber does not read
+	before := brokerHeap()
+	payload := make([]byte, size)
+	toks := make([]paho.Token, 0, 256)
+	for i := range count {
+		binary.BigEndian.PutUint64(payload, uint64(i))
+		toks = append(toks, pub.Publish("sensors/a", 1, false, bytes.Clone(payload)))
+		if len(toks) == cap(toks) || i == count-1 {
+			for _, tok := range toks {
+				if !tok.WaitTimeout(60*time.Second) || tok.Error() != nil {
+					t.Fatalf("publish: %v", tok.Error())
+				}
+			}
+			toks = toks[:0]
+		}
+	}
+	grown := brokerHeap() - before
+	t.Logf("the broker's heap grew %d KiB while %d MiB waited for the subscriber", grown>>10, count*size>>20)
+	if limit := int64(16 << 20); grown > limit {
+		t.Errorf("the broker's heap grew %d MiB with a subscriber %d MiB behind; want under %d MiB (memory must not follow the backlog)",
+			grown>>20, count*size>>20, limit>>20)
+	}
+
+	for want := range uint64(count) {
+		pk := slow.read()
+		if pk.FixedHeader.Type != packets.Publish {
+			t.Fatalf("got packet type %d, want PUBLISH", pk.FixedHeader.Type)
+		}
+		if got := binary.BigEndian.Uint64(pk.Payload); got != want {
+			t.Fatalf("got message %d, want %d: lost, repeated or reordered", got, want)
+		}
+		slow.write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, ProtocolVersion: 4, PacketID: pk.PacketID})
+	}
+}
