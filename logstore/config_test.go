@@ -57,7 +57,7 @@ func TestConfig_ValidateNamesEveryField(t *testing.T) {
 }
 
 func TestProfile(t *testing.T) {
-	if got := ProfilePiZero.MemoryLimit(); got != 64<<20 {
+	if got := ProfilePiZero.MemoryLimit(); got != 128<<20 {
 		t.Errorf("pi-zero memory limit %d", got)
 	}
 	if got := ProfilePi.MemoryLimit(); got != 256<<20 {

@@ -68,12 +68,13 @@
 // sizes its socket buffers (BufferSize), its outbound channel
 // (WritesPending) and Receive Maximum (Window) from Config, and starts no
 // goroutine and keeps no state for a client until it publishes to a captured
-// topic (an ack drainer lives only while acks are pending). Measured with
-// 1,000 MQTT 3.1.1 clients on a log that commits at once: about 28 KB per
-// idle connection (20 KB of it the stacks of mochi's two goroutines per
-// client), 40 MB RSS for the broker with all 1,000 publishing QoS 1 at
-// 1 msg/s under GOMEMLIMIT=32MiB (78 MB without a memory limit: the Go
-// runtime keeps freed memory).
+// topic (an ack drainer lives only while acks are pending). A connection
+// costs about 26.5 KB: 20 KB are the stacks of mochi's two goroutines per
+// client, 2 KB the read buffer, the rest mochi's client state (plain mochi:
+// about 69 KB). Once clients publish, mochi's read goroutine needs a 32 KB
+// stack to reach the publish hooks, in Peat and plain mochi alike: with
+// 1,000 sensors publishing QoS 1 at 1 msg/s, stacks take about 36 MB. That is
+// the floor under the broker's RSS for that load (make bench-memory).
 //
 // Publishes to $replay/... and $group/... are refused: those topics belong
 // to the replay protocol. Malformed packets make mochi disconnect that
