@@ -6,7 +6,6 @@ set -euo pipefail
 
 need=()
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
-command -v mosquitto_sub >/dev/null 2>&1 || need+=(mosquitto-clients)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
