@@ -1,12 +1,9 @@
 package edge
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
-	"io"
 	"math"
-	"net"
 	"runtime"
 	"strings"
 	"testing"
@@ -16,90 +13,8 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt/mqtttest"
 )
-
-// rawClient is an MQTT 3.1.1 client that reads only when told to, with a
-// small socket buffer: a subscriber that falls far behind.
-type rawClient struct {
-	tb   testing.TB
-	conn *net.TCPConn
-	r    *bufio.Reader
-}
-
-func dialRaw(tb testing.TB, addr net.Addr, id string) *rawClient {
-	tb.Helper()
-	nc, err := net.Dial("tcp", addr.String())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { nc.Close() })
-	tc := nc.(*net.TCPConn) // default buffers: a backlog of 80 MB does not fit in them
-	c := &rawClient{tb: tb, conn: tc, r: bufio.NewReaderSize(nc, 4096)}
-	c.write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4,
-		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 600, ClientIdentifier: id}})
-	if pk := c.read(); pk.FixedHeader.Type != packets.Connack || pk.ReasonCode != 0 {
-		tb.Fatalf("connect: %+v", pk)
-	}
-	return c
-}
-
-func (c *rawClient) write(pk packets.Packet) {
-	c.tb.Helper()
-	var buf bytes.Buffer
-	var err error
-	switch pk.FixedHeader.Type {
-	case packets.Connect:
-		err = pk.ConnectEncode(&buf)
-	case packets.Subscribe:
-		err = pk.SubscribeEncode(&buf)
-	case packets.Puback:
-		err = pk.PubackEncode(&buf)
-	}
-	if err == nil {
-		_, err = c.conn.Write(buf.Bytes())
-	}
-	if err != nil {
-		c.tb.Fatalf("write %v: %v", pk.FixedHeader.Type, err)
-	}
-}
-
-func (c *rawClient) read() packets.Packet {
-	c.tb.Helper()
-	_ = c.conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-	pk := packets.Packet{ProtocolVersion: 4}
-	hb, err := c.r.ReadByte()
-	if err == nil {
-		err = pk.FixedHeader.Decode(hb)
-	}
-	var n int
-	for shift := 0; err == nil; shift += 7 {
-		var b byte
-		if b, err = c.r.ReadByte(); err == nil {
-			n |= int(b&0x7f) << shift
-			if b&0x80 == 0 {
-				break
-			}
-		}
-	}
-	body := make([]byte, n)
-	if err == nil {
-		_, err = io.ReadFull(c.r, body)
-	}
-	if err == nil {
-		switch pk.FixedHeader.Type {
-		case packets.Connack:
-			err = pk.ConnackDecode(body)
-		case packets.Suback:
-			err = pk.SubackDecode(body)
-		case packets.Publish:
-			err = pk.PublishDecode(body)
-		}
-	}
-	if err != nil {
-		c.tb.Fatalf("read: %v", err)
-	}
-	return pk
-}
 
 // brokerHeap estimates the live heap bytes allocated by Peat's and mochi's
 // code (not Badger's, whose table builders come and go with compactions),
@@ -133,7 +48,8 @@ func allocatedByBroker(stack []uintptr) bool {
 	for {
 		f, more := frames.Next()
 		if strings.HasPrefix(f.Function, "github.com/peatmq/peat/") || strings.HasPrefix(f.Function, "github.com/mochi-mqtt/") {
-			return !strings.Contains(f.Function, "_test") && !strings.Contains(f.Function, ".Test")
+			return !strings.Contains(f.Function, "_test") && !strings.Contains(f.Function, ".Test") &&
+				!strings.Contains(f.Function, "/mqtttest.")
 		}
 		if !more {
 			return false
@@ -152,10 +68,10 @@ func TestNode_SlowQoS1SubscriberLosesNothingInBoundedMemory(t *testing.T) {
 	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
 	runtime.MemProfileRate = 64 << 10
 
-	slow := dialRaw(t, n.MQTTAddr(), "slow")
-	slow.write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, ProtocolVersion: 4,
-		PacketID: 1, Filters: packets.Subscriptions{{Filter: "sensors/#", Qos: 1}}})
-	if pk := slow.read(); pk.FixedHeader.Type != packets.Suback || pk.ReasonCodes[0] != 1 {
+	// An MQTT 3.1.1 client that reads only when told to, with the default
+	// socket buffers: a backlog of 80 MB does not fit in them.
+	slow := mqtttest.Dial(t, n.MQTTAddr().String(), mqtttest.Connect{ClientID: "slow", Version: 4, Clean: true, Keepalive: 600})
+	if pk := slow.Subscribe("sensors/#", 1); pk.ReasonCodes[0] != 1 {
 		t.Fatalf("subscribe: %+v", pk)
 	}
 
@@ -190,13 +106,13 @@ func TestNode_SlowQoS1SubscriberLosesNothingInBoundedMemory(t *testing.T) {
 	}
 
 	for want := range uint64(count) {
-		pk := slow.read()
+		pk := slow.Read()
 		if pk.FixedHeader.Type != packets.Publish {
 			t.Fatalf("got packet type %d, want PUBLISH", pk.FixedHeader.Type)
 		}
 		if got := binary.BigEndian.Uint64(pk.Payload); got != want {
 			t.Fatalf("got message %d, want %d: lost, repeated or reordered", got, want)
 		}
-		slow.write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, ProtocolVersion: 4, PacketID: pk.PacketID})
+		slow.Puback(pk.PacketID)
 	}
 }

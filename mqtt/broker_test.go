@@ -1,12 +1,9 @@
 package mqtt
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"sync/atomic"
@@ -19,6 +16,8 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
 // waitLimit only stops a broken test from hanging; no test asserts timing.
@@ -102,166 +101,34 @@ func dialV5(tb testing.TB, b *Broker, id string) (*pahov5.Client, *pahov5.Connac
 	return c, ack
 }
 
-// rawClient speaks MQTT over a bare net.Conn with mochi's packet codec, for
-// what paho hides (DUP resends, exact ack order, wire-level assertions).
-type rawClient struct {
-	tb   testing.TB
-	conn net.Conn
-	r    *bufio.Reader
-	v    byte
-}
-
-// dialRaw connects with protocol version 4 (3.1.1) or 5 and completes
-// CONNECT/CONNACK. connect may adjust the
-// CONNECT packet (a will, say).
-func dialRaw(tb testing.TB, b *Broker, id string, version byte, connect ...func(*packets.Packet)) *rawClient {
+// dialRaw connects a packet-level client, for what paho hides (DUP
+// resends, exact ack order, wire-level assertions), with protocol version 4
+// (3.1.1) or 5.
+func dialRaw(tb testing.TB, b *Broker, id string, version byte) *mqtttest.Raw {
 	tb.Helper()
-	conn, err := net.Dial("tcp", b.Addr().String())
-	if err != nil {
-		tb.Fatalf("dial: %v", err)
-	}
-	tb.Cleanup(func() { _ = conn.Close() })
-	c := &rawClient{tb: tb, conn: conn, r: bufio.NewReader(conn), v: version}
-	pk := packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Connect},
-		Connect: packets.ConnectParams{
-			ProtocolName:     []byte("MQTT"),
-			ClientIdentifier: id,
-			Clean:            true,
-			Keepalive:        60,
-		},
-	}
-	for _, f := range connect {
-		f(&pk)
-	}
-	c.send(pk)
-	if ack := c.read(); ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
-		tb.Fatalf("raw connect %s: got %v reason %#x", id, ack.FixedHeader.Type, ack.ReasonCode)
-	}
-	return c
+	return mqtttest.Dial(tb, b.Addr().String(), rawConnect(id, version))
 }
 
-func (c *rawClient) send(pk packets.Packet) {
-	c.tb.Helper()
-	if pk.ProtocolVersion == 0 {
-		pk.ProtocolVersion = c.v
-	}
-	var buf bytes.Buffer
-	var err error
-	switch pk.FixedHeader.Type {
-	case packets.Connect:
-		err = pk.ConnectEncode(&buf)
-	case packets.Publish:
-		err = pk.PublishEncode(&buf)
-	case packets.Puback:
-		err = pk.PubackEncode(&buf)
-	case packets.Pubrel:
-		pk.FixedHeader.Qos = 1
-		err = pk.PubrelEncode(&buf)
-	case packets.Pingreq:
-		err = pk.PingreqEncode(&buf)
-	case packets.Subscribe:
-		pk.FixedHeader.Qos = 1
-		err = pk.SubscribeEncode(&buf)
-	case packets.Disconnect:
-		err = pk.DisconnectEncode(&buf)
-	default:
-		err = fmt.Errorf("rawClient cannot send %v", pk.FixedHeader.Type)
-	}
-	if err != nil {
-		c.tb.Fatalf("encode: %v", err)
-	}
-	if _, err := c.conn.Write(buf.Bytes()); err != nil {
-		c.tb.Fatalf("write: %v", err)
-	}
+// rawConnect is dialRaw's CONNECT, for tests that add to it (a will, say).
+func rawConnect(id string, version byte) mqtttest.Connect {
+	return mqtttest.Connect{ClientID: id, Version: version, Clean: true, Keepalive: 60}
 }
 
-// publish sends a PUBLISH.
-func (c *rawClient) publish(topic string, qos byte, id uint16, dup bool, payload string) {
-	c.tb.Helper()
-	c.send(packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos, Dup: dup},
-		TopicName:   topic,
-		PacketID:    id,
-		Payload:     []byte(payload),
-	})
-}
-
-// next reads one packet, or returns the read error (io.EOF when the broker
-// closed the connection).
-func (c *rawClient) next() (packets.Packet, error) {
-	_ = c.conn.SetReadDeadline(time.Now().Add(waitLimit))
-	var pk packets.Packet
-	b, err := c.r.ReadByte()
-	if err != nil {
-		return pk, err
-	}
-	if err := pk.FixedHeader.Decode(b); err != nil {
-		return pk, err
-	}
-	n, _, err := packets.DecodeLength(c.r)
-	if err != nil {
-		return pk, err
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(c.r, body); err != nil {
-		return pk, err
-	}
-	pk.ProtocolVersion = c.v
-	pk.FixedHeader.Remaining = n
-	switch pk.FixedHeader.Type {
-	case packets.Connack:
-		err = pk.ConnackDecode(body)
-	case packets.Publish:
-		err = pk.PublishDecode(body)
-	case packets.Puback:
-		err = pk.PubackDecode(body)
-	case packets.Pubrec:
-		err = pk.PubrecDecode(body)
-	case packets.Pubcomp:
-		err = pk.PubcompDecode(body)
-	case packets.Suback:
-		err = pk.SubackDecode(body)
-	case packets.Disconnect:
-		err = pk.DisconnectDecode(body)
-	case packets.Pingresp:
-	default:
-		err = fmt.Errorf("unexpected packet type %d", pk.FixedHeader.Type)
-	}
-	return pk, err
-}
-
-// read reads one packet and fails the test on error.
-func (c *rawClient) read() packets.Packet {
-	c.tb.Helper()
-	pk, err := c.next()
-	if err != nil {
-		c.tb.Fatalf("read: %v", err)
-	}
-	return pk
-}
-
-// ping sends PINGREQ: everything the broker wrote before its PINGRESP was
-// decided before it read the PINGREQ.
-func (c *rawClient) ping() {
-	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}})
-}
-
-// expectClosed reads until the broker closes the connection; it fails on a
+// expectClosed reads until the broker closes c's connection; it fails on a
 // PUBACK/PUBREC with a success code (a refused publish must not be acked).
-func (c *rawClient) expectClosed() {
-	c.tb.Helper()
+func expectClosed(tb testing.TB, c *mqtttest.Raw) {
+	tb.Helper()
 	for {
-		pk, err := c.next()
+		pk, err := c.Next()
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				c.tb.Fatalf("connection still open after %v", waitLimit)
+				tb.Fatalf("connection still open after %v", mqtttest.ReadTimeout)
 			}
 			return
 		}
 		if (pk.FixedHeader.Type == packets.Puback || pk.FixedHeader.Type == packets.Pubrec) && pk.ReasonCode < 0x80 {
-			c.tb.Fatalf("got a success %v for id %d before the disconnect", pk.FixedHeader.Type, pk.PacketID)
+			tb.Fatalf("got a success %v for id %d before the disconnect", pk.FixedHeader.Type, pk.PacketID)
 		}
 	}
 }
@@ -332,10 +199,8 @@ func TestBroker_MalformedPacketDisconnectsOnlyThatClient(t *testing.T) {
 	good, _ := dialV3(t, b, "good")
 	bad := dialRaw(t, b, "bad", 4)
 	// A PUBLISH whose topic length runs past the packet.
-	if _, err := bad.conn.Write([]byte{0x30, 0x03, 0x00, 0x09, 'a'}); err != nil {
-		t.Fatal(err)
-	}
-	bad.expectClosed()
+	bad.WriteBytes([]byte{0x30, 0x03, 0x00, 0x09, 'a'})
+	expectClosed(t, bad)
 	if tok := good.Publish("sensors/ok", 1, false, "still here"); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
 		t.Fatalf("other client's publish after the malformed one: %v", tok.Error())
 	}
@@ -361,7 +226,7 @@ func TestBroker_CloseUnblocksPublisherOnFullWindow(t *testing.T) {
 	}
 	c := dialRaw(t, b, "blocked", 4)
 	for i := 1; i <= 4; i++ {
-		c.publish("sensors/x", 1, uint16(i), false, "x")
+		c.Publish("sensors/x", 1, uint16(i), "x")
 	}
 	st.waitAppends(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)

@@ -1,11 +1,8 @@
 package mqtt
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -21,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
 // deliveryWait bounds every wait in these tests. It only keeps a broken
@@ -269,169 +267,23 @@ func (p *dlvPaho) received() []dlvMsg {
 	return append([]dlvMsg(nil), p.msgs...)
 }
 
-// dlvRaw is a hand-driven MQTT client: it reads only when told to and
-// acknowledges only when told to, so tests can be a slow subscriber or one
-// that never acks.
-type dlvRaw struct {
-	tb      testing.TB
-	conn    net.Conn
-	r       *bufio.Reader
-	version byte
-	pending []packets.Packet // read while waiting for something else
-}
-
-// dialDlvRaw connects with clean session; props are the v5 CONNECT properties.
-func dialDlvRaw(tb testing.TB, addr, id string, version byte, props packets.Properties) *dlvRaw {
+// dialDlvRaw connects a packet-level client with clean session: it reads
+// only when told to and acknowledges only when told to, so tests can be a
+// slow subscriber or one that never acks. props are the v5 CONNECT
+// properties.
+func dialDlvRaw(tb testing.TB, addr, id string, version byte, props packets.Properties) *mqtttest.Raw {
 	tb.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { conn.Close() })
-	c := &dlvRaw{tb: tb, conn: conn, r: bufio.NewReader(conn), version: version}
-	c.write(packets.Packet{
-		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
-		ProtocolVersion: version,
-		Connect: packets.ConnectParams{
-			ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 0, ClientIdentifier: id,
-		},
-		Properties: props,
-	})
-	if pk := c.read(); pk.FixedHeader.Type != packets.Connack || pk.ReasonCode != 0 {
-		tb.Fatalf("raw connect %s: got %v reason %d", id, pk.FixedHeader.Type, pk.ReasonCode)
-	}
-	return c
+	return mqtttest.Dial(tb, addr, mqtttest.Connect{ClientID: id, Version: version, Clean: true, Properties: props})
 }
 
-func (c *dlvRaw) write(pk packets.Packet) {
-	c.tb.Helper()
-	pk.ProtocolVersion = c.version
-	var buf bytes.Buffer
-	var err error
-	switch pk.FixedHeader.Type {
-	case packets.Connect:
-		err = pk.ConnectEncode(&buf)
-	case packets.Subscribe:
-		err = pk.SubscribeEncode(&buf)
-	case packets.Puback:
-		err = pk.PubackEncode(&buf)
-	case packets.Pingreq:
-		err = pk.PingreqEncode(&buf)
-	case packets.Publish:
-		err = pk.PublishEncode(&buf)
-	default:
-		c.tb.Fatalf("raw client cannot write %v", pk.FixedHeader.Type)
-	}
-	if err != nil {
-		c.tb.Fatal(err)
-	}
-	if _, err := c.conn.Write(buf.Bytes()); err != nil {
-		c.tb.Fatal(err)
-	}
-}
-
-// read returns the next packet (one read earlier and set aside first).
-func (c *dlvRaw) read() packets.Packet {
-	c.tb.Helper()
-	pk, err := c.readErr()
-	if err != nil {
-		c.tb.Fatal(err)
-	}
-	return pk
-}
-
-// readErr is read for goroutines other than the test's: it returns errors.
-func (c *dlvRaw) readErr() (packets.Packet, error) {
-	var pk packets.Packet
-	if len(c.pending) > 0 {
-		pk = c.pending[0]
-		c.pending = c.pending[1:]
-		return pk, nil
-	}
-	_ = c.conn.SetReadDeadline(time.Now().Add(deliveryWait))
-	b, err := c.r.ReadByte()
-	if err != nil {
-		return pk, fmt.Errorf("raw read: %w", err)
-	}
-	pk.ProtocolVersion = c.version
-	if err := pk.FixedHeader.Decode(b); err != nil {
-		return pk, err
-	}
-	n, _, err := packets.DecodeLength(c.r)
-	if err != nil {
-		return pk, err
-	}
-	pk.FixedHeader.Remaining = n
-	body := make([]byte, n)
-	if _, err := io.ReadFull(c.r, body); err != nil {
-		return pk, fmt.Errorf("raw read body: %w", err)
-	}
-	switch pk.FixedHeader.Type {
-	case packets.Connack:
-		err = pk.ConnackDecode(body)
-	case packets.Publish:
-		err = pk.PublishDecode(body)
-	case packets.Suback:
-		err = pk.SubackDecode(body)
-	case packets.Pingresp:
-	case packets.Pubrel:
-		err = pk.PubrelDecode(body)
-	case packets.Disconnect:
-		err = pk.DisconnectDecode(body)
-	}
-	return pk, err
-}
-
-// pubackErr acknowledges id and returns errors, for other goroutines.
-func (c *dlvRaw) pubackErr(id uint16) error {
-	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: id, ProtocolVersion: c.version}
-	var buf bytes.Buffer
-	if err := pk.PubackEncode(&buf); err != nil {
-		return err
-	}
-	_, err := c.conn.Write(buf.Bytes())
-	return err
-}
-
-// readUntil reads until a packet of type t, setting aside the others.
-func (c *dlvRaw) readUntil(t byte) packets.Packet {
-	c.tb.Helper()
-	var aside []packets.Packet
-	for {
-		pk := c.read()
-		if pk.FixedHeader.Type == t {
-			c.pending = append(aside, c.pending...)
-			return pk
-		}
-		aside = append(aside, pk)
-	}
-}
-
-// subscribe sends SUBSCRIBE and waits for the SUBACK.
-func (c *dlvRaw) subscribe(filter string, qos byte) {
-	c.tb.Helper()
-	c.write(packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
-		PacketID:    1,
-		Filters:     packets.Subscriptions{{Filter: filter, Qos: qos}},
-	})
-	if ack := c.readUntil(packets.Suback); len(ack.ReasonCodes) != 1 || ack.ReasonCodes[0] > 2 {
-		c.tb.Fatalf("raw subscribe %s: %v", filter, ack.ReasonCodes)
-	}
-}
-
-func (c *dlvRaw) puback(id uint16) {
-	c.write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: id})
-}
-
-// ping sends PINGREQ and reads until PINGRESP, returning the PUBLISHes read
-// on the way (none are acknowledged).
-func (c *dlvRaw) ping() []packets.Packet {
-	c.tb.Helper()
-	c.write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}})
+// pingPublishes sends PINGREQ and reads until PINGRESP, returning the
+// PUBLISHes read on the way (none are acknowledged).
+func pingPublishes(tb testing.TB, c *mqtttest.Raw) []packets.Packet {
+	tb.Helper()
+	c.Ping()
 	var pubs []packets.Packet
 	for {
-		pk := c.read()
+		pk := c.Read()
 		switch pk.FixedHeader.Type {
 		case packets.Pingresp:
 			return pubs

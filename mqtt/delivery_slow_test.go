@@ -13,6 +13,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
 // reader returns the delivery reader of a stream.
@@ -81,15 +82,15 @@ func seqOf(tb testing.TB, payload []byte) int {
 
 // readInOrder reads PUBLISHes, acknowledging QoS 1 ones, and checks that
 // they carry the record numbers from, from+1, ... until it has n.
-func readInOrder(tb testing.TB, c *dlvRaw, from, n int) {
+func readInOrder(tb testing.TB, c *mqtttest.Raw, from, n int) {
 	tb.Helper()
 	for want := from; want < from+n; want++ {
-		pk := c.readUntil(packets.Publish)
+		pk := c.ReadUntil(packets.Publish)
 		if got := seqOf(tb, pk.Payload); got != want {
 			tb.Fatalf("got record %d, want %d: a record was lost, repeated or reordered", got, want)
 		}
 		if pk.FixedHeader.Qos > 0 {
-			c.puback(pk.PacketID)
+			c.Puback(pk.PacketID)
 		}
 	}
 }
@@ -99,7 +100,7 @@ func TestDelivery_SlowQoS1SubscriberLosesNothing(t *testing.T) {
 	cfg.QueueDepth, cfg.Window, cfg.ReadBatch = 8, 16, 64
 	h := newDeliveryHarness(t, cfg, "default=#")
 	slow := dialDlvRaw(t, h.addr, "slow", 4, packets.Properties{})
-	slow.subscribe("s/#", 1)
+	slow.Subscribe("s/#", 1)
 	fast := dialDlvPaho(t, h.addr, "fast")
 	fast.subscribe(t, "s/#", 1)
 
@@ -133,17 +134,17 @@ func TestDelivery_SlowQoS0SubscriberDropsAreCounted(t *testing.T) {
 	cfg.QueueDepth, cfg.QoS0MaxLag = 8, 100
 	h := newDeliveryHarness(t, cfg, "default=#")
 	slow := dialDlvRaw(t, h.addr, "slow0", 4, packets.Properties{})
-	if tc, ok := slow.conn.(*net.TCPConn); ok {
+	if tc, ok := slow.Conn().(*net.TCPConn); ok {
 		_ = tc.SetReadBuffer(4096)
 	}
-	slow.subscribe("s/#", 0)
+	slow.Subscribe("s/#", 0)
 
 	// The subscriber reads nothing while 6000 large records are appended:
 	// its queue and socket fill, and it ends far more than QoS0MaxLag behind.
 	const n, size = 6000, 2048
 	h.appendPadded(t, "default", "s/x", 1, 0, n, size)
 	h.waitDispatched(t, "default")
-	if tc, ok := slow.conn.(*net.TCPConn); ok {
+	if tc, ok := slow.Conn().(*net.TCPConn); ok {
 		_ = tc.SetReadBuffer(1 << 20) // read the rest quickly
 	}
 	// A marker appended after the burst arrives once the subscriber has
@@ -151,7 +152,7 @@ func TestDelivery_SlowQoS0SubscriberDropsAreCounted(t *testing.T) {
 	h.appendPadded(t, "default", "s/x", 0, n, 1, size)
 	last, received := -1, 0
 	for {
-		seq := seqOf(t, slow.readUntil(packets.Publish).Payload)
+		seq := seqOf(t, slow.ReadUntil(packets.Publish).Payload)
 		if seq <= last {
 			t.Fatalf("record %d after %d: repeated or reordered", seq, last)
 		}
@@ -175,12 +176,12 @@ func TestDelivery_QoS0BurstLargerThanTheQueueLosesNothing(t *testing.T) {
 	cfg.QueueDepth = 8 // far smaller than one read batch
 	h := newDeliveryHarness(t, cfg, "default=#")
 	c := dialDlvRaw(t, h.addr, "burst0", 4, packets.Properties{})
-	c.subscribe("s/#", 0)
+	c.Subscribe("s/#", 0)
 
 	const n = 3000
 	h.appendPadded(t, "default", "s/x", 0, 0, n, 64)
 	for want := range n {
-		if got := seqOf(t, c.readUntil(packets.Publish).Payload); got != want {
+		if got := seqOf(t, c.ReadUntil(packets.Publish).Payload); got != want {
 			t.Fatalf("got record %d, want %d", got, want)
 		}
 	}
@@ -195,7 +196,7 @@ func TestDelivery_WindowBoundsUnackedMessages(t *testing.T) {
 		cfg.Window, cfg.QueueDepth = cfgWindow, 4
 		h := newDeliveryHarness(t, cfg, "default=#")
 		c := dialDlvRaw(t, h.addr, "noack", version, props)
-		c.subscribe("s/#", 1)
+		c.Subscribe("s/#", 1)
 		const n = 40
 		h.appendPadded(t, "default", "s/x", 1, 0, n, 16)
 
@@ -203,7 +204,7 @@ func TestDelivery_WindowBoundsUnackedMessages(t *testing.T) {
 		next := 0
 		take := func(k int) {
 			for range k {
-				pk := c.readUntil(packets.Publish)
+				pk := c.ReadUntil(packets.Publish)
 				if got := seqOf(t, pk.Payload); got != next {
 					t.Fatalf("got record %d, want %d", got, next)
 				}
@@ -211,7 +212,7 @@ func TestDelivery_WindowBoundsUnackedMessages(t *testing.T) {
 				unacked = append(unacked, pk)
 			}
 			// PINGRESP comes after anything the broker had already sent.
-			if extra := c.ping(); len(extra) > 0 {
+			if extra := pingPublishes(t, c); len(extra) > 0 {
 				t.Fatalf("%d unacknowledged, then %d more arrived: window %d not respected", len(unacked), len(extra), want)
 			}
 		}
@@ -219,7 +220,7 @@ func TestDelivery_WindowBoundsUnackedMessages(t *testing.T) {
 		for next < n {
 			k := min(3, len(unacked))
 			for _, pk := range unacked[:k] {
-				c.puback(pk.PacketID)
+				c.Puback(pk.PacketID)
 			}
 			unacked = unacked[k:]
 			take(min(k, n-next))
@@ -241,7 +242,7 @@ func TestDelivery_LaggingCursorBelowRetentionSkipsAndCounts(t *testing.T) {
 	cfg.QueueDepth, cfg.Window, cfg.ReadBatch = 4, 4, 8
 	h := newDeliveryHarness(t, cfg, "default=#")
 	c := dialDlvRaw(t, h.addr, "lagger", 4, packets.Properties{})
-	c.subscribe("s/#", 1)
+	c.Subscribe("s/#", 1)
 	const n = 200
 	h.appendPadded(t, "default", "s/x", 1, 0, n, 16)
 	dlvWaitFor(t, "the subscriber to fall back to its own cursor", func() bool { return h.catchups() > 0 })
@@ -250,8 +251,8 @@ func TestDelivery_LaggingCursorBelowRetentionSkipsAndCounts(t *testing.T) {
 
 	var got []int
 	for {
-		pk := c.readUntil(packets.Publish)
-		c.puback(pk.PacketID)
+		pk := c.ReadUntil(packets.Publish)
+		c.Puback(pk.PacketID)
 		got = append(got, seqOf(t, pk.Payload))
 		if got[len(got)-1] == n-1 {
 			break
@@ -276,12 +277,12 @@ func TestDelivery_SlowSharedGroupLosesNothing(t *testing.T) {
 	cfg := testDeliveryConfig()
 	cfg.QueueDepth, cfg.Window, cfg.ReadBatch = 4, 4, 16
 	h := newDeliveryHarness(t, cfg, "default=#")
-	members := []*dlvRaw{
+	members := []*mqtttest.Raw{
 		dialDlvRaw(t, h.addr, "m1", 4, packets.Properties{}),
 		dialDlvRaw(t, h.addr, "m2", 4, packets.Properties{}),
 	}
 	for _, m := range members {
-		m.subscribe("$share/g/s/#", 1)
+		m.Subscribe("$share/g/s/#", 1)
 	}
 	const n = 500
 	h.appendPadded(t, "default", "s/x", 1, 0, n, 16)
@@ -292,11 +293,11 @@ func TestDelivery_SlowSharedGroupLosesNothing(t *testing.T) {
 	for _, m := range members {
 		go func() {
 			for {
-				pk, err := m.readErr()
+				pk, err := m.Next()
 				if err != nil {
 					return // the connection closed at cleanup
 				}
-				if pk.FixedHeader.Type != packets.Publish || m.pubackErr(pk.PacketID) != nil {
+				if pk.FixedHeader.Type != packets.Publish || m.Send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID}) != nil {
 					continue
 				}
 				s, _, _ := strings.Cut(string(pk.Payload), " ")
@@ -347,12 +348,12 @@ func TestDelivery_CloseStopsEveryGoroutine(t *testing.T) {
 	// A QoS 0 client that never reads: its sender ends up blocked in a
 	// socket write. A QoS 1 client that never acks: its cursor waits.
 	stuck := dialDlvRaw(t, h.addr, "stuck", 4, packets.Properties{})
-	if tc, ok := stuck.conn.(*net.TCPConn); ok {
+	if tc, ok := stuck.Conn().(*net.TCPConn); ok {
 		_ = tc.SetReadBuffer(4096)
 	}
-	stuck.subscribe("s/#", 0)
+	stuck.Subscribe("s/#", 0)
 	noack := dialDlvRaw(t, h.addr, "noack", 4, packets.Properties{})
-	noack.subscribe("s/#", 1)
+	noack.Subscribe("s/#", 1)
 	p := dialDlvPaho(t, h.addr, "paho")
 	p.subscribe(t, "#", 1)
 	h.appendPadded(t, "default", "s/x", 1, 0, 5000, 1024)

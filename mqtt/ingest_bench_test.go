@@ -28,7 +28,7 @@ func BenchmarkIngest_QoS1(b *testing.B) {
 			payload := bytes.Repeat([]byte("x"), 128)
 			conns := make([]net.Conn, pubs)
 			for i := range conns {
-				conns[i] = dialRaw(b, br, "bench-"+string(rune('a'+i)), 4).conn
+				conns[i] = dialRaw(b, br, "bench-"+string(rune('a'+i)), 4).Conn()
 			}
 			b.SetBytes(int64(len(payload)))
 			b.ReportAllocs()

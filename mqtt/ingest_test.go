@@ -12,6 +12,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
 func TestIngest_AppendsPublishesWithProperties(t *testing.T) {
@@ -68,10 +69,10 @@ func TestIngest_AckOnlyWhenDurable(t *testing.T) {
 				b := newTestBroker(t, l)
 				c := dialRaw(t, b, "p", v)
 				st.hold()
-				c.publish("sensors/a", qos, 1, false, "x")
+				c.Publish("sensors/a", qos, 1, "x")
 				st.waitAppends(t, 1)
-				c.ping() // answered by the read goroutine, which already handed the publish over
-				if pk := c.read(); pk.FixedHeader.Type != packets.Pingresp {
+				c.Ping() // answered by the read goroutine, which already handed the publish over
+				if pk := c.Read(); pk.FixedHeader.Type != packets.Pingresp {
 					t.Fatalf("before the append is durable got %v id %d, want only PINGRESP", pk.FixedHeader.Type, pk.PacketID)
 				}
 				st.release()
@@ -79,12 +80,12 @@ func TestIngest_AckOnlyWhenDurable(t *testing.T) {
 				if qos == 2 {
 					want = packets.Pubrec
 				}
-				if pk := c.read(); pk.FixedHeader.Type != want || pk.PacketID != 1 || pk.ReasonCode != 0 {
+				if pk := c.Read(); pk.FixedHeader.Type != want || pk.PacketID != 1 || pk.ReasonCode != 0 {
 					t.Fatalf("after the append: got %v id %d reason %#x, want %v id 1", pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode, want)
 				}
 				if qos == 2 {
-					c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel}, PacketID: 1})
-					if pk := c.read(); pk.FixedHeader.Type != packets.Pubcomp || pk.PacketID != 1 || pk.ReasonCode != 0 {
+					c.Write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel}, PacketID: 1})
+					if pk := c.Read(); pk.FixedHeader.Type != packets.Pubcomp || pk.PacketID != 1 || pk.ReasonCode != 0 {
 						t.Fatalf("PUBREL answered with %v id %d reason %#x, want PUBCOMP success", pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode)
 					}
 				}
@@ -105,18 +106,18 @@ func TestIngest_AcksInArrivalOrder(t *testing.T) {
 		if i%2 == 0 {
 			topic = "b/x"
 		}
-		c.publish(topic, 1+byte(i%2), uint16(i), false, fmt.Sprint(i))
+		c.Publish(topic, 1+byte(i%2), uint16(i), fmt.Sprint(i))
 	}
 	// All of them are in flight at once: nothing waits for an earlier fsync.
 	sa.waitAppends(t, n/2)
 	sb.waitRecords(t, n/2)
-	c.ping()
-	if pk := c.read(); pk.FixedHeader.Type != packets.Pingresp {
+	c.Ping()
+	if pk := c.Read(); pk.FixedHeader.Type != packets.Pingresp {
 		t.Fatalf("got %v id %d while the first publish is not durable, want PINGRESP", pk.FixedHeader.Type, pk.PacketID)
 	}
 	sa.release()
 	for i := 1; i <= n; i++ {
-		pk := c.read()
+		pk := c.Read()
 		if pk.PacketID != uint16(i) || pk.ReasonCode != 0 {
 			t.Fatalf("ack %d: got %v id %d reason %#x", i, pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode)
 		}
@@ -131,9 +132,9 @@ func TestIngest_WindowBoundsPendingPublishes(t *testing.T) {
 	c := dialRaw(t, b, "p", 4)
 	st.hold()
 	for i := 1; i <= n; i++ {
-		c.publish("sensors/x", 1, uint16(i), false, "x")
+		c.Publish("sensors/x", 1, uint16(i), "x")
 	}
-	c.ping()
+	c.Ping()
 	st.waitAppends(t, window)
 	if got := st.submitted(); got != window {
 		t.Fatalf("%d appends pending with a window of %d", got, window)
@@ -144,7 +145,7 @@ func TestIngest_WindowBoundsPendingPublishes(t *testing.T) {
 	// the ack of publish n-window freed.
 	var seq []string
 	for len(seq) < n+1 {
-		pk := c.read()
+		pk := c.Read()
 		if pk.FixedHeader.Type == packets.Pingresp {
 			seq = append(seq, "ping")
 		} else {
@@ -181,31 +182,36 @@ func TestIngest_QoS2ResendAppendedOnce(t *testing.T) {
 			st := l.stream(t, "default")
 			b := newTestBroker(t, l)
 			c := dialRaw(t, b, "p", v)
+			resend := func() { // the same message again, DUP set
+				t.Helper()
+				c.Write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 2, Dup: true},
+					TopicName: "sensors/q2", PacketID: 7, Payload: []byte("once")})
+			}
 			st.hold()
-			c.publish("sensors/q2", 2, 7, false, "once")
+			c.Publish("sensors/q2", 2, 7, "once")
 			st.waitAppends(t, 1)
-			c.publish("sensors/q2", 2, 7, true, "once") // resent before PUBREC
-			c.ping()
-			if pk := c.read(); pk.FixedHeader.Type != packets.Pingresp {
+			resend() // resent before PUBREC
+			c.Ping()
+			if pk := c.Read(); pk.FixedHeader.Type != packets.Pingresp {
 				t.Fatalf("resend answered with %v reason %#x before the original is durable", pk.FixedHeader.Type, pk.ReasonCode)
 			}
 			st.release()
 			for i := 0; i < 2; i++ {
-				if pk := c.read(); pk.FixedHeader.Type != packets.Pubrec || pk.PacketID != 7 || pk.ReasonCode != 0 {
+				if pk := c.Read(); pk.FixedHeader.Type != packets.Pubrec || pk.PacketID != 7 || pk.ReasonCode != 0 {
 					t.Fatalf("answer %d: %v id %d reason %#x, want PUBREC 7 success", i, pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode)
 				}
 			}
-			c.publish("sensors/q2", 2, 7, true, "once") // resent after PUBREC, before PUBREL
-			if pk := c.read(); pk.FixedHeader.Type != packets.Pubrec || pk.PacketID != 7 || pk.ReasonCode != 0 {
+			resend() // resent after PUBREC, before PUBREL
+			if pk := c.Read(); pk.FixedHeader.Type != packets.Pubrec || pk.PacketID != 7 || pk.ReasonCode != 0 {
 				t.Fatalf("late resend: %v id %d reason %#x, want PUBREC 7 success", pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode)
 			}
-			c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel}, PacketID: 7})
-			if pk := c.read(); pk.FixedHeader.Type != packets.Pubcomp || pk.PacketID != 7 || pk.ReasonCode != 0 {
+			c.Write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel}, PacketID: 7})
+			if pk := c.Read(); pk.FixedHeader.Type != packets.Pubcomp || pk.PacketID != 7 || pk.ReasonCode != 0 {
 				t.Fatalf("PUBREL: %v id %d reason %#x, want PUBCOMP 7 success", pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode)
 			}
 			// The id is free again: a new message with it is a new message.
-			c.publish("sensors/q2", 2, 7, false, "second")
-			if pk := c.read(); pk.FixedHeader.Type != packets.Pubrec || pk.PacketID != 7 {
+			c.Publish("sensors/q2", 2, 7, "second")
+			if pk := c.Read(); pk.FixedHeader.Type != packets.Pubrec || pk.PacketID != 7 {
 				t.Fatalf("new publish with a released id: %v id %d", pk.FixedHeader.Type, pk.PacketID)
 			}
 			recs := st.records()
@@ -227,22 +233,18 @@ func TestIngest_WillAppendedOnAbnormalDisconnect(t *testing.T) {
 	if err := b.Server().AddHook(counter, nil); err != nil {
 		t.Fatal(err)
 	}
-	withWill := func(topic, payload string) func(*packets.Packet) {
-		return func(pk *packets.Packet) {
-			pk.Connect.WillFlag = true
-			pk.Connect.WillTopic = topic
-			pk.Connect.WillPayload = []byte(payload)
-			pk.Connect.WillQos = 1
-			pk.Connect.WillRetain = true
-		}
+	dialWithWill := func(id, topic, payload string) *mqtttest.Raw {
+		c := rawConnect(id, 4)
+		c.Will = &mqtttest.Will{Topic: topic, Payload: []byte(payload), Qos: 1, Retain: true}
+		return mqtttest.Dial(t, b.Addr().String(), c)
 	}
 
-	polite := dialRaw(t, b, "polite", 4, withWill("sensors/polite/status", "gone"))
-	polite.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}})
+	polite := dialWithWill("polite", "sensors/polite/status", "gone")
+	polite.Write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}})
 	waitFor(t, "polite client gone", func() bool { return b.Clients() == 0 })
 
-	dying := dialRaw(t, b, "dying", 4, withWill("sensors/dying/status", "offline"))
-	_ = dying.conn.Close() // no DISCONNECT
+	dying := dialWithWill("dying", "sensors/dying/status", "offline")
+	dying.Close() // no DISCONNECT
 	recs := st.waitRecords(t, 1)
 	r := recs[0]
 	if r.Topic != "sensors/dying/status" || string(r.Payload) != "offline" || r.QoS != 1 || !r.Retain || r.ClientID != "dying" {
@@ -279,8 +281,8 @@ func TestIngest_RefusesWhenAppendFails(t *testing.T) {
 				c := dialRaw(t, b, "p", 5)
 				cl, _ := b.Server().Clients.Get("p")
 				st.fail(tc.err)
-				c.publish("sensors/a", qos, 3, false, "x")
-				pk := c.read()
+				c.Publish("sensors/a", qos, 3, "x")
+				pk := c.Read()
 				if pk.PacketID != 3 || pk.ReasonCode != tc.wantCode || pk.Properties.ReasonString == "" {
 					t.Fatalf("got %v id %d reason %#x %q, want reason %#x with a reason string",
 						pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode, pk.Properties.ReasonString, tc.wantCode)
@@ -292,8 +294,8 @@ func TestIngest_RefusesWhenAppendFails(t *testing.T) {
 					t.Errorf("refused metric = %v, want 1", got)
 				}
 				st.fail(nil) // space is back: publishing works again
-				c.publish("sensors/a", 1, 4, false, "y")
-				if pk := c.read(); pk.PacketID != 4 || pk.ReasonCode != 0 {
+				c.Publish("sensors/a", 1, 4, "y")
+				if pk := c.Read(); pk.PacketID != 4 || pk.ReasonCode != 0 {
 					t.Fatalf("after healing: %v id %d reason %#x", pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode)
 				}
 			})
@@ -305,8 +307,8 @@ func TestIngest_RefusesWhenAppendFails(t *testing.T) {
 		b := newTestBroker(t, l)
 		c := dialRaw(t, b, "p", 4)
 		st.fail(logstore.ErrNoSpace)
-		c.publish("sensors/a", 1, 3, false, "x")
-		c.expectClosed()
+		c.Publish("sensors/a", 1, 3, "x")
+		expectClosed(t, c)
 	})
 	t.Run("v3 paho sees the connection lost", func(t *testing.T) {
 		l := newMemLog(t, "default=#")
@@ -340,14 +342,14 @@ func TestIngest_RefusesOversizePayload(t *testing.T) {
 		st := l.stream(t, "default")
 		b := newTestBroker(t, l, func(c *Config) { c.MaxPayload = max })
 		c := dialRaw(t, b, "p", 5)
-		c.publish("sensors/a", 0, 0, false, big) // dropped and counted
-		c.publish("sensors/a", 1, 1, false, big)
-		pk := c.read()
+		c.Publish("sensors/a", 0, 0, big) // dropped and counted
+		c.Publish("sensors/a", 1, 1, big)
+		pk := c.Read()
 		if pk.PacketID != 1 || pk.ReasonCode != 0x97 || !strings.Contains(pk.Properties.ReasonString, "max_payload") {
 			t.Fatalf("oversize publish: %v id %d reason %#x %q", pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode, pk.Properties.ReasonString)
 		}
-		c.publish("sensors/a", 1, 2, false, strings.Repeat("x", max))
-		if pk := c.read(); pk.PacketID != 2 || pk.ReasonCode != 0 {
+		c.Publish("sensors/a", 1, 2, strings.Repeat("x", max))
+		if pk := c.Read(); pk.PacketID != 2 || pk.ReasonCode != 0 {
 			t.Fatalf("publish at the limit: %v id %d reason %#x", pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode)
 		}
 		if recs := st.records(); len(recs) != 1 || len(recs[0].Payload) != max {
@@ -361,8 +363,8 @@ func TestIngest_RefusesOversizePayload(t *testing.T) {
 		l := newMemLog(t, "default=#")
 		b := newTestBroker(t, l, func(c *Config) { c.MaxPayload = max })
 		c := dialRaw(t, b, "p", 4)
-		c.publish("sensors/a", 1, 1, false, big)
-		c.expectClosed()
+		c.Publish("sensors/a", 1, 1, big)
+		expectClosed(t, c)
 		if n := l.stream(t, "default").submitted(); n != 0 {
 			t.Fatalf("%d appends of an oversize payload", n)
 		}
@@ -375,14 +377,14 @@ func TestIngest_RefusesReservedTopics(t *testing.T) {
 	b := newTestBroker(t, l)
 	v5 := dialRaw(t, b, "v5", 5)
 	for i, topic := range []string{"$replay/0/5/sensors/a", "$group/g/5/x"} {
-		v5.publish(topic, 1, uint16(i+1), false, "x")
-		if pk := v5.read(); pk.PacketID != uint16(i+1) || pk.ReasonCode != 0x90 {
+		v5.Publish(topic, 1, uint16(i+1), "x")
+		if pk := v5.Read(); pk.PacketID != uint16(i+1) || pk.ReasonCode != 0x90 {
 			t.Fatalf("publish to %s: %v reason %#x, want 0x90", topic, pk.FixedHeader.Type, pk.ReasonCode)
 		}
 	}
 	v3 := dialRaw(t, b, "v3", 4)
-	v3.publish("$replay/x", 1, 1, false, "x")
-	v3.expectClosed()
+	v3.Publish("$replay/x", 1, 1, "x")
+	expectClosed(t, v3)
 	if n := st.submitted(); n != 0 {
 		t.Fatalf("%d appends for reserved topics", n)
 	}
@@ -462,8 +464,8 @@ func TestIngest_RetainedOnCapturedTopic(t *testing.T) {
 
 	st.fail(errors.New("boom")) // a refused retained publish changes nothing
 	pubV5 := dialRaw(t, b, "pub5", 5)
-	pubV5.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true}, TopicName: "sensors/r", PacketID: 1, Payload: []byte("v2")})
-	if pk := pubV5.read(); pk.ReasonCode < 0x80 {
+	pubV5.Write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true}, TopicName: "sensors/r", PacketID: 1, Payload: []byte("v2")})
+	if pk := pubV5.Read(); pk.ReasonCode < 0x80 {
 		t.Fatalf("publish acked while the log fails")
 	}
 	if m := retained(); len(m) != 1 || string(m[0].Payload) != "v1" {
@@ -494,13 +496,10 @@ func TestIngest_DelayedWill(t *testing.T) {
 	l := newMemLog(t, "default=#")
 	st := l.stream(t, "default")
 	b := newTestBroker(t, l)
-	withDelayedWill := func(delay uint32) func(*packets.Packet) {
-		return func(pk *packets.Packet) {
-			pk.Connect.WillFlag = true
-			pk.Connect.WillTopic = "sensors/w/status"
-			pk.Connect.WillPayload = []byte("offline")
-			pk.Connect.WillProperties.WillDelayInterval = delay
-		}
+	dialWithDelayedWill := func(t *testing.T, id string, delay uint32) *mqtttest.Raw {
+		c := rawConnect(id, 5)
+		c.Will = &mqtttest.Will{Topic: "sensors/w/status", Payload: []byte("offline"), Delay: delay}
+		return mqtttest.Dial(t, b.Addr().String(), c)
 	}
 	pendingWills := func() int {
 		b.ingest.mu.Lock()
@@ -509,8 +508,8 @@ func TestIngest_DelayedWill(t *testing.T) {
 	}
 
 	t.Run("cancelled by a reconnect", func(t *testing.T) {
-		c := dialRaw(t, b, "back-soon", 5, withDelayedWill(3600))
-		_ = c.conn.Close()
+		c := dialWithDelayedWill(t, "back-soon", 3600)
+		c.Close()
 		waitFor(t, "the will to be scheduled", func() bool { return pendingWills() == 1 })
 		dialRaw(t, b, "back-soon", 5)
 		if n := pendingWills(); n != 0 {
@@ -521,8 +520,8 @@ func TestIngest_DelayedWill(t *testing.T) {
 		}
 	})
 	t.Run("sent after the delay", func(t *testing.T) {
-		c := dialRaw(t, b, "gone", 5, withDelayedWill(1))
-		_ = c.conn.Close()
+		c := dialWithDelayedWill(t, "gone", 1)
+		c.Close()
 		recs := st.waitRecords(t, 1)
 		if recs[0].Topic != "sensors/w/status" || recs[0].ClientID != "gone" {
 			t.Fatalf("will record %+v", recs[0])
