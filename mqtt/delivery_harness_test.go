@@ -1,7 +1,6 @@
 package mqtt
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -291,11 +290,4 @@ func pingPublishes(tb testing.TB, c *mqtttest.Raw) []packets.Packet {
 			pubs = append(pubs, pk)
 		}
 	}
-}
-
-// deliveryCtx is a context bounded by deliveryWait.
-func deliveryCtx(tb testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), deliveryWait)
-	tb.Cleanup(cancel)
-	return ctx
 }

@@ -18,7 +18,7 @@ import (
 // commit, trim and close.
 //
 // Tests steer the appender: hold() queues appends until release(), fail(err)
-// makes appends fail, slow(d) sleeps before each append. waitAppends waits
+// makes appends fail. waitAppends waits
 // until a number of AppendAsync calls have been made (held or not), so tests
 // synchronise on channels and counts, never on sleeps.
 type memLog struct {
@@ -151,7 +151,6 @@ type memStream struct {
 		queue     []memAppend
 		held      bool
 		failErr   error
-		delay     time.Duration
 		submitted int           // AppendAsync calls so far
 		submitCh  chan struct{} // closed and replaced on every AppendAsync
 		closed    bool
@@ -210,22 +209,12 @@ func (s *memStream) appender() {
 			a, ok = s.mu.queue[0], true
 			s.mu.queue = s.mu.queue[1:]
 		}
-		delay := s.mu.delay
 		s.mu.Unlock()
 		if !ok {
 			select {
 			case <-s.wake:
 				continue
 			case <-s.stop:
-				s.failQueue()
-				return
-			}
-		}
-		if delay > 0 {
-			select {
-			case <-time.After(delay):
-			case <-s.stop:
-				a.done(0, fmt.Errorf("append to %s: %w", s.name, errMemClosed))
 				s.failQueue()
 				return
 			}
@@ -329,13 +318,6 @@ func (s *memStream) release() {
 func (s *memStream) fail(err error) {
 	s.mu.Lock()
 	s.mu.failErr = err
-	s.mu.Unlock()
-}
-
-// slow sleeps d before each append.
-func (s *memStream) slow(d time.Duration) {
-	s.mu.Lock()
-	s.mu.delay = d
 	s.mu.Unlock()
 }
 
