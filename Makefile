@@ -31,9 +31,12 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-## lint: vet, format check, and vet for 32-bit ARM (catches overflowing shifts)
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+## lint: vet, format check, vet for 32-bit ARM (catches overflowing shifts), staticcheck
 lint: vet fmt-check
 	GOOS=linux GOARCH=arm GOARM=7 $(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 
 ## bench: Go benchmarks of the hot paths (append, read from offset)
 bench:
