@@ -85,7 +85,7 @@ func New(cfg Config, log Log) (*Broker, error) {
 		Capabilities:             caps,
 		ClientNetReadBufferSize:  cfg.BufferSize,
 		ClientNetWriteBufferSize: cfg.BufferSize,
-		Logger:                   logger.With(slog.String("component", "mochi")),
+		Logger:                   logger.With(slog.String(attrPart, "mochi")),
 		SysTopicResendInterval:   sysTopicInterval,
 		InlineClient:             true, // lets the node publish and subscribe in process
 	})

@@ -21,6 +21,9 @@ const (
 	attrStream = "stream"
 	attrTopic  = "topic"
 	attrError  = "error"
+	// attrPart names the part of the front-end a line comes from (mochi,
+	// ingest); the node already tags the whole front-end component=mqtt.
+	attrPart = "part"
 )
 
 // ingestOrigin marks the PUBRECs ingest puts into a client's Inflight map, so
@@ -79,7 +82,7 @@ func newIngest(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slog.
 		log:     log,
 		cfg:     cfg,
 		m:       m,
-		logger:  logger.With(slog.String("component", "ingest")),
+		logger:  logger.With(slog.String(attrPart, "ingest")),
 		closing: make(chan struct{}),
 		failing: map[string]bool{},
 		tooBig: packets.Code{
