@@ -16,7 +16,7 @@ type Metrics struct {
 const (
 	ReasonTooLarge     = "too_large"      // payload above max_payload
 	ReasonStoreFailed  = "store_failed"   // the log refused the append (disk full, closed)
-	ReasonSlowQoS0     = "slow_qos0"      // a QoS 0 subscriber's queue was full
+	ReasonSlowQoS0     = "slow_qos0"      // a QoS 0 delivery lagged more than qos0_max_lag records
 	ReasonOutOfRetain  = "retention"      // a lagging cursor's position fell below the log start
 	ReasonClientClosed = "client_closed"  // the subscriber disconnected before delivery
 	ReasonReadOnly     = "reserved_topic" // a publish to a reserved topic
@@ -44,6 +44,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		CursorCatchup: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "peat_mqtt_subscriber_fallbacks_total", Help: "Times a lagging subscriber left the shared live reader to read the log with its own cursor.",
 		}),
+	}
+	// Known reasons show at 0 from the start, so a dashboard or alert sees
+	// the series before the first refusal.
+	for _, r := range []string{ReasonTooLarge, ReasonStoreFailed, ReasonReadOnly} {
+		m.Refused.WithLabelValues(r)
 	}
 	if reg != nil {
 		reg.MustRegister(m.Connected, m.Received, m.Refused, m.Delivered, m.Dropped, m.CursorCatchup)
