@@ -43,7 +43,7 @@ func runFanin(cfg faninConfig) (*faninResult, error) {
 	res := &faninResult{Puback: newSamples(), E2E: newSamples()}
 	subs := make([]*subscriber, cfg.Subscribers)
 	for i := range subs {
-		c, err := dial(cfg.Addr, fmt.Sprintf("bench-sub-%d", i), true)
+		c, err := dial(cfg.Addr, fmt.Sprintf("bench-sub-%d", i), defaultDial)
 		if err != nil {
 			return nil, err
 		}
@@ -55,7 +55,7 @@ func runFanin(cfg faninConfig) (*faninResult, error) {
 	}
 	pubs := make([]*conn, cfg.Publishers)
 	for i := range pubs {
-		c, err := dial(cfg.Addr, fmt.Sprintf("bench-pub-%d", i), true)
+		c, err := dial(cfg.Addr, fmt.Sprintf("bench-pub-%d", i), defaultDial)
 		if err != nil {
 			return nil, err
 		}

@@ -186,40 +186,14 @@ func connectSensors(cfg sensorsConfig, res *sensorsResult) ([]*sensor, error) {
 }
 
 func dialSensor(cfg sensorsConfig, id uint32) (*sensor, error) {
-	clientID := fmt.Sprintf("sensor-%d", id)
-	nc, err := net.DialTimeout("tcp", cfg.Addr, 10*time.Second)
-	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", clientID, err)
-	}
-	s := &sensor{id: id, nc: nc, r: bufio.NewReaderSize(nc, sensorBufSize)}
 	// Keep-alive well above the publishing period, so no PINGREQ is needed.
 	keepalive := max(60, int(3/cfg.Rate)+1)
-	pk := packets.Packet{
-		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
-		ProtocolVersion: 4,
-		Connect: packets.ConnectParams{
-			ProtocolName:     []byte("MQTT"),
-			Clean:            true,
-			Keepalive:        uint16(min(keepalive, 65535)),
-			ClientIdentifier: clientID,
-		},
-	}
-	c := &conn{nc: nc, r: s.r}
-	if err := c.write(&pk); err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("connect %s: %w", clientID, err)
-	}
-	_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	ack, err := c.read()
+	c, err := dial(cfg.Addr, fmt.Sprintf("sensor-%d", id),
+		dialOptions{clean: true, keepalive: uint16(min(keepalive, 65535)), readBuf: sensorBufSize})
 	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("connack %s: %w", clientID, err)
+		return nil, err
 	}
-	if ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
-		nc.Close()
-		return nil, fmt.Errorf("connect %s refused: type %d code %#x", clientID, ack.FixedHeader.Type, ack.ReasonCode)
-	}
-	_ = nc.SetReadDeadline(time.Time{})
+	s := &sensor{id: id, nc: c.nc, r: c.r}
 
 	pub := packets.Packet{
 		FixedHeader:     packets.FixedHeader{Type: packets.Publish, Qos: cfg.QoS},
@@ -233,7 +207,7 @@ func dialSensor(cfg sensorsConfig, id uint32) (*sensor, error) {
 	binary.BigEndian.PutUint32(pub.Payload, id)
 	c.buf.Reset()
 	if err := pub.PublishEncode(&c.buf); err != nil {
-		nc.Close()
+		c.nc.Close()
 		return nil, fmt.Errorf("encode publish: %w", err)
 	}
 	s.buf = c.buf.Bytes()

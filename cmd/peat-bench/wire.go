@@ -21,19 +21,30 @@ type conn struct {
 	buf bytes.Buffer // encode scratch, owned by the writer
 }
 
-func dial(addr, clientID string, clean bool) (*conn, error) {
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+// dialOptions shape one connection: a subscriber wants a big read buffer,
+// one of a thousand sensors a tiny one and a long keep-alive.
+type dialOptions struct {
+	clean     bool
+	keepalive uint16 // seconds
+	readBuf   int    // bytes
+}
+
+var defaultDial = dialOptions{clean: true, keepalive: 60, readBuf: 64 << 10}
+
+// dial connects as clientID and waits for a successful CONNACK.
+func dial(addr, clientID string, o dialOptions) (*conn, error) {
+	nc, err := net.DialTimeout("tcp", addr, 10*time.Second)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("dial %s: %w", clientID, err)
 	}
-	c := &conn{nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}
+	c := &conn{nc: nc, r: bufio.NewReaderSize(nc, o.readBuf)}
 	pk := packets.Packet{
 		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
 		ProtocolVersion: 4,
 		Connect: packets.ConnectParams{
 			ProtocolName:     []byte("MQTT"),
-			Clean:            clean,
-			Keepalive:        60,
+			Clean:            o.clean,
+			Keepalive:        o.keepalive,
 			ClientIdentifier: clientID,
 		},
 	}
@@ -41,6 +52,8 @@ func dial(addr, clientID string, clean bool) (*conn, error) {
 		nc.Close()
 		return nil, fmt.Errorf("connect %s: %w", clientID, err)
 	}
+	_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer nc.SetReadDeadline(time.Time{})
 	ack, err := c.read()
 	if err != nil {
 		nc.Close()
