@@ -13,6 +13,8 @@
 #   PEAT_ENV="GODEBUG=gcshrinkstackoff=1" scripts/bench-memory.sh   # environment for Peat only
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib-brokers.sh
+. scripts/lib-brokers.sh
 
 SENSORS=${SENSORS:-1000}
 RATE=${RATE:-1}               # msg/s per sensor
@@ -24,9 +26,8 @@ SYSTEMS=${SYSTEMS:-"peat-pi-zero peat-pi mochi mosquitto"}
 PEAT_ENV=${PEAT_ENV:-}         # e.g. GOMEMLIMIT=... or GODEBUG=... for the Peat runs
 
 work=$(mktemp -d)
-PID=""
 cleanup() {
-	if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
+	stop_system
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -41,74 +42,8 @@ if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$need" ]; then
 	fi
 fi
 
-mosquitto_bin=$(command -v mosquitto || true)
-[ -z "$mosquitto_bin" ] && [ -x /usr/sbin/mosquitto ] && mosquitto_bin=/usr/sbin/mosquitto
-if [ -z "$mosquitto_bin" ] && [[ " $SYSTEMS " == *" mosquitto "* ]]; then
-	echo "bench-memory: installing mosquitto" >&2
-	sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
-	$sudo apt-get update -qq >&2 && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >&2
-	mosquitto_bin=$(command -v mosquitto || echo /usr/sbin/mosquitto)
-fi
-
-CGO_ENABLED=0 go build -o "$work/peat" ./cmd/peat
-CGO_ENABLED=0 go build -o "$work/peat-bench" ./cmd/peat-bench
-pin_broker="taskset -c 0"; pin_load="taskset -c 1"
-command -v taskset >/dev/null || { pin_broker=""; pin_load=""; }
-
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# Other programs may hold ports on a shared machine: take a fresh pair of
-# free ports (MQTT, HTTP) for each run.
-pick_port() { # -> sets PORT
-	for _ in $(seq 50); do
-		PORT=$((20000 + RANDOM % 12000)) # below the usual ephemeral range (32768+): 1,000 sensors take ports there
-		port_free "$PORT" && port_free $((PORT + 1)) && return 0
-	done
-	echo "bench-memory: no free port found" >&2; exit 1
-}
-
-start_once() { # name -> sets PID and PORT; fails if the broker exits
-	local name=$1
-	pick_port
-	case $name in
-	peat-*)
-		# shellcheck disable=SC2086 # PEAT_ENV is a list of NAME=value words
-		env $PEAT_ENV $pin_broker "$work/peat" serve --data "$work/data-$name" --profile "${name#peat-}" \
-			--mqtt 127.0.0.1:$PORT --http 127.0.0.1:$((PORT + 1)) >"$work/$name.log" 2>&1 &
-		;;
-	mochi) $pin_broker "$work/peat-bench" mochi --listen 127.0.0.1:$PORT >"$work/$name.log" 2>&1 & ;;
-	mosquitto)
-		cat >"$work/mosquitto.conf" <<CONF
-listener $PORT 127.0.0.1
-allow_anonymous true
-persistence false
-max_connections -1
-log_dest stderr
-log_type error
-log_type warning
-CONF
-		$pin_broker "$mosquitto_bin" -c "$work/mosquitto.conf" >"$work/$name.log" 2>&1 &
-		;;
-	*) echo "bench-memory: unknown system $name" >&2; exit 2 ;;
-	esac
-	PID=$!
-	for _ in $(seq 100); do
-		kill -0 "$PID" 2>/dev/null || break
-		port_free "$PORT" || return 0
-		sleep 0.1
-	done
-	kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true
-	PID=""
-	return 1
-}
-
-# A port that looked free may be taken in between: try a few fresh ones.
-start_system() { # name -> sets PID and PORT
-	for _ in 1 2 3; do
-		start_once "$1" && return 0
-	done
-	echo "$1 did not start:" >&2; cat "$work/$1.log" >&2; exit 1
-}
+bench_need_mosquitto $SYSTEMS
+bench_build
 
 for name in $SYSTEMS; do
 	start_system "$name"
@@ -119,8 +54,7 @@ for name in $SYSTEMS; do
 		--connections "$SENSORS" --rate "$RATE" --qos "$QOS" --payload "$PAYLOAD" --duration "$DURATION")
 	echo "$line"
 	echo "$line" >>"$work/results.jsonl"
-	kill "$PID"; wait "$PID" 2>/dev/null || true
-	PID=""
+	stop_system
 done
 
 # A flat JSON object per line; pick fields by name.
