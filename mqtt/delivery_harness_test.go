@@ -13,8 +13,6 @@ import (
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt/mqtttest"
@@ -155,33 +153,12 @@ func (h *deliveryTestIngest) OnPublish(cl *mochi.Client, pk packets.Packet) (pac
 	return pk, packets.CodeSuccessIgnore
 }
 
-// waitFor polls cond until it holds; the deadline only stops a hang.
-func dlvWaitFor(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(deliveryWait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
-// dlvCount reads a counter.
-func dlvCount(c prometheus.Counter) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		return -1
-	}
-	return m.GetCounter().GetValue()
-}
-
 // dropped returns Metrics.Dropped for reason.
 func (h *deliveryHarness) dropped(reason string) float64 {
-	return dlvCount(h.m.Dropped.WithLabelValues(reason))
+	return metricValue(h.m.Dropped.WithLabelValues(reason))
 }
 
-func (h *deliveryHarness) catchups() float64 { return dlvCount(h.m.CursorCatchup) }
+func (h *deliveryHarness) catchups() float64 { return metricValue(h.m.CursorCatchup) }
 
 // dlvMsg is one message a paho client received.
 type dlvMsg struct {

@@ -35,7 +35,7 @@ func (h *deliveryHarness) reader(tb testing.TB, stream string) *deliveryReader {
 func (h *deliveryHarness) waitDispatched(tb testing.TB, stream string) {
 	tb.Helper()
 	r := h.reader(tb, stream)
-	dlvWaitFor(tb, "the shared reader to dispatch everything", func() bool {
+	waitFor(tb, "the shared reader to dispatch everything", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.mu.dispatched == r.stream.Committed()
@@ -109,14 +109,14 @@ func TestDelivery_SlowQoS1SubscriberLosesNothing(t *testing.T) {
 	// holding them all in memory.
 	const n = 5000
 	h.appendPadded(t, "default", "s/x", 1, 0, n, 64)
-	dlvWaitFor(t, "the slow subscriber to fall back to its own cursor", func() bool { return h.catchups() > 0 })
+	waitFor(t, "the slow subscriber to fall back to its own cursor", func() bool { return h.catchups() > 0 })
 	if h.live(t, "default", "slow") {
 		t.Fatal("slow subscriber still on the shared reader")
 	}
 	fast.waitCount(t, n) // the others are not held up
 
 	readInOrder(t, slow, 0, n)
-	dlvWaitFor(t, "the slow subscriber to rejoin the shared reader", func() bool { return h.live(t, "default", "slow") })
+	waitFor(t, "the slow subscriber to rejoin the shared reader", func() bool { return h.live(t, "default", "slow") })
 
 	// Live again: new records arrive, continuing the sequence.
 	h.appendPadded(t, "default", "s/x", 1, n, 10, 64)
@@ -124,7 +124,7 @@ func TestDelivery_SlowQoS1SubscriberLosesNothing(t *testing.T) {
 	if got := h.dropped(ReasonSlowQoS0) + h.dropped(ReasonOutOfRetain); got != 0 {
 		t.Fatalf("dropped %v, want 0", got)
 	}
-	if got := dlvCount(h.m.Delivered.WithLabelValues("default")); got < 2*n {
+	if got := metricValue(h.m.Delivered.WithLabelValues("default")); got < 2*n {
 		t.Fatalf("delivered metric %v, want at least %d", got, 2*n)
 	}
 }
@@ -245,7 +245,7 @@ func TestDelivery_LaggingCursorBelowRetentionSkipsAndCounts(t *testing.T) {
 	c.Subscribe("s/#", 1)
 	const n = 200
 	h.appendPadded(t, "default", "s/x", 1, 0, n, 16)
-	dlvWaitFor(t, "the subscriber to fall back to its own cursor", func() bool { return h.catchups() > 0 })
+	waitFor(t, "the subscriber to fall back to its own cursor", func() bool { return h.catchups() > 0 })
 	h.waitDispatched(t, "default")
 	h.log.stream(t, "default").trim(100) // retention removes what the cursor has not read
 
@@ -286,7 +286,7 @@ func TestDelivery_SlowSharedGroupLosesNothing(t *testing.T) {
 	}
 	const n = 500
 	h.appendPadded(t, "default", "s/x", 1, 0, n, 16)
-	dlvWaitFor(t, "the group to fall back to its own cursor", func() bool { return h.catchups() > 0 })
+	waitFor(t, "the group to fall back to its own cursor", func() bool { return h.catchups() > 0 })
 
 	// Each member reads and acknowledges everything it is given.
 	seqs := make(chan int, n+10)
@@ -325,7 +325,7 @@ func TestDelivery_SlowSharedGroupLosesNothing(t *testing.T) {
 	collect(n)
 	// Two markers, once the group is back on the shared reader; anything
 	// still on its way would arrive before them.
-	dlvWaitFor(t, "the group to catch up", func() bool {
+	waitFor(t, "the group to catch up", func() bool {
 		r := h.reader(t, "default")
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -357,7 +357,7 @@ func TestDelivery_CloseStopsEveryGoroutine(t *testing.T) {
 	p := dialDlvPaho(t, h.addr, "paho")
 	p.subscribe(t, "#", 1)
 	h.appendPadded(t, "default", "s/x", 1, 0, 5000, 1024)
-	dlvWaitFor(t, "a cursor to start", func() bool { return h.catchups() > 0 })
+	waitFor(t, "a cursor to start", func() bool { return h.catchups() > 0 })
 
 	h.close()
 	// Close has waited for every goroutine; some may still be returning

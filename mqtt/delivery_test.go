@@ -58,7 +58,7 @@ func TestDelivery_SubscribersGetRecordsFromTheLog(t *testing.T) {
 				t.Fatalf("delivered at QoS %d, want 0", m.qos)
 			}
 		}
-		if n := dlvCount(h.m.Delivered.WithLabelValues("default")); n != 100 {
+		if n := metricValue(h.m.Delivered.WithLabelValues("default")); n != 100 {
 			t.Fatalf("delivered metric %v, want 100", n)
 		}
 	})
@@ -166,14 +166,14 @@ func TestDelivery_FanOut(t *testing.T) {
 		m2.subscribe(t, "$share/g/s/#", 1)
 		const n = 200
 		h.appendN(t, "default", "s/x", 1, n)
-		dlvWaitFor(t, "the group to get every record", func() bool {
+		waitFor(t, "the group to get every record", func() bool {
 			return len(m1.received())+len(m2.received()) >= n
 		})
 		// A marker to each member proves nothing more is on its way.
 		h.appendRecs(t, "default",
 			&logstore.Record{Topic: "s/x", Payload: []byte("end1"), QoS: 1},
 			&logstore.Record{Topic: "s/x", Payload: []byte("end2"), QoS: 1})
-		dlvWaitFor(t, "the markers", func() bool { return len(m1.received())+len(m2.received()) >= n+2 })
+		waitFor(t, "the markers", func() bool { return len(m1.received())+len(m2.received()) >= n+2 })
 		all := append(dlvPayloads(m1.received()), dlvPayloads(m2.received())...)
 		sort.Strings(all)
 		want := append(dlvSeq(0, n), "end1", "end2")
