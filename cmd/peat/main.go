@@ -49,10 +49,12 @@ const usage = `peat is an MQTT broker that keeps every message in a durable offs
 
 Usage:
   peat serve [flags]   run a node (no flags: data in ./data, MQTT on 127.0.0.1:1883, HTTP on 127.0.0.1:8080)
+  peat replay [flags] FILTER
+                       print stored records (offset, time, topic, payload) from any offset, then optionally follow
   peat version         print the version
   peat help            print this help
 
-Run 'peat serve --help' for the serve flags.
+Run 'peat serve --help' or 'peat replay --help' for their flags.
 `
 
 func main() {
@@ -68,6 +70,8 @@ func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string
 	switch args[0] {
 	case "serve":
 		return serve(args[1:], stderr, lookupEnv)
+	case "replay":
+		return replay(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "peat %s (commit %s, %s, %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return exitOK

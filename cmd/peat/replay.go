@@ -1,0 +1,485 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/eclipse/paho.golang/packets"
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/eclipse/paho.golang/paho/session/state"
+)
+
+// replayWindow is the Receive Maximum `peat replay` asks for: how many
+// QoS 1 records the broker may have in flight to it. A group consumer that
+// is killed gets at most this many records again.
+const replayWindow = 100
+
+// replayConnectTimeout bounds the TCP dial, CONNECT and SUBSCRIBE.
+const replayConnectTimeout = 10 * time.Second
+
+const replayUsage = `Usage: peat replay [flags] FILTER
+
+Prints the records of the stream that captures FILTER, one line each:
+
+  OFFSET TIMESTAMP TOPIC PAYLOAD
+
+TIMESTAMP is the broker's append time in UTC (RFC 3339, milliseconds), "-"
+when the broker sent none. PAYLOAD is printed as is when it is printable
+UTF-8 text; text with control characters (newline, tab...) or an empty
+payload is printed Go-quoted ("a\nb", ""); anything that is not UTF-8 is
+printed as 0x followed by hex.
+
+Without --follow it stops once it has printed the records that were stored
+when it subscribed, or after --idle without a record (records near the end
+may not match FILTER). With --group it reads through the named durable
+group: it starts at the group's committed offset and acknowledges each record
+after printing it, so the next run continues after the last printed record.
+
+Examples:
+  peat replay --from earliest 'sensors/#'
+  peat replay --from -1h --follow 'sensors/+/temp'
+  peat replay --group audit 'meters/#'
+
+Flags:
+`
+
+// replayOptions are the parsed flags of `peat replay`.
+type replayOptions struct {
+	broker   string
+	from     string
+	group    string
+	follow   bool
+	qos      int
+	clientID string
+	idle     time.Duration
+	count    int
+	filter   string
+}
+
+// parseReplayArgs parses the arguments of `peat replay`. Its errors are
+// usage errors (exit 2); flag.ErrHelp when --help was asked for.
+func parseReplayArgs(args []string, stderr io.Writer) (replayOptions, error) {
+	var o replayOptions
+	fs := flag.NewFlagSet("peat replay", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are printed once, by replay
+	fs.StringVar(&o.broker, "broker", "127.0.0.1:1883", "MQTT address host:port of a Peat node")
+	fs.StringVar(&o.from, "from", "earliest", "where to start: earliest, latest, an offset, a negative duration (-15m, -2h, -7d) or an RFC 3339 time")
+	fs.StringVar(&o.group, "group", "", "read through this durable group (it starts at its committed offset; excludes --from)")
+	fs.BoolVar(&o.follow, "follow", false, "keep printing new records until interrupted")
+	fs.IntVar(&o.qos, "qos", 1, "subscription QoS, 0 or 1 (with --group, QoS 0 commits on send: records in flight when it stops are skipped)")
+	fs.StringVar(&o.clientID, "client-id", "", "MQTT client id (default: peat-replay- and a random suffix)")
+	fs.DurationVar(&o.idle, "idle", 2*time.Second, "without --follow, stop after this long without a record (0: wait for the end)")
+	fs.IntVar(&o.count, "count", 0, "stop after this many records (0: no limit)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), replayUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fs.Usage()
+		}
+		return o, err
+	}
+	var problems []error
+	switch fs.NArg() {
+	case 0:
+		problems = append(problems, errors.New("missing FILTER (e.g. 'sensors/#')"))
+	case 1:
+		o.filter = fs.Arg(0)
+	default:
+		problems = append(problems, fmt.Errorf("one FILTER expected, got %d arguments (%q); quote filters with # or + from the shell", fs.NArg(), fs.Args()))
+	}
+	if o.filter == "" && fs.NArg() == 1 {
+		problems = append(problems, errors.New("FILTER is empty"))
+	}
+	fromSet := false
+	fs.Visit(func(f *flag.Flag) { fromSet = fromSet || f.Name == "from" })
+	if o.group != "" && fromSet {
+		problems = append(problems, errors.New("--from and --group exclude each other: a group starts at its committed offset"))
+	}
+	if o.from == "" || strings.ContainsAny(o.from, "/+#") {
+		problems = append(problems, fmt.Errorf("--from %q: want earliest, latest, an offset, a negative duration or an RFC 3339 time", o.from))
+	}
+	if strings.ContainsAny(o.group, "/+#") {
+		problems = append(problems, fmt.Errorf("--group %q: a group name cannot contain '/', '+' or '#'", o.group))
+	}
+	if o.qos != 0 && o.qos != 1 {
+		problems = append(problems, fmt.Errorf("--qos %d: want 0 or 1", o.qos))
+	}
+	if o.idle < 0 {
+		problems = append(problems, fmt.Errorf("--idle %v: must not be negative", o.idle))
+	}
+	if o.count < 0 {
+		problems = append(problems, fmt.Errorf("--count %d: must not be negative", o.count))
+	}
+	if o.broker == "" {
+		problems = append(problems, errors.New("--broker is empty"))
+	}
+	return o, errors.Join(problems...)
+}
+
+// subscription is the extension-topic filter the options subscribe to.
+func (o replayOptions) subscription() string {
+	if o.group != "" {
+		return "$group/" + o.group + "/+/" + o.filter
+	}
+	return "$replay/" + o.from + "/+/" + o.filter
+}
+
+// record is one delivered record, decoded from its extension topic and
+// user properties.
+type record struct {
+	offset    uint64
+	timestamp time.Time // zero when the broker sent none
+	topic     string    // the original topic
+	payload   []byte
+}
+
+// parseDelivery decodes a delivery on `$replay/<from>/<offset>/<topic>` or
+// `$group/<name>/<offset>/<topic>`.
+func parseDelivery(p *paho.Publish) (record, error) {
+	parts := strings.SplitN(p.Topic, "/", 4)
+	if len(parts) != 4 || (parts[0] != "$replay" && parts[0] != "$group") {
+		return record{}, fmt.Errorf("delivery on %q: not a $replay/ or $group/ topic with an offset level", p.Topic)
+	}
+	off, err := strconv.ParseUint(parts[2], 10, 64)
+	if err != nil {
+		return record{}, fmt.Errorf("delivery on %q: offset level %q is not a decimal offset", p.Topic, parts[2])
+	}
+	r := record{offset: off, topic: parts[3], payload: p.Payload}
+	if p.Properties != nil {
+		if ts := p.Properties.User.Get("timestamp"); ts != "" {
+			ms, err := strconv.ParseInt(ts, 10, 64)
+			if err != nil {
+				return record{}, fmt.Errorf("delivery of offset %d: timestamp %q is not unix milliseconds", off, ts)
+			}
+			r.timestamp = time.UnixMilli(ms)
+		}
+	}
+	return r, nil
+}
+
+// formatRecord is the line printed for r, with its newline.
+func formatRecord(r record) string {
+	ts := "-"
+	if !r.timestamp.IsZero() {
+		ts = r.timestamp.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	}
+	return fmt.Sprintf("%d %s %s %s\n", r.offset, ts, r.topic, formatPayload(r.payload))
+}
+
+// formatPayload prints printable text as is, other UTF-8 Go-quoted, and
+// anything else as 0x-prefixed hex.
+func formatPayload(b []byte) string {
+	switch {
+	case !utf8.Valid(b):
+		return "0x" + hex.EncodeToString(b)
+	case len(b) > 0 && isPrintable(b):
+		return string(b)
+	default:
+		return strconv.Quote(string(b))
+	}
+}
+
+func isPrintable(b []byte) bool {
+	for _, r := range string(b) {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// subackInfo is what the broker says about a replay or group subscription
+// in its MQTT 5 SUBACK user properties.
+type subackInfo struct {
+	stream         string
+	start, end     uint64
+	hasStart       bool
+	hasEnd         bool
+	notice         string
+	malformedProps []string
+}
+
+func parseSuback(sa *paho.Suback) subackInfo {
+	var info subackInfo
+	if sa == nil || sa.Properties == nil {
+		return info
+	}
+	u := sa.Properties.User
+	info.stream = u.Get("stream")
+	info.notice = u.Get("notice")
+	for _, p := range []struct {
+		key string
+		dst *uint64
+		ok  *bool
+	}{{"start", &info.start, &info.hasStart}, {"end", &info.end, &info.hasEnd}} {
+		v := u.Get(p.key)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			info.malformedProps = append(info.malformedProps, fmt.Sprintf("%s=%q", p.key, v))
+			continue
+		}
+		*p.dst, *p.ok = n, true
+	}
+	return info
+}
+
+// replayer receives deliveries on paho's router goroutine. Each record is
+// printed and flushed before paho acknowledges it, and a record that was
+// not printed (it arrived after the stop) is never acknowledged, so a group
+// commits exactly what was printed.
+type replayer struct {
+	opts       replayOptions
+	out        io.Writer
+	subscribed chan struct{} // closed once info is set
+	info       subackInfo
+	activity   chan struct{} // a record was printed (for --idle)
+	finished   chan struct{} // closed after the last record's ack went out
+	quit       chan struct{} // closed when replay stops waiting
+
+	// Owned by the router goroutine.
+	printed int
+	stopped bool
+	approve bool // the packet being handled was printed: ack it
+
+	mu  sync.Mutex
+	err error // first failure (a malformed delivery, a write error)
+}
+
+func newReplayer(o replayOptions, out io.Writer) *replayer {
+	return &replayer{
+		opts: o, out: out,
+		subscribed: make(chan struct{}),
+		activity:   make(chan struct{}, 1),
+		finished:   make(chan struct{}),
+		quit:       make(chan struct{}),
+	}
+}
+
+// onPublish handles one delivery; paho calls ackSession.Ack right after.
+func (r *replayer) onPublish(pr paho.PublishReceived) (bool, error) {
+	r.approve = false
+	select {
+	case <-r.subscribed:
+	case <-r.quit:
+		return true, nil
+	}
+	if r.stopped {
+		return true, nil
+	}
+	rec, err := parseDelivery(pr.Packet)
+	if err == nil {
+		_, err = io.WriteString(r.out, formatRecord(rec))
+	}
+	if err != nil {
+		r.fail(err)
+		r.stopped = true
+		return true, nil
+	}
+	r.approve = true
+	r.printed++
+	select {
+	case r.activity <- struct{}{}:
+	default:
+	}
+	if r.opts.count > 0 && r.printed >= r.opts.count {
+		r.stopped = true
+	}
+	if !r.opts.follow && r.info.hasEnd && rec.offset+1 >= r.info.end {
+		r.stopped = true // the last record that was stored when we subscribed
+	}
+	return true, nil
+}
+
+func (r *replayer) fail(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+func (r *replayer) failure() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// ackSession is paho's in-memory session with acknowledgements filtered:
+// paho acks every delivery after the handlers ran; this one sends the ack
+// only for a printed record, and closes finished once the ack of the last
+// record is written, before replay disconnects.
+type ackSession struct {
+	*state.State
+	r *replayer
+}
+
+func (s ackSession) Ack(pb *packets.Publish) error {
+	if !s.r.approve {
+		if s.r.stopped {
+			s.closeFinished()
+		}
+		return nil
+	}
+	s.r.approve = false
+	err := s.State.Ack(pb)
+	if s.r.stopped {
+		s.closeFinished()
+	}
+	return err
+}
+
+func (s ackSession) closeFinished() {
+	select {
+	case <-s.r.finished:
+	default:
+		close(s.r.finished)
+	}
+}
+
+// replay runs `peat replay` and returns its exit status.
+func replay(args []string, stdout, stderr io.Writer) int {
+	o, err := parseReplayArgs(args, stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "peat replay: %v\nRun 'peat replay --help' for the flags.\n", err)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := runReplay(ctx, o, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "peat replay: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}
+
+// runReplay connects, subscribes and prints until the end of the history
+// (without --follow), --count records, or ctx is done (Ctrl-C), which are
+// all clean stops.
+func runReplay(ctx context.Context, o replayOptions, stdout, stderr io.Writer) error {
+	if o.clientID == "" {
+		o.clientID = fmt.Sprintf("peat-replay-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
+	}
+	dialCtx, cancelDial := context.WithTimeout(ctx, replayConnectTimeout)
+	defer cancelDial()
+	conn, err := (&net.Dialer{}).DialContext(dialCtx, "tcp", o.broker)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", o.broker, err)
+	}
+	r := newReplayer(o, stdout)
+	sess := ackSession{State: state.NewInMemory(), r: r}
+	defer sess.Close()
+	lost := make(chan error, 1)
+	c := paho.NewClient(paho.ClientConfig{
+		ClientID:          o.clientID,
+		Conn:              conn,
+		Session:           sess,
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){r.onPublish},
+		PacketTimeout:     replayConnectTimeout,
+		OnClientError: func(err error) {
+			select {
+			case lost <- err:
+			default:
+			}
+		},
+		OnServerDisconnect: func(d *paho.Disconnect) {
+			reason := ""
+			if d.Properties != nil {
+				reason = d.Properties.ReasonString
+			}
+			select {
+			case lost <- fmt.Errorf("broker disconnected (reason code 0x%02x %s)", d.ReasonCode, reason):
+			default:
+			}
+		},
+	})
+	window := uint16(replayWindow)
+	ca, err := c.Connect(dialCtx, &paho.Connect{
+		ClientID: o.clientID, CleanStart: true, KeepAlive: 30,
+		Properties: &paho.ConnectProperties{ReceiveMaximum: &window},
+	})
+	if err != nil {
+		conn.Close()
+		if ca != nil && ca.Properties != nil && ca.Properties.ReasonString != "" {
+			return fmt.Errorf("connect to %s refused: %s (reason code 0x%02x)", o.broker, ca.Properties.ReasonString, ca.ReasonCode)
+		}
+		return fmt.Errorf("connect to %s: %w", o.broker, err)
+	}
+	defer func() {
+		close(r.quit) // a handler waiting for the SUBACK returns
+		_ = c.Disconnect(&paho.Disconnect{ReasonCode: 0})
+	}()
+
+	sub := o.subscription()
+	sa, err := c.Subscribe(dialCtx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: sub, QoS: byte(o.qos)}}})
+	if sa != nil && len(sa.Reasons) == 1 && sa.Reasons[0] >= 0x80 {
+		reason := "no reason given"
+		if sa.Properties != nil && sa.Properties.ReasonString != "" {
+			reason = sa.Properties.ReasonString
+		}
+		return fmt.Errorf("subscribe %s refused: %s (reason code 0x%02x)", sub, reason, sa.Reasons[0])
+	}
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", sub, err)
+	}
+	r.info = parseSuback(sa)
+	if r.info.notice != "" {
+		fmt.Fprintf(stderr, "peat replay: broker notice: %s\n", r.info.notice)
+	}
+	if len(r.info.malformedProps) > 0 {
+		fmt.Fprintf(stderr, "peat replay: ignoring malformed SUBACK properties %s\n", strings.Join(r.info.malformedProps, ", "))
+	}
+	close(r.subscribed)
+	if !o.follow && r.info.hasStart && r.info.hasEnd && r.info.start >= r.info.end {
+		return nil // no history to print
+	}
+
+	var idle <-chan time.Time
+	var timer *time.Timer
+	if !o.follow && o.idle > 0 {
+		timer = time.NewTimer(o.idle)
+		defer timer.Stop()
+		idle = timer.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return r.failure()
+		case <-r.finished:
+			return r.failure()
+		case <-idle:
+			return r.failure()
+		case <-r.activity:
+			if timer != nil {
+				timer.Reset(o.idle)
+			}
+		case err := <-lost:
+			if f := r.failure(); f != nil {
+				return f
+			}
+			return fmt.Errorf("connection to %s lost: %w", o.broker, err)
+		}
+	}
+}
