@@ -13,6 +13,7 @@ const (
 	tagMeta   = 'm'
 	tagRecord = 'r'
 	tagChunk  = 'c'
+	tagState  = 'k' // consumer state: k <key> -> value (state.go)
 
 	metaStreamID = 'n' // m n <name>       -> stream id (uint32 BE)
 	metaStart    = 's' // m s <id>         -> log start (uint64 BE)

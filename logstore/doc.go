@@ -30,6 +30,7 @@
 //	meta, log start    'm' 's' <id:4>                        -> uint64 offset (BE)
 //	record             'r' <id:4> <offset:8>                 -> record value
 //	chunk stats        'c' <id:4> <chunk start offset:8>     -> chunk value
+//	consumer state     'k' <key>                             -> value (state.go)
 //
 //	record key, 13 bytes:
 //	+-----+----+----+----+----+----+----+----+----+----+----+----+----+

@@ -76,6 +76,9 @@ func (s *Stream) Config() StreamConfig {
 	return c
 }
 
+// Filters returns the topic filters the stream captures.
+func (s *Stream) Filters() []string { return append([]string(nil), s.cfg.Filters...) }
+
 // FirstOffset is the log start: the oldest offset retention still holds.
 func (s *Stream) FirstOffset() uint64 { return s.first.Load() }
 
