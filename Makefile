@@ -5,7 +5,7 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 export CGO_ENABLED = 0
 
-.PHONY: all run build test test-deps vet fmt-check lint bench bench-fanin bench-memory clean
+.PHONY: all run build test test-deps vet fmt-check lint bench bench-fanin bench-memory bench-pi clean
 
 all: build
 
@@ -49,6 +49,10 @@ bench-fanin:
 ## bench-memory: broker RSS idle and with 1,000 QoS 1 sensors at 1 msg/s: Peat (pi-zero, pi), plain mochi, Mosquitto
 bench-memory:
 	./scripts/bench-memory.sh
+
+## bench-pi: per storage profile, RSS idle, during a 1M-record QoS 1 ingest and with 1,000 clients, and bytes written to disk per record
+bench-pi:
+	./scripts/bench-pi.sh
 
 clean:
 	rm -rf bin dist
