@@ -22,6 +22,9 @@ func (l storeLog) Route(topic string) mqtt.Stream {
 	return nil
 }
 
+// State is the store's consumer state.
+func (l storeLog) State() mqtt.StateStore { return l.s }
+
 func (l storeLog) Streams() []mqtt.Stream {
 	ss := l.s.Streams()
 	out := make([]mqtt.Stream, len(ss))

@@ -90,19 +90,27 @@ func New(cfg Config, log Log) (*Broker, error) {
 		InlineClient:             true, // lets the node publish and subscribe in process
 	})
 
+	gs := newGroups()
+	if err := gs.load(log.State()); err != nil {
+		return nil, fmt.Errorf("load consumer groups: %w", err)
+	}
 	b := &Broker{
 		cfg:    cfg,
 		srv:    srv,
 		logger: logger,
-		ingest: newIngest(srv, log, cfg, m, logger),
+		ingest: newIngest(srv, log, cfg, m, logger, gs),
 	}
-	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
+	authHook := cfg.Auth
+	if authHook == nil {
+		authHook = new(auth.AllowHook)
+	}
+	if err := srv.AddHook(authHook, nil); err != nil {
 		return nil, fmt.Errorf("add auth hook: %w", err)
 	}
 	if err := srv.AddHook(b.ingest, nil); err != nil {
 		return nil, fmt.Errorf("add ingest hook: %w", err)
 	}
-	b.deliv = newDelivery(srv, log, cfg, m, logger)
+	b.deliv = newDelivery(srv, log, cfg, m, logger, authHook, gs)
 	if err := srv.AddHook(b.deliv, nil); err != nil {
 		b.deliv.Close()
 		return nil, fmt.Errorf("add delivery hook: %w", err)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+
+	mochi "github.com/mochi-mqtt/server/v2"
 )
 
 // Defaults for Config. They are chosen for small boards: a connected sensor
@@ -54,8 +56,26 @@ type Config struct {
 	// fed from the log does not use it, so it can be small.
 	WritesPending int
 
+	// GroupStart is where a consumer group that never committed starts:
+	// "earliest" (the log start, the default) or "latest" (only new
+	// records).
+	GroupStart string
+
+	// Auth authenticates clients and answers ACL checks, the filters inside
+	// $replay/ and $group/ subscriptions included; nil allows everyone
+	// everything.
+	Auth mochi.Hook
+
 	Logger  *slog.Logger
 	Metrics *Metrics // nil: a fresh, unregistered set
+}
+
+// groupStart is GroupStart as a position.
+func (c Config) groupStart() position {
+	if c.GroupStart == "latest" {
+		return position{kind: posLatest}
+	}
+	return position{kind: posEarliest}
 }
 
 // DefaultConfig returns a Config with every field set to its default.
@@ -70,6 +90,7 @@ func DefaultConfig() Config {
 		ReadBatchBytes: DefaultReadBatchBytes,
 		BufferSize:     DefaultBufferSize,
 		WritesPending:  DefaultWritesPending,
+		GroupStart:     "earliest",
 	}
 }
 
@@ -98,6 +119,11 @@ func (c Config) Validate() error {
 		if p.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %d", p.name, p.v))
 		}
+	}
+	switch c.GroupStart {
+	case "", "earliest", "latest":
+	default:
+		errs = append(errs, fmt.Errorf("group_start: must be earliest or latest, got %q", c.GroupStart))
 	}
 	if c.Window > 65535 {
 		errs = append(errs, fmt.Errorf("window: at most 65535 (an MQTT Receive Maximum), got %d", c.Window))

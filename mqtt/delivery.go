@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -46,6 +47,9 @@ import (
 const (
 	deliveryAttrClient = "client"
 	deliveryAttrStream = "stream"
+	deliveryAttrTopic  = "topic"
+	deliveryAttrFilter = "filter"
+	deliveryAttrReason = "reason"
 	deliveryAttrOffset = "offset"
 	deliveryAttrError  = "error"
 	deliveryAttrGroup  = "group"
@@ -62,6 +66,9 @@ type delivery struct {
 	cfg    Config
 	m      *Metrics
 	logger *slog.Logger
+	auth   mochi.Hook // answers ACL checks of the filters inside extension filters
+	groups *groups
+	state  *stateWriter
 
 	// Drop counters, resolved once.
 	dropSlowQoS0  prometheus.Counter
@@ -69,10 +76,11 @@ type delivery struct {
 	dropClosed    prometheus.Counter
 	dropTooLarge  prometheus.Counter
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // readers, senders and cursors
-	closed sync.Once
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // readers, senders, cursors and taps
+	stateDone chan struct{}  // closed when the state writer has written its last
+	closed    sync.Once
 
 	mu struct {
 		sync.RWMutex
@@ -85,7 +93,12 @@ type delivery struct {
 // Register it with srv.AddHook(d, nil) after the ingest hook; stop it with
 // Close, before srv.Close (Close unblocks senders stuck writing to clients
 // that do not read, which would otherwise hold up mochi's shutdown).
-func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slog.Logger) *delivery {
+//
+// auth answers ACL checks of the filters inside extension filters (nil
+// allows all); gs are the consumer groups, whose offsets delivery's state
+// writer stores.
+func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slog.Logger,
+	auth mochi.Hook, gs *groups) *delivery {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -94,6 +107,7 @@ func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slo
 	}
 	d := &delivery{
 		srv: srv, log: log, cfg: cfg, m: m, logger: logger,
+		auth: auth, groups: gs,
 		dropSlowQoS0:  m.Dropped.WithLabelValues(ReasonSlowQoS0),
 		dropRetention: m.Dropped.WithLabelValues(ReasonOutOfRetain),
 		dropClosed:    m.Dropped.WithLabelValues(ReasonClientClosed),
@@ -107,7 +121,25 @@ func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slo
 		d.wg.Add(1)
 		go r.run()
 	}
+	d.state = newStateWriter(log.State(), stateInterval, logger, d.stateWritten)
+	gs.w = d.state
+	d.stateDone = make(chan struct{})
+	go func() {
+		defer close(d.stateDone)
+		d.state.run(d.ctx)
+	}()
 	return d
+}
+
+// stateInterval is the longest a consumer's acknowledged progress waits
+// before it is written to the store.
+const stateInterval = 100 * time.Millisecond
+
+// stateWritten routes the state writer's reports.
+func (d *delivery) stateWritten(key string, val []byte) {
+	if k, ok := groupKeyOf(key); ok {
+		d.groups.written(k, val)
+	}
 }
 
 // ID names the hook.
@@ -117,7 +149,8 @@ func (d *delivery) ID() string { return "peat-delivery" }
 func (d *delivery) Provides(b byte) bool {
 	switch b {
 	case mochi.OnSubscribed, mochi.OnSessionEstablished, mochi.OnPacketRead,
-		mochi.OnPacketProcessed, mochi.OnDisconnect:
+		mochi.OnPacketProcessed, mochi.OnDisconnect,
+		mochi.OnSubscribe, mochi.OnUnsubscribed, mochi.OnPacketEncode, mochi.OnPacketSent, mochi.OnACLCheck:
 		return true
 	}
 	return false
@@ -147,6 +180,7 @@ func (d *delivery) Close() {
 			c.unblockWrite()
 		}
 		d.wg.Wait()
+		<-d.stateDone
 	})
 }
 
@@ -164,14 +198,19 @@ func (d *delivery) Close() {
 func (d *delivery) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	cl.State.Inflight.ResetSendQuota(0)
 	if cl.State.Subscriptions.Len() > 0 {
-		d.attach(cl)
+		if c := d.attach(cl); c != nil {
+			d.resumeTaps(c)
+		}
 	}
 }
 
 // OnSubscribed starts delivery for a client's first granted subscription. It
 // runs before mochi writes the SUBACK; MQTT allows matching PUBLISHes to be
 // sent before it. The client starts live at each stream's committed offset.
-func (d *delivery) OnSubscribed(cl *mochi.Client, _ packets.Packet, reasonCodes []byte) {
+func (d *delivery) OnSubscribed(cl *mochi.Client, pk packets.Packet, reasonCodes []byte) {
+	if c := d.client(cl); c != nil {
+		d.onSubscribedTaps(c, pk, reasonCodes)
+	}
 	for _, code := range reasonCodes {
 		if code < packets.ErrUnspecifiedError.Code {
 			d.attach(cl)
@@ -238,12 +277,16 @@ func (d *delivery) client(cl *mochi.Client) *deliveryClient {
 }
 
 // attach creates the delivery state of cl, once, and joins it to every
-// stream's reader live at that stream's committed offset.
-func (d *delivery) attach(cl *mochi.Client) {
+// stream's reader live at that stream's committed offset. It returns the
+// state, nil when the client or the delivery has gone.
+func (d *delivery) attach(cl *mochi.Client) *deliveryClient {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.ctx.Err() != nil || d.mu.clients[cl] != nil || cl.Closed() {
-		return
+	if c := d.mu.clients[cl]; c != nil {
+		return c
+	}
+	if d.ctx.Err() != nil || cl.Closed() {
+		return nil
 	}
 	c := newDeliveryClient(d, cl)
 	d.mu.clients[cl] = c
@@ -252,6 +295,7 @@ func (d *delivery) attach(cl *mochi.Client) {
 	for _, r := range d.mu.readers {
 		r.join(c)
 	}
+	return c
 }
 
 // maxQoS caps a delivery's QoS at the server's maximum.

@@ -17,10 +17,24 @@ import (
 // deliveryItem is one record on its way to one client.
 type deliveryItem struct {
 	rec    *logstore.Record // shared, never modified
-	r      *deliveryReader  // the stream it came from
+	r      *deliveryReader  // the stream it came from; nil for $offsets
 	qos    byte             // granted: min(subscription, record, server)
 	retain bool
 	subIDs []int // v5 subscription identifiers
+	// topic, when set, is the delivered topic instead of the record's
+	// ($replay/<from>/<offset>/<topic>, $group/...).
+	topic string
+	// props are added to the record's user properties (v5 only).
+	props []packets.UserProperty
+	// done, when set, is called once the delivery is acknowledged (PUBACK,
+	// PUBCOMP), written (QoS 0), or skipped (too large for the client).
+	done func()
+}
+
+// outstandingDelivery is a QoS 1/2 delivery awaiting its acknowledgement.
+type outstandingDelivery struct {
+	pk   packets.Packet
+	done func()
 }
 
 // deliveryClient is the delivery state of one connected client: a bounded
@@ -44,7 +58,12 @@ type deliveryClient struct {
 		// outstanding holds the QoS 1/2 deliveries awaiting PUBACK or
 		// PUBCOMP, by packet id. It is ours, not mochi's inflight map: an
 		// inbound publish with the same id deletes mochi's entry.
-		outstanding map[uint16]packets.Packet
+		outstanding map[uint16]outstandingDelivery
+		// taps are the client's extension subscriptions, by filter.
+		taps map[string]*tap
+		// subacks are the plans of SUBSCRIBEs with extension filters whose
+		// SUBACK is not yet sent, by packet id.
+		subacks map[uint16]*subackPlan
 	}
 }
 
@@ -62,7 +81,7 @@ func newDeliveryClient(d *delivery, cl *mochi.Client) *deliveryClient {
 		c.window = rm
 	}
 	c.ctx, c.cancel = context.WithCancel(d.ctx)
-	c.mu.outstanding = map[uint16]packets.Packet{}
+	c.mu.outstanding = map[uint16]outstandingDelivery{}
 	return c
 }
 
@@ -193,7 +212,7 @@ func (c *deliveryClient) send(it deliveryItem) error {
 		}
 		out.PacketID = id
 		c.mu.Lock()
-		c.mu.outstanding[id] = out
+		c.mu.outstanding[id] = outstandingDelivery{pk: out, done: it.done}
 		c.mu.Unlock()
 		if c.cl.State.Inflight.Set(out) {
 			c.d.addInflight(1)
@@ -215,13 +234,21 @@ func (c *deliveryClient) send(it deliveryItem) error {
 		}
 		c.d.dropTooLarge.Inc()
 		c.d.logger.Warn("delivery: record larger than the client's maximum packet size; skipped",
-			deliveryAttrClient, c.id, deliveryAttrStream, it.r.stream.Name(), deliveryAttrOffset, it.rec.Offset)
+			deliveryAttrClient, c.id, deliveryAttrTopic, it.rec.Topic, deliveryAttrOffset, it.rec.Offset)
+		if it.qos == 0 && it.done != nil {
+			it.done()
+		}
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("write %s offset %d to %s: %w", it.r.stream.Name(), it.rec.Offset, c.id, err)
+		return fmt.Errorf("write %s offset %d to %s: %w", it.rec.Topic, it.rec.Offset, c.id, err)
 	}
-	it.r.delivered.Inc()
+	if it.r != nil {
+		it.r.delivered.Inc()
+	}
+	if it.qos == 0 && it.done != nil {
+		it.done()
+	}
 	return nil
 }
 
@@ -236,6 +263,9 @@ func (c *deliveryClient) packet(it deliveryItem) packets.Packet {
 		// mochi expires inflight entries by Created; 0 would expire at once.
 		Created: time.Now().Unix(),
 	}
+	if it.topic != "" {
+		out.TopicName = it.topic
+	}
 	if !c.v5 {
 		return out
 	}
@@ -246,11 +276,12 @@ func (c *deliveryClient) packet(it deliveryItem) packets.Packet {
 	if rec.PayloadFormat != nil {
 		p.PayloadFormat, p.PayloadFormatFlag = *rec.PayloadFormat, true
 	}
-	if len(rec.UserProperties) > 0 {
-		p.User = make([]packets.UserProperty, len(rec.UserProperties))
-		for i, u := range rec.UserProperties {
-			p.User[i] = packets.UserProperty{Key: u.Key, Val: u.Value}
+	if n := len(rec.UserProperties) + len(it.props); n > 0 {
+		p.User = make([]packets.UserProperty, 0, n)
+		for _, u := range rec.UserProperties {
+			p.User = append(p.User, packets.UserProperty{Key: u.Key, Val: u.Value})
 		}
+		p.User = append(p.User, it.props...)
 	}
 	p.SubscriptionIdentifier = it.subIDs
 	return out
@@ -299,12 +330,16 @@ func (c *deliveryClient) nextID() (uint16, error) {
 // ack ends the outstanding delivery id, if it is one of ours.
 func (c *deliveryClient) ack(id uint16) {
 	c.mu.Lock()
-	_, ok := c.mu.outstanding[id]
+	out, ok := c.mu.outstanding[id]
 	delete(c.mu.outstanding, id)
 	c.mu.Unlock()
-	if ok {
-		c.signalAck()
+	if !ok {
+		return
 	}
+	if out.done != nil {
+		out.done()
+	}
+	c.signalAck()
 }
 
 // forget ends an outstanding delivery that was never written.
@@ -332,8 +367,34 @@ func (c *deliveryClient) restoreInflight(id uint16) {
 	if !ok {
 		return
 	}
-	if _, exists := c.cl.State.Inflight.Get(id); !exists && c.cl.State.Inflight.Set(out) {
+	if _, exists := c.cl.State.Inflight.Get(id); !exists && c.cl.State.Inflight.Set(out.pk) {
 		c.d.addInflight(1)
+	}
+}
+
+// installTap makes t the client's tap for its filter, stopping the one it
+// replaces (a SUBSCRIBE to the same filter replaces the subscription).
+func (c *deliveryClient) installTap(t *tap) {
+	c.mu.Lock()
+	old := c.mu.taps[t.filter]
+	if c.mu.taps == nil {
+		c.mu.taps = map[string]*tap{}
+	}
+	c.mu.taps[t.filter] = t
+	c.mu.Unlock()
+	if old != nil && old != t {
+		old.stop()
+	}
+}
+
+// removeTap stops the tap of filter, if any.
+func (c *deliveryClient) removeTap(filter string) {
+	c.mu.Lock()
+	t := c.mu.taps[filter]
+	delete(c.mu.taps, filter)
+	c.mu.Unlock()
+	if t != nil {
+		t.stop()
 	}
 }
 

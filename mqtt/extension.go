@@ -284,3 +284,105 @@ func (f *extFilter) deliveredTopic(offset uint64, topic string) string {
 	b.WriteString(topic)
 	return b.String()
 }
+
+// maxFilterProbes bounds the topics filterStreams tries.
+const maxFilterProbes = 50000
+
+// errFilterTooWide: filterStreams could not tell which streams a filter
+// reads within maxFilterProbes topics.
+var errFilterTooWide = errors.New("too many stream filters to check this filter against")
+
+// filterStreams returns the streams that capture at least one topic
+// matching filter (the stream with the most specific filter wins each
+// topic, see Log.Route).
+//
+// It routes a set of probe topics that stands for every topic the filter
+// matches: at a wildcard level, each literal some stream filter names at
+// that depth, plus one level no filter names (all such levels route
+// alike); '#' also tries every length up to one past the deepest stream
+// filter. Routing depends only on which filter levels a topic's levels
+// equal, so the probes reach every stream a real topic could.
+func filterStreams(l Log, filter string) ([]Stream, error) {
+	const fresh = "\x00" // a level no filter names: not a valid MQTT topic level
+	var lits []map[string]bool
+	for _, s := range l.Streams() {
+		for _, f := range s.Filters() {
+			for i, lv := range strings.Split(f, "/") {
+				for len(lits) <= i {
+					lits = append(lits, map[string]bool{})
+				}
+				if lv != "+" && lv != "#" {
+					lits[i][lv] = true
+				}
+			}
+		}
+	}
+	choices := func(depth int) []string {
+		out := []string{fresh}
+		if depth < len(lits) {
+			for lv := range lits[depth] {
+				if depth == 0 && strings.HasPrefix(lv, "$") {
+					continue // top-level wildcards never match $ topics
+				}
+				out = append(out, lv)
+			}
+		}
+		return out
+	}
+	seen := map[string]Stream{}
+	var order []Stream
+	probes := 0
+	route := func(levels []string) error {
+		if probes++; probes > maxFilterProbes {
+			return errFilterTooWide
+		}
+		if s := l.Route(strings.Join(levels, "/")); s != nil && seen[s.Name()] == nil {
+			seen[s.Name()] = s
+			order = append(order, s)
+		}
+		return nil
+	}
+	flevels := strings.Split(filter, "/")
+	var walk func(i int, topic []string) error
+	walk = func(i int, topic []string) error {
+		if i == len(flevels) {
+			return route(topic)
+		}
+		switch lv := flevels[i]; lv {
+		case "+":
+			for _, c := range choices(len(topic)) {
+				if err := walk(i+1, append(topic, c)); err != nil {
+					return err
+				}
+			}
+			return nil
+		case "#":
+			return hashProbes(topic, len(lits)+1, choices, route)
+		default:
+			return walk(i+1, append(topic, lv))
+		}
+	}
+	if err := walk(0, make([]string, 0, len(flevels)+len(lits)+1)); err != nil {
+		return order, err
+	}
+	return order, nil
+}
+
+// hashProbes routes topic followed by every sequence of probe levels up to
+// depth levels in all ("a/#" also matches "a"; "#" alone needs one level).
+func hashProbes(topic []string, depth int, choices func(int) []string, route func([]string) error) error {
+	if len(topic) > 0 {
+		if err := route(topic); err != nil {
+			return err
+		}
+	}
+	if len(topic) >= depth {
+		return nil
+	}
+	for _, c := range choices(len(topic)) {
+		if err := hashProbes(append(topic, c), depth, choices, route); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -123,4 +124,44 @@ func FuzzParseExtension(f *testing.F) {
 			t.Fatalf("delivered topic %q does not match the filter %q", got, filter)
 		}
 	})
+}
+
+func TestFilterStreams(t *testing.T) {
+	l := newMemLog(t, "default=#", "sensors=sensors/#", "power=meters/+/power", "exact=a/b")
+	cases := []struct {
+		filter string
+		want   []string
+	}{
+		{"sensors/#", []string{"sensors"}},
+		{"sensors/+/temp", []string{"sensors"}},
+		{"sensors", []string{"sensors"}},
+		{"meters/7/power", []string{"power"}},
+		{"meters/+/power", []string{"power"}},
+		{"meters/+/+", []string{"default", "power"}},
+		{"meters/#", []string{"default", "power"}},
+		{"other/#", []string{"default"}},
+		{"+/b", []string{"default", "exact", "sensors"}}, // sensors/b too
+		{"a/+", []string{"default", "exact"}},
+		{"#", []string{"default", "exact", "power", "sensors"}},
+		{"+", []string{"default", "sensors"}},
+	}
+	for _, tc := range cases {
+		got, err := filterStreams(l, tc.filter)
+		if err != nil {
+			t.Errorf("%s: %v", tc.filter, err)
+			continue
+		}
+		var names []string
+		for _, s := range got {
+			names = append(names, s.Name())
+		}
+		slices.Sort(names)
+		if !slices.Equal(names, tc.want) {
+			t.Errorf("filterStreams(%q) = %v, want %v", tc.filter, names, tc.want)
+		}
+	}
+	only := newMemLog(t, "s=sensors/#")
+	if got, _ := filterStreams(only, "other/#"); len(got) != 0 {
+		t.Errorf("a filter no stream captures gave %d streams", len(got))
+	}
 }

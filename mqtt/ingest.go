@@ -32,9 +32,10 @@ const ingestOrigin = "peat-ingest"
 
 // Reason codes of refused publishes (MQTT 5 PUBACK/PUBREC).
 var (
-	codeNoSpace  = packets.Code{Code: packets.ErrQuotaExceeded.Code, Reason: "not stored: disk full"}
-	codeNotSaved = packets.Code{Code: packets.ErrUnspecifiedError.Code, Reason: "not stored"}
-	codeReserved = packets.Code{Code: packets.ErrTopicNameInvalid.Code, Reason: "reserved topic: $replay/ and $group/ are read-only"}
+	codeNoSpace   = packets.Code{Code: packets.ErrQuotaExceeded.Code, Reason: "not stored: disk full"}
+	codeNotSaved  = packets.Code{Code: packets.ErrUnspecifiedError.Code, Reason: "not stored"}
+	codeReserved  = packets.Code{Code: packets.ErrTopicNameInvalid.Code, Reason: "reserved topic: $replay/ and $group/ are read-only"}
+	codeBadOffset = packets.Code{Code: packets.ErrPayloadFormatInvalid.Code, Reason: "an $offsets commit's payload must be a decimal offset"}
 )
 
 // reservedPrefixes are topics of the replay protocol, closed to publishers.
@@ -59,6 +60,7 @@ type ingest struct {
 	m      *Metrics
 	logger *slog.Logger
 	tooBig packets.Code
+	groups *groups // commits published to $offsets/<group>/<stream>
 
 	conns   sync.Map      // *mochi.Client -> *ingestConn
 	closing chan struct{} // closed by beginClose
@@ -76,8 +78,9 @@ type ingest struct {
 
 var _ mochi.Hook = (*ingest)(nil)
 
-func newIngest(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slog.Logger) *ingest {
+func newIngest(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slog.Logger, gs *groups) *ingest {
 	h := &ingest{
+		groups:  gs,
 		srv:     srv,
 		log:     log,
 		cfg:     cfg,
@@ -206,6 +209,10 @@ func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 		c.resentQoS2(id)
 		return pk, packets.ErrRejectPacket
 	}
+	if strings.HasPrefix(pk.TopicName, offsetsPrefix) {
+		c.commitOffset(pk)
+		return pk, packets.ErrRejectPacket
+	}
 	if reservedTopic(pk.TopicName) {
 		c.refuse(pk, codeReserved, ReasonReadOnly)
 		return pk, packets.ErrRejectPacket
@@ -220,6 +227,16 @@ func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 	}
 	c.publish(st, pk)
 	return pk, packets.ErrRejectPacket
+}
+
+// stream returns the named stream, or nil.
+func (h *ingest) stream(name string) Stream {
+	for _, s := range h.log.Streams() {
+		if s.Name() == name {
+			return s
+		}
+	}
+	return nil
 }
 
 // publishInline appends a publish made in process (mochi's inline client).

@@ -1,7 +1,10 @@
 package mqtt
 
 import (
+	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,38 +107,83 @@ func (c *ingestConn) publish(st Stream, pk packets.Packet) {
 	if !c.take() {
 		return // being disconnected, or the broker is closing: no ack, the client resends
 	}
-	var e *ackEntry
-	if qos := pk.FixedHeader.Qos; qos > 0 {
-		e = &ackEntry{id: pk.PacketID, qos: qos}
-		c.mu.Lock()
-		if qos == 2 {
-			// Reserve the id in the Inflight map mochi shares between inbound
-			// and outbound ids, so delivery cannot take it, and so mochi's
-			// processPubrel finds it and answers PUBCOMP.
-			c.setPlaceholder(pk.PacketID)
-			e.placeholder = true
-			if c.mu.qos2 == nil {
-				c.mu.qos2 = map[uint16]*ackEntry{}
-			}
-			c.mu.qos2[pk.PacketID] = e
-		}
-		c.enqueueLocked(e)
-		c.mu.Unlock()
-	}
+	e := c.expectAnswer(pk)
 	retained := retainedCopy(pk)
 	rec := recordOf(c.cl.ID, pk)
 	st.AppendAsync([]*logstore.Record{rec}, func(_ uint64, err error) {
 		c.h.appended(st, retained, err)
-		if e == nil {
-			c.release()
-			return
-		}
 		code := packets.CodeSuccess
 		if err != nil {
 			code = refusalCode(err)
 		}
-		c.answer(e, code)
+		c.complete(e, code)
 	})
+}
+
+// commitOffset commits (seeks) a consumer group's offset published to
+// $offsets/<group>/<stream>; QoS 1/2 ones are answered once it is durable.
+func (c *ingestConn) commitOffset(pk packets.Packet) {
+	ext, err := parseOffsetsTopic(pk.TopicName)
+	if err == nil && c.h.stream(ext.stream) == nil {
+		err = fmt.Errorf("no stream %q", ext.stream)
+	}
+	if err != nil {
+		c.refuse(pk, packets.Code{Code: packets.ErrTopicNameInvalid.Code, Reason: err.Error()}, ReasonBadCommit)
+		return
+	}
+	off, err := strconv.ParseUint(strings.TrimSpace(string(pk.Payload)), 10, 64)
+	if err != nil {
+		c.refuse(pk, codeBadOffset, ReasonBadCommit)
+		return
+	}
+	if !c.take() {
+		return
+	}
+	e := c.expectAnswer(pk)
+	key := groupKey{group: ext.group, stream: ext.stream}
+	c.h.groups.commit(key, off, func(err error) {
+		code := packets.CodeSuccess
+		if err != nil {
+			code = codeNotSaved
+		}
+		c.complete(e, code)
+	})
+	c.h.logger.Info("consumer group offset committed by publish", slog.String(attrClient, c.cl.ID),
+		slog.String("group", ext.group), slog.String(attrStream, ext.stream), slog.Uint64("offset", off))
+}
+
+// expectAnswer queues the ack entry of a QoS 1/2 publish that holds a
+// window slot; nil for QoS 0.
+func (c *ingestConn) expectAnswer(pk packets.Packet) *ackEntry {
+	qos := pk.FixedHeader.Qos
+	if qos == 0 {
+		return nil
+	}
+	e := &ackEntry{id: pk.PacketID, qos: qos}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if qos == 2 {
+		// Reserve the id in the Inflight map mochi shares between inbound
+		// and outbound ids, so delivery cannot take it, and so mochi's
+		// processPubrel finds it and answers PUBCOMP.
+		c.setPlaceholder(pk.PacketID)
+		e.placeholder = true
+		if c.mu.qos2 == nil {
+			c.mu.qos2 = map[uint16]*ackEntry{}
+		}
+		c.mu.qos2[pk.PacketID] = e
+	}
+	c.enqueueLocked(e)
+	return e
+}
+
+// complete answers e, or frees the window slot of a QoS 0 publish (nil e).
+func (c *ingestConn) complete(e *ackEntry, code packets.Code) {
+	if e == nil {
+		c.release()
+		return
+	}
+	c.answer(e, code)
 }
 
 // answer records the outcome of e and wakes the drainer.

@@ -1,6 +1,10 @@
 package mqtt
 
-import "github.com/peatmq/peat/logstore"
+import (
+	"time"
+
+	"github.com/peatmq/peat/logstore"
+)
 
 // Log is the offset log as the MQTT front-end sees it. On a single node the
 // logstore satisfies it; in a cluster the cluster package will. mqtt never
@@ -11,11 +15,25 @@ type Log interface {
 	Route(topic string) Stream
 	// Streams lists every stream.
 	Streams() []Stream
+	// State is where consumer groups and durable sessions keep their
+	// positions, next to the log they point into.
+	State() StateStore
+}
+
+// StateStore keeps small values by key (logstore.Store's consumer state).
+type StateStore interface {
+	// WriteState sets puts and deletes dels, atomically and as durably as
+	// the log's appends.
+	WriteState(puts map[string][]byte, dels []string) error
+	// LoadState calls fn for every entry whose key starts with prefix.
+	LoadState(prefix string, fn func(key string, val []byte) error) error
 }
 
 // Stream is one append-only offset log.
 type Stream interface {
 	Name() string
+	// Filters are the topic filters the stream captures.
+	Filters() []string
 
 	// AppendAsync hands records to the stream's appender. done is called
 	// exactly once, on the appender's goroutine, when the records are
@@ -31,6 +49,10 @@ type Stream interface {
 	// logstore.ErrOffsetOutOfRange when from is below FirstOffset() or
 	// above Committed().
 	Read(from uint64, max, maxBytes int) ([]*logstore.Record, error)
+
+	// OffsetForTime returns the first offset whose record has a timestamp
+	// at or after t, or Committed() when every record is older.
+	OffsetForTime(t time.Time) (uint64, error)
 
 	// FirstOffset is the offset of the oldest record retention still holds.
 	FirstOffset() uint64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,7 @@ import (
 type memLog struct {
 	streams []*memStream
 	filters [][]string // filters[i] are the filters of streams[i]
+	state   *memState
 }
 
 var _ Log = (*memLog)(nil)
@@ -39,15 +41,16 @@ var (
 // Its appenders stop at test cleanup.
 func newMemLog(tb testing.TB, specs ...string) *memLog {
 	tb.Helper()
-	l := &memLog{}
+	l := &memLog{state: &memState{m: map[string][]byte{}}}
 	for _, spec := range specs {
 		name, fs, ok := strings.Cut(spec, "=")
 		if !ok || name == "" || fs == "" {
 			tb.Fatalf("memlog: bad stream spec %q, want name=filter[,filter]", spec)
 		}
 		s := newMemStream(name)
+		s.filters = strings.Split(fs, ",")
 		l.streams = append(l.streams, s)
-		l.filters = append(l.filters, strings.Split(fs, ","))
+		l.filters = append(l.filters, s.filters)
 	}
 	tb.Cleanup(l.close)
 	return l
@@ -78,6 +81,49 @@ func (l *memLog) Streams() []Stream {
 		out[i] = s
 	}
 	return out
+}
+
+func (l *memLog) State() StateStore { return l.state }
+
+// memState is an in-memory StateStore.
+type memState struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func (s *memState) WriteState(puts map[string][]byte, dels []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, v := range puts {
+		s.m[k] = append([]byte(nil), v...)
+	}
+	for _, k := range dels {
+		delete(s.m, k)
+	}
+	return nil
+}
+
+func (s *memState) LoadState(prefix string, fn func(string, []byte) error) error {
+	s.mu.Lock()
+	keys := make([]string, 0, len(s.m))
+	for k := range s.m {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	s.mu.Unlock()
+	slices.Sort(keys)
+	for _, k := range keys {
+		s.mu.Lock()
+		v, ok := s.m[k]
+		s.mu.Unlock()
+		if ok {
+			if err := fn(k, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // stream returns the named stream, for test assertions and steering.
@@ -141,7 +187,8 @@ type memAppend struct {
 
 // memStream is one in-memory stream with a single appender goroutine.
 type memStream struct {
-	name string
+	name    string
+	filters []string
 
 	mu struct {
 		sync.Mutex
@@ -176,6 +223,20 @@ func newMemStream(name string) *memStream {
 }
 
 func (s *memStream) Name() string { return s.name }
+
+func (s *memStream) Filters() []string { return s.filters }
+
+func (s *memStream) OffsetForTime(t time.Time) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ms := t.UnixMilli()
+	for i, r := range s.mu.recs {
+		if r.Timestamp >= ms {
+			return s.mu.first + uint64(i), nil
+		}
+	}
+	return s.mu.first + uint64(len(s.mu.recs)), nil
+}
 
 func (s *memStream) AppendAsync(recs []*logstore.Record, done func(first uint64, err error)) {
 	s.mu.Lock()

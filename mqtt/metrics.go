@@ -10,6 +10,7 @@ type Metrics struct {
 	Delivered     *prometheus.CounterVec // peat_mqtt_delivered_records_total{stream}: records written to subscribers
 	Dropped       *prometheus.CounterVec // peat_mqtt_dropped_messages_total{reason}: messages the broker dropped on purpose
 	CursorCatchup prometheus.Counter     // peat_mqtt_subscriber_fallbacks_total: subscribers that left the shared reader for their own cursor
+	StartAdjusted prometheus.Counter     // peat_mqtt_replay_start_adjusted_total: replays and groups started elsewhere than asked (below the log start)
 }
 
 // Reasons for Refused and Dropped.
@@ -20,6 +21,7 @@ const (
 	ReasonOutOfRetain  = "retention"      // a lagging cursor's position fell below the log start
 	ReasonClientClosed = "client_closed"  // the subscriber disconnected before delivery
 	ReasonReadOnly     = "reserved_topic" // a publish to a reserved topic
+	ReasonBadCommit    = "bad_commit"     // a publish to $offsets/<group>/<stream> that is not a valid commit
 )
 
 // NewMetrics creates the collectors and registers them with reg when reg is
@@ -44,14 +46,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		CursorCatchup: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "peat_mqtt_subscriber_fallbacks_total", Help: "Times a lagging subscriber left the shared live reader to read the log with its own cursor.",
 		}),
+		StartAdjusted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "peat_mqtt_replay_start_adjusted_total", Help: "Replay and group subscriptions whose start was moved, e.g. from below the log start to the log start.",
+		}),
 	}
 	// Known reasons show at 0 from the start, so a dashboard or alert sees
 	// the series before the first refusal.
-	for _, r := range []string{ReasonTooLarge, ReasonStoreFailed, ReasonReadOnly} {
+	for _, r := range []string{ReasonTooLarge, ReasonStoreFailed, ReasonReadOnly, ReasonBadCommit} {
 		m.Refused.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Connected, m.Received, m.Refused, m.Delivered, m.Dropped, m.CursorCatchup)
+		reg.MustRegister(m.Connected, m.Received, m.Refused, m.Delivered, m.Dropped, m.CursorCatchup, m.StartAdjusted)
 	}
 	return m
 }

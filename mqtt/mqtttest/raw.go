@@ -177,16 +177,35 @@ func (r *Raw) Ping() {
 // the subscription was granted. It returns the SUBACK.
 func (r *Raw) Subscribe(filter string, qos byte) packets.Packet {
 	r.tb.Helper()
+	ack := r.TrySubscribe(filter, qos)
+	if len(ack.ReasonCodes) != 1 || ack.ReasonCodes[0] > 2 {
+		r.tb.Fatalf("mqtttest: subscribe %s: reason codes %v (%s)", filter, ack.ReasonCodes, ack.Properties.ReasonString)
+	}
+	return ack
+}
+
+// TrySubscribe subscribes to filter with packet id 1 and returns the
+// SUBACK, granted or not.
+func (r *Raw) TrySubscribe(filter string, qos byte) packets.Packet {
+	r.tb.Helper()
 	r.Write(packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
 		PacketID:    1,
 		Filters:     packets.Subscriptions{{Filter: filter, Qos: qos}},
 	})
-	ack := r.ReadUntil(packets.Suback)
-	if len(ack.ReasonCodes) != 1 || ack.ReasonCodes[0] > 2 {
-		r.tb.Fatalf("mqtttest: subscribe %s: reason codes %v", filter, ack.ReasonCodes)
-	}
-	return ack
+	return r.ReadUntil(packets.Suback)
+}
+
+// Unsubscribe unsubscribes from filter with packet id 2 and waits for the
+// UNSUBACK.
+func (r *Raw) Unsubscribe(filter string) {
+	r.tb.Helper()
+	r.Write(packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Unsubscribe, Qos: 1},
+		PacketID:    2,
+		Filters:     packets.Subscriptions{{Filter: filter}},
+	})
+	r.ReadUntil(packets.Unsuback)
 }
 
 // Next returns the next packet: one ReadUntil set aside, else one read from

@@ -1,0 +1,221 @@
+package mqtt
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/logstore"
+)
+
+// A tap is one extension subscription of one client ($replay, $group,
+// $offsets). Replay and group taps are cursors of their own: they read the
+// stream from their start offset in bounded batches, keep the records whose
+// topic matches the filter, and push them into the client's queue, waiting
+// for room (never dropping). At the log's end they wait for the stream to
+// advance and go on reading: history and live are one loop over one
+// cursor, so the hand-over has no gap and no duplicate. Memory is bounded
+// by the read batch and the client's queue, whatever the history's length.
+//
+// A group tap also tracks its consumer's acknowledgements (progress) and
+// advances the group's committed offset. An $offsets tap delivers a group's
+// committed offset each time it becomes durable.
+type tap struct {
+	d      *delivery
+	c      *deliveryClient
+	filter string // as subscribed
+	ext    extFilter
+	sub    packets.Subscription
+	r      *deliveryReader // the stream; nil for $offsets
+	start  uint64
+	notice string    // why start is not what the client asked for
+	group  groupKey  // $group, $offsets
+	prog   *progress // $group
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	seek   chan uint64 // 1-buffered: the latest commit to $offsets while this tap owns the group
+}
+
+func newTap(c *deliveryClient, sub packets.Subscription, ext extFilter) *tap {
+	t := &tap{d: c.d, c: c, filter: sub.Filter, ext: ext, sub: sub, seek: make(chan uint64, 1)}
+	t.ctx, t.cancel = context.WithCancel(c.ctx)
+	return t
+}
+
+// seekTo makes the tap continue from off, dropping an earlier seek it has
+// not yet seen.
+func (t *tap) seekTo(off uint64) {
+	for {
+		select {
+		case t.seek <- off:
+			return
+		default:
+		}
+		select {
+		case <-t.seek:
+		default:
+		}
+	}
+}
+
+// stop ends the tap; its goroutine exits on its own.
+func (t *tap) stop() { t.cancel() }
+
+// run is the tap's goroutine.
+func (t *tap) run() {
+	defer t.d.wg.Done()
+	defer t.cancel()
+	if t.ext.kind == extGroup {
+		defer t.d.groups.release(t.group, t)
+	}
+	if t.ext.kind == extOffsets {
+		t.runOffsets()
+		return
+	}
+	t.runLog()
+}
+
+// runLog feeds the client from the stream, from t.start on.
+func (t *tap) runLog() {
+	s := t.r.stream
+	next := t.start
+	woken := false
+	for t.ctx.Err() == nil {
+		select {
+		case off := <-t.seek:
+			next = off
+			t.prog.reset(off)
+		default:
+		}
+		changed := s.Changed() // before Committed: no advance is missed
+		if next < s.Committed() {
+			woken = false
+			recs, err := s.Read(next, t.d.cfg.ReadBatch, t.d.cfg.ReadBatchBytes)
+			if err != nil {
+				if first := s.FirstOffset(); next < first {
+					t.d.logger.Warn("delivery: replay position fell below the log start; skipping to it",
+						deliveryAttrClient, t.c.id, deliveryAttrFilter, t.filter, deliveryAttrStream, s.Name(),
+						deliveryAttrOffset, next, deliveryAttrCount, first-next)
+					t.d.dropRetention.Add(float64(first - next))
+					next = first
+					continue
+				}
+				t.d.logger.Error("delivery: replay read", deliveryAttrClient, t.c.id, deliveryAttrStream, s.Name(),
+					deliveryAttrOffset, next, deliveryAttrError, err)
+				if !deliverySleep(t.ctx, deliveryRetryDelay) {
+					return
+				}
+				continue
+			}
+			for _, rec := range recs {
+				if err := t.place(rec); err != nil {
+					return
+				}
+			}
+			if len(recs) > 0 {
+				next = recs[len(recs)-1].Offset + 1
+			}
+			if t.prog != nil {
+				t.prog.scan(next)
+			}
+			continue
+		}
+		if t.prog != nil {
+			t.prog.scan(next)
+		}
+		if woken && !deliverySleep(t.ctx, deliveryRetryDelay) {
+			// Woken with nothing new: the stream is closed (Changed stays
+			// closed) or was truncated. Do not spin.
+			return
+		}
+		select {
+		case <-changed:
+			woken = true
+		case off := <-t.seek:
+			t.seekTo(off) // handled at the top of the loop
+		case <-t.ctx.Done():
+			return
+		}
+	}
+}
+
+// place pushes rec to the client when it matches the filter.
+func (t *tap) place(rec *logstore.Record) error {
+	if !topicMatches(t.ext.inner, rec.Topic) {
+		return nil
+	}
+	if t.sub.NoLocal && rec.ClientID == t.c.id {
+		return nil // [MQTT-3.8.3-3]
+	}
+	it := deliveryItem{
+		rec:    rec,
+		r:      t.r,
+		qos:    min(rec.QoS, t.sub.Qos, t.d.maxQoS()),
+		retain: rec.Retain && t.c.v5 && t.sub.RetainAsPublished,
+		topic:  t.ext.deliveredTopic(rec.Offset, rec.Topic),
+	}
+	if t.c.v5 {
+		it.subIDs = deliverySubIDs(t.sub)
+		it.props = []packets.UserProperty{
+			{Key: propStream, Val: t.r.stream.Name()},
+			{Key: propOffset, Val: strconv.FormatUint(rec.Offset, 10)},
+			{Key: propTimestamp, Val: strconv.FormatInt(rec.Timestamp, 10)},
+		}
+	}
+	if t.prog != nil {
+		it.done = t.prog.add(rec.Offset)
+	}
+	select {
+	case t.c.queue <- it:
+		return nil
+	case <-t.ctx.Done():
+		return t.ctx.Err()
+	}
+}
+
+// runOffsets delivers the group's durable committed offset, now and on
+// every change. A group that never committed has nothing to deliver yet.
+func (t *tap) runOffsets() {
+	var last uint64
+	sent := false
+	for {
+		off, ok, changed := t.d.groups.watch(t.group)
+		if ok && (!sent || off != last) {
+			rec := &logstore.Record{Topic: t.filter, Payload: []byte(strconv.FormatUint(off, 10)), QoS: 1}
+			it := deliveryItem{rec: rec, qos: min(t.sub.Qos, 1, t.d.maxQoS())}
+			select {
+			case t.c.queue <- it:
+			case <-t.ctx.Done():
+				return
+			}
+			last, sent = off, true
+		}
+		select {
+		case <-changed:
+		case <-t.ctx.Done():
+			return
+		}
+	}
+}
+
+// User properties of MQTT 5 deliveries and SUBACKs of the replay protocol.
+const (
+	propStream    = "stream"    // deliveries, SUBACK: the stream's name
+	propOffset    = "offset"    // deliveries: the record's offset
+	propTimestamp = "timestamp" // deliveries: the record's time, unix ms
+	propStart     = "start"     // SUBACK: the first offset the subscription reads
+	propEnd       = "end"       // SUBACK: the stream's committed end when subscribed: offsets below it are history
+	propNotice    = "notice"    // SUBACK: something the client should know (a <from> below the log start)
+)
+
+// tapError is a refused extension subscription: its SUBACK reason code and
+// reason string.
+type tapError struct {
+	code   byte
+	reason string
+}
+
+func (e *tapError) Error() string { return fmt.Sprintf("0x%02x %s", e.code, e.reason) }

@@ -1,0 +1,185 @@
+package mqtt
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"sync"
+)
+
+// Consumer groups ($group/<name>/+/<filter>) and their committed offsets
+// ($offsets/<group>/<stream>).
+//
+// A group's committed offset in a stream is the next offset the group will
+// be given (Kafka's convention): every record below it was acknowledged by
+// the group's consumer, or did not match its filter. It is kept in the
+// StateStore under "g/<group>/<stream>" as 8 big-endian bytes, written by
+// the stateWriter: acknowledgements advance it in memory at once and reach
+// the store within the writer's interval; a commit published to $offsets is
+// written at once and acknowledged only when durable.
+//
+// A group has one active consumer per stream at a time, like a Kafka
+// partition's single owner: the tap that owns it. A second subscription to
+// the same group and stream, by another client, is refused while the owner
+// is connected. The same client id subscribing again (a reconnect racing
+// the old connection's end, or a re-subscribe) takes over.
+
+// groupStatePrefix starts every group's state key.
+const groupStatePrefix = "g/"
+
+// groupKey names one group's position in one stream.
+type groupKey struct{ group, stream string }
+
+func (k groupKey) stateKey() string { return groupStatePrefix + k.group + "/" + k.stream }
+
+// groupKeyOf parses a state key; ok is false for other keys.
+func groupKeyOf(stateKey string) (groupKey, bool) {
+	rest, ok := strings.CutPrefix(stateKey, groupStatePrefix)
+	if !ok {
+		return groupKey{}, false
+	}
+	g, s, ok := strings.Cut(rest, "/")
+	return groupKey{group: g, stream: s}, ok && g != "" && s != ""
+}
+
+// groups is the registry of consumer groups on this node.
+type groups struct {
+	w *stateWriter
+
+	mu sync.Mutex
+	m  map[groupKey]*group
+}
+
+// group is one group's state in one stream.
+type group struct {
+	// position is the committed offset as this node knows it: advanced by
+	// acknowledgements and commits at once. known is false for a group
+	// that never committed.
+	position uint64
+	known    bool
+	// durable is what the store holds; changed is closed (and replaced)
+	// whenever it moves, for $offsets subscribers.
+	durable      uint64
+	durableKnown bool
+	changed      chan struct{}
+	owner        *tap
+}
+
+func newGroups() *groups {
+	return &groups{m: map[groupKey]*group{}}
+}
+
+// load reads every group's committed offsets.
+func (g *groups) load(st StateStore) error {
+	return st.LoadState(groupStatePrefix, func(k string, v []byte) error {
+		key, ok := groupKeyOf(k)
+		if !ok || len(v) != 8 {
+			return fmt.Errorf("group state %q: malformed", k)
+		}
+		off := binary.BigEndian.Uint64(v)
+		e := g.entryLocked(key)
+		e.position, e.known, e.durable, e.durableKnown = off, true, off, true
+		return nil
+	})
+}
+
+// entryLocked returns the state of key, creating it.
+func (g *groups) entryLocked(key groupKey) *group {
+	e := g.m[key]
+	if e == nil {
+		e = &group{changed: make(chan struct{})}
+		g.m[key] = e
+	}
+	return e
+}
+
+// position returns the group's committed offset in a stream as this node
+// knows it; ok is false for a group that never committed there.
+func (g *groups) position(key groupKey) (uint64, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.m[key]
+	if e == nil || !e.known {
+		return 0, false
+	}
+	return e.position, true
+}
+
+// acquire makes t the owner of key; it fails, naming the owner's client,
+// when another client's tap owns it.
+func (g *groups) acquire(key groupKey, t *tap) (ok bool, holder string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.entryLocked(key)
+	if o := e.owner; o != nil && o != t && o.c.id != t.c.id && o.c.ctx.Err() == nil {
+		return false, o.c.id
+	}
+	e.owner = t
+	return true, ""
+}
+
+// release gives key up, if t still owns it.
+func (g *groups) release(key groupKey, t *tap) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e := g.m[key]; e != nil && e.owner == t {
+		e.owner = nil
+	}
+}
+
+// advance moves the committed offset forward as the owner's consumer
+// acknowledges; t must still own the group. It is written within the
+// writer's interval.
+func (g *groups) advance(key groupKey, t *tap, off uint64) {
+	g.mu.Lock()
+	e := g.m[key]
+	if e == nil || e.owner != t || (e.known && off <= e.position) {
+		g.mu.Unlock()
+		return
+	}
+	e.position, e.known = off, true
+	g.mu.Unlock()
+	g.w.put(key.stateKey(), encodeOffset(off), nil)
+}
+
+// commit sets the committed offset (forward or back) and tells the owner,
+// if any, to continue from there. done is called once it is durable.
+func (g *groups) commit(key groupKey, off uint64, done func(error)) {
+	g.mu.Lock()
+	e := g.entryLocked(key)
+	e.position, e.known = off, true
+	owner := e.owner
+	g.mu.Unlock()
+	if owner != nil {
+		owner.seekTo(off)
+	}
+	g.w.put(key.stateKey(), encodeOffset(off), done)
+}
+
+// written is the stateWriter's report that a group's offset is durable.
+func (g *groups) written(key groupKey, val []byte) {
+	if len(val) != 8 {
+		return
+	}
+	off := binary.BigEndian.Uint64(val)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.entryLocked(key)
+	if e.durableKnown && e.durable == off {
+		return
+	}
+	e.durable, e.durableKnown = off, true
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+// watch returns the group's durable committed offset (ok false when it has
+// none yet) and a channel closed when it changes.
+func (g *groups) watch(key groupKey) (off uint64, ok bool, changed <-chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.entryLocked(key)
+	return e.durable, e.durableKnown, e.changed
+}
+
+func encodeOffset(off uint64) []byte { return binary.BigEndian.AppendUint64(nil, off) }

@@ -1,0 +1,310 @@
+package mqtt
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt/mqtttest"
+)
+
+// store appends records to s directly (as ingest would) and waits until
+// they are committed. Each record is "<topic>" with payload "p<offset>"
+// and, when ts is not nil, the timestamp ts(i).
+func store(tb testing.TB, s *memStream, topics []string, ts func(i int) time.Time) {
+	tb.Helper()
+	first := len(s.records())
+	recs := make([]*logstore.Record, len(topics))
+	for i, topic := range topics {
+		recs[i] = &logstore.Record{Topic: topic, Payload: fmt.Appendf(nil, "p%d", first+i), QoS: 1}
+		if ts != nil {
+			recs[i].Timestamp = ts(i).UnixMilli()
+		}
+	}
+	done := make(chan error, 1)
+	s.AppendAsync(recs, func(_ uint64, err error) { done <- err })
+	if err := <-done; err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// topicsN returns n topics "<prefix>/<i>".
+func topicsN(prefix string, from, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s/%d", prefix, from+i)
+	}
+	return out
+}
+
+// userProp returns the value of the first user property key, or "".
+func userProp(p packets.Properties, key string) string {
+	for _, u := range p.User {
+		if u.Key == key {
+			return u.Val
+		}
+	}
+	return ""
+}
+
+// readPublishes reads n PUBLISHes from c, acknowledging QoS 1 ones, and
+// fails on anything else but PINGRESP.
+func readPublishes(tb testing.TB, c *mqtttest.Raw, n int) []packets.Packet {
+	tb.Helper()
+	out := make([]packets.Packet, 0, n)
+	for len(out) < n {
+		pk := c.Read()
+		switch pk.FixedHeader.Type {
+		case packets.Publish:
+			if pk.FixedHeader.Qos == 1 {
+				c.Puback(pk.PacketID)
+			}
+			out = append(out, pk)
+		case packets.Pingresp:
+		default:
+			tb.Fatalf("got packet type %d, want PUBLISH", pk.FixedHeader.Type)
+		}
+	}
+	return out
+}
+
+// expectNothing checks that no PUBLISH arrives on c: it pings and expects
+// the PINGRESP first.
+func expectNothing(tb testing.TB, c *mqtttest.Raw) {
+	tb.Helper()
+	c.Ping()
+	if pk := c.Read(); pk.FixedHeader.Type != packets.Pingresp {
+		tb.Fatalf("got packet type %d (topic %q), want nothing before PINGRESP", pk.FixedHeader.Type, pk.TopicName)
+	}
+}
+
+func TestReplay_FromEachKindOfPosition(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	s := l.stream(t, "default")
+	now := time.Now()
+	// Records 0..9, one an hour apart, the last one hour ago.
+	store(t, s, topicsN("t", 0, 10), func(i int) time.Time { return now.Add(-time.Duration(10-i) * time.Hour) })
+	b := newTestBroker(t, l)
+
+	cases := []struct {
+		from  string
+		first uint64
+	}{
+		{"earliest", 0},
+		{"3", 3},
+		{"-5h30m", 5}, // records from 5 hours ago on
+		{"-1d", 0},
+		{now.Add(-150 * time.Minute).UTC().Format(time.RFC3339), 8},
+	}
+	for _, tc := range cases {
+		t.Run(tc.from, func(t *testing.T) {
+			c := dialRaw(t, b, "replay-"+tc.from, 5)
+			filter := "$replay/" + tc.from + "/+/t/#"
+			ack := c.Subscribe(filter, 1)
+			if got := userProp(ack.Properties, propStart); got != strconv.FormatUint(tc.first, 10) {
+				t.Errorf("SUBACK start = %q, want %d", got, tc.first)
+			}
+			if got := userProp(ack.Properties, propEnd); got != "10" {
+				t.Errorf("SUBACK end = %q, want 10", got)
+			}
+			if got := userProp(ack.Properties, propStream); got != "default" {
+				t.Errorf("SUBACK stream = %q, want default", got)
+			}
+			pks := readPublishes(t, c, int(10-tc.first))
+			for i, pk := range pks {
+				off := tc.first + uint64(i)
+				want := fmt.Sprintf("$replay/%s/%d/t/%d", tc.from, off, off)
+				if pk.TopicName != want || string(pk.Payload) != fmt.Sprintf("p%d", off) {
+					t.Fatalf("delivery %d: %q %q, want %q p%d", i, pk.TopicName, pk.Payload, want, off)
+				}
+				if userProp(pk.Properties, propOffset) != strconv.FormatUint(off, 10) ||
+					userProp(pk.Properties, propStream) != "default" ||
+					userProp(pk.Properties, propTimestamp) != strconv.FormatInt(s.records()[off].Timestamp, 10) {
+					t.Fatalf("delivery %d: user properties %v", i, pk.Properties.User)
+				}
+			}
+			expectNothing(t, c)
+		})
+	}
+
+	t.Run("latest then live", func(t *testing.T) {
+		c := dialRaw(t, b, "replay-latest", 4)
+		c.Subscribe("$replay/latest/+/t/#", 1)
+		expectNothing(t, c)
+		store(t, s, []string{"t/new"}, nil)
+		pk := readPublishes(t, c, 1)[0]
+		if want := "$replay/latest/10/t/new"; pk.TopicName != want {
+			t.Fatalf("live record: %q, want %q", pk.TopicName, want)
+		}
+	})
+}
+
+func TestReplay_RefusalsSayWhy(t *testing.T) {
+	l := newMemLog(t, "default=#", "sensors=sensors/#")
+	store(t, l.stream(t, "sensors"), topicsN("sensors", 0, 3), nil)
+	b := newTestBroker(t, l)
+	cases := []struct {
+		filter string
+		code   byte
+		says   string
+	}{
+		{"$replay/soon/+/sensors/#", subackInvalid, "want earliest, latest"},
+		{"$replay/earliest/sensors/#", subackInvalid, "must be '+'"},
+		{"$replay/earliest/+", subackInvalid, "no filter"},
+		{"$replay/earliest/+/#", subackNotAccepted, "spans streams default, sensors"},
+		{"$replay/earliest/+/+/temp", subackNotAccepted, "spans streams"},
+		{"$group/+/+/sensors/#", subackInvalid, "wildcards"},
+		{"$offsets/g/nosuch", subackNotAccepted, `no stream "nosuch"`},
+	}
+	v5 := dialRaw(t, b, "v5", 5)
+	v3 := dialRaw(t, b, "v3", 4)
+	for _, tc := range cases {
+		ack := v5.TrySubscribe(tc.filter, 1)
+		if ack.ReasonCodes[0] != tc.code || !strings.Contains(ack.Properties.ReasonString, tc.says) {
+			t.Errorf("v5 %s: SUBACK %#x %q, want %#x saying %q", tc.filter, ack.ReasonCodes[0], ack.Properties.ReasonString, tc.code, tc.says)
+		}
+		if ack := v3.TrySubscribe(tc.filter, 1); ack.ReasonCodes[0] != 0x80 {
+			t.Errorf("v3 %s: SUBACK %#x, want 0x80", tc.filter, ack.ReasonCodes[0])
+		}
+	}
+	// A refused filter delivers nothing, and the client stays connected.
+	expectNothing(t, v5)
+	expectNothing(t, v3)
+
+	// A stream's own filters are fine.
+	ack := v5.Subscribe("$replay/earliest/+/sensors/#", 1)
+	if ack.ReasonCodes[0] != 1 {
+		t.Fatalf("granted %#x, want QoS 1", ack.ReasonCodes[0])
+	}
+	if n := len(readPublishes(t, v5, 3)); n != 3 {
+		t.Fatalf("got %d records", n)
+	}
+}
+
+func TestReplay_BelowLogStartStartsThereAndSaysSo(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	s := l.stream(t, "default")
+	store(t, s, topicsN("t", 0, 10), nil)
+	s.trim(6) // retention dropped 0..5
+	b := newTestBroker(t, l)
+	c := dialRaw(t, b, "late", 5)
+	ack := c.Subscribe("$replay/2/+/t/#", 1)
+	if got := userProp(ack.Properties, propStart); got != "6" {
+		t.Fatalf("SUBACK start = %q, want 6", got)
+	}
+	if n := userProp(ack.Properties, propNotice); !strings.Contains(n, "below the log start 6") {
+		t.Fatalf("SUBACK notice = %q, want one about the log start", n)
+	}
+	pks := readPublishes(t, c, 4)
+	if pks[0].TopicName != "$replay/2/6/t/6" {
+		t.Fatalf("first delivery %q, want offset 6", pks[0].TopicName)
+	}
+	if v := metricValue(b.deliv.m.StartAdjusted); v != 1 {
+		t.Fatalf("peat_mqtt_replay_start_adjusted_total = %v, want 1", v)
+	}
+}
+
+func TestReplay_StopsOnUnsubscribe(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	s := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	c := dialRaw(t, b, "unsub", 4)
+	c.Subscribe("$replay/earliest/+/#", 1)
+	store(t, s, []string{"a"}, nil)
+	readPublishes(t, c, 1)
+	c.Unsubscribe("$replay/earliest/+/#")
+	store(t, s, []string{"b"}, nil)
+	expectNothing(t, c)
+}
+
+// A replay never has more unacknowledged QoS 1 deliveries than the client's
+// Receive Maximum, and goes on as the client acknowledges.
+func TestReplay_KeepsTheClientsReceiveMaximum(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	store(t, l.stream(t, "default"), topicsN("t", 0, 50), nil)
+	b := newTestBroker(t, l)
+	conn := rawConnect("slow", 5)
+	conn.Properties.ReceiveMaximum = 5
+	c := mqtttest.Dial(t, b.Addr().String(), conn)
+	c.Subscribe("$replay/earliest/+/#", 1)
+	var held []packets.Packet
+	for range 5 {
+		held = append(held, c.Read())
+	}
+	expectNothing(t, c) // a sixth would exceed Receive Maximum
+	for _, pk := range held {
+		c.Puback(pk.PacketID)
+	}
+	pks := readPublishes(t, c, 45)
+	if last := pks[len(pks)-1].TopicName; last != "$replay/earliest/49/t/49" {
+		t.Fatalf("last delivery %q, want offset 49", last)
+	}
+}
+
+// History and live are one cursor: a replay that starts while a publisher
+// is publishing gets every offset exactly once, in order (paho, MQTT 3.1.1).
+func TestReplay_GaplessHandOverWhilePublishing(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	b := newTestBroker(t, l)
+	const total = 3000
+	pub, _ := dialV3(t, b, "pub")
+	published := make(chan error, 1)
+	go func() {
+		for i := range total {
+			if tok := pub.Publish(fmt.Sprintf("load/%d", i), 1, false, "x"); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
+				published <- fmt.Errorf("publish %d: %v", i, tok.Error())
+				return
+			}
+		}
+		published <- nil
+	}()
+	l.stream(t, "default").waitRecords(t, total/3) // subscribe mid-stream
+
+	var mu sync.Mutex
+	var got []string
+	arrived := make(chan struct{}, 1)
+	sub, _ := dialV3(t, b, "sub")
+	tok := sub.Subscribe("$replay/earliest/+/load/#", 1, func(_ paho.Client, m paho.Message) {
+		mu.Lock()
+		got = append(got, m.Topic())
+		mu.Unlock()
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+	})
+	if !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	// One more record after the last: in an ordered stream, a duplicate or
+	// anything left would show before it.
+	if tok := pub.Publish("load/end", 1, false, "x"); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	end := fmt.Sprintf("$replay/earliest/%d/load/end", total)
+	waitFor(t, "the last record", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) > 0 && got[len(got)-1] == end
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != total+1 {
+		t.Fatalf("got %d deliveries, want %d", len(got), total+1)
+	}
+	for i, topic := range got[:total] {
+		if want := fmt.Sprintf("$replay/earliest/%d/load/%d", i, i); topic != want {
+			t.Fatalf("delivery %d: %q, want %q", i, topic, want)
+		}
+	}
+}
