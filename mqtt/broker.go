@@ -104,7 +104,7 @@ func New(cfg Config, log Log) (*Broker, error) {
 	if authHook == nil {
 		authHook = new(auth.AllowHook)
 	}
-	if err := srv.AddHook(authHook, nil); err != nil {
+	if err := srv.AddHook(authHook, cfg.AuthConfig); err != nil {
 		return nil, fmt.Errorf("add auth hook: %w", err)
 	}
 	if err := srv.AddHook(b.ingest, nil); err != nil {

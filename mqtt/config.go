@@ -65,6 +65,8 @@ type Config struct {
 	// $replay/ and $group/ subscriptions included; nil allows everyone
 	// everything.
 	Auth mochi.Hook
+	// AuthConfig is given to Auth's Init (e.g. mochi's *auth.Options).
+	AuthConfig any
 
 	Logger  *slog.Logger
 	Metrics *Metrics // nil: a fresh, unregistered set

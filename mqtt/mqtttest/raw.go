@@ -57,6 +57,7 @@ type Raw struct {
 	r       *bufio.Reader
 	version byte
 	pending []packets.Packet // read by ReadUntil while waiting for something else
+	ctrlID  uint16           // SUBSCRIBE and UNSUBSCRIBE packet ids used
 }
 
 // Dial connects to addr, sends c's CONNECT and fails the test unless the
@@ -184,25 +185,27 @@ func (r *Raw) Subscribe(filter string, qos byte) packets.Packet {
 	return ack
 }
 
-// TrySubscribe subscribes to filter with packet id 1 and returns the
-// SUBACK, granted or not.
+// TrySubscribe subscribes to filter and returns the SUBACK, granted or
+// not. Its packet ids count down from 65535, away from the ids a broker
+// gives its deliveries (mochi keeps both directions in one map).
 func (r *Raw) TrySubscribe(filter string, qos byte) packets.Packet {
 	r.tb.Helper()
+	r.ctrlID++
 	r.Write(packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
-		PacketID:    1,
+		PacketID:    65535 - r.ctrlID,
 		Filters:     packets.Subscriptions{{Filter: filter, Qos: qos}},
 	})
 	return r.ReadUntil(packets.Suback)
 }
 
-// Unsubscribe unsubscribes from filter with packet id 2 and waits for the
-// UNSUBACK.
+// Unsubscribe unsubscribes from filter and waits for the UNSUBACK.
 func (r *Raw) Unsubscribe(filter string) {
 	r.tb.Helper()
+	r.ctrlID++
 	r.Write(packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Unsubscribe, Qos: 1},
-		PacketID:    2,
+		PacketID:    65535 - r.ctrlID,
 		Filters:     packets.Subscriptions{{Filter: filter}},
 	})
 	r.ReadUntil(packets.Unsuback)

@@ -1,0 +1,231 @@
+package mqtt
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/mochi-mqtt/server/v2/hooks/auth"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// groupOffset is the group's committed offset as the broker knows it.
+func groupOffset(tb testing.TB, b *Broker, group, stream string) uint64 {
+	tb.Helper()
+	off, ok := b.deliv.groups.position(groupKey{group: group, stream: stream})
+	if !ok {
+		tb.Fatalf("group %s has no offset in %s", group, stream)
+	}
+	return off
+}
+
+// offsetOf returns the offset level of a delivered extension topic.
+func offsetOf(tb testing.TB, topic string) int {
+	tb.Helper()
+	parts := strings.SplitN(topic, "/", 4)
+	var off int
+	if len(parts) < 4 {
+		tb.Fatalf("topic %q has no offset level", topic)
+	}
+	if _, err := fmt.Sscan(parts[2], &off); err != nil {
+		tb.Fatalf("topic %q: offset level: %v", topic, err)
+	}
+	return off
+}
+
+// A QoS 1 group consumer that goes away and comes back continues from the
+// end of what it acknowledged; duplicates are at most what was in flight.
+func TestGroup_ResumesFromTheAcknowledgedPrefix(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	s := l.stream(t, "default")
+	store(t, s, topicsN("t", 0, 20), nil)
+	b := newTestBroker(t, l)
+
+	a := dialRaw(t, b, "worker-1", 5)
+	a.Subscribe("$group/billing/+/t/#", 1)
+	var got []packets.Packet
+	for range 20 {
+		got = append(got, a.Read())
+	}
+	// Acknowledge all but 7 and 9: the prefix ends at 7.
+	for i, pk := range got {
+		if want := fmt.Sprintf("$group/billing/%d/t/%d", i, i); pk.TopicName != want {
+			t.Fatalf("delivery %d: %q, want %q", i, pk.TopicName, want)
+		}
+		if i != 7 && i != 9 {
+			a.Puback(pk.PacketID)
+		}
+	}
+	expectNothing(t, a) // the pings make sure the acks were read
+	if off := groupOffset(t, b, "billing", "default"); off != 7 {
+		t.Fatalf("committed %d, want 7", off)
+	}
+	a.Close()
+
+	// Another client of the group takes over once the first has gone.
+	c := dialRaw(t, b, "worker-2", 5)
+	waitFor(t, "worker-1 to go", func() bool { return b.Clients() == 1 })
+	ack := c.Subscribe("$group/billing/+/t/#", 1)
+	if got := userProp(ack.Properties, propStart); got != "7" {
+		t.Fatalf("SUBACK start %q, want 7", got)
+	}
+	pks := readPublishes(t, c, 13)
+	for i, pk := range pks {
+		if off := offsetOf(t, pk.TopicName); off != 7+i {
+			t.Fatalf("after takeover, delivery %d has offset %d, want %d", i, off, 7+i)
+		}
+	}
+	expectNothing(t, c)
+	waitFor(t, "the commit of all 20", func() bool { return groupOffset(t, b, "billing", "default") == 20 })
+}
+
+func TestGroup_OneConsumerAtATime(t *testing.T) {
+	l := newMemLog(t, "default=#", "other=o/#")
+	b := newTestBroker(t, l)
+	a := dialRaw(t, b, "first", 5)
+	a.Subscribe("$group/g/+/t/#", 1)
+
+	second := dialRaw(t, b, "second", 5)
+	ack := second.TrySubscribe("$group/g/+/t/+", 1) // same group, same stream
+	if ack.ReasonCodes[0] != subackNotAccepted || !strings.Contains(ack.Properties.ReasonString, `client "first"`) {
+		t.Fatalf("second consumer: SUBACK %#x %q, want 0x83 naming the first", ack.ReasonCodes[0], ack.Properties.ReasonString)
+	}
+	v3 := dialRaw(t, b, "third", 4)
+	if ack := v3.TrySubscribe("$group/g/+/t/#", 1); ack.ReasonCodes[0] != 0x80 {
+		t.Fatalf("v3 second consumer: SUBACK %#x, want 0x80", ack.ReasonCodes[0])
+	}
+	// The same group in another stream is another partition: allowed.
+	second.Subscribe("$group/g/+/o/#", 1)
+
+	a.Unsubscribe("$group/g/+/t/#")
+	second.Subscribe("$group/g/+/t/#", 1) // the first gave it up
+}
+
+// QoS 0 group deliveries commit when written.
+func TestGroup_QoS0CommitsOnSend(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	store(t, l.stream(t, "default"), topicsN("t", 0, 5), nil)
+	b := newTestBroker(t, l)
+	c := dialRaw(t, b, "q0", 4)
+	c.Subscribe("$group/g0/+/#", 0)
+	readPublishes(t, c, 5)
+	waitFor(t, "commit of 5", func() bool {
+		off, ok := b.deliv.groups.position(groupKey{"g0", "default"})
+		return ok && off == 5
+	})
+}
+
+// $offsets shows a group's committed offset and each change; publishing an
+// offset there commits it, acknowledged once durable, and the group's
+// consumer continues from it.
+func TestOffsets_SubscribeAndSeek(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	s := l.stream(t, "default")
+	store(t, s, topicsN("t", 0, 10), nil)
+	b := newTestBroker(t, l)
+
+	watcher := dialRaw(t, b, "watcher", 5)
+	watcher.Subscribe("$offsets/g/default", 1)
+	expectNothing(t, watcher) // a group that never committed has no offset yet
+
+	c := dialRaw(t, b, "consumer", 5)
+	c.Subscribe("$group/g/+/t/#", 1)
+	readPublishes(t, c, 10)
+	// The watcher sees the offsets as they become durable, ending at 10.
+	for {
+		pk := readPublishes(t, watcher, 1)[0]
+		if pk.TopicName != "$offsets/g/default" {
+			t.Fatalf("watcher got topic %q", pk.TopicName)
+		}
+		if string(pk.Payload) == "10" {
+			break
+		}
+	}
+
+	// Seek back to 4: the PUBACK comes once it is stored.
+	admin := dialRaw(t, b, "admin", 5)
+	admin.Publish("$offsets/g/default", 1, 1, "4")
+	if ack := admin.ReadUntil(packets.Puback); ack.ReasonCode != 0 {
+		t.Fatalf("commit PUBACK %#x %q", ack.ReasonCode, ack.Properties.ReasonString)
+	}
+	if off, _ := l.state.m["g/g/default"]; string(off) != string(encodeOffset(4)) {
+		t.Fatalf("stored offset %x, want 4", off)
+	}
+	if pk := readPublishes(t, watcher, 1)[0]; string(pk.Payload) != "4" {
+		t.Fatalf("watcher got %q after the seek, want 4", pk.Payload)
+	}
+	// The connected consumer is taken back to 4.
+	pks := readPublishes(t, c, 6)
+	for i, pk := range pks {
+		if off := offsetOf(t, pk.TopicName); off != 4+i {
+			t.Fatalf("after seek, delivery %d has offset %d, want %d", i, off, 4+i)
+		}
+	}
+
+	// Bad commits are refused with a reason, never acked.
+	admin.Publish("$offsets/g/default", 1, 2, "soon")
+	if ack := admin.ReadUntil(packets.Puback); ack.ReasonCode != packets.ErrPayloadFormatInvalid.Code {
+		t.Fatalf("bad payload: PUBACK %#x, want 0x99", ack.ReasonCode)
+	}
+	admin.Publish("$offsets/g/nosuch", 1, 3, "1")
+	if ack := admin.ReadUntil(packets.Puback); ack.ReasonCode != packets.ErrTopicNameInvalid.Code ||
+		!strings.Contains(ack.Properties.ReasonString, "nosuch") {
+		t.Fatalf("unknown stream: PUBACK %#x %q, want 0x90 naming it", ack.ReasonCode, ack.Properties.ReasonString)
+	}
+}
+
+// Committed offsets are in the log's state store: a new broker over the
+// same log resumes each group where it was.
+func TestGroup_SurvivesABrokerRestart(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	store(t, l.stream(t, "default"), topicsN("t", 0, 10), nil)
+	b := newTestBroker(t, l)
+	c := dialRaw(t, b, "c", 4)
+	c.Subscribe("$group/g/+/#", 1)
+	for i := range 10 {
+		if pk := c.Read(); i < 6 {
+			c.Puback(pk.PacketID)
+		}
+	}
+	expectNothing(t, c) // the acks were read
+	c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	b2 := newTestBroker(t, l)
+	c2 := dialRaw(t, b2, "c", 4)
+	c2.Subscribe("$group/g/+/#", 1)
+	if first := offsetOf(t, readPublishes(t, c2, 1)[0].TopicName); first != 6 {
+		t.Fatalf("after restart the group starts at %d, want 6", first)
+	}
+}
+
+// A client may replay only what its ACL lets it read: the filter inside
+// $replay/ and $group/ is checked, not the extension topic.
+func TestReplay_ACLAppliesToTheOriginalTopics(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	store(t, l.stream(t, "default"), []string{"t/allowed/1", "t/secret/1"}, nil)
+	ledger := &auth.Ledger{
+		Auth: auth.AuthRules{{Allow: true}},
+		ACL:  auth.ACLRules{{Client: "reader", Filters: auth.Filters{"t/allowed/#": auth.ReadOnly, "t/#": auth.Deny}}},
+	}
+	b := newTestBroker(t, l, func(c *Config) {
+		c.Auth = new(auth.Hook)
+		c.AuthConfig = &auth.Options{Ledger: ledger}
+	})
+	r := dialRaw(t, b, "reader", 5)
+	for _, f := range []string{"$replay/earliest/+/t/secret/#", "$group/g/+/t/#"} {
+		if ack := r.TrySubscribe(f, 1); ack.ReasonCodes[0] != subackNotAuthorized {
+			t.Errorf("%s: SUBACK %#x %q, want 0x87", f, ack.ReasonCodes[0], ack.Properties.ReasonString)
+		}
+	}
+	r.Subscribe("$replay/earliest/+/t/allowed/#", 1)
+	if pk := readPublishes(t, r, 1)[0]; pk.TopicName != "$replay/earliest/0/t/allowed/1" {
+		t.Fatalf("got %q", pk.TopicName)
+	}
+	expectNothing(t, r)
+}
