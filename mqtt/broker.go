@@ -94,6 +94,10 @@ func New(cfg Config, log Log) (*Broker, error) {
 	if err := gs.load(log.State()); err != nil {
 		return nil, fmt.Errorf("load consumer groups: %w", err)
 	}
+	ss := newSessions()
+	if err := ss.load(log.State()); err != nil {
+		return nil, fmt.Errorf("load durable sessions: %w", err)
+	}
 	b := &Broker{
 		cfg:    cfg,
 		srv:    srv,
@@ -110,7 +114,7 @@ func New(cfg Config, log Log) (*Broker, error) {
 	if err := srv.AddHook(b.ingest, nil); err != nil {
 		return nil, fmt.Errorf("add ingest hook: %w", err)
 	}
-	b.deliv = newDelivery(srv, log, cfg, m, logger, authHook, gs)
+	b.deliv = newDelivery(srv, log, cfg, m, logger, authHook, gs, ss)
 	if err := srv.AddHook(b.deliv, nil); err != nil {
 		b.deliv.Close()
 		return nil, fmt.Errorf("add delivery hook: %w", err)

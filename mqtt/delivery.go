@@ -8,6 +8,7 @@ import (
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -61,14 +62,15 @@ const (
 type delivery struct {
 	mochi.HookBase
 
-	srv    *mochi.Server
-	log    Log
-	cfg    Config
-	m      *Metrics
-	logger *slog.Logger
-	auth   mochi.Hook // answers ACL checks of the filters inside extension filters
-	groups *groups
-	state  *stateWriter
+	srv      *mochi.Server
+	log      Log
+	cfg      Config
+	m        *Metrics
+	logger   *slog.Logger
+	auth     mochi.Hook // answers ACL checks of the filters inside extension filters
+	groups   *groups
+	sessions *sessions
+	state    *stateWriter
 
 	// Drop counters, resolved once.
 	dropSlowQoS0  prometheus.Counter
@@ -95,10 +97,10 @@ type delivery struct {
 // that do not read, which would otherwise hold up mochi's shutdown).
 //
 // auth answers ACL checks of the filters inside extension filters (nil
-// allows all); gs are the consumer groups, whose offsets delivery's state
-// writer stores.
+// allows all); gs are the consumer groups and ss the durable sessions,
+// loaded, whose state delivery's state writer stores.
 func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slog.Logger,
-	auth mochi.Hook, gs *groups) *delivery {
+	auth mochi.Hook, gs *groups, ss *sessions) *delivery {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -107,7 +109,7 @@ func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slo
 	}
 	d := &delivery{
 		srv: srv, log: log, cfg: cfg, m: m, logger: logger,
-		auth: auth, groups: gs,
+		auth: auth, groups: gs, sessions: ss,
 		dropSlowQoS0:  m.Dropped.WithLabelValues(ReasonSlowQoS0),
 		dropRetention: m.Dropped.WithLabelValues(ReasonOutOfRetain),
 		dropClosed:    m.Dropped.WithLabelValues(ReasonClientClosed),
@@ -122,7 +124,7 @@ func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slo
 		go r.run()
 	}
 	d.state = newStateWriter(log.State(), stateInterval, logger, d.stateWritten)
-	gs.w = d.state
+	gs.w, ss.w = d.state, d.state
 	d.stateDone = make(chan struct{})
 	go func() {
 		defer close(d.stateDone)
@@ -150,7 +152,8 @@ func (d *delivery) Provides(b byte) bool {
 	switch b {
 	case mochi.OnSubscribed, mochi.OnSessionEstablished, mochi.OnPacketRead,
 		mochi.OnPacketProcessed, mochi.OnDisconnect,
-		mochi.OnSubscribe, mochi.OnUnsubscribed, mochi.OnPacketEncode, mochi.OnPacketSent, mochi.OnACLCheck:
+		mochi.OnSubscribe, mochi.OnUnsubscribed, mochi.OnPacketEncode, mochi.OnPacketSent, mochi.OnACLCheck,
+		mochi.OnSessionEstablish, mochi.OnClientExpired, mochi.StoredClients, mochi.StoredSubscriptions:
 		return true
 	}
 	return false
@@ -197,11 +200,48 @@ func (d *delivery) Close() {
 // goes out without it, as it does for MQTT 3 clients.
 func (d *delivery) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	cl.State.Inflight.ResetSendQuota(0)
+	d.sessions.establish(cl)
 	if cl.State.Subscriptions.Len() > 0 {
 		if c := d.attach(cl); c != nil {
 			d.resumeTaps(c)
 		}
 	}
+}
+
+// OnSessionEstablish stops delivery to an earlier connection of the same
+// client id before mochi hands its session to the new one, and takes that
+// connection's unacknowledged deliveries out of the session's inflight
+// messages: delivery sends them again from the log, in order, instead of
+// mochi resending them outside the window.
+func (d *delivery) OnSessionEstablish(cl *mochi.Client, _ packets.Packet) {
+	old, ok := d.srv.Clients.Get(cl.ID)
+	if !ok {
+		return
+	}
+	if c := d.client(old); c != nil {
+		c.stop()
+		c.dropOutstanding()
+	}
+}
+
+// OnClientExpired ends an expired session: its stored state, its cursor,
+// and its subscriptions in mochi's index (which mochi leaves behind).
+func (d *delivery) OnClientExpired(cl *mochi.Client) {
+	d.sessions.expire(cl.ID)
+	d.srv.UnsubscribeClient(cl)
+}
+
+// StoredClients gives mochi the durable sessions at start, so a client
+// finds its session present after a restart.
+func (d *delivery) StoredClients() ([]storage.Client, error) {
+	clients, _ := d.sessions.stored()
+	return clients, nil
+}
+
+// StoredSubscriptions gives mochi the durable sessions' subscriptions.
+func (d *delivery) StoredSubscriptions() ([]storage.Subscription, error) {
+	_, subs := d.sessions.stored()
+	return subs, nil
 }
 
 // OnSubscribed starts delivery for a client's first granted subscription. It
@@ -210,6 +250,15 @@ func (d *delivery) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 func (d *delivery) OnSubscribed(cl *mochi.Client, pk packets.Packet, reasonCodes []byte) {
 	if c := d.client(cl); c != nil {
 		d.onSubscribedTaps(c, pk, reasonCodes)
+	}
+	if persistent(cl) {
+		var granted []packets.Subscription
+		for i, code := range reasonCodes {
+			if code < packets.ErrUnspecifiedError.Code && i < len(pk.Filters) {
+				granted = append(granted, pk.Filters[i])
+			}
+		}
+		d.sessions.subscribed(cl.ID, granted)
 	}
 	for _, code := range reasonCodes {
 		if code < packets.ErrUnspecifiedError.Code {
@@ -251,22 +300,29 @@ func (d *delivery) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, _ erro
 	}
 }
 
-// OnDisconnect stops delivery to the client. Its goroutines exit on their
-// own (the connection is closed); Close waits for them.
-func (d *delivery) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
+// OnDisconnect stops delivery to the client and writes its durable
+// session, if it has one. Its goroutines exit on their own (the connection
+// is closed); Close waits for them.
+func (d *delivery) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
 	d.mu.Lock()
 	c := d.mu.clients[cl]
 	delete(d.mu.clients, cl)
 	readers := d.mu.readers
 	d.mu.Unlock()
-	if c == nil {
-		return
+	if c != nil {
+		c.stop()
+		// A persistent session's next connection gets these from the log,
+		// from its first unacknowledged offset; mochi must not resend them
+		// too.
+		c.dropOutstanding()
+		for _, r := range readers {
+			r.leave(c)
+		}
+		c.countUnsent()
 	}
-	c.stop()
-	for _, r := range readers {
-		r.leave(c)
+	if !expire {
+		d.sessions.disconnected(cl.ID)
 	}
-	c.countUnsent()
 }
 
 // client returns the delivery state of cl, or nil.

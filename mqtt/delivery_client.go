@@ -46,6 +46,8 @@ type deliveryClient struct {
 	id     string
 	v5     bool
 	window int
+	// durable: the client has a persistent session, resumed from the log.
+	durable bool
 
 	queue   chan deliveryItem
 	acked   chan struct{} // 1-buffered: an outstanding delivery was acknowledged
@@ -69,13 +71,14 @@ type deliveryClient struct {
 
 func newDeliveryClient(d *delivery, cl *mochi.Client) *deliveryClient {
 	c := &deliveryClient{
-		d:      d,
-		cl:     cl,
-		id:     cl.ID,
-		v5:     cl.Properties.ProtocolVersion == 5,
-		window: d.cfg.Window,
-		queue:  make(chan deliveryItem, d.cfg.QueueDepth),
-		acked:  make(chan struct{}, 1),
+		d:       d,
+		cl:      cl,
+		id:      cl.ID,
+		v5:      cl.Properties.ProtocolVersion == 5,
+		durable: persistent(cl),
+		window:  d.cfg.Window,
+		queue:   make(chan deliveryItem, d.cfg.QueueDepth),
+		acked:   make(chan struct{}, 1),
 	}
 	if rm := int(cl.Properties.Props.ReceiveMaximum); c.v5 && rm > 0 && rm < c.window {
 		c.window = rm
@@ -212,11 +215,15 @@ func (c *deliveryClient) send(it deliveryItem) error {
 		}
 		out.PacketID = id
 		c.mu.Lock()
+		if err := c.ctx.Err(); err != nil {
+			c.mu.Unlock() // stopped: dropOutstanding may have run already
+			return err
+		}
 		c.mu.outstanding[id] = outstandingDelivery{pk: out, done: it.done}
-		c.mu.Unlock()
 		if c.cl.State.Inflight.Set(out) {
 			c.d.addInflight(1)
 		}
+		c.mu.Unlock()
 		c.cl.State.Inflight.DecreaseSendQuota()
 	}
 
@@ -396,6 +403,21 @@ func (c *deliveryClient) removeTap(filter string) {
 	if t != nil {
 		t.stop()
 	}
+}
+
+// dropOutstanding takes the client's unacknowledged deliveries out of its
+// mochi inflight map, after stop, so a new connection that inherits the
+// session does not get them resent by mochi: delivery sends them again from
+// the log (durable sessions resume from the first unacknowledged offset).
+func (c *deliveryClient) dropOutstanding() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id := range c.mu.outstanding {
+		if c.cl.State.Inflight.Delete(id) {
+			c.d.addInflight(-1)
+		}
+	}
+	c.mu.outstanding = map[uint16]outstandingDelivery{}
 }
 
 // countUnsent counts what was still queued when the client went away.

@@ -22,7 +22,7 @@ import (
 func (r *deliveryReader) runClientCursor(m *deliveryMember, from uint64) {
 	defer r.d.wg.Done()
 	c := m.c
-	place := func(rec *logstore.Record) error {
+	placeOne := func(rec *logstore.Record) error {
 		sub, ok := r.d.srv.Topics.Subscribers(rec.Topic).Subscriptions[c.id]
 		if !ok {
 			return nil
@@ -35,7 +35,19 @@ func (r *deliveryReader) runClientCursor(m *deliveryMember, from uint64) {
 			r.d.dropSlowQoS0.Inc()
 			return nil
 		}
+		if m.prog != nil {
+			it.done = m.prog.add(rec.Offset)
+		}
 		return c.push(it)
+	}
+	place := func(rec *logstore.Record) error {
+		if err := placeOne(rec); err != nil {
+			return err
+		}
+		if m.prog != nil {
+			m.prog.scan(rec.Offset + 1)
+		}
+		return nil
 	}
 	rejoinLocked := func(next uint64) bool {
 		if r.mu.members[c.id] != m {

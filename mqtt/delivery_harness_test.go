@@ -47,7 +47,7 @@ func newDeliveryHarness(tb testing.TB, cfg Config, specs ...string) *deliveryHar
 	if err := h.srv.AddHook(&deliveryTestIngest{log: h.log}, nil); err != nil {
 		tb.Fatal(err)
 	}
-	h.d = newDelivery(h.srv, h.log, cfg, h.m, slog.New(slog.DiscardHandler), nil, newGroups())
+	h.d = newDelivery(h.srv, h.log, cfg, h.m, slog.New(slog.DiscardHandler), nil, newGroups(), newSessions())
 	if err := h.srv.AddHook(h.d, nil); err != nil {
 		tb.Fatal(err)
 	}

@@ -44,6 +44,9 @@ type deliveryMember struct {
 	// that is not live is being fed by its own cursor.
 	live  bool
 	start uint64
+	// prog follows a durable session's acknowledgements in this stream;
+	// nil for other clients.
+	prog *progress
 }
 
 // deliveryGroup is a $share group's place in one stream's reader.
@@ -65,10 +68,28 @@ func newDeliveryReader(d *delivery, s Stream) *deliveryReader {
 }
 
 // join makes c a live member, starting at the stream's committed offset.
+// A durable client with a stored offset below it starts there instead,
+// with a cursor of its own that rejoins the reader once it has caught up.
 func (r *deliveryReader) join(c *deliveryClient) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.mu.members[c.id] = &deliveryMember{c: c, live: true, start: r.stream.Committed()}
+	m := &deliveryMember{c: c, live: true, start: r.stream.Committed()}
+	if c.durable {
+		from := m.start
+		if off, ok := r.d.sessions.offset(c.id, r.stream.Name()); ok && off < from {
+			from = off
+		}
+		name := r.stream.Name()
+		m.prog = newProgress(from, func(v uint64) { r.d.sessions.advance(c.id, name, v) })
+		if from < m.start {
+			m.live = false
+			r.d.logger.Debug("delivery: durable session resumes from its stored offset",
+				deliveryAttrClient, c.id, deliveryAttrStream, name, deliveryAttrOffset, from)
+			r.d.wg.Add(1)
+			go r.runClientCursor(m, from)
+		}
+	}
+	r.mu.members[c.id] = m
 }
 
 // leave removes c, unless a newer connection with the same client id has
@@ -157,6 +178,11 @@ func (r *deliveryReader) step() (bool, error) {
 		r.dispatchLocked(rec)
 	}
 	r.mu.dispatched = recs[len(recs)-1].Offset + 1
+	for _, m := range r.mu.members {
+		if m.prog != nil && m.live {
+			m.prog.scan(r.mu.dispatched)
+		}
+	}
 	return true, nil
 }
 
@@ -179,8 +205,17 @@ func (r *deliveryReader) dispatchLocked(rec *logstore.Record) {
 			continue
 		}
 		it, ok := r.item(m.c, sub, rec)
-		if !ok || m.c.offer(it) {
+		if !ok {
 			continue
+		}
+		if m.prog != nil {
+			it.done = m.prog.add(rec.Offset)
+		}
+		if m.c.offer(it) {
+			continue
+		}
+		if m.prog != nil {
+			m.prog.unadd() // the cursor adds it again when it queues it
 		}
 		// QoS 0 too: a burst larger than the queue must not lose messages
 		// a client reading at full speed would take. The cursor drops QoS 0

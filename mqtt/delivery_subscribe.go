@@ -67,7 +67,7 @@ func (d *delivery) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Pack
 		case err != nil:
 			refusal = &tapError{code: subackInvalid, reason: err.Error()}
 		default:
-			t, refusal = d.prepareTap(c, sub, ext)
+			t, refusal = d.prepareTap(c, sub, ext, false)
 		}
 		if refusal != nil {
 			plan.refused[i] = refusal
@@ -96,8 +96,9 @@ func (d *delivery) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Pack
 }
 
 // prepareTap builds the tap of one extension subscription, or says why it
-// is refused.
-func (d *delivery) prepareTap(c *deliveryClient, sub packets.Subscription, ext extFilter) (*tap, *tapError) {
+// is refused. resume is set for a subscription a durable session had: a
+// $replay goes on from where the client got to, not from <from> again.
+func (d *delivery) prepareTap(c *deliveryClient, sub packets.Subscription, ext extFilter, resume bool) (*tap, *tapError) {
 	t := newTap(c, sub, ext)
 	if ext.kind == extOffsets {
 		if d.reader(ext.stream) == nil {
@@ -130,6 +131,13 @@ func (d *delivery) prepareTap(c *deliveryClient, sub packets.Subscription, ext e
 	switch ext.kind {
 	case extReplay:
 		t.start, notice = d.resolve(s, ext.from)
+		if c.durable {
+			key := tapOffsetKey(sub.Filter)
+			if off, ok := d.sessions.offset(c.id, key); ok && resume {
+				t.start, notice = d.resolve(s, position{kind: posOffset, offset: off})
+			}
+			t.prog = newProgress(t.start, func(v uint64) { d.sessions.advance(c.id, key, v) })
+		}
 	case extGroup:
 		t.group = groupKey{group: ext.group, stream: s.Name()}
 		if ok, holder := d.groups.acquire(t.group, t); !ok {
@@ -268,6 +276,13 @@ func (d *delivery) OnPacketSent(cl *mochi.Client, pk packets.Packet, _ []byte) {
 
 // OnUnsubscribed stops the taps of the filters a client unsubscribed from.
 func (d *delivery) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
+	if persistent(cl) {
+		filters := make([]string, len(pk.Filters))
+		for i, f := range pk.Filters {
+			filters[i] = f.Filter
+		}
+		d.sessions.unsubscribed(cl.ID, filters)
+	}
 	c := d.client(cl)
 	if c == nil {
 		return
@@ -297,7 +312,7 @@ func (d *delivery) resumeTaps(c *deliveryClient) {
 		if err != nil || ext.kind == extNone {
 			continue
 		}
-		t, refusal := d.prepareTap(c, sub, ext)
+		t, refusal := d.prepareTap(c, sub, ext, true)
 		if refusal != nil {
 			d.logger.Warn("delivery: session subscription not resumed", deliveryAttrClient, c.id,
 				deliveryAttrFilter, sub.Filter, deliveryAttrReason, refusal.reason)

@@ -41,10 +41,17 @@ func (p *progress) add(offset uint64) func() {
 	defer p.mu.Unlock()
 	seq, gen := p.base+uint64(len(p.pending)), p.gen
 	p.pending = append(p.pending, progressEntry{offset: offset})
-	if offset+1 > p.scanned {
-		p.scanned = offset + 1
-	}
 	return func() { p.done(gen, seq) }
+}
+
+// unadd takes back the last add, for a delivery that could not be queued
+// after all (it will be added again when it is).
+func (p *progress) unadd() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.pending); n > 0 && !p.pending[n-1].done {
+		p.pending = p.pending[:n-1]
+	}
 }
 
 func (p *progress) done(gen, seq uint64) {

@@ -11,6 +11,9 @@ func TestProgress_ContiguousAcknowledgedPrefix(t *testing.T) {
 	d12 := p.add(12) // 10 and 11 were not for this consumer
 	d13 := p.add(13)
 	d15 := p.add(15)
+	p.unadd() // could not be queued after all
+	d15 = p.add(15)
+	p.scan(16)
 	if v := p.get(); v != 12 {
 		t.Fatalf("value with 12 unacknowledged = %d, want 12", v)
 	}
@@ -39,6 +42,7 @@ func TestProgress_ContiguousAcknowledgedPrefix(t *testing.T) {
 		t.Fatalf("after seek to 5 and a stale ack: %d, want 5", v)
 	}
 	p.add(5)()
+	p.scan(6)
 	if v := p.get(); v != 6 {
 		t.Fatalf("after acking 5: %d, want 6", v)
 	}

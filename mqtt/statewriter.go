@@ -26,7 +26,7 @@ type stateWriter struct {
 	wake chan struct{} // 1-buffered
 	mu   struct {
 		sync.Mutex
-		dirty   map[string][]byte // nil value: delete
+		dirty   map[string]func() []byte // the value at write time; nil deletes
 		waiters []func(error)
 		urgent  bool
 		failing bool
@@ -41,7 +41,7 @@ const stateRetryDelay = time.Second
 
 func newStateWriter(st StateStore, interval time.Duration, logger *slog.Logger, onWritten func(key string, val []byte)) *stateWriter {
 	w := &stateWriter{st: st, logger: logger, interval: interval, onWritten: onWritten, wake: make(chan struct{}, 1)}
-	w.mu.dirty = map[string][]byte{}
+	w.mu.dirty = map[string]func() []byte{}
 	return w
 }
 
@@ -49,6 +49,12 @@ func newStateWriter(st StateStore, interval time.Duration, logger *slog.Logger, 
 // nil, is called once that write has succeeded or failed, and makes it go
 // out at once.
 func (w *stateWriter) put(key string, val []byte, done func(error)) {
+	w.putFunc(key, func() []byte { return val }, done)
+}
+
+// putFunc is put with the value computed when it is written, for values
+// that change often (a session's offsets).
+func (w *stateWriter) putFunc(key string, val func() []byte, done func(error)) {
 	w.mu.Lock()
 	w.mu.dirty[key] = val
 	if done != nil {
@@ -99,15 +105,18 @@ func (w *stateWriter) run(ctx context.Context) {
 func (w *stateWriter) flush() bool {
 	w.mu.Lock()
 	dirty, waiters := w.mu.dirty, w.mu.waiters
-	w.mu.dirty, w.mu.waiters, w.mu.urgent = map[string][]byte{}, nil, false
+	w.mu.dirty, w.mu.waiters, w.mu.urgent = map[string]func() []byte{}, nil, false
 	w.mu.Unlock()
 	if len(dirty) == 0 && len(waiters) == 0 {
 		return true
 	}
 	var err error
 	puts, dels := map[string][]byte{}, []string(nil)
+	values := make(map[string][]byte, len(dirty))
 	n := 0
-	for k, v := range dirty {
+	for k, f := range dirty {
+		v := f()
+		values[k] = v
 		if v == nil {
 			dels = append(dels, k)
 		} else {
@@ -138,7 +147,7 @@ func (w *stateWriter) flush() bool {
 		w.logger.Info("consumer state: writes succeed again")
 	}
 	if err == nil && w.onWritten != nil {
-		for k, v := range dirty {
+		for k, v := range values {
 			w.onWritten(k, v)
 		}
 	}

@@ -58,6 +58,9 @@ type Raw struct {
 	version byte
 	pending []packets.Packet // read by ReadUntil while waiting for something else
 	ctrlID  uint16           // SUBSCRIBE and UNSUBSCRIBE packet ids used
+
+	// Connack is the broker's CONNACK (SessionPresent, properties).
+	Connack packets.Packet
 }
 
 // Dial connects to addr, sends c's CONNECT and fails the test unless the
@@ -93,10 +96,12 @@ func Dial(tb testing.TB, addr string, c Connect) *Raw {
 		pk.Connect.WillProperties.WillDelayInterval = w.Delay
 	}
 	r.Write(pk)
-	if ack := r.Read(); ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
+	ack := r.Read()
+	if ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
 		tb.Fatalf("mqtttest: connect %s: got packet type %d reason %#x, want a successful CONNACK",
 			c.ClientID, ack.FixedHeader.Type, ack.ReasonCode)
 	}
+	r.Connack = ack
 	return r
 }
 

@@ -1,0 +1,162 @@
+package mqtt
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/peatmq/peat/mqtt/mqtttest"
+)
+
+// durableConnect is a CONNECT for a persistent session: clean session false
+// (3.1.1) or a session expiry (5).
+func durableConnect(id string, version byte) mqtttest.Connect {
+	c := mqtttest.Connect{ClientID: id, Version: version, Keepalive: 60}
+	if version == 5 {
+		c.Properties.SessionExpiryInterval, c.Properties.SessionExpiryIntervalFlag = 3600, true
+	}
+	return c
+}
+
+// expectOffsets reads len(want) publishes and checks their topics are
+// "<prefix>/<i>" for each i in want, in order.
+func expectTopics(tb testing.TB, c *mqtttest.Raw, prefix string, from, n int) {
+	tb.Helper()
+	for i, pk := range readPublishes(tb, c, n) {
+		if want := fmt.Sprintf("%s/%d", prefix, from+i); pk.TopicName != want {
+			tb.Fatalf("delivery %d: %q, want %q", i, pk.TopicName, want)
+		}
+	}
+	expectNothing(tb, c)
+}
+
+// A persistent session gets, on reconnect, every message it missed while
+// offline, from the log: more than any in-memory queue holds.
+func TestDurableSession_CatchesUpFromTheLog(t *testing.T) {
+	for _, version := range []byte{4, 5} {
+		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
+			l := newMemLog(t, "default=#")
+			s := l.stream(t, "default")
+			b := newTestBroker(t, l, func(c *Config) { c.QueueDepth = 16 })
+			c := mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", version))
+			c.Subscribe("d/#", 1)
+			store(t, s, topicsN("d", 0, 5), nil)
+			expectTopics(t, c, "d", 0, 5)
+			c.Close()
+			waitFor(t, "the client to go", func() bool { return b.Clients() == 0 })
+
+			store(t, s, topicsN("d", 5, 2000), nil) // while offline: far more than QueueDepth
+			c = mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", version))
+			if !c.Connack.SessionPresent {
+				t.Fatal("CONNACK: session not present")
+			}
+			expectTopics(t, c, "d", 5, 2000) // no re-subscribe: the session has it
+			store(t, s, []string{"d/live"}, nil)
+			if pk := readPublishes(t, c, 1)[0]; pk.TopicName != "d/live" {
+				t.Fatalf("after catching up: %q, want d/live", pk.TopicName)
+			}
+		})
+	}
+}
+
+// Unacknowledged deliveries of the old connection come again, once, from
+// the log, not also from mochi's inflight resend.
+func TestDurableSession_UnackedComeAgainOnce(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	s := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	c := mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", 4))
+	c.Subscribe("d/#", 1)
+	store(t, s, topicsN("d", 0, 10), nil)
+	for i := range 10 {
+		if pk := c.Read(); i < 4 {
+			c.Puback(pk.PacketID)
+		}
+	}
+	expectNothing(t, c)
+	c.Close()
+	waitFor(t, "the client to go", func() bool { return b.Clients() == 0 })
+	c = mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", 4))
+	expectTopics(t, c, "d", 4, 6)
+}
+
+// The session, its subscriptions and its offsets are in the log's state
+// store: after a broker restart the client finds its session present and
+// gets what it missed.
+func TestDurableSession_SurvivesABrokerRestart(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	s := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	c := mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", 5))
+	c.Subscribe("d/#", 1)
+	store(t, s, topicsN("d", 0, 3), nil)
+	expectTopics(t, c, "d", 0, 3)
+	c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	store(t, s, topicsN("d", 3, 7), nil) // while the broker is down
+	b2 := newTestBroker(t, l)
+	c = mqtttest.Dial(t, b2.Addr().String(), durableConnect("dur", 5))
+	if !c.Connack.SessionPresent {
+		t.Fatal("after restart: session not present")
+	}
+	expectTopics(t, c, "d", 3, 7)
+}
+
+// A clean session ends the stored one: nothing is kept for it.
+func TestDurableSession_CleanStartForgetsIt(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	s := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	c := mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", 4))
+	c.Subscribe("d/#", 1)
+	c.Close()
+	waitFor(t, "the client to go", func() bool { return b.Clients() == 0 })
+	c = dialRaw(t, b, "dur", 4) // clean
+	if c.Connack.SessionPresent {
+		t.Fatal("clean session: session present")
+	}
+	c.Close()
+	waitFor(t, "the client to go", func() bool { return b.Clients() == 0 })
+	store(t, s, topicsN("d", 0, 3), nil)
+	c = mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", 4))
+	if c.Connack.SessionPresent {
+		t.Fatal("after a clean session: an old session is present")
+	}
+	expectNothing(t, c)
+	waitFor(t, "the stored session to go", func() bool {
+		l.state.mu.Lock()
+		defer l.state.mu.Unlock()
+		_, ok := l.state.m["s/dur"]
+		return ok // the new persistent one, with no subscriptions
+	})
+}
+
+// An expired session releases its cursor, its stored state and its
+// subscriptions.
+func TestDurableSession_ExpiryReleasesIt(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	b := newTestBroker(t, l)
+	c := mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", 4))
+	c.Subscribe("d/#", 1)
+	c.Close()
+	waitFor(t, "the client to go", func() bool { return b.Clients() == 0 })
+	cl, ok := b.srv.Clients.Get("dur")
+	if !ok {
+		t.Fatal("no session")
+	}
+	b.deliv.OnClientExpired(cl) // what mochi calls when the expiry passes
+	waitFor(t, "the stored session to go", func() bool {
+		l.state.mu.Lock()
+		defer l.state.mu.Unlock()
+		_, ok := l.state.m["s/dur"]
+		return !ok
+	})
+	if subs := b.srv.Topics.Subscribers("d/x"); len(subs.Subscriptions) != 0 {
+		t.Fatalf("expired session still subscribed: %v", subs.Subscriptions)
+	}
+}
