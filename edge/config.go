@@ -57,6 +57,7 @@ type MQTTConfig struct {
 	ReadBatchBytes  ByteSize `yaml:"read_batch_bytes"`
 	BufferBytes     ByteSize `yaml:"buffer_bytes"`
 	WritesPending   int      `yaml:"writes_pending"`
+	GroupStart      string   `yaml:"group_start"`
 }
 
 // StorageConfig sets how the log uses the machine.
@@ -108,6 +109,7 @@ func DefaultConfig() Config {
 			ReadBatchBytes:  ByteSize(m.ReadBatchBytes),
 			BufferBytes:     ByteSize(m.BufferSize),
 			WritesPending:   m.WritesPending,
+			GroupStart:      m.GroupStart,
 		},
 		Storage: StorageConfig{
 			Profile:           "",
@@ -176,5 +178,6 @@ func (c Config) BrokerConfig() mqtt.Config {
 	m.ReadBatchBytes = int(c.MQTT.ReadBatchBytes)
 	m.BufferSize = int(c.MQTT.BufferBytes)
 	m.WritesPending = c.MQTT.WritesPending
+	m.GroupStart = c.MQTT.GroupStart
 	return m
 }

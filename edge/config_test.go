@@ -197,6 +197,7 @@ func TestValidate_EveryProblemNamesItsField(t *testing.T) {
 		{"mqtt.max_payload_bytes", func(c *Config) { c.MQTT.MaxPayloadBytes = -1 }, []string{"mqtt.max_payload_bytes: "}},
 		{"mqtt.queue_depth", func(c *Config) { c.MQTT.QueueDepth = 0 }, []string{"mqtt.queue_depth: "}},
 		{"mqtt.buffer_bytes", func(c *Config) { c.MQTT.BufferBytes = 0 }, []string{"mqtt.buffer_bytes: "}},
+		{"mqtt.group_start", func(c *Config) { c.MQTT.GroupStart = "middle" }, []string{"mqtt.group_start: ", `"middle"`, "earliest", "latest"}},
 		{"storage.profile", func(c *Config) { c.Storage.Profile = "laptop" }, []string{"storage.profile: ", `"laptop"`, "pi-zero"}},
 		{"storage.retention_interval", func(c *Config) { c.Storage.RetentionInterval = -1 }, []string{"storage.retention_interval: "}},
 		{"streams", func(c *Config) { c.Streams = nil }, []string{"streams: ", "at least one"}},
