@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs on a fresh machine, and does nothing when it
 # is already there. The race detector needs a C toolchain (cgo); the MQTT tests
-# use Go clients fetched through the module proxy.
+# use Go clients fetched through the module proxy, and Debian's mosquitto_sub
+# (the replay protocol must work from any stock MQTT client).
 set -euo pipefail
 
 need=()
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+command -v mosquitto_sub >/dev/null 2>&1 || need+=(mosquitto-clients)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
