@@ -120,7 +120,8 @@ func run(ctx context.Context, broker, dbPath, clientID, filter string) error {
 	window := uint16(100) // records in flight to us; bounds what a restart asks for again
 	if _, err := c.Connect(ctx, &paho.Connect{
 		ClientID: clientID, CleanStart: true, KeepAlive: 30,
-		Properties: &paho.ConnectProperties{ReceiveMaximum: &window},
+		// Without RequestProblemInfo the broker leaves reasons out of its SUBACK.
+		Properties: &paho.ConnectProperties{ReceiveMaximum: &window, RequestProblemInfo: true},
 	}); err != nil {
 		conn.Close()
 		return fmt.Errorf("connect to %s: %w", broker, err)

@@ -418,7 +418,9 @@ func runReplay(ctx context.Context, o replayOptions, stdout, stderr io.Writer) e
 	window := uint16(replayWindow)
 	ca, err := c.Connect(dialCtx, &paho.Connect{
 		ClientID: o.clientID, CleanStart: true, KeepAlive: 30,
-		Properties: &paho.ConnectProperties{ReceiveMaximum: &window},
+		// RequestProblemInfo is false in a zero ConnectProperties, which would
+		// ask the broker to leave out the SUBACK's reason and user properties.
+		Properties: &paho.ConnectProperties{ReceiveMaximum: &window, RequestProblemInfo: true},
 	})
 	if err != nil {
 		conn.Close()

@@ -1,10 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"flag"
+	"fmt"
+	"os/exec"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -168,4 +174,221 @@ func TestReplay_ParseSuback(t *testing.T) {
 	if got := parseSuback(sa); got.hasEnd || len(got.malformedProps) != 1 {
 		t.Errorf("parseSuback with end=many = %+v, want no end and one malformed property", got)
 	}
+}
+
+// replayLine is one parsed output line of `peat replay`.
+type replayLine struct {
+	offset  uint64
+	ts      time.Time
+	topic   string
+	payload string
+}
+
+func parseReplayLine(t testing.TB, line string) replayLine {
+	t.Helper()
+	f := strings.SplitN(line, " ", 4)
+	if len(f) != 4 {
+		t.Fatalf("line %q: want 'offset timestamp topic payload'", line)
+	}
+	off, err := strconv.ParseUint(f[0], 10, 64)
+	if err != nil {
+		t.Fatalf("line %q: offset: %v", line, err)
+	}
+	ts, err := time.Parse(time.RFC3339Nano, f[1])
+	if err != nil || !strings.HasSuffix(f[1], "Z") {
+		t.Fatalf("line %q: timestamp %q is not RFC 3339 in UTC: %v", line, f[1], err)
+	}
+	return replayLine{offset: off, ts: ts, topic: f[2], payload: f[3]}
+}
+
+// runReplayCmd runs `peat replay ARGS` against addr to completion (at most
+// 30 s) and returns its exit status, parsed lines and stderr.
+func runReplayCmd(t testing.TB, addr string, args ...string) (int, []replayLine, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, append([]string{"replay", "--broker", addr}, args...)...)
+	cmd.Env = cleanEnv()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("peat replay %q still ran after 30 s; stdout:\n%s\nstderr:\n%s", args, stdout.String(), stderr.String())
+	}
+	code := 0
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("run peat replay %q: %v", args, err)
+	}
+	var lines []replayLine
+	for _, l := range strings.Split(strings.TrimSuffix(stdout.String(), "\n"), "\n") {
+		if l != "" {
+			lines = append(lines, parseReplayLine(t, l))
+		}
+	}
+	return code, lines, stderr.String()
+}
+
+// wantRecords is the expected output: topic and payload per offset.
+type wantRecord struct {
+	offset         uint64
+	topic, payload string
+}
+
+func checkLines(t testing.TB, got []replayLine, want []wantRecord, since time.Time) {
+	t.Helper()
+	var g, w []string
+	for _, l := range got {
+		g = append(g, fmt.Sprintf("%d %s %s", l.offset, l.topic, l.payload))
+		if l.ts.Before(since.Add(-time.Second)) || l.ts.After(time.Now().Add(time.Second)) {
+			t.Errorf("offset %d: timestamp %v is not when it was published (after %v)", l.offset, l.ts, since)
+		}
+	}
+	for _, r := range want {
+		w = append(w, fmt.Sprintf("%d %s %s", r.offset, r.topic, r.payload))
+	}
+	if strings.Join(g, "\n") != strings.Join(w, "\n") {
+		t.Errorf("printed records:\n%s\nwant:\n%s", strings.Join(g, "\n"), strings.Join(w, "\n"))
+	}
+}
+
+// publishSeq publishes n QoS 1 messages "<id>/<seq>" to topic and returns
+// what replay must print for them, given the stream's next offset.
+func publishSeq(t testing.TB, addr, id, topic string, n int, next *uint64) []wantRecord {
+	t.Helper()
+	p := newPublisher(t, addr, id, topic, 10)
+	p.publish(n)
+	if acked := p.wait(); len(acked) != n {
+		t.Fatalf("publisher %s: %d of %d acknowledged", id, len(acked), n)
+	}
+	out := make([]wantRecord, n)
+	for i := range out {
+		out[i] = wantRecord{*next, topic, payloadOf(id, i)}
+		*next++
+	}
+	return out
+}
+
+func TestReplay_AgainstANode(t *testing.T) {
+	since := time.Now()
+	p := startPeat(t, t.TempDir())
+	var next uint64
+	a := publishSeq(t, p.mqttAddr, "a", "sensors/a", 20, &next)      // offsets 0-19
+	_ = publishSeq(t, p.mqttAddr, "o", "other/x", 5, &next)          // 20-24, not matched
+	b := publishSeq(t, p.mqttAddr, "b", "sensors/b/temp", 10, &next) // 25-34
+	all := append(append([]wantRecord(nil), a...), b...)
+
+	t.Run("from earliest prints every record once, in order, and stops at the end", func(t *testing.T) {
+		// --idle 0: it must stop because it reached the end of the history.
+		code, lines, stderr := runReplayCmd(t, p.mqttAddr, "--from", "earliest", "--idle", "0", "sensors/#")
+		if code != 0 {
+			t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+		}
+		checkLines(t, lines, all, since)
+	})
+	t.Run("from an offset", func(t *testing.T) {
+		code, lines, stderr := runReplayCmd(t, p.mqttAddr, "--from", "15", "--idle", "0", "sensors/#")
+		if code != 0 {
+			t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+		}
+		checkLines(t, lines, all[15:], since)
+	})
+	t.Run("count", func(t *testing.T) {
+		code, lines, stderr := runReplayCmd(t, p.mqttAddr, "--from", "18", "--count", "3", "sensors/#")
+		if code != 0 {
+			t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+		}
+		checkLines(t, lines, all[18:21], since)
+	})
+	t.Run("idle ends a filter whose last match is before the end", func(t *testing.T) {
+		code, lines, stderr := runReplayCmd(t, p.mqttAddr, "--idle", "300ms", "sensors/a")
+		if code != 0 {
+			t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+		}
+		checkLines(t, lines, a, since)
+	})
+	t.Run("from latest prints nothing and exits", func(t *testing.T) {
+		code, lines, stderr := runReplayCmd(t, p.mqttAddr, "--from", "latest", "--idle", "0", "sensors/#")
+		if code != 0 || len(lines) != 0 {
+			t.Fatalf("exit %d, %d lines, stderr:\n%s", code, len(lines), stderr)
+		}
+	})
+	t.Run("a refused subscription exits 1 with the broker's reason", func(t *testing.T) {
+		code, lines, stderr := runReplayCmd(t, p.mqttAddr, "--from", "bogus", "sensors/#")
+		if code != exitError || len(lines) != 0 {
+			t.Fatalf("exit %d with %d lines, want exit %d and none; stderr:\n%s", code, len(lines), exitError, stderr)
+		}
+		if !strings.Contains(stderr, "refused") || !strings.Contains(stderr, "bogus") {
+			t.Errorf("stderr %q does not say the subscription was refused and why", stderr)
+		}
+	})
+	t.Run("group resumes where the previous run stopped", func(t *testing.T) {
+		code, first, stderr := runReplayCmd(t, p.mqttAddr, "--group", "g1", "--count", "12", "sensors/#")
+		if code != 0 {
+			t.Fatalf("first run: exit %d, stderr:\n%s", code, stderr)
+		}
+		checkLines(t, first, all[:12], since)
+		code, rest, stderr := runReplayCmd(t, p.mqttAddr, "--group", "g1", "--idle", "0", "sensors/#")
+		if code != 0 {
+			t.Fatalf("second run: exit %d, stderr:\n%s", code, stderr)
+		}
+		checkLines(t, rest, all[12:], since)
+		code, none, stderr := runReplayCmd(t, p.mqttAddr, "--group", "g1", "--idle", "0", "sensors/#")
+		if code != 0 || len(none) != 0 {
+			t.Fatalf("third run: exit %d with %d lines, want 0 and none (all consumed); stderr:\n%s", code, len(none), stderr)
+		}
+	})
+	t.Run("follow prints new records until interrupted", func(t *testing.T) {
+		cmd := exec.Command(binPath, "replay", "--broker", p.mqttAddr, "--from", "30", "--follow", "sensors/#")
+		cmd.Env = cleanEnv()
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		lines := make(chan string)
+		go func() { // ends when the process closes stdout
+			defer close(lines)
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+		}()
+		read := func(n int) []replayLine {
+			var got []replayLine
+			for len(got) < n {
+				select {
+				case l, ok := <-lines:
+					if !ok {
+						t.Fatalf("peat replay --follow closed its output after %d lines", len(got))
+					}
+					got = append(got, parseReplayLine(t, l))
+				case <-time.After(20 * time.Second):
+					t.Fatalf("peat replay --follow printed %d lines in 20 s, want %d", len(got), n)
+				}
+			}
+			return got
+		}
+		checkLines(t, read(5), all[25:], since) // offsets 30-34
+		time.Sleep(300 * time.Millisecond) // longer than an --idle would have waited
+		c := publishSeq(t, p.mqttAddr, "c", "sensors/c", 5, &next)
+		checkLines(t, read(5), c, since)
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		for l := range lines {
+			t.Errorf("unexpected line after the interrupt: %q", l)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("peat replay --follow after Ctrl-C: %v, want exit 0; stderr:\n%s", err, stderr.String())
+		}
+	})
 }
