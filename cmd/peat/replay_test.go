@@ -378,7 +378,7 @@ func TestReplay_AgainstANode(t *testing.T) {
 			return got
 		}
 		checkLines(t, read(5), all[25:], since) // offsets 30-34
-		time.Sleep(300 * time.Millisecond) // longer than an --idle would have waited
+		time.Sleep(300 * time.Millisecond)      // longer than an --idle would have waited
 		c := publishSeq(t, p.mqttAddr, "c", "sensors/c", 5, &next)
 		checkLines(t, read(5), c, since)
 		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
