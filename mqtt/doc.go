@@ -76,7 +76,28 @@
 // 1,000 sensors publishing QoS 1 at 1 msg/s, stacks take about 36 MB. That is
 // the floor under the broker's RSS for that load (make bench-memory).
 //
+// # Replay protocol (extension.go, delivery_subscribe.go, delivery_tap.go)
+//
+// $replay/<from>/+/<filter>, $group/<name>/+/<filter> and
+// $offsets/<group>/<stream> are parsed in OnSubscribe, answered in the
+// SUBACK (refusals with reason codes and strings, accepted MQTT 5
+// subscriptions with user properties stream, start, end, notice) and served
+// by a tap each: a cursor of its own that reads the stream from its start
+// in bounded batches and, at the log's end, waits and goes on, so history
+// and live are one loop. Taps push into the client's queue and wait for
+// room; the client's sender keeps the window.
+//
+// # Consumer state (groups.go, sessions.go, progress.go, statewriter.go)
+//
+// Consumer groups' committed offsets and durable sessions (subscriptions
+// and a position per stream) live in the log's StateStore, written by one
+// coalescing writer. A progress tracks the end of a consumer's contiguous
+// acknowledged prefix; it advances group offsets and session positions.
+// Durable sessions are handed to mochi at start through its storage hooks,
+// and resume through the same fallback cursor a slow subscriber uses.
+//
 // Publishes to $replay/... and $group/... are refused: those topics belong
-// to the replay protocol. Malformed packets make mochi disconnect that
-// client only.
+// to the replay protocol; a publish to $offsets/<group>/<stream> commits
+// the group's offset. Malformed packets make mochi disconnect that client
+// only.
 package mqtt
