@@ -1,0 +1,74 @@
+package edge
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt/mqtttest"
+)
+
+// A replay of a history far larger than memory costs the broker a bounded
+// amount of heap: the reader's batch, the client's queue and window, not the
+// history. The replaying client here reads nothing until the heap is
+// measured, then reads everything, checking each offset once, in order.
+func TestNode_ReplayOfALargeHistoryInBoundedMemory(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Storage.Profile = string(logstore.ProfilePiZero)
+	cfg.Streams[0].Durability = string(logstore.DurabilityInterval)
+	n := startNode(t, cfg)
+	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
+	runtime.MemProfileRate = 64 << 10
+
+	const count, size = 10000, 4096 // 40 MB of history
+	pub := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + n.MQTTAddr().String()).
+		SetClientID("pub").SetAutoReconnect(false).SetMaxResumePubInFlight(64))
+	if tok := pub.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	payload := make([]byte, size)
+	toks := make([]paho.Token, 0, 256)
+	for i := range count {
+		binary.BigEndian.PutUint64(payload, uint64(i))
+		toks = append(toks, pub.Publish(fmt.Sprintf("sensors/%d", i%8), 1, false, bytes.Clone(payload)))
+		if len(toks) == cap(toks) || i == count-1 {
+			for _, tok := range toks {
+				if !tok.WaitTimeout(60*time.Second) || tok.Error() != nil {
+					t.Fatalf("publish: %v", tok.Error())
+				}
+			}
+			toks = toks[:0]
+		}
+	}
+	pub.Disconnect(0)
+
+	before := brokerHeap()
+	c := mqtttest.Dial(t, n.MQTTAddr().String(), mqtttest.Connect{ClientID: "replay", Version: 4, Clean: true, Keepalive: 600})
+	c.Subscribe("$replay/earliest/+/sensors/#", 1)
+	// Let the tap fill what it may (queue, window, socket buffers) while
+	// the client reads nothing.
+	time.Sleep(500 * time.Millisecond)
+	grown := brokerHeap() - before
+	t.Logf("the broker's heap grew %d KiB replaying %d MiB to a client that reads nothing yet", grown>>10, count*size>>20)
+	if limit := int64(16 << 20); grown > limit {
+		t.Errorf("heap grew %d MiB for a %d MiB replay; want under %d MiB (memory must not follow the history)",
+			grown>>20, count*size>>20, limit>>20)
+	}
+	for want := range uint64(count) {
+		pk := c.Read()
+		if pk.FixedHeader.Type != packets.Publish {
+			t.Fatalf("got packet type %d, want PUBLISH", pk.FixedHeader.Type)
+		}
+		if got := binary.BigEndian.Uint64(pk.Payload); got != want {
+			t.Fatalf("got record %d, want %d: lost, repeated or reordered", got, want)
+		}
+		c.Puback(pk.PacketID)
+	}
+}
