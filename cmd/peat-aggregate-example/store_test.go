@@ -68,7 +68,7 @@ func aggregates(t testing.TB, s *Store) map[string]Aggregate {
 func TestStore_ExactlyOnceAcrossCrashes(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 2))
-	recs, want := fakeStream(rng, 2000)
+	recs, want := fakeStream(rng, 1000)
 	path := filepath.Join(t.TempDir(), "agg.db")
 
 	next := 0 // the source's next record: where the broker would start
