@@ -28,6 +28,8 @@ func main() {
 		err = faninCmd(os.Args[2:])
 	case "sensors":
 		err = sensorsCmd(os.Args[2:])
+	case "replay":
+		err = replayCmd(os.Args[2:])
 	case "mochi":
 		err = mochiCmd(os.Args[2:])
 	default:
@@ -43,6 +45,7 @@ func usage() {
 	fmt.Fprintln(os.Stderr, `usage:
   peat-bench fanin [flags]   run a fan-in workload against --addr, print one JSON line
   peat-bench sensors [flags] run many staggered low-rate publishers against --addr, print one JSON line
+  peat-bench replay [flags]  fill the log, then replay it through $replay/<from>/+/<filter>, print one JSON line
   peat-bench mochi [flags]   run plain mochi (allow-all, no persistence) on --listen`)
 	os.Exit(2)
 }

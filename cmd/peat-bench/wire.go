@@ -12,13 +12,14 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
-// conn is a minimal MQTT 3.1.1 client connection: just what a load
+// conn is a minimal MQTT 3.1.1 (or 5) client connection: just what a load
 // generator needs, with no queues of its own, so the broker is what is
 // measured. Packets are encoded and decoded with mochi's packets package.
 type conn struct {
-	nc  net.Conn
-	r   *bufio.Reader
-	buf bytes.Buffer // encode scratch, owned by the writer
+	nc      net.Conn
+	r       *bufio.Reader
+	buf     bytes.Buffer // encode scratch, owned by the writer
+	version byte         // MQTT protocol version: 4 (3.1.1) or 5; 0 means 4
 }
 
 // dialOptions shape one connection: a subscriber wants a big read buffer,
@@ -27,6 +28,11 @@ type dialOptions struct {
 	clean     bool
 	keepalive uint16 // seconds
 	readBuf   int    // bytes
+	// version is the MQTT protocol version, 4 (3.1.1, the default when 0)
+	// or 5; receiveMax is an MQTT 5 client's Receive Maximum, the window
+	// of unacknowledged QoS 1 deliveries it accepts (0: not sent).
+	version    byte
+	receiveMax uint16
 }
 
 var defaultDial = dialOptions{clean: true, keepalive: 60, readBuf: 64 << 10}
@@ -37,16 +43,19 @@ func dial(addr, clientID string, o dialOptions) (*conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", clientID, err)
 	}
-	c := &conn{nc: nc, r: bufio.NewReaderSize(nc, o.readBuf)}
+	c := &conn{nc: nc, r: bufio.NewReaderSize(nc, o.readBuf), version: o.version}
 	pk := packets.Packet{
 		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
-		ProtocolVersion: 4,
+		ProtocolVersion: c.proto(),
 		Connect: packets.ConnectParams{
 			ProtocolName:     []byte("MQTT"),
 			Clean:            o.clean,
 			Keepalive:        o.keepalive,
 			ClientIdentifier: clientID,
 		},
+	}
+	if c.proto() == 5 {
+		pk.Properties.ReceiveMaximum = o.receiveMax
 	}
 	if err := c.write(&pk); err != nil {
 		nc.Close()
@@ -64,6 +73,14 @@ func dial(addr, clientID string, o dialOptions) (*conn, error) {
 		return nil, fmt.Errorf("connect %s refused: type %d code %#x", clientID, ack.FixedHeader.Type, ack.ReasonCode)
 	}
 	return c, nil
+}
+
+// proto is the connection's MQTT protocol version.
+func (c *conn) proto() byte {
+	if c.version == 0 {
+		return 4
+	}
+	return c.version
 }
 
 // write encodes pk and sends it in one write call, as a sensor would.
@@ -95,7 +112,7 @@ func (c *conn) write(pk *packets.Packet) error {
 // buffer, so they stay valid.
 func (c *conn) read() (packets.Packet, error) {
 	var pk packets.Packet
-	pk.ProtocolVersion = 4
+	pk.ProtocolVersion = c.proto()
 	hb, err := c.r.ReadByte()
 	if err != nil {
 		return pk, err
@@ -145,27 +162,42 @@ func readVarint(r io.ByteReader) (int, error) {
 }
 
 func (c *conn) subscribe(filter string, qos byte) error {
+	_, err := c.subscribeAck(qos, filter)
+	return err
+}
+
+// subscribeAck subscribes to filters in one SUBSCRIBE and returns the
+// SUBACK (an MQTT 5 SUBACK carries properties), failing when any filter is
+// refused.
+func (c *conn) subscribeAck(qos byte, filters ...string) (packets.Packet, error) {
 	pk := packets.Packet{
 		FixedHeader:     packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
-		ProtocolVersion: 4,
+		ProtocolVersion: c.proto(),
 		PacketID:        1,
-		Filters:         packets.Subscriptions{{Filter: filter, Qos: qos}},
+	}
+	for _, f := range filters {
+		pk.Filters = append(pk.Filters, packets.Subscription{Filter: f, Qos: qos})
 	}
 	if err := c.write(&pk); err != nil {
-		return err
+		return pk, err
 	}
 	ack, err := c.read()
 	if err != nil {
-		return fmt.Errorf("suback: %w", err)
+		return ack, fmt.Errorf("suback: %w", err)
 	}
-	if ack.FixedHeader.Type != packets.Suback || len(ack.ReasonCodes) != 1 || ack.ReasonCodes[0] >= 0x80 {
-		return fmt.Errorf("subscribe %q refused: %v", filter, ack.ReasonCodes)
+	if ack.FixedHeader.Type != packets.Suback || len(ack.ReasonCodes) != len(filters) {
+		return ack, fmt.Errorf("subscribe %q: got packet type %d with reason codes %v", filters, ack.FixedHeader.Type, ack.ReasonCodes)
 	}
-	return nil
+	for i, code := range ack.ReasonCodes {
+		if code >= 0x80 {
+			return ack, fmt.Errorf("subscribe %q refused: reason %#x %s", filters[i], code, ack.Properties.ReasonString)
+		}
+	}
+	return ack, nil
 }
 
 func (c *conn) close() {
-	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}, ProtocolVersion: 4}
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}, ProtocolVersion: c.proto()}
 	_ = c.write(&pk)
 	c.nc.Close()
 }
