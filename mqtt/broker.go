@@ -206,6 +206,7 @@ func (b *Broker) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("mqtt close: waiting for clients: %w", ctx.Err()))
 		}
 		b.ingest.wait()
+		b.deliv.flushState()
 		b.closeErr = errors.Join(errs...)
 	})
 	return b.closeErr

@@ -137,6 +137,11 @@ func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slo
 // before it is written to the store.
 const stateInterval = 100 * time.Millisecond
 
+// flushState writes what acknowledgements changed after Close stopped the
+// state writer (clients stay connected until mochi closes them). Broker.Close
+// calls it once the clients are gone.
+func (d *delivery) flushState() { d.state.flush() }
+
 // stateWritten routes the state writer's reports.
 func (d *delivery) stateWritten(key string, val []byte) {
 	if k, ok := groupKeyOf(key); ok {

@@ -81,6 +81,9 @@ func (r *deliveryReader) join(c *deliveryClient) {
 		}
 		name := r.stream.Name()
 		m.prog = newProgress(from, func(v uint64) { r.d.sessions.advance(c.id, name, v) })
+		// A new session's position is where it starts: records written
+		// while it is offline, before it got any, are still its to get.
+		r.d.sessions.advance(c.id, name, from)
 		if from < m.start {
 			m.live = false
 			r.d.logger.Debug("delivery: durable session resumes from its stored offset",

@@ -88,6 +88,7 @@ func (t *tap) runLog() {
 		case off := <-t.seek:
 			next = off
 			t.prog.reset(off)
+			t.d.groups.sought(t.group, t)
 		default:
 		}
 		changed := s.Changed() // before Committed: no advance is missed

@@ -63,6 +63,10 @@ type group struct {
 	durableKnown bool
 	changed      chan struct{}
 	owner        *tap
+	// seeking is set by a commit while the owner has not yet moved to it:
+	// acknowledgements of what it delivered before must not move the
+	// offset past the commit meanwhile.
+	seeking bool
 }
 
 func newGroups() *groups {
@@ -111,7 +115,7 @@ func (g *groups) acquire(key groupKey, t *tap) (ok bool, holder string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	e := g.entryLocked(key)
-	if o := e.owner; o != nil && o != t && o.c.id != t.c.id && o.c.ctx.Err() == nil {
+	if o := e.owner; o != nil && o != t && o.c.id != t.c.id && o.ctx.Err() == nil {
 		return false, o.c.id
 	}
 	e.owner = t
@@ -133,7 +137,7 @@ func (g *groups) release(key groupKey, t *tap) {
 func (g *groups) advance(key groupKey, t *tap, off uint64) {
 	g.mu.Lock()
 	e := g.m[key]
-	if e == nil || e.owner != t || (e.known && off <= e.position) {
+	if e == nil || e.owner != t || e.seeking || (e.known && off <= e.position) {
 		g.mu.Unlock()
 		return
 	}
@@ -149,11 +153,21 @@ func (g *groups) commit(key groupKey, off uint64, done func(error)) {
 	e := g.entryLocked(key)
 	e.position, e.known = off, true
 	owner := e.owner
-	g.mu.Unlock()
 	if owner != nil {
+		e.seeking = true
 		owner.seekTo(off)
 	}
+	g.mu.Unlock()
 	g.w.put(key.stateKey(), encodeOffset(off), done)
+}
+
+// sought is the owner's report that it continues from the last commit.
+func (g *groups) sought(key groupKey, t *tap) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e := g.m[key]; e != nil && e.owner == t {
+		e.seeking = false
+	}
 }
 
 // written is the stateWriter's report that a group's offset is durable.

@@ -160,3 +160,18 @@ func TestDurableSession_ExpiryReleasesIt(t *testing.T) {
 		t.Fatalf("expired session still subscribed: %v", subs.Subscriptions)
 	}
 }
+
+// A durable session that subscribed and left before anything was published
+// still gets what was published while it was away.
+func TestDurableSession_LeftBeforeAnyRecord(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	s := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	c := mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", 4))
+	c.Subscribe("d/#", 1)
+	c.Close()
+	waitFor(t, "the client to go", func() bool { return b.Clients() == 0 })
+	store(t, s, topicsN("d", 0, 3), nil)
+	c = mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", 4))
+	expectTopics(t, c, "d", 0, 3)
+}
