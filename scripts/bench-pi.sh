@@ -21,9 +21,18 @@
 # counts each time); the file system's journal and the card's own
 # amplification come on top. Prints two markdown tables.
 #
+# What a page is depends on the kernel: since Linux 6.16, ext4 caches file
+# data in large folios (up to 2 MB), and a commit that touches a clean one
+# dirties, and writes back, all of it. Raspberry Pi OS's 6.12 kernel uses
+# 4 KB pages. DATA_ROOT puts the data directories on the file system to
+# measure (an SD card's, or a loop-mounted ext4 made with `mkfs.ext4 -O
+# verity`, which turns large folios off).
+#
 #   scripts/bench-pi.sh                                  # pi-zero, pi, server; 1M records, 1,000 clients
 #   PROFILES=pi-zero RECORDS=200000 CLIENTS=200 scripts/bench-pi.sh
 #   PEAT_ENV="GOMEMLIMIT=64MiB" PROFILES=pi-zero scripts/bench-pi.sh
+#   DATA_ROOT=/mnt/sd DURABILITY=interval scripts/bench-pi.sh
+#   PEAT_BIN=dist/peat-linux-amd64 scripts/bench-pi.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib-brokers.sh
@@ -40,13 +49,20 @@ CLIENT_DURATION=${CLIENT_DURATION:-30s}
 IDLE=${IDLE:-3}
 SETTLE_MAX=${SETTLE_MAX:-60}
 PEAT_ENV=${PEAT_ENV:-}
+DATA_ROOT=${DATA_ROOT:-}         # where the data directories go (default: the temporary directory)
+DURABILITY=${DURABILITY:-fsync} # of the stream: fsync or interval
+PEAT_BIN=${PEAT_BIN:-}           # a peat binary to measure instead of one built from this tree
 
 work=$(mktemp -d)
+data_root=${DATA_ROOT:-$work}
+mkdir -p "$data_root"
+data_root=$(cd "$data_root" && pwd)
+printf 'streams:\n  - name: default\n    filters: ["#"]\n    durability: %s\n' "$DURABILITY" >"$work/peat.yaml"
 WRAPPER=""
 cleanup() {
 	[ -n "${SAMPLER:-}" ] && kill "$SAMPLER" 2>/dev/null
 	stop_peat
-	rm -rf "$work"
+	rm -rf "$work" "$data_root"/peat-bench-pi-$$-*
 }
 trap cleanup EXIT
 
@@ -65,13 +81,13 @@ command -v curl >/dev/null || { echo "bench-pi: needs curl" >&2; exit 1; }
 # counters to $work/<tag>.io. Sets PID, PORT, WRAPPER, DATA.
 start_peat() {
 	local profile=$1 tag=$2
-	DATA=$work/data-$tag
+	DATA=$data_root/peat-bench-pi-$$-$tag
 	for _ in 1 2 3; do
 		pick_port
 		rm -f "$work/$tag.pid" "$work/$tag.io"
 		# shellcheck disable=SC2016,SC2086 # expanded by the wrapper; PEAT_ENV is NAME=value words
 		bash -c 'env "${@:3}" & echo $! >"$1"; wait $!; rc=$?; cat /proc/$$/io >"$2"; exit $rc' wrapper \
-			"$work/$tag.pid" "$work/$tag.io" $PEAT_ENV $pin_broker "$work/peat" serve --data "$DATA" --profile "$profile" \
+			"$work/$tag.pid" "$work/$tag.io" $PEAT_ENV $pin_broker "$work/peat" serve --config "$work/peat.yaml" --data "$DATA" --profile "$profile" \
 			--mqtt 127.0.0.1:"$PORT" --http 127.0.0.1:$((PORT + 1)) >"$work/$tag.log" 2>&1 &
 		WRAPPER=$!
 		for _ in $(seq 100); do
@@ -139,8 +155,10 @@ settle() {
 }
 
 bench_build
+[ -n "$PEAT_BIN" ] && cp "$PEAT_BIN" "$work/peat"
 label_env=""
 [ -n "$PEAT_ENV" ] && label_env=" $PEAT_ENV"
+[ "$DURABILITY" != fsync ] && label_env="$label_env $DURABILITY"
 per_publisher=$(((RECORDS + PUBLISHERS - 1) / PUBLISHERS))
 : >"$work/ingest.tsv"
 : >"$work/clients.tsv"
@@ -169,6 +187,7 @@ for profile in $PROFILES; do
 	stop_peat
 	w_exit=$(wbytes "$work/ingest-$profile.io")
 	disk=$(du -sb "$DATA" | cut -f1)
+	rm -rf "$DATA"
 	echo "peat-$profile$label_env ingest: $line" >&2
 	echo "peat-$profile$label_env: records $records, at the end of the ingest Go heap in use ${heap} MB, stacks ${stack} MB, runtime total ${sys} MB; write_bytes settled after ${waited}s" >&2
 	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "peat-$profile$label_env" \
@@ -188,6 +207,7 @@ for profile in $PROFILES; do
 	records=$(stream next_offset)
 	stop_peat
 	w_exit=$(wbytes "$work/clients-$profile.io")
+	rm -rf "$DATA"
 	echo "peat-$profile$label_env clients: $line" >&2
 	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "peat-$profile$label_env" \
 		"$(json rss_idle_mb "$line")" "$(json rss_connected_mb "$line")" "$(json rss_max_mb "$line")" \
@@ -196,6 +216,9 @@ for profile in $PROFILES; do
 		>>"$work/clients.tsv"
 done
 
+fs=$(findmnt -no FSTYPE,SOURCE -T "$data_root" 2>/dev/null | tr -s ' ' || echo unknown)
+echo
+echo "$(date -u +%F), $(uname -sr), $(nproc) cores; data on $data_root ($fs); durability $DURABILITY"
 echo
 echo "Ingest: $RECORDS QoS 1 records of $PAYLOAD bytes from $PUBLISHERS publishers ($WINDOW in flight each), no subscriber. RSS in MB; bytes per record."
 echo
