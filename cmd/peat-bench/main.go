@@ -32,6 +32,8 @@ func main() {
 		err = replayCmd(os.Args[2:])
 	case "mochi":
 		err = mochiCmd(os.Args[2:])
+	case "fsync":
+		err = fsyncCmd(os.Args[2:])
 	default:
 		usage()
 	}
@@ -46,7 +48,8 @@ func usage() {
   peat-bench fanin [flags]   run a fan-in workload against --addr, print one JSON line
   peat-bench sensors [flags] run many staggered low-rate publishers against --addr, print one JSON line
   peat-bench replay [flags]  fill the log, then replay it through $replay/<from>/+/<filter>, print one JSON line
-  peat-bench mochi [flags]   run plain mochi (allow-all, no persistence) on --listen`)
+  peat-bench mochi [flags]   run plain mochi (allow-all, no persistence) on --listen
+  peat-bench fsync [flags]   append small blocks to a file in --dir, fdatasync each, print one JSON line`)
 	os.Exit(2)
 }
 
@@ -83,12 +86,24 @@ func faninCmd(args []string) error {
 		"seconds":         round(secs),
 		"delivered_per_s": round(float64(res.Received) / secs),
 		"acked_per_s":     round(float64(res.Acked) / secs),
+		"offered_per_s":   round(float64(res.Sent) / res.Publishing.Seconds()),
 		"puback_p50_ms":   round(res.Puback.quantile(0.5)), "puback_p99_ms": round(res.Puback.quantile(0.99)),
-		"e2e_p50_ms": round(res.E2E.quantile(0.5)), "e2e_p99_ms": round(res.E2E.quantile(0.99)),
+		"puback_p999_ms": round(res.Puback.quantile(0.999)),
+		"e2e_p50_ms":     round(res.E2E.quantile(0.5)), "e2e_p99_ms": round(res.E2E.quantile(0.99)),
 		"e2e_p999_ms": round(res.E2E.quantile(0.999)),
 	}
-	if pid > 0 && res.Received > 0 {
-		out["cpu_us_per_msg"] = round(float64(after.cpu-before.cpu) / float64(time.Microsecond) / float64(res.Received))
+	// CPU per message the broker handled: per delivery when there are
+	// subscribers, else per publish it took (acked at QoS 1).
+	handled := res.Received
+	if cfg.Subscribers == 0 {
+		handled = res.Sent
+		if cfg.QoS > 0 {
+			handled = res.Acked
+		}
+	}
+	if pid > 0 && handled > 0 {
+		out["cpu_us_per_msg"] = round(float64(after.cpu-before.cpu) / float64(time.Microsecond) / float64(handled))
+		out["rss_idle_mb"] = round(float64(before.rss) / (1 << 20)) // before the run's connections
 		out["rss_mb"] = round(float64(after.rss) / (1 << 20))
 		out["rss_peak_mb"] = round(float64(after.hwm) / (1 << 20))
 	}
