@@ -54,5 +54,10 @@ bench-memory:
 bench-pi:
 	./scripts/bench-pi.sh
 
+## bench-compare: every workload (W1-W6) on Mosquitto, mochi and Peat, fresh processes, REPS=3; markdown tables with ratios, and a chart, in scripts/.bench/
+.PHONY: bench-compare
+bench-compare:
+	./scripts/bench.sh
+
 clean:
 	rm -rf bin dist
