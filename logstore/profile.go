@@ -2,6 +2,7 @@ package logstore
 
 import (
 	"fmt"
+	"math/bits"
 	"runtime"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -50,6 +51,7 @@ type profileSpec struct {
 	memoryLimit                                int64
 	numCompactors                              int
 	minFree                                    int64 // default free-space reserve
+	tableSizeMultiplier                        int   // 0: Badger's default (2)
 }
 
 var profiles = map[Profile]profileSpec{
@@ -108,17 +110,68 @@ func (p Profile) orDefault() Profile {
 }
 
 func (p Profile) spec() profileSpec {
-	if s, ok := profiles[p.orDefault()]; ok {
-		return s
+	s, ok := profiles[p.orDefault()]
+	if !ok {
+		s = profiles[ProfileServer]
 	}
-	return profiles[ProfileServer]
+	if bits.UintSize == 32 {
+		s = s.for32Bit()
+	}
+	return s
 }
+
+// for32Bit narrows s to what Badger v4.9.6 keeps intact on a 32-bit
+// platform (armv6, armv7), whichever profile was chosen.
+//
+// Badger builds every table in a ristretto z.Allocator taken from a pool.
+// When the allocator's first buffer is full it adds a second one and
+// stores uint64((bufIdx+1)<<32) as its position (ristretto v2.2.0,
+// z/allocator.go:290): with a 32-bit int the shift is 0, so the table's
+// later blocks are written over its first ones. The result is lost offset
+// ranges or "slice bounds out of range" panics when the table is read.
+// The first buffer holds 2x the TableSize of the builder that created the
+// allocator, and pooled allocators are reused for any table, so every table
+// must fit in 2x the smallest TableSize:
+//
+//   - no compression: a compressed table is cut by its compressed size
+//     while the uncompressed blocks are allocated too;
+//   - BaseTableSize >= MemTableSize: a memtable flush is one table built
+//     with TableSize = BaseTableSize;
+//   - TableSizeMultiplier 1: deeper levels would get 2x, 4x ... tables
+//     from allocators made for the base level;
+//   - a value threshold well under the 4 KiB block size: a larger inline
+//     value makes its block grow twice (for the value, then for the block
+//     trailer), three times the value in allocator space.
+//
+// The value log file is at most 64 MiB and the memtable 16 MiB: Badger
+// maps the writable value log at twice its size (the default file would
+// ask for 2 GiB), and a 32-bit process has 3-4 GiB of address space for
+// everything. The block cache only serves compressed blocks: none.
+func (s profileSpec) for32Bit() profileSpec {
+	s.compression = options.None
+	s.blockCache = 0
+	s.memTableSize = min(s.memTableSize, 16*mib)
+	s.baseTableSize = max(s.baseTableSize, s.memTableSize)
+	s.tableSizeMultiplier = 1
+	s.valueThreshold = min(s.valueThreshold, valueThreshold32)
+	s.valueLogFileSize = min(s.valueLogFileSize, 64*mib)
+	return s
+}
+
+// valueThreshold32 is the largest value kept inline in the tables on 32-bit
+// platforms; larger ones go to the value log.
+const valueThreshold32 = 1 * kib
 
 // badgerOptions builds the Badger options for the profile. The caller sets
 // Dir/InMemory, SyncWrites and Logger.
-func (p Profile) badgerOptions() badger.Options {
-	s := p.spec()
-	return badger.DefaultOptions("").
+func (p Profile) badgerOptions() badger.Options { return p.spec().badgerOptions() }
+
+func (s profileSpec) badgerOptions() badger.Options {
+	o := badger.DefaultOptions("")
+	if s.tableSizeMultiplier > 0 {
+		o.TableSizeMultiplier = s.tableSizeMultiplier // no With method
+	}
+	return o.
 		WithMemTableSize(s.memTableSize).
 		WithNumMemtables(s.numMemtables).
 		WithNumLevelZeroTables(s.l0Tables).
