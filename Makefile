@@ -54,6 +54,11 @@ bench-memory:
 bench-pi:
 	./scripts/bench-pi.sh
 
+## bench-replay: 1,000,000 stored 128-byte records replayed to one QoS 0 and one QoS 1 consumer: msg/s, gaps/dups, broker RSS idle and peak (issue 3 targets)
+.PHONY: bench-replay
+bench-replay:
+	./scripts/bench-replay.sh
+
 ## bench-compare: every workload (W1-W6) on Mosquitto, mochi and Peat, fresh processes, REPS=3; markdown tables with ratios, and a chart, in scripts/.bench/
 .PHONY: bench-compare
 bench-compare:
