@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -81,7 +82,7 @@ type replayResult struct {
 	Elapsed, FirstRecord time.Duration
 	ClientCPU            time.Duration
 
-	RSSIdle, RSSPeak, RSSEnd int64
+	MemIdle, MemPeak, MemEnd memStat
 	BrokerCPU                time.Duration
 
 	Load        *faninResult
@@ -125,7 +126,7 @@ func runReplay(cfg replayConfig) (*replayResult, error) {
 	}
 
 	idle, _ := readProc(cfg.PID)
-	res.RSSIdle = idle.rss
+	res.MemIdle, _ = readMem(cfg.PID)
 	sampler := sampleRSS(cfg.PID, cfg.Sample)
 	cpu0 := clientCPU()
 
@@ -147,10 +148,11 @@ func runReplay(cfg replayConfig) (*replayResult, error) {
 	}
 	res.Elapsed = last.Sub(start)
 	res.ClientCPU = clientCPU() - cpu0
-	res.RSSPeak = sampler.stop()
+	peak := sampler.stop()
 	end, _ := readProc(cfg.PID)
-	res.RSSEnd, res.BrokerCPU = end.rss, end.cpu-idle.cpu
-	res.RSSPeak = max(res.RSSPeak, res.RSSEnd)
+	res.MemEnd, _ = readMem(cfg.PID)
+	res.BrokerCPU = end.cpu - idle.cpu
+	res.MemPeak = memStat{rss: max(peak.rss, res.MemEnd.rss), anon: max(peak.anon, res.MemEnd.anon), file: max(peak.file, res.MemEnd.file)}
 	res.Received, res.Unique, res.Dups = ck.received, ck.unique, ck.dups
 	res.Reordered, res.Outside, res.BadTopics = ck.reordered, ck.outside, ck.badTopics
 	res.Missing = int64(cfg.Count) - ck.unique
@@ -436,27 +438,54 @@ func replayOffset(topic []byte) (int64, bool) {
 	return off, digits > 0 && digits < len(rest)
 }
 
-// rssSampler samples a process's RSS in the background and keeps the
-// highest value seen.
+// memStat is a process's resident memory, in bytes: all of it, and its
+// anonymous (heap, stacks) and file-backed (mapped files, such as Badger's
+// tables, which the kernel can reclaim) parts.
+type memStat struct{ rss, anon, file int64 }
+
+// readMem reads /proc/<pid>/status.
+func readMem(pid int) (memStat, error) {
+	var m memStat
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return m, err
+	}
+	for line := range strings.Lines(string(b)) {
+		k, v, _ := strings.Cut(line, ":")
+		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch k {
+		case "VmRSS":
+			m.rss = kb << 10
+		case "RssAnon":
+			m.anon = kb << 10
+		case "RssFile":
+			m.file = kb << 10
+		}
+	}
+	return m, nil
+}
+
+// rssSampler samples a process's resident memory in the background and
+// keeps the highest value of each part.
 type rssSampler struct {
 	stopc chan struct{}
-	peak  chan int64
+	peak  chan memStat
 }
 
 func sampleRSS(pid int, every time.Duration) *rssSampler {
-	s := &rssSampler{stopc: make(chan struct{}), peak: make(chan int64, 1)}
+	s := &rssSampler{stopc: make(chan struct{}), peak: make(chan memStat, 1)}
 	go func() {
-		var hi int64
+		var hi memStat
 		if pid <= 0 || every <= 0 {
 			<-s.stopc
-			s.peak <- 0
+			s.peak <- hi
 			return
 		}
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
-			if st, err := readProc(pid); err == nil {
-				hi = max(hi, st.rss)
+			if m, err := readMem(pid); err == nil {
+				hi = memStat{rss: max(hi.rss, m.rss), anon: max(hi.anon, m.anon), file: max(hi.file, m.file)}
 			}
 			select {
 			case <-s.stopc:
@@ -469,8 +498,8 @@ func sampleRSS(pid int, every time.Duration) *rssSampler {
 	return s
 }
 
-// stop ends sampling and returns the highest RSS seen, in bytes.
-func (s *rssSampler) stop() int64 {
+// stop ends sampling and returns the highest of each part seen.
+func (s *rssSampler) stop() memStat {
 	close(s.stopc)
 	return <-s.peak
 }
@@ -539,10 +568,12 @@ func replayCmd(args []string) error {
 			"client_cpu_us_per_msg": round(float64(res.ClientCPU) / float64(time.Microsecond) / float64(max(res.Received, 1))),
 		})
 		if cfg.PID > 0 {
+			mb := func(b int64) float64 { return round(float64(b) / (1 << 20)) }
+			i, p, e := res.MemIdle, res.MemPeak, res.MemEnd
 			maps.Copy(out, map[string]any{
-				"rss_idle_mb": round(float64(res.RSSIdle) / (1 << 20)), "rss_peak_mb": round(float64(res.RSSPeak) / (1 << 20)),
-				"rss_end_mb":     round(float64(res.RSSEnd) / (1 << 20)),
-				"rss_delta_mb":   round(float64(res.RSSPeak-res.RSSIdle) / (1 << 20)),
+				"rss_idle_mb": mb(i.rss), "rss_peak_mb": mb(p.rss), "rss_end_mb": mb(e.rss), "rss_delta_mb": mb(p.rss - i.rss),
+				"anon_idle_mb": mb(i.anon), "anon_peak_mb": mb(p.anon), "anon_delta_mb": mb(p.anon - i.anon),
+				"file_idle_mb": mb(i.file), "file_peak_mb": mb(p.file), "file_delta_mb": mb(p.file - i.file),
 				"cpu_us_per_msg": round(float64(res.BrokerCPU) / float64(time.Microsecond) / float64(max(res.Received, 1))),
 			})
 		}
