@@ -244,9 +244,9 @@ func parseSuback(sa *paho.Suback) subackInfo {
 }
 
 // replayer receives deliveries on paho's router goroutine. Each record is
-// printed and flushed before paho acknowledges it, and a record that was
-// not printed (it arrived after the stop) is never acknowledged, so a group
-// commits exactly what was printed.
+// printed before paho acknowledges it, and a record that was not printed
+// (it arrived after the stop) is never acknowledged, so a group commits
+// exactly what was printed.
 type replayer struct {
 	opts       replayOptions
 	out        io.Writer
@@ -256,10 +256,13 @@ type replayer struct {
 	finished   chan struct{} // closed after the last record's ack went out
 	quit       chan struct{} // closed when replay stops waiting
 
-	// Owned by the router goroutine.
-	printed int
-	stopped bool
-	approve bool // the packet being handled was printed: ack it
+	// handling is held from a record's handler to the end of its ack, so
+	// stop waits for a printed record's ack to be written.
+	handling sync.Mutex
+	stopped  bool // guarded by handling
+	printed  int  // router goroutine only
+	approve  bool // router goroutine only: the record being handled was printed, ack it
+	locked   bool // router goroutine only: onPublish took handling
 
 	mu  sync.Mutex
 	err error // first failure (a malformed delivery, a write error)
@@ -277,12 +280,14 @@ func newReplayer(o replayOptions, out io.Writer) *replayer {
 
 // onPublish handles one delivery; paho calls ackSession.Ack right after.
 func (r *replayer) onPublish(pr paho.PublishReceived) (bool, error) {
-	r.approve = false
+	r.approve, r.locked = false, false
 	select {
 	case <-r.subscribed:
 	case <-r.quit:
 		return true, nil
 	}
+	r.handling.Lock() // Ack unlocks
+	r.locked = true
 	if r.stopped {
 		return true, nil
 	}
@@ -310,6 +315,14 @@ func (r *replayer) onPublish(pr paho.PublishReceived) (bool, error) {
 	return true, nil
 }
 
+// stop makes the handler print nothing more, once the record being handled
+// (if any) is acknowledged.
+func (r *replayer) stop() {
+	r.handling.Lock()
+	r.stopped = true
+	r.handling.Unlock()
+}
+
 func (r *replayer) fail(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -334,26 +347,23 @@ type ackSession struct {
 }
 
 func (s ackSession) Ack(pb *packets.Publish) error {
-	if !s.r.approve {
-		if s.r.stopped {
-			s.closeFinished()
-		}
-		return nil
+	r := s.r
+	if !r.locked {
+		return nil // not handled: replay is stopping
 	}
-	s.r.approve = false
-	err := s.State.Ack(pb)
-	if s.r.stopped {
-		s.closeFinished()
+	defer r.handling.Unlock()
+	var err error
+	if r.approve {
+		err = s.State.Ack(pb)
+	}
+	if r.stopped {
+		select {
+		case <-r.finished:
+		default:
+			close(r.finished)
+		}
 	}
 	return err
-}
-
-func (s ackSession) closeFinished() {
-	select {
-	case <-s.r.finished:
-	default:
-		close(s.r.finished)
-	}
 }
 
 // replay runs `peat replay` and returns its exit status.
@@ -368,7 +378,7 @@ func replay(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := runReplay(ctx, o, stdout, stderr); err != nil {
+	if err := runReplay(ctx, o, stdout, stderr); err != nil && ctx.Err() == nil {
 		fmt.Fprintf(stderr, "peat replay: %v\n", err)
 		return exitError
 	}
@@ -467,11 +477,13 @@ func runReplay(ctx context.Context, o replayOptions, stdout, stderr io.Writer) e
 	}
 	for {
 		select {
-		case <-ctx.Done():
+		case <-ctx.Done(): // Ctrl-C
+			r.stop()
 			return r.failure()
 		case <-r.finished:
 			return r.failure()
 		case <-idle:
+			r.stop()
 			return r.failure()
 		case <-r.activity:
 			if timer != nil {
