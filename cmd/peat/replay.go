@@ -465,7 +465,8 @@ func runReplay(ctx context.Context, o replayOptions, stdout, stderr io.Writer) e
 	}
 	close(r.subscribed)
 	if !o.follow && r.info.hasStart && r.info.hasEnd && r.info.start >= r.info.end {
-		return nil // no history to print
+		r.stop() // no history to print, and no live record either
+		return nil
 	}
 
 	var idle <-chan time.Time
