@@ -317,6 +317,7 @@ func sensorsCmd(args []string) error {
 		"connect_s": round(res.ConnectTime.Seconds()), "seconds": round(res.PublishTime.Seconds()),
 		"sent": res.Sent, "acked": res.Acked, "errors": res.Errors,
 		"puback_p50_ms": round(res.Puback.quantile(0.5)), "puback_p99_ms": round(res.Puback.quantile(0.99)),
+		"puback_p999_ms": round(res.Puback.quantile(0.999)),
 	}
 	if res.FirstError != "" {
 		out["first_error"] = res.FirstError

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// writePlot writes, into dir, one data file per panel (medians over the
+// repetitions) and compare.gp, a gnuplot script that draws every panel that
+// has data into out (a PNG). bench.sh runs gnuplot on it.
+func writePlot(dir, out, title string, res *results, limit float64) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var panels []string
+	files := map[string]*strings.Builder{}
+	file := func(name string) *strings.Builder {
+		if files[name] == nil {
+			files[name] = &strings.Builder{}
+		}
+		return files[name]
+	}
+	q := func(name string) string { return gpString(filepath.Join(dir, name)) }
+
+	// W1: offered against delivered, and against the end-to-end p99.
+	if sw := res.sweeps("W1"); len(sw) > 0 {
+		var delivered, p99 []string
+		for i, sys := range systemsIn(res, "W1") {
+			name := "w1-" + sys + ".dat"
+			b := file(name)
+			fmt.Fprintln(b, "# offered_k delivered_k_per_s e2e_p99_ms")
+			for _, rate := range allRates(sw) {
+				rs := atRate(sw[sys], rate)
+				if len(rs) == 0 {
+					continue
+				}
+				d, _ := rs.median("delivered_per_s")
+				p, _ := rs.median("e2e_p99_ms")
+				fmt.Fprintf(b, "%g %g %g\n", rate/1000, d/1000, math.Max(p, 0.01))
+			}
+			delivered = append(delivered, fmt.Sprintf("%s using 1:2 with linespoints ls %d title %s", q(name), i+1, gpString(sys)))
+			p99 = append(p99, fmt.Sprintf("%s using 1:3 with linespoints ls %d title %s", q(name), i+1, gpString(sys)))
+		}
+		panels = append(panels,
+			"set title 'W1: QoS 0 fan-in, delivered vs offered'\nset xlabel 'offered, thousand msg/s'\nset ylabel 'delivered, thousand msg/s'\nset key top left\n"+
+				"plot x with lines dt 2 lc 'gray' title 'offered', \\\n  "+strings.Join(delivered, ", \\\n  "),
+			fmt.Sprintf("set title 'W1: end-to-end p99 (ms, log scale)'\nset xlabel 'offered, thousand msg/s'\nset ylabel 'p99 ms'\nset logscale y\nset key top left\n"+
+				"plot %g with lines dt 2 lc 'red' title '%g ms', \\\n  %s\nunset logscale y", limit, limit, strings.Join(p99, ", \\\n  ")))
+	}
+
+	// W2: delivered/s and PUBACK p99 for both windows.
+	if res.hasTag("W2/16") || res.hasTag("W2/1") {
+		b := file("w2.dat")
+		fmt.Fprintln(b, "# system delivered_w16 delivered_w1 puback_p99_w16 puback_p99_w1")
+		w16, w1 := res.bySystem("W2/16"), res.bySystem("W2/1")
+		for _, sys := range res.systems {
+			if w16[sys] == nil && w1[sys] == nil {
+				continue
+			}
+			fmt.Fprintf(b, "%s %s %s %s %s\n", sys, med(w16[sys], "delivered_per_s"), med(w1[sys], "delivered_per_s"),
+				med(w16[sys], "puback_p99_ms"), med(w1[sys], "puback_p99_ms"))
+		}
+		panels = append(panels,
+			fmt.Sprintf("set title 'W2: QoS 1 fan-in, delivered msg/s'\nset ylabel 'msg/s'\nset key top right\n%s\n"+
+				"plot %s using 2:xtic(1) title 'window 16', '' using 3 title 'window 1'", histogram, q("w2.dat")),
+			fmt.Sprintf("set title 'W2: PUBACK p99 (ms)'\nset ylabel 'ms'\nset key top right\n%s\n"+
+				"plot %s using 4:xtic(1) title 'window 16', '' using 5 title 'window 1'", histogram, q("w2.dat")))
+	}
+
+	// W3: durable ingest acks/s, with one fsync at a time as a line.
+	if res.hasTag("W3") {
+		b := file("w3.dat")
+		fmt.Fprintln(b, "# system acked_per_s")
+		g := res.bySystem("W3")
+		for _, sys := range systemsIn(res, "W3") {
+			fmt.Fprintf(b, "%s %s\n", sys, med(g[sys], "acked_per_s"))
+		}
+		line := ""
+		if per, ok := res.byRep("fsync").median("per_s_at_p50"); ok {
+			line = fmt.Sprintf(", %g with lines dt 2 lc 'red' title '1 / fsync p50'", per)
+		}
+		panels = append(panels, fmt.Sprintf("set title 'W3: QoS 1 acks/s, no subscriber'\nset ylabel 'acks/s'\nset key top right\n%s\n"+
+			"plot %s using 2:xtic(1) title 'acked/s'%s", histogram, q("w3.dat"), line))
+	}
+
+	// W4: replay rates against the targets.
+	if res.hasTag("W4/qos0") || res.hasTag("W4/qos1") || res.hasTag("W4/load") {
+		b := file("w4.dat")
+		fmt.Fprintln(b, "# consumer msg_per_s target")
+		for _, v := range []struct {
+			tag, name string
+			target    int
+		}{{"W4/qos0", "QoS0", targetReplayQoS0}, {"W4/qos1", "QoS1", targetReplayQoS1}, {"W4/load", "QoS0+fan-in", targetReplayQoS0}} {
+			if rs := res.byRep(v.tag); len(rs) > 0 {
+				fmt.Fprintf(b, "%s %s %d\n", v.name, med(rs, "msg_per_s"), v.target)
+			}
+		}
+		panels = append(panels, fmt.Sprintf("set title 'W4: Peat replay from offset 0, msg/s'\nset ylabel 'msg/s'\nset key top right\n%s\n"+
+			"plot %s using 2:xtic(1) title 'replayed', '' using 0:3 with points pt 6 ps 3 lw 2 lc 'red' title 'target'", histogram, q("w4.dat")))
+	}
+
+	// W6: CPU per message and RSS under load.
+	if res.hasTag("W6") {
+		b := file("w6.dat")
+		fmt.Fprintln(b, "# system cpu_us_per_msg rss_max_mb")
+		g := res.bySystem("W6")
+		for _, sys := range systemsIn(res, "W6") {
+			fmt.Fprintf(b, "%s %s %s\n", sys, med(g[sys], "cpu_us_per_msg"), med(g[sys], "rss_max_mb"))
+		}
+		panels = append(panels,
+			fmt.Sprintf("set title 'W6: 1 msg/s sensors, broker CPU µs per message'\nset ylabel 'µs'\nunset key\n%s\n"+
+				"plot %s using 2:xtic(1)", histogram, q("w6.dat")),
+			fmt.Sprintf("set title 'W6: broker RSS under load (MB)'\nset ylabel 'MB'\nunset key\n%s\n"+
+				"plot %s using 3:xtic(1)", histogram, q("w6.dat")))
+	}
+
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(b.String()), 0o644); err != nil {
+			return err
+		}
+	}
+	rows := (len(panels) + 1) / 2
+	var gp strings.Builder
+	fmt.Fprintf(&gp, "# Written by scripts/benchtable; run: gnuplot %s\n", filepath.Join(dir, "compare.gp"))
+	fmt.Fprintf(&gp, "set terminal pngcairo size 1400,%d font 'sans,10'\nset output %s\n", 60+440*max(rows, 1), gpString(out))
+	fmt.Fprintf(&gp, "set multiplot layout %d,2 title %s\n", max(rows, 1), gpString(title))
+	for _, p := range panels {
+		fmt.Fprintf(&gp, "\nreset\n%s\n%s\n", panelSetup, p)
+	}
+	fmt.Fprintln(&gp, "\nunset multiplot")
+	return os.WriteFile(filepath.Join(dir, "compare.gp"), []byte(gp.String()), 0o644)
+}
+
+// panelSetup starts every panel: a grid, compact numbers, and one colour
+// and point shape per system, in the order the systems ran.
+const panelSetup = "set grid ytics\nset format y '%g'\nset format x '%g'\n" +
+	"set style line 1 lc rgb '#1b9e77' lw 2 pt 7\nset style line 2 lc rgb '#d95f02' lw 2 pt 5\n" +
+	"set style line 3 lc rgb '#7570b3' lw 2 pt 9\nset style line 4 lc rgb '#e7298a' lw 2 pt 11\n" +
+	"set style line 5 lc rgb '#66a61e' lw 2 pt 13\nset style line 6 lc rgb '#e6ab02' lw 2 pt 3"
+
+// histogram sets up gnuplot's clustered bars.
+const histogram = "set style data histograms\nset style histogram clustered gap 1\nset style fill solid 0.8 border -1\nset xtics rotate by -20\nset yrange [0:*]"
+
+// med is a median for a data file; NaN (no bar) when nothing measured it.
+func med(rs reps, k string) string {
+	if v, ok := rs.median(k); ok {
+		return fmt.Sprintf("%g", v)
+	}
+	return "NaN"
+}
+
+// gpString quotes s as a gnuplot single-quoted string.
+func gpString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
