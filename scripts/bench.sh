@@ -182,7 +182,9 @@ w2() {
 
 w3() {
 	local s
-	record fsync "$rep" "$($pin_load "$work/peat-bench" fsync --dir "$work" --count "$FSYNC_COUNT")"
+	local line
+	line=$($pin_load "$work/peat-bench" fsync --dir "$work" --count "$FSYNC_COUNT") || line='{"label":"disk","error":"peat-bench fsync failed"}'
+	record fsync "$rep" "$line"
 	for s in "${order[@]}"; do
 		fanin W3 "$s" --qos 1 --window 16 --subscribers 0 --count "$W3_COUNT"
 	done
