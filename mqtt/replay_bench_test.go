@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"runtime/pprof"
 	"strings"
@@ -126,14 +127,19 @@ func benchReplay(b *testing.B, name string, qos, version byte) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
 }
 
-// fillBenchLog appends n records of 128 bytes on bench/replay/<i%16>.
+// fillBenchLog appends n records of 128 random bytes (incompressible, like
+// peat-bench's fill) on bench/replay/<i%16>.
 func fillBenchLog(tb testing.TB, s *logstore.Stream, n int) {
 	tb.Helper()
-	payload := make([]byte, 128)
+	rng := rand.New(rand.NewPCG(1, 2))
 	now := time.Now().UnixMilli()
 	for i := 0; i < n; {
 		batch := make([]*logstore.Record, 0, min(1000, n-i))
 		for ; i < n && len(batch) < cap(batch); i++ {
+			payload := make([]byte, 128)
+			for b := 0; b < len(payload); b += 8 {
+				binary.LittleEndian.PutUint64(payload[b:], rng.Uint64())
+			}
 			batch = append(batch, &logstore.Record{Topic: fmt.Sprintf("bench/replay/%d", i%16), Payload: payload,
 				QoS: 1, Timestamp: now, ClientID: "bench"})
 		}

@@ -27,7 +27,7 @@ WINDOW=${WINDOW:-100}      # QoS 1 consumer's Receive Maximum; also Peat's mqtt.
 DURABILITY=${DURABILITY:-interval}
 LOAD_RATE=${LOAD_RATE:-0}  # > 0: a third replay (QoS 0) while 10 publishers send this many msg/s to bench/<id>
 MOSQUITTO=${MOSQUITTO:-1}
-read -r -a profiles <<<"${PROFILES:-server pi}"
+read -r -a profiles <<<"${PROFILES:-server pi pi-zero}"
 work=$(mktemp -d)
 trap 'stop_system; rm -rf "$work"' EXIT
 

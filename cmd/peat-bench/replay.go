@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
@@ -186,7 +187,9 @@ func firstOffset(cfg replayConfig, suback packets.Packet) int64 {
 }
 
 // fillReplay publishes cfg.Fill QoS 1 records, record i on
-// bench/replay/<i%16> with i in the payload's first 8 bytes, and returns
+// bench/replay/<i%16> with i in the payload's first 8 bytes and random
+// bytes after them (a log of zeros would compress to nothing and flatter
+// both the reads and the memory they map), and returns
 // how many were acknowledged.
 func fillReplay(cfg replayConfig) (int64, error) {
 	conns := max(cfg.FillConns, 1)
@@ -247,9 +250,15 @@ func fillConn(c *conn, j, conns, n int, cfg replayConfig) (int64, error) {
 		topics[i] = fmt.Sprintf("bench/replay/%d", i)
 	}
 	payload := make([]byte, max(cfg.Payload, 8))
+	rng := rand.New(rand.NewPCG(uint64(j), 1))
 	for k := range n {
 		i := j + k*conns
 		binary.BigEndian.PutUint64(payload, uint64(i))
+		for b := 8; b < len(payload); b += 8 {
+			var word [8]byte
+			binary.LittleEndian.PutUint64(word[:], rng.Uint64())
+			copy(payload[b:], word[:])
+		}
 		pk := packets.Packet{
 			FixedHeader:     packets.FixedHeader{Type: packets.Publish, Qos: 1},
 			ProtocolVersion: 4,
