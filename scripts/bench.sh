@@ -67,10 +67,12 @@ mkdir -p "$out"
 tables() { # results-file: the tables on stdout and in tables.md, the chart in compare.png
 	local results=$1
 	go build -o "$out/benchtable" ./scripts/benchtable
+	local n
+	n=$(awk '$2 > n { n = $2 } END { print n + 0 }' "$results")
 	{
 		[ -f "$out/header.md" ] && cat "$out/header.md"
 		"$out/benchtable" compare --p99 "$W1_P99_MS" --plot "$out/plot" --png "$out/compare.png" \
-			--title "Peat beside Mosquitto and mochi, $(date -u +%Y-%m-%d), $(nproc) cores, medians of $REPS runs" <"$results"
+			--title "Peat beside Mosquitto and mochi, $(date -u +%Y-%m-%d), $(nproc) cores, medians of $n repetitions" <"$results"
 	} | tee "$out/tables.md"
 	if command -v gnuplot >/dev/null; then
 		gnuplot "$out/plot/compare.gp" && echo "chart: $out/compare.png" >&2
