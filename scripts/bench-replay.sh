@@ -74,6 +74,11 @@ for profile in "${profiles[@]}"; do
 	start_peat "$profile" "$data"
 	record "$profile fill" "$(bench replay --addr "127.0.0.1:$PORT" --fill "$COUNT" --payload "$PAYLOAD" --broker-pid "$PID" --label "peat-$profile")"
 	stop_system
+	# The first start after the fill compacts what the fill left: let it,
+	# so that every repetition starts from the same state.
+	start_peat "$profile" "$data"
+	sleep 15
+	stop_system
 	for rep in $(seq "$REPS"); do
 		order=("${modes[@]}")
 		if [ $((rep % 2)) -eq 0 ]; then # alternate the order: no mode always runs first

@@ -61,7 +61,7 @@ type replayConfig struct {
 
 	PID    int           // broker process, for RSS and CPU; 0: not sampled
 	Sample time.Duration // RSS sampling interval
-	Settle time.Duration // wait after the fill, before measuring idle RSS
+	Settle time.Duration // wait before measuring idle RSS (and then until the broker is quiet)
 
 	// Load, when its Rate is set, runs a QoS 0 fan-in (W1) for LoadFor
 	// while the replay runs, starting LoadLead before it.
@@ -105,6 +105,7 @@ func runReplay(cfg replayConfig) (*replayResult, error) {
 		return res, nil
 	}
 	time.Sleep(cfg.Settle)
+	waitQuiet(cfg.PID, 20*time.Second)
 
 	c, err := dial(cfg.Addr, "bench-replay", dialOptions{clean: true, keepalive: 600, readBuf: 256 << 10,
 		version: cfg.Version, receiveMax: cfg.Window})
@@ -166,6 +167,26 @@ func runReplay(cfg replayConfig) (*replayResult, error) {
 		return res, err
 	}
 	return res, res.LoadErr
+}
+
+// waitQuiet waits, at most limit, until the broker is idle: it used less
+// than about 2% of a CPU over half a second (a freshly started Badger compacts
+// for a while, and the idle RSS is measured after that).
+func waitQuiet(pid int, limit time.Duration) {
+	if pid <= 0 {
+		return
+	}
+	const window = 500 * time.Millisecond
+	deadline := time.Now().Add(limit)
+	prev, err := readProc(pid)
+	for err == nil && time.Now().Before(deadline) {
+		time.Sleep(window)
+		cur, err2 := readProc(pid)
+		if err2 != nil || cur.cpu-prev.cpu <= window/50 { // one clock tick (10 ms) at most
+			return
+		}
+		prev = cur
+	}
 }
 
 // firstOffset is the first offset the replay must deliver.
