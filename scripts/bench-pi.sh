@@ -33,6 +33,15 @@
 #   PEAT_ENV="GOMEMLIMIT=64MiB" PROFILES=pi-zero scripts/bench-pi.sh
 #   DATA_ROOT=/mnt/sd DURABILITY=interval scripts/bench-pi.sh
 #   PEAT_BIN=dist/peat-linux-amd64 scripts/bench-pi.sh
+#   MEMORY_MAX=128M PROFILES=pi-zero scripts/bench-pi.sh   # a small board: see below
+#
+# RSS counts the pages of Badger's memory-mapped files that the broker has
+# touched: page cache, which the kernel takes back when memory is short,
+# and which grows with the log on a machine with memory to spare.
+# MEMORY_MAX runs the broker in a memory cgroup of that size (as root;
+# cgroup v2, or v1's memory controller), where its heap and its page cache
+# share the budget as on a small board: the tables then add the cgroup's
+# peak usage and whether the kernel had to kill the broker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib-brokers.sh
@@ -52,17 +61,55 @@ PEAT_ENV=${PEAT_ENV:-}
 DATA_ROOT=${DATA_ROOT:-}         # where the data directories go (default: the temporary directory)
 DURABILITY=${DURABILITY:-fsync} # of the stream: fsync or interval
 PEAT_BIN=${PEAT_BIN:-}           # a peat binary to measure instead of one built from this tree
+MEMORY_MAX=${MEMORY_MAX:-}       # e.g. 128M: run the broker in a memory cgroup of that size
 
 work=$(mktemp -d)
 data_root=${DATA_ROOT:-$work}
 mkdir -p "$data_root"
 data_root=$(cd "$data_root" && pwd)
 printf 'streams:\n  - name: default\n    filters: ["#"]\n    durability: %s\n' "$DURABILITY" >"$work/peat.yaml"
+
+# A memory cgroup for the broker, when MEMORY_MAX is set. cg_peak and
+# cg_ooms read it; each start_peat empties it first.
+cgroup=""
+if [ -n "$MEMORY_MAX" ]; then
+	if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+		cgroup=/sys/fs/cgroup/peat-bench-pi-$$
+		mkdir "$cgroup"
+		echo "$MEMORY_MAX" >"$cgroup/memory.max"
+		echo 0 >"$cgroup/memory.swap.max" 2>/dev/null || true
+	elif [ -d /sys/fs/cgroup/memory ]; then
+		cgroup=/sys/fs/cgroup/memory/peat-bench-pi-$$
+		mkdir "$cgroup"
+		echo "$MEMORY_MAX" >"$cgroup/memory.limit_in_bytes"
+	fi
+	if [ -z "$cgroup" ]; then
+		echo "bench-pi: MEMORY_MAX needs a memory cgroup (cgroup v2, or v1's memory controller)" >&2
+		exit 1
+	fi
+fi
+cg_reset() {
+	[ -n "$cgroup" ] || return 0
+	if [ -f "$cgroup/memory.peak" ]; then echo reset >"$cgroup/memory.peak" 2>/dev/null || true; fi
+	if [ -f "$cgroup/memory.max_usage_in_bytes" ]; then echo 0 >"$cgroup/memory.max_usage_in_bytes"; fi
+	return 0
+}
+cg_peak() { # MB
+	local b="-"
+	if [ -f "$cgroup/memory.peak" ]; then b=$(cat "$cgroup/memory.peak"); elif [ -f "$cgroup/memory.max_usage_in_bytes" ]; then b=$(cat "$cgroup/memory.max_usage_in_bytes"); fi
+	if [ "$b" = - ]; then echo -; else mb "$b"; fi
+}
+cg_ooms() {
+	if [ -f "$cgroup/memory.events" ]; then awk '$1 == "oom_kill" { print $2 }' "$cgroup/memory.events"
+	elif [ -f "$cgroup/memory.oom_control" ]; then awk '$1 == "oom_kill" { print $2 }' "$cgroup/memory.oom_control"
+	else echo -; fi
+}
 WRAPPER=""
 cleanup() {
 	[ -n "${SAMPLER:-}" ] && kill "$SAMPLER" 2>/dev/null
 	stop_peat
 	rm -rf "$work" "$data_root"/peat-bench-pi-$$-*
+	if [ -n "$cgroup" ]; then rmdir "$cgroup" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
 
@@ -82,12 +129,13 @@ command -v curl >/dev/null || { echo "bench-pi: needs curl" >&2; exit 1; }
 start_peat() {
 	local profile=$1 tag=$2
 	DATA=$data_root/peat-bench-pi-$$-$tag
+	cg_reset
 	for _ in 1 2 3; do
 		pick_port
 		rm -f "$work/$tag.pid" "$work/$tag.io"
 		# shellcheck disable=SC2016,SC2086 # expanded by the wrapper; PEAT_ENV is NAME=value words
-		bash -c 'env "${@:3}" & echo $! >"$1"; wait $!; rc=$?; cat /proc/$$/io >"$2"; exit $rc' wrapper \
-			"$work/$tag.pid" "$work/$tag.io" $PEAT_ENV $pin_broker "$work/peat" serve --config "$work/peat.yaml" --data "$DATA" --profile "$profile" \
+		bash -c '[ -z "$3" ] || echo $$ >"$3/cgroup.procs"; env "${@:4}" & echo $! >"$1"; wait $!; rc=$?; cat /proc/$$/io >"$2"; exit $rc' wrapper \
+			"$work/$tag.pid" "$work/$tag.io" "$cgroup" $PEAT_ENV $pin_broker "$work/peat" serve --config "$work/peat.yaml" --data "$DATA" --profile "$profile" \
 			--mqtt 127.0.0.1:"$PORT" --http 127.0.0.1:$((PORT + 1)) >"$work/$tag.log" 2>&1 &
 		WRAPPER=$!
 		for _ in $(seq 100); do
@@ -185,17 +233,18 @@ for profile in $PROFILES; do
 	w_settled=$(wbytes "/proc/$PID/io")
 	settled_rss=$(kb "$PID" VmRSS)
 	stop_peat
+	cg_mb=$(cg_peak) cg_kills=$(cg_ooms)
 	w_exit=$(wbytes "$work/ingest-$profile.io")
 	disk=$(du -sb "$DATA" | cut -f1)
 	rm -rf "$DATA"
 	echo "peat-$profile$label_env ingest: $line" >&2
 	echo "peat-$profile$label_env: records $records, at the end of the ingest Go heap in use ${heap} MB, stacks ${stack} MB, runtime total ${sys} MB; write_bytes settled after ${waited}s" >&2
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "peat-$profile$label_env" \
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "peat-$profile$label_env" \
 		"$(mb $((idle * 1024)))" "$(mb $((peak * 1024)))" "$(mb $((peak_anon * 1024)))" "$(mb $((hwm * 1024)))" \
 		"$(mb $((settled_rss * 1024)))" "$(json acked_per_s "$line")" "$(json puback_p99_ms "$line")" \
 		"$records" "$(div "$record_bytes" "$records")" "$(div $((w_ack - w0)) "$records")" \
 		"$(div $((w_settled - w0)) "$records")" "$(div $((w_exit - w0)) "$records")" "$(div "$disk" "$records")" \
-		>>"$work/ingest.tsv"
+		"$cg_mb" "$cg_kills" >>"$work/ingest.tsv"
 
 	# --- 2. many connected clients ------------------------------------
 	start_peat "$profile" "clients-$profile"
@@ -206,28 +255,29 @@ for profile in $PROFILES; do
 	w1=$(wbytes "/proc/$PID/io")
 	records=$(stream next_offset)
 	stop_peat
+	cg_mb=$(cg_peak) cg_kills=$(cg_ooms)
 	w_exit=$(wbytes "$work/clients-$profile.io")
 	rm -rf "$DATA"
 	echo "peat-$profile$label_env clients: $line" >&2
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "peat-$profile$label_env" \
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "peat-$profile$label_env" \
 		"$(json rss_idle_mb "$line")" "$(json rss_connected_mb "$line")" "$(json rss_max_mb "$line")" \
 		"$(json rss_peak_mb "$line")" "$(json acked "$line")/$(json sent "$line")" "$(json errors "$line")" \
 		"$(json puback_p99_ms "$line")" "$records" "$(div $((w1 - w0)) "$records")" "$(div $((w_exit - w0)) "$records")" \
-		>>"$work/clients.tsv"
+		"$cg_mb" "$cg_kills" >>"$work/clients.tsv"
 done
 
 fs=$(findmnt -no FSTYPE,SOURCE -T "$data_root" 2>/dev/null | tr -s ' ' || echo unknown)
 echo
-echo "$(date -u +%F), $(uname -sr), $(nproc) cores; data on $data_root ($fs); durability $DURABILITY"
+echo "$(date -u +%F), $(uname -sr), $(nproc) cores; data on $data_root ($fs); durability $DURABILITY${MEMORY_MAX:+; broker in a ${MEMORY_MAX} memory cgroup}"
 echo
 echo "Ingest: $RECORDS QoS 1 records of $PAYLOAD bytes from $PUBLISHERS publishers ($WINDOW in flight each), no subscriber. RSS in MB; bytes per record."
 echo
-echo "| profile | idle RSS | peak RSS | peak RssAnon | VmHWM | RSS settled | acks/s | PUBACK p99 ms | records | record bytes | write_bytes/rec at last ack | settled | incl. shutdown | disk bytes/rec |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 }' "$work/ingest.tsv"
+echo "| profile | idle RSS | peak RSS | peak RssAnon | VmHWM | RSS settled | acks/s | PUBACK p99 ms | records | record bytes | write_bytes/rec at last ack | settled | incl. shutdown | disk bytes/rec | cgroup peak | OOM kills |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16 }' "$work/ingest.tsv"
 echo
 echo "Clients: $CLIENTS connections, each publishing QoS 1 at $CLIENT_RATE msg/s ($PAYLOAD bytes) for $CLIENT_DURATION. RSS in MB."
 echo
-echo "| profile | idle RSS | RSS connected | peak RSS under load | VmHWM | acked/sent | errors | PUBACK p99 ms | records | write_bytes/rec | incl. shutdown |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
-awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 }' "$work/clients.tsv"
+echo "| profile | idle RSS | RSS connected | peak RSS under load | VmHWM | acked/sent | errors | PUBACK p99 ms | records | write_bytes/rec | incl. shutdown | cgroup peak | OOM kills |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 }' "$work/clients.tsv"
