@@ -218,7 +218,19 @@ func (d *delivery) onSubscribedTaps(c *deliveryClient, pk packets.Packet, reason
 
 // OnPacketEncode adds the reason string and the replay properties to a
 // SUBACK answering extension filters (MQTT 5; v3 SUBACKs carry neither).
+//
+// It also keeps user properties on PUBLISH for clients that set Request
+// Problem Information to 0: mochi v2.7.9 then strips them from every packet,
+// but [MQTT-3.1.2-29] forbids them only on packets other than PUBLISH,
+// CONNACK and DISCONNECT, and a publisher's properties, and a replay's
+// stream, offset and timestamp, belong to the message. (paho.golang sends 0
+// whenever a client sets any CONNECT property without asking for problem
+// information.)
 func (d *delivery) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Publish {
+		pk.Mods.DisallowProblemInfo = false
+		return pk
+	}
 	if pk.FixedHeader.Type != packets.Suback || cl.Properties.ProtocolVersion != 5 {
 		return pk
 	}

@@ -308,3 +308,20 @@ func TestReplay_GaplessHandOverWhilePublishing(t *testing.T) {
 		}
 	}
 }
+
+// A client that sets Request Problem Information to 0 (paho.golang does
+// whenever it sends CONNECT properties) still gets a replay's user
+// properties: [MQTT-3.1.2-29] allows them on PUBLISH.
+func TestReplay_PropertiesWithoutProblemInfo(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	store(t, l.stream(t, "default"), []string{"t/0"}, nil)
+	b := newTestBroker(t, l)
+	conn := rawConnect("quiet", 5)
+	conn.Properties.RequestProblemInfoFlag, conn.Properties.RequestProblemInfo = true, 0
+	c := mqtttest.Dial(t, b.Addr().String(), conn)
+	c.Subscribe("$replay/earliest/+/t/#", 1)
+	pk := readPublishes(t, c, 1)[0]
+	if userProp(pk.Properties, propOffset) != "0" || userProp(pk.Properties, propStream) != "default" {
+		t.Fatalf("user properties %v, want stream and offset", pk.Properties.User)
+	}
+}
