@@ -140,6 +140,8 @@ function fmtn(x,   s, r) {
 	bad[key] += val(line, "missing") + val(line, "dups") + val(line, "reordered") + val(line, "outside") + val(line, "bad_topics")
 	gaps[key] += val(line, "missing"); dups[key] += val(line, "dups"); reord[key] += val(line, "reordered")
 	cpu[key] = cpu[key] " " val(line, "cpu_us_per_msg")
+	busy[key] = busy[key] " " 100 * val(line, "broker_cpu_s") / val(line, "seconds")
+	wait[key] = wait[key] " " 100 * val(line, "broker_wait_s") / val(line, "seconds")
 	idle[key] = idle[key] " " val(line, "rss_idle_mb"); peak[key] = peak[key] " " val(line, "rss_peak_mb")
 	delta[key] = delta[key] " " val(line, "rss_delta_mb"); anon[key] = anon[key] " " val(line, "anon_delta_mb")
 	file[key] = file[key] " " val(line, "file_delta_mb")
@@ -148,15 +150,15 @@ function fmtn(x,   s, r) {
 }
 END {
 	printf "\nReplay of %s records of %s B from offset 0, one consumer (MQTT 5; QoS 1 window %s); medians of %s runs, min-max in brackets\n\n", fmtn(count), payload, window, n[keys[1]]
-	print "| profile | consumer | msg/s | gaps / dups / reordered | broker CPU us/msg | RSS idle MB | RSS peak MB | peak - idle MB (max) | of which anon / file MB | target msg/s | target RSS |"
-	print "|---|---|---|---|---|---|---|---|---|---|---|"
+	print "| profile | consumer | msg/s | gaps / dups / reordered | broker CPU us/msg | broker CPU / run-queue wait, % of the replay | RSS idle MB | RSS peak MB | peak - idle MB (max) | of which anon / file MB | target msg/s | target RSS |"
+	print "|---|---|---|---|---|---|---|---|---|---|---|---|"
 	for (i = 1; i <= nk; i++) {
 		k = keys[i]; split(k, p, " ")
 		r = median(rate[k]); rlo = lo; rhi = hi
 		want = p[2] ~ /^qos1/ ? 50000 : 200000
 		cons = p[2] == "qos1" ? "QoS 1" : p[2] == "qos0" ? "QoS 0" : "QoS 0 during fan-in (lost/sent:" load[k] ")"
-		printf "| %s | %s | %s [%s-%s] | %d / %d / %d | %.1f | %.0f | %.0f | %.0f (%.0f) | %.0f / %.0f | %s %s | %s |\n",
-			p[1], cons, fmtn(r), fmtn(rlo), fmtn(rhi), gaps[k], dups[k], reord[k], median(cpu[k]),
+		printf "| %s | %s | %s [%s-%s] | %d / %d / %d | %.1f | %.0f / %.0f | %.0f | %.0f | %.0f (%.0f) | %.0f / %.0f | %s %s | %s |\n",
+			p[1], cons, fmtn(r), fmtn(rlo), fmtn(rhi), gaps[k], dups[k], reord[k], median(cpu[k]), median(busy[k]), median(wait[k]),
 			median(idle[k]), median(peak[k]), median(delta[k]), maxdelta[k], median(anon[k]), median(file[k]),
 			fmtn(want), (r >= want ? "met" : "missed"), (maxdelta[k] <= 50 ? "met" : "missed")
 	}

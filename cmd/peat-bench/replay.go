@@ -85,6 +85,7 @@ type replayResult struct {
 
 	MemIdle, MemPeak, MemEnd memStat
 	BrokerCPU                time.Duration
+	BrokerWait               time.Duration // ready to run but waiting for a CPU (other processes had it)
 
 	Load        *faninResult
 	LoadCovered bool // the load still ran when the replay ended
@@ -129,6 +130,7 @@ func runReplay(cfg replayConfig) (*replayResult, error) {
 
 	idle, _ := readProc(cfg.PID)
 	res.MemIdle, _ = readMem(cfg.PID)
+	delay0 := runDelay(cfg.PID)
 	sampler := sampleRSS(cfg.PID, cfg.Sample)
 	cpu0 := clientCPU()
 
@@ -154,6 +156,7 @@ func runReplay(cfg replayConfig) (*replayResult, error) {
 	end, _ := readProc(cfg.PID)
 	res.MemEnd, _ = readMem(cfg.PID)
 	res.BrokerCPU = end.cpu - idle.cpu
+	res.BrokerWait = runDelay(cfg.PID) - delay0
 	res.MemPeak = memStat{rss: max(peak.rss, res.MemEnd.rss), anon: max(peak.anon, res.MemEnd.anon), file: max(peak.file, res.MemEnd.file)}
 	res.Received, res.Unique, res.Dups = ck.received, ck.unique, ck.dups
 	res.Reordered, res.Outside, res.BadTopics = ck.reordered, ck.outside, ck.badTopics
@@ -495,6 +498,29 @@ func readMem(pid int) (memStat, error) {
 	return m, nil
 }
 
+// runDelay is how long the threads of a process, summed, were ready to run
+// but waiting for a CPU (the second field of /proc/<pid>/task/*/schedstat):
+// on a shared machine, the time other processes took from the broker.
+// Threads that exited meanwhile are not counted.
+func runDelay(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	dirs, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	var sum time.Duration
+	for _, d := range dirs {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, d.Name()))
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) >= 2 {
+			ns, _ := strconv.ParseInt(f[1], 10, 64)
+			sum += time.Duration(ns)
+		}
+	}
+	return sum
+}
+
 // rssSampler samples a process's resident memory in the background and
 // keeps the highest value of each part.
 type rssSampler struct {
@@ -605,6 +631,7 @@ func replayCmd(args []string) error {
 				"anon_idle_mb": mb(i.anon), "anon_peak_mb": mb(p.anon), "anon_delta_mb": mb(p.anon - i.anon),
 				"file_idle_mb": mb(i.file), "file_peak_mb": mb(p.file), "file_delta_mb": mb(p.file - i.file),
 				"cpu_us_per_msg": round(float64(res.BrokerCPU) / float64(time.Microsecond) / float64(max(res.Received, 1))),
+				"broker_cpu_s":   round(res.BrokerCPU.Seconds()), "broker_wait_s": round(res.BrokerWait.Seconds()),
 			})
 		}
 		if l := res.Load; l != nil {
