@@ -5,7 +5,7 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 export CGO_ENABLED = 0
 
-.PHONY: all run build test test-deps vet fmt-check lint bench bench-fanin bench-memory bench-pi clean
+.PHONY: all run build test test-deps vet fmt-check lint bench bench-fanin bench-memory bench-pi pi cross test-arm clean
 
 all: build
 
@@ -63,6 +63,17 @@ bench-replay:
 .PHONY: bench-compare
 bench-compare:
 	./scripts/bench.sh
+
+## pi: static binaries in dist/ for linux arm64, armv7, armv6 and amd64, version-stamped, with SHA256SUMS
+pi:
+	GO=$(GO) VERSION=$(VERSION) COMMIT=$(COMMIT) ./scripts/cross.sh
+
+## cross: the same as pi
+cross: pi
+
+## test-arm: under qemu-user: logstore and MQTT publish/subscribe/restart tests on arm64, 1M-record storage integrity on armv7/armv6
+test-arm:
+	GO=$(GO) ./scripts/test-arm.sh
 
 clean:
 	rm -rf bin dist
