@@ -14,7 +14,8 @@
 #
 #   scripts/bench-replay.sh                       # defaults below
 #   COUNT=200000 REPS=1 PROFILES=pi scripts/bench-replay.sh
-#   LOAD_RATE=10000 scripts/bench-replay.sh       # also a QoS 0 replay while a QoS 0 fan-in runs at 10k msg/s
+#   LOAD_RATE=10000 scripts/bench-replay.sh       # also a QoS 0 replay while a QoS 0 fan-in (W1) runs at 10k msg/s;
+#                                                 # its idle RSS and CPU per message then include the fan-in
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib-brokers.sh
@@ -26,6 +27,7 @@ PAYLOAD=${PAYLOAD:-128}
 WINDOW=${WINDOW:-100}      # QoS 1 consumer's Receive Maximum; also Peat's mqtt.window
 DURABILITY=${DURABILITY:-interval}
 LOAD_RATE=${LOAD_RATE:-0}  # > 0: a third replay (QoS 0) while 10 publishers send this many msg/s to bench/<id>
+LOAD_FOR=${LOAD_FOR:-60s}  # how long that fan-in publishes (it starts 1 s before the replay)
 MOSQUITTO=${MOSQUITTO:-1}
 read -r -a profiles <<<"${PROFILES:-server pi pi-zero}"
 work=$(mktemp -d)
@@ -92,7 +94,7 @@ for profile in "${profiles[@]}"; do
 			case $mode in
 			qos0) args+=(--qos 0) ;;
 			qos1) args+=(--qos 1) ;;
-			qos0-load) args+=(--qos 0 --load-rate "$LOAD_RATE" --load-for 30s) ;;
+			qos0-load) args+=(--qos 0 --load-rate "$LOAD_RATE" --load-for "$LOAD_FOR") ;;
 			esac
 			record "$profile $mode" "$(bench "${args[@]}")"
 			stop_system
@@ -146,7 +148,12 @@ function fmtn(x,   s, r) {
 	delta[key] = delta[key] " " val(line, "rss_delta_mb"); anon[key] = anon[key] " " val(line, "anon_delta_mb")
 	file[key] = file[key] " " val(line, "file_delta_mb")
 	if (val(line, "rss_delta_mb") + 0 > maxdelta[key]) maxdelta[key] = val(line, "rss_delta_mb") + 0
-	if (val(line, "load_rate") != "") load[key] = load[key] " " val(line, "load_lost") "/" val(line, "load_sent")
+	if (val(line, "load_rate") != "") {
+		lrate[key] = val(line, "load_rate")
+		llost[key] = llost[key] (llost[key] == "" ? "" : ", ") val(line, "load_lost") "/" val(line, "load_sent")
+		lp99[key] = lp99[key] (lp99[key] == "" ? "" : ", ") sprintf("%.0f", val(line, "load_e2e_p99_ms"))
+		if (val(line, "load_covered_replay") != "true") luncovered[key]++
+	}
 }
 END {
 	printf "\nReplay of %s records of %s B from offset 0, one consumer (MQTT 5; QoS 1 window %s); medians of %s runs, min-max in brackets\n\n", fmtn(count), payload, window, n[keys[1]]
@@ -156,7 +163,9 @@ END {
 		k = keys[i]; split(k, p, " ")
 		r = median(rate[k]); rlo = lo; rhi = hi
 		want = p[2] ~ /^qos1/ ? 50000 : 200000
-		cons = p[2] == "qos1" ? "QoS 1" : p[2] == "qos0" ? "QoS 0" : "QoS 0 during fan-in (lost/sent:" load[k] ")"
+		cons = p[2] == "qos1" ? "QoS 1" : p[2] == "qos0" ? "QoS 0" : \
+			sprintf("QoS 0 while a QoS 0 fan-in runs at %s msg/s (fan-in lost/sent %s; e2e p99 ms %s%s)", fmtn(lrate[k]), llost[k], lp99[k],
+				luncovered[k] ? sprintf("; in %d runs the fan-in ended before the replay", luncovered[k]) : "")
 		printf "| %s | %s | %s [%s-%s] | %d / %d / %d | %.1f | %.0f / %.0f | %.0f | %.0f | %.0f (%.0f) | %.0f / %.0f | %s %s | %s |\n",
 			p[1], cons, fmtn(r), fmtn(rlo), fmtn(rhi), gaps[k], dups[k], reord[k], median(cpu[k]), median(busy[k]), median(wait[k]),
 			median(idle[k]), median(peak[k]), median(delta[k]), maxdelta[k], median(anon[k]), median(file[k]),
