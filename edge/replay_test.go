@@ -34,24 +34,29 @@ func mosquittoSub(tb testing.TB, n *Node, args ...string) (lines <-chan string, 
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	ch := make(chan string, 1024)
-	done := make(chan error, 1)
-	go func() {
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { // the only caller of cmd.Wait
+		defer close(exited)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			ch <- sc.Text()
 		}
 		close(ch)
-		err := cmd.Wait()
-		if err != nil {
-			err = fmt.Errorf("mosquitto_sub %v: %w: %s", args, err, stderr.String())
+		if err := cmd.Wait(); err != nil {
+			waitErr = fmt.Errorf("mosquitto_sub %v: %w: %s", args, err, stderr.String())
 		}
-		done <- err
 	}()
+	tb.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		for range ch { // unblock the scanner if nobody read the rest
+		}
+		<-exited
+	})
 	return ch, func() (string, error) {
-		err := <-done
-		return stderr.String(), err
+		<-exited
+		return stderr.String(), waitErr
 	}
 }
 
