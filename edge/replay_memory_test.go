@@ -1,14 +1,12 @@
 package edge
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"runtime"
 	"testing"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/peatmq/peat/logstore"
@@ -28,26 +26,7 @@ func TestNode_ReplayOfALargeHistoryInBoundedMemory(t *testing.T) {
 	runtime.MemProfileRate = 64 << 10
 
 	const count, size = 10000, 4096 // 40 MB of history
-	pub := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + n.MQTTAddr().String()).
-		SetClientID("pub").SetAutoReconnect(false).SetMaxResumePubInFlight(64))
-	if tok := pub.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
-		t.Fatalf("connect: %v", tok.Error())
-	}
-	payload := make([]byte, size)
-	toks := make([]paho.Token, 0, 256)
-	for i := range count {
-		binary.BigEndian.PutUint64(payload, uint64(i))
-		toks = append(toks, pub.Publish(fmt.Sprintf("sensors/%d", i%8), 1, false, bytes.Clone(payload)))
-		if len(toks) == cap(toks) || i == count-1 {
-			for _, tok := range toks {
-				if !tok.WaitTimeout(60*time.Second) || tok.Error() != nil {
-					t.Fatalf("publish: %v", tok.Error())
-				}
-			}
-			toks = toks[:0]
-		}
-	}
-	pub.Disconnect(0)
+	publishNumbered(t, n, count, size, func(i int) string { return fmt.Sprintf("sensors/%d", i%8) })
 
 	before := brokerHeap()
 	c := mqtttest.Dial(t, n.MQTTAddr().String(), mqtttest.Connect{ClientID: "replay", Version: 4, Clean: true, Keepalive: 600})

@@ -57,6 +57,33 @@ func allocatedByBroker(stack []uintptr) bool {
 	}
 }
 
+// publishNumbered publishes count QoS 1 payloads of size bytes, payload i
+// starting with i (big-endian uint64), on topic(i), 256 in flight, and waits
+// for every PUBACK.
+func publishNumbered(tb testing.TB, n *Node, count, size int, topic func(i int) string) {
+	tb.Helper()
+	pub := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + n.MQTTAddr().String()).
+		SetClientID("pub").SetAutoReconnect(false).SetMaxResumePubInFlight(64))
+	if tok := pub.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		tb.Fatalf("connect: %v", tok.Error())
+	}
+	defer pub.Disconnect(0)
+	payload := make([]byte, size)
+	toks := make([]paho.Token, 0, 256)
+	for i := range count {
+		binary.BigEndian.PutUint64(payload, uint64(i))
+		toks = append(toks, pub.Publish(topic(i), 1, false, bytes.Clone(payload)))
+		if len(toks) == cap(toks) || i == count-1 {
+			for _, tok := range toks {
+				if !tok.WaitTimeout(60*time.Second) || tok.Error() != nil {
+					tb.Fatalf("publish: %v", tok.Error())
+				}
+			}
+			toks = toks[:0]
+		}
+	}
+}
+
 // A QoS 1 subscriber that stops reading while far more is published than
 // fits in memory loses nothing, and the broker's heap does not grow with
 // what it has not yet read: the subscriber's place is an offset in the log.
@@ -75,29 +102,9 @@ func TestNode_SlowQoS1SubscriberLosesNothingInBoundedMemory(t *testing.T) {
 		t.Fatalf("subscribe: %+v", pk)
 	}
 
-	pub := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + n.MQTTAddr().String()).
-		SetClientID("pub").SetAutoReconnect(false).SetMaxResumePubInFlight(64))
-	if tok := pub.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
-		t.Fatalf("connect: %v", tok.Error())
-	}
-	defer pub.Disconnect(0)
-
 	const count, size = 20000, 4096 // 80 MB the subscriber does not read
 	before := brokerHeap()
-	payload := make([]byte, size)
-	toks := make([]paho.Token, 0, 256)
-	for i := range count {
-		binary.BigEndian.PutUint64(payload, uint64(i))
-		toks = append(toks, pub.Publish("sensors/a", 1, false, bytes.Clone(payload)))
-		if len(toks) == cap(toks) || i == count-1 {
-			for _, tok := range toks {
-				if !tok.WaitTimeout(60*time.Second) || tok.Error() != nil {
-					t.Fatalf("publish: %v", tok.Error())
-				}
-			}
-			toks = toks[:0]
-		}
-	}
+	publishNumbered(t, n, count, size, func(int) string { return "sensors/a" })
 	grown := brokerHeap() - before
 	t.Logf("the broker's heap grew %d KiB while %d MiB waited for the subscriber", grown>>10, count*size>>20)
 	if limit := int64(16 << 20); grown > limit {

@@ -18,8 +18,29 @@ func durableConnect(id string, version byte) mqtttest.Connect {
 	return c
 }
 
-// expectOffsets reads len(want) publishes and checks their topics are
-// "<prefix>/<i>" for each i in want, in order.
+// dialDurable connects client "dur" with a persistent session.
+func dialDurable(tb testing.TB, b *Broker, version byte) *mqtttest.Raw {
+	tb.Helper()
+	return mqtttest.Dial(tb, b.Addr().String(), durableConnect("dur", version))
+}
+
+// leave closes c's connection and waits until the broker has let it go.
+func leave(tb testing.TB, b *Broker, c *mqtttest.Raw) {
+	tb.Helper()
+	c.Close()
+	waitFor(tb, "the client to go", func() bool { return b.Clients() == 0 })
+}
+
+// storedSession reports whether the log's state store holds id's session.
+func storedSession(l *memLog, id string) bool {
+	l.state.mu.Lock()
+	defer l.state.mu.Unlock()
+	_, ok := l.state.m[sessionStatePrefix+id]
+	return ok
+}
+
+// expectTopics reads n publishes and checks their topics are
+// "<prefix>/<from+i>", in order, and that nothing else follows.
 func expectTopics(tb testing.TB, c *mqtttest.Raw, prefix string, from, n int) {
 	tb.Helper()
 	for i, pk := range readPublishes(tb, c, n) {
@@ -38,15 +59,14 @@ func TestDurableSession_CatchesUpFromTheLog(t *testing.T) {
 			l := newMemLog(t, "default=#")
 			s := l.stream(t, "default")
 			b := newTestBroker(t, l, func(c *Config) { c.QueueDepth = 16 })
-			c := mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", version))
+			c := dialDurable(t, b, version)
 			c.Subscribe("d/#", 1)
 			store(t, s, topicsN("d", 0, 5), nil)
 			expectTopics(t, c, "d", 0, 5)
-			c.Close()
-			waitFor(t, "the client to go", func() bool { return b.Clients() == 0 })
+			leave(t, b, c)
 
 			store(t, s, topicsN("d", 5, 2000), nil) // while offline: far more than QueueDepth
-			c = mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", version))
+			c = dialDurable(t, b, version)
 			if !c.Connack.SessionPresent {
 				t.Fatal("CONNACK: session not present")
 			}
@@ -65,7 +85,7 @@ func TestDurableSession_UnackedComeAgainOnce(t *testing.T) {
 	l := newMemLog(t, "default=#")
 	s := l.stream(t, "default")
 	b := newTestBroker(t, l)
-	c := mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", 4))
+	c := dialDurable(t, b, 4)
 	c.Subscribe("d/#", 1)
 	store(t, s, topicsN("d", 0, 10), nil)
 	for i := range 10 {
@@ -74,9 +94,8 @@ func TestDurableSession_UnackedComeAgainOnce(t *testing.T) {
 		}
 	}
 	expectNothing(t, c)
-	c.Close()
-	waitFor(t, "the client to go", func() bool { return b.Clients() == 0 })
-	c = mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", 4))
+	leave(t, b, c)
+	c = dialDurable(t, b, 4)
 	expectTopics(t, c, "d", 4, 6)
 }
 
@@ -87,7 +106,7 @@ func TestDurableSession_SurvivesABrokerRestart(t *testing.T) {
 	l := newMemLog(t, "default=#")
 	s := l.stream(t, "default")
 	b := newTestBroker(t, l)
-	c := mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", 5))
+	c := dialDurable(t, b, 5)
 	c.Subscribe("d/#", 1)
 	store(t, s, topicsN("d", 0, 3), nil)
 	expectTopics(t, c, "d", 0, 3)
@@ -100,7 +119,7 @@ func TestDurableSession_SurvivesABrokerRestart(t *testing.T) {
 
 	store(t, s, topicsN("d", 3, 7), nil) // while the broker is down
 	b2 := newTestBroker(t, l)
-	c = mqtttest.Dial(t, b2.Addr().String(), durableConnect("dur", 5))
+	c = dialDurable(t, b2, 5)
 	if !c.Connack.SessionPresent {
 		t.Fatal("after restart: session not present")
 	}
@@ -112,28 +131,21 @@ func TestDurableSession_CleanStartForgetsIt(t *testing.T) {
 	l := newMemLog(t, "default=#")
 	s := l.stream(t, "default")
 	b := newTestBroker(t, l)
-	c := mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", 4))
+	c := dialDurable(t, b, 4)
 	c.Subscribe("d/#", 1)
-	c.Close()
-	waitFor(t, "the client to go", func() bool { return b.Clients() == 0 })
+	leave(t, b, c)
 	c = dialRaw(t, b, "dur", 4) // clean
 	if c.Connack.SessionPresent {
 		t.Fatal("clean session: session present")
 	}
-	c.Close()
-	waitFor(t, "the client to go", func() bool { return b.Clients() == 0 })
+	leave(t, b, c)
 	store(t, s, topicsN("d", 0, 3), nil)
-	c = mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", 4))
+	c = dialDurable(t, b, 4)
 	if c.Connack.SessionPresent {
 		t.Fatal("after a clean session: an old session is present")
 	}
 	expectNothing(t, c)
-	waitFor(t, "the stored session to go", func() bool {
-		l.state.mu.Lock()
-		defer l.state.mu.Unlock()
-		_, ok := l.state.m["s/dur"]
-		return ok // the new persistent one, with no subscriptions
-	})
+	waitFor(t, "the new session to be stored", func() bool { return storedSession(l, "dur") })
 }
 
 // An expired session releases its cursor, its stored state and its
@@ -141,21 +153,15 @@ func TestDurableSession_CleanStartForgetsIt(t *testing.T) {
 func TestDurableSession_ExpiryReleasesIt(t *testing.T) {
 	l := newMemLog(t, "default=#")
 	b := newTestBroker(t, l)
-	c := mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", 4))
+	c := dialDurable(t, b, 4)
 	c.Subscribe("d/#", 1)
-	c.Close()
-	waitFor(t, "the client to go", func() bool { return b.Clients() == 0 })
+	leave(t, b, c)
 	cl, ok := b.srv.Clients.Get("dur")
 	if !ok {
 		t.Fatal("no session")
 	}
 	b.deliv.OnClientExpired(cl) // what mochi calls when the expiry passes
-	waitFor(t, "the stored session to go", func() bool {
-		l.state.mu.Lock()
-		defer l.state.mu.Unlock()
-		_, ok := l.state.m["s/dur"]
-		return !ok
-	})
+	waitFor(t, "the stored session to go", func() bool { return !storedSession(l, "dur") })
 	if subs := b.srv.Topics.Subscribers("d/x"); len(subs.Subscriptions) != 0 {
 		t.Fatalf("expired session still subscribed: %v", subs.Subscriptions)
 	}
@@ -167,11 +173,10 @@ func TestDurableSession_LeftBeforeAnyRecord(t *testing.T) {
 	l := newMemLog(t, "default=#")
 	s := l.stream(t, "default")
 	b := newTestBroker(t, l)
-	c := mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", 4))
+	c := dialDurable(t, b, 4)
 	c.Subscribe("d/#", 1)
-	c.Close()
-	waitFor(t, "the client to go", func() bool { return b.Clients() == 0 })
+	leave(t, b, c)
 	store(t, s, topicsN("d", 0, 3), nil)
-	c = mqtttest.Dial(t, b.Addr().String(), durableConnect("dur", 4))
+	c = dialDurable(t, b, 4)
 	expectTopics(t, c, "d", 0, 3)
 }
