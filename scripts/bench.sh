@@ -42,7 +42,7 @@ read -r -a workloads <<<"${WORKLOADS:-W1 W2 W3 W4 W5 W6}"
 PUBS=10
 PAYLOAD=128
 IDLE=${IDLE:-0.5}                      # seconds between a broker's start and the run (its idle RSS)
-W1_RATES=${W1_RATES:-"10000 20000 40000 60000 80000 120000"}
+W1_RATES=${W1_RATES:-"5000 10000 20000 30000 40000 60000 80000"}
 W1_SECONDS=${W1_SECONDS:-2}             # publishing time per offered rate
 W1_P99_MS=${W1_P99_MS:-10}
 W1_MAX_FAILS=${W1_MAX_FAILS:-2}         # a system's sweep stops after this many failed rates
@@ -51,6 +51,7 @@ W2_COUNT_W1=${W2_COUNT_W1:-500}         # messages per publisher, window 1
 W3_COUNT=${W3_COUNT:-5000}              # messages per publisher
 FSYNC_COUNT=${FSYNC_COUNT:-1000}        # fdatasyncs measured per repetition
 W4_SYSTEM=${W4_SYSTEM:-peat-interval}   # the Peat that replays (the log is the same for both durabilities)
+W4_PROFILE=${W4_PROFILE:-server}        # its storage profile (server: the Peat of every other workload)
 W4_COUNT=${W4_COUNT:-1000000}           # records filled once, then replayed from offset 0
 W4_WINDOW=${W4_WINDOW:-100}             # QoS 1 consumer's Receive Maximum (and Peat's mqtt.window)
 W4_LOAD_FOR=${W4_LOAD_FOR:-12s}         # how long the W1 fan-in runs beside the loaded replay
@@ -200,7 +201,7 @@ start_replay_peat() {
 		"$((W4_WINDOW > 64 ? W4_WINDOW : 64))" "${W4_SYSTEM#peat-}" >"$work/replay.yaml"
 	for _ in 1 2 3; do
 		pick_port
-		$pin_broker "$work/peat" serve --config "$work/replay.yaml" --data "$work/data-replay" --profile server \
+		$pin_broker "$work/peat" serve --config "$work/replay.yaml" --data "$work/data-replay" --profile "$W4_PROFILE" \
 			--mqtt "127.0.0.1:$PORT" --http "127.0.0.1:$((PORT + 1))" >"$work/replay.log" 2>&1 &
 		PID=$!
 		for _ in $(seq 300); do
@@ -219,10 +220,10 @@ replay() { # tag rep args...
 	local tag=$1 line rc=0
 	shift
 	start_replay_peat
-	line=$($pin_load "$work/peat-bench" replay --addr "127.0.0.1:$PORT" --broker-pid "$PID" --label "$W4_SYSTEM" "$@") || rc=$?
+	line=$($pin_load "$work/peat-bench" replay --addr "127.0.0.1:$PORT" --broker-pid "$PID" --label "$W4_SYSTEM, $W4_PROFILE profile" "$@") || rc=$?
 	stop_system
 	if [ "$rc" -ne 0 ] || [ -z "$line" ]; then
-		line="{\"label\":\"$W4_SYSTEM\",\"error\":\"peat-bench replay exited $rc\"}"
+		line="{\"label\":\"$W4_SYSTEM, $W4_PROFILE profile\",\"error\":\"peat-bench replay exited $rc\"}"
 	fi
 	record "$tag" "$rep" "$line"
 }
@@ -231,10 +232,12 @@ w4() {
 	if [ ! -d "$work/data-replay" ]; then # filled once; every replay restarts Peat on it
 		replay W4/fill --fill "$W4_COUNT" --payload "$PAYLOAD"
 	fi
-	# Half of peat-interval's W1 knee so far (20,000 msg/s without one).
-	local knee load=20000
-	if knee=$("$work/benchtable" knee --p99 "$W1_P99_MS" peat-interval <"$results") && [ "$knee" -gt 0 ]; then
-		load=$((knee / 2))
+	# Half of W4_SYSTEM's median W1 knee so far; half the lowest W1 rate
+	# when it carried none; 20,000 msg/s when W1 did not run.
+	local knee load=20000 lowest
+	if knee=$("$work/benchtable" knee --p99 "$W1_P99_MS" "$W4_SYSTEM" <"$results"); then
+		read -r lowest _ <<<"$W1_RATES"
+		load=$(((knee > 0 ? knee : lowest) / 2))
 	fi
 	local common=(--count "$W4_COUNT" --from 0 --settle 1s --idle 10s)
 	local modes=(qos0 qos1 load) m

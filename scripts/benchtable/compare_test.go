@@ -205,3 +205,21 @@ func TestWritePlot_DataAndScript(t *testing.T) {
 		t.Error("compare.gp plots W4 without W4 runs")
 	}
 }
+
+func TestKnees_RatioSkipsASweepBelowItsLowestRate(t *testing.T) {
+	ok := run{"rate": 10.0, "received": 1.0, "lost": 0.0, "dups": 0.0, "e2e_p99_ms": 1.0}
+	bad := run{"rate": 10.0, "received": 1.0, "lost": 3.0, "dups": 0.0, "e2e_p99_ms": 1.0}
+	kn := map[string]reps{
+		"mochi": knees(map[int]sweep{1: {10: ok}, 2: {10: ok}}, DefaultP99Limit),
+		"peat":  knees(map[int]sweep{1: {10: bad}, 2: {10: ok}}, DefaultP99Limit),
+		"slow":  knees(map[int]sweep{1: {10: bad}, 2: {10: bad}}, DefaultP99Limit),
+	}
+	// Repetition 1 found no knee for peat: only repetition 2 (1.00) counts,
+	// not a ratio of 0.
+	if got := ratioCell(kn["peat"], kn, vs("", "found", "mochi")); got != "1.00" {
+		t.Errorf("peat/mochi knee ratio %s, want 1.00 from the one repetition with a knee", got)
+	}
+	if got := ratioCell(kn["slow"], kn, vs("", "found", "mochi")); got != "-" {
+		t.Errorf("ratio of a system that never carried the lowest rate: %s, want -", got)
+	}
+}

@@ -65,11 +65,17 @@ func (res *results) sweeps(tag string) map[string]map[int]sweep {
 }
 
 // knees gives each repetition's knee of one system, as runs holding a
-// "knee" metric so the ratio helpers apply.
+// "knee" metric so the ratio helpers apply, and "found" only when the
+// sweep carried at least its lowest rate: a knee below the sweep is not a
+// number to divide by or into.
 func knees(bySweep map[int]sweep, limit float64) reps {
 	out := reps{}
 	for rep, s := range bySweep {
-		out[rep] = run{"knee": s.knee(limit)}
+		k := s.knee(limit)
+		out[rep] = run{"knee": k}
+		if k > 0 {
+			out[rep]["found"] = k
+		}
 	}
 	return out
 }
