@@ -36,26 +36,7 @@ trap 'stop_system; rm -rf "$work"' EXIT
 # start_peat profile datadir: Peat on a fresh port pair with its window set
 # to WINDOW (lib-brokers' Peat configs keep the default window of 64, which
 # would cap the consumer's Receive Maximum); sets PID and PORT.
-start_peat() {
-	local profile=$1 data=$2
-	printf 'mqtt:\n  window: %s\nstreams:\n  - name: default\n    filters: ["#"]\n    durability: %s\n' \
-		"$((WINDOW > 64 ? WINDOW : 64))" "$DURABILITY" >"$work/peat.yaml"
-	for _ in 1 2 3; do
-		pick_port
-		$pin_broker "$work/peat" serve --config "$work/peat.yaml" --data "$data" --profile "$profile" \
-			--mqtt "127.0.0.1:$PORT" --http "127.0.0.1:$((PORT + 1))" >"$work/peat-$profile.log" 2>&1 &
-		PID=$!
-		for _ in $(seq 300); do
-			kill -0 "$PID" 2>/dev/null || break
-			port_free "$PORT" || return 0
-			sleep 0.1
-		done
-		stop_system
-	done
-	echo "peat ($profile) did not start:" >&2
-	cat "$work/peat-$profile.log" >&2
-	exit 1
-}
+start_peat() { start_peat_on "$2" "$1" "$WINDOW" "$DURABILITY" "$work/peat-$1.log"; }
 
 bench() { $pin_load "$work/peat-bench" "$@"; }
 

@@ -197,23 +197,7 @@ w3() {
 # mqtt.window raised to the QoS 1 consumer's Receive Maximum (the default
 # window of 64 would cap it); sets PID and PORT.
 start_replay_peat() {
-	printf 'mqtt:\n  window: %s\nstreams:\n  - name: default\n    filters: ["#"]\n    durability: %s\n' \
-		"$((W4_WINDOW > 64 ? W4_WINDOW : 64))" "${W4_SYSTEM#peat-}" >"$work/replay.yaml"
-	for _ in 1 2 3; do
-		pick_port
-		$pin_broker "$work/peat" serve --config "$work/replay.yaml" --data "$work/data-replay" --profile "$W4_PROFILE" \
-			--mqtt "127.0.0.1:$PORT" --http "127.0.0.1:$((PORT + 1))" >"$work/replay.log" 2>&1 &
-		PID=$!
-		for _ in $(seq 300); do
-			kill -0 "$PID" 2>/dev/null || break
-			port_free "$PORT" || return 0
-			sleep 0.1
-		done
-		stop_system
-	done
-	echo "bench: Peat did not start on the replay data:" >&2
-	cat "$work/replay.log" >&2
-	exit 1
+	start_peat_on "$work/data-replay" "$W4_PROFILE" "$W4_WINDOW" "${W4_SYSTEM#peat-}" "$work/replay.log"
 }
 
 replay() { # tag rep args...

@@ -108,3 +108,28 @@ stop_system() {
 	fi
 	PID=""
 }
+
+# start_peat_on data profile window durability log: Peat on data (kept
+# between runs, for replays) on a fresh port pair, with mqtt.window at least
+# window (the default 64 would cap a consumer's larger Receive Maximum);
+# sets PID and PORT, or prints the log and exits.
+start_peat_on() {
+	local data=$1 profile=$2 window=$3 durability=$4 log=$5
+	printf 'mqtt:\n  window: %s\nstreams:\n  - name: default\n    filters: ["#"]\n    durability: %s\n' \
+		"$((window > 64 ? window : 64))" "$durability" >"$log.yaml"
+	for _ in 1 2 3; do
+		pick_port
+		$pin_broker "$work/peat" serve --config "$log.yaml" --data "$data" --profile "$profile" \
+			--mqtt "127.0.0.1:$PORT" --http "127.0.0.1:$((PORT + 1))" >"$log" 2>&1 &
+		PID=$!
+		for _ in $(seq 300); do
+			kill -0 "$PID" 2>/dev/null || break
+			port_free "$PORT" || return 0
+			sleep 0.1
+		done
+		stop_system
+	done
+	echo "peat ($profile) did not start on $data:" >&2
+	cat "$log" >&2
+	exit 1
+}
