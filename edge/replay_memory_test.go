@@ -1,13 +1,10 @@
 package edge
 
 import (
-	"encoding/binary"
 	"fmt"
 	"runtime"
 	"testing"
 	"time"
-
-	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt/mqtttest"
@@ -40,14 +37,5 @@ func TestNode_ReplayOfALargeHistoryInBoundedMemory(t *testing.T) {
 		t.Errorf("heap grew %d MiB for a %d MiB replay; want under %d MiB (memory must not follow the history)",
 			grown>>20, count*size>>20, limit>>20)
 	}
-	for want := range uint64(count) {
-		pk := c.Read()
-		if pk.FixedHeader.Type != packets.Publish {
-			t.Fatalf("got packet type %d, want PUBLISH", pk.FixedHeader.Type)
-		}
-		if got := binary.BigEndian.Uint64(pk.Payload); got != want {
-			t.Fatalf("got record %d, want %d: lost, repeated or reordered", got, want)
-		}
-		c.Puback(pk.PacketID)
-	}
+	readNumbered(t, c, count)
 }

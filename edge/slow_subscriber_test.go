@@ -84,6 +84,22 @@ func publishNumbered(tb testing.TB, n *Node, count, size int, topic func(i int) 
 	}
 }
 
+// readNumbered reads count QoS 1 PUBLISHes from c, acknowledging each, and
+// fails unless payload i starts with i: nothing lost, repeated or reordered.
+func readNumbered(tb testing.TB, c *mqtttest.Raw, count int) {
+	tb.Helper()
+	for want := range uint64(count) {
+		pk := c.Read()
+		if pk.FixedHeader.Type != packets.Publish {
+			tb.Fatalf("got packet type %d, want PUBLISH", pk.FixedHeader.Type)
+		}
+		if got := binary.BigEndian.Uint64(pk.Payload); got != want {
+			tb.Fatalf("got message %d, want %d: lost, repeated or reordered", got, want)
+		}
+		c.Puback(pk.PacketID)
+	}
+}
+
 // A QoS 1 subscriber that stops reading while far more is published than
 // fits in memory loses nothing, and the broker's heap does not grow with
 // what it has not yet read: the subscriber's place is an offset in the log.
@@ -112,14 +128,5 @@ func TestNode_SlowQoS1SubscriberLosesNothingInBoundedMemory(t *testing.T) {
 			grown>>20, count*size>>20, limit>>20)
 	}
 
-	for want := range uint64(count) {
-		pk := slow.Read()
-		if pk.FixedHeader.Type != packets.Publish {
-			t.Fatalf("got packet type %d, want PUBLISH", pk.FixedHeader.Type)
-		}
-		if got := binary.BigEndian.Uint64(pk.Payload); got != want {
-			t.Fatalf("got message %d, want %d: lost, repeated or reordered", got, want)
-		}
-		slow.Puback(pk.PacketID)
-	}
+	readNumbered(t, slow, count)
 }

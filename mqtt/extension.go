@@ -55,12 +55,6 @@ func extErrorf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errExtension}, args...)...)
 }
 
-// isExtension reports whether topic uses one of the extension prefixes.
-func isExtension(topic string) bool {
-	return strings.HasPrefix(topic, replayPrefix) || strings.HasPrefix(topic, groupPrefix) ||
-		strings.HasPrefix(topic, offsetsPrefix)
-}
-
 // parseExtension parses a subscription filter. An ordinary filter gives
 // kind extNone and no error. An extension filter that breaks the grammar
 // gives an error wrapping errExtension that says what is wrong.

@@ -10,9 +10,9 @@ func TestProgress_ContiguousAcknowledgedPrefix(t *testing.T) {
 	p := newProgress(10, func(v uint64) { got = append(got, v) })
 	d12 := p.add(12) // 10 and 11 were not for this consumer
 	d13 := p.add(13)
-	d15 := p.add(15)
+	p.add(15)
 	p.unadd() // could not be queued after all
-	d15 = p.add(15)
+	d15 := p.add(15)
 	p.scan(16)
 	if v := p.get(); v != 12 {
 		t.Fatalf("value with 12 unacknowledged = %d, want 12", v)
