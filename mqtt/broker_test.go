@@ -6,6 +6,8 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"runtime/pprof"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,7 +46,9 @@ func newTestBroker(tb testing.TB, log Log, mutate ...func(*Config)) *Broker {
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		defer cancel()
 		if err := b.Close(ctx); err != nil {
-			tb.Errorf("Close: %v", err)
+			var stacks strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&stacks, 2)
+			tb.Errorf("Close: %v\ngoroutines:\n%s", err, stacks.String())
 		}
 	})
 	return b
