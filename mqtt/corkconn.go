@@ -15,8 +15,8 @@ const corkLimit = 32 << 10
 // together. mochi's WritePacket writes each packet to the socket at once
 // (one syscall per packet) unless its own outbound channel has a backlog,
 // which log-driven delivery and asynchronous acks never use. A writer with
-// several packets ready corks the connection, lets WritePacket encode each
-// one into the cork buffer, and uncorks to send them in one write. Writes
+// several packets ready (delivery's sender, the ack drainer) corks the
+// connection, writes each one into the cork buffer, and uncorks to send them in one write. Writes
 // while uncorked go straight through, so mochi's own packets are not
 // delayed.
 type corkConn struct {
