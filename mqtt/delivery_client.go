@@ -54,7 +54,7 @@ type deliveryClient struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	writing atomic.Bool // the sender is inside a socket write
-	wbuf    []byte      // the sender's encoding buffer (publish_wire.go)
+	wbuf    []byte      // the sender's encoding buffer (wire.go)
 
 	mu struct {
 		sync.Mutex
@@ -263,20 +263,13 @@ func (c *deliveryClient) send(it deliveryItem) error {
 // packets; a larger record's buffer is let go after it is written.
 const maxKeptWriteBuf = 64 << 10
 
-// writePublish encodes pk (publish_wire.go) and writes it to the client's
+// writePublish encodes pk (wire.go) and writes it to the client's
 // connection, as mochi's WritePacket would, at a fraction of its cost. Each
 // packet is one Write, so it never interleaves with packets mochi writes.
 // User properties that would take pk over the client's Maximum Packet Size
 // are left out, as mochi does; a packet that is too large without them
 // fails with packets.ErrPacketTooLarge.
 func (c *deliveryClient) writePublish(pk *packets.Packet) error {
-	if c.cl.Closed() {
-		return mochi.ErrConnectionClosed
-	}
-	conn := c.cl.Net.Conn
-	if conn == nil {
-		return nil // mochi's inline client: nothing to write to
-	}
 	maxSize := int64(c.cl.Properties.Props.MaximumPacketSize)
 	c.wbuf = appendPublish(c.wbuf[:0], pk, c.v5, true)
 	if maxSize > 0 && int64(len(c.wbuf)) > maxSize && c.v5 && len(pk.Properties.User) > 0 {
@@ -285,18 +278,11 @@ func (c *deliveryClient) writePublish(pk *packets.Packet) error {
 	if maxSize > 0 && int64(len(c.wbuf)) > maxSize {
 		return packets.ErrPacketTooLarge // [MQTT-3.1.2-24]
 	}
-	n, err := conn.Write(c.wbuf)
+	err := writeDirect(c.d.srv, c.cl, c.wbuf, true)
 	if cap(c.wbuf) > maxKeptWriteBuf {
 		c.wbuf = nil
 	}
-	if err != nil {
-		return err
-	}
-	info := c.d.srv.Info
-	atomic.AddInt64(&info.BytesSent, int64(n))
-	atomic.AddInt64(&info.PacketsSent, 1)
-	atomic.AddInt64(&info.MessagesSent, 1)
-	return nil
+	return err
 }
 
 // packet builds the PUBLISH for it.

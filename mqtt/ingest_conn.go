@@ -305,18 +305,22 @@ func (c *ingestConn) finish(e *ackEntry) {
 		}
 		return
 	}
-	ack := packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Puback},
-		PacketID:    e.id,
-		ReasonCode:  code.Code,
-	}
+	typ := byte(packets.Puback)
 	if e.qos == 2 {
-		ack.FixedHeader.Type = packets.Pubrec
+		typ = packets.Pubrec
 	}
-	if code.Code >= packets.ErrUnspecifiedError.Code {
-		ack.Properties.ReasonString = code.Reason
+	var err error
+	if code.Code == packets.CodeSuccess.Code {
+		var b [4]byte
+		err = writeDirect(c.h.srv, c.cl, appendAck(b[:0], typ, e.id), false)
+	} else {
+		ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: typ}, PacketID: e.id, ReasonCode: code.Code}
+		if code.Code >= packets.ErrUnspecifiedError.Code {
+			ack.Properties.ReasonString = code.Reason
+		}
+		err = c.cl.WritePacket(ack)
 	}
-	if err := c.cl.WritePacket(ack); err != nil {
+	if err != nil {
 		c.h.logger.Debug("writing ack", slog.String(attrClient, c.cl.ID), slog.Any(attrError, err))
 	}
 }
