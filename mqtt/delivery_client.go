@@ -21,11 +21,10 @@ type deliveryItem struct {
 	qos    byte             // granted: min(subscription, record, server)
 	retain bool
 	subIDs []int // v5 subscription identifiers
-	// topic, when set, is the delivered topic instead of the record's
-	// ($replay/<from>/<offset>/<topic>, $group/...).
-	topic string
-	// props are added to the record's user properties (v5 only).
-	props []packets.UserProperty
+	// ext, when set, is the extension subscription ($replay, $group) the
+	// record is delivered for: it changes the topic and adds properties
+	// (publishExtras).
+	ext *extFilter
 	// done, when set, is called once the delivery is acknowledged (PUBACK,
 	// PUBCOMP), written (QoS 0), or skipped (too large for the client).
 	done func()
@@ -54,7 +53,8 @@ type deliveryClient struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	writing atomic.Bool // the sender is inside a socket write
-	wbuf    []byte      // the sender's encoding buffer (wire.go)
+	wbuf    []byte                 // the sender's encoding buffer (wire.go)
+	ubuf    []packets.UserProperty // the sender's scratch for packet
 
 	mu struct {
 		sync.Mutex
@@ -205,6 +205,13 @@ func (c *deliveryClient) windowHasRoom() bool {
 // nothing is ever dropped for a full outbound channel.
 func (c *deliveryClient) send(it deliveryItem) error {
 	out := c.packet(it)
+	var x *publishExtras
+	if it.ext != nil {
+		x = &publishExtras{head: it.ext.head, offset: it.rec.Offset, timestamp: it.rec.Timestamp}
+		if it.r != nil {
+			x.stream = it.r.stream.Name()
+		}
+	}
 	if it.qos > 0 {
 		if err := c.waitWindow(); err != nil {
 			return err
@@ -214,13 +221,17 @@ func (c *deliveryClient) send(it deliveryItem) error {
 			return err
 		}
 		out.PacketID = id
+		// Kept until acknowledged: its own strings, not the sender's scratch.
+		kept := x.apply(out, c.v5)
+		kept.Properties.User = append([]packets.UserProperty(nil), kept.Properties.User...)
+		kept.Created = time.Now().Unix() // mochi expires inflight entries by Created; 0 would expire at once
 		c.mu.Lock()
 		if err := c.ctx.Err(); err != nil {
 			c.mu.Unlock() // stopped: dropOutstanding may have run already
 			return err
 		}
-		c.mu.outstanding[id] = outstandingDelivery{pk: out, done: it.done}
-		if c.cl.State.Inflight.Set(out) {
+		c.mu.outstanding[id] = outstandingDelivery{pk: kept, done: it.done}
+		if c.cl.State.Inflight.Set(kept) {
 			c.d.addInflight(1)
 		}
 		c.mu.Unlock()
@@ -232,7 +243,7 @@ func (c *deliveryClient) send(it deliveryItem) error {
 		c.writing.Store(false)
 		return err
 	}
-	err := c.writePublish(&out)
+	err := c.writePublish(&out, x)
 	c.writing.Store(false)
 	if errors.Is(err, packets.ErrPacketTooLarge) {
 		// Larger than the client's Maximum Packet Size: it can never take it.
@@ -263,17 +274,17 @@ func (c *deliveryClient) send(it deliveryItem) error {
 // packets; a larger record's buffer is let go after it is written.
 const maxKeptWriteBuf = 64 << 10
 
-// writePublish encodes pk (wire.go) and writes it to the client's
+// writePublish encodes pk with the extras x (wire.go) and writes it to the client's
 // connection, as mochi's WritePacket would, at a fraction of its cost. Each
 // packet is one Write, so it never interleaves with packets mochi writes.
 // User properties that would take pk over the client's Maximum Packet Size
 // are left out, as mochi does; a packet that is too large without them
 // fails with packets.ErrPacketTooLarge.
-func (c *deliveryClient) writePublish(pk *packets.Packet) error {
+func (c *deliveryClient) writePublish(pk *packets.Packet, x *publishExtras) error {
 	maxSize := int64(c.cl.Properties.Props.MaximumPacketSize)
-	c.wbuf = appendPublish(c.wbuf[:0], pk, c.v5, true)
-	if maxSize > 0 && int64(len(c.wbuf)) > maxSize && c.v5 && len(pk.Properties.User) > 0 {
-		c.wbuf = appendPublish(c.wbuf[:0], pk, c.v5, false)
+	c.wbuf = appendPublish(c.wbuf[:0], pk, x, c.v5, true)
+	if maxSize > 0 && int64(len(c.wbuf)) > maxSize && c.v5 && (len(pk.Properties.User) > 0 || x != nil) {
+		c.wbuf = appendPublish(c.wbuf[:0], pk, x, c.v5, false)
 	}
 	if maxSize > 0 && int64(len(c.wbuf)) > maxSize {
 		return packets.ErrPacketTooLarge // [MQTT-3.1.2-24]
@@ -285,7 +296,9 @@ func (c *deliveryClient) writePublish(pk *packets.Packet) error {
 	return err
 }
 
-// packet builds the PUBLISH for it.
+// packet builds the PUBLISH for it, without its extension subscription's
+// extras. Its user properties are the sender's scratch slice, valid until
+// the next call.
 func (c *deliveryClient) packet(it deliveryItem) packets.Packet {
 	rec := it.rec
 	out := packets.Packet{
@@ -293,11 +306,6 @@ func (c *deliveryClient) packet(it deliveryItem) packets.Packet {
 		TopicName:   rec.Topic,
 		Payload:     rec.Payload,
 		Origin:      rec.ClientID,
-		// mochi expires inflight entries by Created; 0 would expire at once.
-		Created: time.Now().Unix(),
-	}
-	if it.topic != "" {
-		out.TopicName = it.topic
 	}
 	if !c.v5 {
 		return out
@@ -309,12 +317,12 @@ func (c *deliveryClient) packet(it deliveryItem) packets.Packet {
 	if rec.PayloadFormat != nil {
 		p.PayloadFormat, p.PayloadFormatFlag = *rec.PayloadFormat, true
 	}
-	if n := len(rec.UserProperties) + len(it.props); n > 0 {
-		p.User = make([]packets.UserProperty, 0, n)
+	if len(rec.UserProperties) > 0 {
+		c.ubuf = c.ubuf[:0]
 		for _, u := range rec.UserProperties {
-			p.User = append(p.User, packets.UserProperty{Key: u.Key, Val: u.Value})
+			c.ubuf = append(c.ubuf, packets.UserProperty{Key: u.Key, Val: u.Value})
 		}
-		p.User = append(p.User, it.props...)
+		p.User = c.ubuf
 	}
 	p.SubscriptionIdentifier = it.subIDs
 	return out

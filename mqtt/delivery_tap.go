@@ -156,15 +156,10 @@ func (t *tap) place(rec *logstore.Record) error {
 		r:      t.r,
 		qos:    min(rec.QoS, t.sub.Qos, t.d.maxQoS()),
 		retain: rec.Retain && t.c.v5 && t.sub.RetainAsPublished,
-		topic:  t.ext.deliveredTopic(rec.Offset, rec.Topic),
+		ext:    &t.ext,
 	}
 	if t.c.v5 {
 		it.subIDs = deliverySubIDs(t.sub)
-		it.props = []packets.UserProperty{
-			{Key: propStream, Val: t.r.stream.Name()},
-			{Key: propOffset, Val: strconv.FormatUint(rec.Offset, 10)},
-			{Key: propTimestamp, Val: strconv.FormatInt(rec.Timestamp, 10)},
-		}
 	}
 	if t.prog != nil {
 		it.done = t.prog.add(rec.Offset)

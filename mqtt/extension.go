@@ -267,18 +267,6 @@ func topicMatches(f, topic string) bool {
 	}
 }
 
-// deliveredTopic is the topic a record on topic is delivered on through an
-// extension subscription: head, the offset, then the original topic.
-func (f *extFilter) deliveredTopic(offset uint64, topic string) string {
-	var b strings.Builder
-	b.Grow(len(f.head) + 20 + 1 + len(topic))
-	b.WriteString(f.head)
-	b.WriteString(strconv.FormatUint(offset, 10))
-	b.WriteByte('/')
-	b.WriteString(topic)
-	return b.String()
-}
-
 // maxFilterProbes bounds the topics filterStreams tries.
 const maxFilterProbes = 50000
 

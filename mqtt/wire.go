@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"encoding/binary"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -55,14 +56,78 @@ func appendAck(dst []byte, typ byte, id uint16) []byte {
 	return binary.BigEndian.AppendUint16(append(dst, typ<<4, 2), id)
 }
 
-// appendPublish appends pk, a PUBLISH, encoded for protocol version 5 when
-// v5 (else 3.1.1), to dst. withUser false leaves the user properties out.
-func appendPublish(dst []byte, pk *packets.Packet, v5, withUser bool) []byte {
+// publishExtras is what an extension subscription ($replay, $group) adds
+// to a record's PUBLISH, kept apart from the packet so that neither the
+// topic nor the properties are built as strings for each record: the topic
+// sent is head, the offset, "/" and the record's topic, and MQTT 5
+// deliveries carry the user properties stream, offset and timestamp after
+// the record's own.
+type publishExtras struct {
+	head      string
+	stream    string
+	offset    uint64
+	timestamp int64
+}
+
+// apply returns pk with x's topic and user properties in it, as strings
+// that stay valid: for a packet that is kept (mochi's inflight map).
+func (x *publishExtras) apply(pk packets.Packet, v5 bool) packets.Packet {
+	if x == nil {
+		return pk
+	}
+	pk.TopicName = string(x.appendTopic(nil, pk.TopicName))
+	if v5 {
+		user := make([]packets.UserProperty, 0, len(pk.Properties.User)+3)
+		user = append(user, pk.Properties.User...)
+		pk.Properties.User = append(user,
+			packets.UserProperty{Key: propStream, Val: x.stream},
+			packets.UserProperty{Key: propOffset, Val: strconv.FormatUint(x.offset, 10)},
+			packets.UserProperty{Key: propTimestamp, Val: strconv.FormatInt(x.timestamp, 10)})
+	}
+	return pk
+}
+
+// appendTopic appends the delivered topic for the record topic t.
+func (x *publishExtras) appendTopic(dst []byte, t string) []byte {
+	dst = append(dst, x.head...)
+	dst = strconv.AppendUint(dst, x.offset, 10)
+	dst = append(dst, '/')
+	return append(dst, t...)
+}
+
+// userLen is the length of x's three user properties, encoded.
+func (x *publishExtras) userLen() int {
+	var num [20]byte
+	return 3*5 + len(propStream) + len(x.stream) +
+		len(propOffset) + len(strconv.AppendUint(num[:0], x.offset, 10)) +
+		len(propTimestamp) + len(strconv.AppendInt(num[:0], x.timestamp, 10))
+}
+
+// appendUser appends x's three user properties.
+func (x *publishExtras) appendUser(dst []byte) []byte {
+	var num [20]byte
+	dst = appendUserProp(dst, propStream, x.stream)
+	dst = appendUserPropBytes(dst, propOffset, strconv.AppendUint(num[:0], x.offset, 10))
+	return appendUserPropBytes(dst, propTimestamp, strconv.AppendInt(num[:0], x.timestamp, 10))
+}
+
+// appendPublish appends pk, a PUBLISH, with the extras x (nil for none),
+// encoded for protocol version 5 when v5 (else 3.1.1), to dst. withUser
+// false leaves the user properties out.
+func appendPublish(dst []byte, pk *packets.Packet, x *publishExtras, v5, withUser bool) []byte {
+	topicLen := len(pk.TopicName)
+	if x != nil {
+		var num [20]byte
+		topicLen += len(x.head) + len(strconv.AppendUint(num[:0], x.offset, 10)) + 1
+	}
 	var props int
 	if v5 {
 		props = publishPropsLen(&pk.Properties, withUser)
+		if x != nil && withUser {
+			props += x.userLen()
+		}
 	}
-	remaining := 2 + len(pk.TopicName) + len(pk.Payload)
+	remaining := 2 + topicLen + len(pk.Payload)
 	if pk.FixedHeader.Qos > 0 {
 		remaining += 2
 	}
@@ -73,13 +138,21 @@ func appendPublish(dst []byte, pk *packets.Packet, v5, withUser bool) []byte {
 	fh := pk.FixedHeader
 	dst = append(dst, packets.Publish<<4|bit(fh.Dup)<<3|fh.Qos<<1|bit(fh.Retain))
 	dst = appendVarint(dst, remaining)
-	dst = appendString(dst, pk.TopicName)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(topicLen))
+	if x != nil {
+		dst = x.appendTopic(dst, pk.TopicName)
+	} else {
+		dst = append(dst, pk.TopicName...)
+	}
 	if fh.Qos > 0 {
 		dst = binary.BigEndian.AppendUint16(dst, pk.PacketID)
 	}
 	if v5 {
 		dst = appendVarint(dst, props)
 		dst = appendPublishProps(dst, &pk.Properties, withUser)
+		if x != nil && withUser {
+			dst = x.appendUser(dst)
+		}
 	}
 	return append(dst, pk.Payload...)
 }
@@ -151,12 +224,20 @@ func appendPublishProps(dst []byte, p *packets.Properties, withUser bool) []byte
 	}
 	if withUser {
 		for _, u := range p.User {
-			dst = append(dst, packets.PropUser)
-			dst = appendString(dst, u.Key)
-			dst = appendString(dst, u.Val)
+			dst = appendUserProp(dst, u.Key, u.Val)
 		}
 	}
 	return dst
+}
+
+func appendUserProp(dst []byte, k, v string) []byte {
+	return appendString(appendString(append(dst, packets.PropUser), k), v)
+}
+
+func appendUserPropBytes(dst []byte, k string, v []byte) []byte {
+	dst = appendString(append(dst, packets.PropUser), k)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(v)))
+	return append(dst, v...)
 }
 
 // sendResponseTopic: a response topic with wildcards is not sent, as in

@@ -54,7 +54,7 @@ func publishFixtures() map[string]packets.Packet {
 func TestAppendPublish_SameBytesAsMochi(t *testing.T) {
 	for name, pk := range publishFixtures() {
 		for _, v5 := range []bool{false, true} {
-			got := appendPublish(nil, &pk, v5, true)
+			got := appendPublish(nil, &pk, nil, v5, true)
 			if want := mochiPublish(t, pk, v5); !bytes.Equal(got, want) {
 				t.Errorf("%s (v5 %v):\n got  % x\n want % x", name, v5, got, want)
 			}
@@ -62,9 +62,43 @@ func TestAppendPublish_SameBytesAsMochi(t *testing.T) {
 	}
 }
 
+// An extension subscription's extras encode as the packet they stand for.
+func TestAppendPublish_ExtrasSameBytesAsApplied(t *testing.T) {
+	extras := []publishExtras{
+		{head: "$replay/earliest/", stream: "default", offset: 0, timestamp: 1764680000000},
+		{head: "$group/billing/", stream: "power", offset: 1<<64 - 1, timestamp: -1},
+		{head: "$replay/-15m/", stream: "", offset: 1234567, timestamp: 0},
+	}
+	for name, pk := range publishFixtures() {
+		for _, x := range extras {
+			for _, v5 := range []bool{false, true} {
+				for _, withUser := range []bool{false, true} {
+					got := appendPublish(nil, &pk, &x, v5, withUser)
+					applied := x.apply(pk, v5)
+					if !withUser {
+						applied.Properties.User = nil
+					}
+					if want := mochiPublish(t, applied, v5); !bytes.Equal(got, want) {
+						t.Errorf("%s, %+v (v5 %v, user properties %v):\n got  % x\n want % x", name, x, v5, withUser, got, want)
+					}
+				}
+			}
+		}
+	}
+	pk := publishFixtures()["qos0"]
+	x := extras[0]
+	applied := x.apply(pk, true)
+	if applied.TopicName != "$replay/earliest/0/sensors/a" {
+		t.Errorf("topic %q", applied.TopicName)
+	}
+	if u := applied.Properties.User; len(u) != 3 || u[0].Val != "default" || u[1].Val != "0" || u[2].Val != "1764680000000" {
+		t.Errorf("user properties %+v", u)
+	}
+}
+
 func TestAppendPublish_DecodesAsSent(t *testing.T) {
 	pk := publishFixtures()["every property"]
-	enc := appendPublish([]byte("kept"), &pk, true, true)
+	enc := appendPublish([]byte("kept"), &pk, nil, true, true)
 	if !bytes.HasPrefix(enc, []byte("kept")) {
 		t.Fatalf("appendPublish overwrote what dst held: % x", enc[:4])
 	}
@@ -94,8 +128,8 @@ func TestAppendPublish_DecodesAsSent(t *testing.T) {
 
 func TestAppendPublish_WithoutUserProperties(t *testing.T) {
 	pk := publishFixtures()["every property"]
-	with := appendPublish(nil, &pk, true, true)
-	without := appendPublish(nil, &pk, true, false)
+	with := appendPublish(nil, &pk, nil, true, true)
+	without := appendPublish(nil, &pk, nil, true, false)
 	pk.Properties.User = nil
 	if want := mochiPublish(t, pk, true); !bytes.Equal(without, want) {
 		t.Errorf("without user properties:\n got  % x\n want % x", without, want)
@@ -131,9 +165,17 @@ func FuzzAppendPublish(f *testing.F) {
 		if key != "" || val != "" {
 			pk.Properties.User = []packets.UserProperty{{Key: key, Val: val}}
 		}
-		got := appendPublish(nil, &pk, v5, true)
+		got := appendPublish(nil, &pk, nil, v5, true)
 		if want := mochiPublish(t, pk, v5); !bytes.Equal(got, want) {
 			t.Errorf("\n got  % x\n want % x", got, want)
+		}
+		x := publishExtras{head: "$replay/" + contentType + "/", stream: key, offset: uint64(subID) * 7919, timestamp: int64(id) - 3}
+		if len(x.head)+len(topic)+21 > 65535 || len(x.stream) > 65535 {
+			return
+		}
+		got = appendPublish(nil, &pk, &x, v5, true)
+		if want := mochiPublish(t, x.apply(pk, v5), v5); !bytes.Equal(got, want) {
+			t.Errorf("with extras %+v:\n got  % x\n want % x", x, got, want)
 		}
 	})
 }
@@ -150,7 +192,7 @@ func BenchmarkAppendPublish(b *testing.B) {
 		b.ReportAllocs()
 		var buf []byte
 		for b.Loop() {
-			buf = appendPublish(buf[:0], &pk, true, true)
+			buf = appendPublish(buf[:0], &pk, nil, true, true)
 		}
 		b.SetBytes(int64(len(buf)))
 	})
