@@ -52,7 +52,7 @@ type deliveryClient struct {
 	acked   chan struct{} // 1-buffered: an outstanding delivery was acknowledged
 	ctx     context.Context
 	cancel  context.CancelFunc
-	writing atomic.Bool // the sender is inside a socket write
+	writing atomic.Bool            // the sender is inside a socket write
 	wbuf    []byte                 // the sender's encoding buffer (wire.go)
 	ubuf    []packets.UserProperty // the sender's scratch for packet
 
