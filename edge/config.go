@@ -83,6 +83,9 @@ type StreamConfig struct {
 	Durability string          `yaml:"durability"` // fsync | interval
 	// SyncInterval is how often an "interval" stream is fsynced.
 	SyncInterval Duration `yaml:"sync_interval"`
+	// Linger is how long a lone append waits for others to share its group
+	// commit (logstore.StreamConfig.Linger).
+	Linger Duration `yaml:"linger"`
 }
 
 // RetentionConfig bounds what a stream keeps; zero means no bound.
@@ -130,6 +133,7 @@ func defaultStream(name string, filters ...string) StreamConfig {
 		Retention:    RetentionConfig{MaxAge: Duration(logstore.DefaultMaxAge)},
 		Durability:   string(logstore.DurabilityFsync),
 		SyncInterval: Duration(logstore.DefaultSyncInterval),
+		Linger:       Duration(logstore.DefaultLinger),
 	}
 }
 
@@ -160,6 +164,7 @@ func (c Config) StoreConfig() logstore.Config {
 			MaxBytes:     int64(s.Retention.MaxBytes),
 			Durability:   logstore.Durability(s.Durability),
 			SyncInterval: time.Duration(s.SyncInterval),
+			Linger:       time.Duration(s.Linger),
 		}
 	}
 	return sc

@@ -78,6 +78,9 @@ func Parse(data []byte) (Config, error) {
 		if !idx.present[p+".sync_interval"] {
 			s.SyncInterval = def.SyncInterval
 		}
+		if !idx.present[p+".linger"] {
+			s.Linger = def.Linger
+		}
 	}
 	return cfg, nil
 }

@@ -111,6 +111,7 @@ func (s *Stream) run() {
 				return
 			default:
 			}
+			s.linger()
 			batch, ctl := s.take()
 			if batch == nil && ctl == nil {
 				break
@@ -120,6 +121,51 @@ func (s *Stream) run() {
 			} else {
 				s.commitBatch(batch)
 			}
+		}
+	}
+}
+
+// linger waits, before a group commit, until the oldest queued append has
+// waited StreamConfig.Linger, so that appends arriving one at a time (many
+// sensors, each publishing now and then) share one commit and one fsync
+// instead of paying for one each. Under load it never waits: the oldest
+// append has queued through the previous commit. It returns at once for a
+// control request, a full batch, or a stopping store.
+func (s *Stream) linger() {
+	d := s.cfg.Linger
+	if d <= 0 {
+		return
+	}
+	for {
+		s.q.Lock()
+		wait, full := time.Duration(0), false
+		if q := s.q.reqs; len(q) > 0 && q[0].kind == reqAppend {
+			wait = d - time.Since(q[0].enqueued)
+			recs, size := 0, 0
+			for _, r := range q {
+				recs += len(r.recs)
+				size += r.size
+				if r.kind != reqAppend || recs >= maxBatchRecords || size >= s.st.batchBytes {
+					full = true
+					break
+				}
+			}
+		}
+		s.q.Unlock()
+		if wait <= 0 || full {
+			return
+		}
+		if s.lingerTimer == nil {
+			s.lingerTimer = time.NewTimer(wait)
+		} else {
+			s.lingerTimer.Reset(wait)
+		}
+		select {
+		case <-s.st.stopping:
+			return
+		case <-s.lingerTimer.C:
+			return
+		case <-s.wake: // more queued: full yet?
 		}
 	}
 }

@@ -26,6 +26,8 @@ const (
 	DefaultStreamName        = "default"
 	DefaultMaxAge            = 7 * 24 * time.Hour
 	DefaultSyncInterval      = 100 * time.Millisecond
+	DefaultLinger            = time.Duration(0)
+	MaxLinger                = time.Second // a longer wait for an ack is a misconfiguration
 	DefaultRetentionInterval = 30 * time.Second
 	DefaultReclaimInterval   = time.Minute
 )
@@ -38,6 +40,11 @@ type StreamConfig struct {
 	MaxBytes     int64         // retention by size, compared with Stream.Bytes (encoded keys and values); 0 = unlimited
 	Durability   Durability    // "" means fsync
 	SyncInterval time.Duration // for interval durability: fsync period (default 100ms)
+	// Linger is how long an append may wait for others to share its group
+	// commit (and fsync) when it arrives alone; 0 commits at once. It adds
+	// up to Linger to an acknowledgement when the stream is quiet, nothing
+	// under load (see Stream.linger).
+	Linger time.Duration
 }
 
 // Config configures a Store.
@@ -137,6 +144,9 @@ func (c Config) Validate() error {
 		}
 		if sc.SyncInterval < 0 {
 			add(p+".sync_interval", "must not be negative, got %v", sc.SyncInterval)
+		}
+		if sc.Linger < 0 || sc.Linger > MaxLinger {
+			add(p+".linger", "must be between 0 and %v, got %v", MaxLinger, sc.Linger)
 		}
 	}
 	if len(errs) == 0 {

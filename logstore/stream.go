@@ -45,6 +45,7 @@ type Stream struct {
 	// appender-only state
 	reclaimFrom uint64 // lowest DropPrefix block that may still hold keys
 	arena       []byte
+	lingerTimer *time.Timer
 
 	mAppended, mBytes, mCorrupt, mDropped prometheus.Counter
 	mAppendDur, mCommitDur                prometheus.Observer
