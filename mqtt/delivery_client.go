@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -221,9 +222,14 @@ func (c *deliveryClient) send(it deliveryItem) error {
 			return err
 		}
 		out.PacketID = id
-		// Kept until acknowledged: its own strings, not the sender's scratch.
-		kept := x.apply(out, c.v5)
-		kept.Properties.User = append([]packets.UserProperty(nil), kept.Properties.User...)
+		// Kept until acknowledged: its own strings and slices, not the
+		// sender's scratch (apply builds new user properties).
+		kept := out
+		if x != nil {
+			kept = x.apply(out, c.v5)
+		} else if len(out.Properties.User) > 0 {
+			kept.Properties.User = slices.Clone(out.Properties.User)
+		}
 		kept.Created = time.Now().Unix() // mochi expires inflight entries by Created; 0 would expire at once
 		c.mu.Lock()
 		if err := c.ctx.Err(); err != nil {

@@ -70,11 +70,9 @@ type publishExtras struct {
 }
 
 // apply returns pk with x's topic and user properties in it, as strings
-// that stay valid: for a packet that is kept (mochi's inflight map).
+// and a slice of its own that stay valid: for a packet that is kept
+// (mochi's inflight map).
 func (x *publishExtras) apply(pk packets.Packet, v5 bool) packets.Packet {
-	if x == nil {
-		return pk
-	}
 	pk.TopicName = string(x.appendTopic(nil, pk.TopicName))
 	if v5 {
 		user := make([]packets.UserProperty, 0, len(pk.Properties.User)+3)
