@@ -8,15 +8,19 @@ import (
 	"math"
 )
 
-// Key prefixes (see doc.go for the layout).
+// Key prefixes (see doc.go for the layout). Records sort before every
+// other key, so the keys a commit rewrites (chunk stats, log start,
+// consumer state) sit after the log's newest records, not in front of the
+// whole log (layout.go says why).
 const (
-	tagMeta   = 'm'
 	tagRecord = 'r'
-	tagChunk  = 'c'
-	tagState  = 'k' // consumer state: k <key> -> value (state.go)
+	tagChunk  = 's'
+	tagState  = 't' // consumer state: t <key> -> value (state.go)
+	tagMeta   = 'x'
 
-	metaStreamID = 'n' // m n <name>       -> stream id (uint32 BE)
-	metaStart    = 's' // m s <id>         -> log start (uint64 BE)
+	metaStreamID = 'n' // x n <name>       -> stream id (uint32 BE)
+	metaStart    = 's' // x s <id>         -> log start (uint64 BE)
+	metaLayout   = 'v' // x v              -> key layout version (uint32 BE)
 
 	recordKeyLen = 1 + 4 + 8
 	valueVersion = 1

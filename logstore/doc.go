@@ -26,11 +26,12 @@
 // config, never by rewriting data. Offsets are big-endian, so Badger's key
 // order is offset order.
 //
-//	meta, stream id    'm' 'n' <stream name>                 -> uint32 id (BE)
-//	meta, log start    'm' 's' <id:4>                        -> uint64 offset (BE)
 //	record             'r' <id:4> <offset:8>                 -> record value
-//	chunk stats        'c' <id:4> <chunk start offset:8>     -> chunk value
-//	consumer state     'k' <key>                             -> value (state.go)
+//	chunk stats        's' <id:4> <chunk start offset:8>     -> chunk value
+//	consumer state     't' <key>                             -> value (state.go)
+//	meta, stream id    'x' 'n' <stream name>                 -> uint32 id (BE)
+//	meta, log start    'x' 's' <id:4>                        -> uint64 offset (BE)
+//	meta, key layout   'x' 'v'                               -> uint32 version (BE), 2
 //
 //	record key, 13 bytes:
 //	+-----+----+----+----+----+----+----+----+----+----+----+----+----+
@@ -40,6 +41,15 @@
 //
 // The first 11 bytes of a record key name a block of 65536 offsets
 // (offset >> 16); retention gives space back with DropPrefix of whole blocks.
+//
+// Records sort before every other key. A commit writes its records at the
+// end of the log and rewrites a chunk-stats key, retention rewrites the log
+// start, consumers rewrite their state; with all of those after the records,
+// a level-0 table (one flushed memtable, spanning its smallest to its
+// largest key) overlaps only the last table of the level below, and a
+// level-0 compaction rewrites that table instead of the whole level.
+// layout.go has the history: Open moves the keys of a store written in
+// layout 1 (tags 'c', 'k', 'm', in front of the records) in place.
 //
 // # Record value
 //
@@ -77,7 +87,8 @@
 // # Chunk stats
 //
 // Every 1024 offsets form a chunk whose stats are rewritten in the same
-// transaction as the records that change them:
+// transaction as the records that change them (their keys sort after every
+// record, see Key layout):
 //
 //	+-------------+---------------+-----------------+-----------------+
 //	| count u32   | bytes u64     | min ts i64 (ms) | max ts i64 (ms) |

@@ -124,6 +124,10 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("logstore: open badger in %q: %w", cfg.Dir, err)
 	}
 	st.db = db
+	if err := st.migrateLayout(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	if err := st.openStreams(); err != nil {
 		_ = db.Close()
 		return nil, err
