@@ -34,6 +34,8 @@
 #   DATA_ROOT=/mnt/sd DURABILITY=interval scripts/bench-pi.sh
 #   PEAT_BIN=dist/peat-linux-amd64 scripts/bench-pi.sh
 #   MEMORY_MAX=128M PROFILES=pi-zero scripts/bench-pi.sh   # a small board: see below
+#   CLIENTS=0 PROFILES="pi-zero pi" scripts/bench-pi.sh      # the ingest only
+#   MAX_BYTES=64MiB CLIENTS=0 scripts/bench-pi.sh          # with retention giving space back during the ingest
 #
 # RSS counts the pages of Badger's memory-mapped files that the broker has
 # touched: page cache, which the kernel takes back when memory is short,
@@ -62,12 +64,16 @@ DATA_ROOT=${DATA_ROOT:-}         # where the data directories go (default: the t
 DURABILITY=${DURABILITY:-fsync} # of the stream: fsync or interval
 PEAT_BIN=${PEAT_BIN:-}           # a peat binary to measure instead of one built from this tree
 MEMORY_MAX=${MEMORY_MAX:-}       # e.g. 128M: run the broker in a memory cgroup of that size
+MAX_BYTES=${MAX_BYTES:-}         # e.g. 64MiB: the stream's max_bytes (disk bytes/rec is then of the records kept)
 
 work=$(mktemp -d)
 data_root=${DATA_ROOT:-$work}
 mkdir -p "$data_root"
 data_root=$(cd "$data_root" && pwd)
 printf 'streams:\n  - name: default\n    filters: ["#"]\n    durability: %s\n' "$DURABILITY" >"$work/peat.yaml"
+if [ -n "$MAX_BYTES" ]; then # size retention, applied every 5 s, reclaimed every 15 s: the steady state of a full log
+	printf '    retention: {max_bytes: %s}\nstorage: {retention_interval: 5s, reclaim_interval: 15s}\n' "$MAX_BYTES" >>"$work/peat.yaml"
+fi
 
 # A memory cgroup for the broker, when MEMORY_MAX is set. cg_peak and
 # cg_ooms read it; each start_peat empties it first.
@@ -207,6 +213,7 @@ bench_build
 label_env=""
 [ -n "$PEAT_ENV" ] && label_env=" $PEAT_ENV"
 [ "$DURABILITY" != fsync ] && label_env="$label_env $DURABILITY"
+[ -n "$MAX_BYTES" ] && label_env="$label_env max_bytes $MAX_BYTES"
 per_publisher=$(((RECORDS + PUBLISHERS - 1) / PUBLISHERS))
 : >"$work/ingest.tsv"
 : >"$work/clients.tsv"
@@ -247,6 +254,7 @@ for profile in $PROFILES; do
 		"$cg_mb" "$cg_kills" >>"$work/ingest.tsv"
 
 	# --- 2. many connected clients ------------------------------------
+	[ "$CLIENTS" -gt 0 ] || continue
 	start_peat "$profile" "clients-$profile"
 	sleep "$IDLE"
 	w0=$(wbytes "/proc/$PID/io")
@@ -275,6 +283,7 @@ echo
 echo "| profile | idle RSS | peak RSS | peak RssAnon | VmHWM | RSS settled | acks/s | PUBACK p99 ms | records | record bytes | write_bytes/rec at last ack | settled | incl. shutdown | disk bytes/rec | cgroup peak | OOM kills |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16 }' "$work/ingest.tsv"
+[ "$CLIENTS" -gt 0 ] || exit 0
 echo
 echo "Clients: $CLIENTS connections, each publishing QoS 1 at $CLIENT_RATE msg/s ($PAYLOAD bytes) for $CLIENT_DURATION. RSS in MB."
 echo
