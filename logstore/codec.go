@@ -23,6 +23,7 @@ const (
 	metaLayout   = 'v' // x v              -> key layout version (uint32 BE)
 
 	recordKeyLen = 1 + 4 + 8
+	blockKeyLen  = 1 + 4 + 6 // the part of a record key that names its block
 	valueVersion = 1
 	valueHeader  = 1 + 4 // version, crc32c
 

@@ -69,6 +69,8 @@ type Config struct {
 	// instead of returning an error, so the reserve must cover a memtable
 	// and a value log file. 0 = the profile's default, negative = no check.
 	MinFreeBytes int64
+
+	tune func(*profileSpec) // tests: changes the profile's options before Open uses them
 }
 
 // DefaultConfig is one stream "default" capturing "#", fsync durability,

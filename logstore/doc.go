@@ -138,8 +138,20 @@
 // it runs (other streams' commits wait on a lock instead of failing with
 // ErrBlockedWrites). Records of a partly retained block stay on disk, hidden,
 // until the block is whole. Badger's TTL is not used: it hides keys but gives
-// no space back. After records were dropped, value-log GC runs a few rounds
-// for payloads above the value threshold.
+// no space back.
+//
+// Records above the profile's value threshold (64 bytes for pi-zero: nearly
+// all of them) live in Badger's value log, and the tables hold 12-byte
+// pointers to them. DropPrefix does not shrink the value log: after a
+// reclaim, value-log GC rewrites, one at a time, the files whose garbage
+// reached a ratio (0.9 with one stream, whose files empty in order; 0.5 with
+// several), which moves what is live in them and deletes them. GC finds
+// those files by the garbage DropPrefix counted while reading the tables it
+// dropped, but DropPrefix deletes a table lying wholly inside one prefix
+// unread: reclaim.go plans the prefixes so that no table of value pointers
+// is dropped that way (TestReclaim_GivesBackTheValueLogOfACutTable;
+// TestRetention_DiskStaysBounded appends 12 times max_bytes and checks the
+// directory stays within its bound).
 //
 // # Full disk
 //
@@ -157,10 +169,9 @@
 //
 // Store.MaxRecordBytes is the largest encoded record an append accepts:
 // ValueLogFileSize less 1 KiB on disk, the value threshold in memory (Badger
-// has no value log there). Larger records fail with ErrRecordTooLarge before
-// reaching Badger, whose own error would dump the whole value. Records above
-// the value threshold live in the value log, which DropPrefix does not
-// shrink: value-log GC does.
+// has no value log there, and in-memory stores keep records up to 64 KiB
+// in the tables). Larger records fail with ErrRecordTooLarge before
+// reaching Badger, whose own error would dump the whole value.
 //
 // # Corruption
 //
@@ -172,7 +183,8 @@
 // # Storage profiles
 //
 // Profiles pi-zero, pi and server set Badger's memtables, level sizes,
-// compression, caches and value threshold (see profile.go and issue 2), and
-// a Go memory limit (Profile.MemoryLimit) the caller applies. Badger's
+// compression, caches and value-log file size (see profile.go and issue 2),
+// and a Go memory limit (Profile.MemoryLimit) the caller applies. All three
+// keep records in the value log (profile.go, recordsInValueLog). Badger's
 // warnings and errors go to the store's slog.Logger.
 package logstore

@@ -131,7 +131,8 @@ func (sh integrityShape) size(off uint64) int {
 	r := int(h >> 40) // 24 bits: positive on 32-bit platforms too
 	// An encoded record is a payload plus about 45 bytes: below is
 	// stored inline, above in the value log.
-	below := sh.threshold - 64 - r%(sh.threshold/4)
+	margin := min(64, sh.threshold*3/4)
+	below := max(0, sh.threshold-margin-r%max(1, sh.threshold/4))
 	if o := int(off); o >= sh.runStart && o < sh.runStart+sh.runLen {
 		return below
 	}

@@ -59,24 +59,49 @@ var profiles = map[Profile]profileSpec{
 		memTableSize: 8 * mib, numMemtables: 2, l0Tables: 2, l0Stall: 4,
 		baseTableSize: 8 * mib, baseLevelSize: 32 * mib,
 		compression: options.None, blockCache: 0, indexCache: 8 * mib,
-		valueThreshold: 32 * kib, valueLogFileSize: 32 * mib,
+		valueThreshold: recordsInValueLog, valueLogFileSize: 32 * mib,
 		memoryLimit: 128 * mib, numCompactors: 2, minFree: 64 * mib,
 	},
 	ProfilePi: {
 		memTableSize: 16 * mib, numMemtables: 3, l0Tables: 3, l0Stall: 8,
 		baseTableSize: 8 * mib, baseLevelSize: 64 * mib,
 		compression: options.Snappy, blockCache: 16 * mib, indexCache: 16 * mib,
-		valueThreshold: 64 * kib, valueLogFileSize: 64 * mib,
+		valueThreshold: recordsInValueLog, valueLogFileSize: 64 * mib,
 		memoryLimit: 256 * mib, numCompactors: 2, minFree: 128 * mib,
 	},
 	ProfileServer: {
 		memTableSize: 64 * mib, numMemtables: 4, l0Tables: 5, l0Stall: 15,
 		baseTableSize: 8 * mib, baseLevelSize: 64 * mib,
 		compression: options.Snappy, blockCache: 256 * mib, indexCache: 128 * mib,
-		valueThreshold: 64 * kib, valueLogFileSize: 256 * mib,
+		valueThreshold: recordsInValueLog, valueLogFileSize: 256 * mib,
 		memoryLimit: 0, numCompactors: 4, minFree: 512 * mib,
 	},
 }
+
+// recordsInValueLog is every profile's value threshold: values of more bytes
+// (every record with a payload of more than about 20 bytes) are written once
+// to Badger's value log, and the tables hold a 12-byte pointer to each. A
+// record inline in the tables is written again by each compaction that
+// moves it down a level. 1,000,000 records of 128-byte payloads, written
+// per record (2026-12-02, ext4 on a loop device, a shared 2-core VM):
+//
+//	                          inline           value log
+//	bench-pi.sh, MQTT QoS 1   pi-zero   912    409-415
+//	(payloads of zeros)       pi        359    370-372
+//	                          server    310    346-356
+//	BenchmarkIngest, random   pi-zero  1393*   406
+//	payloads                  pi        626*   372
+//	                          server    396*   346
+//	(* key layout 1)
+//
+// Snappy only helps inline records that compress; reads from the value log
+// were as fast (BenchmarkReadFrom, BenchmarkReadAll). The price: with fsync
+// durability a commit fsyncs the value-log file as well as the write-ahead
+// log (pi's 1M-record ingest: 28.7k acks/s inline, 21.7k in the value log,
+// same hour), the value log is not compressed (the disk holds 214-232 bytes
+// per record instead of 44 when payloads compress 4x), and only value-log
+// GC gives its space back (reclaim.go, Store.valueLogGC).
+const recordsInValueLog = 64
 
 // DefaultProfile is pi on arm and arm64, server elsewhere.
 func DefaultProfile() Profile {
@@ -170,6 +195,18 @@ func (s profileSpec) for32Bit() profileSpec {
 // valueThreshold32 is the largest value kept inline in the tables on 32-bit
 // platforms; larger ones go to the value log.
 const valueThreshold32 = 1 * kib
+
+// inMemory adapts s to Badger's in-memory mode (tests), which has no value
+// log and refuses values above the value threshold: records up to 64 KiB
+// (1 KiB on 32-bit platforms, see for32Bit) stay in the tables.
+func (s profileSpec) inMemory() profileSpec {
+	limit := int64(64 * kib)
+	if bits.UintSize == 32 {
+		limit = valueThreshold32
+	}
+	s.valueThreshold = max(s.valueThreshold, limit)
+	return s
+}
 
 // badgerOptions builds the Badger options for the profile. The caller sets
 // Dir/InMemory, SyncWrites and Logger.

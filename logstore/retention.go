@@ -3,7 +3,6 @@ package logstore
 import (
 	"encoding/binary"
 	"fmt"
-	"log/slog"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -259,35 +258,6 @@ func (s *Stream) retain(now time.Time) (uint64, error) {
 	dropped := newStart - start
 	s.mDropped.Add(float64(dropped))
 	return dropped, s.maybeReclaim(now)
-}
-
-// maybeReclaim gives back the space of whole 65536-offset blocks below the
-// log start with one DropPrefix call, at most once per ReclaimInterval for
-// the whole store. DropPrefix stops every writer while it runs, so the
-// store's commits wait on writeMu instead of failing.
-func (s *Stream) maybeReclaim(now time.Time) error {
-	upto := s.first.Load() >> blockShift // blocks below upto are whole and hidden
-	if upto <= s.reclaimFrom || !s.st.reclaimDue(now) {
-		return nil
-	}
-	const maxBlocks = 2048
-	upto = min(upto, s.reclaimFrom+maxBlocks)
-	prefixes := make([][]byte, 0, 2*(upto-s.reclaimFrom))
-	for b := s.reclaimFrom; b < upto; b++ {
-		prefixes = append(prefixes, blockPrefix(tagRecord, s.id, b), blockPrefix(tagChunk, s.id, b))
-	}
-	s.st.writeMu.Lock()
-	t0 := time.Now()
-	err := s.st.db.DropPrefix(prefixes...)
-	s.st.writeMu.Unlock()
-	if err != nil {
-		return fmt.Errorf("reclaim blocks [%d, %d): %w", s.reclaimFrom, upto, err)
-	}
-	s.st.metrics.Reclaims.Inc()
-	s.st.log.Debug("reclaimed retained-out records", slog.String(logKeyStream, s.name),
-		slog.Uint64("below_offset", upto<<blockShift), slog.Duration("took", time.Since(t0)))
-	s.reclaimFrom = upto
-	return nil
 }
 
 // truncate drops every record >= offset (appender goroutine). Readers stop

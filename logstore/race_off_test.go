@@ -1,0 +1,5 @@
+//go:build !race
+
+package logstore
+
+const raceEnabled = false
