@@ -69,10 +69,10 @@ var profiles = map[Profile]profileSpec{
 		valueThreshold: recordsInValueLog, valueLogFileSize: 64 * mib,
 		memoryLimit: 256 * mib, numCompactors: 2, minFree: 128 * mib,
 	},
-	ProfileServer: {
-		memTableSize: 64 * mib, numMemtables: 4, l0Tables: 5, l0Stall: 15,
+	ProfileServer: { // memtables, compression and caches: see serverReplay
+		memTableSize: 16 * mib, numMemtables: 4, l0Tables: 5, l0Stall: 15,
 		baseTableSize: 8 * mib, baseLevelSize: 64 * mib,
-		compression: options.Snappy, blockCache: 256 * mib, indexCache: 128 * mib,
+		compression: options.None, blockCache: 0, indexCache: 64 * mib,
 		valueThreshold: recordsInValueLog, valueLogFileSize: 256 * mib,
 		memoryLimit: 0, numCompactors: 4, minFree: 512 * mib,
 	},
@@ -102,6 +102,28 @@ var profiles = map[Profile]profileSpec{
 // per record instead of 44 when payloads compress 4x), and only value-log
 // GC gives its space back (reclaim.go, Store.valueLogGC).
 const recordsInValueLog = 64
+
+// serverReplay: the server profile's memtables, compression and caches
+// are sized for replay, a log read mostly once, in order (issue 3: broker
+// RSS during a 1M-record replay within 50 MB of idle). It had Snappy, a
+// 256 MiB block cache and a 128 MiB index cache: Badger's iterators fill
+// the block cache on every read (table.NOCACHE is not reachable from
+// IteratorOptions), and a replay grew anonymous memory by 441-498 MB. With
+// records in the value log the tables hold pointers, about 35 MB per million
+// records, so the caches could not fill, yet the growth was still 138-161
+// MB: Go's heap goal counts the 64 MiB memtable arena as live, so garbage
+// piled up to about twice that before a GC. Now: no compression (it only
+// shrank the pointer tables), so no block cache (Badger requires one with
+// compression; the tables are read through their memory map), a 64 MiB
+// index cache (0 would keep every table's index in the heap for good), and
+// 16 MiB memtables. PROFILES=server REPS=3 MOSQUITTO=0 scripts/bench-replay.sh
+// (2026-12-02, 2-core VM, load 3-6), before -> after: QoS 0 250k -> 287k
+// msg/s (medians; 146-341k and 255-465k), 3.3 -> 3.1 us of broker CPU per
+// message, anonymous growth +138 -> +24 MB; QoS 1 107k -> 118k msg/s,
+// +161 -> +26 MB. File-backed growth, the pages of the value log and
+// tables the replay read, went +210 -> +226 MB: page cache, which the
+// kernel reclaims, but VmRSS counts it. The live tail of each stream is
+// served from logstore's own tail cache, without Badger.
 
 // DefaultProfile is pi on arm and arm64, server elsewhere.
 func DefaultProfile() Profile {
