@@ -100,7 +100,11 @@ var profiles = map[Profile]profileSpec{
 // log (pi's 1M-record ingest: 28.7k acks/s inline, 21.7k in the value log,
 // same hour), the value log is not compressed (the disk holds 214-232 bytes
 // per record instead of 44 when payloads compress 4x), and only value-log
-// GC gives its space back (reclaim.go, Store.valueLogGC).
+// GC gives its space back (reclaim.go, Store.valueLogGC). Where commits
+// hold a record or two (1,000 sensors at 1 msg/s, fsync) the extra fsynced
+// page outweighs what compactions save in a short run: pi-zero 4,536 inline
+// against 6,453 bytes per message with linger 0, 871 against 1,517 with
+// linger 5ms (30 s, bench-pi.sh; README, "Memory and SD-card writes").
 const recordsInValueLog = 64
 
 // serverReplay: the server profile's memtables, compression and caches

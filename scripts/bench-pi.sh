@@ -65,12 +65,14 @@ DURABILITY=${DURABILITY:-fsync} # of the stream: fsync or interval
 PEAT_BIN=${PEAT_BIN:-}           # a peat binary to measure instead of one built from this tree
 MEMORY_MAX=${MEMORY_MAX:-}       # e.g. 128M: run the broker in a memory cgroup of that size
 MAX_BYTES=${MAX_BYTES:-}         # e.g. 64MiB: the stream's max_bytes (disk bytes/rec is then of the records kept)
+LINGER=${LINGER:-}               # e.g. 5ms: the stream's linger (lone publishes share a commit)
 
 work=$(mktemp -d)
 data_root=${DATA_ROOT:-$work}
 mkdir -p "$data_root"
 data_root=$(cd "$data_root" && pwd)
 printf 'streams:\n  - name: default\n    filters: ["#"]\n    durability: %s\n' "$DURABILITY" >"$work/peat.yaml"
+[ -n "$LINGER" ] && printf '    linger: %s\n' "$LINGER" >>"$work/peat.yaml"
 if [ -n "$MAX_BYTES" ]; then # size retention, applied every 5 s, reclaimed every 15 s: the steady state of a full log
 	printf '    retention: {max_bytes: %s}\nstorage: {retention_interval: 5s, reclaim_interval: 15s}\n' "$MAX_BYTES" >>"$work/peat.yaml"
 fi
@@ -214,6 +216,7 @@ label_env=""
 [ -n "$PEAT_ENV" ] && label_env=" $PEAT_ENV"
 [ "$DURABILITY" != fsync ] && label_env="$label_env $DURABILITY"
 [ -n "$MAX_BYTES" ] && label_env="$label_env max_bytes $MAX_BYTES"
+[ -n "$LINGER" ] && label_env="$label_env linger $LINGER"
 per_publisher=$(((RECORDS + PUBLISHERS - 1) / PUBLISHERS))
 : >"$work/ingest.tsv"
 : >"$work/clients.tsv"
