@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,19 +13,7 @@ import (
 // vlogBytes is the space the value-log files take on disk.
 func vlogBytes(tb testing.TB, dir string) int64 {
 	tb.Helper()
-	m, err := filepath.Glob(filepath.Join(dir, "*.vlog"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var n int64
-	for _, f := range m {
-		fi, err := os.Stat(f)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		n += fi.Size()
-	}
-	return n
+	return filesSize(tb, dir, ".vlog")
 }
 
 // fragment returns a level >= 1 table of stream s whose keys all lie in one
