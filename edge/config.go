@@ -73,6 +73,10 @@ type StorageConfig struct {
 	// MinFreeBytes refuses publishes while the disk has less free space;
 	// 0 is the profile's reserve, -1 turns the check off.
 	MinFreeBytes ByteSize `yaml:"min_free_bytes"`
+	// MappedLimit bounds how much of RSS the pages of Badger's
+	// memory-mapped files may take before the store hands them back to
+	// the kernel; 0 is the profile's, -1 never.
+	MappedLimit ByteSize `yaml:"mapped_limit"`
 }
 
 // StreamConfig is one stream.
@@ -119,6 +123,7 @@ func DefaultConfig() Config {
 			RetentionInterval: Duration(logstore.DefaultRetentionInterval),
 			ReclaimInterval:   Duration(logstore.DefaultReclaimInterval),
 			MinFreeBytes:      0,
+			MappedLimit:       0,
 		},
 		Streams: []StreamConfig{defaultStream(logstore.DefaultStreamName, DefaultStreamFilter)},
 	}
@@ -155,6 +160,7 @@ func (c Config) StoreConfig() logstore.Config {
 	sc.RetentionInterval = time.Duration(c.Storage.RetentionInterval)
 	sc.ReclaimInterval = time.Duration(c.Storage.ReclaimInterval)
 	sc.MinFreeBytes = int64(c.Storage.MinFreeBytes)
+	sc.MappedLimit = int64(c.Storage.MappedLimit)
 	sc.Streams = make([]logstore.StreamConfig, len(c.Streams))
 	for i, s := range c.Streams {
 		sc.Streams[i] = logstore.StreamConfig{

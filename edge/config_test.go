@@ -323,3 +323,19 @@ func TestParseByteSize(t *testing.T) {
 		}
 	}
 }
+
+func TestParse_MappedLimitReachesTheStore(t *testing.T) {
+	for yaml, want := range map[string]int64{
+		`storage: {mapped_limit: 16MiB}`: 16 << 20,
+		`storage: {mapped_limit: -1}`:    -1,
+		`storage: {}`:                    0, // the profile's
+	} {
+		cfg, err := Parse([]byte(yaml))
+		if err != nil {
+			t.Fatalf("%s: %v", yaml, err)
+		}
+		if got := cfg.StoreConfig().MappedLimit; got != want {
+			t.Errorf("%s: store MappedLimit %d, want %d", yaml, got, want)
+		}
+	}
+}

@@ -69,6 +69,11 @@ type Config struct {
 	// instead of returning an error, so the reserve must cover a memtable
 	// and a value log file. 0 = the profile's default, negative = no check.
 	MinFreeBytes int64
+	// MappedLimit bounds the part of the process's RSS that is pages of
+	// Badger's memory-mapped files: past it, the store hands them back to
+	// the kernel (mapped.go; Linux only). 0 = the profile's default,
+	// negative = never.
+	MappedLimit int64
 
 	tune func(*profileSpec) // tests: changes the profile's options before Open uses them
 }

@@ -187,4 +187,13 @@
 // and a Go memory limit (Profile.MemoryLimit) the caller applies. All three
 // keep records in the value log (profile.go, recordsInValueLog). Badger's
 // warnings and errors go to the store's slog.Logger.
+//
+// # Memory-mapped pages
+//
+// Badger reads and writes every data file through a memory map, so each
+// page an append or a read touches stays in the process's RSS until the
+// kernel wants it back. Past Config.MappedLimit of such pages (a profile
+// default), a goroutine hands them back with madvise(MADV_PAGEOUT), which
+// drops clean pages from the page cache and never writes dirty ones early
+// (mapped.go).
 package logstore

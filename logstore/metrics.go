@@ -18,6 +18,7 @@ type Metrics struct {
 	CorruptRecords   *prometheus.CounterVec   // peat_log_corrupt_records_total{stream}
 	AppendErrors     *prometheus.CounterVec   // peat_log_append_errors_total{stream,reason}
 	Reclaims         prometheus.Counter       // peat_log_reclaims_total
+	MappedTrims      prometheus.Counter       // peat_log_mapped_trims_total
 
 	gauges *streamGauges
 }
@@ -66,11 +67,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Reclaims: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "peat_log_reclaims_total", Help: "DropPrefix calls that gave retained-out space back.",
 		}),
+		MappedTrims: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "peat_log_mapped_trims_total", Help: "Times the store handed the pages of Badger's memory-mapped files back to the kernel (storage.mapped_limit).",
+		}),
 		gauges: &streamGauges{},
 	}
 	if reg != nil {
 		reg.MustRegister(m.AppendedRecords, m.AppendedBytes, m.AppendDuration, m.CommitDuration,
-			m.BatchRecords, m.RetentionDropped, m.CorruptRecords, m.AppendErrors, m.Reclaims, m.gauges)
+			m.BatchRecords, m.RetentionDropped, m.CorruptRecords, m.AppendErrors, m.Reclaims, m.MappedTrims, m.gauges)
 	}
 	return m
 }

@@ -51,6 +51,7 @@ type profileSpec struct {
 	memoryLimit                                int64
 	numCompactors                              int
 	minFree                                    int64 // default free-space reserve
+	mappedLimit                                int64 // default Config.MappedLimit; 0: never trim
 	tableSizeMultiplier                        int   // 0: Badger's default (2)
 }
 
@@ -60,21 +61,21 @@ var profiles = map[Profile]profileSpec{
 		baseTableSize: 8 * mib, baseLevelSize: 32 * mib,
 		compression: options.None, blockCache: 0, indexCache: 8 * mib,
 		valueThreshold: recordsInValueLog, valueLogFileSize: 32 * mib,
-		memoryLimit: 128 * mib, numCompactors: 2, minFree: 64 * mib,
+		memoryLimit: 128 * mib, numCompactors: 2, minFree: 64 * mib, mappedLimit: 8 * mib,
 	},
 	ProfilePi: {
 		memTableSize: 16 * mib, numMemtables: 3, l0Tables: 3, l0Stall: 8,
 		baseTableSize: 8 * mib, baseLevelSize: 64 * mib,
 		compression: options.Snappy, blockCache: 16 * mib, indexCache: 16 * mib,
 		valueThreshold: recordsInValueLog, valueLogFileSize: 64 * mib,
-		memoryLimit: 256 * mib, numCompactors: 2, minFree: 128 * mib,
+		memoryLimit: 256 * mib, numCompactors: 2, minFree: 128 * mib, mappedLimit: 16 * mib,
 	},
 	ProfileServer: { // memtables, compression and caches: see serverReplay
 		memTableSize: 16 * mib, numMemtables: 4, l0Tables: 5, l0Stall: 15,
 		baseTableSize: 8 * mib, baseLevelSize: 64 * mib,
 		compression: options.None, blockCache: 0, indexCache: 64 * mib,
 		valueThreshold: recordsInValueLog, valueLogFileSize: 256 * mib,
-		memoryLimit: 0, numCompactors: 4, minFree: 512 * mib,
+		memoryLimit: 0, numCompactors: 4, minFree: 512 * mib, mappedLimit: 16 * mib,
 	},
 }
 

@@ -120,6 +120,19 @@ func Open(cfg Config) (*Store, error) {
 	}
 	st.space = spaceGuard{dir: cfg.Dir, min: minFree, every: 100 * time.Millisecond, free: diskFree}
 
+	mappedLimit := cfg.MappedLimit
+	if mappedLimit == 0 {
+		mappedLimit = spec.mappedLimit
+	}
+	var trimmer *mappedTrimmer
+	if mappedLimit > 0 && mappedTrimSupported && !cfg.InMemory {
+		var err error
+		if trimmer, err = newMappedTrimmer(cfg.Dir, mappedLimit); err != nil {
+			st.log.Warn("logstore: mapped_limit not applied", "err", err)
+			trimmer = nil
+		}
+	}
+
 	opts := spec.badgerOptions().
 		WithSyncWrites(st.syncWrites).
 		WithLogger(badgerLogger{st.log})
@@ -152,6 +165,10 @@ func Open(cfg Config) (*Store, error) {
 	if !st.syncWrites {
 		st.wg.Add(1)
 		go st.syncLoop()
+	}
+	if trimmer != nil {
+		st.wg.Add(1)
+		go st.mappedLoop(trimmer)
 	}
 	st.metrics.gauges.attach(st)
 	return st, nil

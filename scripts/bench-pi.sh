@@ -66,6 +66,7 @@ PEAT_BIN=${PEAT_BIN:-}           # a peat binary to measure instead of one built
 MEMORY_MAX=${MEMORY_MAX:-}       # e.g. 128M: run the broker in a memory cgroup of that size
 MAX_BYTES=${MAX_BYTES:-}         # e.g. 64MiB: the stream's max_bytes (disk bytes/rec is then of the records kept)
 LINGER=${LINGER:-}               # e.g. 5ms: the stream's linger (lone publishes share a commit)
+MAPPED_LIMIT=${MAPPED_LIMIT:-}   # storage.mapped_limit (-1: let Badger's mapped pages stay in RSS)
 
 work=$(mktemp -d)
 data_root=${DATA_ROOT:-$work}
@@ -73,9 +74,13 @@ mkdir -p "$data_root"
 data_root=$(cd "$data_root" && pwd)
 printf 'streams:\n  - name: default\n    filters: ["#"]\n    durability: %s\n' "$DURABILITY" >"$work/peat.yaml"
 [ -n "$LINGER" ] && printf '    linger: %s\n' "$LINGER" >>"$work/peat.yaml"
+storage_opts=""
 if [ -n "$MAX_BYTES" ]; then # size retention, applied every 5 s, reclaimed every 15 s: the steady state of a full log
-	printf '    retention: {max_bytes: %s}\nstorage: {retention_interval: 5s, reclaim_interval: 15s}\n' "$MAX_BYTES" >>"$work/peat.yaml"
+	printf '    retention: {max_bytes: %s}\n' "$MAX_BYTES" >>"$work/peat.yaml"
+	storage_opts="retention_interval: 5s, reclaim_interval: 15s"
 fi
+[ -n "$MAPPED_LIMIT" ] && storage_opts="${storage_opts:+$storage_opts, }mapped_limit: $MAPPED_LIMIT"
+[ -n "$storage_opts" ] && printf 'storage: {%s}\n' "$storage_opts" >>"$work/peat.yaml"
 
 # A memory cgroup for the broker, when MEMORY_MAX is set. cg_peak and
 # cg_ooms read it; each start_peat empties it first.
