@@ -178,7 +178,13 @@
 // Read verifies each value's checksum and decodes it into a new Record; a
 // value that fails either is reported as a *CorruptError with the stream and
 // offset (records before it are returned first), and counted in
-// peat_log_corrupt_records_total. Nothing panics on stored bytes.
+// peat_log_corrupt_records_total. Badger itself panics on some damaged
+// tables (a block trailer whose counts point outside the block); every read
+// transaction goes through Store.view, which recovers that into an error
+// matching ErrCorrupt (Read: a CorruptError at the offset reached), so a
+// damaged table fails the reads that meet it, not the broker. A table that
+// Open cannot load fails Open. Badger's compactions read tables in its own
+// goroutines, where a panic cannot be recovered.
 //
 // # Storage profiles
 //

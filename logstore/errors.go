@@ -46,3 +46,14 @@ func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
 
 // ErrNilRecord is returned for an append that contains a nil *Record.
 var ErrNilRecord = errors.New("logstore: nil record")
+
+// damagedError is what Store.view returns when Badger panicked reading: it
+// does on some damaged tables (slice bounds in a block's trailer,
+// table/iterator.go). It matches ErrCorrupt.
+type damagedError struct{ panicked any }
+
+func (e damagedError) Error() string {
+	return fmt.Sprintf("badger failed reading a damaged table: %v", e.panicked)
+}
+
+func (e damagedError) Is(target error) bool { return target == ErrCorrupt }

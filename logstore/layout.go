@@ -82,7 +82,7 @@ func (st *Store) migrateLayout() error {
 // layout 1 store, or a new one).
 func (st *Store) readLayout() (uint32, error) {
 	v := uint32(1)
-	err := st.db.View(func(txn *badger.Txn) error {
+	err := st.view(func(txn *badger.Txn) error {
 		item, err := txn.Get(layoutKey())
 		if err == badger.ErrKeyNotFound {
 			return nil
@@ -110,7 +110,7 @@ func (st *Store) moveKeys(from, to byte) (int, error) {
 	for {
 		var batch []entry
 		size := 0
-		err := st.db.View(func(txn *badger.Txn) error {
+		err := st.view(func(txn *badger.Txn) error {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{from}})
 			defer it.Close()
 			for it.Seek(seek); it.Valid(); it.Next() {

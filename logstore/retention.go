@@ -17,7 +17,7 @@ func (s *Stream) load() error {
 	var start, next uint64
 	var chunks []chunk
 	reclaimFrom := ^uint64(0)
-	err := s.st.db.View(func(txn *badger.Txn) error {
+	err := s.st.view(func(txn *badger.Txn) error {
 		item, err := txn.Get(startKey(s.id))
 		switch {
 		case err == badger.ErrKeyNotFound:
@@ -137,7 +137,7 @@ func (s *Stream) scanChunk(cs, from, to uint64, drop func(off uint64, ts, size i
 	kept := chunk{start: cs}
 	firstKept := to
 	dropping := drop != nil
-	err := s.st.db.View(func(txn *badger.Txn) error {
+	err := s.st.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix(tagRecord, s.id)})
 		defer it.Close()
 		for it.Seek(recordKey(s.id, from)); it.Valid(); it.Next() {

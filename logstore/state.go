@@ -59,7 +59,7 @@ func (st *Store) LoadState(prefix string, fn func(key string, val []byte) error)
 	if st.life.closed {
 		return fmt.Errorf("logstore: load state: %w", ErrClosed)
 	}
-	return st.db.View(func(txn *badger.Txn) error {
+	return st.view(func(txn *badger.Txn) error {
 		opts := badger.DefaultIteratorOptions
 		opts.PrefetchValues = false
 		opts.Prefix = stateKey(prefix)

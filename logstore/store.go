@@ -179,7 +179,7 @@ func Open(cfg Config) (*Store, error) {
 func (st *Store) openStreams() error {
 	ids := map[string]uint32{}
 	var maxID uint32
-	err := st.db.View(func(txn *badger.Txn) error {
+	err := st.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tagMeta, metaStreamID}})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -227,6 +227,19 @@ func (st *Store) openStreams() error {
 		st.byName[sc.Name] = s
 	}
 	return nil
+}
+
+// view runs fn in a Badger read transaction. Badger panics on some
+// damaged tables instead of returning an error; view recovers that into a
+// damagedError (matching ErrCorrupt), so damage on disk is an error of the
+// read that met it, not a crash of the broker.
+func (st *Store) view(fn func(txn *badger.Txn) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = damagedError{r}
+		}
+	}()
+	return st.db.View(fn)
 }
 
 // Close stops the appenders (queued appends fail with ErrClosed), stops

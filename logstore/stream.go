@@ -2,6 +2,7 @@ package logstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -272,10 +273,30 @@ func (s *Stream) Read(from uint64, max, maxBytes int) ([]*Record, error) {
 	if max > 0 && uint64(max) < want {
 		want = uint64(max)
 	}
-	out := make([]*Record, 0, min(want, 1024))
+	out, corrupt, err := s.readStored(from, want, maxBytes)
+	if err != nil {
+		return nil, fmt.Errorf("read %s at %d: %w", s.name, from, err)
+	}
+	if corrupt != nil && len(out) == 0 {
+		off := from + uint64(len(out))
+		// Retention or truncation may have moved while we read.
+		if off < s.FirstOffset() || off >= s.Committed() {
+			return nil, fmt.Errorf("read %s at %d: %w", s.name, from, ErrOffsetOutOfRange)
+		}
+		s.mCorrupt.Inc()
+		return nil, &CorruptError{Stream: s.name, Offset: off, Err: corrupt}
+	}
+	return out, nil
+}
+
+// readStored reads up to want records from Badger, starting at from, and
+// stops at maxBytes or at the first record it cannot return: corrupt says
+// why. A damaged table that makes Badger panic (Store.view) is corrupt at
+// the offset reached too.
+func (s *Stream) readStored(from, want uint64, maxBytes int) (out []*Record, corrupt, err error) {
+	out = make([]*Record, 0, min(want, 1024))
 	var size int
-	var corrupt error
-	err := s.st.db.View(func(txn *badger.Txn) error {
+	err = s.st.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix(tagRecord, s.id)})
 		defer it.Close()
 		off := from
@@ -305,19 +326,11 @@ func (s *Stream) Read(from uint64, max, maxBytes int) ([]*Record, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("read %s at %d: %w", s.name, from, err)
+	var damaged damagedError
+	if errors.As(err, &damaged) {
+		return out, damaged, nil
 	}
-	if corrupt != nil && len(out) == 0 {
-		off := from + uint64(len(out))
-		// Retention or truncation may have moved while we read.
-		if off < s.FirstOffset() || off >= s.Committed() {
-			return nil, fmt.Errorf("read %s at %d: %w", s.name, from, ErrOffsetOutOfRange)
-		}
-		s.mCorrupt.Inc()
-		return nil, &CorruptError{Stream: s.name, Offset: off, Err: corrupt}
-	}
-	return out, nil
+	return out, corrupt, err
 }
 
 // OffsetForTime returns the first offset whose record has a timestamp at
