@@ -24,7 +24,7 @@ const (
 	mib = 1 << 20
 )
 
-// profileSpec is the measured table of issue 2, item 4.
+// profileSpec starts from the measured table of issue 2, item 4.
 //
 // pi-zero keeps the table's 128 MiB Go memory limit, measured against 64 MiB
 // with scripts/bench-memory.sh (1,000 sensors publishing QoS 1 at 1 msg/s,
@@ -39,9 +39,19 @@ const (
 // a board whose CPU is the scarce part, the table's value is the better
 // default. Where memory is scarcer, GOMEMLIMIT=64MiB together with
 // GODEBUG=gcshrinkstackoff=1 gave 65 MB at the old CPU cost and p99 8 ms
-// (the runtime reads that setting only from the environment). Smaller
-// memtables (4 and 2 MB) and base tables (2 MB) lowered RSS in neither
-// workload, so the table's Badger sizes stay.
+// (the runtime reads that setting only from the environment).
+//
+// pi-zero's memtables and base tables are 4 MiB, half the table's 8. Once
+// records went to the value log and mapped pages were handed back
+// (mapped.go), a 1M-record ingest's RSS was mostly Go heap, and its live
+// part two memtable arenas and a table builder's 2x BaseTableSize buffer:
+// peak RSS 110-122 MB (RssAnon 92-102) with 8 MiB, 68-73 MB (52-57) with
+// 4 MiB, VmHWM 113-124 against 78-81 MB, at the same 55-58k acks/s and
+// the same bytes written (2 runs each, PROFILES=pi-zero CLIENTS=0
+// scripts/bench-pi.sh, 2026-12-02). 1,000 clients at 1 msg/s: 104 MB
+// either way (mochi's stacks and the GC goal, above). Before, with
+// records in the tables, 4 and 2 MiB memtables had lowered RSS in neither
+// workload.
 type profileSpec struct {
 	memTableSize, baseTableSize, baseLevelSize int64
 	numMemtables, l0Tables, l0Stall            int
@@ -57,8 +67,8 @@ type profileSpec struct {
 
 var profiles = map[Profile]profileSpec{
 	ProfilePiZero: {
-		memTableSize: 8 * mib, numMemtables: 2, l0Tables: 2, l0Stall: 4,
-		baseTableSize: 8 * mib, baseLevelSize: 32 * mib,
+		memTableSize: 4 * mib, numMemtables: 2, l0Tables: 2, l0Stall: 4,
+		baseTableSize: 4 * mib, baseLevelSize: 32 * mib,
 		compression: options.None, blockCache: 0, indexCache: 8 * mib,
 		valueThreshold: recordsInValueLog, valueLogFileSize: 32 * mib,
 		memoryLimit: 128 * mib, numCompactors: 2, minFree: 64 * mib, mappedLimit: 8 * mib,

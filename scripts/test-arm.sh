@@ -104,7 +104,12 @@ version() {
 for s in $STEPS; do
 	case $s in
 	arm64)
-		step "arm64: logstore" env GOARCH=arm64 QEMU_CPU=cortex-a53 "$GO" test -count=1 -timeout 20m -exec qemu-aarch64-static ./logstore/
+		# qemu-user (7.2) answers madvise with success and passes only
+		# MADV_DONTNEED on to the kernel, so pages handed back with
+		# MADV_PAGEOUT stay resident there: the test that checks they
+		# leave cannot pass under it, and runs natively in make test.
+		step "arm64: logstore" env GOARCH=arm64 QEMU_CPU=cortex-a53 "$GO" test -count=1 -timeout 20m -exec qemu-aarch64-static \
+			-skip '^TestMapped_PageOutGivesPagesBackAndKeepsData$' ./logstore/
 		step "arm64: mqtt publish/subscribe/restart" run_listed ./mqtt/ "$MQTT_TESTS"
 		step "arm64: edge node restart" run_listed ./edge/ "$EDGE_TESTS"
 		;;
