@@ -72,7 +72,8 @@ func (s *subscriber) record(p []byte, now int64) {
 	if len(p) >= headerLen {
 		pub := binary.BigEndian.Uint32(p)
 		seq := binary.BigEndian.Uint64(p[4:])
-		s.lat.add(now - int64(binary.BigEndian.Uint64(p[12:])))
+		sent := int64(binary.BigEndian.Uint64(p[12:]))
+		s.lat.addSent(now-sent, sent)
 		if int(pub) < len(s.seen) && seq/64 < uint64(len(s.seen[pub])) {
 			word, bit := &s.seen[pub][seq/64], uint64(1)<<(seq%64)
 			if *word&bit != 0 {
