@@ -159,5 +159,6 @@ func (r *deliveryReader) catchUp(ctx context.Context, from uint64, who []any,
 			}
 			next = rec.Offset + 1
 		}
+		yieldToLive()
 	}
 }

@@ -122,6 +122,7 @@ func (t *tap) runLog() {
 			if t.prog != nil {
 				t.prog.scan(next)
 			}
+			yieldToLive()
 			continue
 		}
 		if t.prog != nil {
