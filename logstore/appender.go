@@ -1,6 +1,7 @@
 package logstore
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -202,12 +203,10 @@ func (s *Stream) handleControl(r *request) {
 
 // pending is one encoded record waiting for its transaction.
 type pending struct {
-	key, val []byte
+	key, val []byte // its record key and version-1 value
 	ts       int64
 	rec      *Record // for the tail cache
 }
-
-func (p pending) size() int64 { return int64(len(p.key) + len(p.val)) }
 
 // commitBatch is one group commit: offsets are assigned in queue order,
 // the records are written in as few Badger transactions as fit (usually
@@ -313,6 +312,25 @@ func (s *Stream) report(batch []*request, firstIdx []int, refused []error, ri, w
 	return ri
 }
 
+// batchEnd returns how many of ents, the records from offset off on, go
+// into the next batch: as many as fit in limit bytes encoded, never past
+// the end of off's 1024-offset chunk (so never past a DropPrefix block), and
+// at least one.
+func batchEnd(off uint64, ents []pending, limit int) int {
+	room := int(min(uint64(len(ents)), chunkSize-off&(chunkSize-1)))
+	body := framedLen(len(ents[0].val))
+	m := 1
+	for m < room {
+		b := body + framedLen(len(ents[m].val))
+		if batchLen(m+1, b) > limit {
+			break
+		}
+		body = b
+		m++
+	}
+	return m
+}
+
 // appendError classifies a failed commit, counts it and logs a full disk
 // once per episode.
 func (s *Stream) appendError(err error) error {
@@ -335,28 +353,45 @@ func (s *Stream) appendError(err error) error {
 }
 
 // writeRecords writes a prefix of ents (offsets from base on) in one
-// transaction with the stats of the chunks it touches, commits it, and
-// publishes the new log end. It returns how many records it wrote.
+// transaction, as batches (batchEnd), with the stats of the chunks it
+// touches, commits it, and publishes the new log end. It returns how many
+// records it wrote.
 func (s *Stream) writeRecords(base uint64, ents []pending) (int, error) {
 	txn := s.st.db.NewTransaction(true)
 	defer txn.Discard()
-	n, size := 0, 0
-	for _, e := range ents {
-		esz := len(e.key) + len(e.val) + 32
-		if n > 0 && (n+8 >= s.st.txnCount || size+esz > s.st.txnBytes) {
+	limit := s.st.batchCap()
+	arena := s.batchArena[:0] // Badger reads the values during Commit: reused after
+	n, entries, size := 0, 0, 0
+	for n < len(ents) {
+		m := batchEnd(base+uint64(n), ents[n:], limit)
+		group := ents[n : n+m]
+		key, val := group[m-1].key, group[0].val
+		if m > 1 {
+			a0 := len(arena)
+			arena = append(arena, batchVersion)
+			arena = binary.AppendUvarint(arena, uint64(m))
+			for _, e := range group {
+				arena = binary.AppendUvarint(arena, uint64(len(e.val)))
+				arena = append(arena, e.val...)
+			}
+			val = arena[a0:len(arena):len(arena)]
+		}
+		esz := len(key) + len(val) + 32
+		if entries > 0 && (entries+8 >= s.st.txnCount || size+esz > s.st.txnBytes) {
 			break
 		}
-		if err := txn.Set(e.key, e.val); err != nil {
+		if err := txn.Set(key, val); err != nil {
 			if errors.Is(err, badger.ErrTxnTooBig) {
-				if n == 0 {
-					return 0, fmt.Errorf("%w: %d bytes at offset %d", ErrRecordTooLarge, len(e.val), base)
+				if entries == 0 {
+					return 0, fmt.Errorf("%w: %d bytes at offset %d", ErrRecordTooLarge, len(val), base)
 				}
 				break
 			}
 			return 0, err
 		}
-		n++
+		entries++
 		size += esz
+		n += m
 	}
 	ents = ents[:n]
 
@@ -375,8 +410,8 @@ func (s *Stream) writeRecords(base uint64, ents []pending) (int, error) {
 			touched = append(touched, cur)
 			cur = chunk{start: cs}
 		}
-		cur.add(e.ts, e.size())
-		added += e.size()
+		cur.add(e.ts, recordBytes(len(e.val)))
+		added += recordBytes(len(e.val))
 	}
 	touched = append(touched, cur)
 	for _, c := range touched {
@@ -390,6 +425,7 @@ func (s *Stream) writeRecords(base uint64, ents []pending) (int, error) {
 	err := txn.Commit()
 	s.mCommitDur.Observe(time.Since(t0).Seconds())
 	s.st.writeMu.RUnlock()
+	s.batchArena = arena
 	if err != nil {
 		return 0, err
 	}

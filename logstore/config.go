@@ -75,7 +75,8 @@ type Config struct {
 	// negative = never.
 	MappedLimit int64
 
-	tune func(*profileSpec) // tests: changes the profile's options before Open uses them
+	tune       func(*profileSpec) // tests: changes the profile's options before Open uses them
+	batchValue int                // tests: caps a batch's value below maxBatchValue (1: every record its own entry, as in key layout 2)
 }
 
 // DefaultConfig is one stream "default" capturing "#", fsync durability,

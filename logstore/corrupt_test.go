@@ -16,6 +16,9 @@ func TestRead_CorruptRecordIsReportedWithStreamAndOffset(t *testing.T) {
 	st := openStore(t, testConfig(t, StreamConfig{Name: "telemetry", Filters: []string{"#"}}))
 	s := st.Stream("telemetry")
 	appendN(t, s, 10, 10)
+	for _, off := range []uint64{1, 2, 4, 6, 8, 9} {
+		isolate(t, s, off) // its own entry, as key layout 2 stored every record
+	}
 	for off, garbage := range map[uint64][]byte{
 		4: []byte("definitely not a record"),
 		6: {},
@@ -75,6 +78,9 @@ func TestRead_DamagedTableIsReportedNotServed(t *testing.T) {
 	pristine := t.TempDir()
 	cfg := testConfig(t, StreamConfig{Name: "telemetry", Filters: []string{"#"}})
 	cfg.Dir = pristine
+	// Batches (of 100 records here, about 3 KiB) inline in the tables, so
+	// the damage hits record bytes, not only pointers into the value log.
+	cfg.tune = func(p *profileSpec) { p.valueThreshold = maxBatchValue }
 	st, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -26,21 +26,31 @@
 // config, never by rewriting data. Offsets are big-endian, so Badger's key
 // order is offset order.
 //
-//	record             'r' <id:4> <offset:8>                 -> record value
+//	record batch       'r' <id:4> <last offset:8>            -> batch value
 //	chunk stats        's' <id:4> <chunk start offset:8>     -> chunk value
 //	consumer state     't' <key>                             -> value (state.go)
 //	meta, stream id    'x' 'n' <stream name>                 -> uint32 id (BE)
 //	meta, log start    'x' 's' <id:4>                        -> uint64 offset (BE)
-//	meta, key layout   'x' 'v'                               -> uint32 version (BE), 2
+//	meta, key layout   'x' 'v'                               -> uint32 version (BE), 3
 //
 //	record key, 13 bytes:
 //	+-----+----+----+----+----+----+----+----+----+----+----+----+----+
-//	| 'r' |    stream id (BE)  |          offset (BE, 8 bytes)         |
+//	| 'r' |    stream id (BE)  |  last offset (BE, 8 bytes)            |
 //	+-----+----+----+----+----+----+----+----+----+----+----+----+----+
 //	                           |<-- block: first 6 bytes -->|
 //
-// The first 11 bytes of a record key name a block of 65536 offsets
-// (offset >> 16); retention gives space back with DropPrefix of whole blocks.
+// Records are stored in batches (key layout 3): one Badger entry holds the
+// records of a run of offsets and is keyed by the record key of the run's
+// last offset. The batches of a stream are contiguous, so the first key at
+// or above recordKey(off) is the batch that holds off: a read seeks there,
+// the log end is the last key + 1. A batch never crosses a 1024-offset
+// chunk, hence never a block: the first 11 bytes of a record key name a
+// block of 65536 offsets (offset >> 16) that holds every record of its
+// batch, and retention gives space back with DropPrefix of whole blocks.
+//
+//	offsets   ... 1021 1022 1023 | 1024 1025 ... 1300 | 1301 ...
+//	entries   ... ---- key 1023 -+---- key 1300 ------+--- ...
+//	                chunk 0      |      chunk 1
 //
 // Records sort before every other key. A commit writes its records at the
 // end of the log and rewrites a chunk-stats key, retention rewrites the log
@@ -49,9 +59,39 @@
 // largest key) overlaps only the last table of the level below, and a
 // level-0 compaction rewrites that table instead of the whole level.
 // layout.go has the history: Open moves the keys of a store written in
-// layout 1 (tags 'c', 'k', 'm', in front of the records) in place.
+// layout 1 (tags 'c', 'k', 'm', in front of the records) in place; a store
+// of layout 2 (one entry per record, keyed by its offset) is already a
+// store of batches of one, and only its version changes.
 //
 // # Record value
+//
+// A batch value is either one record value (version 1: a batch of one,
+// what key layout 2 stored for every record) or a batch of records:
+//
+//	+---------+---------+----------+----------------+-----+------------+------------------+
+//	| version | count n | length 0 | record value 0 | ... | length n-1 | record value n-1 |
+//	| 1 byte  | uvarint | uvarint  | (version 1)    |     | uvarint    | (version 1)      |
+//	|  = 2    | 2..1024 |          |                |     |            |                  |
+//	+---------+---------+----------+----------------+-----+------------+------------------+
+//
+//	Record i of a batch keyed by offset L holding n records has offset
+//	L-n+1+i; all n lie in L's chunk. Each record value keeps its own
+//	checksum over its own offset, so a truncation writes a batch's first
+//	records back unchanged (and a lone one as its version-1 value), a read
+//	from the middle checks only the records it returns, and a damaged record
+//	costs that record alone. The framing has no checksum of its own: it
+//	must hold exactly n lengths that end at the value's end, and a wrong
+//	count or length fails the checksums of the records it shifts.
+//
+// The appender writes a commit's records as batches of at most 32 KiB
+// (maxBatchValue: Badger's cost per entry is 0.15% of that, and a read
+// from inside a batch walks it from the start; lower in memory, where the
+// value threshold is Badger's limit) and never across a chunk; a commit of
+// one record, or a record larger than the cap, is a batch of one (version
+// 1), so the bytes of a lone record are those of key layout 2.
+// TestCodec_BatchFormatIsStable pins them.
+//
+// A record value:
 //
 //	+---------+----------------+-------------------------------------------+
 //	| version | CRC-32C (BE)   | msgpack array                             |
@@ -62,8 +102,9 @@
 //	+---------+----------------+-------------------------------------------+
 //
 //	CRC-32C (Castagnoli) covers the record's 8-byte big-endian offset, the
-//	version byte and the msgpack body: a value copied under another key fails
-//	too. The array is standard msgpack (any msgpack library decodes it):
+//	version byte and the msgpack body: a value copied under another key or
+//	to another place in a batch fails too. The array is standard msgpack
+//	(any msgpack library decodes it):
 //	ts int (unix ms, broker clock), topic str, payload bin, flags uint
 //	(QoS | retain<<2), client id str, epoch uint, content type str, payload
 //	format uint or nil, response topic str, correlation data bin, user
@@ -82,7 +123,8 @@
 // allocates a declared bin length up front), and unknown fields are skipped
 // at most 32 levels deep (the library's Skip recurses without a limit).
 //
-// The offset itself is not in the value: the key carries it.
+// The offset itself is not in the value: the key and the record's place in
+// its batch carry it.
 //
 // # Chunk stats
 //
@@ -97,19 +139,45 @@
 // They cover the records of the chunk at or above the log start, and serve
 // byte accounting (Bytes), retention (age uses max ts, size uses bytes) and
 // OffsetForTime (a sparse time index: find the chunk, scan at most 1024
-// records). A chunk's bytes count encoded keys and values. The stats of the
-// first and last chunk are recomputed from the records on Open, so a crash
-// during a truncation leaves nothing stale.
+// records). They count records, not batches: a chunk's bytes give each
+// record its own 13-byte key and its version-1 value, what it took as its
+// own entry in key layout 2, whatever batch holds it. That is about 10
+// bytes a record more than a batch stores (13 bytes of key for each record
+// against one key per batch, less 2-3 bytes of framing), so Bytes never
+// understates the disk, and retention by bytes keeps the same records it
+// kept before batches. The stats of the first and last chunk are recomputed
+// from the records on Open, so a crash during a truncation leaves nothing
+// stale.
 //
 // # Appends and durability
 //
 // Each stream has one appender goroutine, the only writer of the stream.
 // It takes the oldest waiting request and every append queued behind it
 // (up to 4096 records, or 7.5% of the memtable in bytes), assigns offsets in
-// queue order, writes them as one Badger transaction with the chunk stats
-// (split into more when Badger's per-transaction limit would be exceeded),
-// commits, and only then advances the log end and calls each request's done,
-// in call order. Truncation and retention are requests in the same queue.
+// queue order, encodes each record, cuts the run into batches (at every
+// chunk boundary and at 32 KiB, see Record value; requests do not matter,
+// one may span batches and a batch hold several), writes the batches as one
+// Badger transaction with the chunk stats (split into more, between
+// batches, when Badger's per-transaction limit would be exceeded), commits,
+// and only then advances the log end and calls each request's done, in call
+// order. Truncation and retention are requests in the same queue.
+//
+// Batches are what make the log cheap to write: with records above the
+// value threshold, Badger writes each entry's value once to its value log
+// and a ~45-byte pointer entry to its write-ahead log, a level-0 table and
+// again at each compaction. With one entry per record that came to 400-415
+// bytes written per 179-byte record (BenchmarkIngest, 1M records, fsync,
+// ext4); with one per batch, 278 in every profile, most of the rest being
+// the pages each fsynced commit writes again (README, "Memory and SD-card
+// writes").
+//
+// Truncate(offset) deletes, from the top down, the batches that hold
+// offsets at or above offset; the one that holds offset-1 and offset is cut:
+// its records below offset are written back as a batch keyed by offset-1 in
+// the transaction that deletes it, so a crash leaves a contiguous log. A
+// batch whose framing is damaged cannot be cut: Truncate then fails with a
+// CorruptError (at a chunk start, or right after the end of a batch, there
+// is nothing to cut and its value is not read).
 //
 // Badger's SyncWrites is a database-wide option, and db.Sync() does not cover
 // a memtable that was just rotated, so fsync durability cannot be had per
@@ -131,7 +199,9 @@
 // go first; within the next chunk records are dropped one by one from the
 // front (scanning at most 1024). The new start and that chunk's stats are
 // persisted in one small transaction; Read refuses offsets below it at once.
-// Only committed records are dropped. The space comes back later: the
+// Only committed records are dropped. The log start may fall inside a
+// batch: its records below the start stay on disk, hidden and no longer
+// counted, until their block is reclaimed. The space comes back later: the
 // appender calls DropPrefix for every whole 65536-offset block below the log
 // start, in one call, at most once per ReclaimInterval (1 minute) for the
 // whole store, because DropPrefix stops every writer of the database while
@@ -140,9 +210,9 @@
 // until the block is whole. Badger's TTL is not used: it hides keys but gives
 // no space back.
 //
-// Records above the profile's value threshold (64 bytes for pi-zero: nearly
-// all of them) live in Badger's value log, and the tables hold 12-byte
-// pointers to them. DropPrefix does not shrink the value log: after a
+// Batch values above the profile's value threshold (64 bytes for pi-zero:
+// nearly all of them) live in Badger's value log, and the tables hold
+// 12-byte pointers to them. DropPrefix does not shrink the value log: after a
 // reclaim, value-log GC rewrites, one at a time, the files whose garbage
 // reached a ratio (0.9 with one stream, whose files empty in order; 0.5 with
 // several), which moves what is live in them and deletes them. GC finds
@@ -175,14 +245,19 @@
 //
 // # Corruption
 //
-// Read verifies each value's checksum and decodes it into a new Record; a
-// value that fails either is reported as a *CorruptError with the stream and
-// offset (records before it are returned first), and counted in
-// peat_log_corrupt_records_total. Badger itself panics on some damaged
-// tables (a block trailer whose counts point outside the block); every read
-// transaction goes through Store.view, which recovers that into an error
-// matching ErrCorrupt (Read: a CorruptError at the offset reached), so a
-// damaged table fails the reads that meet it, not the broker. A table that
+// Read checks the framing of each batch it meets, then the checksum of each
+// record it returns, and decodes it into a new Record; a record that fails
+// is reported as a *CorruptError with the stream and its offset (records
+// before it are returned first), as is a batch whose framing is bad or that
+// does not start where the one before ended, at the first offset the read
+// needed from it (the batch's first, or where the read started), and
+// counted in peat_log_corrupt_records_total. A read that starts past a bad
+// record of a batch returns the batch's later records. Badger itself panics
+// on some damaged tables (a block trailer whose counts point outside the
+// block); every read transaction goes through Store.view, which recovers
+// that into an error matching ErrCorrupt (Read: a CorruptError at the
+// offset reached), so a damaged table fails the reads that meet it, not the
+// broker. A table that
 // Open cannot load fails Open. Badger's compactions read tables in its own
 // goroutines, where a panic cannot be recovered.
 //

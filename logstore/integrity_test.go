@@ -423,6 +423,9 @@ func TestIntegrity_FindsLostAndDamagedRecords(t *testing.T) {
 	flip := sh.payload(flipped)
 	flip[len(flip)-1] ^= 0x10
 	other := sh.payload(moved + 1)[:sh.size(moved)] // right length, wrong offset
+	for _, off := range []uint64{lost, flipped, moved} {
+		isolate(t, s, off) // its own entry, as key layout 2 stored every record
+	}
 	err := st.db.Update(func(txn *badger.Txn) error {
 		if err := txn.Delete(recordKey(s.id, lost)); err != nil {
 			return err

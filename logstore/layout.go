@@ -32,13 +32,30 @@ import (
 //
 // A store migrated to layout 2 must not be opened by a Peat from before the
 // migration: it would not find its meta keys.
-const layoutVersion = 2
+//
+// Layout 3 writes a group commit's records as batches, one Badger entry per
+// run of records of one chunk, keyed by the run's last offset (doc.go,
+// "Record value"). Nothing moves: a layout 2 record is a batch of one whose
+// last offset is its own, so Open of a layout 2 store only writes the new
+// version. A Peat of layout 2 must not open a layout 3 store (it would read
+// a batch as one corrupt record at its last offset), which the version
+// forbids.
+const layoutVersion = 3
 
 // layout1Moves maps layout 1's tags to layout 2's.
 var layout1Moves = [...]struct{ from, to byte }{
 	{'c', tagChunk},
 	{'k', tagState},
 	{'m', tagMeta},
+}
+
+// moves is how many of layout1Moves a store of layout v needs: all for
+// layout 1, none after (layout 2 to 3 moves nothing).
+func moves(v uint32) int {
+	if v < 2 {
+		return len(layout1Moves)
+	}
+	return 0
 }
 
 func layoutKey() []byte { return []byte{tagMeta, metaLayout} }
@@ -58,11 +75,11 @@ func (st *Store) migrateLayout() error {
 	}
 	t0 := time.Now()
 	moved := 0
-	for _, m := range layout1Moves {
+	for _, m := range layout1Moves[:moves(v)] {
 		n, err := st.moveKeys(m.from, m.to)
 		moved += n
 		if err != nil {
-			return fmt.Errorf("logstore: migrate key layout 1 to %d: %w", layoutVersion, err)
+			return fmt.Errorf("logstore: migrate key layout %d to %d: %w", v, layoutVersion, err)
 		}
 	}
 	err = st.db.Update(func(txn *badger.Txn) error {

@@ -196,7 +196,7 @@ func TestLayout_RefusesANewerLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Open(cfg)
-	if err == nil || !strings.Contains(err.Error(), "key layout 3") {
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("key layout %d", layoutVersion+1)) {
 		t.Fatalf("Open of a newer layout = %v, want a key layout error", err)
 	}
 }

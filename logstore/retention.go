@@ -129,43 +129,59 @@ func (s *Stream) setChunk(c chunk) {
 	}
 }
 
-// scanChunk reads the records of [from, to) (inside chunk cs). drop, when
-// not nil, is asked in offset order whether each record goes; it stops
-// being asked at the first "no". scanChunk returns the stats of the records
-// kept and the first offset kept (to when all went).
+// scanChunk reads the records of [from, to) (inside chunk cs), batch by
+// batch, and counts each as the appender did (recordBytes). drop, when not
+// nil, is asked in offset order whether each record goes; it stops being
+// asked at the first "no". scanChunk returns the stats of the records kept
+// and the first offset kept (to when all went). A record that cannot be
+// decoded counts as old as the oldest kept; a batch whose framing is bad
+// counts its whole entry on the first offset it may hold.
 func (s *Stream) scanChunk(cs, from, to uint64, drop func(off uint64, ts, size int64) bool) (chunk, uint64, error) {
 	kept := chunk{start: cs}
 	firstKept := to
 	dropping := drop != nil
+	visit := func(off uint64, ts, size int64) {
+		if dropping && drop(off, ts, size) {
+			return
+		}
+		dropping = false
+		if firstKept == to {
+			firstKept = off
+		}
+		kept.add(ts, size)
+	}
+	var vals [][]byte
+	expect := from // where the next batch starts, for one whose framing is bad
 	err := s.st.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix(tagRecord, s.id)})
 		defer it.Close()
-		for it.Seek(recordKey(s.id, from)); it.Valid(); it.Next() {
+		for it.Seek(recordKey(s.id, from)); it.Valid() && expect < to; it.Next() {
 			item := it.Item()
-			off := keyOffset(item.Key())
-			if off >= to {
-				break
-			}
-			var ts int64
-			size := int64(len(item.Key())) + item.ValueSize()
-			_ = item.Value(func(v []byte) error {
-				if r, err := decodeRecord(off, v); err == nil {
-					ts = r.Timestamp
-				} else {
-					ts = kept.minTs // unknown: treat as old as the oldest kept
+			last := keyOffset(item.Key())
+			whole := int64(len(item.Key())) + item.ValueSize()
+			err := item.Value(func(v []byte) error {
+				first, vs, err := parseBatch(last, v, vals)
+				vals = vs
+				if err != nil {
+					return err
+				}
+				for i := max(from, first) - first; i < uint64(len(vs)) && first+i < to; i++ {
+					off := first + i
+					ts := kept.minTs // unknown: treat as old as the oldest kept
+					if r, err := decodeRecord(off, vs[i]); err == nil {
+						ts = r.Timestamp
+					}
+					visit(off, ts, recordBytes(len(vs[i])))
 				}
 				return nil
 			})
-			if dropping && drop(off, ts, size) {
-				continue
+			if err != nil {
+				for off := expect; off <= last && off < to; off++ {
+					visit(off, kept.minTs, whole)
+					whole = 0
+				}
 			}
-			if dropping {
-				dropping = false
-			}
-			if firstKept == to {
-				firstKept = off
-			}
-			kept.add(ts, size)
+			expect = last + 1
 		}
 		return nil
 	})
@@ -261,8 +277,11 @@ func (s *Stream) retain(now time.Time) (uint64, error) {
 }
 
 // truncate drops every record >= offset (appender goroutine). Readers stop
-// at the lowered watermark first; keys are deleted from the top down so a
-// crash leaves a contiguous log that load() reads correctly.
+// at the lowered watermark first; batches are deleted from the top down so
+// a crash leaves a contiguous log that load() reads correctly. The batch
+// that holds offset-1 and offset is cut: what it holds below offset is
+// written back as a batch keyed by offset-1, in the same transaction that
+// deletes it.
 func (s *Stream) truncate(offset uint64) error {
 	next, start := s.next.Load(), s.first.Load()
 	if offset >= next {
@@ -270,6 +289,10 @@ func (s *Stream) truncate(offset uint64) error {
 	}
 	if offset < start {
 		return fmt.Errorf("offset below log start %d: %w", start, ErrOffsetOutOfRange)
+	}
+	lasts, cut, err := s.truncation(offset)
+	if err != nil {
+		return err
 	}
 	for {
 		hw := s.committed.Load()
@@ -279,19 +302,22 @@ func (s *Stream) truncate(offset uint64) error {
 	}
 	s.tail.truncate(offset)
 	s.notify()
-	batch := uint64(max(s.st.txnCount/2, 1))
-	for hi := next; hi > offset; {
-		lo := max(offset, hi-min(hi, batch))
+	batch := max(s.st.txnCount/2, 1)
+	for hi := len(lasts); hi > 0; {
+		lo := max(0, hi-batch)
 		err := s.update(func(txn *badger.Txn) error {
-			for o := hi; o > lo; o-- {
-				if err := txn.Delete(recordKey(s.id, o-1)); err != nil {
+			for i := hi; i > lo; i-- {
+				if err := txn.Delete(recordKey(s.id, lasts[i-1])); err != nil {
 					return err
 				}
+			}
+			if lo == 0 && cut != nil {
+				return txn.Set(recordKey(s.id, offset-1), cut)
 			}
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("delete records [%d, %d): %w", lo, hi, err)
+			return fmt.Errorf("delete batches ending in [%d, %d]: %w", lasts[lo], lasts[hi-1], err)
 		}
 		hi = lo
 	}
@@ -332,6 +358,41 @@ func (s *Stream) truncate(offset uint64) error {
 	s.bytes.Store(total)
 	s.notify()
 	return nil
+}
+
+// truncation returns the last offsets of the batches that hold offsets at
+// or above offset, in order, and, when the first of them starts below
+// offset, the value of its part below offset (nil otherwise).
+func (s *Stream) truncation(offset uint64) (lasts []uint64, cut []byte, err error) {
+	err = s.st.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix(tagRecord, s.id)})
+		defer it.Close()
+		for it.Seek(recordKey(s.id, offset)); it.Valid(); it.Next() {
+			last := keyOffset(it.Item().Key())
+			lasts = append(lasts, last)
+			if len(lasts) > 1 || offset&(chunkSize-1) == 0 {
+				continue // batches never cross a chunk: offset starts one
+			}
+			if _, err := txn.Get(recordKey(s.id, offset-1)); err == nil {
+				continue // the batch below ends at offset-1
+			}
+			err := it.Item().Value(func(v []byte) error {
+				first, vals, err := parseBatch(last, v, nil)
+				if err != nil {
+					return &CorruptError{Stream: s.name, Offset: offset, Err: err}
+				}
+				if first < offset {
+					cut = appendBatch(nil, vals[:offset-first])
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("cut the batch ending at %d: %w", last, err)
+			}
+		}
+		return nil
+	})
+	return lasts, cut, err
 }
 
 // update runs fn in a write transaction, held off while DropPrefix runs.

@@ -12,15 +12,26 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 )
 
-// keysUnder counts the keys of stream s in [lo, hi) that are physically in
-// Badger (hidden or not).
+// keysUnder counts the keys of stream s holding records in [lo, hi) that
+// are physically in Badger (hidden or not): the batches from the one that
+// holds lo (the first key at or above it) to the one that starts below hi.
 func keysUnder(tb testing.TB, s *Stream, lo, hi uint64) int {
 	tb.Helper()
 	n := 0
 	err := s.st.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix(tagRecord, s.id)})
 		defer it.Close()
-		for it.Seek(recordKey(s.id, lo)); it.Valid() && keyOffset(it.Item().Key()) < hi; it.Next() {
+		for it.Seek(recordKey(s.id, lo)); it.Valid(); it.Next() {
+			var first uint64
+			if err := it.Item().Value(func(v []byte) (err error) {
+				first, _, err = parseBatch(keyOffset(it.Item().Key()), v, nil)
+				return err
+			}); err != nil {
+				return err
+			}
+			if first >= hi {
+				break
+			}
 			n++
 		}
 		return nil

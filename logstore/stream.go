@@ -45,7 +45,8 @@ type Stream struct {
 
 	// appender-only state
 	reclaimFrom uint64 // lowest DropPrefix block that may still hold keys
-	arena       []byte
+	arena       []byte // encoded records of a group commit
+	batchArena  []byte // their batches
 	lingerTimer *time.Timer
 
 	mAppended, mBytes, mCorrupt, mDropped prometheus.Counter
@@ -291,37 +292,54 @@ func (s *Stream) Read(from uint64, max, maxBytes int) ([]*Record, error) {
 
 // readStored reads up to want records from Badger, starting at from, and
 // stops at maxBytes or at the first record it cannot return: corrupt says
-// why. A damaged table that makes Badger panic (Store.view) is corrupt at
-// the offset reached too.
+// why. The seek lands on the batch that holds from (the first key at or
+// above it: batches are keyed by their last offset and contiguous); the
+// records of that batch below from are skipped unread, and the next batches
+// must start where the previous one ended. A damaged table that makes
+// Badger panic (Store.view) is corrupt at the offset reached too.
 func (s *Stream) readStored(from, want uint64, maxBytes int) (out []*Record, corrupt, err error) {
 	out = make([]*Record, 0, min(want, 1024))
 	var size int
+	var vals [][]byte
 	err = s.st.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix(tagRecord, s.id)})
 		defer it.Close()
 		off := from
-		for it.Seek(recordKey(s.id, from)); it.Valid() && uint64(len(out)) < want; it.Next() {
+		full := false
+		for it.Seek(recordKey(s.id, from)); it.Valid() && uint64(len(out)) < want && !full; it.Next() {
 			item := it.Item()
-			if k := keyOffset(item.Key()); k != off {
-				corrupt = fmt.Errorf("record missing (next key is offset %d)", k)
+			last := keyOffset(item.Key())
+			if err := item.Value(func(v []byte) error {
+				first, vs, err := parseBatch(last, v, vals)
+				vals = vs
+				switch {
+				case err != nil:
+					return err
+				case first > off:
+					return fmt.Errorf("record missing (next batch starts at offset %d)", first)
+				case first < off && off > from:
+					return fmt.Errorf("%w: batch [%d, %d] overlaps the one before", errBatchFraming, first, last)
+				}
+				for i := off - first; i < uint64(len(vs)) && uint64(len(out)) < want; i++ {
+					rec, err := decodeRecord(off, vs[i])
+					if err != nil {
+						return err
+					}
+					size += rec.Size()
+					if maxBytes > 0 && size > maxBytes && len(out) > 0 {
+						full = true
+						return nil
+					}
+					out = append(out, rec)
+					off++
+				}
 				return nil
-			}
-			var rec *Record
-			if err := item.Value(func(v []byte) (err error) {
-				rec, err = decodeRecord(off, v)
-				return err
 			}); err != nil {
 				corrupt = err
 				return nil
 			}
-			size += rec.Size()
-			if maxBytes > 0 && size > maxBytes && len(out) > 0 {
-				return nil
-			}
-			out = append(out, rec)
-			off++
 		}
-		if uint64(len(out)) < want && corrupt == nil {
+		if uint64(len(out)) < want && corrupt == nil && !full {
 			corrupt = fmt.Errorf("record missing (log ends early)")
 		}
 		return nil
