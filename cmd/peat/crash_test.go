@@ -90,12 +90,13 @@ func TestCrash_KillDuringQoS1LoadLosesNoAcknowledgedMessage(t *testing.T) {
 	}
 }
 
-// crashRound starts peat on data, publishes from crashPublishers clients,
-// kills it with SIGKILL once killAt+jitter acknowledgements have come, and
-// adds what was acknowledged to acked. It returns how many were.
-func crashRound(t *testing.T, data string, round, killAt int, jitter time.Duration, acked map[string]bool) int {
+// crashRound starts peat on data (with args added to peat serve's),
+// publishes from crashPublishers clients, kills it with SIGKILL once
+// killAt+jitter acknowledgements have come, and adds what was acknowledged
+// to acked. It returns how many were.
+func crashRound(t *testing.T, data string, round, killAt int, jitter time.Duration, acked map[string]bool, args ...string) int {
 	t.Helper()
-	p := startPeat(t, data)
+	p := startPeat(t, data, args...)
 	var acks atomic.Int64
 	pubs := make([]*publisher, crashPublishers)
 	for i := range pubs {
