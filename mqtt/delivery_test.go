@@ -58,7 +58,11 @@ func TestDelivery_SubscribersGetRecordsFromTheLog(t *testing.T) {
 				t.Fatalf("delivered at QoS %d, want 0", m.qos)
 			}
 		}
-		if n := metricValue(h.m.Delivered.WithLabelValues("default")); n != 100 {
+		// The sender counts a delivery after its write returns, which may be
+		// after the client has read it.
+		delivered := h.m.Delivered.WithLabelValues("default")
+		waitFor(t, "delivered metric at 100", func() bool { return metricValue(delivered) >= 100 })
+		if n := metricValue(delivered); n != 100 {
 			t.Fatalf("delivered metric %v, want 100", n)
 		}
 	})
