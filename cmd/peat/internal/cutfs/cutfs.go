@@ -149,7 +149,7 @@ func (lg *fileLog) revert(path string) error {
 	return f.Truncate(lg.size)
 }
 
-// logOf returns the log of the file open as fd, starting one (at the
+// logOfLocked returns the log of the file open as fd, starting one (at the
 // file's current size) if there is none.
 func (c *FS) logOfLocked(fd int) (*fileLog, syscall.Errno) {
 	var st syscall.Stat_t
@@ -174,7 +174,53 @@ var (
 	_ gofs.NodeOpener    = (*node)(nil)
 	_ gofs.NodeCreater   = (*node)(nil)
 	_ gofs.NodeSetattrer = (*node)(nil)
+	_ gofs.NodeUnlinker  = (*node)(nil)
+	_ gofs.NodeRenamer   = (*node)(nil)
 )
+
+// Unlink forgets the removed file's log: its inode number may be reused by
+// a new file, which must not get the old one's undo.
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	ino, known := n.c.inode(filepath.Join(n.backing(), name))
+	errno := n.LoopbackNode.Unlink(ctx, name)
+	if errno == 0 && known {
+		n.c.forget(ino)
+	}
+	return errno
+}
+
+// Rename forgets the log of a file the rename replaces, as Unlink does.
+func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	var target string
+	if p, ok := newParent.(*node); ok {
+		target = filepath.Join(p.backing(), newName)
+	}
+	src, _ := n.c.inode(filepath.Join(n.backing(), name))
+	ino, replaced := n.c.inode(target)
+	errno := n.LoopbackNode.Rename(ctx, name, newParent, newName, flags)
+	if errno == 0 && replaced && ino != src {
+		n.c.forget(ino)
+	}
+	return errno
+}
+
+// backing is the node's path on the disk.
+func (n *node) backing() string { return filepath.Join(n.RootData.Path, n.Path(n.Root())) }
+
+// inode returns the inode number of path on the disk.
+func (c *FS) inode(path string) (uint64, bool) {
+	var st syscall.Stat_t
+	if path == "" || syscall.Lstat(path, &st) != nil {
+		return 0, false
+	}
+	return st.Ino, true
+}
+
+func (c *FS) forget(ino uint64) {
+	c.mu.Lock()
+	delete(c.mu.files, ino)
+	c.mu.Unlock()
+}
 
 func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	fh, fuseFlags, errno := n.LoopbackNode.Open(ctx, flags)
@@ -201,7 +247,7 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		return errno
 	}
 	var st syscall.Stat_t
-	if err := syscall.Stat(filepath.Join(n.RootData.Path, n.Path(n.Root())), &st); err != nil {
+	if err := syscall.Stat(n.backing(), &st); err != nil {
 		return gofs.ToErrno(err)
 	}
 	n.c.mu.Lock()

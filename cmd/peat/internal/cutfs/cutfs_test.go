@@ -3,8 +3,8 @@ package cutfs
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -59,29 +59,16 @@ func TestCut_KeepsWhatWasFsyncedAndNothingElse(t *testing.T) {
 	mustWrite(t, f, []byte("S"), 0) // overwrites synced data: undone too
 	f.Close()
 
-	// A memory map of a file sized with ftruncate: page 0 msynced, page 1 not.
+	// A memory map of a file sized with ftruncate: page 0 msynced, page 1
+	// not. In a child process: a page fault on a FUSE mapping in the
+	// process that serves the mount can deadlock it (the faulting thread
+	// waits for the server, and a stop-the-world GC waits for the thread).
 	const page = 4096
-	m, err := os.OpenFile(filepath.Join(mnt, "map"), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		t.Fatal(err)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMmapWriterHelper$")
+	cmd.Env = append(os.Environ(), mmapHelperEnv+"="+filepath.Join(mnt, "map"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mmap writer: %v\n%s", err, out)
 	}
-	if err := m.Truncate(2 * page); err != nil {
-		t.Fatal(err)
-	}
-	b, err := syscall.Mmap(int(m.Fd()), 0, 2*page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	copy(b, "kept")
-	if err := unix.Msync(b, unix.MS_SYNC); err != nil {
-		t.Fatal(err)
-	}
-	copy(b[page:], "gone")
-	copy(b[4:], "+gone")
-	if err := syscall.Munmap(b); err != nil { // the dirty pages stay in the page cache
-		t.Fatal(err)
-	}
-	m.Close()
 
 	// Never written through the mount: untouched.
 	if err := os.WriteFile(filepath.Join(disk, "outside"), []byte("x"), 0o644); err != nil {
@@ -102,6 +89,41 @@ func TestCut_KeepsWhatWasFsyncedAndNothingElse(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(filepath.Join(disk, "outside")); string(got) != "x" {
 		t.Errorf("a file written outside the mount changed: %q", got)
+	}
+}
+
+const mmapHelperEnv = "CUTFS_MMAP_FILE"
+
+// TestMmapWriterHelper is the child process of
+// TestCut_KeepsWhatWasFsyncedAndNothingElse; it does nothing in a normal
+// run. It sizes the file with ftruncate, writes "kept" through a shared
+// mapping and msyncs it, then writes more without msync and unmaps.
+func TestMmapWriterHelper(t *testing.T) {
+	path := os.Getenv(mmapHelperEnv)
+	if path == "" {
+		return
+	}
+	const page = 4096
+	m, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Truncate(2 * page); err != nil {
+		t.Fatal(err)
+	}
+	b, err := unix.Mmap(int(m.Fd()), 0, 2*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b, "kept")
+	if err := unix.Msync(b, unix.MS_SYNC); err != nil {
+		t.Fatal(err)
+	}
+	copy(b[page:], "gone")
+	copy(b[4:], "+gone")
+	if err := unix.Munmap(b); err != nil { // the dirty pages stay in the page cache
+		t.Fatal(err)
 	}
 }
 
