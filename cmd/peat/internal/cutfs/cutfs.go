@@ -94,10 +94,14 @@ func (c *FS) Unmount() error {
 	if c.server == nil {
 		return nil
 	}
-	err := c.server.Unmount()
+	if err := c.server.Unmount(); err != nil {
+		// Busy: something still has a file open on the mount. Waiting
+		// for the server would wait for that forever.
+		return fmt.Errorf("cutfs: unmount %s: %w", c.mnt, err)
+	}
 	c.server.Wait()
 	c.server = nil
-	return err
+	return nil
 }
 
 // Cut undoes, on the disk, every write made through the mount since the
