@@ -217,7 +217,7 @@ func (d *recordDecoder) raw() ([]byte, error) {
 func (d *recordDecoder) take(n int) ([]byte, error) {
 	left := d.r.Len()
 	if n < 0 || n > left { // n < 0: a 32-bit length that overflowed int
-		return nil, fmt.Errorf("%d bytes declared, %d left", n, left)
+		return nil, fmt.Errorf("%d bytes declared, %d left", declared(n), left)
 	}
 	pos := len(d.src) - left
 	if _, err := d.r.Seek(int64(n), io.SeekCurrent); err != nil {
@@ -246,9 +246,18 @@ func (d *recordDecoder) arrayLen() (int, error) {
 // one), so a corrupt count fails at once instead of after n reads.
 func (d *recordDecoder) fits(n int) error {
 	if left := d.r.Len(); n < 0 || n > left {
-		return fmt.Errorf("%d values declared in %d bytes", n, left)
+		return fmt.Errorf("%d values declared in %d bytes", declared(n), left)
 	}
 	return nil
+}
+
+// declared is a msgpack length or count as it was stored: the library
+// returns a 32-bit one as an int, which wraps below 0 on 32-bit platforms.
+func declared(n int) uint64 {
+	if n < 0 {
+		return uint64(uint32(n))
+	}
+	return uint64(n)
 }
 
 // skip consumes one value of any type. Containers, strings, binary data and
