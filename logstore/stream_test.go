@@ -447,7 +447,16 @@ func TestStream_LargeRecordsAndInMemory(t *testing.T) {
 			}
 			cfg.Streams[0].MaxBytes = 3 << 20
 			if inMem {
-				cfg.Streams[0].MaxBytes = 3 * 64 << 10 / 2
+				// One and a half of the largest record: 64 KiB, or 1 KiB on
+				// 32-bit platforms (profile.go, for32Bit).
+				probe, err := Open(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.Streams[0].MaxBytes = 3 * int64(probe.MaxRecordBytes()) / 2
+				if err := probe.Close(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			s := openStore(t, cfg).Stream("default")
 			st := s.st
