@@ -1,7 +1,6 @@
 package logstore
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -367,13 +366,13 @@ func (s *Stream) writeRecords(base uint64, ents []pending) (int, error) {
 		group := ents[n : n+m]
 		key, val := group[m-1].key, group[0].val
 		if m > 1 {
-			a0 := len(arena)
-			arena = append(arena, batchVersion)
-			arena = binary.AppendUvarint(arena, uint64(m))
+			vals := s.batchVals[:0]
 			for _, e := range group {
-				arena = binary.AppendUvarint(arena, uint64(len(e.val)))
-				arena = append(arena, e.val...)
+				vals = append(vals, e.val)
 			}
+			s.batchVals = vals
+			a0 := len(arena)
+			arena = appendBatch(arena, vals)
 			val = arena[a0:len(arena):len(arena)]
 		}
 		esz := len(key) + len(val) + 32

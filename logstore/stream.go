@@ -44,9 +44,10 @@ type Stream struct {
 	wake chan struct{}
 
 	// appender-only state
-	reclaimFrom uint64 // lowest DropPrefix block that may still hold keys
-	arena       []byte // encoded records of a group commit
-	batchArena  []byte // their batches
+	reclaimFrom uint64   // lowest DropPrefix block that may still hold keys
+	arena       []byte   // encoded records of a group commit
+	batchArena  []byte   // their batches
+	batchVals   [][]byte // scratch: the values of one batch
 	lingerTimer *time.Timer
 
 	mAppended, mBytes, mCorrupt, mDropped prometheus.Counter
