@@ -90,6 +90,9 @@ type StreamConfig struct {
 	// Linger is how long a lone append waits for others to share its group
 	// commit (logstore.StreamConfig.Linger).
 	Linger Duration `yaml:"linger"`
+	// LingerQoS0 is the same for QoS 0 publishes, whose publishers wait for
+	// nothing (logstore.StreamConfig.LingerQoS0).
+	LingerQoS0 Duration `yaml:"qos0_linger"`
 }
 
 // RetentionConfig bounds what a stream keeps; zero means no bound.
@@ -139,6 +142,7 @@ func defaultStream(name string, filters ...string) StreamConfig {
 		Durability:   string(logstore.DurabilityFsync),
 		SyncInterval: Duration(logstore.DefaultSyncInterval),
 		Linger:       Duration(logstore.DefaultLinger),
+		LingerQoS0:   Duration(logstore.DefaultLingerQoS0),
 	}
 }
 
@@ -171,6 +175,7 @@ func (c Config) StoreConfig() logstore.Config {
 			Durability:   logstore.Durability(s.Durability),
 			SyncInterval: time.Duration(s.SyncInterval),
 			Linger:       time.Duration(s.Linger),
+			LingerQoS0:   time.Duration(s.LingerQoS0),
 		}
 	}
 	return sc

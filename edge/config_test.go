@@ -63,6 +63,7 @@ streams:
     filters: [meters/+/power]
     retention: {max_bytes: 10MiB}
     durability: interval
+    qos0_linger: 0s
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -78,11 +79,13 @@ streams:
 	}
 	def := defaultStream("")
 	tel, met := cfg.Streams[0], cfg.Streams[1]
-	if tel.Durability != "fsync" || tel.Retention != def.Retention || tel.SyncInterval != def.SyncInterval {
-		t.Errorf("stream telemetry = %+v, want default durability, retention, sync interval", tel)
+	if tel.Durability != "fsync" || tel.Retention != def.Retention || tel.SyncInterval != def.SyncInterval ||
+		tel.Linger != def.Linger || tel.LingerQoS0 != Duration(logstore.DefaultLingerQoS0) {
+		t.Errorf("stream telemetry = %+v, want default durability, retention, sync interval, lingers", tel)
 	}
-	if met.Durability != "interval" || met.Retention.MaxBytes != 10<<20 || met.Retention.MaxAge != def.Retention.MaxAge {
-		t.Errorf("stream meters = %+v, want interval, 10 MiB, default max age", met)
+	if met.Durability != "interval" || met.Retention.MaxBytes != 10<<20 || met.Retention.MaxAge != def.Retention.MaxAge ||
+		met.LingerQoS0 != 0 {
+		t.Errorf("stream meters = %+v, want interval, 10 MiB, default max age, no QoS 0 linger", met)
 	}
 }
 
@@ -209,6 +212,8 @@ func TestValidate_EveryProblemNamesItsField(t *testing.T) {
 		{"streams[0].retention.max_age", func(c *Config) { c.Streams[0].Retention.MaxAge = -1 }, []string{"streams[0].retention.max_age: "}},
 		{"streams[0].retention.max_bytes", func(c *Config) { c.Streams[0].Retention.MaxBytes = -1 }, []string{"streams[0].retention.max_bytes: "}},
 		{"streams[0].sync_interval", func(c *Config) { c.Streams[0].SyncInterval = -1 }, []string{"streams[0].sync_interval: "}},
+		{"streams[0].linger", func(c *Config) { c.Streams[0].Linger = Duration(2 * time.Second) }, []string{"streams[0].linger: ", "between 0 and 1s", "2s"}},
+		{"streams[0].qos0_linger", func(c *Config) { c.Streams[0].LingerQoS0 = -1 }, []string{"streams[0].qos0_linger: "}},
 	}
 	all := DefaultConfig()
 	for _, tc := range cases {

@@ -81,6 +81,9 @@ func Parse(data []byte) (Config, error) {
 		if !idx.present[p+".linger"] {
 			s.Linger = def.Linger
 		}
+		if !idx.present[p+".qos0_linger"] {
+			s.LingerQoS0 = def.LingerQoS0
+		}
 	}
 	return cfg, nil
 }

@@ -27,6 +27,7 @@ type request struct {
 	size     int // sum of Record.Size
 	done     func(first uint64, err error)
 	enqueued time.Time
+	qos0     bool // every record is QoS 0: it may wait StreamConfig.LingerQoS0
 
 	offset uint64    // truncate
 	now    time.Time // retention
@@ -125,33 +126,19 @@ func (s *Stream) run() {
 	}
 }
 
-// linger waits, before a group commit, until the oldest queued append has
-// waited StreamConfig.Linger, so that appends arriving one at a time (many
-// sensors, each publishing now and then) share one commit and one fsync
-// instead of paying for one each. Under load it never waits: the oldest
-// append has queued through the previous commit. It returns at once for a
-// control request, a full batch, or a stopping store.
+// linger waits, before a group commit, until some queued append has waited
+// its linger (StreamConfig.Linger, or LingerQoS0 for QoS 0 appends), so
+// that appends arriving one at a time (many sensors, each publishing now
+// and then) share one commit and one fsync instead of paying for one each.
+// Under load it waits little or not at all: the oldest append has queued
+// through the previous commit. It returns at once for a control request, a
+// full batch, or a stopping store.
 func (s *Stream) linger() {
-	d := s.cfg.Linger
-	if d <= 0 {
+	if s.cfg.Linger <= 0 && s.cfg.LingerQoS0 <= 0 {
 		return
 	}
 	for {
-		s.q.Lock()
-		wait, full := time.Duration(0), false
-		if q := s.q.reqs; len(q) > 0 && q[0].kind == reqAppend {
-			wait = d - time.Since(q[0].enqueued)
-			recs, size := 0, 0
-			for _, r := range q {
-				recs += len(r.recs)
-				size += r.size
-				if r.kind != reqAppend || recs >= maxBatchRecords || size >= s.st.batchBytes {
-					full = true
-					break
-				}
-			}
-		}
-		s.q.Unlock()
+		wait, full := s.lingerLeft(time.Now())
 		if wait <= 0 || full {
 			return
 		}
@@ -165,9 +152,41 @@ func (s *Stream) linger() {
 			return
 		case <-s.lingerTimer.C:
 			return
-		case <-s.wake: // more queued: full yet?
+		case <-s.wake: // more queued: due or full yet?
 		}
 	}
+}
+
+// lingerLeft returns how long the queued appends may still wait at now (the
+// earliest of their deadlines), and whether they already fill a batch.
+func (s *Stream) lingerLeft(now time.Time) (wait time.Duration, full bool) {
+	s.q.Lock()
+	defer s.q.Unlock()
+	q := s.q.reqs
+	if len(q) == 0 || q[0].kind != reqAppend {
+		return 0, false
+	}
+	wait = MaxLinger
+	recs, size := 0, 0
+	for _, r := range q {
+		if r.kind != reqAppend {
+			return 0, true
+		}
+		d := s.cfg.Linger
+		if r.qos0 {
+			d = s.cfg.LingerQoS0
+		}
+		wait = min(wait, d-now.Sub(r.enqueued))
+		recs += len(r.recs)
+		size += r.size
+		if wait <= 0 {
+			return 0, false
+		}
+		if recs >= maxBatchRecords || size >= s.st.batchBytes {
+			return wait, true
+		}
+	}
+	return wait, false
 }
 
 // shutdown fails every queued request with ErrClosed, in order, and wakes

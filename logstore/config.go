@@ -27,6 +27,7 @@ const (
 	DefaultMaxAge            = 7 * 24 * time.Hour
 	DefaultSyncInterval      = 100 * time.Millisecond
 	DefaultLinger            = time.Duration(0)
+	DefaultLingerQoS0        = 2 * time.Millisecond
 	MaxLinger                = time.Second // a longer wait for an ack is a misconfiguration
 	DefaultRetentionInterval = 30 * time.Second
 	DefaultReclaimInterval   = time.Minute
@@ -45,6 +46,11 @@ type StreamConfig struct {
 	// up to Linger to an acknowledgement when the stream is quiet, nothing
 	// under load (see Stream.linger).
 	Linger time.Duration
+	// LingerQoS0 is the same for an append whose records are all QoS 0:
+	// no publisher waits for those, so only their delivery is later, by
+	// at most LingerQoS0, and a commit (with its fsync) is shared by every
+	// QoS 0 publish that arrives meanwhile. 0 commits at once.
+	LingerQoS0 time.Duration
 }
 
 // Config configures a Store.
@@ -155,6 +161,9 @@ func (c Config) Validate() error {
 		}
 		if sc.Linger < 0 || sc.Linger > MaxLinger {
 			add(p+".linger", "must be between 0 and %v, got %v", MaxLinger, sc.Linger)
+		}
+		if sc.LingerQoS0 < 0 || sc.LingerQoS0 > MaxLinger {
+			add(p+".qos0_linger", "must be between 0 and %v, got %v", MaxLinger, sc.LingerQoS0)
 		}
 	}
 	if len(errs) == 0 {

@@ -3,6 +3,7 @@ package logstore
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,9 +21,13 @@ func commits(tb testing.TB, st *Store) uint64 {
 	return m.GetHistogram().GetSampleCount()
 }
 
-// appendSpaced appends n single records gap apart, without waiting for
-// them, and waits until all are done; it returns their offsets.
+// appendSpaced appends n single records of QoS 1 gap apart, without waiting
+// for them, and waits until all are done; it returns their offsets.
 func appendSpaced(tb testing.TB, s *Stream, n int, gap time.Duration) []uint64 {
+	return appendSpacedQoS(tb, s, n, gap, 1)
+}
+
+func appendSpacedQoS(tb testing.TB, s *Stream, n int, gap time.Duration, qos byte) []uint64 {
 	tb.Helper()
 	type result struct {
 		i   int
@@ -31,7 +36,9 @@ func appendSpaced(tb testing.TB, s *Stream, n int, gap time.Duration) []uint64 {
 	}
 	done := make(chan result, n)
 	for i := range n {
-		s.AppendAsync([]*Record{rec("t", fmt.Sprint(i))}, func(off uint64, err error) { done <- result{i, off, err} })
+		r := rec("t", fmt.Sprint(i))
+		r.QoS = qos
+		s.AppendAsync([]*Record{r}, func(off uint64, err error) { done <- result{i, off, err} })
 		time.Sleep(gap)
 	}
 	offs := make([]uint64, n)
@@ -116,11 +123,76 @@ func TestStream_LingerEndsOnClose(t *testing.T) {
 	}
 }
 
+// QoS 0 appends linger by their own setting: nobody waits for their
+// acknowledgement, so by default they share commits that QoS 1 appends,
+// whose publishers wait, do not.
+func TestStream_QoS0LingerSharesCommitsAmongQoS0AppendsOnly(t *testing.T) {
+	for _, d := range []Durability{DurabilityFsync, DurabilityInterval} {
+		t.Run(string(d), func(t *testing.T) {
+			st := openStore(t, testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, Durability: d,
+				LingerQoS0: 500 * time.Millisecond}))
+			s := st.Stream("s")
+			appendSpacedQoS(t, s, 5, 5*time.Millisecond, 1)
+			qos1 := commits(t, st)
+			if qos1 < 2 {
+				t.Fatalf("QoS 1: %d commits for 5 appends 5 ms apart, want several (QoS 1 must not linger)", qos1)
+			}
+			start := time.Now()
+			offs := appendSpacedQoS(t, s, 5, 5*time.Millisecond, 0)
+			if n := commits(t, st) - qos1; n != 1 {
+				t.Errorf("QoS 0: %d commits for 5 appends 5 ms apart with a 500ms QoS 0 linger, want 1", n)
+			}
+			if took := time.Since(start); took < 500*time.Millisecond {
+				t.Errorf("QoS 0 appends done after %v, before their linger was over", took)
+			}
+			for i, off := range offs {
+				if want := uint64(5 + i); off != want {
+					t.Errorf("QoS 0 append %d got offset %d, want %d (arrival order)", i, off, want)
+				}
+			}
+		})
+	}
+}
+
+// A QoS 1 append does not wait out the QoS 0 appends' linger: it commits at
+// once, and takes the QoS 0 appends queued before it along, in order.
+func TestStream_QoS1AppendEndsAQoS0Linger(t *testing.T) {
+	st := openStore(t, testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, LingerQoS0: MaxLinger}))
+	s := st.Stream("s")
+	type result struct {
+		off uint64
+		err error
+	}
+	done := make(chan result, 2)
+	r0 := rec("t", "qos0")
+	r0.QoS = 0
+	start := time.Now()
+	s.AppendAsync([]*Record{r0}, func(off uint64, err error) { done <- result{off, err} })
+	time.Sleep(10 * time.Millisecond)
+	s.AppendAsync([]*Record{rec("t", "qos1")}, func(off uint64, err error) { done <- result{off, err} })
+	for i := range uint64(2) {
+		r := <-done
+		if r.err != nil || r.off != i {
+			t.Fatalf("append %d: offset %d, %v; want offset %d", i, r.off, r.err, i)
+		}
+	}
+	if took := time.Since(start); took >= MaxLinger/2 {
+		t.Errorf("a QoS 1 append behind a lingering QoS 0 one took %v", took)
+	}
+	if n := commits(t, st); n != 1 {
+		t.Errorf("%d commits, want 1 (the QoS 0 append rides along)", n)
+	}
+}
+
 func TestConfig_LingerBounds(t *testing.T) {
 	for _, d := range []time.Duration{-time.Millisecond, MaxLinger + 1} {
 		cfg := testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, Linger: d})
 		if err := cfg.Validate(); err == nil {
 			t.Errorf("linger %v accepted", d)
+		}
+		cfg = testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, LingerQoS0: d})
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "qos0_linger") {
+			t.Errorf("qos0_linger %v: %v, want an error naming qos0_linger", d, err)
 		}
 	}
 }

@@ -197,10 +197,11 @@ func (s *Stream) Append(ctx context.Context, recs ...*Record) (first uint64, err
 // ErrClosed. The appender sets each record's Offset, Epoch and (when zero)
 // Timestamp; callers must not touch recs until done.
 func (s *Stream) AppendAsync(recs []*Record, done func(first uint64, err error)) {
-	r := &request{kind: reqAppend, recs: recs, done: done, enqueued: time.Now()}
+	r := &request{kind: reqAppend, recs: recs, done: done, enqueued: time.Now(), qos0: len(recs) > 0}
 	for _, rec := range recs {
 		if rec != nil {
 			r.size += rec.Size()
+			r.qos0 = r.qos0 && rec.QoS == 0
 		}
 	}
 	if !s.enqueue(r) {
