@@ -29,6 +29,7 @@ type Store struct {
 	byName     map[string]*Stream
 	router     *router
 	syncWrites bool
+	logSync    *logSyncer // without SyncWrites: what syncs the store
 
 	stopping chan struct{}   // closed by Close: appenders and loops stop
 	ctx      context.Context // cancelled by Close
@@ -146,6 +147,9 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("logstore: open badger in %q: %w", cfg.Dir, err)
 	}
 	st.db = db
+	if !st.syncWrites && !cfg.InMemory {
+		st.logSync = newLogSyncer(cfg.Dir)
+	}
 	if err := st.migrateLayout(); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -162,7 +166,7 @@ func Open(cfg Config) (*Store, error) {
 	}
 	st.wg.Add(1)
 	go st.retentionLoop()
-	if !st.syncWrites {
+	if st.logSync != nil {
 		st.wg.Add(1)
 		go st.syncLoop()
 	}
@@ -253,8 +257,8 @@ func (st *Store) Close() error {
 		st.life.closed = true
 		st.life.Unlock()
 		var errs []error
-		if !st.syncWrites && !st.cfg.InMemory {
-			if err := st.db.Sync(); err != nil {
+		if st.logSync != nil {
+			if err := st.logSync.sync(); err != nil {
 				errs = append(errs, fmt.Errorf("logstore: final sync: %w", err))
 			}
 		}
@@ -336,9 +340,26 @@ func (st *Store) valueLogGC(ctx context.Context) {
 // memtable.go:195), a data race that the race detector reports and that a
 // 32-bit platform could read torn. A round that deletes a file retention
 // emptied takes a few milliseconds per MiB.
+//
+// Without SyncWrites nothing syncs the copies a round writes before Badger
+// deletes the file they came from (value.go:355): a power cut then would
+// lose records that were durable long before. An iterator open across the
+// round defers the deletion until it is closed (value.go:366, 391), which
+// is after the store has synced the copies.
 func (st *Store) runValueLogGC(ratio float64) error {
 	st.writeMu.Lock()
 	defer st.writeMu.Unlock()
+	if st.logSync != nil {
+		txn := st.db.NewTransaction(false)
+		defer txn.Discard()
+		hold := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{0xff, 0xff}})
+		defer hold.Close() // after the sync below: deferred calls run last in, first out
+		defer func() {
+			if err := st.logSync.sync(); err != nil {
+				st.log.Error("sync after value-log GC failed", slog.Any(logKeyError, err))
+			}
+		}()
+	}
 	t0 := time.Now()
 	err := st.db.RunValueLogGC(ratio)
 	if err == nil {
@@ -376,8 +397,8 @@ func (st *Store) vlogFiles() int {
 	return len(m)
 }
 
-// syncLoop fsyncs the database every SyncInterval when no stream asks for
-// fsync durability (SyncWrites is off).
+// syncLoop fsyncs the database's logs (logSyncer) every SyncInterval when
+// no stream asks for fsync durability (SyncWrites is off).
 func (st *Store) syncLoop() {
 	defer st.wg.Done()
 	every := time.Duration(0)
@@ -394,7 +415,7 @@ func (st *Store) syncLoop() {
 		case <-st.stopping:
 			return
 		case <-t.C:
-			err := st.db.Sync()
+			err := st.logSync.sync()
 			if err != nil && !failing {
 				st.log.Error("periodic fsync failed", slog.Any(logKeyError, err))
 			}
