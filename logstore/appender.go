@@ -50,14 +50,31 @@ func (r *request) finish(first uint64, err error) {
 }
 
 // enqueue adds r to the queue; false once the appender has stopped.
+//
+// It wakes the appender unless r can wait for it: a QoS 0 append behind
+// others, with no earlier deadline than theirs (linger) and no full batch
+// yet. The appender is then committing, and takes the queue again after,
+// or lingering until an earlier deadline. Without this, each QoS 0
+// publish of a quiet stream woke the appender only to wait again: about
+// 6% of the broker's CPU at 5,000 msg/s.
 func (s *Stream) enqueue(r *request) bool {
 	s.q.Lock()
 	if s.q.closed {
 		s.q.Unlock()
 		return false
 	}
+	behind := len(s.q.reqs) > 0
 	s.q.reqs = append(s.q.reqs, r)
+	if r.kind == reqAppend {
+		s.q.recs += len(r.recs)
+		s.q.size += r.size
+	}
+	canWait := behind && r.kind == reqAppend && r.qos0 && s.cfg.LingerQoS0 >= s.cfg.Linger &&
+		s.q.recs < maxBatchRecords && s.q.size < s.st.batchBytes
 	s.q.Unlock()
+	if canWait {
+		return true
+	}
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -90,6 +107,8 @@ func (s *Stream) take() (batch []*request, ctl *request) {
 	}
 	batch = q[:n:n]
 	s.q.reqs = q[n:]
+	s.q.recs -= recs
+	s.q.size -= size
 	if len(s.q.reqs) == 0 {
 		s.q.reqs = nil // let the backing array go
 	}
@@ -195,6 +214,7 @@ func (s *Stream) shutdown() {
 	s.q.Lock()
 	q := s.q.reqs
 	s.q.reqs, s.q.closed = nil, true
+	s.q.recs, s.q.size = 0, 0
 	s.q.Unlock()
 	for _, r := range q {
 		if r.kind != reqAppend {

@@ -184,6 +184,28 @@ func TestStream_QoS1AppendEndsAQoS0Linger(t *testing.T) {
 	}
 }
 
+// QoS 0 appends that fill a batch one by one end the linger too: the
+// append that fills it wakes the appender.
+func TestStream_QoS0LingerEndsWithAFullBatch(t *testing.T) {
+	st := openStore(t, testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, LingerQoS0: MaxLinger}))
+	s := st.Stream("s")
+	done := make(chan error, maxBatchRecords)
+	start := time.Now()
+	for i := range maxBatchRecords {
+		r := rec("t", fmt.Sprint(i))
+		r.QoS = 0
+		s.AppendAsync([]*Record{r}, func(_ uint64, err error) { done <- err })
+	}
+	for range maxBatchRecords {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if took := time.Since(start); took >= MaxLinger/2 {
+		t.Errorf("%d QoS 0 appends, a full batch, took %v: they waited out the linger", maxBatchRecords, took)
+	}
+}
+
 func TestConfig_LingerBounds(t *testing.T) {
 	for _, d := range []time.Duration{-time.Millisecond, MaxLinger + 1} {
 		cfg := testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, Linger: d})

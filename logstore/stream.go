@@ -38,8 +38,9 @@ type Stream struct {
 
 	q struct { // the appender's queue
 		sync.Mutex
-		reqs   []*request
-		closed bool
+		reqs       []*request
+		recs, size int // of the append requests in reqs
+		closed     bool
 	}
 	wake chan struct{}
 
