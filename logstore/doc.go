@@ -186,10 +186,12 @@
 // returns, and a stream configured "interval" in such a store gets fsync
 // durability too (never less than asked). When every stream uses interval
 // durability, SyncWrites is off, an append is acknowledged once it is
-// written, and a store goroutine calls db.Sync() every SyncInterval (the
-// smallest of the streams'); a crash may lose up to that interval, plus a
-// memtable rotated in it. DetectConflicts is off: one writer per stream and
-// disjoint keys between streams.
+// written, and a store goroutine fsyncs every SyncInterval (the smallest of
+// the streams') each value-log and memtable-log file written to since the
+// previous sync (logSyncer: db.Sync() covers only the newest of each);
+// a power cut may lose up to that interval. Value-log GC's copies are
+// synced before Badger deletes the file they came from. DetectConflicts is
+// off: one writer per stream and disjoint keys between streams.
 //
 // # Retention
 //
