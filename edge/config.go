@@ -51,6 +51,7 @@ type MQTTConfig struct {
 	Listen          string   `yaml:"listen"`
 	MaxPayloadBytes ByteSize `yaml:"max_payload_bytes"`
 	Window          int      `yaml:"window"`
+	SendWindow      int      `yaml:"send_window"`
 	QueueDepth      int      `yaml:"queue_depth"`
 	QoS0MaxLag      int      `yaml:"qos0_max_lag"`
 	ReadBatch       int      `yaml:"read_batch"`
@@ -113,6 +114,7 @@ func DefaultConfig() Config {
 			Listen:          m.Listen,
 			MaxPayloadBytes: ByteSize(m.MaxPayload),
 			Window:          m.Window,
+			SendWindow:      m.SendWindow,
 			QueueDepth:      m.QueueDepth,
 			QoS0MaxLag:      m.QoS0MaxLag,
 			ReadBatch:       m.ReadBatch,
@@ -188,6 +190,7 @@ func (c Config) BrokerConfig() mqtt.Config {
 	m.Listen = c.MQTT.Listen
 	m.MaxPayload = int(c.MQTT.MaxPayloadBytes)
 	m.Window = c.MQTT.Window
+	m.SendWindow = c.MQTT.SendWindow
 	m.QueueDepth = c.MQTT.QueueDepth
 	m.QoS0MaxLag = c.MQTT.QoS0MaxLag
 	m.ReadBatch = c.MQTT.ReadBatch

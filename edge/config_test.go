@@ -197,6 +197,8 @@ func TestValidate_EveryProblemNamesItsField(t *testing.T) {
 		{"mqtt.listen form", func(c *Config) { c.MQTT.Listen = "localhost" }, []string{"mqtt.listen: ", "host:port"}},
 		{"mqtt.window", func(c *Config) { c.MQTT.Window = 0 }, []string{"mqtt.window: ", "positive"}},
 		{"mqtt.window max", func(c *Config) { c.MQTT.Window = 70000 }, []string{"mqtt.window: ", "65535"}},
+		{"mqtt.send_window", func(c *Config) { c.MQTT.SendWindow = 0 }, []string{"mqtt.send_window: ", "positive"}},
+		{"mqtt.send_window max", func(c *Config) { c.MQTT.SendWindow = 70000 }, []string{"mqtt.send_window: ", "65535"}},
 		{"mqtt.max_payload_bytes", func(c *Config) { c.MQTT.MaxPayloadBytes = -1 }, []string{"mqtt.max_payload_bytes: "}},
 		{"mqtt.queue_depth", func(c *Config) { c.MQTT.QueueDepth = 0 }, []string{"mqtt.queue_depth: "}},
 		{"mqtt.buffer_bytes", func(c *Config) { c.MQTT.BufferBytes = 0 }, []string{"mqtt.buffer_bytes: "}},

@@ -197,8 +197,8 @@ func TestNode_GroupConsumersResume(t *testing.T) {
 		}
 		repeats += seen[off] - 1
 	}
-	if repeats > cfg.MQTT.Window {
-		t.Fatalf("%d repeats, want at most the window (%d)", repeats, cfg.MQTT.Window)
+	if repeats > cfg.MQTT.SendWindow {
+		t.Fatalf("%d repeats, want at most the window (%d)", repeats, cfg.MQTT.SendWindow)
 	}
 	t.Logf("%d offsets, %d delivered twice across the hand-over", total, repeats)
 }

@@ -78,7 +78,7 @@ func newDeliveryClient(d *delivery, cl *mochi.Client) *deliveryClient {
 		id:      cl.ID,
 		v5:      cl.Properties.ProtocolVersion == 5,
 		durable: persistent(cl),
-		window:  d.cfg.Window,
+		window:  d.cfg.SendWindow,
 		queue:   make(chan deliveryItem, d.cfg.QueueDepth),
 		acked:   make(chan struct{}, 1),
 	}

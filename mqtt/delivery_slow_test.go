@@ -97,7 +97,7 @@ func readInOrder(tb testing.TB, c *mqtttest.Raw, from, n int) {
 
 func TestDelivery_SlowQoS1SubscriberLosesNothing(t *testing.T) {
 	cfg := testDeliveryConfig()
-	cfg.QueueDepth, cfg.Window, cfg.ReadBatch = 8, 16, 64
+	cfg.QueueDepth, cfg.SendWindow, cfg.ReadBatch = 8, 16, 64
 	h := newDeliveryHarness(t, cfg, "default=#")
 	slow := dialDlvRaw(t, h.addr, "slow", 4, packets.Properties{})
 	slow.Subscribe("s/#", 1)
@@ -193,7 +193,7 @@ func TestDelivery_QoS0BurstLargerThanTheQueueLosesNothing(t *testing.T) {
 func TestDelivery_WindowBoundsUnackedMessages(t *testing.T) {
 	run := func(t *testing.T, version byte, props packets.Properties, cfgWindow, want int) {
 		cfg := testDeliveryConfig()
-		cfg.Window, cfg.QueueDepth = cfgWindow, 4
+		cfg.SendWindow, cfg.QueueDepth = cfgWindow, 4
 		h := newDeliveryHarness(t, cfg, "default=#")
 		c := dialDlvRaw(t, h.addr, "noack", version, props)
 		c.Subscribe("s/#", 1)
@@ -239,7 +239,7 @@ func TestDelivery_WindowBoundsUnackedMessages(t *testing.T) {
 
 func TestDelivery_LaggingCursorBelowRetentionSkipsAndCounts(t *testing.T) {
 	cfg := testDeliveryConfig()
-	cfg.QueueDepth, cfg.Window, cfg.ReadBatch = 4, 4, 8
+	cfg.QueueDepth, cfg.SendWindow, cfg.ReadBatch = 4, 4, 8
 	h := newDeliveryHarness(t, cfg, "default=#")
 	c := dialDlvRaw(t, h.addr, "lagger", 4, packets.Properties{})
 	c.Subscribe("s/#", 1)
@@ -275,7 +275,7 @@ func TestDelivery_LaggingCursorBelowRetentionSkipsAndCounts(t *testing.T) {
 
 func TestDelivery_SlowSharedGroupLosesNothing(t *testing.T) {
 	cfg := testDeliveryConfig()
-	cfg.QueueDepth, cfg.Window, cfg.ReadBatch = 4, 4, 16
+	cfg.QueueDepth, cfg.SendWindow, cfg.ReadBatch = 4, 4, 16
 	h := newDeliveryHarness(t, cfg, "default=#")
 	members := []*mqtttest.Raw{
 		dialDlvRaw(t, h.addr, "m1", 4, packets.Properties{}),
@@ -343,7 +343,7 @@ func TestDelivery_SlowSharedGroupLosesNothing(t *testing.T) {
 
 func TestDelivery_CloseStopsEveryGoroutine(t *testing.T) {
 	cfg := testDeliveryConfig()
-	cfg.QueueDepth, cfg.Window = 4, 4
+	cfg.QueueDepth, cfg.SendWindow = 4, 4
 	h := newDeliveryHarness(t, cfg, "default=#", "other=o/#")
 	// A QoS 0 client that never reads: its sender ends up blocked in a
 	// socket write. A QoS 1 client that never acks: its cursor waits.

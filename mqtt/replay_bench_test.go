@@ -88,7 +88,7 @@ func benchReplay(b *testing.B, name string, qos, version byte) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = st.Close() })
-	br := newTestBroker(b, storeLog{st}, func(c *Config) { c.Window = 100 })
+	br := newTestBroker(b, storeLog{st}, func(c *Config) { c.Window, c.SendWindow = 100, 100 })
 
 	raw := mqtttest.Dial(b, br.Addr().String(), mqtttest.Connect{ClientID: "replay-bench", Version: version, Clean: true,
 		Properties: packets.Properties{ReceiveMaximum: 100}})

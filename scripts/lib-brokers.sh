@@ -110,14 +110,15 @@ stop_system() {
 }
 
 # start_peat_on data profile window durability log: Peat on data (kept
-# between runs, for replays) on a fresh port pair, with mqtt.window at least
-# window (the default 64 would cap a consumer's larger Receive Maximum),
+# between runs, for replays) on a fresh port pair, with mqtt.window and
+# mqtt.send_window at least window (the defaults would cap a consumer's
+# larger Receive Maximum),
 # and storage.mapped_limit from MAPPED_LIMIT when set; sets PID and PORT,
 # or prints the log and exits.
 start_peat_on() {
 	local data=$1 profile=$2 window=$3 durability=$4 log=$5
-	printf 'mqtt:\n  window: %s\nstreams:\n  - name: default\n    filters: ["#"]\n    durability: %s\n' \
-		"$((window > 64 ? window : 64))" "$durability" >"$log.yaml"
+	printf 'mqtt:\n  window: %s\n  send_window: %s\nstreams:\n  - name: default\n    filters: ["#"]\n    durability: %s\n' \
+		"$((window > 64 ? window : 64))" "$((window > 256 ? window : 256))" "$durability" >"$log.yaml"
 	if [ -n "${MAPPED_LIMIT:-}" ]; then printf 'storage: {mapped_limit: %s}\n' "$MAPPED_LIMIT" >>"$log.yaml"; fi
 	for _ in 1 2 3; do
 		pick_port
