@@ -1,0 +1,7 @@
+//go:build !amd64
+
+package main
+
+const supported = false
+
+func stackBounds() (lo, hi uintptr) { return 0, 0 }
