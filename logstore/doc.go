@@ -188,7 +188,8 @@
 // durability, SyncWrites is off, an append is acknowledged once it is
 // written, and a store goroutine fsyncs every SyncInterval (the smallest of
 // the streams') each value-log and memtable-log file written to since the
-// previous sync (logSyncer: db.Sync() covers only the newest of each);
+// previous sync (logSyncer: db.Sync() covers only the newest memtable log,
+// and one Badger has just moved past waits for its table's flush);
 // a power cut may lose up to that interval. Value-log GC's copies are
 // synced before Badger deletes the file they came from. DetectConflicts is
 // off: one writer per stream and disjoint keys between streams.

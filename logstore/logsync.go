@@ -16,12 +16,12 @@ import (
 // logSyncer fsyncs Badger's value-log (.vlog) and memtable-log (.mem)
 // files in a store that does not use SyncWrites (no stream asks for fsync
 // durability). Badger's own DB.Sync syncs only the newest file of each kind
-// (db.go:740, value.go:754), and without SyncWrites a file Badger moves
-// past is not synced either (memtable.go:408): whatever was written to it
-// since the last sync waits for the kernel's writeback, 30 s or more,
-// instead of SyncInterval. A value-log file holds records in the middle of
-// the log by then, so a power cut in that window would leave pointers to
-// lost values behind older, intact records.
+// (db.go:740, value.go:754). A value-log file Badger moves past is synced
+// then (memtable.go:408 truncates it, and ristretto's MmapFile.Truncate
+// syncs first), but a memtable log it moves past is not: what was written
+// to it since the last sync stays in the page cache until the memtable's
+// table is written and synced, which a full level 0 can hold up for long,
+// instead of SyncInterval.
 //
 // sync fsyncs every file of each kind from the newest one the previous
 // sync saw on: the files written to since. Value-log files go first, so

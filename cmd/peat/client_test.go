@@ -21,6 +21,7 @@ type publisher struct {
 	id     string
 	topic  string
 	acks   *atomic.Int64 // shared ack counter, may be nil
+	pad    string        // appended to every payload
 
 	pending chan pendingPub // the in-flight window, in publish order
 	done    chan struct{}   // closed when the collector has seen every token
@@ -96,7 +97,7 @@ func (p *publisher) run(n int, stop <-chan struct{}) {
 			return
 		default:
 		}
-		tok := p.client.Publish(p.topic, 1, false, payloadOf(p.id, seq))
+		tok := p.client.Publish(p.topic, 1, false, payloadOf(p.id, seq)+p.pad)
 		p.pending <- pendingPub{seq, tok}
 	}
 }
