@@ -226,6 +226,16 @@ func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 		return pk, packets.ErrRejectPacket
 	}
 	c.publish(st, pk)
+	if pk.FixedHeader.Qos == 0 {
+		// Stored, and delivered from the log: mochi must not deliver it as
+		// well. For QoS 0 Ignore says so, and mochi has nothing to ack;
+		// ErrRejectPacket would say it too, but mochi's answer to it
+		// copies the whole 800-byte packet into the arguments of a debug
+		// log call whether or not debug is on (hooks.go:403): 4.6% of
+		// the broker's CPU in a profile of QoS 0 fan-in at 5,000 msg/s.
+		pk.Ignore = true
+		return pk, nil
+	}
 	return pk, packets.ErrRejectPacket
 }
 

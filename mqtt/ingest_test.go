@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	pahov5 "github.com/eclipse/paho.golang/paho"
 	paho "github.com/eclipse/paho.mqtt.golang"
@@ -418,6 +420,53 @@ func TestIngest_UncapturedTopicsGoThroughMochi(t *testing.T) {
 	}
 	if n := st.submitted(); n != 0 {
 		t.Fatalf("an uncaptured topic was appended %d times", n)
+	}
+}
+
+// A publish on a captured topic reaches a subscriber once, from the log:
+// mochi must not deliver it as well, at any QoS.
+func TestIngest_CapturedPublishDeliveredOnce(t *testing.T) {
+	l := newMemLog(t, "a=sensors/#")
+	b := newTestBroker(t, l)
+	sub, _ := dialV3(t, b, "sub")
+	var mu sync.Mutex
+	counts := map[string]int{}
+	end := make(chan struct{})
+	if tok := sub.Subscribe("sensors/#", 1, func(_ paho.Client, m paho.Message) {
+		mu.Lock()
+		defer mu.Unlock()
+		counts[string(m.Payload())]++
+		if string(m.Payload()) == "end" {
+			close(end)
+		}
+	}); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	pub, _ := dialV3(t, b, "pub")
+	var sent []string
+	for i := range 20 {
+		qos := byte(i % 2)
+		payload := fmt.Sprintf("qos%d-%d", qos, i)
+		if tok := pub.Publish("sensors/x", qos, false, payload); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+		sent = append(sent, payload)
+	}
+	if tok := pub.Publish("sensors/x", 1, false, "end"); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	select {
+	case <-end:
+	case <-time.After(waitLimit):
+		t.Fatal("the subscriber never got the last message")
+	}
+	time.Sleep(100 * time.Millisecond) // a second copy would have come by now
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range sent {
+		if counts[p] != 1 {
+			t.Errorf("%s delivered %d times, want once", p, counts[p])
+		}
 	}
 }
 
