@@ -50,11 +50,7 @@ func TestPowerCut_FsyncDurabilityKeepsEveryAcknowledgedMessage(t *testing.T) {
 // nothing.
 func TestPowerCut_IntervalDurabilityLosesWhatItDidNotSync(t *testing.T) {
 	disk, _ := powerCutSetup(t)
-	config := filepath.Join(t.TempDir(), "peat.yaml")
-	yaml := "streams:\n  - name: default\n    filters: [\"#\"]\n    durability: interval\n    sync_interval: 1h\n"
-	if err := os.WriteFile(config, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	config := intervalConfig(t, "1h")
 	acked := make(map[string]bool)
 	n, files := powerCutRound(t, disk, 0, 1000, acked, "--config", config)
 	if n == 0 || files == 0 {
@@ -82,11 +78,7 @@ func TestPowerCut_IntervalDurabilityLosesWhatItDidNotSync(t *testing.T) {
 // same cut losing everything when nothing syncs.
 func TestPowerCut_IntervalDurabilityKeepsWhatItSynced(t *testing.T) {
 	disk, _ := powerCutSetup(t)
-	config := filepath.Join(t.TempDir(), "peat.yaml")
-	yaml := "streams:\n  - name: default\n    filters: [\"#\"]\n    durability: interval\n    sync_interval: 50ms\n"
-	if err := os.WriteFile(config, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	config := intervalConfig(t, "50ms")
 	mnt := t.TempDir()
 	fs, err := cutfs.Mount(disk, mnt)
 	if err != nil {
@@ -132,6 +124,18 @@ func TestPowerCut_IntervalDurabilityKeepsWhatItSynced(t *testing.T) {
 		t.Fatalf("%d value-log files: Badger never moved to a new one, the test cannot tell", len(vlogs))
 	}
 	checkCrashLog(t, data, acked)
+}
+
+// intervalConfig writes a config whose one stream, default, has durability
+// interval with syncInterval, and returns its path.
+func intervalConfig(t *testing.T, syncInterval string) string {
+	t.Helper()
+	config := filepath.Join(t.TempDir(), "peat.yaml")
+	yaml := "streams:\n  - name: default\n    filters: [\"#\"]\n    durability: interval\n    sync_interval: " + syncInterval + "\n"
+	if err := os.WriteFile(config, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return config
 }
 
 func powerCutSetup(t *testing.T) (disk string, rng *rand.Rand) {
