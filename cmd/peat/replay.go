@@ -366,6 +366,36 @@ func (s ackSession) Ack(pb *packets.Publish) error {
 	return err
 }
 
+// subscribeOrLost subscribes, and gives up as soon as the connection is
+// lost (on lost, which it leaves holding the error): paho would wait for a
+// SUBACK from a broker that has closed the connection until ctx ends.
+func subscribeOrLost(ctx context.Context, c *paho.Client, s *paho.Subscribe, lost chan error) (*paho.Suback, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var lostErr error
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case lostErr = <-lost:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	sa, err := c.Subscribe(ctx, s)
+	cancel()
+	<-watched
+	if lostErr != nil {
+		select { // for the loop after: the connection is gone
+		case lost <- lostErr:
+		default: // it holds a later error already
+		}
+		if err != nil {
+			err = fmt.Errorf("connection lost: %w", lostErr)
+		}
+	}
+	return sa, err
+}
+
 // lingerConn closes gracefully. When replay stops, the broker may still
 // be sending deliveries it will not get acknowledged; closing a socket with
 // such unread data makes the kernel send a reset instead of a FIN, and a
@@ -375,9 +405,20 @@ func (s ackSession) Ack(pb *packets.Publish) error {
 // 8, the next run repeating up to a window of records). Close therefore
 // ends the sending side first and reads until the broker closes (or a
 // second passes), then closes.
-type lingerConn struct{ net.Conn }
+//
+// It is also a sync.Locker, which paho.golang takes around each packet it
+// writes: a packet is several buffers, and only a bare *net.TCPConn writes
+// them in one system call. Through a wrapper each buffer is its own write,
+// and paho's pinger, which sends a PINGREQ as soon as it starts, could
+// land inside the SUBSCRIBE: the broker dropped the connection as
+// malformed and the SUBACK never came (TestReplay_AgainstANode failed about
+// 1 run in 8 under -count=30).
+type lingerConn struct {
+	net.Conn
+	sync.Mutex
+}
 
-func (c lingerConn) Close() error {
+func (c *lingerConn) Close() error {
 	if tc, ok := c.Conn.(*net.TCPConn); ok {
 		_ = tc.CloseWrite()
 		_ = tc.SetReadDeadline(time.Now().Add(time.Second))
@@ -418,7 +459,7 @@ func runReplay(ctx context.Context, o replayOptions, stdout, stderr io.Writer) e
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", o.broker, err)
 	}
-	conn := lingerConn{nc}
+	conn := &lingerConn{Conn: nc}
 	r := newReplayer(o, stdout)
 	sess := ackSession{State: state.NewInMemory(), r: r}
 	defer sess.Close()
@@ -466,7 +507,7 @@ func runReplay(ctx context.Context, o replayOptions, stdout, stderr io.Writer) e
 	}()
 
 	sub := o.subscription()
-	sa, err := c.Subscribe(dialCtx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: sub, QoS: byte(o.qos)}}})
+	sa, err := subscribeOrLost(dialCtx, c, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: sub, QoS: byte(o.qos)}}}, lost)
 	if sa != nil && len(sa.Reasons) == 1 && sa.Reasons[0] >= 0x80 {
 		reason := "no reason given"
 		if sa.Properties != nil && sa.Properties.ReasonString != "" {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -203,6 +204,41 @@ func parseReplayLine(t testing.TB, line string) replayLine {
 
 // runReplayCmd runs `peat replay ARGS` against addr to completion (at most
 // 30 s) and returns its exit status, parsed lines and stderr.
+// A broker that closes the connection instead of answering the SUBSCRIBE
+// makes peat replay fail at once, saying so, not after its 10 s timeout.
+func TestReplay_BrokerClosingDuringSubscribeFailsAtOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // a broker that accepts the connection, then hangs up
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 512)
+		if _, err := c.Read(buf); err != nil { // the CONNECT
+			return
+		}
+		_, _ = c.Write([]byte{0x20, 3, 0, 0, 0}) // CONNACK (MQTT 5): success, no properties
+		time.Sleep(200 * time.Millisecond)      // the SUBSCRIBE arrives meanwhile, unanswered
+	}()
+	start := time.Now()
+	code, lines, stderr := runReplayCmd(t, ln.Addr().String(), "sensors/#")
+	took := time.Since(start)
+	if code != exitError || len(lines) != 0 {
+		t.Fatalf("exit %d with %d lines, want %d and none; stderr:\n%s", code, len(lines), exitError, stderr)
+	}
+	if !strings.Contains(stderr, "lost") {
+		t.Errorf("stderr %q does not say the connection was lost", stderr)
+	}
+	if took > 5*time.Second {
+		t.Errorf("peat replay took %v to notice the broker had hung up", took)
+	}
+}
+
 func runReplayCmd(t testing.TB, addr string, args ...string) (int, []replayLine, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -275,6 +311,13 @@ func publishSeq(t testing.TB, addr, id, topic string, n int, next *uint64) []wan
 func TestReplay_AgainstANode(t *testing.T) {
 	since := time.Now()
 	p := startPeat(t, t.TempDir())
+	t.Cleanup(func() { // a failure shows the broker's log and goroutines
+		if t.Failed() {
+			_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+			<-p.exited
+			t.Log(p.log())
+		}
+	})
 	var next uint64
 	a := publishSeq(t, p.mqttAddr, "a", "sensors/a", 20, &next)      // offsets 0-19
 	_ = publishSeq(t, p.mqttAddr, "o", "other/x", 5, &next)          // 20-24, not matched
