@@ -223,7 +223,7 @@ func TestReplay_BrokerClosingDuringSubscribeFailsAtOnce(t *testing.T) {
 			return
 		}
 		_, _ = c.Write([]byte{0x20, 3, 0, 0, 0}) // CONNACK (MQTT 5): success, no properties
-		time.Sleep(200 * time.Millisecond)      // the SUBSCRIBE arrives meanwhile, unanswered
+		time.Sleep(200 * time.Millisecond)       // the SUBSCRIBE arrives meanwhile, unanswered
 	}()
 	start := time.Now()
 	code, lines, stderr := runReplayCmd(t, ln.Addr().String(), "sensors/#")
