@@ -366,36 +366,6 @@ func (s ackSession) Ack(pb *packets.Publish) error {
 	return err
 }
 
-// subscribeOrLost subscribes, and gives up as soon as the connection is
-// lost (on lost, which it leaves holding the error): paho would wait for a
-// SUBACK from a broker that has closed the connection until ctx ends.
-func subscribeOrLost(ctx context.Context, c *paho.Client, s *paho.Subscribe, lost chan error) (*paho.Suback, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	var lostErr error
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		select {
-		case lostErr = <-lost:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	sa, err := c.Subscribe(ctx, s)
-	cancel()
-	<-watched
-	if lostErr != nil {
-		select { // for the loop after: the connection is gone
-		case lost <- lostErr:
-		default: // it holds a later error already
-		}
-		if err != nil {
-			err = fmt.Errorf("connection lost: %w", lostErr)
-		}
-	}
-	return sa, err
-}
-
 // lingerConn closes gracefully. When replay stops, the broker may still
 // be sending deliveries it will not get acknowledged; closing a socket with
 // such unread data makes the kernel send a reset instead of a FIN, and a
@@ -459,32 +429,27 @@ func runReplay(ctx context.Context, o replayOptions, stdout, stderr io.Writer) e
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", o.broker, err)
 	}
-	conn := &lingerConn{Conn: nc}
+	lc := &lingerConn{Conn: nc}
 	r := newReplayer(o, stdout)
 	sess := ackSession{State: state.NewInMemory(), r: r}
 	defer sess.Close()
-	lost := make(chan error, 1)
+	// alive ends when the connection is lost, with the first error as its
+	// cause; the waits below end with it.
+	alive, lose := context.WithCancelCause(context.Background())
+	defer lose(nil)
 	c := paho.NewClient(paho.ClientConfig{
 		ClientID:          o.clientID,
-		Conn:              conn,
+		Conn:              lc,
 		Session:           sess,
 		OnPublishReceived: []func(paho.PublishReceived) (bool, error){r.onPublish},
 		PacketTimeout:     replayConnectTimeout,
-		OnClientError: func(err error) {
-			select {
-			case lost <- err:
-			default:
-			}
-		},
+		OnClientError:     lose,
 		OnServerDisconnect: func(d *paho.Disconnect) {
 			reason := ""
 			if d.Properties != nil {
 				reason = d.Properties.ReasonString
 			}
-			select {
-			case lost <- fmt.Errorf("broker disconnected (reason code 0x%02x %s)", d.ReasonCode, reason):
-			default:
-			}
+			lose(fmt.Errorf("broker disconnected (reason code 0x%02x %s)", d.ReasonCode, reason))
 		},
 	})
 	window := uint16(replayWindow)
@@ -495,7 +460,7 @@ func runReplay(ctx context.Context, o replayOptions, stdout, stderr io.Writer) e
 		Properties: &paho.ConnectProperties{ReceiveMaximum: &window, RequestProblemInfo: true},
 	})
 	if err != nil {
-		conn.Close()
+		lc.Close()
 		if ca != nil && ca.Properties != nil && ca.Properties.ReasonString != "" {
 			return fmt.Errorf("connect to %s refused: %s (reason code 0x%02x)", o.broker, ca.Properties.ReasonString, ca.ReasonCode)
 		}
@@ -507,7 +472,15 @@ func runReplay(ctx context.Context, o replayOptions, stdout, stderr io.Writer) e
 	}()
 
 	sub := o.subscription()
-	sa, err := subscribeOrLost(dialCtx, c, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: sub, QoS: byte(o.qos)}}}, lost)
+	// paho would wait for a SUBACK from a broker that has hung up until
+	// dialCtx ends: the loss ends the wait too.
+	subCtx, endSub := context.WithCancel(dialCtx)
+	defer context.AfterFunc(alive, endSub)()
+	sa, err := c.Subscribe(subCtx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: sub, QoS: byte(o.qos)}}})
+	endSub()
+	if cause := context.Cause(alive); err != nil && cause != nil {
+		err = fmt.Errorf("connection lost: %w", cause)
+	}
 	if sa != nil && len(sa.Reasons) == 1 && sa.Reasons[0] >= 0x80 {
 		reason := "no reason given"
 		if sa.Properties != nil && sa.Properties.ReasonString != "" {
@@ -552,11 +525,11 @@ func runReplay(ctx context.Context, o replayOptions, stdout, stderr io.Writer) e
 			if timer != nil {
 				timer.Reset(o.idle)
 			}
-		case err := <-lost:
+		case <-alive.Done():
 			if f := r.failure(); f != nil {
 				return f
 			}
-			return fmt.Errorf("connection to %s lost: %w", o.broker, err)
+			return fmt.Errorf("connection to %s lost: %w", o.broker, context.Cause(alive))
 		}
 	}
 }
