@@ -79,17 +79,28 @@ func TestPowerCut_IntervalDurabilityLosesWhatItDidNotSync(t *testing.T) {
 func TestPowerCut_IntervalDurabilityKeepsWhatItSynced(t *testing.T) {
 	disk, _ := powerCutSetup(t)
 	config := intervalConfig(t, "50ms")
-	mnt := t.TempDir()
-	fs, err := cutfs.Mount(disk, mnt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fs.Unmount() // on failure; a second Unmount does nothing
-	p := startPeat(t, filepath.Join(mnt, "data"), "--config", config)
-
 	const perPublisher = 1100 // 4 x 1100 x 8 KiB: 34 MiB of payloads
 	pad := strings.Repeat("x", 8<<10)
 	acked := make(map[string]bool)
+	files := powerCut(t, disk, func(data string) {
+		publishThenWait(t, data, config, perPublisher, pad, acked)
+	})
+	data := filepath.Join(disk, "data")
+	vlogs, _ := filepath.Glob(filepath.Join(data, "*.vlog"))
+	t.Logf("%d acknowledged, %d value-log files, %d files lost unsynced writes", len(acked), len(vlogs), files)
+	if len(vlogs) < 2 {
+		t.Fatalf("%d value-log files: Badger never moved to a new one, the test cannot tell", len(vlogs))
+	}
+	checkCrashLog(t, data, acked)
+}
+
+// publishThenWait runs peat serve on data with config, publishes
+// perPublisher padded QoS 1 messages from each of crashPublishers clients,
+// adds every acknowledged one to acked (all must be), lets six 50 ms sync
+// intervals pass, and kills peat.
+func publishThenWait(t *testing.T, data, config string, perPublisher int, pad string, acked map[string]bool) {
+	t.Helper()
+	p := startPeat(t, data, "--config", config)
 	var wg sync.WaitGroup
 	pubs := make([]*publisher, crashPublishers)
 	for i := range pubs {
@@ -110,20 +121,6 @@ func TestPowerCut_IntervalDurabilityKeepsWhatItSynced(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond) // six sync intervals
 	p.kill()
-	if err := fs.Unmount(); err != nil {
-		t.Fatalf("unmount: %v", err)
-	}
-	files, err := fs.Cut()
-	if err != nil {
-		t.Fatalf("cut: %v", err)
-	}
-	data := filepath.Join(disk, "data")
-	vlogs, _ := filepath.Glob(filepath.Join(data, "*.vlog"))
-	t.Logf("%d acknowledged, %d value-log files, %d files lost unsynced writes", len(acked), len(vlogs), files)
-	if len(vlogs) < 2 {
-		t.Fatalf("%d value-log files: Badger never moved to a new one, the test cannot tell", len(vlogs))
-	}
-	checkCrashLog(t, data, acked)
 }
 
 // intervalConfig writes a config whose one stream, default, has durability
@@ -157,19 +154,31 @@ func powerCutSetup(t *testing.T) (disk string, rng *rand.Rand) {
 // files the cut changed.
 func powerCutRound(t *testing.T, disk string, round, killAt int, acked map[string]bool, args ...string) (int, int) {
 	t.Helper()
+	var n int
+	files := powerCut(t, disk, func(data string) {
+		n = crashRound(t, data, round, killAt, 0, acked, args...)
+	})
+	return n, files
+}
+
+// powerCut mounts disk, calls run with the data directory on the mount
+// (run must leave no process using it), takes the mount down and cuts. It
+// returns how many files the cut changed.
+func powerCut(t *testing.T, disk string, run func(data string)) int {
+	t.Helper()
 	mnt := t.TempDir()
 	fs, err := cutfs.Mount(disk, mnt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer fs.Unmount() // on a failed round; a second Unmount does nothing
-	n := crashRound(t, filepath.Join(mnt, "data"), round, killAt, 0, acked, args...)
+	defer fs.Unmount() // when run fails; a second Unmount does nothing
+	run(filepath.Join(mnt, "data"))
 	if err := fs.Unmount(); err != nil {
-		t.Fatalf("round %d: unmount: %v", round, err)
+		t.Fatalf("unmount: %v", err)
 	}
 	files, err := fs.Cut()
 	if err != nil {
-		t.Fatalf("round %d: cut: %v", round, err)
+		t.Fatalf("cut: %v", err)
 	}
-	return n, files
+	return files
 }
