@@ -177,7 +177,8 @@ func (s *Stream) linger() {
 }
 
 // lingerLeft returns how long the queued appends may still wait at now (the
-// earliest of their deadlines), and whether they already fill a batch.
+// earliest of their deadlines), and whether they already fill a batch or
+// wait behind a control request (full: commit now).
 func (s *Stream) lingerLeft(now time.Time) (wait time.Duration, full bool) {
 	s.q.Lock()
 	defer s.q.Unlock()
@@ -185,8 +186,10 @@ func (s *Stream) lingerLeft(now time.Time) (wait time.Duration, full bool) {
 	if len(q) == 0 || q[0].kind != reqAppend {
 		return 0, false
 	}
+	if s.q.recs >= maxBatchRecords || s.q.size >= s.st.batchBytes {
+		return 0, true
+	}
 	wait = MaxLinger
-	recs, size := 0, 0
 	for _, r := range q {
 		if r.kind != reqAppend {
 			return 0, true
@@ -195,14 +198,8 @@ func (s *Stream) lingerLeft(now time.Time) (wait time.Duration, full bool) {
 		if r.qos0 {
 			d = s.cfg.LingerQoS0
 		}
-		wait = min(wait, d-now.Sub(r.enqueued))
-		recs += len(r.recs)
-		size += r.size
-		if wait <= 0 {
+		if wait = min(wait, d-now.Sub(r.enqueued)); wait <= 0 {
 			return 0, false
-		}
-		if recs >= maxBatchRecords || size >= s.st.batchBytes {
-			return wait, true
 		}
 	}
 	return wait, false
