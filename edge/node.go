@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,8 @@ const (
 	attrDataDir   = "data_dir"
 	attrProfile   = "profile"
 	attrLimit     = "memory_limit_bytes"
+	attrProcs     = "GOMAXPROCS"
+	attrWas       = "was"
 	attrStreams   = "streams"
 	attrErr       = "err"
 )
@@ -57,6 +60,7 @@ type Node struct {
 		httpAddr        net.Addr
 		httpDone        chan struct{} // closed when the HTTP serve goroutine returns
 		prevMemLimit    int64         // -1: the node did not set a memory limit
+		prevProcs       int           // 0: the node did not set GOMAXPROCS
 	}
 }
 
@@ -135,6 +139,7 @@ func (n *Node) start(ctx context.Context) error {
 		streams = append(streams, s.Name())
 	}
 	n.log.Info("log open", attrDataDir, n.cfg.DataDir, attrProfile, string(profile), attrStreams, streams)
+	n.applyProcs(store.CommitsWaitForFsync())
 
 	if err := ctx.Err(); err != nil {
 		return err
@@ -193,6 +198,39 @@ func (n *Node) applyMemoryLimit(p logstore.Profile) {
 	n.log.Info("memory limit set", attrProfile, string(p), attrLimit, limit)
 }
 
+// minProcsForFsync is the fewest Ps (GOMAXPROCS) a node runs with when its
+// group commits wait for fsync.
+const minProcsForFsync = 2
+
+// applyProcs gives the Go scheduler a second P on a node limited to one CPU
+// whose commits wait for fsync, unless the operator set GOMAXPROCS.
+//
+// A group commit blocks its thread in fdatasync for 0.3-1 ms, twice (value
+// log, then memtable log). With one P, Go hands the P to another thread
+// only once sysmon notices the blocked system call (20 µs or more later),
+// and when fdatasync returns the committing goroutine finds its P gone and
+// waits in the global run queue behind whatever ran meanwhile; every
+// acknowledgement of the commit waits with it. With a second P, the other
+// P serves clients while a commit blocks. Measured with the broker pinned
+// to one CPU (2026-12-03, 7 alternating runs each): QoS 1 fan-in with
+// fsync (W2 of scripts/bench.sh) delivered a median 1.06x plain mochi's
+// rate instead of 0.87x; 1,000 sensors each publishing alone with fsync
+// (W6) cost 10% more CPU per message. Where commits do not block
+// (interval), the second P only adds thread wake-ups: W2 lost a quarter of
+// its rate and used a third more CPU per message, so those nodes keep one.
+func (n *Node) applyProcs(fsyncCommits bool) {
+	procs := runtime.GOMAXPROCS(0)
+	if !fsyncCommits || procs >= minProcsForFsync {
+		return
+	}
+	if v, ok := os.LookupEnv("GOMAXPROCS"); ok {
+		n.log.Info("GOMAXPROCS left as set", attrProcs, v)
+		return
+	}
+	n.mu.prevProcs = runtime.GOMAXPROCS(minProcsForFsync)
+	n.log.Info("GOMAXPROCS raised: commits wait for fsync", attrProcs, minProcsForFsync, attrWas, procs)
+}
+
 // Close stops the HTTP server, the MQTT broker (no new connections or
 // publishes) and then closes the log. It returns when all is closed or ctx
 // is done; calling it again returns the first call's result.
@@ -232,6 +270,10 @@ func (n *Node) shutdown(ctx context.Context) error {
 	if n.mu.prevMemLimit >= 0 {
 		debug.SetMemoryLimit(n.mu.prevMemLimit)
 		n.mu.prevMemLimit = -1
+	}
+	if n.mu.prevProcs > 0 {
+		runtime.GOMAXPROCS(n.mu.prevProcs)
+		n.mu.prevProcs = 0
 	}
 	return errors.Join(errs...)
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"reflect"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -316,6 +317,36 @@ func TestNode_MemoryLimitFollowsTheProfile(t *testing.T) {
 	}
 	if got := debug.SetMemoryLimit(-1); got != before {
 		t.Errorf("memory limit after Close = %d, want it restored to %d", got, before)
+	}
+}
+
+// On one CPU a node whose commits wait for fsync runs with two Ps, so that
+// clients are served while a commit blocks in fdatasync (applyProcs); with
+// interval durability it keeps one. Close gives the setting back.
+func TestNode_OneCPUGetsASecondPOnlyForFsyncCommits(t *testing.T) {
+	if _, ok := os.LookupEnv("GOMAXPROCS"); ok {
+		t.Skip("GOMAXPROCS is set: the node leaves it alone")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // as on a one-CPU machine
+	for _, tc := range []struct {
+		durability logstore.Durability
+		want       int
+	}{
+		{logstore.DurabilityFsync, 2},
+		{logstore.DurabilityInterval, 1},
+	} {
+		cfg := testConfig(t)
+		cfg.Streams[0].Durability = string(tc.durability)
+		n := startNode(t, cfg)
+		if got := runtime.GOMAXPROCS(0); got != tc.want {
+			t.Errorf("%s: GOMAXPROCS = %d while serving, want %d", tc.durability, got, tc.want)
+		}
+		if err := n.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := runtime.GOMAXPROCS(0); got != 1 {
+			t.Errorf("%s: GOMAXPROCS = %d after Close, want 1 again", tc.durability, got)
+		}
 	}
 }
 

@@ -271,6 +271,11 @@ func (st *Store) Close() error {
 	return st.closeErr
 }
 
+// CommitsWaitForFsync reports whether a group commit returns only after
+// fsync (some stream has fsync durability): the appender then spends most
+// of each commit blocked in a system call.
+func (st *Store) CommitsWaitForFsync() bool { return st.syncWrites && !st.cfg.InMemory }
+
 // Stream returns the named stream, or nil.
 func (st *Store) Stream(name string) *Stream { return st.byName[name] }
 
