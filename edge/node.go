@@ -202,8 +202,10 @@ func (n *Node) applyMemoryLimit(p logstore.Profile) {
 // group commits wait for fsync.
 const minProcsForFsync = 2
 
-// applyProcs gives the Go scheduler a second P on a node limited to one CPU
-// whose commits wait for fsync, unless the operator set GOMAXPROCS.
+// applyProcs gives the Go scheduler a second P on a node that may run on
+// one CPU only (a single core, or pinned with taskset) and whose commits
+// wait for fsync, unless the operator set GOMAXPROCS. (A cgroup CPU limit
+// below 2 already gets 2 Ps: Go's default rounds it up.)
 //
 // A group commit blocks its thread in fdatasync for 0.3-1 ms, twice (value
 // log, then memtable log). With one P, Go hands the P to another thread
@@ -217,7 +219,8 @@ const minProcsForFsync = 2
 // rate instead of 0.87x; 1,000 sensors each publishing alone with fsync
 // (W6) cost 10% more CPU per message. Where commits do not block
 // (interval), the second P only adds thread wake-ups: W2 lost a quarter of
-// its rate and used a third more CPU per message, so those nodes keep one.
+// its rate and used two fifths more CPU per message, so those nodes keep
+// one.
 func (n *Node) applyProcs(fsyncCommits bool) {
 	procs := runtime.GOMAXPROCS(0)
 	if !fsyncCommits || procs >= minProcsForFsync {
