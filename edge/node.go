@@ -207,12 +207,13 @@ const minProcsForFsync = 2
 // wait for fsync, unless the operator set GOMAXPROCS. (A cgroup CPU limit
 // below 2 already gets 2 Ps: Go's default rounds it up.)
 //
-// A group commit blocks its thread in fdatasync for 0.3-1 ms, twice (value
-// log, then memtable log). With one P, Go hands the P to another thread
-// only once sysmon notices the blocked system call (20 µs or more later),
-// and when fdatasync returns the committing goroutine finds its P gone and
-// waits in the global run queue behind whatever ran meanwhile; every
-// acknowledgement of the commit waits with it. With a second P, the other
+// A group commit blocks its thread in two syncs of 0.3-1 ms each (Badger
+// msyncs the value log, then the memtable log). With one P, Go hands the P
+// to another thread only once sysmon notices the blocked system call (20
+// µs or more later), and when the sync returns the committing goroutine
+// finds its P gone and, under load, waits in the global run queue behind
+// whatever runs meanwhile; every acknowledgement of the commit waits with
+// it. With a second P, the other
 // P serves clients while a commit blocks. Measured with the broker pinned
 // to one CPU (2026-12-03, 7 alternating runs each): QoS 1 fan-in with
 // fsync (W2 of scripts/bench.sh) delivered a median 1.06x plain mochi's
