@@ -195,7 +195,7 @@ func (n *node) WrapChild(_ context.Context, _ gofs.InodeEmbedder) gofs.InodeEmbe
 // Unlink forgets the removed file's log: its inode number may be reused by
 // a new file, which must not get the old one's undo.
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	ino, known := n.c.inode(filepath.Join(n.backing(), name))
+	ino, known := inodeOf(filepath.Join(n.backing(), name))
 	errno := n.LoopbackNode.Unlink(ctx, name)
 	if errno == 0 && known {
 		n.c.forget(ino)
@@ -209,8 +209,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	if p, ok := newParent.(*node); ok {
 		target = filepath.Join(p.backing(), newName)
 	}
-	src, _ := n.c.inode(filepath.Join(n.backing(), name))
-	ino, replaced := n.c.inode(target)
+	src, _ := inodeOf(filepath.Join(n.backing(), name))
+	ino, replaced := inodeOf(target)
 	errno := n.LoopbackNode.Rename(ctx, name, newParent, newName, flags)
 	if errno == 0 && replaced && ino != src {
 		n.c.forget(ino)
@@ -221,8 +221,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 // backing is the node's path on the disk.
 func (n *node) backing() string { return filepath.Join(n.RootData.Path, n.Path(n.Root())) }
 
-// inode returns the inode number of path on the disk.
-func (c *FS) inode(path string) (uint64, bool) {
+// inodeOf returns the inode number of path on the disk.
+func inodeOf(path string) (uint64, bool) {
 	var st syscall.Stat_t
 	if path == "" || syscall.Lstat(path, &st) != nil {
 		return 0, false
