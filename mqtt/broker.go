@@ -100,15 +100,15 @@ func New(cfg Config, log Log) (*Broker, error) {
 	if err := ss.load(log.State()); err != nil {
 		return nil, fmt.Errorf("load durable sessions: %w", err)
 	}
+	authHook := cfg.Auth
+	if authHook == nil {
+		authHook = new(auth.AllowHook)
+	}
 	b := &Broker{
 		cfg:    cfg,
 		srv:    srv,
 		logger: logger,
-		ingest: newIngest(srv, log, cfg, m, logger, gs),
-	}
-	authHook := cfg.Auth
-	if authHook == nil {
-		authHook = new(auth.AllowHook)
+		ingest: newIngest(srv, log, cfg, m, logger, authHook, gs),
 	}
 	if err := srv.AddHook(authHook, cfg.AuthConfig); err != nil {
 		return nil, fmt.Errorf("add auth hook: %w", err)

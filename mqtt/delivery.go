@@ -275,8 +275,12 @@ func (d *delivery) OnSubscribed(cl *mochi.Client, pk packets.Packet, reasonCodes
 
 // OnPacketRead notes acknowledgements of deliveries: PUBACK ends a QoS 1
 // delivery, PUBCOMP (or a PUBREC carrying an error) a QoS 2 one. mochi
-// removes its own inflight entry afterwards.
+// removes its own inflight entry afterwards. A publish ingest took
+// (isHandled) is no acknowledgement.
 func (d *delivery) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if isHandled(&pk) {
+		return pk, nil
+	}
 	switch pk.FixedHeader.Type {
 	case packets.Puback, packets.Pubcomp:
 	case packets.Pubrec:

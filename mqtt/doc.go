@@ -13,20 +13,27 @@
 //
 // mochi acks a QoS 1/2 publish as soon as OnPublish returns. Peat acks only
 // when the record is durable, so the ingest hook takes every publish on a
-// captured topic over: OnPublish hands the record to the stream's appender
-// (Stream.AppendAsync) and returns packets.ErrRejectPacket, so mochi neither
-// acks nor fans out. The PUBACK (QoS 1) or PUBREC (QoS 2) is written later,
-// by the client's ack drainer, when the append is durable:
+// captured topic over and hands the record to the stream's appender
+// (Stream.AppendAsync). Most are taken in OnPacketRead, before mochi's
+// processPublish, which is left a no-op in their place (a PUBACK with packet
+// id 0): mochi's read goroutine needs a 32 KiB stack to reach OnPublish and
+// 16 KiB to reach OnPacketRead, and with 1,000 sensors that is 16 MB of
+// stack, and about as much again of the GC's headroom. The publishes mochi
+// must judge (a failed check or ACL, a topic alias, a packet id it has in
+// flight) go the long way, and OnPublish takes them over by returning
+// packets.ErrRejectPacket, so mochi neither acks nor fans out. Either way,
+// the PUBACK (QoS 1) or PUBREC (QoS 2) is written later, by the client's
+// ack drainer, when the append is durable:
 //
 //	read goroutine            appender goroutine        ack drainer (per client, only while acks are pending)
-//	OnPublish:                                          pops completed entries from the head of the
+//	OnPacketRead/OnPublish:                             pops completed entries from the head of the
 //	  take a window slot  --> AppendAsync ... done: --> client's ack queue, in arrival order, and
 //	  (blocks when full)        mark entry, poke        writes PUBACK/PUBREC, or the refusal;
 //	  queue ack entry                                   frees the window slot
 //
 // Many publishes of one client are in flight at once, bounded by
 // Config.Window, which is also the Receive Maximum advertised to MQTT 5
-// clients. When a client has Window publishes pending, OnPublish blocks its
+// clients. When a client has Window publishes pending, ingest blocks its
 // read goroutine: TCP back-pressure, never an unbounded queue. QoS 0
 // publishes take a slot too (freed when their append completes), so a QoS 0
 // flood cannot queue unbounded records either.
@@ -36,12 +43,12 @@
 // alike, so this also keeps delivery from reusing the id); mochi's
 // processPubrel then answers PUBREL with PUBCOMP. A resent PUBLISH with that
 // id before PUBREL is recognised in OnPacketRead (the Inflight entry carries
-// our marker in Origin), turned into a packet mochi passes through untouched
-// (QoS 0, id 0), and answered with a PUBREC in queue order, without a second
-// append. Known limit: if a client reconnects while a QoS 2 append is still
-// pending, the old connection's not-yet-durable PUBRECs are dropped from the
-// session (so the new connection is never acked early); the client's resend
-// is then appended again: at least once in that race, never lost.
+// our marker in Origin) and answered with a PUBREC in queue order, without
+// a second append. Known limit: if a client reconnects while a QoS 2 append
+// is still pending, the old connection's not-yet-durable PUBRECs are
+// dropped from the session (so the new connection is never acked early);
+// the client's resend is then appended again: at least once in that race,
+// never lost.
 //
 // Refusals are never acked: a publish that cannot be stored gets, in queue
 // order, a PUBACK/PUBREC with a reason code and reason string (MQTT 5: 0x97
@@ -69,12 +76,14 @@
 // (WritesPending) and Receive Maximum (Window) from Config, and starts no
 // goroutine and keeps no state for a client until it publishes to a captured
 // topic (an ack drainer lives only while acks are pending). A connection
-// costs about 26.5 KB: 20 KB are the stacks of mochi's two goroutines per
-// client, 2 KB the read buffer, the rest mochi's client state (plain mochi:
-// about 69 KB). Once clients publish, mochi's read goroutine needs a 32 KB
-// stack to reach the publish hooks, in Peat and plain mochi alike: with
-// 1,000 sensors publishing QoS 1 at 1 msg/s, stacks take about 36 MB. That is
-// the floor under the broker's RSS for that load (make bench-memory).
+// costs about 27 KB: 20 KB are the stacks of mochi's two goroutines per
+// client (16 KiB of them the read goroutine's), 2 KB the read buffer, the
+// rest mochi's client state (plain mochi: about 69 KB). Taking publishes in
+// OnPacketRead keeps a publishing client at that; through mochi's
+// processPublish its read stack would double to 32 KiB (go run
+// ./scripts/stackprobe). With 1,000 sensors publishing QoS 1 at 1 msg/s,
+// stacks take about 20 MB, the floor under the broker's RSS for that load
+// (make bench-memory).
 //
 // # Replay protocol (extension.go, delivery_subscribe.go, delivery_tap.go)
 //

@@ -33,7 +33,6 @@ type ackEntry struct {
 type ingestConn struct {
 	h     *ingest
 	cl    *mochi.Client
-	dupID uint16        // set by OnPacketRead for the next OnPublish; read goroutine only
 	space chan struct{} // 1-buffered: a window slot was freed
 	ready chan struct{} // 1-buffered: an entry got its answer
 
@@ -103,7 +102,7 @@ func (c *ingestConn) enqueueLocked(e *ackEntry) {
 
 // publish appends a publish on a captured topic; QoS 1/2 ones are answered
 // by the drainer once the append completes.
-func (c *ingestConn) publish(st Stream, pk packets.Packet) {
+func (c *ingestConn) publish(st Stream, pk *packets.Packet) {
 	if !c.take() {
 		return // being disconnected, or the broker is closing: no ack, the client resends
 	}
@@ -122,7 +121,7 @@ func (c *ingestConn) publish(st Stream, pk packets.Packet) {
 
 // commitOffset commits (seeks) a consumer group's offset published to
 // $offsets/<group>/<stream>; QoS 1/2 ones are answered once it is durable.
-func (c *ingestConn) commitOffset(pk packets.Packet) {
+func (c *ingestConn) commitOffset(pk *packets.Packet) {
 	ext, err := parseOffsetsTopic(pk.TopicName)
 	if err == nil && c.h.stream(ext.stream) == nil {
 		err = fmt.Errorf("no stream %q", ext.stream)
@@ -154,7 +153,7 @@ func (c *ingestConn) commitOffset(pk packets.Packet) {
 
 // expectAnswer queues the ack entry of a QoS 1/2 publish that holds a
 // window slot; nil for QoS 0.
-func (c *ingestConn) expectAnswer(pk packets.Packet) *ackEntry {
+func (c *ingestConn) expectAnswer(pk *packets.Packet) *ackEntry {
 	qos := pk.FixedHeader.Qos
 	if qos == 0 {
 		return nil
@@ -196,7 +195,7 @@ func (c *ingestConn) answer(e *ackEntry, code packets.Code) {
 
 // refuse answers a publish that will not be stored, in queue order. QoS 0
 // refusals are only counted.
-func (c *ingestConn) refuse(pk packets.Packet, code packets.Code, reason string) {
+func (c *ingestConn) refuse(pk *packets.Packet, code packets.Code, reason string) {
 	c.h.m.Refused.WithLabelValues(reason).Inc()
 	if pk.FixedHeader.Qos == 0 || !c.take() {
 		return

@@ -11,6 +11,7 @@ import (
 
 	pahov5 "github.com/eclipse/paho.golang/paho"
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/peatmq/peat/logstore"
@@ -423,6 +424,64 @@ func TestIngest_UncapturedTopicsGoThroughMochi(t *testing.T) {
 	}
 }
 
+// Ingest takes most publishes over as they are read (OnPacketRead), but
+// leaves those mochi must judge to mochi. A publish the ACL refuses is
+// refused as mochi refuses it, and not stored, at every QoS and version.
+func TestIngest_ACLRefusedPublishNotStored(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	st := l.stream(t, "default")
+	ledger := &auth.Ledger{
+		Auth: auth.AuthRules{{Allow: true}},
+		ACL:  auth.ACLRules{{Filters: auth.Filters{"sensors/secret/#": auth.ReadOnly}}},
+	}
+	b := newTestBroker(t, l, func(c *Config) {
+		c.Auth = new(auth.Hook)
+		c.AuthConfig = &auth.Options{Ledger: ledger}
+	})
+	v5 := dialRaw(t, b, "p5", 5)
+	v5.Publish("sensors/secret/a", 0, 0, "refused, silently")
+	v5.Publish("sensors/secret/a", 1, 1, "refused")
+	if ack := v5.ReadUntil(packets.Puback); ack.PacketID != 1 || ack.ReasonCode != packets.ErrNotAuthorized.Code {
+		t.Errorf("refused QoS 1 publish: PUBACK id %d reason %#x, want id 1 reason 0x87", ack.PacketID, ack.ReasonCode)
+	}
+	v5.Publish("sensors/open/a", 1, 2, "stored")
+	if ack := v5.ReadUntil(packets.Puback); ack.PacketID != 2 || ack.ReasonCode != 0 {
+		t.Errorf("allowed publish: PUBACK id %d reason %#x, want id 2 reason 0", ack.PacketID, ack.ReasonCode)
+	}
+	v3 := dialRaw(t, b, "p3", 4)
+	v3.Publish("sensors/secret/b", 1, 1, "refused")
+	expectClosed(t, v3) // MQTT 3 has no negative PUBACK: mochi disconnects
+	recs := st.records()
+	if len(recs) != 1 || recs[0].Topic != "sensors/open/a" {
+		t.Fatalf("stored %d records (%v), want only sensors/open/a", len(recs), recs)
+	}
+}
+
+// A publish with an MQTT 5 topic alias is left to mochi, which resolves
+// the alias: the record carries the topic, also when the publish carries
+// only the alias.
+func TestIngest_TopicAliasResolvedBeforeAppend(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	st := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	c := dialRaw(t, b, "aliased", 5)
+	alias := packets.Properties{TopicAlias: 1, TopicAliasFlag: true}
+	c.Write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
+		TopicName: "sensors/long/topic/name", PacketID: 1, Payload: []byte("first"), Properties: alias})
+	c.Write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
+		PacketID: 2, Payload: []byte("second"), Properties: alias})
+	for id := uint16(1); id <= 2; id++ {
+		if ack := c.ReadUntil(packets.Puback); ack.PacketID != id || ack.ReasonCode != 0 {
+			t.Fatalf("PUBACK id %d reason %#x, want id %d reason 0", ack.PacketID, ack.ReasonCode, id)
+		}
+	}
+	for i, r := range st.waitRecords(t, 2) {
+		if r.Topic != "sensors/long/topic/name" {
+			t.Errorf("record %d (%q): topic %q, want the alias's sensors/long/topic/name", i, r.Payload, r.Topic)
+		}
+	}
+}
+
 // A publish on a captured topic reaches a subscriber once, from the log:
 // mochi must not deliver it as well, at any QoS.
 func TestIngest_CapturedPublishDeliveredOnce(t *testing.T) {
@@ -576,4 +635,22 @@ func TestIngest_DelayedWill(t *testing.T) {
 			t.Fatalf("will record %+v", recs[0])
 		}
 	})
+}
+
+// A publish ingest takes early gets the expiry mochi's processPublish would
+// give it (mochi's retained store drops a retained message at its expiry):
+// the smaller of the server's maximum and the publish's interval, either
+// ignored when zero.
+func TestMessageExpiry_IsMochisRule(t *testing.T) {
+	for _, c := range []struct{ max, interval, want int64 }{
+		{0, 0, 0},
+		{0, 30, 30},
+		{60, 0, 60},
+		{60, 30, 30},
+		{60, 90, 60},
+	} {
+		if got := messageExpiry(c.max, c.interval); got != c.want {
+			t.Errorf("messageExpiry(max %d, interval %d) = %d, want %d", c.max, c.interval, got, c.want)
+		}
+	}
 }

@@ -140,8 +140,8 @@ func (h *ingest) appendWill(clientID string, w mochi.Will) {
 		Origin:      clientID,
 		Created:     time.Now().Unix(),
 	}
-	retained := retainedCopy(pk)
-	st.AppendAsync([]*logstore.Record{recordOf(clientID, pk)}, func(_ uint64, err error) {
+	retained := retainedCopy(&pk)
+	st.AppendAsync([]*logstore.Record{recordOf(clientID, &pk)}, func(_ uint64, err error) {
 		h.appended(st, retained, err)
 		if err != nil {
 			h.logger.Debug("will not stored", slog.String(attrClient, clientID),

@@ -102,9 +102,15 @@ type peatProc struct {
 // killed at test cleanup if it still runs.
 func startPeat(t testing.TB, dataDir string, extraArgs ...string) *peatProc {
 	t.Helper()
+	return startPeatEnv(t, nil, dataDir, extraArgs...)
+}
+
+// startPeatEnv is startPeat with env added to the process's environment.
+func startPeatEnv(t testing.TB, env []string, dataDir string, extraArgs ...string) *peatProc {
+	t.Helper()
 	args := append([]string{"serve", "--data", dataDir, "--mqtt", "127.0.0.1:0", "--http", "127.0.0.1:0"}, extraArgs...)
 	cmd := exec.Command(binPath, args...)
-	cmd.Env = append(cleanEnv(), "PEAT_LOG_FORMAT=json", "PEAT_STORAGE_PROFILE=pi-zero")
+	cmd.Env = append(append(cleanEnv(), "PEAT_LOG_FORMAT=json", "PEAT_STORAGE_PROFILE=pi-zero"), env...)
 	cmd.Dir = t.TempDir()
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
@@ -213,6 +219,28 @@ func (p *peatProc) streams() []edge.StreamInfo {
 		p.t.Fatalf("decode /api/v1/streams: %v", err)
 	}
 	return out
+}
+
+// metric is the value of an unlabelled metric on GET /metrics.
+func (p *peatProc) metric(name string) float64 {
+	p.t.Helper()
+	resp, err := http.Get("http://" + p.httpAddr + "/metrics")
+	if err != nil {
+		p.t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var v float64
+		if rest, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			if _, err := fmt.Sscan(rest, &v); err != nil {
+				p.t.Fatalf("metric %s: %q: %v", name, rest, err)
+			}
+			return v
+		}
+	}
+	p.t.Fatalf("no metric %s on /metrics (%v)", name, sc.Err())
+	return 0
 }
 
 // stream is one stream of GET /api/v1/streams by name.
