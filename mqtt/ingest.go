@@ -215,10 +215,12 @@ func isHandled(pk *packets.Packet) bool {
 // KB of its 16 KiB stack left here.
 func (h *ingest) early(cl *mochi.Client, pk *packets.Packet) bool {
 	caps := h.srv.Options.Capabilities
-	switch {
-	case pk.Properties.TopicAliasFlag, pk.FixedHeader.Qos > caps.MaximumQos:
+	if pk.Properties.TopicAliasFlag || pk.FixedHeader.Qos > caps.MaximumQos {
 		return false
-	case !h.ownsTopic(pk.TopicName):
+	}
+	st, owned := h.owner(pk.TopicName)
+	switch {
+	case !owned:
 		return false // mochi's, unchanged
 	case pk.PublishValidate(caps.TopicAliasMaximum) != packets.CodeSuccess, !mochi.IsValidFilter(pk.TopicName, true):
 		return false
@@ -235,7 +237,8 @@ func (h *ingest) early(cl *mochi.Client, pk *packets.Packet) bool {
 	if exp := messageExpiry(caps.MaximumMessageExpiryInterval, int64(pk.Properties.MessageExpiryInterval)); exp > 0 {
 		pk.Expiry = pk.Created + exp
 	}
-	return h.take(h.conn(cl), pk)
+	h.take(h.conn(cl), pk, st)
+	return true
 }
 
 // messageExpiry is mochi's rule for a publish's expiry in seconds: the
@@ -251,10 +254,15 @@ func messageExpiry(max, interval int64) int64 {
 	return interval
 }
 
-// ownsTopic reports whether ingest takes publishes to topic: a stream
-// captures it, or it is one of the replay protocol's.
-func (h *ingest) ownsTopic(topic string) bool {
-	return strings.HasPrefix(topic, offsetsPrefix) || reservedTopic(topic) || h.log.Route(topic) != nil
+// owner returns the stream that captures topic, and whether ingest takes
+// publishes to topic at all: a stream captures it, or it is one of the
+// replay protocol's (then the stream is nil).
+func (h *ingest) owner(topic string) (Stream, bool) {
+	if strings.HasPrefix(topic, offsetsPrefix) || reservedTopic(topic) {
+		return nil, true
+	}
+	st := h.log.Route(topic)
+	return st, st != nil
 }
 
 // OnPacketEncode tells MQTT 5 clients the largest packet Peat accepts
@@ -273,9 +281,11 @@ func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 	if cl.Net.Inline {
 		return h.publishInline(cl, pk)
 	}
-	if !h.take(h.conn(cl), &pk) {
+	st, owned := h.owner(pk.TopicName)
+	if !owned {
 		return pk, nil
 	}
+	h.take(h.conn(cl), &pk, st)
 	if pk.FixedHeader.Qos == 0 {
 		// Stored, and delivered from the log: mochi must not deliver it as
 		// well. For QoS 0 Ignore says so, and mochi has nothing to ack;
@@ -288,28 +298,20 @@ func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 	return pk, packets.ErrRejectPacket
 }
 
-// take appends pk if a stream captures its topic, or answers it if it is
-// a consumer group commit or a refusal, and reports whether it did (false:
-// the topic is mochi's). Its answer, if any, comes from c's ack drainer.
-func (h *ingest) take(c *ingestConn, pk *packets.Packet) bool {
-	if strings.HasPrefix(pk.TopicName, offsetsPrefix) {
+// take appends pk to st, the stream owner found for it, or answers it if
+// it is a consumer group commit or a refusal. Its answer, if any, comes
+// from c's ack drainer.
+func (h *ingest) take(c *ingestConn, pk *packets.Packet, st Stream) {
+	switch {
+	case strings.HasPrefix(pk.TopicName, offsetsPrefix):
 		c.commitOffset(pk)
-		return true
-	}
-	if reservedTopic(pk.TopicName) {
+	case reservedTopic(pk.TopicName):
 		c.refuse(pk, codeReserved, ReasonReadOnly)
-		return true
-	}
-	st := h.log.Route(pk.TopicName)
-	if st == nil {
-		return false
-	}
-	if len(pk.Payload) > h.cfg.MaxPayload {
+	case len(pk.Payload) > h.cfg.MaxPayload:
 		c.refuse(pk, h.tooBig, ReasonTooLarge)
-		return true
+	default:
+		c.publish(st, pk)
 	}
-	c.publish(st, pk)
-	return true
 }
 
 // stream returns the named stream, or nil.
