@@ -26,20 +26,19 @@ const (
 
 // profileSpec starts from the measured table of issue 2, item 4.
 //
-// pi-zero keeps the table's 128 MiB Go memory limit, measured against 64 MiB
-// with scripts/bench-memory.sh (1,000 sensors publishing QoS 1 at 1 msg/s,
-// broker on one x86 core). mochi gives each client two goroutines whose
-// stacks reach 32 KB + 8 KB once the client publishes, and GOGC counts
-// stacks, so the heap goal sits 35-45 MB above the ~20 MB of live heap and
-// the runtime keeps what it frees: 100-135 MB RSS with 128 MiB, 65-70 MB
-// with 64 MiB. But 64 MiB costs about one GC a second instead of one in
-// five; each GC shrinks the idle read goroutines' stacks and the next
-// publish regrows them: +35% broker CPU per message and PUBACK p99 ~85 ms
-// instead of ~6 ms, and heavy ingest fell from 14-17k to 10-13k acks/s. On
-// a board whose CPU is the scarce part, the table's value is the better
-// default. Where memory is scarcer, GOMEMLIMIT=64MiB together with
-// GODEBUG=gcshrinkstackoff=1 gave 65 MB at the old CPU cost and p99 8 ms
-// (the runtime reads that setting only from the environment).
+// pi-zero keeps the table's 128 MiB Go memory limit, measured against lower
+// ones with scripts/bench-memory.sh (1,000 sensors publishing QoS 1 at 1
+// msg/s, broker on one x86 core). mochi gives each client two goroutines;
+// since the MQTT front-end takes publishes before mochi's publish handling
+// (mqtt/doc.go), their stacks stay at 16 + 4 KiB, and GOGC counts stacks,
+// so the heap goal sits about 27 MB above the live heap: 71 MB RSS with 128
+// MiB, the same with 64 MiB (the limit is not reached), 56 MB with 48 MiB
+// at 4% more CPU per message and a PUBACK p99 of 8 ms instead of 6. But a
+// 1M-record ingest holds 52-57 MB of anonymous memory with 128 MiB (below),
+// and a limit under that makes its GC run far more often. Before the front-end's change the
+// stacks were 32 + 8 KiB: 100-135 MB with 128 MiB, and 64 MiB cost +35% CPU
+// per message and a PUBACK p99 of 85 ms, as each GC shrank the idle read
+// stacks and the next publish regrew them.
 //
 // pi-zero's memtables and base tables are 4 MiB, half the table's 8. Once
 // records went to the value log and mapped pages were handed back
@@ -49,7 +48,8 @@ const (
 // 4 MiB, VmHWM 113-124 against 78-81 MB, at the same 55-58k acks/s and
 // the same bytes written (2 runs each, PROFILES=pi-zero CLIENTS=0
 // scripts/bench-pi.sh, 2026-12-02). 1,000 clients at 1 msg/s: 104 MB
-// either way (mochi's stacks and the GC goal, above). Before, with
+// either way (mochi's stacks and the GC goal, above; before the front-end's
+// change). Before, with
 // records in the tables, 4 and 2 MiB memtables had lowered RSS in neither
 // workload.
 type profileSpec struct {
