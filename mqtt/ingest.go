@@ -177,7 +177,9 @@ func (h *ingest) conn(cl *mochi.Client) *ingestConn {
 // reach OnPublish: they fail mochi's checks (validation, topic filter, ACL),
 // carry a topic alias, exceed the maximum QoS, or reuse a packet id mochi
 // has in flight. What mochi's processPublish does before OnPublish for the
-// others, early repeats (stamping origin, time and expiry).
+// others, early repeats (stamping origin, time and expiry), except checking
+// mochi's receive quota: that counts only the QoS 2 publishes mochi answers
+// itself, on topics no stream captures; ingest's window bounds the rest.
 //
 // A resent QoS 2 PUBLISH whose PUBREC ingest owns is answered here, in queue
 // order, without a second append: mochi would answer it with PUBREC 0x91
@@ -244,12 +246,12 @@ func (h *ingest) early(cl *mochi.Client, pk *packets.Packet) bool {
 // messageExpiry is mochi's rule for a publish's expiry in seconds: the
 // smaller of the server's maximum and the publish's interval, ignoring
 // either when zero.
-func messageExpiry(max, interval int64) int64 {
+func messageExpiry(maxInterval, interval int64) int64 {
 	switch {
-	case max == 0:
+	case maxInterval == 0:
 		return interval
-	case interval == 0 || interval > max:
-		return max
+	case interval == 0 || interval > maxInterval:
+		return maxInterval
 	}
 	return interval
 }
