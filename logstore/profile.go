@@ -33,12 +33,15 @@ const (
 // (mqtt/doc.go), their stacks stay at 16 + 4 KiB, and GOGC counts stacks,
 // so the heap goal sits about 27 MB above the live heap: 71 MB RSS with 128
 // MiB, the same with 64 MiB (the limit is not reached), 56 MB with 48 MiB
-// at 4% more CPU per message and a PUBACK p99 of 8 ms instead of 6. But a
-// 1M-record ingest holds 52-57 MB of anonymous memory with 128 MiB (below),
-// and a limit under that makes its GC run far more often. Before the front-end's change the
-// stacks were 32 + 8 KiB: 100-135 MB with 128 MiB, and 64 MiB cost +35% CPU
-// per message and a PUBACK p99 of 85 ms, as each GC shrank the idle read
-// stacks and the next publish regrew them.
+// at 4% more CPU per message and a PUBACK p99 of 8 ms instead of 6. A 1M-
+// record ingest does not reach 48 MiB (peak RssAnon 16 MB, below). But a
+// limit is a cliff: twice the sensors hold 40 MB of stacks alone, and at
+// the limit the GC runs without pause, up to half the CPU of a one-core
+// board; GOGC=50 (63 MB, the same CPU) has no cliff but is not the table's
+// either. Before the front-end's change the stacks were 32 + 8 KiB: 100-135
+// MB with 128 MiB, and 64 MiB cost +35% CPU per message and a PUBACK p99
+// of 85 ms, as each GC shrank the idle read stacks and the next publish
+// regrew them.
 //
 // pi-zero's memtables and base tables are 4 MiB, half the table's 8. Once
 // records went to the value log and mapped pages were handed back
@@ -47,11 +50,11 @@ const (
 // peak RSS 110-122 MB (RssAnon 92-102) with 8 MiB, 68-73 MB (52-57) with
 // 4 MiB, VmHWM 113-124 against 78-81 MB, at the same 55-58k acks/s and
 // the same bytes written (2 runs each, PROFILES=pi-zero CLIENTS=0
-// scripts/bench-pi.sh, 2026-12-02). 1,000 clients at 1 msg/s: 104 MB
-// either way (mochi's stacks and the GC goal, above; before the front-end's
-// change). Before, with
-// records in the tables, 4 and 2 MiB memtables had lowered RSS in neither
-// workload.
+// scripts/bench-pi.sh, 2026-12-02). The same run at 97792c5 (record
+// batches since): peak RSS 33.5 MB, RssAnon 16 MB, 74-79k acks/s (2 runs,
+// 2026-12-03; with GOMEMLIMIT=48MiB 33.1 MB, with GOGC=50 29.2 MB). Before,
+// with records in the tables, 4 and 2 MiB memtables had lowered RSS in
+// neither workload.
 type profileSpec struct {
 	memTableSize, baseTableSize, baseLevelSize int64
 	numMemtables, l0Tables, l0Stall            int
