@@ -202,8 +202,6 @@ func parseReplayLine(t testing.TB, line string) replayLine {
 	return replayLine{offset: off, ts: ts, topic: f[2], payload: f[3]}
 }
 
-// runReplayCmd runs `peat replay ARGS` against addr to completion (at most
-// 30 s) and returns its exit status, parsed lines and stderr.
 // A broker that closes the connection instead of answering the SUBSCRIBE
 // makes peat replay fail at once, saying so, not after its 10 s timeout.
 func TestReplay_BrokerClosingDuringSubscribeFailsAtOnce(t *testing.T) {
@@ -239,6 +237,8 @@ func TestReplay_BrokerClosingDuringSubscribeFailsAtOnce(t *testing.T) {
 	}
 }
 
+// runReplayCmd runs `peat replay ARGS` against addr to completion (at most
+// 30 s) and returns its exit status, parsed lines and stderr.
 func runReplayCmd(t testing.TB, addr string, args ...string) (int, []replayLine, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
