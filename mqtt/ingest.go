@@ -30,6 +30,12 @@ const (
 // a resent QoS 2 PUBLISH can be told from one mochi handles itself.
 const ingestOrigin = "peat-ingest"
 
+// holdsPlaceholder reports whether cl's Inflight holds ingest's PUBREC for id.
+func holdsPlaceholder(cl *mochi.Client, id uint16) bool {
+	in, ok := cl.State.Inflight.Get(id)
+	return ok && in.FixedHeader.Type == packets.Pubrec && in.Origin == ingestOrigin
+}
+
 // Reason codes of refused publishes (MQTT 5 PUBACK/PUBREC).
 var (
 	codeNoSpace   = packets.Code{Code: packets.ErrQuotaExceeded.Code, Reason: "not stored: disk full"}
@@ -60,8 +66,10 @@ type ingest struct {
 	m      *Metrics
 	logger *slog.Logger
 	tooBig packets.Code
-	auth   mochi.Hook // the broker's auth hook: its ACL decides early takes
-	groups *groups    // commits published to $offsets/<group>/<stream>
+	// acl is the broker's auth hook if it checks ACLs (nil if not): it
+	// decides which publishes early takes.
+	acl    mochi.Hook
+	groups *groups // commits published to $offsets/<group>/<stream>
 
 	conns   sync.Map      // *mochi.Client -> *ingestConn
 	closing chan struct{} // closed by beginClose
@@ -81,7 +89,6 @@ var _ mochi.Hook = (*ingest)(nil)
 
 func newIngest(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slog.Logger, authHook mochi.Hook, gs *groups) *ingest {
 	h := &ingest{
-		auth:    authHook,
 		groups:  gs,
 		srv:     srv,
 		log:     log,
@@ -96,6 +103,9 @@ func newIngest(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slog.
 		},
 	}
 	h.mu.wills = map[string]*delayedWill{}
+	if authHook != nil && authHook.Provides(mochi.OnACLCheck) {
+		h.acl = authHook
+	}
 	return h
 }
 
@@ -189,7 +199,7 @@ func (h *ingest) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Pack
 		return pk, nil
 	}
 	if pk.FixedHeader.Qos == 2 {
-		if in, ok := cl.State.Inflight.Get(pk.PacketID); ok && in.FixedHeader.Type == packets.Pubrec && in.Origin == ingestOrigin {
+		if holdsPlaceholder(cl, pk.PacketID) {
 			h.conn(cl).resentQoS2(pk.PacketID)
 			return handled, nil
 		}
@@ -226,7 +236,7 @@ func (h *ingest) early(cl *mochi.Client, pk *packets.Packet) bool {
 		return false // mochi's, unchanged
 	case pk.PublishValidate(caps.TopicAliasMaximum) != packets.CodeSuccess, !mochi.IsValidFilter(pk.TopicName, true):
 		return false
-	case h.auth == nil || !h.auth.Provides(mochi.OnACLCheck) || !h.auth.OnACLCheck(cl, pk.TopicName, true):
+	case h.acl == nil || !h.acl.OnACLCheck(cl, pk.TopicName, true):
 		return false
 	}
 	if pk.FixedHeader.Qos > 0 {

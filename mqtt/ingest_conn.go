@@ -339,7 +339,7 @@ func (c *ingestConn) setPlaceholder(id uint16) {
 
 // dropPlaceholder removes ingest's PUBREC for id, if it is still there.
 func (c *ingestConn) dropPlaceholder(id uint16) {
-	if in, ok := c.cl.State.Inflight.Get(id); ok && in.FixedHeader.Type == packets.Pubrec && in.Origin == ingestOrigin {
+	if holdsPlaceholder(c.cl, id) {
 		if c.cl.State.Inflight.Delete(id) {
 			atomic.AddInt64(&c.h.srv.Info.Inflight, -1)
 		}
