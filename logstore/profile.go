@@ -27,8 +27,9 @@ const (
 // profileSpec starts from the measured table of issue 2, item 4.
 //
 // pi-zero keeps the table's 128 MiB Go memory limit, measured against lower
-// ones with scripts/bench-memory.sh (1,000 sensors publishing QoS 1 at 1
-// msg/s, broker on one x86 core). mochi gives each client two goroutines;
+// ones with 1,000 sensors publishing QoS 1 at 1 msg/s (peat-bench sensors,
+// 25 s, broker on one x86 core, one run each, 2026-12-03; the README's
+// "Memory" section has the command). mochi gives each client two goroutines;
 // since the MQTT front-end takes publishes before mochi's publish handling
 // (mqtt/doc.go), their stacks stay at 16 + 4 KiB, and GOGC counts stacks,
 // so the heap goal sits about 27 MB above the live heap: 71 MB RSS with 128
