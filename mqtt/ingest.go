@@ -310,19 +310,19 @@ func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 	return pk, packets.ErrRejectPacket
 }
 
-// take appends pk to st, the stream owner found for it, or answers it if
-// it is a consumer group commit or a refusal. Its answer, if any, comes
-// from c's ack drainer.
+// take appends pk to st, the stream owner found for it, or, when st is nil
+// (a topic of the replay protocol), commits a consumer group's offset or
+// refuses the publish. Its answer, if any, comes from c's ack drainer.
 func (h *ingest) take(c *ingestConn, pk *packets.Packet, st Stream) {
 	switch {
+	case st != nil && len(pk.Payload) > h.cfg.MaxPayload:
+		c.refuse(pk, h.tooBig, ReasonTooLarge)
+	case st != nil:
+		c.publish(st, pk)
 	case strings.HasPrefix(pk.TopicName, offsetsPrefix):
 		c.commitOffset(pk)
-	case reservedTopic(pk.TopicName):
-		c.refuse(pk, codeReserved, ReasonReadOnly)
-	case len(pk.Payload) > h.cfg.MaxPayload:
-		c.refuse(pk, h.tooBig, ReasonTooLarge)
 	default:
-		c.publish(st, pk)
+		c.refuse(pk, codeReserved, ReasonReadOnly)
 	}
 }
 
