@@ -88,8 +88,8 @@ type StreamConfig struct {
 	Durability string          `yaml:"durability"` // fsync | interval
 	// SyncInterval is how often an "interval" stream is fsynced.
 	SyncInterval Duration `yaml:"sync_interval"`
-	// Linger is how long a lone append waits for others to share its group
-	// commit (logstore.StreamConfig.Linger).
+	// Linger paces group commits: at most one per Linger, shared by every
+	// append arriving meanwhile (logstore.StreamConfig.Linger).
 	Linger Duration `yaml:"linger"`
 	// LingerQoS0 is the same for QoS 0 publishes, whose publishers wait for
 	// nothing (logstore.StreamConfig.LingerQoS0).

@@ -139,19 +139,22 @@ func (s *Stream) run() {
 			if ctl != nil {
 				s.handleControl(ctl)
 			} else {
+				s.lastCommit = time.Now()
 				s.commitBatch(batch)
 			}
 		}
 	}
 }
 
-// linger waits, before a group commit, until some queued append has waited
-// its linger (StreamConfig.Linger, or LingerQoS0 for QoS 0 appends), so
-// that appends arriving one at a time (many sensors, each publishing now
-// and then) share one commit and one fsync instead of paying for one each.
-// Under load it waits little or not at all: the oldest append has queued
-// through the previous commit. It returns at once for a control request, a
-// full batch, or a stopping store.
+// linger paces group commits: a queued append waits until its linger
+// (StreamConfig.Linger, or LingerQoS0 for QoS 0 appends) has passed since
+// the previous commit began, or since it was queued if that is earlier.
+// So commits of a stream under steady load come at most one per linger,
+// each shared by all that arrived meanwhile (many sensors, each publishing
+// now and then, share one commit and one fsync instead of paying for one
+// each), while an append that arrives after a quiet linger commits at
+// once. No append waits longer than its linger. It returns at once for a
+// control request, a full batch, or a stopping store.
 func (s *Stream) linger() {
 	if s.cfg.Linger <= 0 && s.cfg.LingerQoS0 <= 0 {
 		return
@@ -177,8 +180,8 @@ func (s *Stream) linger() {
 }
 
 // lingerLeft returns how long the queued appends may still wait at now (the
-// earliest of their deadlines), and whether they already fill a batch or
-// wait behind a control request (full: commit now).
+// earliest of their deadlines, see linger), and whether they already fill
+// a batch or wait behind a control request (full: commit now).
 func (s *Stream) lingerLeft(now time.Time) (wait time.Duration, full bool) {
 	s.q.Lock()
 	defer s.q.Unlock()
@@ -190,6 +193,7 @@ func (s *Stream) lingerLeft(now time.Time) (wait time.Duration, full bool) {
 		return 0, true
 	}
 	wait = MaxLinger
+	since := now.Sub(s.lastCommit) // huge before the first commit
 	for _, r := range q {
 		if r.kind != reqAppend {
 			return 0, true
@@ -198,7 +202,7 @@ func (s *Stream) lingerLeft(now time.Time) (wait time.Duration, full bool) {
 		if r.qos0 {
 			d = s.cfg.LingerQoS0
 		}
-		if wait = min(wait, d-now.Sub(r.enqueued)); wait <= 0 {
+		if wait = min(wait, d-max(now.Sub(r.enqueued), since)); wait <= 0 {
 			return 0, false
 		}
 	}

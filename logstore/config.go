@@ -41,10 +41,12 @@ type StreamConfig struct {
 	MaxBytes     int64         // retention by size, compared with Stream.Bytes (encoded keys and values); 0 = unlimited
 	Durability   Durability    // "" means fsync
 	SyncInterval time.Duration // for interval durability: fsync period (default 100ms)
-	// Linger is how long an append may wait for others to share its group
-	// commit (and fsync) when it arrives alone; 0 commits at once. It adds
-	// up to Linger to an acknowledgement when the stream is quiet, nothing
-	// under load (see Stream.linger).
+	// Linger paces group commits: an append that arrives within Linger of
+	// the previous commit's start waits for the rest of it, so that all
+	// arriving meanwhile share one commit (and fsync); one that arrives
+	// after a quiet Linger commits at once. 0 commits at once. It adds up
+	// to Linger to an acknowledgement under load, nothing on a quiet
+	// stream (see Stream.linger).
 	Linger time.Duration
 	// LingerQoS0 is the same for an append whose records are all QoS 0:
 	// no publisher waits for those, so only their delivery is later, by

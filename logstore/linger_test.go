@@ -56,19 +56,20 @@ func TestStream_LingerSharesCommitsAmongLoneAppends(t *testing.T) {
 	for _, d := range []Durability{DurabilityFsync, DurabilityInterval} {
 		t.Run(string(d), func(t *testing.T) {
 			// Five publishes 5 ms apart: without a linger each is its own
-			// commit (and fsync); with a linger longer than all five
-			// they share one.
+			// commit (and fsync); with a linger longer than all five, the
+			// first (the stream was quiet) commits at once and the other
+			// four share the next commit.
 			without := openStore(t, testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, Durability: d}))
 			appendSpaced(t, without.Stream("s"), 5, 5*time.Millisecond)
-			if n := commits(t, without); n < 2 {
+			if n := commits(t, without); n < 3 {
 				t.Fatalf("without linger: %d commits for 5 spaced appends, want several (the test cannot tell otherwise)", n)
 			}
 
 			st := openStore(t, testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, Durability: d,
 				Linger: 500 * time.Millisecond}))
 			offs := appendSpaced(t, st.Stream("s"), 5, 5*time.Millisecond)
-			if n := commits(t, st); n != 1 {
-				t.Errorf("with a 500ms linger: %d commits for 5 appends 5 ms apart, want 1", n)
+			if n := commits(t, st); n != 2 {
+				t.Errorf("with a 500ms linger: %d commits for 5 appends 5 ms apart, want 2 (the first alone, then the rest)", n)
 			}
 			for i, off := range offs {
 				if off != uint64(i) {
@@ -80,6 +81,34 @@ func TestStream_LingerSharesCommitsAmongLoneAppends(t *testing.T) {
 				t.Errorf("read back %d records", len(got))
 			}
 		})
+	}
+}
+
+// Linger paces commits rather than delaying each append: an append that
+// arrives when the stream has not committed for a linger commits at once,
+// and one that arrives within a linger of the previous commit waits for
+// the rest of it.
+func TestStream_LingerDoesNotDelayAnAppendToAQuietStream(t *testing.T) {
+	const linger = 400 * time.Millisecond
+	st := openStore(t, testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, Linger: linger}))
+	s := st.Stream("s")
+	timed := func() time.Duration {
+		start := time.Now()
+		appendSpaced(t, s, 1, 0)
+		return time.Since(start)
+	}
+	if took := timed(); took >= linger/2 {
+		t.Errorf("the first append to a quiet stream took %v, want no linger", took)
+	}
+	if took := timed(); took < linger/2 {
+		t.Errorf("an append right after a commit took %v, want it to wait for the rest of the %v linger", took, linger)
+	}
+	time.Sleep(linger)
+	if took := timed(); took >= linger/2 {
+		t.Errorf("an append a linger after the last commit took %v, want no linger", took)
+	}
+	if n := commits(t, st); n != 3 {
+		t.Errorf("%d commits for 3 appends one after another, want 3", n)
 	}
 }
 
@@ -129,20 +158,23 @@ func TestStream_LingerEndsOnClose(t *testing.T) {
 func TestStream_QoS0LingerSharesCommitsAmongQoS0AppendsOnly(t *testing.T) {
 	for _, d := range []Durability{DurabilityFsync, DurabilityInterval} {
 		t.Run(string(d), func(t *testing.T) {
+			const linger = 500 * time.Millisecond
 			st := openStore(t, testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, Durability: d,
-				LingerQoS0: 500 * time.Millisecond}))
+				LingerQoS0: linger}))
 			s := st.Stream("s")
 			appendSpacedQoS(t, s, 5, 5*time.Millisecond, 1)
 			qos1 := commits(t, st)
-			if qos1 < 2 {
+			if qos1 < 3 {
 				t.Fatalf("QoS 1: %d commits for 5 appends 5 ms apart, want several (QoS 1 must not linger)", qos1)
 			}
+			// The QoS 0 appends follow the last QoS 1 commit at once, so
+			// they wait until a linger after it began.
 			start := time.Now()
 			offs := appendSpacedQoS(t, s, 5, 5*time.Millisecond, 0)
 			if n := commits(t, st) - qos1; n != 1 {
 				t.Errorf("QoS 0: %d commits for 5 appends 5 ms apart with a 500ms QoS 0 linger, want 1", n)
 			}
-			if took := time.Since(start); took < 500*time.Millisecond {
+			if took := time.Since(start); took < linger*4/5 {
 				t.Errorf("QoS 0 appends done after %v, before their linger was over", took)
 			}
 			for i, off := range offs {
@@ -163,6 +195,8 @@ func TestStream_QoS1AppendEndsAQoS0Linger(t *testing.T) {
 		off uint64
 		err error
 	}
+	appendSpaced(t, s, 1, 0) // a commit now: the next QoS 0 append lingers
+	before := commits(t, st)
 	done := make(chan result, 2)
 	r0 := rec("t", "qos0")
 	r0.QoS = 0
@@ -170,16 +204,16 @@ func TestStream_QoS1AppendEndsAQoS0Linger(t *testing.T) {
 	s.AppendAsync([]*Record{r0}, func(off uint64, err error) { done <- result{off, err} })
 	time.Sleep(10 * time.Millisecond)
 	s.AppendAsync([]*Record{rec("t", "qos1")}, func(off uint64, err error) { done <- result{off, err} })
-	for i := range uint64(2) {
+	for want := uint64(1); want <= 2; want++ { // after the first append's offset 0
 		r := <-done
-		if r.err != nil || r.off != i {
-			t.Fatalf("append %d: offset %d, %v; want offset %d", i, r.off, r.err, i)
+		if r.err != nil || r.off != want {
+			t.Fatalf("append: offset %d, %v; want offset %d", r.off, r.err, want)
 		}
 	}
 	if took := time.Since(start); took >= MaxLinger/2 {
 		t.Errorf("a QoS 1 append behind a lingering QoS 0 one took %v", took)
 	}
-	if n := commits(t, st); n != 1 {
+	if n := commits(t, st) - before; n != 1 {
 		t.Errorf("%d commits, want 1 (the QoS 0 append rides along)", n)
 	}
 }
@@ -189,6 +223,7 @@ func TestStream_QoS1AppendEndsAQoS0Linger(t *testing.T) {
 func TestStream_QoS0LingerEndsWithAFullBatch(t *testing.T) {
 	st := openStore(t, testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, LingerQoS0: MaxLinger}))
 	s := st.Stream("s")
+	appendSpaced(t, s, 1, 0) // a commit now: the QoS 0 appends linger
 	done := make(chan error, maxBatchRecords)
 	start := time.Now()
 	for i := range maxBatchRecords {

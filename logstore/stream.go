@@ -50,6 +50,7 @@ type Stream struct {
 	batchArena  []byte   // their batches
 	batchVals   [][]byte // scratch: the values of one batch
 	lingerTimer *time.Timer
+	lastCommit  time.Time // when the latest group commit began (linger)
 
 	mAppended, mBytes, mCorrupt, mDropped prometheus.Counter
 	mAppendDur, mCommitDur                prometheus.Observer
