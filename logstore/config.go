@@ -27,7 +27,7 @@ const (
 	DefaultMaxAge            = 7 * 24 * time.Hour
 	DefaultSyncInterval      = 100 * time.Millisecond
 	DefaultLinger            = time.Duration(0)
-	DefaultLingerQoS0        = 2 * time.Millisecond
+	DefaultLingerQoS0        = 5 * time.Millisecond
 	MaxLinger                = time.Second // a longer wait for an ack is a misconfiguration
 	DefaultRetentionInterval = 30 * time.Second
 	DefaultReclaimInterval   = time.Minute
