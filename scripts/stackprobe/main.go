@@ -6,10 +6,13 @@
 //
 // It runs mochi (go.mod's version) in process with an allow-all hook and a
 // probe hook, connects one MQTT 3.1.1 client over loopback, publishes one
-// QoS 1 message, and prints, at each hook, the bytes of stack in use below
-// the read goroutine's top and the size of the stack Go gave it. Go stacks
-// grow by doubling, so a goroutine that once needed more than 16 KiB keeps
-// 32 KiB until a GC finds it using less than a quarter of that.
+// QoS 1 message, and prints, at each hook and each time the read goroutine
+// asks the connection for more bytes (where it waits while the client is
+// silent), the bytes of stack in use below the goroutine's top and the size
+// of the stack Go gave it. Go stacks grow by doubling, so a goroutine that
+// once needed more than 16 KiB keeps 32 KiB until a GC finds it using less
+// than a quarter of that; one that waits with more than 4 KiB in use keeps
+// 16 KiB for as long as its client stays connected.
 //
 // linux/amd64 only: it reads the goroutine's stack bounds from the runtime's
 // g structure (getg_amd64.s), which Go does not export.
@@ -64,6 +67,32 @@ func (p *probe) report(hook string, pk packets.Packet) {
 	p.out <- fmt.Sprintf("%-12s (packet type %d): %6d bytes of stack in use, stack size %6d", hook, pk.FixedHeader.Type, used, size)
 }
 
+// probeConn reports the read goroutine's stack each time mochi reads from
+// the connection: where it blocks until the client sends again.
+type probeConn struct {
+	net.Conn
+	out chan<- string
+}
+
+func (c probeConn) Read(b []byte) (int, error) {
+	used, size := stackUse()
+	c.out <- fmt.Sprintf("%-12s (waiting)      : %6d bytes of stack in use, stack size %6d", "conn.Read", used, size)
+	return c.Conn.Read(b)
+}
+
+type probeListener struct {
+	net.Listener
+	out chan<- string
+}
+
+func (l probeListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return probeConn{c, l.out}, nil
+}
+
 func main() {
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "stackprobe:", err)
@@ -76,7 +105,7 @@ func run() error {
 		return fmt.Errorf("runs on linux/amd64 only")
 	}
 	srv := mochi.New(&mochi.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	p := &probe{out: make(chan string, 8)}
+	p := &probe{out: make(chan string, 16)}
 	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
 		return err
 	}
@@ -88,8 +117,8 @@ func run() error {
 		return err
 	}
 	addr := ln.Addr().String()
-	ln.Close()
-	if err := srv.AddListener(listeners.NewTCP(listeners.Config{ID: "probe", Address: addr})); err != nil {
+	if err := srv.AddListener(listeners.NewNet("probe", probeListener{ln, p.out})); err != nil {
+		ln.Close()
 		return err
 	}
 	if err := srv.Serve(); err != nil {
@@ -125,8 +154,17 @@ func run() error {
 			return fmt.Errorf("%s: got packet 0x%02x, want 0x%02x", step.name, ack[0], step.wantType)
 		}
 	}
-	for len(p.out) > 0 {
-		fmt.Println(<-p.out)
+	// Three hook calls (OnPacketRead for each packet, OnPublish) and three
+	// reads: before the CONNECT, before the PUBLISH, and the one that waits
+	// for whatever the client sends next.
+	timeout := time.After(5 * time.Second)
+	for range 6 {
+		select {
+		case line := <-p.out:
+			fmt.Println(line)
+		case <-timeout:
+			return fmt.Errorf("fewer reports than expected")
+		}
 	}
 	return nil
 }
