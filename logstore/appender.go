@@ -139,7 +139,6 @@ func (s *Stream) run() {
 			if ctl != nil {
 				s.handleControl(ctl)
 			} else {
-				s.lastCommit = time.Now()
 				s.commitBatch(batch)
 			}
 		}
@@ -253,6 +252,7 @@ type pending struct {
 // requests it completed are told, in order.
 func (s *Stream) commitBatch(batch []*request) {
 	now := time.Now()
+	s.lastCommit = now // linger paces from here
 	if err := s.st.space.check(now); err != nil {
 		s.st.space.noted(s.st.log, err)
 		err = fmt.Errorf("append to %s: %w", s.name, err)
