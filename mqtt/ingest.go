@@ -198,11 +198,9 @@ func (h *ingest) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Pack
 	if pk.FixedHeader.Type != packets.Publish || cl.Net.Inline {
 		return pk, nil
 	}
-	if pk.FixedHeader.Qos == 2 {
-		if holdsPlaceholder(cl, pk.PacketID) {
-			h.conn(cl).resentQoS2(pk.PacketID)
-			return handled, nil
-		}
+	if pk.FixedHeader.Qos == 2 && holdsPlaceholder(cl, pk.PacketID) {
+		h.conn(cl).resentQoS2(pk.PacketID)
+		return handled, nil
 	}
 	if h.early(cl, &pk) {
 		return handled, nil
