@@ -2,6 +2,7 @@ package logstore
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -144,6 +145,37 @@ func BenchmarkOffsetForTime(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkAppendOneAtATime appends from one goroutine that waits for
+// each append, so every append is a group commit of its own: what a commit
+// costs with fsync (Badger's two msyncs) and without, for 1 and 25 records.
+// Besides the wall time it reports the process's CPU time per commit
+// (cpu-µs/op, unix). On one core, as the README's figure was taken:
+//
+//	taskset -c 0 go test -run '^$' -bench AppendOneAtATime -benchtime 5000x ./logstore
+func BenchmarkAppendOneAtATime(b *testing.B) {
+	for _, d := range []Durability{DurabilityFsync, DurabilityInterval} {
+		for _, n := range []int{1, 25} {
+			b.Run(fmt.Sprintf("%s/%d", d, n), func(b *testing.B) {
+				s := benchStore(b, d)
+				payload := make([]byte, benchPayload)
+				cpu0 := processCPU()
+				for b.Loop() {
+					recs := make([]*Record, n)
+					for i := range recs {
+						recs[i] = &Record{Topic: "sensors/bench/temp", Payload: payload, QoS: 1, ClientID: "bench"}
+					}
+					if _, err := s.Append(context.Background(), recs...); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if cpu0 >= 0 {
+					b.ReportMetric(float64(processCPU()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
+				}
+			})
+		}
 	}
 }
 
