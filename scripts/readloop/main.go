@@ -51,13 +51,13 @@ func main() {
 		fmt.Fprintf(os.Stderr, "readloop: -mode must be mochi or own, got %q\n", *mode)
 		os.Exit(2)
 	}
-	if err := run(*mode, *mqttAddr, *httpAddr); err != nil {
-		fmt.Fprintln(os.Stderr, "readloop:", err)
-		os.Exit(1)
-	}
+	err := serve(*mode, *mqttAddr, *httpAddr)
+	fmt.Fprintln(os.Stderr, "readloop:", err)
+	os.Exit(1)
 }
 
-func run(mode, mqttAddr, httpAddr string) error {
+// serve runs the broker until it fails; it returns only the failure.
+func serve(mode, mqttAddr, httpAddr string) error {
 	// Peat's capabilities and buffer sizes (mqtt/config.go defaults).
 	caps := mochi.NewDefaultServerCapabilities()
 	caps.ReceiveMaximum = 64
