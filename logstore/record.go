@@ -13,6 +13,10 @@ type Record struct {
 	Retain    bool
 	ClientID  string // the producer's MQTT client id
 	Epoch     uint32 // leader epoch of the node that wrote it
+	// MessageExpiry is the MQTT 5 Message Expiry Interval in seconds,
+	// counted from Timestamp; 0 when the message never expires. It sits
+	// beside Epoch, in what would be padding: a Record is no larger for it.
+	MessageExpiry uint32
 
 	// MQTT 5 properties worth keeping.
 	ContentType     string
@@ -20,9 +24,6 @@ type Record struct {
 	ResponseTopic   string
 	CorrelationData []byte
 	UserProperties  []UserProperty
-	// MessageExpiry is the MQTT 5 Message Expiry Interval in seconds,
-	// counted from Timestamp; 0 when the message never expires.
-	MessageExpiry uint32
 }
 
 // UserProperty is an MQTT 5 user property: an ordered key/value pair that
