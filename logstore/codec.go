@@ -121,6 +121,7 @@ const (
 	fResponseTopic
 	fCorrelationData
 	fUserProperties // flat array k0, v0, k1, v1, ...
+	fMessageExpiry  // seconds from the timestamp; 0 or absent: never
 	numFields
 )
 
@@ -184,6 +185,8 @@ func (e *recordEncoder) body(r *Record, n int) error {
 					err = enc.EncodeString(p.Value)
 				}
 			}
+		case fMessageExpiry:
+			err = enc.EncodeUint(uint64(r.MessageExpiry))
 		}
 		if err != nil {
 			return err
@@ -221,6 +224,8 @@ func fieldEmpty(r *Record, f int) bool {
 		return len(r.CorrelationData) == 0
 	case fUserProperties:
 		return len(r.UserProperties) == 0
+	case fMessageExpiry:
+		return r.MessageExpiry == 0
 	}
 	return false
 }
@@ -251,7 +256,8 @@ func decodeRecord(off uint64, v []byte) (*Record, error) {
 }
 
 var fieldNames = [numFields]string{"timestamp", "topic", "payload", "flags", "client id", "epoch",
-	"content type", "payload format", "response topic", "correlation data", "user properties"}
+	"content type", "payload format", "response topic", "correlation data", "user properties",
+	"message expiry"}
 
 func (d *recordDecoder) record(r *Record) error {
 	n, err := d.arrayLen()
@@ -308,6 +314,9 @@ func (d *recordDecoder) field(r *Record, i int) (err error) {
 		r.CorrelationData, err = d.bin()
 	case fUserProperties:
 		r.UserProperties, err = d.userProperties()
+	case fMessageExpiry:
+		u, err = d.uint(math.MaxUint32)
+		r.MessageExpiry = uint32(u)
 	default: // a field added by a newer writer
 		err = d.skip(0)
 	}

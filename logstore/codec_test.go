@@ -28,6 +28,8 @@ func codecSamples() []*Record {
 		{Offset: 4, Topic: "x", ContentType: "application/json", PayloadFormat: &one, ResponseTopic: "reply/1",
 			CorrelationData: []byte{0, 1, 2}, UserProperties: many, Epoch: 1<<32 - 1},
 		{Offset: 5, Topic: "x", UserProperties: []UserProperty{{"", ""}}},
+		{Offset: 6, Timestamp: 1700000000000, Topic: "x", QoS: 1, MessageExpiry: 60},
+		{Offset: 7, Topic: "x", ContentType: "text/plain", UserProperties: []UserProperty{{"k", "v"}}, MessageExpiry: 1<<32 - 1},
 	}
 }
 
@@ -73,6 +75,8 @@ func TestCodec_OnDiskFormatIsStable(t *testing.T) {
 		"every field":                    "56:63448e1443ba9f138f1d6bfb",
 		"user properties array16":        "54:6e2ed6dd614619e1c815df49",
 		"user properties array32":        "131096:409417557b3ef112398b69bf",
+		"message expiry 1":               "01b1c095009c00a161c40000a000a0c0a0c4009001",
+		"message expiry max":             "014fadb4429c00a161c40000a000a0c0a0c40090ceffffffff",
 		"timestamp -1":                   "011d816d7794ffa161c40000",
 		"timestamp -32":                  "013bc2b9fb94e0a161c40000",
 		"timestamp -33":                  "012d684c9d94d3ffffffffffffffdfa161c40000",
@@ -165,6 +169,8 @@ func onDiskCases() []onDiskCase {
 			UserProperties: []UserProperty{{"k", "v"}, {"k", "w"}}}},
 		{"user properties array16", &Record{Offset: 7, Topic: "a", UserProperties: props(8)}},
 		{"user properties array32", &Record{Offset: 8, Topic: "a", UserProperties: props(32768)}},
+		{"message expiry 1", &Record{Offset: 9, Topic: "a", MessageExpiry: 1}},
+		{"message expiry max", &Record{Offset: 9, Topic: "a", MessageExpiry: 1<<32 - 1}},
 	}
 	for _, ts := range []int64{-1, -32, -33, -128, -129, -32768, -32769, -1 << 31, -1<<31 - 1, -1 << 40, -1 << 63,
 		127, 128, 255, 256, 65535, 65536, 1<<32 - 1, 1 << 32, 1<<63 - 1} {
@@ -188,12 +194,12 @@ func TestCodec_IsStandardMsgpack(t *testing.T) {
 	if err := msgpack.Unmarshal(v[valueHeader:], &fields); err != nil {
 		t.Fatalf("vmihailenco/msgpack cannot decode the body: %v", err)
 	}
-	if len(fields) != numFields || fields[fTopic] != r.Topic || fields[fContentType] != r.ContentType ||
+	if len(fields) != fUserProperties+1 || fields[fTopic] != r.Topic || fields[fContentType] != r.ContentType ||
 		!bytes.Equal(fields[fCorrelationData].([]byte), r.CorrelationData) {
 		t.Fatalf("decoded by msgpack: %v", fields)
 	}
 	// And what the library writes (with an extra field at the end) we read.
-	body, err := msgpack.Marshal([]any{int64(42), "t", []byte("p"), 5, "c", 3, "ct", nil, "", []byte{}, []string{"k", "v"}, map[string]any{"future": []any{1.5, true}}})
+	body, err := msgpack.Marshal([]any{int64(42), "t", []byte("p"), 5, "c", 3, "ct", nil, "", []byte{}, []string{"k", "v"}, 30, map[string]any{"future": []any{1.5, true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +208,7 @@ func TestCodec_IsStandardMsgpack(t *testing.T) {
 		t.Fatalf("decode library-written value: %v", err)
 	}
 	want := &Record{Offset: 9, Timestamp: 42, Topic: "t", Payload: []byte("p"), QoS: 1, Retain: true, ClientID: "c",
-		Epoch: 3, ContentType: "ct", UserProperties: []UserProperty{{"k", "v"}}}
+		Epoch: 3, ContentType: "ct", UserProperties: []UserProperty{{"k", "v"}}, MessageExpiry: 30}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v\nwant %+v", got, want)
 	}
@@ -228,23 +234,27 @@ type corruptBody struct {
 func corruptBodies() []corruptBody {
 	// The first ten fields of a record, all empty: ts, topic "a", payload,
 	// flags, client id, epoch, content type, payload format, response topic,
-	// correlation data.
+	// correlation data. Field 10 is the user properties, 11 the message
+	// expiry, 12 the first unknown.
 	ten := []byte{0x00, 0xa1, 'a', 0xc4, 0x00, 0x00, 0xa0, 0x00, 0xa0, 0xc0, 0xa0, 0xc4, 0x00}
 	fields := func(n byte, tail ...byte) []byte {
 		return append(append([]byte{0x90 | n}, ten...), tail...)
 	}
 	huge := []byte{0xff, 0xff, 0xff, 0xff}
-	deep := fields(12, append([]byte{0x90}, bytes.Repeat([]byte{0x91}, 100_000)...)...)
+	deep := fields(13, append([]byte{0x90, 0x00}, bytes.Repeat([]byte{0x91}, 100_000)...)...)
 	return []corruptBody{
 		{"payload bin32 of 4 GiB", append([]byte{0x94, 0x00, 0xa1, 'a', 0xc6}, huge...), "4294967295 bytes declared"},
 		{"topic str32 of 4 GiB", append([]byte{0x94, 0x00, 0xdb}, huge...), "4294967295 bytes declared"},
 		{"record array32 of 4G fields", append([]byte{0xdd}, huge...), "4294967295 values declared"},
 		{"user properties array32 of 4G strings", fields(11, append([]byte{0xdd}, huge...)...), "4294967295 values declared"},
-		{"unknown field bin32 of 4 GiB", fields(12, append([]byte{0x90, 0xc6}, huge...)...), "4294967295 bytes declared"},
-		{"unknown field ext32 of 4 GiB", fields(12, append(append([]byte{0x90, 0xc9}, huge...), 1)...), "4294967295 bytes declared"},
-		{"unknown field map32 of 4G entries", fields(12, append([]byte{0x90, 0xdf}, huge...)...), "values declared"},
+		{"unknown field bin32 of 4 GiB", fields(13, append([]byte{0x90, 0x00, 0xc6}, huge...)...), "4294967295 bytes declared"},
+		{"unknown field ext32 of 4 GiB", fields(13, append(append([]byte{0x90, 0x00, 0xc9}, huge...), 1)...), "4294967295 bytes declared"},
+		{"unknown field map32 of 4G entries", fields(13, append([]byte{0x90, 0x00, 0xdf}, huge...)...), "values declared"},
 		{"unknown field nested 100000 deep", deep, "nested deeper"},
-		{"unknown field with an unused code", fields(12, 0x90, 0xc1), "unknown code"},
+		{"unknown field with an unused code", fields(13, 0x90, 0x00, 0xc1), "unknown code"},
+		{"message expiry beyond uint32", fields(12, 0x90, 0xcf, 0, 0, 0, 1, 0, 0, 0, 0), "out of range"},
+		{"negative message expiry", fields(12, 0x90, 0xff), "out of range"},
+		{"message expiry as a string", fields(12, 0x90, 0xa1, '6'), "invalid code"},
 		{"topic longer than the value", []byte{0x94, 0x00, 0xa5, 'a', 0x00, 0x00}, "5 bytes declared, 3 left"},
 		{"truncated record", []byte{0x95, 0x00, 0xa1, 'a', 0xc4, 0x00, 0x00}, "value ends early"},
 		{"nil timestamp", []byte{0x94, 0xc0, 0xa1, 'a', 0xc4, 0x00, 0x00}, "want an integer"},
@@ -363,5 +373,71 @@ func BenchmarkDecodeRecord(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// Message expiry is field 11: values written before it existed (11 fields
+// at most) decode with no expiry, a record without expiry is stored as
+// before (the golden values above), and one with expiry keeps it.
+func TestCodec_MessageExpiry(t *testing.T) {
+	// "every field" of TestCodec_OnDiskFormatIsStable (its golden hash),
+	// as the encoder before message expiry wrote it: 11 fields.
+	old, err := hex.DecodeString("01409dd9e39b2aa178c4010101a16307b06170706c69636174696f6e2f6a736f6e" +
+		"01a77265706c792f31c40300010294a16ba176a16ba177")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := decodeRecord(6, old)
+	if err != nil {
+		t.Fatalf("decode a value written before message expiry: %v", err)
+	}
+	if r.MessageExpiry != 0 || r.ContentType != "application/json" || len(r.UserProperties) != 2 {
+		t.Fatalf("decoded %+v", r)
+	}
+	if again := encodeRecord(nil, r); !bytes.Equal(again, old) {
+		t.Fatalf("re-encoded without expiry:\n got % x\nwant % x", again, old)
+	}
+
+	r.MessageExpiry = 60
+	v := encodeRecord(nil, r)
+	got, err := decodeRecord(6, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.MessageExpiry != 60 {
+		t.Fatalf("message expiry %d after a round trip, want 60", got.MessageExpiry)
+	}
+	if !bytes.HasPrefix(v[valueHeader:], append([]byte{0x9c}, old[valueHeader+1:]...)) || v[len(v)-1] != 60 {
+		t.Fatalf("expiry is not a 12th field after the 11 old ones: % x", v)
+	}
+}
+
+func TestRecord_ExpiryLeft(t *testing.T) {
+	const ts = 1_700_000_000_000
+	for _, c := range []struct {
+		expiry  uint32
+		now     int64
+		left    uint32
+		expired bool
+	}{
+		{0, ts + 1e12, 0, false},          // no expiry: never
+		{60, ts, 60, false},               // just stored
+		{60, ts - 5000, 60, false},        // clock went back: not longer than sent
+		{60, ts + 1, 60, false},           // 59.999 s left: rounded up
+		{60, ts + 999, 60, false},         //
+		{60, ts + 1000, 59, false},        // whole seconds
+		{60, ts + 59_001, 1, false},       // 0.999 s left: still 1, never 0
+		{60, ts + 59_999, 1, false},       //
+		{60, ts + 60_000, 0, true},        // lifetime over
+		{60, ts + 3_600_000, 0, true},     //
+		{1<<32 - 1, ts, 1<<32 - 1, false}, // the largest interval does not overflow
+		{1<<32 - 1, ts + (1<<32-1)*1000, 0, true},
+	} {
+		r := &Record{Timestamp: ts, MessageExpiry: c.expiry}
+		left, expired := r.ExpiryLeft(c.now)
+		if left != c.left || expired != c.expired {
+			t.Errorf("expiry %d, %d ms after the timestamp: left %d, expired %v; want %d, %v",
+				c.expiry, c.now-ts, left, expired, c.left, c.expired)
+		}
 	}
 }

@@ -98,7 +98,7 @@
 //	| 1 byte  | 4 bytes        | [ts, topic, payload, flags, client id,    |
 //	|  = 1    |                |  epoch, content type, payload format,     |
 //	|         |                |  response topic, correlation data,        |
-//	|         |                |  user properties]                         |
+//	|         |                |  user properties, message expiry]         |
 //	+---------+----------------+-------------------------------------------+
 //
 //	CRC-32C (Castagnoli) covers the record's 8-byte big-endian offset, the
@@ -108,9 +108,26 @@
 //	ts int (unix ms, broker clock), topic str, payload bin, flags uint
 //	(QoS | retain<<2), client id str, epoch uint, content type str, payload
 //	format uint or nil, response topic str, correlation data bin, user
-//	properties as a flat array of strings [k0, v0, k1, v1, ...]. Trailing
+//	properties as a flat array of strings [k0, v0, k1, v1, ...], message
+//	expiry uint (seconds, at most 2^32-1; 0 or absent: never). Trailing
 //	empty fields are left out (a plain QoS 1 publish stores 5 fields), and a
 //	decoder skips fields it does not know, so fields can be added at the end.
+//
+// Message expiry was added last, as field 11: a record written before it
+// has at most 11 fields and decodes with no expiry, a record without
+// expiry is written byte for byte as before, and a record with one is
+// framed and checksummed like any other (the CRC covers the whole body, so
+// nothing about the checksum changes). An older Peat reading a newer
+// record skips the field. It is stored as the MQTT 5 interval the producer
+// sent, counted from the record's timestamp, not as an absolute deadline:
+// the timestamp is the broker-clock time the appender stamps when it
+// writes the record, so interval + timestamp is the deadline without a
+// second clock reading that could disagree with it; the interval takes 1-5
+// bytes where a unix-ms deadline takes 9; and the producer's own interval
+// stays in the log for whoever forwards the record (Record.ExpiryLeft
+// computes what is left). The interval starts when the record is stamped,
+// a group commit after the broker received it: a message lives those few
+// milliseconds longer, never shorter.
 //
 // Integers take their shortest msgpack form, except that negatives below -32
 // are always int64; payload and correlation data are bin even when empty

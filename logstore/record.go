@@ -13,6 +13,10 @@ type Record struct {
 	Retain    bool
 	ClientID  string // the producer's MQTT client id
 	Epoch     uint32 // leader epoch of the node that wrote it
+	// MessageExpiry is the MQTT 5 Message Expiry Interval in seconds,
+	// counted from Timestamp; 0 when the message never expires. It sits
+	// beside Epoch, in what would be padding: a Record is no larger for it.
+	MessageExpiry uint32
 
 	// MQTT 5 properties worth keeping.
 	ContentType     string
@@ -38,4 +42,21 @@ func (r *Record) Size() int {
 		n += len(p.Key) + len(p.Value) + 4
 	}
 	return n
+}
+
+// ExpiryLeft is what is left of r's lifetime at now (unix ms, broker
+// clock), in whole seconds rounded up: at least 1 while r lives, never more
+// than MessageExpiry (a clock that went back does not lengthen it).
+// expired reports that the lifetime has passed. A record without expiry
+// has 0 left and never expires.
+func (r *Record) ExpiryLeft(now int64) (left uint32, expired bool) {
+	if r.MessageExpiry == 0 {
+		return 0, false
+	}
+	lifetime := int64(r.MessageExpiry) * 1000
+	age := max(now-r.Timestamp, 0)
+	if age >= lifetime {
+		return 0, true
+	}
+	return uint32((lifetime - age + 999) / 1000), false
 }

@@ -77,6 +77,7 @@ type delivery struct {
 	dropRetention prometheus.Counter
 	dropClosed    prometheus.Counter
 	dropTooLarge  prometheus.Counter
+	dropExpired   prometheus.Counter
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -114,6 +115,7 @@ func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slo
 		dropRetention: m.Dropped.WithLabelValues(ReasonOutOfRetain),
 		dropClosed:    m.Dropped.WithLabelValues(ReasonClientClosed),
 		dropTooLarge:  m.Dropped.WithLabelValues(ReasonTooLarge),
+		dropExpired:   m.Dropped.WithLabelValues(ReasonExpired),
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.mu.clients = map[*mochi.Client]*deliveryClient{}

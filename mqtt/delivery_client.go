@@ -203,9 +203,23 @@ func (c *deliveryClient) windowHasRoom() bool {
 // send writes one delivery, first waiting for room in the window when it
 // needs an acknowledgement. It follows mochi's own outbound QoS bookkeeping
 // (packet id, inflight entry, send quota) but writes synchronously, so
-// nothing is ever dropped for a full outbound channel.
+// nothing is ever dropped for a full outbound channel. A record whose
+// message expiry has passed by then is skipped (expiry.go).
 func (c *deliveryClient) send(it deliveryItem) error {
-	out := c.packet(it)
+	if it.qos > 0 {
+		if err := c.waitWindow(); err != nil {
+			return err
+		}
+	}
+	left, expiredAt, skip := expiryOf(&it)
+	if skip {
+		c.d.dropExpired.Inc()
+		if it.done != nil {
+			it.done() // nothing to acknowledge: the consumer's progress moves past it
+		}
+		return nil
+	}
+	out := c.packet(it, left, expiredAt)
 	var x *publishExtras
 	if it.ext != nil {
 		x = &publishExtras{head: it.ext.head, offset: it.rec.Offset, timestamp: it.rec.Timestamp}
@@ -214,9 +228,6 @@ func (c *deliveryClient) send(it deliveryItem) error {
 		}
 	}
 	if it.qos > 0 {
-		if err := c.waitWindow(); err != nil {
-			return err
-		}
 		id, err := c.nextID()
 		if err != nil {
 			return err
@@ -303,9 +314,11 @@ func (c *deliveryClient) writePublish(pk *packets.Packet, x *publishExtras) erro
 }
 
 // packet builds the PUBLISH for it, without its extension subscription's
-// extras. Its user properties are the sender's scratch slice, valid until
-// the next call.
-func (c *deliveryClient) packet(it deliveryItem) packets.Packet {
+// extras, with the Message Expiry Interval left (0: none) and, for an
+// expired record a $replay shows, the time expiredAt it expired (0: not
+// expired). Its user properties are the sender's scratch slice, valid
+// until the next call.
+func (c *deliveryClient) packet(it deliveryItem, left uint32, expiredAt int64) packets.Packet {
 	rec := it.rec
 	out := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: it.qos, Retain: it.retain},
@@ -323,10 +336,14 @@ func (c *deliveryClient) packet(it deliveryItem) packets.Packet {
 	if rec.PayloadFormat != nil {
 		p.PayloadFormat, p.PayloadFormatFlag = *rec.PayloadFormat, true
 	}
-	if len(rec.UserProperties) > 0 {
+	p.MessageExpiryInterval = left
+	if len(rec.UserProperties) > 0 || expiredAt != 0 {
 		c.ubuf = c.ubuf[:0]
 		for _, u := range rec.UserProperties {
 			c.ubuf = append(c.ubuf, packets.UserProperty{Key: u.Key, Val: u.Value})
+		}
+		if expiredAt != 0 {
+			c.appendExpiredProp(expiredAt)
 		}
 		p.User = c.ubuf
 	}

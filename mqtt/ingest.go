@@ -417,6 +417,7 @@ func recordOf(clientID string, pk *packets.Packet) *logstore.Record {
 		ContentType:     p.ContentType,
 		ResponseTopic:   p.ResponseTopic,
 		CorrelationData: p.CorrelationData,
+		MessageExpiry:   p.MessageExpiryInterval, // counted from the record's timestamp
 	}
 	if p.PayloadFormatFlag {
 		pf := p.PayloadFormat

@@ -46,6 +46,8 @@ func publishFixtures() map[string]packets.Packet {
 				TopicAlias:             3, TopicAliasFlag: true,
 				User: []packets.UserProperty{{Key: "stream", Val: "default"}, {Key: "offset", Val: "12"}, {Key: "", Val: ""}},
 			}},
+		"message expiry only": {FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: 9,
+			TopicName: "e", Payload: []byte("x"), Properties: packets.Properties{MessageExpiryInterval: 1<<32 - 1}},
 		"wildcard response topic": {FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: "t",
 			Properties: packets.Properties{ResponseTopic: "replies/#"}},
 	}
@@ -140,13 +142,14 @@ func TestAppendPublish_WithoutUserProperties(t *testing.T) {
 }
 
 // FuzzAppendPublish checks the encoder against mochi's for arbitrary topics,
-// payloads, flags and properties.
+// payloads, flags and properties, the Message Expiry Interval among them.
 func FuzzAppendPublish(f *testing.F) {
-	f.Add("sensors/a", []byte("1"), byte(1), true, uint16(5), "text/plain", "k", "v", 200, true)
-	f.Add("", []byte{}, byte(0), false, uint16(0), "", "", "", 0, false)
-	f.Add(strings.Repeat("t/", 100), bytes.Repeat([]byte{0xff}, 300), byte(2), true, uint16(65535), "ct", "", "", 1<<20, true)
+	f.Add("sensors/a", []byte("1"), byte(1), true, uint16(5), "text/plain", "k", "v", 200, uint32(60), true)
+	f.Add("", []byte{}, byte(0), false, uint16(0), "", "", "", 0, uint32(0), false)
+	f.Add(strings.Repeat("t/", 100), bytes.Repeat([]byte{0xff}, 300), byte(2), true, uint16(65535), "ct", "", "", 1<<20, uint32(1<<32-1), true)
+	f.Add("e", []byte("x"), byte(0), false, uint16(0), "", "", "", 0, uint32(1), true)
 	f.Fuzz(func(t *testing.T, topic string, payload []byte, qos byte, retain bool, id uint16,
-		contentType, key, val string, subID int, v5 bool) {
+		contentType, key, val string, subID int, expiry uint32, v5 bool) {
 		qos %= 3
 		if qos > 0 && id == 0 {
 			id = 1 // mochi refuses QoS > 0 without a packet id; delivery always has one
@@ -160,7 +163,8 @@ func FuzzAppendPublish(f *testing.F) {
 		pk := packets.Packet{
 			FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos, Retain: retain},
 			TopicName:   topic, PacketID: id, Payload: payload,
-			Properties: packets.Properties{ContentType: contentType, SubscriptionIdentifier: []int{subID}},
+			Properties: packets.Properties{ContentType: contentType, SubscriptionIdentifier: []int{subID},
+				MessageExpiryInterval: expiry},
 		}
 		if key != "" || val != "" {
 			pk.Properties.User = []packets.UserProperty{{Key: key, Val: val}}
