@@ -219,6 +219,7 @@ func (d *delivery) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 // messages: delivery sends them again from the log, in order, instead of
 // mochi resending them outside the window.
 func (d *delivery) OnSessionEstablish(cl *mochi.Client, _ packets.Packet) {
+	d.sessions.claim(cl)
 	old, ok := d.srv.Clients.Get(cl.ID)
 	if !ok {
 		return
@@ -310,7 +311,7 @@ func (d *delivery) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, _ erro
 }
 
 // OnDisconnect stops delivery to the client and writes its durable
-// session, if it has one. Its goroutines exit on their own (the connection
+// session, or ends it when the connection's session expiry is 0. Its goroutines exit on their own (the connection
 // is closed); Close waits for them.
 func (d *delivery) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
 	d.mu.Lock()
@@ -329,9 +330,7 @@ func (d *delivery) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
 		}
 		c.countUnsent()
 	}
-	if !expire {
-		d.sessions.disconnected(cl.ID)
-	}
+	d.sessions.disconnected(cl, expire)
 }
 
 // client returns the delivery state of cl, or nil.

@@ -46,7 +46,8 @@ type deliveryClient struct {
 	id     string
 	v5     bool
 	window int
-	// durable: the client has a persistent session, resumed from the log.
+	// durable: the client holds a stored session (persistent, or resumed
+	// for this connection only), resumed from the log.
 	durable bool
 
 	queue   chan deliveryItem
@@ -77,7 +78,7 @@ func newDeliveryClient(d *delivery, cl *mochi.Client) *deliveryClient {
 		cl:      cl,
 		id:      cl.ID,
 		v5:      cl.Properties.ProtocolVersion == 5,
-		durable: persistent(cl),
+		durable: d.sessions.held(cl),
 		window:  d.cfg.SendWindow,
 		queue:   make(chan deliveryItem, d.cfg.QueueDepth),
 		acked:   make(chan struct{}, 1),
