@@ -155,8 +155,7 @@ func (d *delivery) ID() string { return "peat-delivery" }
 // Provides reports the hook events delivery handles.
 func (d *delivery) Provides(b byte) bool {
 	switch b {
-	case mochi.OnSubscribed, mochi.OnSessionEstablished, mochi.OnPacketRead,
-		mochi.OnPacketProcessed, mochi.OnDisconnect,
+	case mochi.OnSubscribed, mochi.OnSessionEstablished, mochi.OnPacketRead, mochi.OnDisconnect,
 		mochi.OnSubscribe, mochi.OnUnsubscribed, mochi.OnPacketEncode, mochi.OnPacketSent, mochi.OnACLCheck,
 		mochi.OnSessionEstablish, mochi.OnClientExpired, mochi.StoredClients, mochi.StoredSubscriptions:
 		return true
@@ -274,40 +273,21 @@ func (d *delivery) OnSubscribed(cl *mochi.Client, pk packets.Packet, reasonCodes
 	}
 }
 
-// OnPacketRead notes acknowledgements of deliveries: PUBACK ends a QoS 1
-// delivery, PUBCOMP (or a PUBREC carrying an error) a QoS 2 one. mochi
-// removes its own inflight entry afterwards. A publish ingest took
-// (isHandled) is no acknowledgement.
+// OnPacketRead takes the client's answers to deliveries (PUBACK, PUBREC,
+// PUBCOMP): those of Peat's deliveries end here, those of mochi's own get
+// mochi's packet id back (packetid.go). A publish ingest took (isHandled)
+// is no answer.
 func (d *delivery) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	if isHandled(&pk) {
 		return pk, nil
 	}
 	switch pk.FixedHeader.Type {
-	case packets.Puback, packets.Pubcomp:
-	case packets.Pubrec:
-		if pk.ReasonCode < packets.ErrUnspecifiedError.Code {
-			return pk, nil
+	case packets.Puback, packets.Pubrec, packets.Pubcomp:
+		if c := d.client(cl); c != nil {
+			return c.answered(pk), nil
 		}
-	default:
-		return pk, nil
-	}
-	if c := d.client(cl); c != nil {
-		c.ack(pk.PacketID)
 	}
 	return pk, nil
-}
-
-// OnPacketProcessed restores the inflight entry of an outstanding delivery
-// that mochi deleted because the client published with the same packet id
-// (mochi keeps both directions in one map), so mochi does not hand the id
-// out again while the delivery is unacknowledged.
-func (d *delivery) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, _ error) {
-	if pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Qos == 0 {
-		return
-	}
-	if c := d.client(cl); c != nil {
-		c.restoreInflight(pk.PacketID)
-	}
 }
 
 // OnDisconnect stops delivery to the client and writes its durable
