@@ -212,13 +212,16 @@ func (d *delivery) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	}
 }
 
-// OnSessionEstablish stops delivery to an earlier connection of the same
-// client id before mochi hands its session to the new one, and takes that
+// OnSessionEstablish hands a resumed session to the new connection, takes
+// its outbound topic aliases from mochi (topicalias.go), stops delivery to
+// an earlier connection of the same client id before mochi hands its
+// session to the new one, and takes that
 // connection's unacknowledged deliveries out of the session's inflight
 // messages: delivery sends them again from the log, in order, instead of
 // mochi resending them outside the window.
 func (d *delivery) OnSessionEstablish(cl *mochi.Client, _ packets.Packet) {
 	d.sessions.claim(cl)
+	ownTopicAliases(cl)
 	old, ok := d.srv.Clients.Get(cl.ID)
 	if !ok {
 		return

@@ -50,6 +50,7 @@ type deliveryClient struct {
 	writing atomic.Bool            // the sender is inside a socket write
 	wbuf    []byte                 // the sender's encoding buffer (wire.go)
 	ubuf    []packets.UserProperty // the sender's scratch for packet
+	aliases *topicAliases          // the sender's topic aliases (topicalias.go); nil for none
 
 	mu struct {
 		sync.Mutex
@@ -83,6 +84,9 @@ func newDeliveryClient(d *delivery, cl *mochi.Client) *deliveryClient {
 	}
 	if rm := int(cl.Properties.Props.ReceiveMaximum); c.v5 && rm > 0 && rm < c.window {
 		c.window = rm
+	}
+	if c.v5 {
+		c.aliases = newTopicAliases(min(int(cl.Properties.Props.TopicAliasMaximum), d.cfg.TopicAliases))
 	}
 	c.ctx, c.cancel = context.WithCancel(d.ctx)
 	c.mu.outstanding = map[uint16]outstandingDelivery{}
@@ -222,6 +226,10 @@ func (c *deliveryClient) send(it deliveryItem) error {
 		}
 		out.PacketID = id
 	}
+	topic, binds := out.TopicName, false
+	if x == nil {
+		binds = c.aliases.apply(&out)
+	}
 
 	c.writing.Store(true) // before the check: Close sees either the flag or a cancelled ctx
 	if err := c.ctx.Err(); err != nil {
@@ -234,6 +242,9 @@ func (c *deliveryClient) send(it deliveryItem) error {
 		// Larger than the client's Maximum Packet Size: it can never take it.
 		if it.qos > 0 {
 			c.forget(out.PacketID)
+		}
+		if binds {
+			c.aliases.forget(topic) // the client never learnt it
 		}
 		c.d.dropTooLarge.Inc()
 		c.d.logger.Warn("delivery: record larger than the client's maximum packet size; skipped",

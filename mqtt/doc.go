@@ -121,6 +121,15 @@
 // allocator on the wire, mapping the answers back. mochi's map then holds
 // only the client's ids and mochi's own deliveries.
 //
+// # Topic aliases (topicalias.go)
+//
+// An MQTT 5 client that offers a Topic Alias Maximum gets up to
+// min(that, Config.TopicAliases) aliases, per connection: a topic's first
+// PUBLISH carries the topic and an alias, later ones the alias alone; a
+// full table gives its least recently used alias to the new topic. mochi's
+// own outbound aliases are off, so the numbers are Peat's alone. $replay
+// and $group deliveries, whose topics never repeat, carry none.
+//
 // # Consumer state (groups.go, sessions.go, progress.go, statewriter.go)
 //
 // Consumer groups' committed offsets and durable sessions (subscriptions
