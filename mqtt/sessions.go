@@ -252,15 +252,17 @@ func (ss *sessions) unsubscribed(id string, filters []string) {
 	}
 }
 
-// advance sets where the client resumes in a stream (or a tap).
+// advance sets where the client resumes in a stream (or a tap). A
+// transient session's position is not written: it is not in the store.
 func (ss *sessions) advance(id, key string, off uint64) {
 	ss.mu.Lock()
 	s := ss.m[id]
+	keep := s != nil && !s.transient
 	if s != nil {
 		s.Offsets[key] = off
 	}
 	ss.mu.Unlock()
-	if s != nil {
+	if keep {
 		ss.save(id, false)
 	}
 }
