@@ -213,12 +213,11 @@ func (d *delivery) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 }
 
 // OnSessionEstablish hands a resumed session to the new connection, takes
-// its outbound topic aliases from mochi (topicalias.go), stops delivery to
-// an earlier connection of the same client id before mochi hands its
-// session to the new one, and takes that
-// connection's unacknowledged deliveries out of the session's inflight
-// messages: delivery sends them again from the log, in order, instead of
-// mochi resending them outside the window.
+// the connection's outbound topic aliases from mochi (topicalias.go), and
+// stops delivery to an earlier connection of the same client id before
+// mochi hands its session to the new one, forgetting that connection's
+// unacknowledged deliveries: delivery sends them again from the log, in
+// order.
 func (d *delivery) OnSessionEstablish(cl *mochi.Client, _ packets.Packet) {
 	d.sessions.claim(cl)
 	ownTopicAliases(cl)
@@ -294,8 +293,9 @@ func (d *delivery) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Pa
 }
 
 // OnDisconnect stops delivery to the client and writes its durable
-// session, or ends it when the connection's session expiry is 0. Its goroutines exit on their own (the connection
-// is closed); Close waits for them.
+// session, or ends it when the connection's session expiry is 0. Its
+// goroutines exit on their own (the connection is closed); Close waits for
+// them.
 func (d *delivery) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
 	d.mu.Lock()
 	c := d.mu.clients[cl]
