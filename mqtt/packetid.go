@@ -44,12 +44,10 @@ import (
 // reuses that id while one is unacknowledged meets plain mochi's behaviour
 // (rare: only uncaptured topics and retained messages take that path).
 
-// outstandingDelivery is a QoS 1/2 delivery awaiting its acknowledgement.
+// outstandingDelivery is a QoS 1/2 delivery awaiting its acknowledgement:
+// PUBACK, or PUBCOMP after Peat answered PUBREC with PUBREL.
 type outstandingDelivery struct {
 	done func()
-	// released: a QoS 2 delivery's PUBREC came and Peat sent PUBREL; it
-	// ends with PUBCOMP.
-	released bool
 }
 
 // allocIDLocked returns a free packet id for a PUBLISH toward the client,
@@ -117,10 +115,8 @@ func (c *deliveryClient) answered(pk packets.Packet) packets.Packet {
 	c.mu.Lock()
 	if out, ok := c.mu.outstanding[id]; ok {
 		if typ == packets.Pubrec && !failed {
-			// Received, not yet complete: release it, and again if the
-			// client resends PUBREC.
-			out.released = true
-			c.mu.outstanding[id] = out
+			// Received, not yet complete: release it (again, if the
+			// client resends PUBREC) and wait for PUBCOMP.
 			c.mu.Unlock()
 			c.writePubrel(id)
 			return handled
