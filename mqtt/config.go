@@ -23,6 +23,13 @@ const (
 	DefaultBufferSize      = 2048    // socket read/write buffer per client
 	DefaultWritesPending   = 64      // mochi's outbound channel per client (only non-log traffic uses it)
 	DefaultMaxSessionHours = 24 * 7
+	// DefaultTopicAliases is how many topic aliases Peat uses toward an MQTT
+	// 5 client that offers them: enough for the handful of topics a device
+	// or dashboard follows at a time to go by alias, at about 2 KB per
+	// connection for 50-byte topics (2 MB for 1,000 subscribers on a small
+	// board), and no more than 16 names for a constrained client to hold
+	// whatever maximum its library offers by default.
+	DefaultTopicAliases = 16
 )
 
 // Config is the MQTT front-end's configuration. YAML lives in edge; this is a
@@ -61,6 +68,10 @@ type Config struct {
 	// WritesPending is mochi's per-client outbound channel length; traffic
 	// fed from the log does not use it, so it can be small.
 	WritesPending int
+	// TopicAliases caps the topic aliases delivery uses toward an MQTT 5
+	// client: it uses min(TopicAliases, the client's Topic Alias Maximum),
+	// least recently used first out. 0 sends every topic in full.
+	TopicAliases int
 
 	// GroupStart is where a consumer group that never committed starts:
 	// "earliest" (the log start, the default) or "latest" (only new
@@ -99,6 +110,7 @@ func DefaultConfig() Config {
 		ReadBatchBytes: DefaultReadBatchBytes,
 		BufferSize:     DefaultBufferSize,
 		WritesPending:  DefaultWritesPending,
+		TopicAliases:   DefaultTopicAliases,
 		GroupStart:     "earliest",
 	}
 }
@@ -137,6 +149,9 @@ func (c Config) Validate() error {
 	}
 	if c.Window > 65535 {
 		errs = append(errs, fmt.Errorf("window: at most 65535 (an MQTT Receive Maximum), got %d", c.Window))
+	}
+	if c.TopicAliases < 0 || c.TopicAliases > 65535 {
+		errs = append(errs, fmt.Errorf("topic_aliases: 0 to 65535 (an MQTT Topic Alias Maximum), got %d", c.TopicAliases))
 	}
 	if c.SendWindow > 65535 {
 		errs = append(errs, fmt.Errorf("send_window: at most 65535 (MQTT packet identifiers), got %d", c.SendWindow))

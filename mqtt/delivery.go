@@ -157,8 +157,7 @@ func (d *delivery) ID() string { return "peat-delivery" }
 // Provides reports the hook events delivery handles.
 func (d *delivery) Provides(b byte) bool {
 	switch b {
-	case mochi.OnSubscribed, mochi.OnSessionEstablished, mochi.OnPacketRead,
-		mochi.OnPacketProcessed, mochi.OnDisconnect,
+	case mochi.OnSubscribed, mochi.OnSessionEstablished, mochi.OnPacketRead, mochi.OnDisconnect,
 		mochi.OnSubscribe, mochi.OnUnsubscribed, mochi.OnPacketEncode, mochi.OnPacketSent, mochi.OnACLCheck,
 		mochi.OnSessionEstablish, mochi.OnClientExpired, mochi.StoredClients, mochi.StoredSubscriptions:
 		return true
@@ -215,12 +214,15 @@ func (d *delivery) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	}
 }
 
-// OnSessionEstablish stops delivery to an earlier connection of the same
-// client id before mochi hands its session to the new one, and takes that
-// connection's unacknowledged deliveries out of the session's inflight
-// messages: delivery sends them again from the log, in order, instead of
-// mochi resending them outside the window.
+// OnSessionEstablish hands a resumed session to the new connection, takes
+// the connection's outbound topic aliases from mochi (topicalias.go), and
+// stops delivery to an earlier connection of the same client id before
+// mochi hands its session to the new one, forgetting that connection's
+// unacknowledged deliveries: delivery sends them again from the log, in
+// order.
 func (d *delivery) OnSessionEstablish(cl *mochi.Client, _ packets.Packet) {
+	d.sessions.claim(cl)
+	ownTopicAliases(cl)
 	old, ok := d.srv.Clients.Get(cl.ID)
 	if !ok {
 		return
@@ -275,45 +277,27 @@ func (d *delivery) OnSubscribed(cl *mochi.Client, pk packets.Packet, reasonCodes
 	}
 }
 
-// OnPacketRead notes acknowledgements of deliveries: PUBACK ends a QoS 1
-// delivery, PUBCOMP (or a PUBREC carrying an error) a QoS 2 one. mochi
-// removes its own inflight entry afterwards. A publish ingest took
-// (isHandled) is no acknowledgement.
+// OnPacketRead takes the client's answers to deliveries (PUBACK, PUBREC,
+// PUBCOMP): those of Peat's deliveries end here, those of mochi's own get
+// mochi's packet id back (packetid.go). A publish ingest took (isHandled)
+// is no answer.
 func (d *delivery) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	if isHandled(&pk) {
 		return pk, nil
 	}
 	switch pk.FixedHeader.Type {
-	case packets.Puback, packets.Pubcomp:
-	case packets.Pubrec:
-		if pk.ReasonCode < packets.ErrUnspecifiedError.Code {
-			return pk, nil
+	case packets.Puback, packets.Pubrec, packets.Pubcomp:
+		if c := d.client(cl); c != nil {
+			return c.answered(pk), nil
 		}
-	default:
-		return pk, nil
-	}
-	if c := d.client(cl); c != nil {
-		c.ack(pk.PacketID)
 	}
 	return pk, nil
 }
 
-// OnPacketProcessed restores the inflight entry of an outstanding delivery
-// that mochi deleted because the client published with the same packet id
-// (mochi keeps both directions in one map), so mochi does not hand the id
-// out again while the delivery is unacknowledged.
-func (d *delivery) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, _ error) {
-	if pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Qos == 0 {
-		return
-	}
-	if c := d.client(cl); c != nil {
-		c.restoreInflight(pk.PacketID)
-	}
-}
-
 // OnDisconnect stops delivery to the client and writes its durable
-// session, if it has one. Its goroutines exit on their own (the connection
-// is closed); Close waits for them.
+// session, or ends it when the connection's session expiry is 0. Its
+// goroutines exit on their own (the connection is closed); Close waits for
+// them.
 func (d *delivery) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
 	d.mu.Lock()
 	c := d.mu.clients[cl]
@@ -331,9 +315,7 @@ func (d *delivery) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
 		}
 		c.countUnsent()
 	}
-	if !expire {
-		d.sessions.disconnected(cl.ID)
-	}
+	d.sessions.disconnected(cl, expire)
 }
 
 // client returns the delivery state of cl, or nil.

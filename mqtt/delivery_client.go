@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,12 +30,6 @@ type deliveryItem struct {
 	done func()
 }
 
-// outstandingDelivery is a QoS 1/2 delivery awaiting its acknowledgement.
-type outstandingDelivery struct {
-	pk   packets.Packet
-	done func()
-}
-
 // deliveryClient is the delivery state of one connected client: a bounded
 // queue that readers and cursors fill, and one sender goroutine that writes
 // it to the client, keeping at most window QoS 1/2 messages unacknowledged.
@@ -46,7 +39,8 @@ type deliveryClient struct {
 	id     string
 	v5     bool
 	window int
-	// durable: the client has a persistent session, resumed from the log.
+	// durable: the client holds a stored session (persistent, or resumed
+	// for this connection only), resumed from the log.
 	durable bool
 
 	queue   chan deliveryItem
@@ -56,13 +50,19 @@ type deliveryClient struct {
 	writing atomic.Bool            // the sender is inside a socket write
 	wbuf    []byte                 // the sender's encoding buffer (wire.go)
 	ubuf    []packets.UserProperty // the sender's scratch for packet
+	aliases *topicAliases          // the sender's topic aliases (topicalias.go); nil for none
 
 	mu struct {
 		sync.Mutex
 		// outstanding holds the QoS 1/2 deliveries awaiting PUBACK or
-		// PUBCOMP, by packet id. It is ours, not mochi's inflight map: an
-		// inbound publish with the same id deletes mochi's entry.
+		// PUBCOMP, by packet id. They are not in mochi's Inflight map,
+		// which holds the client's own ids too (packetid.go).
 		outstanding map[uint16]outstandingDelivery
+		// lastID is the packet id last handed out toward the client.
+		lastID uint16
+		// mochiByWire and wireByMochi map the ids mochi's own deliveries
+		// carry on the wire to mochi's ids and back (packetid.go).
+		mochiByWire, wireByMochi map[uint16]uint16
 		// taps are the client's extension subscriptions, by filter.
 		taps map[string]*tap
 		// subacks are the plans of SUBSCRIBEs with extension filters whose
@@ -77,13 +77,16 @@ func newDeliveryClient(d *delivery, cl *mochi.Client) *deliveryClient {
 		cl:      cl,
 		id:      cl.ID,
 		v5:      cl.Properties.ProtocolVersion == 5,
-		durable: persistent(cl),
+		durable: d.sessions.held(cl),
 		window:  d.cfg.SendWindow,
 		queue:   make(chan deliveryItem, d.cfg.QueueDepth),
 		acked:   make(chan struct{}, 1),
 	}
 	if rm := int(cl.Properties.Props.ReceiveMaximum); c.v5 && rm > 0 && rm < c.window {
 		c.window = rm
+	}
+	if c.v5 {
+		c.aliases = newTopicAliases(min(int(cl.Properties.Props.TopicAliasMaximum), d.cfg.TopicAliases))
 	}
 	c.ctx, c.cancel = context.WithCancel(d.ctx)
 	c.mu.outstanding = map[uint16]outstandingDelivery{}
@@ -201,10 +204,10 @@ func (c *deliveryClient) windowHasRoom() bool {
 }
 
 // send writes one delivery, first waiting for room in the window when it
-// needs an acknowledgement. It follows mochi's own outbound QoS bookkeeping
-// (packet id, inflight entry, send quota) but writes synchronously, so
-// nothing is ever dropped for a full outbound channel. A record whose
-// message expiry has passed by then is skipped (expiry.go).
+// needs an acknowledgement, and writes it synchronously (never through
+// mochi's outbound channel, which drops when full), under a packet id of
+// Peat's own (packetid.go). A record whose message expiry has passed by
+// then is skipped (expiry.go).
 func (c *deliveryClient) send(it deliveryItem) error {
 	if it.qos > 0 {
 		if err := c.waitWindow(); err != nil {
@@ -228,31 +231,15 @@ func (c *deliveryClient) send(it deliveryItem) error {
 		}
 	}
 	if it.qos > 0 {
-		id, err := c.nextID()
+		id, err := c.register(it.done)
 		if err != nil {
 			return err
 		}
 		out.PacketID = id
-		// Kept until acknowledged: its own strings and slices, not the
-		// sender's scratch (apply builds new user properties).
-		kept := out
-		if x != nil {
-			kept = x.apply(out, c.v5)
-		} else if len(out.Properties.User) > 0 {
-			kept.Properties.User = slices.Clone(out.Properties.User)
-		}
-		kept.Created = time.Now().Unix() // mochi expires inflight entries by Created; 0 would expire at once
-		c.mu.Lock()
-		if err := c.ctx.Err(); err != nil {
-			c.mu.Unlock() // stopped: dropOutstanding may have run already
-			return err
-		}
-		c.mu.outstanding[id] = outstandingDelivery{pk: kept, done: it.done}
-		if c.cl.State.Inflight.Set(kept) {
-			c.d.addInflight(1)
-		}
-		c.mu.Unlock()
-		c.cl.State.Inflight.DecreaseSendQuota()
+	}
+	topic, binds := out.TopicName, false
+	if x == nil {
+		binds = c.aliases.apply(&out)
 	}
 
 	c.writing.Store(true) // before the check: Close sees either the flag or a cancelled ctx
@@ -266,6 +253,9 @@ func (c *deliveryClient) send(it deliveryItem) error {
 		// Larger than the client's Maximum Packet Size: it can never take it.
 		if it.qos > 0 {
 			c.forget(out.PacketID)
+		}
+		if binds {
+			c.aliases.forget(topic) // the client never learnt it
 		}
 		c.d.dropTooLarge.Inc()
 		c.d.logger.Warn("delivery: record larger than the client's maximum packet size; skipped",
@@ -368,71 +358,47 @@ func (c *deliveryClient) waitWindow() error {
 	}
 }
 
-// nextID takes a packet id from mochi (so mochi's own deliveries to the
-// client do not reuse it) that is not one of ours still outstanding.
-func (c *deliveryClient) nextID() (uint16, error) {
+// register records a QoS 1/2 delivery as outstanding under a free packet
+// id (packetid.go) and returns the id, waiting for an acknowledgement when
+// every id is taken.
+func (c *deliveryClient) register(done func()) (uint16, error) {
 	for {
-		id, err := c.cl.NextPacketID()
-		if err != nil {
-			// Every id is in mochi's inflight map: wait for an ack.
-			select {
-			case <-c.acked:
-				continue
-			case <-c.ctx.Done():
-				return 0, fmt.Errorf("packet id for %s: %w", c.id, err)
-			}
-		}
 		c.mu.Lock()
-		_, mine := c.mu.outstanding[uint16(id)]
+		if err := c.ctx.Err(); err != nil {
+			c.mu.Unlock() // stopped: dropOutstanding may have run already
+			return 0, err
+		}
+		id, ok := c.allocIDLocked()
+		if ok {
+			c.mu.outstanding[id] = outstandingDelivery{done: done}
+			c.mu.Unlock()
+			c.d.addInflight(1)
+			return id, nil
+		}
 		c.mu.Unlock()
-		if !mine {
-			return uint16(id), nil
+		select {
+		case <-c.acked:
+		case <-c.ctx.Done():
+			return 0, fmt.Errorf("packet id for %s: %w", c.id, packets.ErrQuotaExceeded)
 		}
 	}
-}
-
-// ack ends the outstanding delivery id, if it is one of ours.
-func (c *deliveryClient) ack(id uint16) {
-	c.mu.Lock()
-	out, ok := c.mu.outstanding[id]
-	delete(c.mu.outstanding, id)
-	c.mu.Unlock()
-	if !ok {
-		return
-	}
-	if out.done != nil {
-		out.done()
-	}
-	c.signalAck()
 }
 
 // forget ends an outstanding delivery that was never written.
 func (c *deliveryClient) forget(id uint16) {
-	c.ack(id)
-	if c.cl.State.Inflight.Delete(id) {
-		c.d.addInflight(-1)
+	c.mu.Lock()
+	out, ok := c.mu.outstanding[id]
+	delete(c.mu.outstanding, id)
+	c.mu.Unlock()
+	if ok {
+		c.finish(out)
 	}
-	c.cl.State.Inflight.IncreaseSendQuota()
 }
 
 func (c *deliveryClient) signalAck() {
 	select {
 	case c.acked <- struct{}{}:
 	default:
-	}
-}
-
-// restoreInflight puts back mochi's inflight entry for an outstanding
-// delivery id if mochi deleted it.
-func (c *deliveryClient) restoreInflight(id uint16) {
-	c.mu.Lock()
-	out, ok := c.mu.outstanding[id]
-	c.mu.Unlock()
-	if !ok {
-		return
-	}
-	if _, exists := c.cl.State.Inflight.Get(id); !exists && c.cl.State.Inflight.Set(out.pk) {
-		c.d.addInflight(1)
 	}
 }
 
@@ -462,18 +428,14 @@ func (c *deliveryClient) removeTap(filter string) {
 	}
 }
 
-// dropOutstanding takes the client's unacknowledged deliveries out of its
-// mochi inflight map, after stop, so a new connection that inherits the
-// session does not get them resent by mochi: delivery sends them again from
-// the log (durable sessions resume from the first unacknowledged offset).
+// dropOutstanding forgets the client's unacknowledged deliveries, after
+// stop: a new connection that inherits the session gets them again from the
+// log (durable sessions resume from the first unacknowledged offset). They
+// were never in mochi's inflight map, so mochi does not resend them.
 func (c *deliveryClient) dropOutstanding() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for id := range c.mu.outstanding {
-		if c.cl.State.Inflight.Delete(id) {
-			c.d.addInflight(-1)
-		}
-	}
+	c.d.addInflight(-int64(len(c.mu.outstanding)))
 	c.mu.outstanding = map[uint16]outstandingDelivery{}
 }
 

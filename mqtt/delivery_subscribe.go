@@ -216,7 +216,8 @@ func (d *delivery) onSubscribedTaps(c *deliveryClient, pk packets.Packet, reason
 	}
 }
 
-// OnPacketEncode adds the reason string and the replay properties to a
+// OnPacketEncode gives mochi's own deliveries Peat's packet ids
+// (packetid.go), and adds the reason string and the replay properties to a
 // SUBACK answering extension filters (MQTT 5; v3 SUBACKs carry neither).
 //
 // It also keeps user properties on PUBLISH for clients that set Request
@@ -227,6 +228,7 @@ func (d *delivery) onSubscribedTaps(c *deliveryClient, pk packets.Packet, reason
 // whenever a client sets any CONNECT property without asking for problem
 // information.)
 func (d *delivery) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
+	d.mochiWireID(cl, &pk) // mochi's deliveries leave with Peat's packet ids (packetid.go)
 	if pk.FixedHeader.Type == packets.Publish {
 		pk.Mods.DisallowProblemInfo = false
 		return pk

@@ -39,9 +39,8 @@
 // flood cannot queue unbounded records either.
 //
 // QoS 2 is exactly once on ingest. On arrival the PUBREC is put into the
-// client's mochi Inflight map (which holds inbound and outbound packet ids
-// alike, so this also keeps delivery from reusing the id); mochi's
-// processPubrel then answers PUBREL with PUBCOMP. A resent PUBLISH with that
+// client's mochi Inflight map; mochi's processPubrel then answers PUBREL
+// with PUBCOMP. A resent PUBLISH with that
 // id before PUBREL is recognised in OnPacketRead (the Inflight entry carries
 // our marker in Origin) and answered with a PUBREC in queue order, without
 // a second append. Known limit: if a client reconnects while a QoS 2 append
@@ -109,11 +108,35 @@
 // through mochi, and mochi's OnPacketEncode and OnPacketSent hooks see only
 // those packets.
 //
+// # Packet identifiers (packetid.go)
+//
+// MQTT numbers each direction's packets apart: a client may use for its
+// SUBSCRIBE, UNSUBSCRIBE or PUBLISH an id that one of its unacknowledged
+// deliveries carries. mochi keeps both directions in one Inflight map per
+// client, so Peat keeps its deliveries out of it: it numbers every packet
+// toward a client from one allocator per connection, tracks its deliveries
+// itself, takes the client's PUBACK/PUBREC/PUBCOMP for them before mochi
+// sees them (and writes the PUBREL of a QoS 2 delivery), and gives mochi's
+// own deliveries (uncaptured topics, retained messages) ids from the same
+// allocator on the wire, mapping the answers back. mochi's map then holds
+// only the client's ids and mochi's own deliveries.
+//
+// # Topic aliases (topicalias.go)
+//
+// An MQTT 5 client that offers a Topic Alias Maximum gets up to
+// min(that, Config.TopicAliases) aliases, per connection: a topic's first
+// PUBLISH carries the topic and an alias, later ones the alias alone; a
+// full table gives its least recently used alias to the new topic. mochi's
+// own outbound aliases are off, so the numbers are Peat's alone. $replay
+// and $group deliveries, whose topics never repeat, carry none.
+//
 // # Consumer state (groups.go, sessions.go, progress.go, statewriter.go)
 //
 // Consumer groups' committed offsets and durable sessions (subscriptions
 // and a position per stream) live in the log's StateStore, written by one
-// coalescing writer. A progress tracks the end of a consumer's contiguous
+// coalescing writer. A client connecting with Clean Start 0 resumes its
+// stored session whatever Session Expiry Interval it gives; that interval
+// decides only whether the session outlives this connection. A progress tracks the end of a consumer's contiguous
 // acknowledged prefix; it advances group offsets and session positions.
 // Durable sessions are handed to mochi at start through its storage hooks,
 // and resume through the same fallback cursor a slow subscriber uses.

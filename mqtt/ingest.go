@@ -239,7 +239,7 @@ func (h *ingest) early(cl *mochi.Client, pk *packets.Packet) bool {
 	}
 	if pk.FixedHeader.Qos > 0 {
 		if _, ok := cl.State.Inflight.Get(pk.PacketID); ok {
-			return false // mochi answers or clears the clash; delivery restores its own
+			return false // mochi answers or clears the clash
 		}
 	}
 	pk.Origin = cl.ID

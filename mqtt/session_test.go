@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/mochi-mqtt/server/v2/packets"
+
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
@@ -179,4 +181,89 @@ func TestDurableSession_LeftBeforeAnyRecord(t *testing.T) {
 	store(t, s, topicsN("d", 0, 3), nil)
 	c = dialDurable(t, b, 4)
 	expectTopics(t, c, "d", 0, 3)
+}
+
+// A v5 client that reconnects with Clean Start 0 and no Session Expiry
+// Interval (paho's Python client does) resumes its stored session and gets
+// what it missed ([MQTT-3.1.2-5]); the absent expiry means the session ends
+// with that connection, not before it.
+func TestDurableSession_ResumesWithoutExpiryAndEndsWithThatConnection(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	s := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	c := dialDurable(t, b, 5)
+	c.Subscribe("d/#", 1)
+	store(t, s, topicsN("d", 0, 2), nil)
+	expectTopics(t, c, "d", 0, 2)
+	leave(t, b, c)
+
+	store(t, s, topicsN("d", 2, 5), nil) // while away
+	// Clean Start 0, no Session Expiry Interval.
+	noExpiry := mqtttest.Connect{ClientID: "dur", Version: 5, Keepalive: 60}
+	c = mqtttest.Dial(t, b.Addr().String(), noExpiry)
+	if !c.Connack.SessionPresent {
+		t.Fatal("CONNACK: session not present")
+	}
+	expectTopics(t, c, "d", 2, 5)
+	store(t, s, []string{"d/live"}, nil)
+	if pk := readPublishes(t, c, 1)[0]; pk.TopicName != "d/live" {
+		t.Fatalf("after catching up: %q, want d/live", pk.TopicName)
+	}
+	waitFor(t, "the session to leave the store", func() bool { return !storedSession(l, "dur") })
+	leave(t, b, c)
+
+	// The session ended with that connection: nothing kept, nothing resumed.
+	store(t, s, topicsN("d", 7, 3), nil)
+	c = dialDurable(t, b, 5)
+	if c.Connack.SessionPresent {
+		t.Fatal("after a connection without expiry ended: session present")
+	}
+	expectNothing(t, c)
+}
+
+// A v5 DISCONNECT that sets the Session Expiry Interval to 0 ends the
+// session when the connection closes.
+func TestDurableSession_DisconnectWithExpiryZeroEndsIt(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	s := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	c := dialDurable(t, b, 5)
+	c.Subscribe("d/#", 1)
+	waitFor(t, "the session to be stored", func() bool { return storedSession(l, "dur") })
+	dis := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}}
+	dis.Properties.SessionExpiryInterval, dis.Properties.SessionExpiryIntervalFlag = 0, true
+	c.Write(dis)
+	waitFor(t, "the client to go", func() bool { return b.Clients() == 0 })
+	waitFor(t, "the stored session to go", func() bool { return !storedSession(l, "dur") })
+	store(t, s, topicsN("d", 0, 3), nil)
+	c = dialDurable(t, b, 5)
+	if c.Connack.SessionPresent {
+		t.Fatal("session present after DISCONNECT with expiry 0")
+	}
+	expectNothing(t, c)
+}
+
+// Clean Start 1 with a Session Expiry Interval starts a new session: the
+// old one's position in the log is not where the new one's subscriptions
+// start.
+func TestDurableSession_CleanStartWithExpiryStartsAfresh(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	s := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	c := dialDurable(t, b, 5)
+	c.Subscribe("d/#", 1)
+	leave(t, b, c)
+	store(t, s, topicsN("d", 0, 3), nil) // the old session's, not the new one's
+
+	fresh := durableConnect("dur", 5)
+	fresh.Clean = true
+	c = mqtttest.Dial(t, b.Addr().String(), fresh)
+	if c.Connack.SessionPresent {
+		t.Fatal("Clean Start 1: session present")
+	}
+	c.Subscribe("d/#", 1)
+	store(t, s, []string{"d/new"}, nil)
+	if pk := readPublishes(t, c, 1)[0]; pk.TopicName != "d/new" {
+		t.Fatalf("first delivery of the new session: %q, want d/new", pk.TopicName)
+	}
 }

@@ -33,6 +33,15 @@ import (
 // Shared subscriptions ($share) are not resumed from the log: their
 // records go to whichever member is connected. A session that expires
 // releases its cursor and its subscriptions.
+//
+// Which session a connection gets, and how long it lasts, follow MQTT 5
+// 3.1.2.4 and 3.1.2.11.2: Clean Start 1 (clean session, v3) ends the stored
+// session and starts a new one; Clean Start 0 resumes the stored session
+// whatever this connection's Session Expiry Interval says (paho's Python
+// client reconnects with none). The expiry only decides what happens when
+// this connection ends: 0 or absent (v3: clean session) ends the session
+// then, and such a session is not kept in the store meanwhile (a crash ends
+// the connection too); above 0 keeps it. A v5 DISCONNECT may lower it to 0.
 
 // sessionStatePrefix starts every durable session's state key.
 const sessionStatePrefix = "s/"
@@ -64,6 +73,14 @@ type session struct {
 	// Offsets are where the client resumes: by stream name for its plain
 	// subscriptions, by tapOffsetKey for its $replay subscriptions.
 	Offsets map[string]uint64 `msgpack:"o"`
+
+	// conn is the connection that holds the session (nil while none does):
+	// when an earlier connection of the same client id ends, it must not
+	// end a session a newer connection took over.
+	conn *mochi.Client `msgpack:"-"`
+	// transient: the session ends with conn (its expiry is 0); it is not
+	// in the store.
+	transient bool `msgpack:"-"`
 }
 
 // sessions is the registry of durable sessions.
@@ -76,7 +93,9 @@ type sessions struct {
 
 func newSessions() *sessions { return &sessions{m: map[string]*session{}} }
 
-// persistent reports whether cl's session outlives its connection.
+// persistent reports whether cl's session outlives its connection: a v5
+// Session Expiry Interval above 0, or a v3 clean session false. It does not
+// decide whether cl resumes a stored session; Clean Start does.
 func persistent(cl *mochi.Client) bool {
 	if cl.Properties.ProtocolVersion == 5 {
 		return cl.Properties.Props.SessionExpiryIntervalFlag && cl.Properties.Props.SessionExpiryInterval > 0
@@ -115,8 +134,8 @@ func (ss *sessions) save(id string, urgent bool) {
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
 		s := ss.m[id]
-		if s == nil {
-			return nil // deleted meanwhile
+		if s == nil || s.transient {
+			return nil // deleted meanwhile, or not to be kept
 		}
 		b, err := msgpack.Marshal(s)
 		if err != nil { // cannot happen for this struct
@@ -126,17 +145,37 @@ func (ss *sessions) save(id string, urgent bool) {
 	}, done)
 }
 
+// claim hands the stored session of a client that connects with Clean
+// Start 0 to the new connection cl. It runs in OnSessionEstablish, before
+// mochi disconnects the client's earlier connection, so that connection's
+// end does not end the session the new one resumes.
+func (ss *sessions) claim(cl *mochi.Client) {
+	if cl.Properties.Clean {
+		return
+	}
+	ss.mu.Lock()
+	if s := ss.m[cl.ID]; s != nil {
+		s.conn = cl
+	}
+	ss.mu.Unlock()
+}
+
 // establish records the session of a client that just connected, with the
-// subscriptions mochi gave it, and returns its stored offsets (nil for a
-// new or non-persistent session). A client that connects with a clean
-// session ends its stored one.
+// subscriptions mochi gave it, and returns its stored offsets (nil when it
+// has no session beyond its connection). Clean Start ends a stored session;
+// without it the stored session resumes, kept past this connection only if
+// the connection is persistent.
 func (ss *sessions) establish(cl *mochi.Client) map[string]uint64 {
 	ss.mu.Lock()
 	s := ss.m[cl.ID]
-	if !persistent(cl) {
-		delete(ss.m, cl.ID)
+	ended := false
+	if s != nil && cl.Properties.Clean {
+		delete(ss.m, cl.ID) // [MQTT-3.1.2-4]: a new session, not the old offsets
+		s, ended = nil, true
+	}
+	if s == nil && !persistent(cl) {
 		ss.mu.Unlock()
-		if s != nil {
+		if ended {
 			ss.save(cl.ID, true)
 		}
 		return nil
@@ -145,6 +184,8 @@ func (ss *sessions) establish(cl *mochi.Client) map[string]uint64 {
 		s = &session{Offsets: map[string]uint64{}}
 		ss.m[cl.ID] = s
 	}
+	s.conn = cl
+	s.transient = !persistent(cl) // resumed, but it ends with this connection
 	s.ProtocolVersion = cl.Properties.ProtocolVersion
 	s.Username = cl.Properties.Username
 	s.Listener = cl.Net.Listener
@@ -161,8 +202,16 @@ func (ss *sessions) establish(cl *mochi.Client) map[string]uint64 {
 		offsets[k] = v
 	}
 	ss.mu.Unlock()
-	ss.save(cl.ID, true)
+	ss.save(cl.ID, true) // a transient session is taken out of the store
 	return offsets
+}
+
+// held reports whether cl holds a session that resumes from the log.
+func (ss *sessions) held(cl *mochi.Client) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	s := ss.m[cl.ID]
+	return s != nil && s.conn == cl
 }
 
 func sessionSubOf(sub packets.Subscription) sessionSub {
@@ -203,15 +252,17 @@ func (ss *sessions) unsubscribed(id string, filters []string) {
 	}
 }
 
-// advance sets where the client resumes in a stream (or a tap).
+// advance sets where the client resumes in a stream (or a tap). A
+// transient session's position is not written: it is not in the store.
 func (ss *sessions) advance(id, key string, off uint64) {
 	ss.mu.Lock()
 	s := ss.m[id]
+	keep := s != nil && !s.transient
 	if s != nil {
 		s.Offsets[key] = off
 	}
 	ss.mu.Unlock()
-	if s != nil {
+	if keep {
 		ss.save(id, false)
 	}
 }
@@ -228,14 +279,27 @@ func (ss *sessions) offset(id, key string) (uint64, bool) {
 	return off, ok
 }
 
-// disconnected writes the session of a durable client that went away.
-func (ss *sessions) disconnected(id string) {
+// disconnected ends or writes the session cl held when its connection
+// ended. expire is mochi's verdict from the connection's final Session
+// Expiry Interval (a v5 DISCONNECT may have changed it) or clean session.
+// A connection that a newer one took over leaves the session alone.
+func (ss *sessions) disconnected(cl *mochi.Client, expire bool) {
 	ss.mu.Lock()
-	_, ok := ss.m[id]
-	ss.mu.Unlock()
-	if ok {
-		ss.save(id, true)
+	s := ss.m[cl.ID]
+	if s == nil || (s.conn != nil && s.conn != cl) {
+		ss.mu.Unlock()
+		return
 	}
+	if expire {
+		delete(ss.m, cl.ID)
+	} else {
+		s.conn = nil
+		s.transient = false
+		s.Expiry = cl.Properties.Props.SessionExpiryInterval
+		s.ExpiryFlag = cl.Properties.Props.SessionExpiryIntervalFlag
+	}
+	ss.mu.Unlock()
+	ss.save(cl.ID, true)
 }
 
 // expire ends a session.
