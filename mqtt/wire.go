@@ -69,22 +69,6 @@ type publishExtras struct {
 	timestamp int64
 }
 
-// apply returns pk with x's topic and user properties in it, as strings
-// and a slice of its own that stay valid: for a packet that is kept
-// (mochi's inflight map).
-func (x *publishExtras) apply(pk packets.Packet, v5 bool) packets.Packet {
-	pk.TopicName = string(x.appendTopic(nil, pk.TopicName))
-	if v5 {
-		user := make([]packets.UserProperty, 0, len(pk.Properties.User)+3)
-		user = append(user, pk.Properties.User...)
-		pk.Properties.User = append(user,
-			packets.UserProperty{Key: propStream, Val: x.stream},
-			packets.UserProperty{Key: propOffset, Val: strconv.FormatUint(x.offset, 10)},
-			packets.UserProperty{Key: propTimestamp, Val: strconv.FormatInt(x.timestamp, 10)})
-	}
-	return pk
-}
-
 // appendTopic appends the delivered topic for the record topic t.
 func (x *publishExtras) appendTopic(dst []byte, t string) []byte {
 	dst = append(dst, x.head...)

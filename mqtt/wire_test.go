@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -226,4 +227,19 @@ func TestAppendAck_SameBytesAsMochi(t *testing.T) {
 			}
 		}
 	}
+}
+
+// apply returns pk with x's topic and user properties in it, as mochi's
+// encoder needs them: the packet appendPublish must encode to the same bytes.
+func (x *publishExtras) apply(pk packets.Packet, v5 bool) packets.Packet {
+	pk.TopicName = string(x.appendTopic(nil, pk.TopicName))
+	if v5 {
+		user := make([]packets.UserProperty, 0, len(pk.Properties.User)+3)
+		user = append(user, pk.Properties.User...)
+		pk.Properties.User = append(user,
+			packets.UserProperty{Key: propStream, Val: x.stream},
+			packets.UserProperty{Key: propOffset, Val: strconv.FormatUint(x.offset, 10)},
+			packets.UserProperty{Key: propTimestamp, Val: strconv.FormatInt(x.timestamp, 10)})
+	}
+	return pk
 }
