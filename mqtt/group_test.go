@@ -2,7 +2,9 @@ package mqtt
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -228,4 +230,125 @@ func TestReplay_ACLAppliesToTheOriginalTopics(t *testing.T) {
 		t.Fatalf("got %q", pk.TopicName)
 	}
 	expectNothing(t, r)
+}
+
+// storedGroupOffset is the group's offset in the log's state store, "" when
+// it has none.
+func storedGroupOffset(l *memLog, group, stream string) string {
+	l.state.mu.Lock()
+	defer l.state.mu.Unlock()
+	v, ok := l.state.m[groupKey{group: group, stream: stream}.stateKey()]
+	if !ok || len(v) != 8 {
+		return ""
+	}
+	return strconv.FormatUint(binary.BigEndian.Uint64(v), 10)
+}
+
+// A commit published to $offsets must be a plain decimal offset no greater
+// than the log's end. Anything else is refused with 0x99 and a reason (an
+// MQTT 3 client is disconnected, as for every refused publish), and the
+// group's committed offset does not move.
+func TestOffsets_BadCommitsAreRefused(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	store(t, l.stream(t, "default"), topicsN("t", 0, 2), nil) // the log end is 2
+	b := newTestBroker(t, l)
+	admin := dialRaw(t, b, "admin", 5)
+	id := uint16(0)
+	commit := func(payload string) packets.Packet {
+		t.Helper()
+		id++
+		admin.Publish("$offsets/g/default", 1, id, payload)
+		ack := admin.ReadUntil(packets.Puback)
+		if ack.PacketID != id {
+			t.Fatalf("PUBACK for id %d, want %d", ack.PacketID, id)
+		}
+		return ack
+	}
+	if ack := commit("1"); ack.ReasonCode != 0 {
+		t.Fatalf("commit 1: PUBACK %#x %q", ack.ReasonCode, ack.Properties.ReasonString)
+	}
+	unchanged := func(what string) {
+		t.Helper()
+		if off := groupOffset(t, b, "g", "default"); off != 1 {
+			t.Fatalf("%s: the group's offset moved to %d", what, off)
+		}
+		if got := storedGroupOffset(l, "g", "default"); got != "1" {
+			t.Fatalf("%s: stored offset %q, want 1", what, got)
+		}
+	}
+	cases := []struct{ payload, says string }{
+		{"18446744073709551615", `beyond the end of stream "default" (2)`},
+		{"999999", "beyond the end"},
+		{"3", "commit at most 2"},
+		{"18446744073709551616", "above the largest offset"},
+		{"123456789012345678901", "1 to 20 digits"},
+		{"", "1 to 20 digits"},
+		{" 1", "plain decimal"},
+		{"1 ", "plain decimal"},
+		{"1\n", "plain decimal"},
+		{"+1", "plain decimal"},
+		{"-1", "plain decimal"},
+		{"0x1", "plain decimal"},
+		{"1e0", "plain decimal"},
+		{"1.0", "plain decimal"},
+		{"١", "plain decimal"}, // an Arabic-Indic digit
+	}
+	for _, tc := range cases {
+		ack := commit(tc.payload)
+		if ack.ReasonCode != packets.ErrPayloadFormatInvalid.Code || !strings.Contains(ack.Properties.ReasonString, tc.says) {
+			t.Errorf("commit %q: PUBACK %#x %q, want 0x99 saying %q", tc.payload, ack.ReasonCode, ack.Properties.ReasonString, tc.says)
+		}
+		unchanged(fmt.Sprintf("after %q", tc.payload))
+	}
+	if v := metricValue(b.deliv.m.Refused.WithLabelValues(ReasonBadCommit)); v != float64(len(cases)) {
+		t.Errorf("refused{bad_commit} = %v, want %d", v, len(cases))
+	}
+
+	// MQTT 3 has no negative PUBACK: the client is disconnected.
+	for _, payload := range []string{" 1", "999999"} {
+		v3 := dialRaw(t, b, "admin3", 4)
+		v3.Publish("$offsets/g/default", 1, 1, payload)
+		expectClosed(t, v3)
+		unchanged(fmt.Sprintf("after MQTT 3 %q", payload))
+	}
+
+	// The log end itself means "consumed everything so far", and leading
+	// zeros are still a plain decimal.
+	if ack := commit("002"); ack.ReasonCode != 0 {
+		t.Fatalf("commit of the log end: PUBACK %#x %q", ack.ReasonCode, ack.Properties.ReasonString)
+	}
+	if got := storedGroupOffset(l, "g", "default"); got != "2" {
+		t.Fatalf("stored offset %q after committing the log end, want 2", got)
+	}
+}
+
+// A commit below the log start (records retention removed) is stored as
+// the log start, where the group reads from anyway, and $offsets shows it.
+func TestOffsets_CommitBelowTheLogStartIsTheLogStart(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	s := l.stream(t, "default")
+	store(t, s, topicsN("t", 0, 10), nil)
+	s.trim(6)
+	b := newTestBroker(t, l)
+	admin := dialRaw(t, b, "admin", 5)
+	admin.Publish("$offsets/g/default", 1, 1, "2")
+	if ack := admin.ReadUntil(packets.Puback); ack.ReasonCode != 0 {
+		t.Fatalf("commit below the log start: PUBACK %#x %q, want success", ack.ReasonCode, ack.Properties.ReasonString)
+	}
+	if got := storedGroupOffset(l, "g", "default"); got != "6" {
+		t.Fatalf("stored offset %q, want the log start 6", got)
+	}
+	watcher := dialRaw(t, b, "watcher", 5)
+	watcher.Subscribe("$offsets/g/default", 1)
+	if pk := readPublishes(t, watcher, 1)[0]; string(pk.Payload) != "6" {
+		t.Fatalf("$offsets shows %q, want 6", pk.Payload)
+	}
+	c := dialRaw(t, b, "consumer", 5)
+	ack := c.Subscribe("$group/g/+/t/#", 1)
+	if got, notice := userProp(ack.Properties, propStart), userProp(ack.Properties, propNotice); got != "6" || notice != "" {
+		t.Fatalf("SUBACK start %q notice %q, want 6 and no notice", got, notice)
+	}
+	if off := offsetOf(t, readPublishes(t, c, 1)[0].TopicName); off != 6 {
+		t.Fatalf("first delivery at offset %d, want 6", off)
+	}
 }
