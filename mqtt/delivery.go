@@ -81,6 +81,11 @@ type delivery struct {
 	dropClosed    prometheus.Counter
 	dropTooLarge  prometheus.Counter
 
+	// taps counts the tap goroutines running: how many extension
+	// subscriptions are being served (tests wait on it; a tap that outlives
+	// its subscription would deliver records the client no longer wants).
+	taps atomic.Int64
+
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup // readers, senders, cursors and taps

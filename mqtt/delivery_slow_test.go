@@ -249,7 +249,13 @@ func TestDelivery_WindowBoundsUnackedMessages(t *testing.T) {
 				next++
 				unacked = append(unacked, pk)
 			}
-			// PINGRESP comes after anything the broker had already sent.
+			if next < n {
+				// With records left, the sender parks until an ack opens
+				// the window; until then it has written all it will.
+				waitFor(t, "the sender to wait for the window", func() bool {
+					return parkedIn("(*deliveryClient).waitWindow")
+				})
+			}
 			if extra := pingPublishes(t, c); len(extra) > 0 {
 				t.Fatalf("%d unacknowledged, then %d more arrived: window %d not respected", len(unacked), len(extra), want)
 			}
