@@ -3,6 +3,7 @@ package mqtt
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -358,4 +359,45 @@ func TestOffsets_CommitBelowTheLogStartIsTheLogStart(t *testing.T) {
 	if off := offsetOf(t, readPublishes(t, c, 1)[0].TopicName); off != 6 {
 		t.Fatalf("first delivery at offset %d, want 6", off)
 	}
+}
+
+// boundsStream is a Stream whose only known facts are its bounds.
+type boundsStream struct {
+	Stream
+	first, end uint64
+}
+
+func (s boundsStream) Name() string        { return "s" }
+func (s boundsStream) FirstOffset() uint64 { return s.first }
+func (s boundsStream) Committed() uint64   { return s.end }
+
+// commitOffsetOf accepts exactly the plain decimals up to the log end, and
+// stores those below the log start as the log start.
+func FuzzCommitOffsetOf(f *testing.F) {
+	for _, seed := range []string{"0", "3", "7", "10", "11", "007", " 1", "1 ", "+1", "-1", "0x1", "1e3", "",
+		"18446744073709551615", "18446744073709551616", "١"} {
+		f.Add([]byte(seed))
+	}
+	s := boundsStream{first: 3, end: 10}
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		off, notice, err := commitOffsetOf(payload, s)
+		plain := len(payload) > 0 && len(payload) <= maxOffsetDigits
+		for _, b := range payload {
+			plain = plain && b >= '0' && b <= '9'
+		}
+		v, perr := strconv.ParseUint(string(payload), 10, 64)
+		valid := plain && perr == nil && v <= s.end
+		if valid != (err == nil) {
+			t.Fatalf("commitOffsetOf(%q) = %d, %v; valid %v", payload, off, err, valid)
+		}
+		if err != nil {
+			if !errors.Is(err, errBadCommit) {
+				t.Fatalf("commitOffsetOf(%q): %v does not wrap errBadCommit", payload, err)
+			}
+			return
+		}
+		if want := max(v, s.first); off != want || (notice != "") != (v < s.first) {
+			t.Fatalf("commitOffsetOf(%q) = %d %q, want %d", payload, off, notice, want)
+		}
+	})
 }
