@@ -204,6 +204,7 @@ func TestDelivery_SlowQoS0SubscriberDropsAreCounted(t *testing.T) {
 			t.Fatalf("record %d, within %d of the end %d, was not delivered", seq, maxLag, n)
 		}
 	}
+	t.Logf("%d records: received %d, dropped %d (%d counted while it read nothing)", n, received, dropped, droppedStalled)
 	if droppedStalled > dropped {
 		t.Fatalf("counted %d while stalled, then %d", droppedStalled, dropped)
 	}
