@@ -52,133 +52,120 @@ func appendSpacedQoS(tb testing.TB, s *Stream, n int, gap time.Duration, qos byt
 	return offs
 }
 
+// appendOne appends one record of the given QoS and waits for it.
+func appendOne(tb testing.TB, s *Stream, qos byte) uint64 {
+	tb.Helper()
+	return appendSpacedQoS(tb, s, 1, 0, qos)[0]
+}
+
+// The timing of lingering (how long an append waits, and that some do not
+// wait at all) is measured by the BenchmarkLinger_* benchmarks in
+// linger_bench_test.go. These tests check what does not depend on the
+// machine's speed: which appends share a commit, and in what order.
+
+// Appends that arrive one by one soon after a commit share the next one:
+// the first, to a quiet stream, commits alone; the four after it, each
+// queued while the others linger, commit together, in arrival order.
 func TestStream_LingerSharesCommitsAmongLoneAppends(t *testing.T) {
 	for _, d := range []Durability{DurabilityFsync, DurabilityInterval} {
 		t.Run(string(d), func(t *testing.T) {
-			// Five publishes 5 ms apart: without a linger each is its own
-			// commit (and fsync); with a linger longer than all five, the
-			// first (the stream was quiet) commits at once and the other
-			// four share the next commit.
-			without := openStore(t, testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, Durability: d}))
-			appendSpaced(t, without.Stream("s"), 5, 5*time.Millisecond)
-			if n := commits(t, without); n < 3 {
-				t.Fatalf("without linger: %d commits for 5 spaced appends, want several (the test cannot tell otherwise)", n)
-			}
-
+			// MaxLinger (1 s) is far longer than the 20 ms the four
+			// appends take to arrive, on any machine.
 			st := openStore(t, testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, Durability: d,
-				Linger: 500 * time.Millisecond}))
-			offs := appendSpaced(t, st.Stream("s"), 5, 5*time.Millisecond)
+				Linger: MaxLinger}))
+			s := st.Stream("s")
+			if off := appendOne(t, s, 1); off != 0 {
+				t.Fatalf("first append at offset %d", off)
+			}
+			if n := commits(t, st); n != 1 {
+				t.Fatalf("%d commits after the first append, want 1", n)
+			}
+			offs := appendSpaced(t, s, 4, 5*time.Millisecond)
 			if n := commits(t, st); n != 2 {
-				t.Errorf("with a 500ms linger: %d commits for 5 appends 5 ms apart, want 2 (the first alone, then the rest)", n)
+				t.Errorf("%d commits for 1 + 4 appends 5 ms apart with a 1 s linger, want 2 (the first alone, then the rest)", n)
 			}
 			for i, off := range offs {
-				if off != uint64(i) {
-					t.Errorf("append %d got offset %d, want %d (arrival order)", i, off, i)
+				if want := uint64(i + 1); off != want {
+					t.Errorf("append %d got offset %d, want %d (arrival order)", i+1, off, want)
 				}
 			}
-			got := readAll(t, st.Stream("s"), 0)
-			if len(got) != 5 || string(got[4].Payload) != "4" {
+			got := readAll(t, s, 0)
+			if len(got) != 5 || string(got[4].Payload) != "3" {
 				t.Errorf("read back %d records", len(got))
 			}
 		})
 	}
 }
 
-// Linger paces commits rather than delaying each append: an append that
-// arrives when the stream has not committed for a linger commits at once,
-// and one that arrives within a linger of the previous commit waits for
-// the rest of it.
-func TestStream_LingerDoesNotDelayAnAppendToAQuietStream(t *testing.T) {
-	const linger = 400 * time.Millisecond
-	st := openStore(t, testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, Linger: linger}))
+// Linger paces commits, it does not merge appends that come one after
+// another: each waits for its own commit.
+func TestStream_LingerKeepsSequentialAppendsApart(t *testing.T) {
+	st := openStore(t, testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, Linger: 20 * time.Millisecond}))
 	s := st.Stream("s")
-	timed := func() time.Duration {
-		start := time.Now()
-		appendSpaced(t, s, 1, 0)
-		return time.Since(start)
-	}
-	if took := timed(); took >= linger/2 {
-		t.Errorf("the first append to a quiet stream took %v, want no linger", took)
-	}
-	if took := timed(); took < linger/2 {
-		t.Errorf("an append right after a commit took %v, want it to wait for the rest of the %v linger", took, linger)
-	}
-	time.Sleep(linger)
-	if took := timed(); took >= linger/2 {
-		t.Errorf("an append a linger after the last commit took %v, want no linger", took)
+	for want := range uint64(3) {
+		if off := appendOne(t, s, 1); off != want {
+			t.Fatalf("append got offset %d, want %d", off, want)
+		}
 	}
 	if n := commits(t, st); n != 3 {
 		t.Errorf("%d commits for 3 appends one after another, want 3", n)
 	}
 }
 
-// A full batch does not wait out the linger.
-func TestStream_LingerEndsWithAFullBatch(t *testing.T) {
+// A full batch commits as one, whatever the linger.
+func TestStream_LingerFullBatchIsOneCommit(t *testing.T) {
 	st := openStore(t, testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, Linger: MaxLinger}))
 	s := st.Stream("s")
+	appendOne(t, s, 1) // a commit now: what follows lingers
+	before := commits(t, st)
 	recs := make([]*Record, maxBatchRecords)
 	for i := range recs {
 		recs[i] = rec("t", "x")
 	}
-	start := time.Now()
 	done := make(chan error, 1)
 	s.AppendAsync(recs, func(_ uint64, err error) { done <- err })
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took >= MaxLinger {
-		t.Errorf("a full batch waited %v, the whole linger", took)
+	if n := commits(t, st) - before; n != 1 {
+		t.Errorf("%d commits for one full batch, want 1", n)
 	}
 }
 
-// Closing the store does not wait out a linger; the lingering append is
-// failed, never lost silently or acknowledged.
+// Closing the store ends a linger: the lingering append is failed or
+// committed, never lost silently.
 func TestStream_LingerEndsOnClose(t *testing.T) {
 	st, err := Open(testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, Linger: MaxLinger}))
 	if err != nil {
 		t.Fatal(err)
 	}
+	appendOne(t, st.Stream("s"), 1) // a commit now: the next append lingers
 	done := make(chan error, 1)
 	st.Stream("s").AppendAsync([]*Record{rec("t", "x")}, func(_ uint64, err error) { done <- err })
-	start := time.Now()
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
-	}
-	if took := time.Since(start); took >= MaxLinger {
-		t.Errorf("Close waited %v, the whole linger", took)
 	}
 	if err := <-done; !errors.Is(err, ErrClosed) && err != nil {
 		t.Errorf("lingering append: %v, want success or ErrClosed", err)
 	}
 }
 
-// QoS 0 appends linger by their own setting: nobody waits for their
-// acknowledgement, so by default they share commits that QoS 1 appends,
-// whose publishers wait, do not.
-func TestStream_QoS0LingerSharesCommitsAmongQoS0AppendsOnly(t *testing.T) {
+// QoS 0 appends linger by their own setting: spaced QoS 0 appends after a
+// commit share one, in arrival order.
+func TestStream_QoS0LingerSharesCommitsAmongQoS0Appends(t *testing.T) {
 	for _, d := range []Durability{DurabilityFsync, DurabilityInterval} {
 		t.Run(string(d), func(t *testing.T) {
-			const linger = 500 * time.Millisecond
 			st := openStore(t, testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, Durability: d,
-				LingerQoS0: linger}))
+				LingerQoS0: MaxLinger}))
 			s := st.Stream("s")
-			appendSpacedQoS(t, s, 5, 5*time.Millisecond, 1)
-			qos1 := commits(t, st)
-			if qos1 < 3 {
-				t.Fatalf("QoS 1: %d commits for 5 appends 5 ms apart, want several (QoS 1 must not linger)", qos1)
-			}
-			// The QoS 0 appends follow the last QoS 1 commit at once, so
-			// they wait until a linger after it began.
-			start := time.Now()
+			appendOne(t, s, 1) // a commit now: the QoS 0 appends linger
+			before := commits(t, st)
 			offs := appendSpacedQoS(t, s, 5, 5*time.Millisecond, 0)
-			if n := commits(t, st) - qos1; n != 1 {
-				t.Errorf("QoS 0: %d commits for 5 appends 5 ms apart with a 500ms QoS 0 linger, want 1", n)
-			}
-			if took := time.Since(start); took < linger*4/5 {
-				t.Errorf("QoS 0 appends done after %v, before their linger was over", took)
+			if n := commits(t, st) - before; n != 1 {
+				t.Errorf("QoS 0: %d commits for 5 appends 5 ms apart with a 1 s QoS 0 linger, want 1", n)
 			}
 			for i, off := range offs {
-				if want := uint64(5 + i); off != want {
+				if want := uint64(1 + i); off != want {
 					t.Errorf("QoS 0 append %d got offset %d, want %d (arrival order)", i, off, want)
 				}
 			}
@@ -186,23 +173,21 @@ func TestStream_QoS0LingerSharesCommitsAmongQoS0AppendsOnly(t *testing.T) {
 	}
 }
 
-// A QoS 1 append does not wait out the QoS 0 appends' linger: it commits at
-// once, and takes the QoS 0 appends queued before it along, in order.
-func TestStream_QoS1AppendEndsAQoS0Linger(t *testing.T) {
+// A QoS 1 append takes the QoS 0 appends queued before it along, in order,
+// in one commit.
+func TestStream_QoS1AppendTakesLingeringQoS0Along(t *testing.T) {
 	st := openStore(t, testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, LingerQoS0: MaxLinger}))
 	s := st.Stream("s")
 	type result struct {
 		off uint64
 		err error
 	}
-	appendSpaced(t, s, 1, 0) // a commit now: the next QoS 0 append lingers
+	appendOne(t, s, 1) // a commit now: the next QoS 0 append lingers
 	before := commits(t, st)
 	done := make(chan result, 2)
 	r0 := rec("t", "qos0")
 	r0.QoS = 0
-	start := time.Now()
 	s.AppendAsync([]*Record{r0}, func(off uint64, err error) { done <- result{off, err} })
-	time.Sleep(10 * time.Millisecond)
 	s.AppendAsync([]*Record{rec("t", "qos1")}, func(off uint64, err error) { done <- result{off, err} })
 	for want := uint64(1); want <= 2; want++ { // after the first append's offset 0
 		r := <-done
@@ -210,34 +195,8 @@ func TestStream_QoS1AppendEndsAQoS0Linger(t *testing.T) {
 			t.Fatalf("append: offset %d, %v; want offset %d", r.off, r.err, want)
 		}
 	}
-	if took := time.Since(start); took >= MaxLinger/2 {
-		t.Errorf("a QoS 1 append behind a lingering QoS 0 one took %v", took)
-	}
 	if n := commits(t, st) - before; n != 1 {
 		t.Errorf("%d commits, want 1 (the QoS 0 append rides along)", n)
-	}
-}
-
-// QoS 0 appends that fill a batch one by one end the linger too: the
-// append that fills it wakes the appender.
-func TestStream_QoS0LingerEndsWithAFullBatch(t *testing.T) {
-	st := openStore(t, testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, LingerQoS0: MaxLinger}))
-	s := st.Stream("s")
-	appendSpaced(t, s, 1, 0) // a commit now: the QoS 0 appends linger
-	done := make(chan error, maxBatchRecords)
-	start := time.Now()
-	for i := range maxBatchRecords {
-		r := rec("t", fmt.Sprint(i))
-		r.QoS = 0
-		s.AppendAsync([]*Record{r}, func(_ uint64, err error) { done <- err })
-	}
-	for range maxBatchRecords {
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	}
-	if took := time.Since(start); took >= MaxLinger/2 {
-		t.Errorf("%d QoS 0 appends, a full batch, took %v: they waited out the linger", maxBatchRecords, took)
 	}
 }
 

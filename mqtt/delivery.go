@@ -37,9 +37,12 @@ import (
 //     missed, matching for that client alone and waiting for room in its
 //     queue, until it reaches the reader's position and rejoins it under the
 //     reader's lock: no gap, no duplicate, and memory bounded by QueueDepth.
-//     A $share group that cannot place a record does the same with a group
-//     cursor. A QoS 0 record that finds the queue full is dropped and
-//     counted.
+//     A $share group that cannot place a QoS 1/2 record does the same with
+//     a group cursor; a QoS 0 record no member has room for is dropped and
+//     counted. A client's cursor takes QoS 0 records too (a burst larger
+//     than the queue loses nothing) and drops, counting each as slow_qos0,
+//     those more than QoS0MaxLag behind the log's end, as they fall that
+//     far behind, even while it waits for a subscriber that stopped reading.
 //
 // Lock order: delivery.mu, then deliveryReader.mu, then deliveryClient.mu.
 // Queues are channels and are never sent to while blocking under a lock.
@@ -78,6 +81,11 @@ type delivery struct {
 	dropClosed    prometheus.Counter
 	dropTooLarge  prometheus.Counter
 	dropExpired   prometheus.Counter
+
+	// taps counts the tap goroutines running: how many extension
+	// subscriptions are being served (tests wait on it; a tap that outlives
+	// its subscription would deliver records the client no longer wants).
+	taps atomic.Int64
 
 	ctx       context.Context
 	cancel    context.CancelFunc

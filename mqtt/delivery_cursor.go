@@ -9,9 +9,10 @@ import (
 // A cursor feeds one consumer that fell behind the shared reader of a
 // stream: a client whose queue was full, or a $share group none of whose
 // members had room for a QoS 1/2 record. A client's cursor drops QoS 0
-// records it reaches more than Config.QoS0MaxLag behind the committed end
-// (counted as slow_qos0): only a QoS 0 subscriber that stays that far
-// behind loses messages. It reads the log from the first
+// records that are more than Config.QoS0MaxLag behind the committed end,
+// when it reaches them or, while it waits for room in the queue, as the end
+// moves on (counted as slow_qos0, each as it is dropped): only a QoS 0
+// subscriber that stays that far behind loses messages. It reads the log from the first
 // offset the consumer missed, matches each record for that consumer alone,
 // and waits for room in the queue instead of dropping. When it reaches the
 // reader's dispatched offset it switches back under the reader's lock, so
@@ -31,14 +32,21 @@ func (r *deliveryReader) runClientCursor(m *deliveryMember, from uint64) {
 		if !ok {
 			return nil
 		}
-		if it.qos == 0 && r.stream.Committed()-rec.Offset > uint64(r.d.cfg.QoS0MaxLag) {
+		if it.qos == 0 && r.lagsTooFar(rec) {
 			r.d.dropSlowQoS0.Inc()
 			return nil
 		}
 		if m.prog != nil {
 			it.done = m.prog.add(rec.Offset)
 		}
-		return c.push(it)
+		if it.qos > 0 {
+			return c.push(it)
+		}
+		queued, err := r.pushQoS0(c, it)
+		if !queued && m.prog != nil {
+			m.prog.unadd()
+		}
+		return err
 	}
 	place := func(rec *logstore.Record) error {
 		if err := placeOne(rec); err != nil {
@@ -57,6 +65,39 @@ func (r *deliveryReader) runClientCursor(m *deliveryMember, from uint64) {
 		return true
 	}
 	r.catchUp(c.ctx, from, []any{deliveryAttrClient, c.id}, place, rejoinLocked)
+}
+
+// lagsTooFar reports whether rec is more than QoS0MaxLag records behind
+// the stream's committed end: a QoS 0 delivery that far behind is dropped.
+func (r *deliveryReader) lagsTooFar(rec *logstore.Record) bool {
+	return r.stream.Committed()-rec.Offset > uint64(r.d.cfg.QoS0MaxLag)
+}
+
+// pushQoS0 queues a QoS 0 delivery for c, waiting for room while it is
+// within QoS0MaxLag of the log's end; once the end moves further ahead it
+// drops it, counted as slow_qos0. It reports whether it was queued.
+//
+// A subscriber that stops reading its socket fills its queue, so the cursor
+// waits here. Waiting for room alone held the cursor on one record however
+// far the log ran ahead, and counted nothing until the subscriber read
+// again (a subscriber 169k records behind showed 0 drops). Watching the
+// end drops each record as it falls out of the lag, when it is lost: the
+// cursor then skips on to the first record within the lag and waits there.
+func (r *deliveryReader) pushQoS0(c *deliveryClient, it deliveryItem) (bool, error) {
+	for {
+		changed := r.stream.Changed() // before Committed: no advance is missed
+		if r.lagsTooFar(it.rec) {
+			r.d.dropSlowQoS0.Inc()
+			return false, nil
+		}
+		select {
+		case c.queue <- it:
+			return true, nil
+		case <-changed:
+		case <-c.ctx.Done():
+			return false, c.ctx.Err()
+		}
+	}
 }
 
 // runGroupCursor feeds $share group g of r from offset from.

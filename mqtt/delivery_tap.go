@@ -66,7 +66,9 @@ func (t *tap) stop() { t.cancel() }
 
 // run is the tap's goroutine.
 func (t *tap) run() {
+	t.d.taps.Add(1)
 	defer t.d.wg.Done()
+	defer t.d.taps.Add(-1)
 	defer t.cancel()
 	if t.ext.kind == extGroup {
 		defer t.d.groups.release(t.group, t)

@@ -2,7 +2,10 @@ package mqtt
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -57,7 +60,7 @@ func TestGroup_ResumesFromTheAcknowledgedPrefix(t *testing.T) {
 			a.Puback(pk.PacketID)
 		}
 	}
-	expectNothing(t, a) // the pings make sure the acks were read
+	acksRead(t, a)
 	if off := groupOffset(t, b, "billing", "default"); off != 7 {
 		t.Fatalf("committed %d, want 7", off)
 	}
@@ -76,8 +79,9 @@ func TestGroup_ResumesFromTheAcknowledgedPrefix(t *testing.T) {
 			t.Fatalf("after takeover, delivery %d has offset %d, want %d", i, off, 7+i)
 		}
 	}
-	expectNothing(t, c)
-	waitFor(t, "the commit of all 20", func() bool { return groupOffset(t, b, "billing", "default") == 20 })
+	// The next record is the next delivery: nothing was repeated.
+	expectNext(t, c, s, "t/20")
+	waitFor(t, "the commit of all 21", func() bool { return groupOffset(t, b, "billing", "default") == 21 })
 }
 
 func TestGroup_OneConsumerAtATime(t *testing.T) {
@@ -127,16 +131,20 @@ func TestOffsets_SubscribeAndSeek(t *testing.T) {
 
 	watcher := dialRaw(t, b, "watcher", 5)
 	watcher.Subscribe("$offsets/g/default", 1)
-	expectNothing(t, watcher) // a group that never committed has no offset yet
 
 	c := dialRaw(t, b, "consumer", 5)
 	c.Subscribe("$group/g/+/t/#", 1)
 	readPublishes(t, c, 10)
 	// The watcher sees the offsets as they become durable, ending at 10.
-	for {
+	// A group that never committed has no offset yet: the first it sees
+	// is a commit of the consumer's, never a 0 from before it.
+	for first := true; ; first = false {
 		pk := readPublishes(t, watcher, 1)[0]
 		if pk.TopicName != "$offsets/g/default" {
 			t.Fatalf("watcher got topic %q", pk.TopicName)
+		}
+		if first && string(pk.Payload) == "0" {
+			t.Fatal("watcher got offset 0 for a group that never committed")
 		}
 		if string(pk.Payload) == "10" {
 			break
@@ -188,7 +196,7 @@ func TestGroup_SurvivesABrokerRestart(t *testing.T) {
 			c.Puback(pk.PacketID)
 		}
 	}
-	expectNothing(t, c) // the acks were read
+	acksRead(t, c)
 	c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
@@ -227,5 +235,169 @@ func TestReplay_ACLAppliesToTheOriginalTopics(t *testing.T) {
 	if pk := readPublishes(t, r, 1)[0]; pk.TopicName != "$replay/earliest/0/t/allowed/1" {
 		t.Fatalf("got %q", pk.TopicName)
 	}
-	expectNothing(t, r)
+	// The next allowed record is the next delivery: t/secret/1, between
+	// them in the log, was not delivered.
+	expectNext(t, r, l.stream(t, "default"), "t/allowed/2")
+}
+
+// storedGroupOffset is the group's offset in the log's state store, "" when
+// it has none.
+func storedGroupOffset(l *memLog, group, stream string) string {
+	l.state.mu.Lock()
+	defer l.state.mu.Unlock()
+	v, ok := l.state.m[groupKey{group: group, stream: stream}.stateKey()]
+	if !ok || len(v) != 8 {
+		return ""
+	}
+	return strconv.FormatUint(binary.BigEndian.Uint64(v), 10)
+}
+
+// A commit published to $offsets must be a plain decimal offset no greater
+// than the log's end. Anything else is refused with 0x99 and a reason (an
+// MQTT 3 client is disconnected, as for every refused publish), and the
+// group's committed offset does not move.
+func TestOffsets_BadCommitsAreRefused(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	store(t, l.stream(t, "default"), topicsN("t", 0, 2), nil) // the log end is 2
+	b := newTestBroker(t, l)
+	admin := dialRaw(t, b, "admin", 5)
+	id := uint16(0)
+	commit := func(payload string) packets.Packet {
+		t.Helper()
+		id++
+		admin.Publish("$offsets/g/default", 1, id, payload)
+		ack := admin.ReadUntil(packets.Puback)
+		if ack.PacketID != id {
+			t.Fatalf("PUBACK for id %d, want %d", ack.PacketID, id)
+		}
+		return ack
+	}
+	if ack := commit("1"); ack.ReasonCode != 0 {
+		t.Fatalf("commit 1: PUBACK %#x %q", ack.ReasonCode, ack.Properties.ReasonString)
+	}
+	unchanged := func(what string) {
+		t.Helper()
+		if off := groupOffset(t, b, "g", "default"); off != 1 {
+			t.Fatalf("%s: the group's offset moved to %d", what, off)
+		}
+		if got := storedGroupOffset(l, "g", "default"); got != "1" {
+			t.Fatalf("%s: stored offset %q, want 1", what, got)
+		}
+	}
+	cases := []struct{ payload, says string }{
+		{"18446744073709551615", `beyond the end of stream "default" (2)`},
+		{"999999", "beyond the end"},
+		{"3", "commit at most 2"},
+		{"18446744073709551616", "above the largest offset"},
+		{"123456789012345678901", "1 to 20 digits"},
+		{"", "1 to 20 digits"},
+		{" 1", "plain decimal"},
+		{"1 ", "plain decimal"},
+		{"1\n", "plain decimal"},
+		{"+1", "plain decimal"},
+		{"-1", "plain decimal"},
+		{"0x1", "plain decimal"},
+		{"1e0", "plain decimal"},
+		{"1.0", "plain decimal"},
+		{"١", "plain decimal"}, // an Arabic-Indic digit
+	}
+	for _, tc := range cases {
+		ack := commit(tc.payload)
+		if ack.ReasonCode != packets.ErrPayloadFormatInvalid.Code || !strings.Contains(ack.Properties.ReasonString, tc.says) {
+			t.Errorf("commit %q: PUBACK %#x %q, want 0x99 saying %q", tc.payload, ack.ReasonCode, ack.Properties.ReasonString, tc.says)
+		}
+		unchanged(fmt.Sprintf("after %q", tc.payload))
+	}
+	if v := metricValue(b.deliv.m.Refused.WithLabelValues(ReasonBadCommit)); v != float64(len(cases)) {
+		t.Errorf("refused{bad_commit} = %v, want %d", v, len(cases))
+	}
+
+	// MQTT 3 has no negative PUBACK: the client is disconnected.
+	for _, payload := range []string{" 1", "999999"} {
+		v3 := dialRaw(t, b, "admin3", 4)
+		v3.Publish("$offsets/g/default", 1, 1, payload)
+		expectClosed(t, v3)
+		unchanged(fmt.Sprintf("after MQTT 3 %q", payload))
+	}
+
+	// The log end itself means "consumed everything so far", and leading
+	// zeros are still a plain decimal.
+	if ack := commit("002"); ack.ReasonCode != 0 {
+		t.Fatalf("commit of the log end: PUBACK %#x %q", ack.ReasonCode, ack.Properties.ReasonString)
+	}
+	if got := storedGroupOffset(l, "g", "default"); got != "2" {
+		t.Fatalf("stored offset %q after committing the log end, want 2", got)
+	}
+}
+
+// A commit below the log start (records retention removed) is stored as
+// the log start, where the group reads from anyway, and $offsets shows it.
+func TestOffsets_CommitBelowTheLogStartIsTheLogStart(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	s := l.stream(t, "default")
+	store(t, s, topicsN("t", 0, 10), nil)
+	s.trim(6)
+	b := newTestBroker(t, l)
+	admin := dialRaw(t, b, "admin", 5)
+	admin.Publish("$offsets/g/default", 1, 1, "2")
+	if ack := admin.ReadUntil(packets.Puback); ack.ReasonCode != 0 {
+		t.Fatalf("commit below the log start: PUBACK %#x %q, want success", ack.ReasonCode, ack.Properties.ReasonString)
+	}
+	if got := storedGroupOffset(l, "g", "default"); got != "6" {
+		t.Fatalf("stored offset %q, want the log start 6", got)
+	}
+	watcher := dialRaw(t, b, "watcher", 5)
+	watcher.Subscribe("$offsets/g/default", 1)
+	if pk := readPublishes(t, watcher, 1)[0]; string(pk.Payload) != "6" {
+		t.Fatalf("$offsets shows %q, want 6", pk.Payload)
+	}
+	c := dialRaw(t, b, "consumer", 5)
+	ack := c.Subscribe("$group/g/+/t/#", 1)
+	if got, notice := userProp(ack.Properties, propStart), userProp(ack.Properties, propNotice); got != "6" || notice != "" {
+		t.Fatalf("SUBACK start %q notice %q, want 6 and no notice", got, notice)
+	}
+	if off := offsetOf(t, readPublishes(t, c, 1)[0].TopicName); off != 6 {
+		t.Fatalf("first delivery at offset %d, want 6", off)
+	}
+}
+
+// boundsStream is a Stream whose only known facts are its bounds.
+type boundsStream struct {
+	Stream
+	first, end uint64
+}
+
+func (s boundsStream) Name() string        { return "s" }
+func (s boundsStream) FirstOffset() uint64 { return s.first }
+func (s boundsStream) Committed() uint64   { return s.end }
+
+// commitOffsetOf accepts exactly the plain decimals up to the log end, and
+// stores those below the log start as the log start.
+func FuzzCommitOffsetOf(f *testing.F) {
+	for _, seed := range []string{"0", "3", "7", "10", "11", "007", " 1", "1 ", "+1", "-1", "0x1", "1e3", "",
+		"18446744073709551615", "18446744073709551616", "١"} {
+		f.Add([]byte(seed))
+	}
+	s := boundsStream{first: 3, end: 10}
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		off, notice, err := commitOffsetOf(payload, s)
+		plain := len(payload) > 0 && len(payload) <= maxOffsetDigits
+		for _, b := range payload {
+			plain = plain && b >= '0' && b <= '9'
+		}
+		v, perr := strconv.ParseUint(string(payload), 10, 64)
+		valid := plain && perr == nil && v <= s.end
+		if valid != (err == nil) {
+			t.Fatalf("commitOffsetOf(%q) = %d, %v; valid %v", payload, off, err, valid)
+		}
+		if err != nil {
+			if !errors.Is(err, errBadCommit) {
+				t.Fatalf("commitOffsetOf(%q): %v does not wrap errBadCommit", payload, err)
+			}
+			return
+		}
+		if want := max(v, s.first); off != want || (notice != "") != (v < s.first) {
+			t.Fatalf("commitOffsetOf(%q) = %d %q, want %d", payload, off, notice, want)
+		}
+	})
 }

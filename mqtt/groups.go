@@ -2,7 +2,9 @@ package mqtt
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -194,6 +196,60 @@ func (g *groups) watch(key groupKey) (off uint64, ok bool, changed <-chan struct
 	defer g.mu.Unlock()
 	e := g.entryLocked(key)
 	return e.durable, e.durableKnown, e.changed
+}
+
+// errBadCommit marks a publish to $offsets/<group>/<stream> whose payload
+// is not an offset the group can be moved to; the message says why and is
+// the refusal's reason string.
+var errBadCommit = errors.New("bad $offsets commit")
+
+// maxOffsetDigits is the length of the largest uint64 in decimal.
+const maxOffsetDigits = 20
+
+// commitOffsetOf checks the payload of a commit published to
+// $offsets/<group>/<stream> against stream s. It returns the offset to
+// store and, when that is not the one asked for, a notice saying why.
+//
+// The payload is a plain decimal: ASCII digits only, no sign, space,
+// prefix or exponent (" 5" or "+5" is more likely a client bug than an
+// offset, and a commit cannot be taken back).
+//
+// Offsets are checked against the stream as it is now:
+//   - above the log end (Committed): refused, not clamped. The group would
+//     otherwise wait, receiving nothing, until the log reached that offset,
+//     and then silently skip everything published meanwhile; clamping
+//     would hide the client's mistake (an offset from another stream, or
+//     from another cluster) behind a success. The end itself is valid: it
+//     means "consumed everything so far".
+//   - below the log start (FirstOffset): stored as the log start, as
+//     Kafka's auto.offset.reset=earliest would move such a consumer. The
+//     records below are gone by retention; a consumer restoring an offset
+//     it saved before they expired did nothing wrong, and the group reads
+//     from the log start either way. $offsets then shows where the group
+//     really is.
+func commitOffsetOf(payload []byte, s Stream) (off uint64, notice string, err error) {
+	if len(payload) == 0 || len(payload) > maxOffsetDigits {
+		return 0, "", fmt.Errorf("%w: payload %q: want a decimal offset of 1 to %d digits", errBadCommit, payload, maxOffsetDigits)
+	}
+	for _, b := range payload {
+		if b < '0' || b > '9' {
+			return 0, "", fmt.Errorf("%w: payload %q: want a plain decimal offset (digits only: no spaces, signs or prefixes)", errBadCommit, payload)
+		}
+	}
+	off, err = strconv.ParseUint(string(payload), 10, 64)
+	if err != nil {
+		return 0, "", fmt.Errorf("%w: payload %q: above the largest offset", errBadCommit, payload)
+	}
+	end, first := s.Committed(), s.FirstOffset()
+	switch {
+	case off > end:
+		return 0, "", fmt.Errorf("%w: offset %d is beyond the end of stream %q (%d); commit at most %d",
+			errBadCommit, off, s.Name(), end, end)
+	case off < first:
+		return first, fmt.Sprintf("offset %d is below the log start %d of stream %q (retention); committed %d",
+			off, first, s.Name(), first), nil
+	}
+	return off, "", nil
 }
 
 func encodeOffset(off uint64) []byte { return binary.BigEndian.AppendUint64(nil, off) }

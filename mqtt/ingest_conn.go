@@ -3,8 +3,6 @@ package mqtt
 import (
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,17 +121,23 @@ func (c *ingestConn) publish(st Stream, pk *packets.Packet) {
 // $offsets/<group>/<stream>; QoS 1/2 ones are answered once it is durable.
 func (c *ingestConn) commitOffset(pk *packets.Packet) {
 	ext, err := parseOffsetsTopic(pk.TopicName)
-	if err == nil && c.h.stream(ext.stream) == nil {
-		err = fmt.Errorf("no stream %q", ext.stream)
+	var st Stream
+	if err == nil {
+		if st = c.h.stream(ext.stream); st == nil {
+			err = fmt.Errorf("no stream %q", ext.stream)
+		}
 	}
 	if err != nil {
 		c.refuse(pk, packets.Code{Code: packets.ErrTopicNameInvalid.Code, Reason: err.Error()}, ReasonBadCommit)
 		return
 	}
-	off, err := strconv.ParseUint(strings.TrimSpace(string(pk.Payload)), 10, 64)
+	off, notice, err := commitOffsetOf(pk.Payload, st) // groups.go: what is refused, what is clamped, and why
 	if err != nil {
-		c.refuse(pk, codeBadOffset, ReasonBadCommit)
+		c.refuse(pk, packets.Code{Code: codeBadOffset.Code, Reason: err.Error()}, ReasonBadCommit)
 		return
+	}
+	if notice != "" {
+		c.h.logger.Info("consumer group commit moved: "+notice, slog.String(attrClient, c.cl.ID), slog.String("group", ext.group))
 	}
 	if !c.take() {
 		return

@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,14 +76,80 @@ func readPublishes(tb testing.TB, c *mqtttest.Raw, n int) []packets.Packet {
 	return out
 }
 
-// expectNothing checks that no PUBLISH arrives on c: it pings and expects
-// the PINGRESP first.
-func expectNothing(tb testing.TB, c *mqtttest.Raw) {
+// expectNext stores a record on topic in s and checks that it is the next
+// PUBLISH c receives (acknowledging QoS 1): the barrier that shows nothing
+// else was on its way. A client's deliveries from one subscription (one
+// tap, or its place on the shared reader) come in log order, so a record
+// that should not have come before this one (a duplicate, one the filter
+// excludes, one past a limit) arrives first and fails the test. A PING
+// round trip cannot show that: it orders mochi's read loop, not the
+// delivery goroutines, and a PINGRESP overtakes a delivery still on its way.
+func expectNext(tb testing.TB, c *mqtttest.Raw, s *memStream, topic string) packets.Packet {
+	tb.Helper()
+	off := s.Committed()
+	store(tb, s, []string{topic}, nil)
+	pk := readPublishes(tb, c, 1)[0]
+	if pk.TopicName != topic && !strings.HasSuffix(pk.TopicName, fmt.Sprintf("/%d/%s", off, topic)) {
+		tb.Fatalf("got %q first, want the record at offset %d on %q", pk.TopicName, off, topic)
+	}
+	return pk
+}
+
+// acksRead waits until the broker has read and handled everything c sent
+// so far (mochi handles one client's packets in order, and PUBACKs update
+// delivery's state inline), failing if a PUBLISH arrives first. It orders
+// mochi's read loop only: it cannot show that no delivery is on its way
+// (expectNext can).
+func acksRead(tb testing.TB, c *mqtttest.Raw) {
 	tb.Helper()
 	c.Ping()
 	if pk := c.Read(); pk.FixedHeader.Type != packets.Pingresp {
-		tb.Fatalf("got packet type %d (topic %q), want nothing before PINGRESP", pk.FixedHeader.Type, pk.TopicName)
+		tb.Fatalf("got packet type %d (topic %q), want PINGRESP", pk.FixedHeader.Type, pk.TopicName)
 	}
+}
+
+// parkedIn reports whether some goroutine is blocked (in a select or on a
+// channel) inside the function named fn: a delivery goroutine waiting,
+// rather than one that has not got there yet.
+func parkedIn(fn string) bool {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		header, _, _ := strings.Cut(g, "\n")
+		if (strings.Contains(header, "[select") || strings.Contains(header, "[chan ")) &&
+			strings.Contains(g, "mqtt."+fn+"(") {
+			return true
+		}
+	}
+	return false
+}
+
+// clientTaps returns the filters of the extension subscriptions that
+// client id has installed.
+func clientTaps(tb testing.TB, b *Broker, id string) []string {
+	tb.Helper()
+	cl, ok := b.srv.Clients.Get(id)
+	if !ok {
+		tb.Fatalf("client %s is not connected", id)
+	}
+	c := b.deliv.client(cl)
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for f := range c.mu.taps {
+		out = append(out, f)
+	}
+	return out
 }
 
 func TestReplay_FromEachKindOfPosition(t *testing.T) {
@@ -107,17 +174,18 @@ func TestReplay_FromEachKindOfPosition(t *testing.T) {
 		t.Run(tc.from, func(t *testing.T) {
 			c := dialRaw(t, b, "replay-"+tc.from, 5)
 			filter := "$replay/" + tc.from + "/+/t/#"
+			end := s.Committed() // 10, and one more after each case
 			ack := c.Subscribe(filter, 1)
 			if got := userProp(ack.Properties, propStart); got != strconv.FormatUint(tc.first, 10) {
 				t.Errorf("SUBACK start = %q, want %d", got, tc.first)
 			}
-			if got := userProp(ack.Properties, propEnd); got != "10" {
-				t.Errorf("SUBACK end = %q, want 10", got)
+			if got := userProp(ack.Properties, propEnd); got != strconv.FormatUint(end, 10) {
+				t.Errorf("SUBACK end = %q, want %d", got, end)
 			}
 			if got := userProp(ack.Properties, propStream); got != "default" {
 				t.Errorf("SUBACK stream = %q, want default", got)
 			}
-			pks := readPublishes(t, c, int(10-tc.first))
+			pks := readPublishes(t, c, int(end-tc.first))
 			for i, pk := range pks {
 				off := tc.first + uint64(i)
 				want := fmt.Sprintf("$replay/%s/%d/t/%d", tc.from, off, off)
@@ -130,19 +198,18 @@ func TestReplay_FromEachKindOfPosition(t *testing.T) {
 					t.Fatalf("delivery %d: user properties %v", i, pk.Properties.User)
 				}
 			}
-			expectNothing(t, c)
+			// The next record, at offset end, is the next delivery:
+			// nothing else (a repeat, a record past the end) came between.
+			expectNext(t, c, s, fmt.Sprintf("t/%d", end))
 		})
 	}
 
 	t.Run("latest then live", func(t *testing.T) {
 		c := dialRaw(t, b, "replay-latest", 4)
 		c.Subscribe("$replay/latest/+/t/#", 1)
-		expectNothing(t, c)
-		store(t, s, []string{"t/new"}, nil)
-		pk := readPublishes(t, c, 1)[0]
-		if want := "$replay/latest/10/t/new"; pk.TopicName != want {
-			t.Fatalf("live record: %q, want %q", pk.TopicName, want)
-		}
+		// The first record stored after the subscription is the first
+		// delivery: no history came before it.
+		expectNext(t, c, s, "t/new")
 	})
 }
 
@@ -174,17 +241,31 @@ func TestReplay_RefusalsSayWhy(t *testing.T) {
 			t.Errorf("v3 %s: SUBACK %#x, want 0x80", tc.filter, ack.ReasonCodes[0])
 		}
 	}
-	// A refused filter delivers nothing, and the client stays connected.
-	expectNothing(t, v5)
-	expectNothing(t, v3)
+	// A refused filter is served by nothing (taps are installed before
+	// the SUBACK is written), and the client stays connected.
+	for _, id := range []string{"v5", "v3"} {
+		if taps := clientTaps(t, b, id); len(taps) != 0 {
+			t.Errorf("%s: refused filters have taps %v", id, taps)
+		}
+	}
 
 	// A stream's own filters are fine.
-	ack := v5.Subscribe("$replay/earliest/+/sensors/#", 1)
-	if ack.ReasonCodes[0] != 1 {
-		t.Fatalf("granted %#x, want QoS 1", ack.ReasonCodes[0])
+	const ok = "$replay/earliest/+/sensors/#"
+	for _, c := range []*mqtttest.Raw{v5, v3} {
+		ack := c.Subscribe(ok, 1)
+		if ack.ReasonCodes[0] != 1 {
+			t.Fatalf("granted %#x, want QoS 1", ack.ReasonCodes[0])
+		}
+		for i, pk := range readPublishes(t, c, 3) {
+			if want := fmt.Sprintf("$replay/earliest/%d/sensors/%d", i, i); pk.TopicName != want {
+				t.Fatalf("delivery %d: %q, want %q", i, pk.TopicName, want)
+			}
+		}
 	}
-	if n := len(readPublishes(t, v5, 3)); n != 3 {
-		t.Fatalf("got %d records", n)
+	for _, id := range []string{"v5", "v3"} {
+		if taps := clientTaps(t, b, id); len(taps) != 1 || taps[0] != ok {
+			t.Errorf("%s: taps %v, want only %s", id, taps, ok)
+		}
 	}
 }
 
@@ -211,17 +292,29 @@ func TestReplay_BelowLogStartStartsThereAndSaysSo(t *testing.T) {
 	}
 }
 
+// After UNSUBSCRIBE, a replay's tap stops: records stored afterwards are not
+// delivered on the replay, while the client's other subscription goes on.
 func TestReplay_StopsOnUnsubscribe(t *testing.T) {
 	l := newMemLog(t, "default=#")
 	s := l.stream(t, "default")
 	b := newTestBroker(t, l)
 	c := dialRaw(t, b, "unsub", 4)
-	c.Subscribe("$replay/earliest/+/#", 1)
-	store(t, s, []string{"a"}, nil)
-	readPublishes(t, c, 1)
-	c.Unsubscribe("$replay/earliest/+/#")
-	store(t, s, []string{"b"}, nil)
-	expectNothing(t, c)
+	c.Subscribe("$replay/earliest/+/t/#", 1)
+	c.Subscribe("m/#", 1) // live, from the shared reader
+	store(t, s, []string{"t/a"}, nil)
+	if pk := readPublishes(t, c, 1)[0]; pk.TopicName != "$replay/earliest/0/t/a" {
+		t.Fatalf("got %q, want the replay of t/a", pk.TopicName)
+	}
+	c.Unsubscribe("$replay/earliest/+/t/#")
+	// The tap's goroutine ends: while it ran, it could still deliver.
+	waitFor(t, "the replay's tap to stop", func() bool { return b.deliv.taps.Load() == 0 })
+	if taps := clientTaps(t, b, "unsub"); len(taps) != 0 {
+		t.Fatalf("taps %v left after unsubscribing", taps)
+	}
+	// A record on the replay's filter, then one on the other subscription:
+	// the second is the first thing the client gets.
+	store(t, s, []string{"t/b"}, nil)
+	expectNext(t, c, s, "m/marker")
 }
 
 // A replay never has more unacknowledged QoS 1 deliveries than the client's
@@ -229,7 +322,7 @@ func TestReplay_StopsOnUnsubscribe(t *testing.T) {
 func TestReplay_KeepsTheClientsReceiveMaximum(t *testing.T) {
 	l := newMemLog(t, "default=#")
 	store(t, l.stream(t, "default"), topicsN("t", 0, 50), nil)
-	b := newTestBroker(t, l)
+	b := newTestBroker(t, l, func(c *Config) { c.QueueDepth = 44 })
 	conn := rawConnect("slow", 5)
 	conn.Properties.ReceiveMaximum = 5
 	c := mqtttest.Dial(t, b.Addr().String(), conn)
@@ -238,7 +331,18 @@ func TestReplay_KeepsTheClientsReceiveMaximum(t *testing.T) {
 	for range 5 {
 		held = append(held, c.Read())
 	}
-	expectNothing(t, c) // a sixth would exceed Receive Maximum
+	// The sender holds the sixth record, parked until an acknowledgement
+	// opens the window, and the tap queues the other 44. Then only 5 were
+	// written, and nothing comes before the PINGRESP either.
+	cl, _ := b.srv.Clients.Get("slow")
+	dc := b.deliv.client(cl)
+	waitFor(t, "the sender to wait for the window, the queue full", func() bool {
+		return len(dc.queue) == cap(dc.queue) && parkedIn("(*deliveryClient).waitWindow")
+	})
+	if n := metricValue(b.deliv.m.Delivered.WithLabelValues("default")); n != 5 {
+		t.Fatalf("%v records written to a client with Receive Maximum 5 and none acknowledged", n)
+	}
+	acksRead(t, c)
 	for _, pk := range held {
 		c.Puback(pk.PacketID)
 	}

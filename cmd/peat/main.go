@@ -52,9 +52,21 @@ Usage:
   peat replay [flags] FILTER
                        print stored records (offset, time, topic, payload) from any offset, then optionally follow
   peat version         print the version
-  peat help            print this help
+  peat help [command]  print this help, or one command's
 
-Run 'peat serve --help' or 'peat replay --help' for their flags.
+'peat help COMMAND' and 'peat COMMAND --help' print one command's help.
+`
+
+const serveUsage = `Usage: peat serve [flags]
+
+Runs a node. Flags override the environment, which overrides the config file.
+
+Flags:
+`
+
+const versionUsage = `Usage: peat version
+
+Prints the version, the commit, the Go version and the platform.
 `
 
 func main() {
@@ -69,19 +81,52 @@ func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string
 	}
 	switch args[0] {
 	case "serve":
-		return serve(args[1:], stderr, lookupEnv)
+		return serve(args[1:], stdout, stderr, lookupEnv)
 	case "replay":
 		return replay(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "peat %s (commit %s, %s, %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return exitOK
 	case "help", "--help", "-help", "-h":
-		fmt.Fprint(stdout, usage)
-		return exitOK
+		return help(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "peat: unknown command %q\n\n%s", args[0], usage)
 		return exitUsage
 	}
+}
+
+// help prints the overview and every command's flags, or, given a
+// command, that command's help (as 'peat COMMAND --help' does).
+func help(args []string, stdout, stderr io.Writer) int {
+	var o replayOptions
+	serveFS, _, _ := newServeFlags(stdout)
+	replayFS := newReplayFlags(&o, stdout)
+	if len(args) == 0 {
+		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, "\nFlags of peat serve:\n")
+		printFlags(stdout, serveFS)
+		fmt.Fprint(stdout, "\nFlags of peat replay:\n")
+		printFlags(stdout, replayFS)
+		return exitOK
+	}
+	if len(args) > 1 {
+		fmt.Fprintf(stderr, "peat help: one command expected, got %q\n", args)
+		return exitUsage
+	}
+	switch args[0] {
+	case "serve":
+		serveFS.Usage()
+	case "replay":
+		replayFS.Usage()
+	case "version":
+		fmt.Fprint(stdout, versionUsage)
+	case "help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "peat help: unknown command %q\n\n%s", args[0], usage)
+		return exitUsage
+	}
+	return exitOK
 }
 
 // serveFlags are the flags of `peat serve`, each bound to a YAML path.
@@ -96,29 +141,38 @@ var serveFlags = []struct {
 	{"log-format", "log.format", "log format text or json (env PEAT_LOG_FORMAT)"},
 }
 
-// loadConfig builds the configuration: defaults, then the file, then the
-// environment, then flags. Its errors wrap edge.ErrConfig or flag errors.
-func loadConfig(args []string, stderr io.Writer, lookupEnv func(string) (string, bool)) (edge.Config, error) {
-	fs := flag.NewFlagSet("peat serve", flag.ContinueOnError)
+// newServeFlags defines the flags of `peat serve` on a new FlagSet: the
+// config file, and one per serveFlags entry. Its Usage prints serveUsage
+// and the flags to w.
+func newServeFlags(w io.Writer) (fs *flag.FlagSet, configPath *string, values map[string]*string) {
+	fs = flag.NewFlagSet("peat serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are printed once, by serve
-	configPath := fs.String("config", "", "YAML config file (env PEAT_CONFIG; see configs/peat.yaml)")
-	values := make(map[string]*string, len(serveFlags))
+	configPath = fs.String("config", "", "YAML config file (env PEAT_CONFIG; see configs/peat.yaml)")
+	values = make(map[string]*string, len(serveFlags))
 	for _, f := range serveFlags {
 		values[f.name] = fs.String(f.name, "", f.help)
 	}
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: peat serve [flags]\n\nFlags override the environment, which overrides the config file.\n\n")
-		fs.PrintDefaults()
+		fmt.Fprint(w, serveUsage)
+		printFlags(w, fs)
 	}
-	if err := fs.Parse(args); err != nil {
+	return fs, configPath, values
+}
+
+// loadConfig builds the configuration: defaults, then the file, then the
+// environment, then flags. Its errors wrap edge.ErrConfig or flag errors;
+// flag.ErrHelp after printing the help to help.
+func loadConfig(args []string, help io.Writer, lookupEnv func(string) (string, bool)) (edge.Config, error) {
+	fs, configPath, values := newServeFlags(help)
+	positional, err := parseInterspersed(fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stderr)
 			fs.Usage()
 		}
 		return edge.Config{}, err
 	}
-	if fs.NArg() > 0 {
-		return edge.Config{}, fmt.Errorf("unexpected argument %q (serve takes only flags)", fs.Arg(0))
+	if len(positional) > 0 {
+		return edge.Config{}, fmt.Errorf("unexpected argument %q (serve takes only flags)", positional[0])
 	}
 
 	path := *configPath
@@ -147,8 +201,8 @@ func loadConfig(args []string, stderr io.Writer, lookupEnv func(string) (string,
 	return cfg, cfg.Validate()
 }
 
-func serve(args []string, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
-	cfg, err := loadConfig(args, stderr, lookupEnv)
+func serve(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	cfg, err := loadConfig(args, stdout, lookupEnv)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK

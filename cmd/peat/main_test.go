@@ -18,14 +18,53 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+// Help goes to stdout with exit 0, and lists flags as the README and the
+// examples spell them (--mqtt, not -mqtt).
 func TestHelp(t *testing.T) {
-	code, stdout, _ := runPeat(t, nil, "help")
-	if code != 0 || !strings.Contains(stdout, "peat serve") {
-		t.Errorf("peat help: exit %d, output %q", code, stdout)
+	serveFlags := []string{"\n  --mqtt string\n", "\n  --data string\n", "\n  --config string\n"}
+	replayFlags := []string{"\n  --from string\n", "\n  --follow\n", "\n  --group string\n"}
+	cases := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"help"}, append(append([]string{"peat serve", "peat replay"}, serveFlags...), replayFlags...)},
+		{[]string{"--help"}, append(append([]string{"peat serve"}, serveFlags...), replayFlags...)},
+		{[]string{"help", "serve"}, append([]string{"Usage: peat serve"}, serveFlags...)},
+		{[]string{"serve", "--help"}, append([]string{"Usage: peat serve"}, serveFlags...)},
+		{[]string{"serve", "-h"}, serveFlags},
+		{[]string{"help", "replay"}, append([]string{"Usage: peat replay"}, replayFlags...)},
+		{[]string{"replay", "--help"}, append([]string{"Usage: peat replay"}, replayFlags...)},
+		{[]string{"replay", "sensors/#", "--help"}, replayFlags},
+		{[]string{"help", "version"}, []string{"Usage: peat version"}},
 	}
-	code, _, stderr := runPeat(t, nil, "serve", "--help")
-	if code != 0 || !strings.Contains(stderr, "-mqtt") || !strings.Contains(stderr, "-data") {
-		t.Errorf("peat serve --help: exit %d, output %q", code, stderr)
+	for _, tc := range cases {
+		code, stdout, stderr := runPeat(t, nil, tc.args...)
+		if code != 0 || stderr != "" {
+			t.Errorf("peat %q: exit %d, stderr %q; want 0 and nothing on stderr", tc.args, code, stderr)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stdout, w) {
+				t.Errorf("peat %q: stdout does not have %q:\n%s", tc.args, w, stdout)
+			}
+		}
+		if strings.Contains(stdout, "\n  -mqtt") || strings.Contains(stdout, "\n  -from") {
+			t.Errorf("peat %q lists flags with one dash:\n%s", tc.args, stdout)
+		}
+	}
+	code, _, stderr := runPeat(t, nil, "help", "frobnicate")
+	if code != 2 || !strings.Contains(stderr, `unknown command "frobnicate"`) {
+		t.Errorf("peat help frobnicate: exit %d, stderr %q; want 2 naming it", code, stderr)
+	}
+}
+
+// Flags may follow the filter, as in `peat replay 'sensors/#' --from
+// earliest` (Go's flag package alone stops at the filter).
+func TestReplay_FlagsAfterTheFilter(t *testing.T) {
+	// Nothing listens on this port: the command gets past its flags and
+	// fails to connect (exit 1), where misread flags would exit 2.
+	code, _, stderr := runPeat(t, nil, "replay", "sensors/#", "--from", "earliest", "--broker", "127.0.0.1:1", "--idle", "0s")
+	if code != exitError || !strings.Contains(stderr, "connect to 127.0.0.1:1") {
+		t.Errorf("peat replay FILTER --from earliest --broker 127.0.0.1:1: exit %d, stderr %q; want 1 and a connect error", code, stderr)
 	}
 }
 

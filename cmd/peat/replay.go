@@ -49,8 +49,12 @@ may not match FILTER). With --group it reads through the named durable
 group: it starts at the group's committed offset and acknowledges each record
 after printing it, so the next run continues after the last printed record.
 
+Flags may come before or after FILTER; "--" ends them (for a FILTER that
+starts with '-').
+
 Examples:
   peat replay --from earliest 'sensors/#'
+  peat replay 'sensors/#' --from -15m --count 10
   peat replay --from -1h --follow 'sensors/+/temp'
   peat replay --group audit 'meters/#'
 
@@ -70,10 +74,9 @@ type replayOptions struct {
 	filter   string
 }
 
-// parseReplayArgs parses the arguments of `peat replay`. Its errors are
-// usage errors (exit 2); flag.ErrHelp when --help was asked for.
-func parseReplayArgs(args []string, stderr io.Writer) (replayOptions, error) {
-	var o replayOptions
+// newReplayFlags defines the flags of `peat replay` on a new FlagSet,
+// bound to o. Its Usage prints replayUsage and the flags to w.
+func newReplayFlags(o *replayOptions, w io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("peat replay", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are printed once, by replay
 	fs.StringVar(&o.broker, "broker", "127.0.0.1:1883", "MQTT address host:port of a Peat node")
@@ -85,26 +88,35 @@ func parseReplayArgs(args []string, stderr io.Writer) (replayOptions, error) {
 	fs.DurationVar(&o.idle, "idle", 2*time.Second, "without --follow, stop after this long without a record (0: wait for the end)")
 	fs.IntVar(&o.count, "count", 0, "stop after this many records (0: no limit)")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), replayUsage)
-		fs.PrintDefaults()
+		fmt.Fprint(w, replayUsage)
+		printFlags(w, fs)
 	}
-	if err := fs.Parse(args); err != nil {
+	return fs
+}
+
+// parseReplayArgs parses the arguments of `peat replay`; flags may come
+// before or after FILTER. Its errors are usage errors (exit 2);
+// flag.ErrHelp when --help was asked for, after printing the help to help.
+func parseReplayArgs(args []string, help io.Writer) (replayOptions, error) {
+	var o replayOptions
+	fs := newReplayFlags(&o, help)
+	positional, err := parseInterspersed(fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stderr)
 			fs.Usage()
 		}
 		return o, err
 	}
 	var problems []error
-	switch fs.NArg() {
+	switch len(positional) {
 	case 0:
 		problems = append(problems, errors.New("missing FILTER (e.g. 'sensors/#')"))
 	case 1:
-		o.filter = fs.Arg(0)
+		o.filter = positional[0]
 	default:
-		problems = append(problems, fmt.Errorf("one FILTER expected, got %d arguments (%q); quote filters with # or + from the shell", fs.NArg(), fs.Args()))
+		problems = append(problems, fmt.Errorf("one FILTER expected, got %d arguments (%q); quote a filter with # or + so the shell does not expand it", len(positional), positional))
 	}
-	if o.filter == "" && fs.NArg() == 1 {
+	if o.filter == "" && len(positional) == 1 {
 		problems = append(problems, errors.New("FILTER is empty"))
 	}
 	fromSet := false
@@ -399,7 +411,7 @@ func (c *lingerConn) Close() error {
 
 // replay runs `peat replay` and returns its exit status.
 func replay(args []string, stdout, stderr io.Writer) int {
-	o, err := parseReplayArgs(args, stderr)
+	o, err := parseReplayArgs(args, stdout)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK
