@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 )
@@ -23,6 +24,10 @@ const (
 	DefaultBufferSize      = 2048    // socket read/write buffer per client
 	DefaultWritesPending   = 64      // mochi's outbound channel per client (only non-log traffic uses it)
 	DefaultMaxSessionHours = 24 * 7
+
+	DefaultConnectTimeout        = 5 * time.Second
+	DefaultMaxConnectSize        = 64 << 10 // bytes of a whole CONNECT packet, will and credentials included
+	DefaultMaxPendingConnections = 256      // connections awaiting their CONNACK
 )
 
 // Config is the MQTT front-end's configuration. YAML lives in edge; this is a
@@ -62,6 +67,19 @@ type Config struct {
 	// fed from the log does not use it, so it can be small.
 	WritesPending int
 
+	// ConnectTimeout is how long a new connection has to send a complete
+	// CONNECT; then it is closed. Until CONNECT, a connection has no
+	// keepalive, so without this one that sends nothing stays forever.
+	ConnectTimeout time.Duration
+	// MaxConnectSize bounds the CONNECT packet, in bytes. mochi allocates
+	// a packet's announced size before reading it, so before
+	// authentication a connection could otherwise make the broker hold
+	// the Maximum Packet Size (max_payload and then some) for nothing.
+	MaxConnectSize int
+	// MaxPendingConnections bounds the connections that have not been
+	// sent a CONNACK yet (not yet authenticated); more are closed at once.
+	MaxPendingConnections int
+
 	// GroupStart is where a consumer group that never committed starts:
 	// "earliest" (the log start, the default) or "latest" (only new
 	// records).
@@ -100,6 +118,10 @@ func DefaultConfig() Config {
 		BufferSize:     DefaultBufferSize,
 		WritesPending:  DefaultWritesPending,
 		GroupStart:     "earliest",
+
+		ConnectTimeout:        DefaultConnectTimeout,
+		MaxConnectSize:        DefaultMaxConnectSize,
+		MaxPendingConnections: DefaultMaxPendingConnections,
 	}
 }
 
@@ -124,11 +146,16 @@ func (c Config) Validate() error {
 		{"read_batch_bytes", c.ReadBatchBytes},
 		{"buffer_size", c.BufferSize},
 		{"writes_pending", c.WritesPending},
+		{"max_connect_bytes", c.MaxConnectSize},
+		{"max_pending_connections", c.MaxPendingConnections},
 	}
 	for _, p := range positive {
 		if p.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %d", p.name, p.v))
 		}
+	}
+	if c.ConnectTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("connect_timeout: must be positive, got %v", c.ConnectTimeout))
 	}
 	switch c.GroupStart {
 	case "", "earliest", "latest":
