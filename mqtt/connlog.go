@@ -135,7 +135,7 @@ func connEnd(err, cause error, connacked bool) (slog.Level, string, string) {
 	if !connacked {
 		verb = "refused connection: "
 	}
-	if (err == nil || errors.Is(err, net.ErrClosed)) && cause != nil {
+	if (err == nil || errors.Is(err, net.ErrClosed) || errors.Is(err, packets.ErrRejectPacket)) && cause != nil {
 		var code packets.Code
 		if errors.As(cause, &code) {
 			err = code // the server closed it: say why

@@ -212,10 +212,16 @@ func (h *ingest) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Pack
 		h.conn(cl).resentQoS2(pk.PacketID)
 		return handled, nil
 	}
-	// An error (Receive Maximum exceeded) ends mochi's read loop as a
-	// protocol error: the client was sent a DISCONNECT, its will fires.
-	if taken, err := h.early(cl, &pk); taken || err != nil {
-		return handled, err
+	taken, err := h.early(cl, &pk)
+	if err != nil {
+		// The client was sent a DISCONNECT (Receive Maximum exceeded).
+		// mochi ignores other errors of OnPacketRead and goes on with the
+		// packet; ErrRejectPacket ends its read loop with an error, so the
+		// will is sent.
+		return handled, packets.ErrRejectPacket
+	}
+	if taken {
+		return handled, nil
 	}
 	return pk, nil
 }

@@ -29,7 +29,9 @@ func TestIngest_ReceiveMaximum(t *testing.T) {
 		st.hold() // no append completes, so no PUBACK can free a flow
 		m := NewMetrics(nil)
 		b := newTestBroker(t, l, func(c *Config) { c.Window = window; c.Metrics = m })
-		c := dialRaw(t, b, "eager", 5)
+		conn := rawConnect("eager", 5)
+		conn.Will = &mqtttest.Will{Topic: "sensors/eager/status", Payload: []byte("gone"), Qos: 1}
+		c := mqtttest.Dial(t, b.Addr().String(), conn)
 		if got := c.Connack.Properties.ReceiveMaximum; got != window {
 			t.Fatalf("CONNACK Receive Maximum = %d, want %d", got, window)
 		}
@@ -42,8 +44,11 @@ func TestIngest_ReceiveMaximum(t *testing.T) {
 			t.Fatalf("closed{receive_maximum} = %v, want 1", got)
 		}
 		st.release()
-		if got := st.submitted(); got != window {
-			t.Fatalf("%d appends, want the %d publishes within the maximum", got, window)
+		// The publishes within the maximum, then the will: a protocol
+		// error is an abnormal end.
+		recs := st.waitRecords(t, window+1)
+		if len(recs) != window+1 || recs[window].Topic != "sensors/eager/status" {
+			t.Fatalf("log = %d records, want %d publishes and the will", len(recs), window)
 		}
 	})
 
