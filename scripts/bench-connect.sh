@@ -56,7 +56,7 @@ for profile in $PROFILES; do
 		start_system "peat-$profile"
 		sleep "$IDLE"
 		line=$($pin_load "$work/peat-bench" connect --addr 127.0.0.1:$PORT --pid "$PID" --label "$rev $profile" \
-			--silent "$SILENT" --big "$BIG" --big-size "$BIG_SIZE" --settle "$SETTLE" --hold "$HOLD")
+			--metrics "http://127.0.0.1:$((PORT + 1))/metrics" --silent "$SILENT" --big "$BIG" --big-size "$BIG_SIZE" --settle "$SETTLE" --hold "$HOLD")
 		echo "$line"
 		echo "$line" >>"$work/results.jsonl"
 		stop_system
@@ -74,13 +74,14 @@ function field(k,   m) {
 }
 BEGIN {
 	printf "\n%s silent connections, then %s connections announcing a %s-byte CONNECT and sending 10 bytes;\n", silent, big, size
-	printf "RSS in MB %s after each batch opened; \"open\" = connections the broker still held %s after they opened\n\n", settle, hold
-	print "| Peat | profile | idle RSS | RSS silent | silent open | RSS big CONNECT | big open | VmHWM |"
+	printf "RSS and Go heap in use in MB, %s after each batch opened; \"open\" = connections the broker still held %s after they opened\n\n", settle, hold
+	print "| Peat | profile | idle RSS (heap) | RSS (heap) silent | silent open | RSS (heap) big CONNECT | big open | VmHWM |"
 	print "|---|---|---|---|---|---|---|---|"
 }
 {
 	split(field("label"), lp, " ")
-	printf "| %s | %s | %.1f | %.1f | %s / %s | %.1f | %s / %s | %.1f |\n", lp[1], lp[2], field("rss_idle_mb"),
-		field("rss_silent_mb"), field("silent_open_after_hold"), field("silent_opened"), field("rss_big_mb"),
+	printf "| %s | %s | %.1f (%.1f) | %.1f (%.1f) | %s / %s | %.1f (%.1f) | %s / %s | %.1f |\n", lp[1], lp[2],
+		field("rss_idle_mb"), field("heap_idle_mb"), field("rss_silent_mb"), field("heap_silent_mb"),
+		field("silent_open_after_hold"), field("silent_opened"), field("rss_big_mb"), field("heap_big_mb"),
 		field("big_open_after_hold"), field("big_opened"), field("rss_peak_mb")
 }' "$work/results.jsonl"

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +20,7 @@ import (
 type connectConfig struct {
 	Addr    string
 	PID     int
+	Metrics string        // the broker's Prometheus /metrics URL, for its Go heap; empty: not read
 	Silent  int           // connections that send nothing
 	Big     int           // connections that announce BigSize bytes of CONNECT and send 10 bytes
 	BigSize int           // announced remaining length of their CONNECT
@@ -27,6 +32,9 @@ type connectConfig struct {
 type connectResult struct {
 	Label             string  `json:"label"`
 	RSSIdleMB         float64 `json:"rss_idle_mb"`
+	HeapIdleMB        float64 `json:"heap_idle_mb"`
+	HeapSilentMB      float64 `json:"heap_silent_mb"`
+	HeapBigMB         float64 `json:"heap_big_mb"`
 	Silent            int     `json:"silent"`
 	SilentOpened      int     `json:"silent_opened"`
 	RSSSilentMB       float64 `json:"rss_silent_mb"`
@@ -49,6 +57,7 @@ func connectCmd(args []string) error {
 	var label string
 	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:1883", "broker address")
 	fs.IntVar(&cfg.PID, "pid", 0, "broker process id, to read its RSS")
+	fs.StringVar(&cfg.Metrics, "metrics", "", "broker's /metrics URL, to read go_memstats_heap_inuse_bytes")
 	fs.IntVar(&cfg.Silent, "silent", 5000, "connections that send nothing")
 	fs.IntVar(&cfg.Big, "big", 300, "connections that announce a large CONNECT and send 10 bytes")
 	fs.IntVar(&cfg.BigSize, "big-size", 1<<20, "announced CONNECT remaining length")
@@ -74,12 +83,13 @@ func runConnect(cfg connectConfig) (connectResult, error) {
 		st, _ := readProc(cfg.PID)
 		return float64(st.rss) / (1 << 20)
 	}
-	res.RSSIdleMB = rss()
+	heap := func() float64 { return heapInuseMB(cfg.Metrics) }
+	res.RSSIdleMB, res.HeapIdleMB = rss(), heap()
 
 	silent := openBatch(cfg.Addr, cfg.Silent, nil)
 	res.SilentOpened = silent.opened()
 	time.Sleep(cfg.Settle)
-	res.RSSSilentMB = rss()
+	res.RSSSilentMB, res.HeapSilentMB = rss(), heap()
 	time.Sleep(cfg.Hold - cfg.Settle)
 	res.SilentOpenAtHold = silent.open()
 	res.RSSSilentHoldMB = rss()
@@ -92,7 +102,7 @@ func runConnect(cfg connectConfig) (connectResult, error) {
 	big := openBatch(cfg.Addr, cfg.Big, head[:min(len(head), 10)])
 	res.BigOpened = big.opened()
 	time.Sleep(cfg.Settle)
-	res.RSSBigMB = rss()
+	res.RSSBigMB, res.HeapBigMB = rss(), heap()
 	time.Sleep(cfg.Hold - cfg.Settle)
 	res.BigOpenAtHold = big.open()
 	res.RSSBigHoldMB = rss()
@@ -101,6 +111,31 @@ func runConnect(cfg connectConfig) (connectResult, error) {
 	st, _ := readProc(cfg.PID)
 	res.RSSPeakMB = float64(st.hwm) / (1 << 20)
 	return res, nil
+}
+
+// heapInuseMB reads go_memstats_heap_inuse_bytes from a Prometheus
+// endpoint, in MB; -1 when it cannot.
+func heapInuseMB(url string) float64 {
+	if url == "" {
+		return -1
+	}
+	resp, err := http.Get(url)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return -1
+			}
+			return f / (1 << 20)
+		}
+	}
+	return -1
 }
 
 // remainingLength is MQTT's variable byte integer.
