@@ -84,4 +84,8 @@ BEGIN {
 		field("rss_idle_mb"), field("heap_idle_mb"), field("rss_silent_mb"), field("heap_silent_mb"),
 		field("silent_open_after_hold"), field("silent_opened"), field("rss_big_mb"), field("heap_big_mb"),
 		field("big_open_after_hold"), field("big_opened"), field("rss_peak_mb")
-}' "$work/results.jsonl"
+}
+END { print "" }' "$work/results.jsonl"
+# What this tree closed, and why (peat_mqtt_closed_connections_total).
+grep -o '"label":"[^"]*"\|"closed":{[^}]*}' "$work/results.jsonl" | paste -d' ' - - | sed 's/"label"://; s/"closed"://'
+

@@ -49,6 +49,9 @@ type connectResult struct {
 	HoldSeconds       float64 `json:"hold_s"`
 	SettleSeconds     float64 `json:"settle_s"`
 	AnnouncedConnectB int     `json:"announced_connect_bytes"`
+	// Closed is peat_mqtt_closed_connections_total by reason at the end
+	// (empty for a broker without it).
+	Closed map[string]float64 `json:"closed"`
 }
 
 func connectCmd(args []string) error {
@@ -83,7 +86,13 @@ func runConnect(cfg connectConfig) (connectResult, error) {
 		st, _ := readProc(cfg.PID)
 		return float64(st.rss) / (1 << 20)
 	}
-	heap := func() float64 { return heapInuseMB(cfg.Metrics) }
+	heap := func() float64 {
+		v, ok := scrape(cfg.Metrics)["go_memstats_heap_inuse_bytes"]
+		if !ok {
+			return -1
+		}
+		return v / (1 << 20)
+	}
 	res.RSSIdleMB, res.HeapIdleMB = rss(), heap()
 
 	silent := openBatch(cfg.Addr, cfg.Silent, nil)
@@ -110,32 +119,40 @@ func runConnect(cfg connectConfig) (connectResult, error) {
 
 	st, _ := readProc(cfg.PID)
 	res.RSSPeakMB = float64(st.hwm) / (1 << 20)
+	res.Closed = map[string]float64{}
+	for k, v := range scrape(cfg.Metrics) {
+		if reason, ok := strings.CutPrefix(k, `peat_mqtt_closed_connections_total{reason="`); ok && v > 0 {
+			res.Closed[strings.TrimSuffix(reason, `"}`)] = v
+		}
+	}
 	return res, nil
 }
 
-// heapInuseMB reads go_memstats_heap_inuse_bytes from a Prometheus
-// endpoint, in MB; -1 when it cannot.
-func heapInuseMB(url string) float64 {
+// scrape reads the samples of a Prometheus text endpoint, by series
+// (name and labels as written); nil when it cannot.
+func scrape(url string) map[string]float64 {
 	if url == "" {
-		return -1
+		return nil
 	}
 	resp, err := http.Get(url)
 	if err != nil {
-		return -1
+		return nil
 	}
 	defer resp.Body.Close()
+	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				return -1
-			}
-			return f / (1 << 20)
+		line := sc.Text()
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
 		}
 	}
-	return -1
+	return out
 }
 
 // remainingLength is MQTT's variable byte integer.
