@@ -2,9 +2,14 @@ package mqtt
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
+	"os"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -275,4 +280,65 @@ func TestGuard_PacketTooLarge(t *testing.T) {
 		c.Publish("sensors/big", 1, 1, string(make([]byte, 1000)))
 		expectPacket(t, c, packets.Puback, 0)
 	})
+}
+
+func TestGuard_CloseEndsPendingConnections(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.ConnectTimeout = time.Hour
+	b, err := New(cfg, newMemLog(t, "default=#"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	silent := dialTCP(t, b)
+	waitFor(t, "a pending connection", func() bool { return b.mu.gl.pending() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := b.Close(ctx); err != nil {
+		t.Fatalf("Close with a connection awaiting its CONNECT: %v", err)
+	}
+	readUntilClosed(t, silent)
+}
+
+// flakyListener fails its first Accept as a process out of file
+// descriptors does.
+type flakyListener struct {
+	net.Listener
+	failed atomic.Bool
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if l.failed.CompareAndSwap(false, true) {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+func TestGuard_AcceptRetriesWhenOutOfFiles(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl := newGuardListener("t", &flakyListener{Listener: ln}, guardConfig{
+		connectTimeout: time.Hour, maxConnect: 1 << 10, maxPacket: 1 << 10, maxPending: 8,
+	}, NewMetrics(nil), newConnLog(slog.New(slog.DiscardHandler)))
+	served := make(chan struct{}, 1)
+	go gl.Serve(func(_ string, c net.Conn) error {
+		served <- struct{}{}
+		return c.Close()
+	})
+	t.Cleanup(func() { gl.Close(func(string) {}); gl.wait() })
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	select {
+	case <-served:
+	case <-time.After(waitLimit):
+		t.Fatal("no connection served after a failed Accept")
+	}
 }
