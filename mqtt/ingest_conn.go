@@ -24,13 +24,13 @@ type ackEntry struct {
 	code packets.Code // CodeSuccess, or the refusal
 	// placeholder: ingest put a PUBREC for id into the client's Inflight.
 	placeholder bool
-	// orig is the entry a resent QoS 2 PUBLISH duplicates (nil when that one
-	// is already answered): the resend gets the same answer.
-	orig *ackEntry
 	// flow: the publish opened an inbound QoS 1/2 flow (a resend does not),
 	// counted in the client's Receive Maximum until answered (QoS 2 with
 	// success: until PUBREL).
 	flow bool
+	// orig is the entry a resent QoS 2 PUBLISH duplicates (nil when that one
+	// is already answered): the resend gets the same answer.
+	orig *ackEntry
 }
 
 // ingestConn is the ingest state of one connected client.
