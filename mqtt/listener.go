@@ -43,13 +43,16 @@ type guardListener struct {
 		sync.Mutex
 		pending map[*guardConn]struct{} // accepted, no CONNACK yet
 	}
-	wg sync.WaitGroup // connection goroutines
+	wg        sync.WaitGroup // connection goroutines
+	serving   atomic.Bool    // Serve has started (on mochi's goroutine)
+	serveDone chan struct{}  // closed when Serve returns
 }
 
 var _ listeners.Listener = (*guardListener)(nil)
 
 func newGuardListener(id string, ln net.Listener, cfg guardConfig, m *Metrics, logs *connLog) *guardListener {
-	l := &guardListener{ln: ln, id: id, cfg: cfg, m: m, logs: logs, done: make(chan struct{})}
+	l := &guardListener{ln: ln, id: id, cfg: cfg, m: m, logs: logs,
+		done: make(chan struct{}), serveDone: make(chan struct{})}
 	l.mu.pending = map[*guardConn]struct{}{}
 	return l
 }
@@ -65,6 +68,10 @@ func (l *guardListener) Init(*slog.Logger) error { return nil }
 // Serve accepts connections until Close, each served by establish on a
 // goroutine of its own that the listener waits for (wait).
 func (l *guardListener) Serve(establish listeners.EstablishFn) {
+	if !l.serving.CompareAndSwap(false, true) {
+		return
+	}
+	defer close(l.serveDone)
 	backoff := time.Duration(0)
 	for {
 		nc, err := l.ln.Accept()
@@ -165,5 +172,10 @@ func (l *guardListener) Close(closeClients listeners.CloseFn) {
 	}
 }
 
-// wait waits for the connection goroutines (after Close).
-func (l *guardListener) wait() { l.wg.Wait() }
+// wait waits, after Close, for Serve and the connection goroutines.
+func (l *guardListener) wait() {
+	if l.serving.Load() {
+		<-l.serveDone
+	}
+	l.wg.Wait()
+}
