@@ -40,7 +40,8 @@ type Config struct {
 	MaxPayload int
 	// Window bounds a client's QoS 1/2 publishes awaiting durability (and
 	// their acknowledgement); it is the Receive Maximum Peat advertises to
-	// MQTT 5 clients.
+	// MQTT 5 clients, and one that opens more QoS 1/2 flows (QoS 2 until
+	// PUBREL) is disconnected with reason 0x93. MQTT 3.1.1 clients wait.
 	Window int
 	// SendWindow bounds the QoS 1/2 deliveries to a subscriber awaiting its
 	// PUBACK; MQTT 5 clients get min(SendWindow, their Receive Maximum). A
