@@ -52,6 +52,32 @@ func TestIngest_ReceiveMaximum(t *testing.T) {
 		}
 	})
 
+	t.Run("the will is sent when mochi handed the publish over (topic alias)", func(t *testing.T) {
+		// Aliased publishes reach ingest through mochi's processPublish and
+		// OnPublish, after which mochi's read loop ends without an error.
+		l := newMemLog(t, "default=#")
+		st := l.stream(t, "default")
+		st.hold()
+		b := newTestBroker(t, l, func(c *Config) { c.Window = 2 })
+		conn := rawConnect("aliased", 5)
+		conn.Will = &mqtttest.Will{Topic: "sensors/aliased/status", Payload: []byte("gone"), Qos: 1}
+		c := mqtttest.Dial(t, b.Addr().String(), conn)
+		alias := packets.Properties{TopicAlias: 1, TopicAliasFlag: true}
+		c.Write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
+			TopicName: "sensors/aliased/t", PacketID: 1, Payload: []byte("1"), Properties: alias})
+		for id := uint16(2); id <= 3; id++ {
+			c.Write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
+				PacketID: id, Payload: []byte("n"), Properties: alias})
+		}
+		expectPacket(t, c, packets.Disconnect, packets.ErrReceiveMaximum.Code)
+		expectClosed(t, c)
+		st.release()
+		recs := st.waitRecords(t, 3)
+		if len(recs) != 3 || recs[2].Topic != "sensors/aliased/status" {
+			t.Fatalf("log = %d records, want 2 publishes and the will", len(recs))
+		}
+	})
+
 	t.Run("MQTT 5 client within it is served", func(t *testing.T) {
 		l := newMemLog(t, "default=#")
 		st := l.stream(t, "default")
