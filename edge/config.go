@@ -59,6 +59,10 @@ type MQTTConfig struct {
 	BufferBytes     ByteSize `yaml:"buffer_bytes"`
 	WritesPending   int      `yaml:"writes_pending"`
 	GroupStart      string   `yaml:"group_start"`
+
+	ConnectTimeout        Duration `yaml:"connect_timeout"`
+	MaxConnectBytes       ByteSize `yaml:"max_connect_bytes"`
+	MaxPendingConnections int      `yaml:"max_pending_connections"`
 }
 
 // StorageConfig sets how the log uses the machine.
@@ -122,6 +126,10 @@ func DefaultConfig() Config {
 			BufferBytes:     ByteSize(m.BufferSize),
 			WritesPending:   m.WritesPending,
 			GroupStart:      m.GroupStart,
+
+			ConnectTimeout:        Duration(m.ConnectTimeout),
+			MaxConnectBytes:       ByteSize(m.MaxConnectSize),
+			MaxPendingConnections: m.MaxPendingConnections,
 		},
 		Storage: StorageConfig{
 			Profile:           "",
@@ -198,5 +206,8 @@ func (c Config) BrokerConfig() mqtt.Config {
 	m.BufferSize = int(c.MQTT.BufferBytes)
 	m.WritesPending = c.MQTT.WritesPending
 	m.GroupStart = c.MQTT.GroupStart
+	m.ConnectTimeout = time.Duration(c.MQTT.ConnectTimeout)
+	m.MaxConnectSize = int(c.MQTT.MaxConnectBytes)
+	m.MaxPendingConnections = c.MQTT.MaxPendingConnections
 	return m
 }

@@ -12,7 +12,6 @@ import (
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
-	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -46,10 +45,13 @@ type Broker struct {
 	ingest *ingest
 	deliv  *delivery
 	logger *slog.Logger
+	m      *Metrics
+	conns  *connLog // connection log lines, rate-limited
 
 	mu struct {
 		sync.Mutex
-		ln      net.Listener // nil until Start
+		ln      net.Listener   // nil until Start
+		gl      *guardListener // mochi's listener on ln
 		started bool
 		closed  bool
 	}
@@ -87,9 +89,12 @@ func New(cfg Config, log Log) (*Broker, error) {
 		Capabilities:             caps,
 		ClientNetReadBufferSize:  cfg.BufferSize,
 		ClientNetWriteBufferSize: cfg.BufferSize,
-		Logger:                   logger.With(slog.String(attrPart, "mochi")),
-		SysTopicResendInterval:   sysTopicInterval,
-		InlineClient:             true, // lets the node publish and subscribe in process
+		Logger: slog.New(mochiLogHandler{
+			Handler: logger.With(slog.String(attrPart, "mochi")).Handler(),
+			limit:   newRateLimit(connLogBurst, connLogInterval),
+		}),
+		SysTopicResendInterval: sysTopicInterval,
+		InlineClient:           true, // lets the node publish and subscribe in process
 	})
 
 	gs := newGroups()
@@ -108,7 +113,12 @@ func New(cfg Config, log Log) (*Broker, error) {
 		cfg:    cfg,
 		srv:    srv,
 		logger: logger,
+		m:      m,
+		conns:  newConnLog(logger.With(slog.String(attrPart, "conn"))),
 		ingest: newIngest(srv, log, cfg, m, logger, authHook, gs),
+	}
+	if err := srv.AddHook(new(connHook), nil); err != nil {
+		return nil, fmt.Errorf("add connection hook: %w", err)
 	}
 	if err := srv.AddHook(authHook, cfg.AuthConfig); err != nil {
 		return nil, fmt.Errorf("add auth hook: %w", err)
@@ -140,11 +150,17 @@ func (b *Broker) Start() error {
 		if err != nil {
 			return fmt.Errorf("mqtt listen on %s: %w", b.cfg.Listen, err)
 		}
-		if err := b.srv.AddListener(listeners.NewNet("tcp", corkListener{ln})); err != nil {
+		gl := newGuardListener("tcp", ln, guardConfig{
+			connectTimeout: b.cfg.ConnectTimeout,
+			maxConnect:     b.cfg.MaxConnectSize,
+			maxPacket:      int(b.srv.Options.Capabilities.MaximumPacketSize),
+			maxPending:     b.cfg.MaxPendingConnections,
+		}, b.m, b.conns)
+		if err := b.srv.AddListener(gl); err != nil {
 			_ = ln.Close()
 			return fmt.Errorf("mqtt add listener %s: %w", b.cfg.Listen, err)
 		}
-		b.mu.ln = ln
+		b.mu.ln, b.mu.gl = ln, gl
 	}
 	if err := b.srv.Serve(); err != nil {
 		return fmt.Errorf("mqtt serve: %w", err)
@@ -199,10 +215,16 @@ func (b *Broker) Close(ctx context.Context) error {
 		// race with but a client connecting meanwhile; and srv.Close is
 		// waited for no longer than ctx allows, like the client goroutines.
 		b.disconnectClients(ctx)
+		b.mu.Lock()
+		gl := b.mu.gl
+		b.mu.Unlock()
 		clientsDone := make(chan struct{})
 		go func() { // ends when mochi has closed and the last client goroutine has ended
 			_ = b.srv.Close()
 			b.srv.Listeners.ClientsWg.Wait()
+			if gl != nil {
+				gl.wait()
+			}
 			close(clientsDone)
 		}()
 		var errs []error

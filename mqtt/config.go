@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 )
@@ -30,6 +31,10 @@ const (
 	// board), and no more than 16 names for a constrained client to hold
 	// whatever maximum its library offers by default.
 	DefaultTopicAliases = 16
+
+	DefaultConnectTimeout        = 5 * time.Second
+	DefaultMaxConnectSize        = 64 << 10 // bytes of a whole CONNECT packet, will and credentials included
+	DefaultMaxPendingConnections = 256      // connections awaiting their CONNACK
 )
 
 // Config is the MQTT front-end's configuration. YAML lives in edge; this is a
@@ -42,7 +47,8 @@ type Config struct {
 	MaxPayload int
 	// Window bounds a client's QoS 1/2 publishes awaiting durability (and
 	// their acknowledgement); it is the Receive Maximum Peat advertises to
-	// MQTT 5 clients.
+	// MQTT 5 clients, and one that opens more QoS 1/2 flows (QoS 2 until
+	// PUBREL) is disconnected with reason 0x93. MQTT 3.1.1 clients wait.
 	Window int
 	// SendWindow bounds the QoS 1/2 deliveries to a subscriber awaiting its
 	// PUBACK; MQTT 5 clients get min(SendWindow, their Receive Maximum). A
@@ -72,6 +78,19 @@ type Config struct {
 	// client: it uses min(TopicAliases, the client's Topic Alias Maximum),
 	// least recently used first out. 0 sends every topic in full.
 	TopicAliases int
+
+	// ConnectTimeout is how long a new connection has to send a complete
+	// CONNECT; then it is closed. Until CONNECT, a connection has no
+	// keepalive, so without this one that sends nothing stays forever.
+	ConnectTimeout time.Duration
+	// MaxConnectSize bounds the CONNECT packet, in bytes. mochi allocates
+	// a packet's announced size before reading it, so before
+	// authentication a connection could otherwise make the broker hold
+	// the Maximum Packet Size (max_payload and then some) for nothing.
+	MaxConnectSize int
+	// MaxPendingConnections bounds the connections that have not been
+	// sent a CONNACK yet (not yet authenticated); more are closed at once.
+	MaxPendingConnections int
 
 	// GroupStart is where a consumer group that never committed starts:
 	// "earliest" (the log start, the default) or "latest" (only new
@@ -112,6 +131,10 @@ func DefaultConfig() Config {
 		WritesPending:  DefaultWritesPending,
 		TopicAliases:   DefaultTopicAliases,
 		GroupStart:     "earliest",
+
+		ConnectTimeout:        DefaultConnectTimeout,
+		MaxConnectSize:        DefaultMaxConnectSize,
+		MaxPendingConnections: DefaultMaxPendingConnections,
 	}
 }
 
@@ -136,11 +159,16 @@ func (c Config) Validate() error {
 		{"read_batch_bytes", c.ReadBatchBytes},
 		{"buffer_size", c.BufferSize},
 		{"writes_pending", c.WritesPending},
+		{"max_connect_bytes", c.MaxConnectSize},
+		{"max_pending_connections", c.MaxPendingConnections},
 	}
 	for _, p := range positive {
 		if p.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %d", p.name, p.v))
 		}
+	}
+	if c.ConnectTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("connect_timeout: must be positive, got %v", c.ConnectTimeout))
 	}
 	switch c.GroupStart {
 	case "", "earliest", "latest":

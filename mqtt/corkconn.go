@@ -85,17 +85,6 @@ func (c *corkConn) flushLocked() error {
 	return c.mu.err
 }
 
-// corkListener hands out corkConns.
-type corkListener struct{ net.Listener }
-
-func (l corkListener) Accept() (net.Conn, error) {
-	nc, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return &corkConn{Conn: nc}, nil
-}
-
 // corked runs fn with cl's connection corked, so the packets fn writes leave
 // in as few writes as possible. Clients that did not come through a
 // corkListener (inline or test connections) just run fn.

@@ -34,7 +34,10 @@
 // Many publishes of one client are in flight at once, bounded by
 // Config.Window, which is also the Receive Maximum advertised to MQTT 5
 // clients. When a client has Window publishes pending, ingest blocks its
-// read goroutine: TCP back-pressure, never an unbounded queue. QoS 0
+// read goroutine: TCP back-pressure, never an unbounded queue. An MQTT 5
+// client that opens more QoS 1/2 flows than that (a QoS 2 flow lasts until
+// its PUBREL) breaks the Receive Maximum and gets DISCONNECT 0x93; MQTT
+// 3.1.1 has no Receive Maximum, so its clients just wait. QoS 0
 // publishes take a slot too (freed when their append completes), so a QoS 0
 // flood cannot queue unbounded records either.
 //
@@ -67,6 +70,26 @@
 // is set (cancelled if the client reconnects first). A will reaches
 // subscribers only through the log, once. Closing the broker does not fire
 // wills.
+//
+// # Connections (listener.go, connguard.go, connframe.go, connlog.go)
+//
+// Peat serves mochi through a listener of its own. Each connection's
+// bytes pass a guard on their way to mochi's reader: it follows the packet
+// framing without buffering and closes a connection that sends no whole
+// CONNECT within Config.ConnectTimeout, announces a CONNECT above
+// Config.MaxConnectSize (mochi allocates the announced size before
+// reading), or any packet above the Maximum Packet Size; at most
+// Config.MaxPendingConnections may await their CONNACK, more are closed at
+// once. A PUBLISH topic name with + or # (MQTT 5: DISCONNECT 0x90) or
+// ill-formed UTF-8 or U+0000 (a Malformed Packet: 0x81) is refused there
+// too, mochi having handled every packet before it. MQTT 5 clients are
+// told why (CONNACK or DISCONNECT with the reason code), MQTT 3.1.1
+// clients are disconnected; each refusal is counted in
+// peat_mqtt_closed_connections_total{reason}. How each connection ended is
+// logged once, with the remote address and client id, at INFO for a
+// client going away or its keepalive lapsing and at WARN for what a client
+// did wrong, at most a few lines per cause per 10 s (the next line says
+// how many were left out).
 //
 // # Memory per connection
 //
@@ -143,6 +166,5 @@
 //
 // Publishes to $replay/... and $group/... are refused: those topics belong
 // to the replay protocol; a publish to $offsets/<group>/<stream> commits
-// the group's offset. Malformed packets make mochi disconnect that client
-// only.
+// the group's offset. Malformed packets disconnect that client only.
 package mqtt

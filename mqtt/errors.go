@@ -13,3 +13,23 @@ var (
 	// validate.
 	ErrInvalidConfig = errors.New("mqtt: invalid config")
 )
+
+// Why the connection guard (connguard.go) or ingest ended a connection. They
+// are what mochi's read loop returns for it, and what the connection's last
+// log line says.
+var (
+	// ErrConnectTimeout: no complete CONNECT within Config.ConnectTimeout.
+	ErrConnectTimeout = errors.New("mqtt: no CONNECT within connect_timeout")
+	// ErrConnectTooLarge: a CONNECT announced above Config.MaxConnectSize.
+	ErrConnectTooLarge = errors.New("mqtt: CONNECT above max_connect_bytes")
+	// ErrPacketTooLarge: a packet announced above the Maximum Packet Size.
+	ErrPacketTooLarge = errors.New("mqtt: packet above the maximum packet size")
+	// ErrTopicInvalid: a PUBLISH topic name with a wildcard (+ or #).
+	ErrTopicInvalid = errors.New("mqtt: PUBLISH topic name with a wildcard")
+	// ErrMalformed: a packet MQTT calls malformed (ill-formed UTF-8 or
+	// U+0000 in a topic name, a topic running past its packet, QoS 3).
+	ErrMalformed = errors.New("mqtt: malformed packet")
+	// ErrTooManyPending: more connections awaiting their CONNACK than
+	// Config.MaxPendingConnections.
+	ErrTooManyPending = errors.New("mqtt: too many connections awaiting CONNACK")
+)

@@ -195,14 +195,32 @@ func (h *ingest) conn(cl *mochi.Client) *ingestConn {
 // order, without a second append: mochi would answer it with PUBREC 0x91
 // before the record is durable.
 func (h *ingest) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
-	if pk.FixedHeader.Type != packets.Publish || cl.Net.Inline {
+	if cl.Net.Inline {
+		return pk, nil
+	}
+	switch pk.FixedHeader.Type {
+	case packets.Publish:
+	case packets.Pubrel:
+		if c, ok := h.conns.Load(cl); ok {
+			c.(*ingestConn).pubrel(pk.PacketID) // before mochi answers PUBCOMP
+		}
+		return pk, nil
+	default:
 		return pk, nil
 	}
 	if pk.FixedHeader.Qos == 2 && holdsPlaceholder(cl, pk.PacketID) {
 		h.conn(cl).resentQoS2(pk.PacketID)
 		return handled, nil
 	}
-	if h.early(cl, &pk) {
+	taken, err := h.early(cl, &pk)
+	if err != nil {
+		// The client was sent a DISCONNECT (Receive Maximum exceeded).
+		// mochi ignores other errors of OnPacketRead and goes on with the
+		// packet; ErrRejectPacket ends its read loop with an error, so the
+		// will is sent.
+		return handled, packets.ErrRejectPacket
+	}
+	if taken {
 		return handled, nil
 	}
 	return pk, nil
@@ -221,25 +239,26 @@ func isHandled(pk *packets.Packet) bool {
 
 // early takes pk over from OnPacketRead when mochi's processPublish would
 // pass it to OnPublish unchanged (see OnPacketRead), and reports whether it
-// did. Everything it calls stays shallow: the read goroutine has about 3.5
-// KB of its 16 KiB stack left here.
-func (h *ingest) early(cl *mochi.Client, pk *packets.Packet) bool {
+// did, or the error that ends the connection. Everything it calls stays
+// shallow: the read goroutine has about 3.5 KB of its 16 KiB stack left
+// here.
+func (h *ingest) early(cl *mochi.Client, pk *packets.Packet) (bool, error) {
 	caps := h.srv.Options.Capabilities
 	if pk.Properties.TopicAliasFlag || pk.FixedHeader.Qos > caps.MaximumQos {
-		return false
+		return false, nil
 	}
 	st, owned := h.owner(pk.TopicName)
 	switch {
 	case !owned:
-		return false // mochi's, unchanged
+		return false, nil // mochi's, unchanged
 	case pk.PublishValidate(caps.TopicAliasMaximum) != packets.CodeSuccess, !mochi.IsValidFilter(pk.TopicName, true):
-		return false
+		return false, nil
 	case h.acl == nil || !h.acl.OnACLCheck(cl, pk.TopicName, true):
-		return false
+		return false, nil
 	}
 	if pk.FixedHeader.Qos > 0 {
 		if _, ok := cl.State.Inflight.Get(pk.PacketID); ok {
-			return false // mochi answers or clears the clash
+			return false, nil // mochi answers or clears the clash
 		}
 	}
 	pk.Origin = cl.ID
@@ -247,8 +266,7 @@ func (h *ingest) early(cl *mochi.Client, pk *packets.Packet) bool {
 	if exp := messageExpiry(caps.MaximumMessageExpiryInterval, int64(pk.Properties.MessageExpiryInterval)); exp > 0 {
 		pk.Expiry = pk.Created + exp
 	}
-	h.take(h.conn(cl), pk, st)
-	return true
+	return true, h.take(h.conn(cl), pk, st)
 }
 
 // messageExpiry is mochi's rule for a publish's expiry in seconds: the
@@ -295,7 +313,12 @@ func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 	if !owned {
 		return pk, nil
 	}
-	h.take(h.conn(cl), &pk, st)
+	if err := h.take(h.conn(cl), &pk, st); err != nil {
+		// The client was disconnected (Receive Maximum). mochi's read loop
+		// ends without an error on this path; OnDisconnect sends the will
+		// of a captured topic from the stop cause.
+		return pk, packets.ErrRejectPacket
+	}
 	if pk.FixedHeader.Qos == 0 {
 		// Stored, and delivered from the log: mochi must not deliver it as
 		// well. For QoS 0 Ignore says so, and mochi has nothing to ack;
@@ -311,7 +334,18 @@ func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 // take appends pk to st, the stream owner found for it, or, when st is nil
 // (a topic of the replay protocol), commits a consumer group's offset or
 // refuses the publish. Its answer, if any, comes from c's ack drainer.
-func (h *ingest) take(c *ingestConn, pk *packets.Packet, st Stream) {
+//
+// An MQTT 5 client may have at most Window QoS 1/2 publishes unanswered
+// (its flows: QoS 2 ones until PUBREL), the Receive Maximum Peat
+// announced; one more is a protocol error, answered with DISCONNECT 0x93
+// and the error returned [MQTT-3.3.4-9]. MQTT 3.1.1 has no Receive
+// Maximum: its clients wait for a window slot (TCP back-pressure).
+func (h *ingest) take(c *ingestConn, pk *packets.Packet, st Stream) error {
+	if pk.FixedHeader.Qos > 0 && c.v5() && c.receiveFull() {
+		h.m.Closed.WithLabelValues(ReasonReceiveMaximum).Inc()
+		_ = h.srv.DisconnectClient(c.cl, packets.ErrReceiveMaximum)
+		return packets.ErrReceiveMaximum
+	}
 	switch {
 	case st != nil && len(pk.Payload) > h.cfg.MaxPayload:
 		c.refuse(pk, h.tooBig, ReasonTooLarge)
@@ -322,6 +356,7 @@ func (h *ingest) take(c *ingestConn, pk *packets.Packet, st Stream) {
 	default:
 		c.refuse(pk, codeReserved, ReasonReadOnly)
 	}
+	return nil
 }
 
 // stream returns the named stream, or nil.

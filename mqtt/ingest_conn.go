@@ -22,6 +22,10 @@ type ackEntry struct {
 	code packets.Code // CodeSuccess, or the refusal
 	// placeholder: ingest put a PUBREC for id into the client's Inflight.
 	placeholder bool
+	// flow: the publish opened an inbound QoS 1/2 flow (a resend does not),
+	// counted in the client's Receive Maximum until answered (QoS 2 with
+	// success: until PUBREL).
+	flow bool
 	// orig is the entry a resent QoS 2 PUBLISH duplicates (nil when that one
 	// is already answered): the resend gets the same answer.
 	orig *ackEntry
@@ -42,6 +46,8 @@ type ingestConn struct {
 		qos2     map[uint16]*ackEntry // unanswered QoS 2 publishes by packet id
 		refusing bool                 // a v3 client being disconnected for a refusal
 		will     *mochi.Will          // a will on a captured topic, taken from mochi
+		flows    int                  // open inbound QoS 1/2 flows: the count Receive Maximum bounds
+		awaitRel map[uint16]bool      // QoS 2 flows whose PUBREC went out, until PUBREL
 	}
 }
 
@@ -62,6 +68,24 @@ func poke(ch chan struct{}) {
 }
 
 func (c *ingestConn) v5() bool { return c.cl.Properties.ProtocolVersion == 5 }
+
+// receiveFull reports whether the client has as many QoS 1/2 flows open
+// as the Receive Maximum Peat announced (Window).
+func (c *ingestConn) receiveFull() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.flows >= c.h.cfg.Window
+}
+
+// pubrel ends the QoS 2 flow id when its PUBREC went out from ingest.
+func (c *ingestConn) pubrel(id uint16) {
+	c.mu.Lock()
+	if c.mu.awaitRel[id] {
+		delete(c.mu.awaitRel, id)
+		c.mu.flows--
+	}
+	c.mu.Unlock()
+}
 
 // acquire takes a window slot, blocking the client's read goroutine while
 // Window publishes are pending. It returns false when the broker closes.
@@ -162,9 +186,10 @@ func (c *ingestConn) expectAnswer(pk *packets.Packet) *ackEntry {
 	if qos == 0 {
 		return nil
 	}
-	e := &ackEntry{id: pk.PacketID, qos: qos}
+	e := &ackEntry{id: pk.PacketID, qos: qos, flow: true}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.mu.flows++
 	if qos == 2 {
 		// Reserve the id in the Inflight map mochi shares between inbound
 		// and outbound ids, so delivery cannot take it, and so mochi's
@@ -205,7 +230,8 @@ func (c *ingestConn) refuse(pk *packets.Packet, code packets.Code, reason string
 		return
 	}
 	c.mu.Lock()
-	c.enqueueLocked(&ackEntry{id: pk.PacketID, qos: pk.FixedHeader.Qos, done: true, code: code})
+	c.mu.flows++
+	c.enqueueLocked(&ackEntry{id: pk.PacketID, qos: pk.FixedHeader.Qos, done: true, code: code, flow: true})
 	c.mu.Unlock()
 }
 
@@ -289,6 +315,18 @@ func (c *ingestConn) finish(e *ackEntry) {
 	code, placeholder := e.code, e.placeholder
 	if e.orig != nil {
 		code = e.orig.code // answered before e: it is ahead in the queue
+	}
+	if e.flow {
+		// Before the answer is written: the client may send its next
+		// publish as soon as it reads it.
+		if e.qos == 2 && code.Code < packets.ErrUnspecifiedError.Code {
+			if c.mu.awaitRel == nil {
+				c.mu.awaitRel = map[uint16]bool{}
+			}
+			c.mu.awaitRel[e.id] = true // open until PUBREL
+		} else {
+			c.mu.flows--
+		}
 	}
 	c.mu.Unlock()
 	if code.Code >= packets.ErrUnspecifiedError.Code && placeholder {

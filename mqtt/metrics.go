@@ -11,6 +11,7 @@ type Metrics struct {
 	Dropped       *prometheus.CounterVec // peat_mqtt_dropped_messages_total{reason}: messages the broker dropped on purpose
 	CursorCatchup prometheus.Counter     // peat_mqtt_subscriber_fallbacks_total: subscribers that left the shared reader for their own cursor
 	StartAdjusted prometheus.Counter     // peat_mqtt_replay_start_adjusted_total: replays and groups started elsewhere than asked (below the log start)
+	Closed        *prometheus.CounterVec // peat_mqtt_closed_connections_total{reason}: connections refused or disconnected on purpose
 }
 
 // Reasons for Refused and Dropped.
@@ -23,6 +24,21 @@ const (
 	ReasonReadOnly     = "reserved_topic" // a publish to a reserved topic
 	ReasonBadCommit    = "bad_commit"     // a publish to $offsets/<group>/<stream> that is not a valid commit
 )
+
+// Reasons for Closed: connections the broker refused or ended on purpose.
+const (
+	ReasonConnectTimeout  = "connect_timeout"   // no complete CONNECT within connect_timeout
+	ReasonConnectTooLarge = "connect_too_large" // CONNECT announced above max_connect_bytes
+	ReasonTooManyPending  = "too_many_pending"  // max_pending_connections already await their CONNACK
+	ReasonPacketTooLarge  = "packet_too_large"  // a packet above the Maximum Packet Size
+	ReasonTopicInvalid    = "topic_invalid"     // a PUBLISH topic name with + or #
+	ReasonMalformed       = "malformed"         // a malformed packet the guard recognises
+	ReasonReceiveMaximum  = "receive_maximum"   // an MQTT 5 client above the Receive Maximum Peat announced
+)
+
+// closeReasons are the reasons of Closed, shown at 0 from the start.
+var closeReasons = []string{ReasonConnectTimeout, ReasonConnectTooLarge, ReasonTooManyPending,
+	ReasonPacketTooLarge, ReasonTopicInvalid, ReasonMalformed, ReasonReceiveMaximum}
 
 // NewMetrics creates the collectors and registers them with reg when reg is
 // not nil.
@@ -49,14 +65,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		StartAdjusted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "peat_mqtt_replay_start_adjusted_total", Help: "Replay and group subscriptions whose start was moved, e.g. from below the log start to the log start.",
 		}),
+		Closed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "peat_mqtt_closed_connections_total", Help: "Connections the broker refused or disconnected on purpose (before CONNECT, or for a protocol error), by reason.",
+		}, []string{"reason"}),
 	}
 	// Known reasons show at 0 from the start, so a dashboard or alert sees
 	// the series before the first refusal.
 	for _, r := range []string{ReasonTooLarge, ReasonStoreFailed, ReasonReadOnly, ReasonBadCommit} {
 		m.Refused.WithLabelValues(r)
 	}
+	for _, r := range closeReasons {
+		m.Closed.WithLabelValues(r)
+	}
 	if reg != nil {
-		reg.MustRegister(m.Connected, m.Received, m.Refused, m.Delivered, m.Dropped, m.CursorCatchup, m.StartAdjusted)
+		reg.MustRegister(m.Connected, m.Received, m.Refused, m.Delivered, m.Dropped, m.CursorCatchup, m.StartAdjusted, m.Closed)
 	}
 	return m
 }

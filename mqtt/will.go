@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -62,7 +63,7 @@ func (h *ingest) OnDisconnect(cl *mochi.Client, err error, _ bool) {
 	w := c.mu.will
 	c.mu.will = nil
 	c.mu.Unlock()
-	if w == nil || err == nil || h.isClosing() {
+	if w == nil || (err == nil && !disconnectedForError(cl)) || h.isClosing() {
 		return
 	}
 	if w.WillDelayInterval == 0 {
@@ -70,6 +71,15 @@ func (h *ingest) OnDisconnect(cl *mochi.Client, err error, _ bool) {
 		return
 	}
 	h.scheduleWill(cl, *w)
+}
+
+// disconnectedForError reports whether the server sent cl a DISCONNECT
+// with an error reason (a protocol error: the will is sent). mochi's read
+// loop then ends without an error when the DISCONNECT came from a hook.
+func disconnectedForError(cl *mochi.Client) bool {
+	var code packets.Code
+	return errors.As(cl.StopCause(), &code) && code.Code >= packets.ErrUnspecifiedError.Code &&
+		code.Code != packets.ErrServerShuttingDown.Code
 }
 
 // scheduleWill appends w after its delay, unless the client reconnects

@@ -34,6 +34,8 @@ func main() {
 		err = mochiCmd(os.Args[2:])
 	case "fsync":
 		err = fsyncCmd(os.Args[2:])
+	case "connect":
+		err = connectCmd(os.Args[2:])
 	default:
 		usage()
 	}
@@ -49,7 +51,8 @@ func usage() {
   peat-bench sensors [flags] run many staggered low-rate publishers against --addr, print one JSON line
   peat-bench replay [flags]  fill the log, then replay it through $replay/<from>/+/<filter>, print one JSON line
   peat-bench mochi [flags]   run plain mochi (allow-all, no persistence) on --listen
-  peat-bench fsync [flags]   append small blocks to a file in --dir, fdatasync each, print one JSON line`)
+  peat-bench fsync [flags]   append small blocks to a file in --dir, fdatasync each, print one JSON line
+  peat-bench connect [flags] open connections that never send a (whole) CONNECT to --addr, print the broker's RSS as one JSON line`)
 	os.Exit(2)
 }
 

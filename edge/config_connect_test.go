@@ -1,0 +1,29 @@
+package edge
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfig_ConnectionGuardFields(t *testing.T) {
+	cfg, err := Parse([]byte(`
+mqtt: {connect_timeout: 2s, max_connect_bytes: 8KiB, max_pending_connections: 10}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc := cfg.BrokerConfig()
+	if bc.ConnectTimeout != 2*time.Second || bc.MaxConnectSize != 8<<10 || bc.MaxPendingConnections != 10 {
+		t.Fatalf("broker config = %v %d %d, want 2s 8192 10", bc.ConnectTimeout, bc.MaxConnectSize, bc.MaxPendingConnections)
+	}
+
+	cfg.MQTT.ConnectTimeout = 0
+	cfg.MQTT.MaxPendingConnections = 0
+	err = cfg.Validate()
+	for _, want := range []string{"mqtt.connect_timeout", "mqtt.max_pending_connections"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want a problem naming %s", err, want)
+		}
+	}
+}

@@ -1,0 +1,181 @@
+package mqtt
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/listeners"
+)
+
+// guardConfig is what the guard listener enforces.
+type guardConfig struct {
+	connectTimeout time.Duration
+	maxConnect     int // bytes of a whole CONNECT
+	maxPacket      int // bytes of any other packet (the Maximum Packet Size)
+	maxPending     int // connections awaiting their CONNACK
+}
+
+// guardListener is Peat's mochi listener on a net.Listener, in place of
+// mochi's listeners.Net. It accepts connections under a guard (guardConn):
+// a connection must send its CONNECT within connectTimeout, a CONNECT may
+// not announce more than maxConnect bytes (mochi allocates the announced
+// size before reading), and at most maxPending connections may await
+// their CONNACK (more are closed at once). It also logs how each
+// connection ended, with a message, the remote address and the client id,
+// at a level that fits the cause and rate-limited by cause (connlog.go);
+// mochi's own listener logs every ended connection as a WARN with an
+// empty message and the error alone.
+type guardListener struct {
+	ln   net.Listener
+	id   string
+	cfg  guardConfig
+	m    *Metrics
+	logs *connLog
+
+	end  atomic.Bool
+	done chan struct{} // closed by Close: stops the accept back-off
+	mu   struct {
+		sync.Mutex
+		pending map[*guardConn]struct{} // accepted, no CONNACK yet
+	}
+	wg        sync.WaitGroup // connection goroutines
+	serving   atomic.Bool    // Serve has started (on mochi's goroutine)
+	serveDone chan struct{}  // closed when Serve returns
+}
+
+var _ listeners.Listener = (*guardListener)(nil)
+
+func newGuardListener(id string, ln net.Listener, cfg guardConfig, m *Metrics, logs *connLog) *guardListener {
+	l := &guardListener{ln: ln, id: id, cfg: cfg, m: m, logs: logs,
+		done: make(chan struct{}), serveDone: make(chan struct{})}
+	l.mu.pending = map[*guardConn]struct{}{}
+	return l
+}
+
+// ID, Address and Protocol describe the listener to mochi.
+func (l *guardListener) ID() string       { return l.id }
+func (l *guardListener) Address() string  { return l.ln.Addr().String() }
+func (l *guardListener) Protocol() string { return l.ln.Addr().Network() }
+
+// Init is mochi's; the listener logs through its own connLog.
+func (l *guardListener) Init(*slog.Logger) error { return nil }
+
+// Serve accepts connections until Close, each served by establish on a
+// goroutine of its own that the listener waits for (wait).
+func (l *guardListener) Serve(establish listeners.EstablishFn) {
+	if !l.serving.CompareAndSwap(false, true) {
+		return
+	}
+	defer close(l.serveDone)
+	backoff := time.Duration(0)
+	for {
+		nc, err := l.ln.Accept()
+		if err != nil {
+			if l.end.Load() || !acceptRetryable(err) {
+				return
+			}
+			// Out of file descriptors, say: mochi's listener returns and
+			// never accepts again; wait and retry, as net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			l.logs.log(slog.LevelError, "accepting MQTT connections", "accept", slog.Any(attrError, err))
+			select {
+			case <-time.After(backoff):
+				continue
+			case <-l.done:
+				return
+			}
+		}
+		backoff = 0
+		gc, ok := l.admit(nc)
+		if !ok {
+			continue
+		}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			err := establish(l.id, &corkConn{Conn: gc})
+			l.logs.ended(gc, err)
+		}()
+	}
+}
+
+// acceptRetryable reports whether Accept may succeed again later.
+func acceptRetryable(err error) bool {
+	var ne net.Error
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) ||
+		errors.Is(err, syscall.ECONNABORTED) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// admit puts nc under guard, or closes it when maxPending connections
+// already await their CONNACK or the listener is closing.
+func (l *guardListener) admit(nc net.Conn) (*guardConn, bool) {
+	gc := &guardConn{Conn: nc, l: l}
+	gc.fr.maxConnect, gc.fr.maxPacket = l.cfg.maxConnect, l.cfg.maxPacket
+	l.mu.Lock()
+	full := len(l.mu.pending) >= l.cfg.maxPending
+	closing := l.end.Load()
+	if !full && !closing {
+		l.mu.pending[gc] = struct{}{}
+	}
+	l.mu.Unlock()
+	if full && !closing {
+		l.count(ReasonTooManyPending)
+		l.logs.refused(nc, ErrTooManyPending, l.cfg.maxPending)
+	}
+	if full || closing {
+		_ = nc.Close()
+		return nil, false
+	}
+	_ = nc.SetReadDeadline(time.Now().Add(l.cfg.connectTimeout))
+	return gc, true
+}
+
+func (l *guardListener) leavePending(gc *guardConn) {
+	l.mu.Lock()
+	delete(l.mu.pending, gc)
+	l.mu.Unlock()
+}
+
+// pending is the number of connections awaiting their CONNACK.
+func (l *guardListener) pending() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.mu.pending)
+}
+
+func (l *guardListener) count(reason string) { l.m.Closed.WithLabelValues(reason).Inc() }
+
+// Close stops accepting, has mochi close its clients, and closes the
+// connections that have no CONNACK yet (mochi does not know them as
+// clients, and would wait for them).
+func (l *guardListener) Close(closeClients listeners.CloseFn) {
+	if !l.end.CompareAndSwap(false, true) {
+		return
+	}
+	close(l.done)
+	closeClients(l.id)
+	_ = l.ln.Close()
+	l.mu.Lock()
+	pending := make([]*guardConn, 0, len(l.mu.pending))
+	for gc := range l.mu.pending {
+		pending = append(pending, gc)
+	}
+	l.mu.Unlock()
+	for _, gc := range pending {
+		_ = gc.Close()
+	}
+}
+
+// wait waits, after Close, for Serve and the connection goroutines.
+func (l *guardListener) wait() {
+	if l.serving.Load() {
+		<-l.serveDone
+	}
+	l.wg.Wait()
+}
