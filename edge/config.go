@@ -58,6 +58,7 @@ type MQTTConfig struct {
 	ReadBatchBytes  ByteSize `yaml:"read_batch_bytes"`
 	BufferBytes     ByteSize `yaml:"buffer_bytes"`
 	WritesPending   int      `yaml:"writes_pending"`
+	TopicAliases    int      `yaml:"topic_aliases"`
 	GroupStart      string   `yaml:"group_start"`
 
 	ConnectTimeout        Duration `yaml:"connect_timeout"`
@@ -125,6 +126,7 @@ func DefaultConfig() Config {
 			ReadBatchBytes:  ByteSize(m.ReadBatchBytes),
 			BufferBytes:     ByteSize(m.BufferSize),
 			WritesPending:   m.WritesPending,
+			TopicAliases:    m.TopicAliases,
 			GroupStart:      m.GroupStart,
 
 			ConnectTimeout:        Duration(m.ConnectTimeout),
@@ -205,6 +207,7 @@ func (c Config) BrokerConfig() mqtt.Config {
 	m.ReadBatchBytes = int(c.MQTT.ReadBatchBytes)
 	m.BufferSize = int(c.MQTT.BufferBytes)
 	m.WritesPending = c.MQTT.WritesPending
+	m.TopicAliases = c.MQTT.TopicAliases
 	m.GroupStart = c.MQTT.GroupStart
 	m.ConnectTimeout = time.Duration(c.MQTT.ConnectTimeout)
 	m.MaxConnectSize = int(c.MQTT.MaxConnectBytes)

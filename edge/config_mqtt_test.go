@@ -27,3 +27,17 @@ mqtt: {connect_timeout: 2s, max_connect_bytes: 8KiB, max_pending_connections: 10
 		}
 	}
 }
+
+func TestConfig_TopicAliases(t *testing.T) {
+	cfg, err := Parse([]byte("mqtt: {topic_aliases: 0}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.BrokerConfig().TopicAliases; got != 0 {
+		t.Fatalf("topic_aliases 0 reached the broker as %d", got)
+	}
+	cfg.MQTT.TopicAliases = 70000
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "mqtt.topic_aliases") {
+		t.Fatalf("Validate() = %v, want a problem naming mqtt.topic_aliases", err)
+	}
+}
