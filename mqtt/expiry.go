@@ -43,10 +43,6 @@ import (
 // neither caps intervals nor expires anything by age; the producer's
 // interval is the only one.
 
-// ReasonExpired is the Dropped reason (metrics.go lists the others) of a
-// record whose Message Expiry Interval passed before it was sent.
-const ReasonExpired = "expired"
-
 // propExpired is the user property of an expired record delivered by
 // $replay: when it expired, unix ms.
 const propExpired = "expired"

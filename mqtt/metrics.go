@@ -23,6 +23,7 @@ const (
 	ReasonClientClosed = "client_closed"  // the subscriber disconnected before delivery
 	ReasonReadOnly     = "reserved_topic" // a publish to a reserved topic
 	ReasonBadCommit    = "bad_commit"     // a publish to $offsets/<group>/<stream> that is not a valid commit
+	ReasonExpired      = "expired"        // a record whose Message Expiry Interval passed before it was sent (expiry.go)
 )
 
 // Reasons for Closed: connections the broker refused or ended on purpose.
