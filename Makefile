@@ -54,6 +54,11 @@ bench-memory:
 bench-pi:
 	./scripts/bench-pi.sh
 
+## bench-connect: broker RSS and heap with 5,000 silent connections and 300 oversized CONNECT announcements, this tree against BASE
+.PHONY: bench-connect
+bench-connect:
+	./scripts/bench-connect.sh
+
 ## bench-replay: 1,000,000 stored 128-byte records replayed to one QoS 0 and one QoS 1 consumer: msg/s, gaps/dups, broker RSS idle and peak (issue 3 targets)
 .PHONY: bench-replay
 bench-replay:
