@@ -185,8 +185,8 @@
 // again at each compaction. With one entry per record that came to 400-415
 // bytes written per 179-byte record (BenchmarkIngest, 1M records, fsync,
 // ext4); with one per batch, 278 in every profile, most of the rest being
-// the pages each fsynced commit writes again (README, "Memory and SD-card
-// writes").
+// the pages each fsynced commit writes again
+// (scripts/bench-results/sd-card.md).
 //
 // Truncate(offset) deletes, from the top down, the batches that hold
 // offsets at or above offset; the one that holds offset-1 and offset is cut:
@@ -210,6 +210,10 @@
 // a power cut may lose up to that interval. Value-log GC's copies are
 // synced before Badger deletes the file they came from. DetectConflicts is
 // off: one writer per stream and disjoint keys between streams.
+//
+// The appender also keeps each stream's newest records in memory (tail.go:
+// 2,048 records, at most 2 MiB), so a reader at the log's end is served
+// without a Badger read.
 //
 // # Retention
 //

@@ -28,8 +28,8 @@ const (
 //
 // pi-zero keeps the table's 128 MiB Go memory limit, measured against lower
 // ones with 1,000 sensors publishing QoS 1 at 1 msg/s (peat-bench sensors,
-// 25 s, broker on one x86 core, one run each, 2026-12-03; the README's
-// "Memory" section has the command). mochi gives each client two goroutines;
+// 25 s, broker on one x86 core, one run each, 2026-12-03; the command is in
+// scripts/bench-results/memory.md). mochi gives each client two goroutines;
 // since the MQTT front-end takes publishes before mochi's publish handling
 // (mqtt/doc.go), their stacks stay at 16 + 4 KiB, and GOGC counts stacks,
 // so the heap goal sits about 27 MB above the live heap: 71 MB RSS with 128
@@ -119,7 +119,7 @@ var profiles = map[Profile]profileSpec{
 // hold a record or two (1,000 sensors at 1 msg/s, fsync) the extra fsynced
 // page outweighs what compactions save in a short run: pi-zero 4,536 inline
 // against 6,453 bytes per message with linger 0, 871 against 1,517 with
-// linger 5ms (30 s, bench-pi.sh; README, "Memory and SD-card writes").
+// linger 5ms (30 s, bench-pi.sh; scripts/bench-results/sd-card.md).
 const recordsInValueLog = 64
 
 // serverReplay: the server profile's memtables, compression and caches

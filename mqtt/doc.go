@@ -107,6 +107,30 @@
 // stacks take about 20 MB, the floor under the broker's RSS for that load
 // (make bench-memory).
 //
+// # Delivery (delivery.go, delivery_reader.go, delivery_cursor.go)
+//
+// Live subscribers of a stream share one reader, so the cost of a record
+// is one log read however many subscribers there are. A QoS 1 subscriber
+// that cannot keep up never loses a message and never grows the broker's
+// memory: when its queue is full it leaves the shared reader, reads the log
+// from the first record it missed with its own cursor, and rejoins when it
+// has caught up (no gap, no duplicate). A QoS 0 subscriber takes the same
+// path, so a burst larger than its queue loses nothing; only QoS 0 records
+// that fall more than Config.QoS0MaxLag records behind the log's end are
+// dropped, each counted in peat_mqtt_dropped_messages_total{reason=
+// "slow_qos0"} as it falls behind, also while the subscriber reads nothing
+// at all; when it reads again it gets the newest QoS0MaxLag records, then
+// everything live. The newest records of each stream (2,048, at most 2 MiB)
+// are kept in memory by logstore, so a reader at the log's end does not
+// touch Badger.
+//
+// Two mochi v2.7.9 deadlocks shape this package: mochi read-locks a
+// client's inflight map twice per packet when the client set a Receive
+// Maximum, and a writer waiting in between hangs that client, so Peat
+// turns mochi's send quota off and enforces the Receive Maximum in its own
+// delivery window; and Server.Close read-locks the clients map twice, so
+// Broker.Close bounds it by its context.
+//
 // # Replay protocol (extension.go, delivery_subscribe.go, delivery_tap.go)
 //
 // $replay/<from>/+/<filter>, $group/<name>/+/<filter> and

@@ -14,8 +14,8 @@ import (
 // itself instead of going through mochi's Client.WritePacket. mochi v2.7.9 encodes a packet through three
 // pooled buffers, a fresh bytes.Buffer per packet, and, for MQTT 5, a check
 // of every one of ~25 property kinds against a map-of-maps table whatever
-// the packet carries: 28% of a replay's CPU in a profile (README,
-// "Performance"). appendPublish writes the same bytes straight into the
+// the packet carries: 28% of a replay's CPU in a profile
+// (scripts/bench-results/replay.md). appendPublish writes the same bytes straight into the
 // sender's reusable buffer.
 //
 // It emits the same bytes as mochi's PublishEncode for the packets delivery
