@@ -21,7 +21,7 @@ func TestStore_DiskFullRefusesAppendsLogsOnceAndRecovers(t *testing.T) {
 	var free atomic.Uint64
 	free.Store(1 << 40)
 	st.space.every = 0 // look at the (fake) filesystem on every batch
-	st.space.free = func(string) (uint64, error) { return free.Load(), nil }
+	st.space.free = func(string) (uint64, uint64, error) { return free.Load(), 1 << 41, nil }
 	s := st.Stream("default")
 	appendN(t, s, 5, 5)
 

@@ -1,0 +1,151 @@
+//go:build linux
+
+package logstore
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// smallDiskRun publishes records of payload bytes to s until want bytes are
+// acknowledged or the deadline passes, publishing on through refusals for
+// space (as sensors would). It samples the disk the store takes after
+// every MiB and returns the bytes acknowledged, the peak, the number of
+// refused appends and the last refusal.
+type smallDiskRun struct {
+	acked, peak   int64
+	refused       int
+	firstRefusal  int64 // acked bytes when the first refusal came; -1: none
+	refusedSince  time.Time
+	longestRefuse time.Duration
+}
+
+func pushThrough(t *testing.T, s *Stream, dir string, payload, want int64, deadline time.Time) smallDiskRun {
+	t.Helper()
+	r := smallDiskRun{firstRefusal: -1}
+	per := max(1, int(256*kib/payload))
+	body := make([]byte, payload)
+	var sampled int64
+	for r.acked < want && time.Now().Before(deadline) {
+		recs := make([]*Record, per)
+		for i := range recs {
+			recs[i] = &Record{Topic: "sensors/cam", Payload: body, QoS: 1}
+		}
+		_, err := s.Append(context.Background(), recs...)
+		switch {
+		case errors.Is(err, ErrNoSpace):
+			r.refused++
+			if r.firstRefusal < 0 {
+				r.firstRefusal = r.acked
+			}
+			if r.refusedSince.IsZero() {
+				r.refusedSince = time.Now()
+			}
+			r.longestRefuse = max(r.longestRefuse, time.Since(r.refusedSince))
+			time.Sleep(5 * time.Millisecond)
+			continue
+		case err != nil:
+			t.Fatalf("append after %d bytes acknowledged: %v", r.acked, err)
+		}
+		r.refusedSince = time.Time{}
+		r.acked += int64(per) * payload
+		if r.acked-sampled >= mib {
+			sampled = r.acked
+			r.peak = max(r.peak, diskBytes(t, dir))
+		}
+	}
+	r.peak = max(r.peak, diskBytes(t, dir))
+	return r
+}
+
+// On a small filesystem, a stream of large records under max_bytes must
+// keep publishing for good: retention gives the disk back as it goes (it
+// used to wait for a whole block of 65536 offsets, which 16 KiB records
+// never fill before the disk does: every publish was refused, forever),
+// the disk the store takes stays within DiskBound, and once the disk
+// does reach the reserve (here: another program fills it), publishes are
+// refused only until retention has given back its share.
+func TestStore_SmallDiskKeepsAcceptingUnderRetention(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes about 250 MiB to a loop-mounted filesystem")
+	}
+	mnt := mountSmallFS(t, 200)
+	const maxBytes, payload = 8 * mib, 16 * kib
+	cfg := Config{
+		Dir:     filepath.Join(mnt, "db"),
+		Profile: ProfilePiZero,
+		Streams: []StreamConfig{{Name: "cam", Filters: []string{"#"}, MaxBytes: maxBytes}},
+		// Retention and reclaim intervals and the free-space reserve are
+		// the defaults, as a node runs them.
+	}
+	st := openStore(t, cfg)
+	s := st.Stream("cam")
+	bound := st.DiskBound()
+	deadline := time.Now().Add(40 * time.Second)
+
+	// The filesystem holds about 130 MiB above the reserve: push three
+	// times that.
+	run := pushThrough(t, s, cfg.Dir, payload, 48*maxBytes, deadline)
+	t.Logf("pushed %d MiB through max_bytes %d MiB: peak %d MiB on disk (bound %d MiB), %d appends refused",
+		run.acked>>20, maxBytes>>20, run.peak>>20, bound>>20, run.refused)
+	if run.refused > 0 {
+		t.Fatalf("publishes refused for space after %d MiB acknowledged (%d refused, for up to %v): retention does not give the disk back",
+			run.firstRefusal>>20, run.refused, run.longestRefuse)
+	}
+	if run.peak > bound {
+		t.Fatalf("the store took %d bytes on disk, above its bound of %d", run.peak, bound)
+	}
+
+	// Another program fills the disk to just above the reserve: publishes
+	// are refused when the store reaches it, and accepted again as
+	// retention gives back what it dropped.
+	free, err := diskFree(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserve := st.space.reserve()
+	fill := int64(free) - reserve - 4*mib
+	if fill <= 0 {
+		t.Fatalf("only %d bytes free for a %d-byte reserve", free, reserve)
+	}
+	if err := fillFile(filepath.Join(mnt, "filler"), fill); err != nil {
+		t.Fatal(err)
+	}
+	run = pushThrough(t, s, cfg.Dir, payload, 16*maxBytes, deadline)
+	t.Logf("with the disk full to the reserve: %d MiB acknowledged, %d appends refused, the longest refusal %v",
+		run.acked>>20, run.refused, run.longestRefuse)
+	if run.firstRefusal < 0 {
+		t.Fatalf("no publish refused with %d bytes free above the reserve: the test filled the disk wrongly", 4*mib)
+	}
+	if run.acked < 16*maxBytes {
+		t.Fatalf("only %d MiB acknowledged before the deadline (first refusal after %d MiB): publishes did not resume",
+			run.acked>>20, run.firstRefusal>>20)
+	}
+	if got := readAll(t, s, s.FirstOffset()); uint64(len(got)) != s.NextOffset()-s.FirstOffset() {
+		t.Fatalf("read %d records of [%d, %d)", len(got), s.FirstOffset(), s.NextOffset())
+	}
+}
+
+// fillFile writes n bytes (in whole MiB) to a new file at path.
+func fillFile(path string, n int64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, mib)
+	for ; n > 0; n -= mib {
+		if _, err := f.Write(buf[:min(n, mib)]); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
