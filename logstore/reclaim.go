@@ -88,6 +88,8 @@ type reclaimState struct {
 	hidden int64     // bytes dropped by retention since the last reclaim that reached the log start
 	upTo   uint64    // record keys below it, in block reclaimFrom, are given back
 	last   time.Time // the last reclaim by bytes or for space
+
+	lastForSpace time.Time // the last retainForSpace
 }
 
 // reclaimMinGap spaces out the reclaims of one stream that are due by

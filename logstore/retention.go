@@ -304,9 +304,10 @@ func (s *Stream) retainOnCommit(now time.Time) {
 // gives back ends the refusal. Appends refused meanwhile fail at once, so
 // it runs at most once per reclaimMinGap.
 func (s *Stream) retainForSpace(now time.Time) {
-	if now.Sub(s.reclaimState.last) < reclaimMinGap {
+	if now.Sub(s.reclaimState.lastForSpace) < reclaimMinGap {
 		return
 	}
+	s.reclaimState.lastForSpace = now
 	if _, err := s.retain(now); err != nil {
 		s.st.log.Warn("retention for space failed", slog.String(logKeyStream, s.name), slog.Any(logKeyError, err))
 	}
