@@ -127,9 +127,9 @@ func (s *Stream) reclaimPartial(from, start uint64) (prefixes [][]byte, to uint6
 	if from >= start {
 		return nil, from, nil
 	}
-	soleRun := map[uint64]bool{}  // runs (offset >> 8) holding a whole table
-	soleKey := map[uint64]bool{}  // last offsets of batches that are a table alone
-	rp := prefix(tagRecord, s.id) //
+	soleRun := map[uint64]bool{} // runs (offset >> 8) holding a whole table
+	soleKey := map[uint64]bool{} // last offsets of batches that are a table alone
+	rp := prefix(tagRecord, s.id)
 	for _, ti := range s.st.db.Tables() {
 		l, r := ti.Left, ti.Right
 		if ti.Level == 0 || len(l) < recordKeyLen || len(r) < recordKeyLen || !bytes.HasPrefix(l, rp) || !bytes.HasPrefix(r, rp) {
@@ -159,7 +159,14 @@ func (s *Stream) reclaimPartial(from, start uint64) (prefixes [][]byte, to uint6
 	if err != nil {
 		return nil, from, err
 	}
-	to = from
+	prefixes, to = partialPrefixes(s.id, lasts, start, soleRun, soleKey)
+	return prefixes, max(to, from), nil
+}
+
+// partialPrefixes plans reclaimPartial's prefixes for the batches ending
+// at lasts (ascending, all below start), given the runs that hold a table
+// of their own and the batches that are one; to is past the last batch.
+func partialPrefixes(id uint32, lasts []uint64, start uint64, soleRun, soleKey map[uint64]bool) (prefixes [][]byte, to uint64) {
 	for i := 0; i < len(lasts); {
 		run := lasts[i] >> runShift
 		j := i
@@ -167,18 +174,18 @@ func (s *Stream) reclaimPartial(from, start uint64) (prefixes [][]byte, to uint6
 			j++
 		}
 		if whole := (run+1)<<runShift <= start; whole && !soleRun[run] {
-			prefixes = append(prefixes, runPrefix(s.id, run))
+			prefixes = append(prefixes, runPrefix(id, run))
 		} else {
 			for _, last := range lasts[i:j] {
 				if !soleKey[last] {
-					prefixes = append(prefixes, recordKey(s.id, last))
+					prefixes = append(prefixes, recordKey(id, last))
 				}
 			}
 		}
 		to = lasts[j-1] + 1
 		i = j
 	}
-	return prefixes, to, nil
+	return prefixes, to
 }
 
 // runShift: a run is 256 offsets, the keys sharing a 12-byte prefix.
