@@ -75,8 +75,14 @@ func TestReclaim_ByBytesGivesBackAPartialBlock(t *testing.T) {
 }
 
 // While appends are refused for lack of space, what retention dropped is
-// given back at once, below the threshold too.
+// given back at once, below the threshold too, and after a restart too
+// (which forgets how much it was).
 func TestReclaim_WhileRefusingForSpace(t *testing.T) {
+	t.Run("running", func(t *testing.T) { testReclaimWhileRefusing(t, false) })
+	t.Run("after a restart", func(t *testing.T) { testReclaimWhileRefusing(t, true) })
+}
+
+func testReclaimWhileRefusing(t *testing.T, restart bool) {
 	const maxBytes, payload = 4 * mib, 16 * kib
 	cfg := testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, MaxBytes: maxBytes})
 	cfg.MinFreeBytes = mib
@@ -94,6 +100,21 @@ func TestReclaim_WhileRefusingForSpace(t *testing.T) {
 	}
 	if left := keysUnder(t, s, 0, first); left == 0 {
 		t.Fatalf("all %d records below the log start already given back: no test", first)
+	}
+	if restart {
+		// Within max_bytes: retention after the restart drops nothing.
+		if _, err := s.ApplyRetention(context.Background(), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if left := keysUnder(t, s, 0, s.FirstOffset()); left == 0 {
+			t.Fatal("all records below the log start given back before the restart: no test")
+		}
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		st = openStore(t, cfg)
+		st.space.every = 0
+		s = st.Stream("s")
 	}
 	free.Store(1000) // the disk fills up
 	time.Sleep(reclaimMinGap)

@@ -17,7 +17,7 @@ import (
 func (s *Stream) load() error {
 	var start, next uint64
 	var chunks []chunk
-	reclaimFrom := ^uint64(0)
+	reclaimFrom, firstKey := ^uint64(0), ^uint64(0)
 	err := s.st.view(func(txn *badger.Txn) error {
 		item, err := txn.Get(startKey(s.id))
 		switch {
@@ -45,7 +45,8 @@ func (s *Stream) load() error {
 		it.Close()
 		it = txn.NewIterator(badger.IteratorOptions{Prefix: rp})
 		if it.Rewind(); it.Valid() {
-			reclaimFrom = keyOffset(it.Item().Key()) >> blockShift
+			firstKey = keyOffset(it.Item().Key())
+			reclaimFrom = firstKey >> blockShift
 		}
 		it.Close()
 
@@ -82,6 +83,12 @@ func (s *Stream) load() error {
 		s.committed.Store(next)
 	}
 	s.reclaimFrom = reclaimFrom
+	if firstKey < start {
+		// Records below the log start are still stored: how many bytes is
+		// not known, but a reclaim for space must not think it has nothing
+		// to give back.
+		s.reclaimState.hidden = 1
+	}
 	s.mu.chunks = chunks
 	if next > start {
 		if err := s.rescanChunk(start &^ (chunkSize - 1)); err != nil {
