@@ -273,7 +273,13 @@
 // commit applies retention and reclaims what it dropped at once (at most
 // every 250 ms), so appends work again as soon as retention has given back
 // its share (TestStore_SmallDiskRefusingRecoversAsRetentionFrees), or when
-// space returns, and nothing already stored is touched. Store.Space
+// space returns, and nothing already stored is touched. A reclaim writes
+// too (a memtable flush, a compaction, what GC moves), through the same
+// memory maps: while appends are refused, none runs unless two memtables
+// and an eighth of a value-log file are still free. While refusing, GC
+// still frees only files that are nine tenths garbage (half with several
+// streams): a file that retention emptied only in part is given back
+// once appends resume and retention empties it. Store.Space
 // reports free space, reserve and the refusing state; the metrics
 // peat_disk_free_bytes, peat_disk_size_bytes, peat_disk_reserve_bytes and
 // peat_disk_refusing show them.

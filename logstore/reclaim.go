@@ -24,16 +24,23 @@ import (
 //   - or the store refuses appends for lack of space and something is
 //     left to give back, at most once per reclaimMinGap per stream.
 //
+// While appends are refused, no reclaim runs unless the disk has room for
+// its own writes (refusingWithRoom).
+//
 // The last two give back the partly dropped block too (reclaimPartial).
 // Each reclaim is followed by value-log GC, which turns what DropPrefix
 // counted as garbage into free disk; waiting for the retention loop would
 // let the value log grow by a RetentionInterval of ingest.
 func (s *Stream) maybeReclaim(now time.Time) error {
+	refusing := s.st.space.full.Load()
+	if refusing && !s.st.space.refusingWithRoom() {
+		return nil // no room for the reclaim's own writes: wait for space
+	}
 	start := s.first.Load()
 	upto := start >> blockShift // blocks below upto are whole and hidden
 	rs := &s.reclaimState
 	partialDue := rs.hidden > 0 && now.Sub(rs.last) >= reclaimMinGap &&
-		(rs.hidden >= s.reclaimThreshold() || s.st.space.full.Load())
+		(rs.hidden >= s.reclaimThreshold() || refusing)
 	if !partialDue && (upto <= s.reclaimFrom || !s.st.reclaimDue(now)) {
 		return nil
 	}

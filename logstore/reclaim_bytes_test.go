@@ -85,7 +85,7 @@ func TestReclaim_WhileRefusingForSpace(t *testing.T) {
 func testReclaimWhileRefusing(t *testing.T, restart bool) {
 	const maxBytes, payload = 4 * mib, 16 * kib
 	cfg := testConfig(t, StreamConfig{Name: "s", Filters: []string{"#"}, MaxBytes: maxBytes})
-	cfg.MinFreeBytes = mib
+	cfg.MinFreeBytes = 64 * mib
 	var free atomic.Uint64
 	free.Store(1 << 40)
 	cfg.FreeSpace = func(string) (uint64, uint64, error) { return free.Load(), 1 << 41, nil }
@@ -116,10 +116,22 @@ func testReclaimWhileRefusing(t *testing.T, restart bool) {
 		st.space.every = 0
 		s = st.Stream("s")
 	}
-	free.Store(1000) // the disk fills up
-	time.Sleep(reclaimMinGap)
+	// With no room for a reclaim's own writes, the store waits.
+	free.Store(1000)
 	if _, err := s.Append(context.Background(), rec("a", "b")); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("Append on a full disk = %v, want ErrNoSpace", err)
+	}
+	if _, err := s.ApplyRetention(context.Background(), time.Now()); err != nil { // after the refused appender's turn
+		t.Fatal(err)
+	}
+	if n := counterValue(t, st.metrics.Reclaims); n != 0 || keysUnder(t, s, 0, s.FirstOffset()) == 0 {
+		t.Fatalf("%v reclaims with 1000 bytes free: a reclaim ran on a full disk", n)
+	}
+	// Below the reserve, with room to reclaim.
+	free.Store(32 * mib)
+	time.Sleep(reclaimMinGap)
+	if _, err := s.Append(context.Background(), rec("a", "b")); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("Append below the reserve = %v, want ErrNoSpace", err)
 	}
 	// The refused appender reclaims after it has answered.
 	deadline := time.Now().Add(10 * time.Second)
@@ -136,7 +148,7 @@ func testReclaimWhileRefusing(t *testing.T, restart bool) {
 	if _, err := s.Append(context.Background(), rec("a", "b")); err != nil {
 		t.Fatalf("Append once space returned: %v", err)
 	}
-	if sp := st.Space(); sp.Refusing || sp.Free != 1<<40 || sp.Size != 1<<41 || sp.Reserve != mib {
+	if sp := st.Space(); sp.Refusing || sp.Free != 1<<40 || sp.Size != 1<<41 || sp.Reserve != 64*mib {
 		t.Fatalf("Space() = %+v once space returned", sp)
 	}
 }

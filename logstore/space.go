@@ -91,6 +91,23 @@ func (g *spaceGuard) reserve() int64 {
 	return g.min
 }
 
+// refusingWithRoom reports whether appends are refused for lack of space
+// while the disk still has room for a reclaim: the memtable flush and the
+// compaction a DropPrefix writes, and what value-log GC moves out of a
+// file that is nine tenths garbage. Badger writes all of them through
+// memory maps, where a full disk is a SIGBUS, not an error; with less room
+// the store waits for space to return.
+func (g *spaceGuard) refusingWithRoom() bool {
+	if !g.full.Load() {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return !g.checked.IsZero() && g.avail >= uint64(g.spec.reclaimRoom())
+}
+
+func (s profileSpec) reclaimRoom() int64 { return 2*s.memTableSize + s.valueLogFileSize/8 }
+
 // noted records the outcome of a write: the first no-space failure of an
 // episode is logged as an error, the first success after it as info.
 func (g *spaceGuard) noted(log *slog.Logger, err error) {
