@@ -297,7 +297,8 @@ func (sc StreamConfig) retainSlack() int64 { return sc.MaxBytes / 16 }
 // RetentionInterval of ingest (30 s by default) before anything was
 // dropped, and so before any disk came back.
 func (s *Stream) retainOnCommit(now time.Time) {
-	if s.cfg.MaxBytes <= 0 || s.bytes.Load() <= s.cfg.MaxBytes+s.cfg.retainSlack() {
+	if s.cfg.MaxBytes <= 0 || s.bytes.Load() <= s.cfg.MaxBytes+s.cfg.retainSlack() ||
+		s.committed.Load() <= s.first.Load() { // with ManualCommit: nothing readers saw yet goes
 		return
 	}
 	if _, err := s.retain(now); err != nil {
