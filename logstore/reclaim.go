@@ -38,7 +38,7 @@ func (s *Stream) maybeReclaim(now time.Time) error {
 	}
 	start := s.first.Load()
 	upto := start >> blockShift // blocks below upto are whole and hidden
-	rs := &s.reclaimState
+	rs := &s.reclaim
 	partialDue := rs.hidden > 0 && now.Sub(rs.last) >= reclaimMinGap &&
 		(rs.hidden >= s.reclaimThreshold() || refusing)
 	if !partialDue && (upto <= s.reclaimFrom || !s.st.reclaimDue(now)) {
@@ -89,9 +89,9 @@ func (s *Stream) maybeReclaim(now time.Time) error {
 	return nil
 }
 
-// reclaimState is the appender's account of what retention dropped and
+// backlog is the appender's account of what retention dropped and
 // no reclaim has given back yet.
-type reclaimState struct {
+type backlog struct {
 	hidden int64     // bytes dropped by retention since the last reclaim that reached the log start
 	upTo   uint64    // record keys below it, in block reclaimFrom, are given back
 	last   time.Time // the last reclaim by bytes or for space

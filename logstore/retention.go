@@ -87,7 +87,7 @@ func (s *Stream) load() error {
 		// Records below the log start are still stored: how many bytes is
 		// not known, but a reclaim for space must not think it has nothing
 		// to give back.
-		s.reclaimState.hidden = 1
+		s.reclaim.hidden = 1
 	}
 	s.mu.chunks = chunks
 	if next > start {
@@ -278,7 +278,7 @@ func (s *Stream) retain(now time.Time) (uint64, error) {
 	}
 	s.mu.Unlock()
 	s.first.Store(newStart)
-	s.reclaimState.hidden += s.bytes.Load() - bytes
+	s.reclaim.hidden += s.bytes.Load() - bytes
 	s.bytes.Store(bytes)
 	dropped := newStart - start
 	s.mDropped.Add(float64(dropped))
@@ -312,10 +312,10 @@ func (s *Stream) retainOnCommit(now time.Time) {
 // gives back ends the refusal. Appends refused meanwhile fail at once, so
 // it runs at most once per reclaimMinGap.
 func (s *Stream) retainForSpace(now time.Time) {
-	if now.Sub(s.reclaimState.lastForSpace) < reclaimMinGap {
+	if now.Sub(s.reclaim.lastForSpace) < reclaimMinGap {
 		return
 	}
-	s.reclaimState.lastForSpace = now
+	s.reclaim.lastForSpace = now
 	if _, err := s.retain(now); err != nil {
 		s.st.log.Warn("retention for space failed", slog.String(logKeyStream, s.name), slog.Any(logKeyError, err))
 	}

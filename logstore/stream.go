@@ -45,13 +45,13 @@ type Stream struct {
 	wake chan struct{}
 
 	// appender-only state
-	reclaimFrom  uint64       // lowest DropPrefix block that may still hold keys
-	reclaimState reclaimState // dropped bytes not given back yet (reclaim.go)
-	arena        []byte       // encoded records of a group commit
-	batchArena   []byte       // their batches
-	batchVals    [][]byte     // scratch: the values of one batch
-	lingerTimer  *time.Timer
-	lastCommit   time.Time // when the latest group commit began (linger)
+	reclaimFrom uint64   // lowest DropPrefix block that may still hold keys
+	reclaim     backlog  // dropped, not yet given back (reclaim.go)
+	arena       []byte   // encoded records of a group commit
+	batchArena  []byte   // their batches
+	batchVals   [][]byte // scratch: the values of one batch
+	lingerTimer *time.Timer
+	lastCommit  time.Time // when the latest group commit began (linger)
 
 	mAppended, mBytes, mCorrupt, mDropped prometheus.Counter
 	mAppendDur, mCommitDur                prometheus.Observer
