@@ -24,6 +24,11 @@ type smallDiskRun struct {
 	longestRefuse time.Duration
 }
 
+// smallDiskPatience bounds each small-disk test: a passing run takes 5-30
+// s (race detector on, shared machine); one that stays refused runs into
+// it.
+const smallDiskPatience = 2 * time.Minute
+
 func pushThrough(t *testing.T, s *Stream, dir string, payload, want int64, deadline time.Time) smallDiskRun {
 	t.Helper()
 	r := smallDiskRun{firstRefusal: -1}
@@ -81,7 +86,7 @@ func TestStore_SmallDiskRefusingRecoversAsRetentionFrees(t *testing.T) {
 	}
 	st := openStore(t, cfg)
 	s := st.Stream("cam")
-	deadline := time.Now().Add(40 * time.Second)
+	deadline := time.Now().Add(smallDiskPatience)
 	run := pushThrough(t, s, cfg.Dir, payload, 48*mib, deadline)
 	if run.refused > 0 || run.acked < 48*mib {
 		t.Fatalf("filling the store: %d MiB acknowledged, %d appends refused", run.acked>>20, run.refused)
@@ -105,7 +110,7 @@ func TestStore_SmallDiskRefusingRecoversAsRetentionFrees(t *testing.T) {
 	}
 	if run.acked < 16*mib || s.NextOffset() <= before {
 		t.Fatalf("only %d MiB acknowledged in %v after the disk filled (%d refused): retention did not give the disk back",
-			run.acked>>20, 40*time.Second, run.refused)
+			run.acked>>20, smallDiskPatience, run.refused)
 	}
 	if got := readAll(t, s, s.FirstOffset()); uint64(len(got)) != s.NextOffset()-s.FirstOffset() {
 		t.Fatalf("read %d records of [%d, %d)", len(got), s.FirstOffset(), s.NextOffset())
@@ -133,7 +138,7 @@ func TestStore_SmallDiskKeepsAcceptingUnderRetention(t *testing.T) {
 	st := openStore(t, cfg)
 	s := st.Stream("cam")
 	bound := st.DiskBound()
-	deadline := time.Now().Add(40 * time.Second)
+	deadline := time.Now().Add(smallDiskPatience)
 
 	// The filesystem holds about 150 MiB above the reserve: push more
 	// than that (three times as much without the race detector).
@@ -149,7 +154,7 @@ func TestStore_SmallDiskKeepsAcceptingUnderRetention(t *testing.T) {
 			run.firstRefusal>>20, run.refused, run.longestRefuse)
 	}
 	if run.acked < want {
-		t.Fatalf("only %d of %d MiB acknowledged in %v", run.acked>>20, want>>20, 40*time.Second)
+		t.Fatalf("only %d of %d MiB acknowledged in %v", run.acked>>20, want>>20, smallDiskPatience)
 	}
 	if run.peak > bound {
 		t.Fatalf("the store took %d bytes on disk, above its bound of %d", run.peak, bound)
