@@ -11,14 +11,10 @@ import (
 	"time"
 )
 
-// smallDiskRun publishes records of payload bytes to s until want bytes are
-// acknowledged or the deadline passes, publishing on through refusals for
-// space (as sensors would). It samples the disk the store takes after
-// every MiB and returns the bytes acknowledged, the peak, the number of
-// refused appends and the last refusal.
+// smallDiskRun is what pushThrough saw.
 type smallDiskRun struct {
-	acked, peak   int64
-	refused       int
+	acked, peak   int64 // bytes acknowledged; the most disk the store took
+	refused       int   // appends refused for space
 	firstRefusal  int64 // acked bytes when the first refusal came; -1: none
 	refusedSince  time.Time
 	longestRefuse time.Duration
@@ -29,6 +25,10 @@ type smallDiskRun struct {
 // it.
 const smallDiskPatience = 2 * time.Minute
 
+// pushThrough publishes records of payload bytes to s until want bytes are
+// acknowledged or the deadline passes, publishing on through refusals for
+// space (as sensors would), and samples the disk the store takes in dir
+// after every MiB.
 func pushThrough(t *testing.T, s *Stream, dir string, payload, want int64, deadline time.Time) smallDiskRun {
 	t.Helper()
 	r := smallDiskRun{firstRefusal: -1}
