@@ -77,7 +77,8 @@ type StorageConfig struct {
 	// block writers while they run.
 	ReclaimInterval Duration `yaml:"reclaim_interval"`
 	// MinFreeBytes refuses publishes while the disk has less free space;
-	// 0 is the profile's reserve, -1 turns the check off.
+	// 0 is the profile's reserve scaled to the filesystem
+	// (logstore.Profile.Reserve), -1 turns the check off.
 	MinFreeBytes ByteSize `yaml:"min_free_bytes"`
 	// MappedLimit bounds how much of RSS the pages of Badger's
 	// memory-mapped files may take before the store hands them back to

@@ -30,7 +30,7 @@ type apiError struct {
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", n.handleHealth)
-	mux.HandleFunc("GET /readyz", n.handleHealth)
+	mux.HandleFunc("GET /readyz", n.handleReady)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{
 		ErrorLog: slogPrinter{n}, Registry: n.reg,
 	}))
@@ -47,6 +47,29 @@ func (n *Node) handleHealth(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	_, _ = w.Write([]byte("ok\n"))
+}
+
+// handleReady is /healthz, and 503 while publishes are refused for lack
+// of disk space, with the reason: a load balancer or an operator's probe
+// sees a node that takes connections but stores nothing.
+func (n *Node) handleReady(w http.ResponseWriter, r *http.Request) {
+	store := n.store.Load()
+	if !n.serving.Load() || store == nil {
+		n.handleHealth(w, r)
+		return
+	}
+	if sp := store.Space(); sp.Refusing {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		if sp.Known && sp.Reserve >= 0 && sp.Free < uint64(sp.Reserve) {
+			_, _ = fmt.Fprintf(w, "refusing publishes: %d bytes free in %s, below the %d-byte reserve (storage.min_free_bytes)\n",
+				sp.Free, sp.Dir, sp.Reserve)
+		} else {
+			_, _ = fmt.Fprintf(w, "refusing publishes: the last write to %s found the disk full\n", sp.Dir)
+		}
+		return
+	}
+	n.handleHealth(w, r)
 }
 
 func (n *Node) handleStreams(w http.ResponseWriter, _ *http.Request) {

@@ -34,6 +34,9 @@ const (
 	attrWas       = "was"
 	attrStreams   = "streams"
 	attrErr       = "err"
+	attrFree      = "free_bytes"
+	attrReserve   = "reserve_bytes"
+	attrFSSize    = "filesystem_bytes"
 )
 
 // Node is one running Peat node: the log, the MQTT front-end and the HTTP
@@ -48,6 +51,9 @@ type Node struct {
 
 	serving atomic.Bool                    // /healthz says ok
 	store   atomic.Pointer[logstore.Store] // what HTTP handlers and metrics read; nil when closed
+
+	// freeSpace replaces statfs for the log's free-space check (tests).
+	freeSpace func(dir string) (free, size uint64, err error)
 
 	// mu guards the lifecycle: what Start opened is what Close closes.
 	mu struct {
@@ -128,6 +134,7 @@ func (n *Node) start(ctx context.Context) error {
 	sc := n.cfg.StoreConfig()
 	sc.Logger = n.log.With(attrComponent, "logstore")
 	sc.Metrics = n.storeMetrics
+	sc.FreeSpace = n.freeSpace
 	store, err := logstore.Open(sc)
 	if err != nil {
 		return fmt.Errorf("open log in %s: %w", n.cfg.DataDir, err)
@@ -139,6 +146,7 @@ func (n *Node) start(ctx context.Context) error {
 		streams = append(streams, s.Name())
 	}
 	n.log.Info("log open", attrDataDir, n.cfg.DataDir, attrProfile, string(profile), attrStreams, streams)
+	n.warnLowSpace(store.Space())
 	n.applyProcs(store.CommitsWaitForFsync())
 
 	if err := ctx.Err(); err != nil {
@@ -173,6 +181,23 @@ func (n *Node) start(ctx context.Context) error {
 		return fmt.Errorf("start MQTT on %s: %w", n.cfg.MQTT.Listen, err)
 	}
 	return nil
+}
+
+// warnLowSpace warns at start when the log's filesystem has less than
+// twice the free-space reserve: below it every publish is refused (MQTT 5
+// reason 0x97), and a node that starts there would otherwise refuse them
+// with nothing in its log to say why.
+func (n *Node) warnLowSpace(sp logstore.SpaceStatus) {
+	if !sp.Known || sp.Reserve < 0 {
+		return
+	}
+	attrs := []any{attrDataDir, n.cfg.DataDir, attrFree, sp.Free, attrReserve, sp.Reserve, attrFSSize, sp.Size}
+	switch {
+	case sp.Free < uint64(sp.Reserve):
+		n.log.Warn("disk space below the reserve: every publish is refused until space is freed (storage.min_free_bytes)", attrs...)
+	case sp.Free < 2*uint64(sp.Reserve):
+		n.log.Warn("disk space near the reserve: publishes are refused once free space falls below it (storage.min_free_bytes)", attrs...)
+	}
 }
 
 // serveHTTP is the HTTP server's goroutine; Close stops it and waits on done.

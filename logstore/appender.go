@@ -260,6 +260,7 @@ func (s *Stream) commitBatch(batch []*request) {
 			s.st.metrics.AppendErrors.WithLabelValues(s.name, reasonNoSpace).Inc()
 			r.finish(0, err)
 		}
+		s.retainForSpace(now)
 		return
 	}
 	next := s.next.Load()
@@ -323,6 +324,7 @@ func (s *Stream) commitBatch(batch []*request) {
 		ri = s.report(batch, firstIdx, refused, ri, written, next, nil)
 	}
 	s.report(batch, firstIdx, refused, ri, written, next, nil)
+	s.retainOnCommit(now)
 }
 
 // report finishes, in order from ri, the requests whose records are all

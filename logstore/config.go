@@ -75,8 +75,13 @@ type Config struct {
 	// holding Dir has less free space than this. Badger writes through
 	// sparse memory-mapped files, and a write fault there kills the process
 	// instead of returning an error, so the reserve must cover a memtable
-	// and a value log file. 0 = the profile's default, negative = no check.
+	// and a value log file. 0 = the profile's reserve scaled to the
+	// filesystem (Profile.Reserve), negative = no check.
 	MinFreeBytes int64
+	// FreeSpace reports the bytes free (to unprivileged users) and the
+	// size of the filesystem holding dir; nil is statfs. For platforms
+	// without statfs, and for tests.
+	FreeSpace func(dir string) (free, size uint64, err error)
 	// MappedLimit bounds the part of the process's RSS that is pages of
 	// Badger's memory-mapped files: past it, the store hands them back to
 	// the kernel (mapped.go; Linux only). 0 = the profile's default,

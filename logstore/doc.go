@@ -223,46 +223,93 @@
 // go first; within the next chunk records are dropped one by one from the
 // front (scanning at most 1024). The new start and that chunk's stats are
 // persisted in one small transaction; Read refuses offsets below it at once.
-// Only committed records are dropped. The log start may fall inside a
-// batch: its records below the start stay on disk, hidden and no longer
-// counted, until their block is reclaimed. The space comes back later: the
-// appender calls DropPrefix for every whole 65536-offset block below the log
-// start, in one call, at most once per ReclaimInterval (1 minute) for the
-// whole store, because DropPrefix stops every writer of the database while
-// it runs (other streams' commits wait on a lock instead of failing with
-// ErrBlockedWrites). Records of a partly retained block stay on disk, hidden,
-// until the block is whole. Badger's TTL is not used: it hides keys but gives
+// Only committed records are dropped. A stream with MaxBytes does not wait
+// for the loop: a commit that takes it a sixteenth past MaxBytes applies
+// retention right after its appends are acknowledged (retainOnCommit), so
+// a stream never grows by a RetentionInterval of ingest.
+//
+// The space comes back later, with DropPrefix, which stops every writer of
+// the database while it runs (other streams' commits wait on a lock instead
+// of failing with ErrBlockedWrites). A reclaim (reclaim.go) is due when
+//
+//   - a whole 65536-offset block lies below the log start: at most once per
+//     ReclaimInterval (1 minute) for the whole store;
+//   - or the bytes retention dropped since the last reclaim reach a quarter
+//     of MaxBytes (a value-log file's worth for a stream kept by age only);
+//   - or the store refuses appends for lack of space (see Full disk) and
+//     retention dropped anything.
+//
+// The last two come at most every 250 ms per stream, and give back the
+// partly dropped block too: each run of 256 offsets wholly below the log
+// start as one 12-byte prefix, the batches of the run that holds it as
+// their own keys. Large records never fill a block (16 KiB records: 1 GiB
+// a block), so a reclaim by blocks alone never came and a small disk
+// filled up for good (TestStore_SmallDiskKeepsAcceptingUnderRetention).
+// The records of the batch that holds the log start stay on disk, hidden,
+// until a later reclaim. Badger's TTL is not used: it hides keys but gives
 // no space back.
 //
-// Batch values above the profile's value threshold (64 bytes for pi-zero:
-// nearly all of them) live in Badger's value log, and the tables hold
-// 12-byte pointers to them. DropPrefix does not shrink the value log: after a
+// Batch values above the profile's value threshold (64 bytes: nearly all
+// of them) live in Badger's value log, and the tables hold 12-byte
+// pointers to them. DropPrefix does not shrink the value log: after each
 // reclaim, value-log GC rewrites, one at a time, the files whose garbage
 // reached a ratio (0.9 with one stream, whose files empty in order; 0.5 with
-// several), which moves what is live in them and deletes them. GC finds
-// those files by the garbage DropPrefix counted while reading the tables it
+// several), which moves what is live in them and deletes them. GC never
+// takes the file being written, and frees whole files only, which is why
+// the profiles' value-log files are 16 MiB (pi-zero) and 32 MiB (pi,
+// server): with 256 MiB files the server profile kept everything pushed
+// through a 16 MiB stream (scripts/bench-results/disk.md). GC finds those
+// files by the garbage DropPrefix counted while reading the tables it
 // dropped, but DropPrefix deletes a table lying wholly inside one prefix
 // unread: reclaim.go plans the prefixes so that no table of value pointers
-// is dropped that way (TestReclaim_GivesBackTheValueLogOfACutTable;
-// TestRetention_DiskStaysBounded appends 12 times max_bytes and checks the
-// directory stays within its bound).
+// is dropped that way (a block, or a run, holding a table of its own is
+// given back in smaller prefixes; a one-key table keeps its key;
+// TestReclaim_GivesBackTheValueLogOfACutTable).
+//
+// What a store takes on disk under size retention is then bounded
+// (Store.DiskBound): twice the sum of its streams' MaxBytes, plus the
+// profile's overhead (Profile.DiskOverhead: two value-log files, the
+// memtables' logs and 8 MiB; pi-zero 48 MiB, pi 120 MiB, server 136 MiB).
+// Measured with 16 B to 1 MiB records, pushing 8 times a 16 MiB max_bytes:
+// at most 2.6 times max_bytes (pi-zero) and 3.3 times (server) at the
+// peak, against bounds of 5 and 10.5 times (scripts/bench-disk.sh).
+// The price is writers stopped for a DropPrefix (7-120 ms measured) per
+// quarter of MaxBytes and for a GC round (30-100 ms) per value-log file.
 //
 // # Full disk
 //
 // Badger writes its WAL, value log and tables through sparse memory-mapped
 // files; running out of space while writing one is a fault that kills the
 // process, not an error (seen: SIGBUS in table.CreateTable on a full 40 MB
-// tmpfs; TestStore_RealDiskFull reproduces the protected case). The appender therefore refuses appends with ErrNoSpace while
-// the filesystem has less free space than a reserve (profile default, or
-// Config.MinFreeBytes), checked at most every 100 ms. A commit that fails
-// with ENOSPC anyway fails its appends with ErrNoSpace too. The first refusal
-// is logged once, as is the recovery; appends work again when space returns,
-// and nothing already stored is touched.
+// tmpfs; TestStore_RealDiskFull reproduces the protected case). The
+// appender therefore refuses appends with ErrNoSpace while the filesystem
+// has less free space than a reserve, checked at most every 100 ms.
+// Config.MinFreeBytes sets the reserve; by default it is the profile's
+// scaled to the filesystem (Profile.Reserve): a twentieth of it, at least
+// two value-log files and two memtables (what Badger may write past a
+// check), at most the profile's figure (pi-zero 64 MiB, pi 128 MiB, server
+// 512 MiB). A fixed 512 MiB refused every publish on a 1 GB card. A
+// commit that fails with ENOSPC anyway fails its appends with ErrNoSpace
+// too. The first refusal is logged once, as is the recovery; a refused
+// commit applies retention and reclaims what it dropped at once (at most
+// every 250 ms), so appends work again as soon as retention has given back
+// its share (TestStore_SmallDiskRefusingRecoversAsRetentionFrees), or when
+// space returns, and nothing already stored is touched. A reclaim writes
+// too (a memtable flush, a compaction, what GC moves), through the same
+// memory maps: while appends are refused, none runs unless two memtables
+// and an eighth of a value-log file are still free. While refusing, GC
+// still frees only files that are nine tenths garbage (half with several
+// streams): a file that retention emptied only in part is given back
+// once appends resume and retention empties it. Store.Space
+// reports free space, reserve and the refusing state; the metrics
+// peat_disk_free_bytes, peat_disk_size_bytes, peat_disk_reserve_bytes and
+// peat_disk_refusing show them.
 //
 // # Record size
 //
 // Store.MaxRecordBytes is the largest encoded record an append accepts:
-// ValueLogFileSize less 1 KiB on disk, the value threshold in memory (Badger
+// ValueLogFileSize less 1 KiB on disk (16 MiB pi-zero, 32 MiB pi and
+// server), the value threshold in memory (Badger
 // has no value log there, and in-memory stores keep records up to 64 KiB
 // in the tables). Larger records fail with ErrRecordTooLarge before
 // reaching Badger, whose own error would dump the whole value.

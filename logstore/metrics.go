@@ -91,6 +91,12 @@ var (
 	descNext      = prometheus.NewDesc("peat_log_next_offset", "Log end offset: the next offset to be assigned.", []string{"stream"}, nil)
 	descCommitted = prometheus.NewDesc("peat_log_committed_offset", "High watermark: readers see offsets below it.", []string{"stream"}, nil)
 	descBytes     = prometheus.NewDesc("peat_log_retained_bytes", "Bytes the retained records of the stream take.", []string{"stream"}, nil)
+
+	// The filesystem of the store's directory (Store.Space), by directory.
+	descDiskFree     = prometheus.NewDesc("peat_disk_free_bytes", "Bytes free on the filesystem holding the log (for unprivileged users).", []string{"dir"}, nil)
+	descDiskSize     = prometheus.NewDesc("peat_disk_size_bytes", "Size of the filesystem holding the log.", []string{"dir"}, nil)
+	descDiskReserve  = prometheus.NewDesc("peat_disk_reserve_bytes", "Free space below which publishes are refused (storage.min_free_bytes, or the profile's reserve scaled to the filesystem).", []string{"dir"}, nil)
+	descDiskRefusing = prometheus.NewDesc("peat_disk_refusing", "1 while publishes are refused for lack of disk space, else 0.", []string{"dir"}, nil)
 )
 
 func (g *streamGauges) Describe(ch chan<- *prometheus.Desc) {
@@ -98,6 +104,10 @@ func (g *streamGauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descNext
 	ch <- descCommitted
 	ch <- descBytes
+	ch <- descDiskFree
+	ch <- descDiskSize
+	ch <- descDiskReserve
+	ch <- descDiskRefusing
 }
 
 func (g *streamGauges) Collect(ch chan<- prometheus.Metric) {
@@ -110,6 +120,16 @@ func (g *streamGauges) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descNext, prometheus.GaugeValue, float64(s.NextOffset()), s.name)
 			ch <- prometheus.MustNewConstMetric(descCommitted, prometheus.GaugeValue, float64(s.Committed()), s.name)
 			ch <- prometheus.MustNewConstMetric(descBytes, prometheus.GaugeValue, float64(s.Bytes()), s.name)
+		}
+		if sp := st.Space(); sp.Known {
+			refusing := 0.0
+			if sp.Refusing {
+				refusing = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descDiskFree, prometheus.GaugeValue, float64(sp.Free), sp.Dir)
+			ch <- prometheus.MustNewConstMetric(descDiskSize, prometheus.GaugeValue, float64(sp.Size), sp.Dir)
+			ch <- prometheus.MustNewConstMetric(descDiskReserve, prometheus.GaugeValue, float64(sp.Reserve), sp.Dir)
+			ch <- prometheus.MustNewConstMetric(descDiskRefusing, prometheus.GaugeValue, refusing, sp.Dir)
 		}
 	}
 }

@@ -64,7 +64,7 @@ type profileSpec struct {
 	valueThreshold, valueLogFileSize           int64
 	memoryLimit                                int64
 	numCompactors                              int
-	minFree                                    int64 // default free-space reserve
+	minFree                                    int64 // the most the default free-space reserve grows to (Profile.Reserve)
 	mappedLimit                                int64 // default Config.MappedLimit; 0: never trim
 	tableSizeMultiplier                        int   // 0: Badger's default (2)
 }
@@ -74,24 +74,35 @@ var profiles = map[Profile]profileSpec{
 		memTableSize: 4 * mib, numMemtables: 2, l0Tables: 2, l0Stall: 4,
 		baseTableSize: 4 * mib, baseLevelSize: 32 * mib,
 		compression: options.None, blockCache: 0, indexCache: 8 * mib,
-		valueThreshold: recordsInValueLog, valueLogFileSize: 32 * mib,
+		valueThreshold: recordsInValueLog, valueLogFileSize: 16 * mib,
 		memoryLimit: 128 * mib, numCompactors: 2, minFree: 64 * mib, mappedLimit: 8 * mib,
 	},
 	ProfilePi: { // compression and caches: see serverReplay
 		memTableSize: 16 * mib, numMemtables: 3, l0Tables: 3, l0Stall: 8,
 		baseTableSize: 8 * mib, baseLevelSize: 64 * mib,
 		compression: options.None, blockCache: 0, indexCache: 16 * mib,
-		valueThreshold: recordsInValueLog, valueLogFileSize: 64 * mib,
+		valueThreshold: recordsInValueLog, valueLogFileSize: 32 * mib,
 		memoryLimit: 256 * mib, numCompactors: 2, minFree: 128 * mib, mappedLimit: 16 * mib,
 	},
 	ProfileServer: { // memtables, compression and caches: see serverReplay
 		memTableSize: 16 * mib, numMemtables: 4, l0Tables: 5, l0Stall: 15,
 		baseTableSize: 8 * mib, baseLevelSize: 64 * mib,
 		compression: options.None, blockCache: 0, indexCache: 64 * mib,
-		valueThreshold: recordsInValueLog, valueLogFileSize: 256 * mib,
+		valueThreshold: recordsInValueLog, valueLogFileSize: 32 * mib,
 		memoryLimit: 0, numCompactors: 4, minFree: 512 * mib, mappedLimit: 16 * mib,
 	},
 }
+
+// Value-log files are 16 MiB (pi-zero) and 32 MiB (pi, server; they were
+// 32, 64 and 256). Value-log GC frees whole files and never the one being
+// written, so a store under size retention holds up to two files more
+// than it retains (Profile.DiskOverhead), and with 256 MiB files a server
+// stream of max_bytes 16 MiB kept all 131 MiB pushed through it. After
+// the change, pushing 8 times a 16 MiB max_bytes with 16 B to 1 MiB
+// records peaked at 32-42 MiB on disk (pi-zero) and 47-53 MiB (server)
+// (scripts/bench-disk.sh, scripts/bench-results/disk.md). The largest
+// record shrinks with the file (Store.MaxRecordBytes: 16 MiB less 1 KiB
+// for pi-zero), still well above MQTT's default 1 MiB max payload.
 
 // recordsInValueLog is every profile's value threshold: values of more bytes
 // (every record with a payload of more than about 20 bytes) are written once

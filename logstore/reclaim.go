@@ -9,32 +9,198 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 )
 
-// maybeReclaim gives back the space of whole 65536-offset blocks below the
-// log start with one DropPrefix call, at most once per ReclaimInterval for
-// the whole store. DropPrefix stops every writer while it runs, so the
-// store's commits wait on writeMu instead of failing.
+// maybeReclaim gives back the space of what retention dropped, with one
+// DropPrefix call. DropPrefix stops every writer while it runs, so the
+// store's commits wait on writeMu instead of failing, and reclaims are
+// spaced out. A reclaim is due when
+//
+//   - a whole 65536-offset block lies below the log start, at most once
+//     per ReclaimInterval for the whole store (records of a few hundred
+//     bytes fill a block long before they fill the disk);
+//   - or the bytes dropped and not yet given back reach reclaimThreshold
+//     (a quarter of max_bytes), at most once per reclaimMinGap per stream:
+//     large records fill the disk before they fill a block (16 KiB
+//     records: a block is 1 GiB), and a reclaim by blocks alone never came;
+//   - or the store refuses appends for lack of space and something is
+//     left to give back, at most once per reclaimMinGap per stream.
+//
+// While appends are refused, no reclaim runs unless the disk has room for
+// its own writes (refusingWithRoom).
+//
+// The last two give back the partly dropped block too (reclaimPartial).
+// Each reclaim is followed by value-log GC, which turns what DropPrefix
+// counted as garbage into free disk; waiting for the retention loop would
+// let the value log grow by a RetentionInterval of ingest.
 func (s *Stream) maybeReclaim(now time.Time) error {
-	upto := s.first.Load() >> blockShift // blocks below upto are whole and hidden
-	if upto <= s.reclaimFrom || !s.st.reclaimDue(now) {
+	refusing := s.st.space.full.Load()
+	if refusing && !s.st.space.refusingWithRoom() {
+		return nil // no room for the reclaim's own writes: wait for space
+	}
+	start := s.first.Load()
+	upto := start >> blockShift // blocks below upto are whole and hidden
+	rs := &s.reclaim
+	partialDue := rs.hidden > 0 && now.Sub(rs.last) >= reclaimMinGap &&
+		(rs.hidden >= s.reclaimThreshold() || refusing)
+	if !partialDue && (upto <= s.reclaimFrom || !s.st.reclaimDue(now)) {
 		return nil
 	}
 	const maxBlocks = 2048
 	upto = min(upto, s.reclaimFrom+maxBlocks)
-	prefixes, upto, split := s.reclaimPrefixes(s.reclaimFrom, upto)
+	var prefixes [][]byte
+	split := 0
+	if upto > s.reclaimFrom {
+		prefixes, upto, split = s.reclaimPrefixes(s.reclaimFrom, upto)
+	}
+	partTo := uint64(0) // offsets below it in block upto are given back
+	if partialDue && upto == start>>blockShift {
+		var err error
+		var part [][]byte
+		if part, partTo, err = s.reclaimPartial(max(upto<<blockShift, rs.upTo), start); err != nil {
+			return fmt.Errorf("plan the reclaim below %d: %w", start, err)
+		}
+		prefixes = append(prefixes, part...)
+	}
+	rs.last = now
+	if len(prefixes) == 0 {
+		rs.hidden = 0 // nothing left to give back: the rest is in the batch holding the log start
+		return nil
+	}
 	s.st.writeMu.Lock()
 	t0 := time.Now()
 	err := s.st.db.DropPrefix(prefixes...)
 	s.st.writeMu.Unlock()
 	if err != nil {
-		return fmt.Errorf("reclaim blocks [%d, %d): %w", s.reclaimFrom, upto, err)
+		return fmt.Errorf("reclaim below offset %d: %w", max(upto<<blockShift, partTo), err)
 	}
 	s.st.metrics.Reclaims.Inc()
 	s.st.reclaimed.Store(true)
 	s.st.log.Debug("reclaimed retained-out records", slog.String(logKeyStream, s.name),
-		slog.Uint64("below_offset", upto<<blockShift), slog.Int("split_blocks", split),
-		slog.Duration("took", time.Since(t0)))
-	s.reclaimFrom = upto
+		slog.Uint64("below_offset", max(upto<<blockShift, partTo)), slog.Int("split_blocks", split),
+		slog.Int("prefixes", len(prefixes)), slog.Duration("took", time.Since(t0)))
+	if upto > s.reclaimFrom {
+		s.reclaimFrom = upto
+		rs.upTo = upto << blockShift
+	}
+	if partTo > 0 {
+		rs.upTo = partTo
+		rs.hidden = 0
+	}
+	s.st.valueLogGC(s.st.ctx)
 	return nil
+}
+
+// backlog is the appender's account of what retention dropped and
+// no reclaim has given back yet.
+type backlog struct {
+	hidden int64     // bytes dropped by retention since the last reclaim that reached the log start
+	upTo   uint64    // record keys below it, in block reclaimFrom, are given back
+	last   time.Time // the last reclaim by bytes or for space
+
+	lastForSpace time.Time // the last retainForSpace
+}
+
+// reclaimMinGap spaces out the reclaims of one stream that are due by
+// bytes or for lack of space: each stops every writer of the store for the
+// length of a DropPrefix (a memtable flush and a compaction of the tables
+// holding the prefixes) and a value-log GC.
+const reclaimMinGap = 250 * time.Millisecond
+
+// reclaimThreshold is how many dropped bytes make a reclaim due: a quarter
+// of max_bytes, so what is dropped but still on disk stays below that
+// (DiskBound); for a stream retained by age only, a value-log file's worth.
+func (s *Stream) reclaimThreshold() int64 {
+	if s.cfg.MaxBytes > 0 {
+		return max(s.cfg.MaxBytes/4, minReclaimBytes)
+	}
+	return max(int64(s.st.maxValue), minReclaimBytes) // about a value-log file (MaxRecordBytes)
+}
+
+// minReclaimBytes keeps a tiny max_bytes from making every commit a
+// reclaim.
+const minReclaimBytes = 256 * kib
+
+// reclaimPartial returns the DropPrefix prefixes that give back the record
+// keys of the batches that end in [from, start), all of one block, and the
+// first offset not given back. A run of 256 offsets (a prefix of 12 bytes)
+// wholly below start goes as one prefix, the batches of the run that holds
+// start each as their own key.
+//
+// As in reclaimPrefixes, no table of value pointers may lie wholly inside
+// one prefix, or DropPrefix would delete it unread and value-log GC never
+// learn that its values are garbage: a run holding such a table goes key
+// by key, and a table of a single key keeps that key (it is hidden below
+// the log start, and goes with its block).
+func (s *Stream) reclaimPartial(from, start uint64) (prefixes [][]byte, to uint64, err error) {
+	if from >= start {
+		return nil, from, nil
+	}
+	soleRun := map[uint64]bool{} // runs (offset >> 8) holding a whole table
+	soleKey := map[uint64]bool{} // last offsets of batches that are a table alone
+	rp := prefix(tagRecord, s.id)
+	for _, ti := range s.st.db.Tables() {
+		l, r := ti.Left, ti.Right
+		if ti.Level == 0 || len(l) < recordKeyLen || len(r) < recordKeyLen || !bytes.HasPrefix(l, rp) || !bytes.HasPrefix(r, rp) {
+			continue
+		}
+		lo, hi := keyOffset(l[:recordKeyLen]), keyOffset(r[:recordKeyLen])
+		switch {
+		case lo == hi:
+			soleKey[lo] = true
+		case lo>>runShift == hi>>runShift:
+			soleRun[lo>>runShift] = true
+		}
+	}
+	var lasts []uint64 // batches ending in [from, start), in order
+	err = s.st.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: rp})
+		defer it.Close()
+		for it.Seek(recordKey(s.id, from)); it.Valid(); it.Next() {
+			last := keyOffset(it.Item().Key())
+			if last >= start {
+				break
+			}
+			lasts = append(lasts, last)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, from, err
+	}
+	prefixes, to = partialPrefixes(s.id, lasts, start, soleRun, soleKey)
+	return prefixes, max(to, from), nil
+}
+
+// partialPrefixes plans reclaimPartial's prefixes for the batches ending
+// at lasts (ascending, all below start), given the runs that hold a table
+// of their own and the batches that are one; to is past the last batch.
+func partialPrefixes(id uint32, lasts []uint64, start uint64, soleRun, soleKey map[uint64]bool) (prefixes [][]byte, to uint64) {
+	for i := 0; i < len(lasts); {
+		run := lasts[i] >> runShift
+		j := i
+		for j < len(lasts) && lasts[j]>>runShift == run {
+			j++
+		}
+		if whole := (run+1)<<runShift <= start; whole && !soleRun[run] {
+			prefixes = append(prefixes, runPrefix(id, run))
+		} else {
+			for _, last := range lasts[i:j] {
+				if !soleKey[last] {
+					prefixes = append(prefixes, recordKey(id, last))
+				}
+			}
+		}
+		to = lasts[j-1] + 1
+		i = j
+	}
+	return prefixes, to
+}
+
+// runShift: a run is 256 offsets, the keys sharing a 12-byte prefix.
+const runShift = 8
+
+// runPrefix is the prefix of the record keys of run (offset >> 8).
+func runPrefix(id uint32, run uint64) []byte {
+	return recordKey(id, run<<runShift)[:recordKeyLen-1]
 }
 
 // subBlocks is how many prefixes of one more byte cover a block.

@@ -3,6 +3,7 @@ package logstore
 import (
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -16,7 +17,7 @@ import (
 func (s *Stream) load() error {
 	var start, next uint64
 	var chunks []chunk
-	reclaimFrom := ^uint64(0)
+	reclaimFrom, firstKey := ^uint64(0), ^uint64(0)
 	err := s.st.view(func(txn *badger.Txn) error {
 		item, err := txn.Get(startKey(s.id))
 		switch {
@@ -44,7 +45,8 @@ func (s *Stream) load() error {
 		it.Close()
 		it = txn.NewIterator(badger.IteratorOptions{Prefix: rp})
 		if it.Rewind(); it.Valid() {
-			reclaimFrom = keyOffset(it.Item().Key()) >> blockShift
+			firstKey = keyOffset(it.Item().Key())
+			reclaimFrom = firstKey >> blockShift
 		}
 		it.Close()
 
@@ -81,6 +83,12 @@ func (s *Stream) load() error {
 		s.committed.Store(next)
 	}
 	s.reclaimFrom = reclaimFrom
+	if firstKey < start {
+		// Records below the log start are still stored: how many bytes is
+		// not known, but a reclaim for space must not think it has nothing
+		// to give back.
+		s.reclaim.hidden = 1
+	}
 	s.mu.chunks = chunks
 	if next > start {
 		if err := s.rescanChunk(start &^ (chunkSize - 1)); err != nil {
@@ -270,10 +278,47 @@ func (s *Stream) retain(now time.Time) (uint64, error) {
 	}
 	s.mu.Unlock()
 	s.first.Store(newStart)
+	s.reclaim.hidden += s.bytes.Load() - bytes
 	s.bytes.Store(bytes)
 	dropped := newStart - start
 	s.mDropped.Add(float64(dropped))
 	return dropped, s.maybeReclaim(now)
+}
+
+// retainSlack is how far past max_bytes a stream may grow before a commit
+// applies retention at once (retainOnCommit). Retention scans up to a chunk
+// of records each time it runs; a sixteenth of max_bytes makes that a
+// small share of what was appended meanwhile.
+func (sc StreamConfig) retainSlack() int64 { return sc.MaxBytes / 16 }
+
+// retainOnCommit applies retention right after a commit (appender
+// goroutine) when the stream has grown past max_bytes by more than
+// retainSlack. Waiting for the retention loop let a stream grow by a whole
+// RetentionInterval of ingest (30 s by default) before anything was
+// dropped, and so before any disk came back.
+func (s *Stream) retainOnCommit(now time.Time) {
+	if s.cfg.MaxBytes <= 0 || s.bytes.Load() <= s.cfg.MaxBytes+s.cfg.retainSlack() ||
+		s.committed.Load() <= s.first.Load() { // with ManualCommit: nothing readers saw yet goes
+		return
+	}
+	if _, err := s.retain(now); err != nil {
+		s.st.log.Warn("retention failed", slog.String(logKeyStream, s.name), slog.Any(logKeyError, err))
+	}
+}
+
+// retainForSpace runs when the store refuses a commit of the stream for
+// lack of space (appender goroutine): retention, and a reclaim of what it
+// dropped that does not wait for its turn (maybeReclaim), so the disk it
+// gives back ends the refusal. Appends refused meanwhile fail at once, so
+// it runs at most once per reclaimMinGap.
+func (s *Stream) retainForSpace(now time.Time) {
+	if now.Sub(s.reclaim.lastForSpace) < reclaimMinGap {
+		return
+	}
+	s.reclaim.lastForSpace = now
+	if _, err := s.retain(now); err != nil {
+		s.st.log.Warn("retention for space failed", slog.String(logKeyStream, s.name), slog.Any(logKeyError, err))
+	}
 }
 
 // truncate drops every record >= offset (appender goroutine). Readers stop

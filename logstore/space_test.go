@@ -21,7 +21,7 @@ func TestStore_DiskFullRefusesAppendsLogsOnceAndRecovers(t *testing.T) {
 	var free atomic.Uint64
 	free.Store(1 << 40)
 	st.space.every = 0 // look at the (fake) filesystem on every batch
-	st.space.free = func(string) (uint64, error) { return free.Load(), nil }
+	st.space.free = func(string) (uint64, uint64, error) { return free.Load(), 1 << 41, nil }
 	s := st.Stream("default")
 	appendN(t, s, 5, 5)
 
@@ -130,5 +130,48 @@ func TestMetrics_RegisteredWithGauges(t *testing.T) {
 	}
 	if got["peat_log_next_offset"] != 3 || got["peat_log_committed_offset"] != 3 || got["peat_log_first_offset"] != 0 || got["peat_log_retained_bytes"] == 0 {
 		t.Fatalf("gauges = %v", got)
+	}
+}
+
+func TestMetrics_DiskGauges(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cfg := testConfig(t)
+	cfg.Metrics = NewMetrics(reg)
+	cfg.MinFreeBytes = 1 << 20
+	var free atomic.Uint64
+	free.Store(10 << 20)
+	cfg.FreeSpace = func(string) (uint64, uint64, error) { return free.Load(), 1 << 30, nil }
+	st := openStore(t, cfg)
+	st.space.every = 0
+	gauges := func() map[string]float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if m.GetGauge() != nil && len(m.GetLabel()) == 1 && m.GetLabel()[0].GetName() == "dir" {
+					if m.GetLabel()[0].GetValue() != cfg.Dir {
+						t.Fatalf("%s{dir=%q}, want dir %q", mf.GetName(), m.GetLabel()[0].GetValue(), cfg.Dir)
+					}
+					got[mf.GetName()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+		return got
+	}
+	want := map[string]float64{"peat_disk_free_bytes": 10 << 20, "peat_disk_size_bytes": 1 << 30, "peat_disk_reserve_bytes": 1 << 20, "peat_disk_refusing": 0}
+	if got := gauges(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("disk gauges = %v, want %v", got, want)
+	}
+	free.Store(1000)
+	if _, err := st.Stream("default").Append(context.Background(), rec("a", "b")); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("Append = %v, want ErrNoSpace", err)
+	}
+	want["peat_disk_free_bytes"], want["peat_disk_refusing"] = 1000, 1
+	if got := gauges(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("disk gauges while refusing = %v, want %v", got, want)
 	}
 }

@@ -47,7 +47,8 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	space spaceGuard
+	space    spaceGuard
+	overhead int64 // disk beyond the records (DiskBound)
 
 	reclaim struct {
 		sync.Mutex
@@ -112,14 +113,8 @@ func Open(cfg Config) (*Store, error) {
 		st.maxValue = int(spec.valueThreshold)
 	}
 
-	minFree := cfg.MinFreeBytes
-	if minFree == 0 {
-		minFree = spec.minFree
-	}
-	if cfg.InMemory {
-		minFree = -1
-	}
-	st.space = spaceGuard{dir: cfg.Dir, min: minFree, every: 100 * time.Millisecond, free: diskFree}
+	st.space.init(cfg, spec)
+	st.overhead = spec.diskOverhead()
 
 	mappedLimit := cfg.MappedLimit
 	if mappedLimit == 0 {

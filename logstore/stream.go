@@ -46,6 +46,7 @@ type Stream struct {
 
 	// appender-only state
 	reclaimFrom uint64   // lowest DropPrefix block that may still hold keys
+	reclaim     backlog  // dropped, not yet given back (reclaim.go)
 	arena       []byte   // encoded records of a group commit
 	batchArena  []byte   // their batches
 	batchVals   [][]byte // scratch: the values of one batch

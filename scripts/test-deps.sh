@@ -2,12 +2,16 @@
 # Installs what `make test` needs on a fresh machine, and does nothing when it
 # is already there. The race detector needs a C toolchain (cgo); the MQTT tests
 # use Go clients fetched through the module proxy, and Debian's mosquitto_sub
-# (the replay protocol must work from any stock MQTT client).
+# (the replay protocol must work from any stock MQTT client); the small-disk
+# tests mkfs.ext4 (e2fsprogs) and mount.
 set -euo pipefail
 
 need=()
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v mosquitto_sub >/dev/null 2>&1 || need+=(mosquitto-clients)
+# The small-disk tests of logstore loop-mount an ext4 image (as root).
+command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
+command -v mount >/dev/null 2>&1 || need+=(mount)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
