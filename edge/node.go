@@ -23,20 +23,22 @@ import (
 
 // Attribute keys of the node's log lines.
 const (
-	attrMQTT      = "mqtt" // bound MQTT address; scripts and tests read it from "node serving"
-	attrHTTP      = "http" // bound HTTP address
-	attrComponent = "component"
-	attrGoMemLim  = "GOMEMLIMIT"
-	attrDataDir   = "data_dir"
-	attrProfile   = "profile"
-	attrLimit     = "memory_limit_bytes"
-	attrProcs     = "GOMAXPROCS"
-	attrWas       = "was"
-	attrStreams   = "streams"
-	attrErr       = "err"
-	attrFree      = "free_bytes"
-	attrReserve   = "reserve_bytes"
-	attrFSSize    = "filesystem_bytes"
+	attrMQTT       = "mqtt" // bound MQTT address; scripts and tests read it from "node serving"
+	attrHTTP       = "http" // bound HTTP address
+	attrComponent  = "component"
+	attrGoMemLim   = "GOMEMLIMIT"
+	attrDataDir    = "data_dir"
+	attrProfile    = "profile"
+	attrLimit      = "memory_limit_bytes"
+	attrProcs      = "GOMAXPROCS"
+	attrWas        = "was"
+	attrStreams    = "streams"
+	attrErr        = "err"
+	attrFree       = "free_bytes"
+	attrReserve    = "reserve_bytes"
+	attrFSSize     = "filesystem_bytes"
+	attrMaxPayload = "max_payload_bytes"
+	attrMaxRecord  = "max_record_bytes"
 )
 
 // Node is one running Peat node: the log, the MQTT front-end and the HTTP
@@ -147,6 +149,7 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	n.log.Info("log open", attrDataDir, n.cfg.DataDir, attrProfile, string(profile), attrStreams, streams)
 	n.warnLowSpace(store.Space())
+	n.warnPayloadAboveRecord(n.cfg.BrokerConfig().MaxPayload, store.MaxRecordBytes())
 	n.applyProcs(store.CommitsWaitForFsync())
 
 	if err := ctx.Err(); err != nil {
@@ -181,6 +184,19 @@ func (n *Node) start(ctx context.Context) error {
 		return fmt.Errorf("start MQTT on %s: %w", n.cfg.MQTT.Listen, err)
 	}
 	return nil
+}
+
+// warnPayloadAboveRecord warns at start when mqtt.max_payload_bytes lets in
+// payloads larger than the storage profile can store in one record (a
+// value-log file, logstore.Store.MaxRecordBytes): such publishes pass the
+// MQTT check and are then refused by the log, one by one.
+func (n *Node) warnPayloadAboveRecord(maxPayload, maxRecord int) {
+	// A record holds its topic, properties and client id beside the payload.
+	const recordOverhead = 64 << 10
+	if maxPayload > maxRecord-recordOverhead {
+		n.log.Warn("mqtt.max_payload_bytes is above the largest record this storage profile stores; larger publishes are refused (MQTT 5: 0x97)",
+			attrMaxPayload, maxPayload, attrMaxRecord, maxRecord)
+	}
 }
 
 // warnLowSpace warns at start when the log's filesystem has less than

@@ -162,3 +162,21 @@ func TestNode_WarnsAtStartOnlyNearTheReserve(t *testing.T) {
 		}
 	}
 }
+
+func TestNode_WarnsWhenPayloadsOutgrowARecord(t *testing.T) {
+	for _, tc := range []struct {
+		maxPayload, maxRecord int
+		warn                  bool
+	}{
+		{maxPayload: 1 << 20, maxRecord: 16<<20 - 1024, warn: false},
+		{maxPayload: 16 << 20, maxRecord: 16<<20 - 1024, warn: true},
+		{maxPayload: 64 << 20, maxRecord: 32<<20 - 1024, warn: true},
+	} {
+		logs := newLogLines()
+		n := &Node{cfg: testConfig(t), log: slog.New(logs.h)}
+		n.warnPayloadAboveRecord(tc.maxPayload, tc.maxRecord)
+		if got := logs.lines(slog.LevelWarn, "max_payload_bytes"); (len(got) == 1) != tc.warn {
+			t.Errorf("payload %d, record %d: warnings %q, want a warning: %v", tc.maxPayload, tc.maxRecord, got, tc.warn)
+		}
+	}
+}
