@@ -14,6 +14,18 @@ var (
 	ErrInvalidConfig = errors.New("mqtt: invalid config")
 )
 
+// Errors a Log returns from an append for refusals that mqtt tells an MQTT
+// 5 publisher apart (refusal.go); a Log wraps them. A full disk is
+// logstore.ErrNoSpace, the log's own.
+var (
+	// ErrNotEnoughReplicas: fewer in-sync replicas than the stream's
+	// min_insync_replicas; nothing was stored.
+	ErrNotEnoughReplicas = errors.New("mqtt: not enough in-sync replicas")
+	// ErrLeaderUnavailable: the stream has no leader this node can reach
+	// (an election is under way, or the leader is partitioned off).
+	ErrLeaderUnavailable = errors.New("mqtt: stream leader unavailable")
+)
+
 // Why the connection guard (connguard.go) or ingest ended a connection. They
 // are what mochi's read loop returns for it, and what the connection's last
 // log line says.

@@ -1,7 +1,6 @@
 package mqtt
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -38,7 +37,6 @@ func holdsPlaceholder(cl *mochi.Client, id uint16) bool {
 
 // Reason codes of refused publishes (MQTT 5 PUBACK/PUBREC).
 var (
-	codeNoSpace   = packets.Code{Code: packets.ErrQuotaExceeded.Code, Reason: "not stored: disk full"}
 	codeNotSaved  = packets.Code{Code: packets.ErrUnspecifiedError.Code, Reason: "not stored"}
 	codeReserved  = packets.Code{Code: packets.ErrTopicNameInvalid.Code, Reason: "reserved topic: $replay/ and $group/ are read-only"}
 	codeBadOffset = packets.Code{Code: packets.ErrPayloadFormatInvalid.Code, Reason: "an $offsets commit's payload must be a decimal offset"}
@@ -430,14 +428,6 @@ func (h *ingest) noteAppend(stream string, err error) {
 	case was && !now:
 		h.logger.Info("appends succeed again", slog.String(attrStream, stream))
 	}
-}
-
-// refusalCode is the MQTT 5 reason for a failed append.
-func refusalCode(err error) packets.Code {
-	if errors.Is(err, logstore.ErrNoSpace) {
-		return codeNoSpace
-	}
-	return codeNotSaved
 }
 
 // recordOf builds the log record of a publish.
