@@ -3,6 +3,7 @@ package mqtt
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
@@ -57,26 +58,11 @@ func expectBareClose(tb testing.TB, c *mqtttest.Raw) {
 	}
 }
 
-// varint is MQTT's variable byte integer.
-func varint(n int) []byte {
-	var out []byte
-	for {
-		b := byte(n % 128)
-		n /= 128
-		if n > 0 {
-			b |= 128
-		}
-		out = append(out, b)
-		if n == 0 {
-			return out
-		}
-	}
-}
-
 // connectHead is the start of a CONNECT announcing remaining bytes: fixed
-// header, protocol name and level, then nothing more.
+// header, protocol name and level, then nothing more. MQTT's variable byte
+// integer is Go's uvarint (7 bits a byte, least significant first).
 func connectHead(version byte, remaining int) []byte {
-	b := append([]byte{0x10}, varint(remaining)...)
+	b := append([]byte{0x10}, binary.AppendUvarint(nil, uint64(remaining))...)
 	return append(b, 0, 4, 'M', 'Q', 'T', 'T', version)
 }
 
@@ -93,7 +79,7 @@ func publishBytes(version byte, topic string, qos byte, id uint16, payload strin
 		body = append(body, 0) // no properties
 	}
 	body = append(body, payload...)
-	out := append([]byte{packets.Publish<<4 | qos<<1}, varint(len(body))...)
+	out := append([]byte{packets.Publish<<4 | qos<<1}, binary.AppendUvarint(nil, uint64(len(body)))...)
 	return append(out, body...)
 }
 
@@ -186,7 +172,7 @@ func TestGuard_ConnectTooLarge(t *testing.T) {
 	})
 	t.Run("header alone is closed", func(t *testing.T) {
 		conn := dialTCP(t, b)
-		if _, err := conn.Write(append([]byte{0x10}, varint(announced)...)); err != nil {
+		if _, err := conn.Write(append([]byte{0x10}, binary.AppendUvarint(nil, uint64(announced))...)); err != nil {
 			t.Fatal(err)
 		}
 		readUntilClosed(t, conn)
@@ -268,7 +254,7 @@ func TestGuard_PacketTooLarge(t *testing.T) {
 	m := NewMetrics(nil)
 	b := newTestBroker(t, l, func(c *Config) { c.MaxPayload = 1000; c.Metrics = m })
 	limit := int(maxPacketSize(1000))
-	huge := append([]byte{packets.Publish << 4}, varint(limit)...) // with its header, one byte above
+	huge := append([]byte{packets.Publish << 4}, binary.AppendUvarint(nil, uint64(limit))...) // with its header, one byte above
 
 	t.Run("MQTT 5 gets DISCONNECT 0x95 after the packets before it", func(t *testing.T) {
 		c := dialRaw(t, b, "v5", 5)

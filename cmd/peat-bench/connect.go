@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -105,8 +106,9 @@ func runConnect(cfg connectConfig) (connectResult, error) {
 	silent.close()
 
 	// 10 bytes: CONNECT, a 3-byte remaining length, and the protocol
-	// name's length and first letters; the rest never comes.
-	head := append([]byte{0x10}, remainingLength(cfg.BigSize)...)
+	// name's length and first letters; the rest never comes. MQTT's
+	// remaining length is Go's uvarint.
+	head := append([]byte{0x10}, binary.AppendUvarint(nil, uint64(cfg.BigSize))...)
 	head = append(head, 0, 4, 'M', 'Q', 'T', 'T')
 	big := openBatch(cfg.Addr, cfg.Big, head[:min(len(head), 10)])
 	res.BigOpened = big.opened()
@@ -153,22 +155,6 @@ func scrape(url string) map[string]float64 {
 		}
 	}
 	return out
-}
-
-// remainingLength is MQTT's variable byte integer.
-func remainingLength(n int) []byte {
-	var out []byte
-	for {
-		b := byte(n % 128)
-		n /= 128
-		if n > 0 {
-			b |= 128
-		}
-		out = append(out, b)
-		if n == 0 {
-			return out
-		}
-	}
 }
 
 // connBatch is a set of connections, each watched by a reader goroutine
