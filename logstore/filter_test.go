@@ -78,7 +78,11 @@ func TestValidateFilter(t *testing.T) {
 // refMatch is the MQTT matching rule written level by level from the spec,
 // as the reference MatchFilter is fuzzed against.
 func refMatch(filter, topic string) bool {
-	fl, tl := strings.Split(filter, "/"), strings.Split(topic, "/")
+	return refMatchLevels(strings.Split(filter, "/"), strings.Split(topic, "/"))
+}
+
+// refMatchLevels is refMatch on the levels of filter and topic.
+func refMatchLevels(fl, tl []string) bool {
 	if strings.HasPrefix(tl[0], "$") && (fl[0] == "+" || fl[0] == "#") {
 		return false // [MQTT-4.7.2-1]
 	}

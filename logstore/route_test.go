@@ -268,13 +268,14 @@ func refMoreSpecific(a, b string) bool {
 	}
 }
 
-// refRoute routes topic by trying every filter: the stream of the most
-// specific match, or -1.
-func refRoute(streams [][]string, topic string) int {
+// refRoute routes a topic, given as its levels, by trying every filter:
+// the stream of the most specific match, or -1. levels[i][j] are the
+// levels of streams[i][j].
+func refRoute(streams [][]string, levels [][][]string, topic []string) int {
 	best, bestFilter := -1, ""
 	for i, fs := range streams {
-		for _, f := range fs {
-			if refMatch(f, topic) && (best < 0 || refMoreSpecific(f, bestFilter)) {
+		for j, f := range fs {
+			if refMatchLevels(levels[i][j], topic) && (best < 0 || refMoreSpecific(f, bestFilter)) {
 				best, bestFilter = i, f
 			}
 		}
@@ -315,6 +316,10 @@ func FuzzRouter_Reach(f *testing.F) {
 		}
 	}
 	gen("", 0)
+	topicLevels := make([][]string, len(topics))
+	for i, topic := range topics {
+		topicLevels[i] = strings.Split(topic, "/")
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		filter, streams := decodeRouting(data)
 		if ValidateFilter(filter) != nil {
@@ -324,13 +329,20 @@ func FuzzRouter_Reach(f *testing.F) {
 		if err != nil {
 			t.Fatalf("NewRouter(%q): %v", streams, err)
 		}
+		levels := make([][][]string, len(streams))
+		for i, fs := range streams {
+			for _, f := range fs {
+				levels[i] = append(levels[i], strings.Split(f, "/"))
+			}
+		}
+		flevels := strings.Split(filter, "/")
 		reached := map[int]bool{}
-		for _, topic := range topics {
-			want := refRoute(streams, topic)
+		for k, topic := range topics {
+			want := refRoute(streams, levels, topicLevels[k])
 			if got := r.Route(topic); got != want {
 				t.Fatalf("streams %q: Route(%q) = %d, want %d", streams, topic, got, want)
 			}
-			if want >= 0 && refMatch(filter, topic) {
+			if want >= 0 && refMatchLevels(flevels, topicLevels[k]) {
 				reached[want] = true
 			}
 		}
