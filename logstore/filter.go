@@ -12,8 +12,9 @@ import (
 // topic, parent level included. This file holds the one validator and the
 // one matcher Peat has for them; routing (route.go) and every front-end
 // use these. Shared subscriptions ($share/<name>/<filter>) are not a filter
-// syntax here: the front-end strips them before it asks which topics a
-// filter matches, and a stream cannot capture one (Config.Validate).
+// syntax here: the front-end takes the prefix off (mochi does, for
+// ordinary subscriptions), and a stream cannot capture one
+// (Config.Validate).
 
 // maxFilterBytes is the longest filter or topic an MQTT string can hold.
 const maxFilterBytes = 65535

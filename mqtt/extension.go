@@ -71,7 +71,7 @@ func parseExtension(filter string, now time.Time) (extFilter, error) {
 	case strings.HasPrefix(filter, offsetsPrefix):
 		return parseOffsetsTopic(filter)
 	default:
-		return extFilter{kind: extNone}, nil
+		return extFilter{kind: extNone}, sharedExtension(filter)
 	}
 	name := map[extKind]string{extReplay: "$replay", extGroup: "$group"}[kind]
 	arg, rest, ok := strings.Cut(rest, "/")
@@ -105,6 +105,29 @@ func parseExtension(filter string, now time.Time) (extFilter, error) {
 	}
 	f.from = from
 	return f, nil
+}
+
+// sharePrefix starts a shared subscription, $share/<name>/<filter>. mochi
+// takes it off (in any case, as mochi does) and serves the filter to one
+// member of the group at a time; routing and the extension grammar never
+// see it.
+const sharePrefix = "$share/"
+
+// sharedExtension refuses a shared subscription to an extension topic:
+// mochi would grant it and it would never get a message, since extension
+// deliveries are a client's own. $group is the way to share a stream's
+// records out, one consumer at a time.
+func sharedExtension(filter string) error {
+	if len(filter) <= len(sharePrefix) || !strings.EqualFold(filter[:len(sharePrefix)], sharePrefix) {
+		return nil
+	}
+	_, inner, _ := strings.Cut(filter[len(sharePrefix):], "/")
+	for _, p := range []string{replayPrefix, groupPrefix, offsetsPrefix} {
+		if strings.HasPrefix(inner, p) {
+			return extErrorf("%s cannot be a shared subscription ($share/<name>/...)", strings.TrimSuffix(p, "/"))
+		}
+	}
+	return nil
 }
 
 // parseOffsetsTopic parses $offsets/<group>/<stream>, as a filter or as the

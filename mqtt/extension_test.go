@@ -65,6 +65,9 @@ func TestParseExtension(t *testing.T) {
 		{"$offsets/g", "needs $offsets/<group>/<stream>"},
 		{"$offsets/g/s/x", "one topic level"},
 		{"$offsets/#/s", "wildcards"},
+		{"$share/g/$replay/earliest/+/a", "$replay cannot be a shared subscription"},
+		{"$SHARE/g/$group/n/+/#", "$group cannot be a shared subscription"},
+		{"$Share/g/$offsets/n/s", "$offsets cannot be a shared subscription"},
 	}
 	for _, tc := range bad {
 		_, err := parseExtension(tc.filter, now)
@@ -143,6 +146,25 @@ func TestStreamsReached(t *testing.T) {
 	only := newMemLog(t, "s=sensors/#")
 	if got, _ := streamsReached(only, "other/#"); len(got) != 0 {
 		t.Errorf("a filter no stream captures gave %d streams", len(got))
+	}
+}
+
+// A shared subscription ($share/<name>/...) to an extension topic is
+// refused: mochi would grant it, and it would never deliver anything.
+func TestReplay_SharedExtensionFilterIsRefused(t *testing.T) {
+	b := newTestBroker(t, newMemLog(t, "default=#"))
+	const filter = "$share/g/$replay/earliest/+/a"
+	v5 := dialRaw(t, b, "v5", 5)
+	if ack := v5.TrySubscribe(filter, 1); ack.ReasonCodes[0] != subackInvalid ||
+		!strings.Contains(ack.Properties.ReasonString, "cannot be a shared subscription") {
+		t.Errorf("v5: SUBACK %#x %q, want %#x saying it cannot be shared", ack.ReasonCodes[0], ack.Properties.ReasonString, subackInvalid)
+	}
+	if ack := dialRaw(t, b, "v3", 4).TrySubscribe(filter, 1); ack.ReasonCodes[0] != 0x80 {
+		t.Errorf("v3: SUBACK %#x, want 0x80", ack.ReasonCodes[0])
+	}
+	// An ordinary shared subscription is mochi's, and granted.
+	if ack := v5.TrySubscribe("$share/g/a/#", 1); ack.ReasonCodes[0] != 1 {
+		t.Errorf("$share/g/a/#: SUBACK %#x %q, want QoS 1", ack.ReasonCodes[0], ack.Properties.ReasonString)
 	}
 }
 
