@@ -156,9 +156,9 @@ const freshLevel = "\x00"
 // filter is routed to: the streams a subscription to filter can receive
 // from. filter must be valid (ValidateFilter).
 //
-// It is exact, and routes at most (number of filters) x (depth+1) topics.
-// For each stream filter g and each length n from 1 to N (one more than
-// the longest filter, filter included), it builds the witness W(g, n): n
+// It is exact, and routes at most (number of filters) x N topics: for
+// each stream filter g and each length n from 1 to N (one more than the
+// levels of the longest filter, filter included), it builds the witness W(g, n): n
 // levels, each the literal filter has at that level, else the literal g
 // has there, else freshLevel; when W matches both filter and g it is
 // routed, and its stream is reached. Why that finds every reached stream
@@ -179,7 +179,11 @@ const freshLevel = "\x00"
 //     with '$' at the first level, since filter's wildcard matches it), and
 //     elsewhere W equals T. So W matches filter and w, and the filters
 //     matching W are among those matching T, of which w comes first in the
-//     precedence order: w wins W too, and W is routed to S.
+//     precedence order (one order for every topic, see Router): w wins W
+//     too, and W is routed to S.
+//
+// A witness is never the empty topic: n >= 1 and freshLevel is not empty,
+// and a one-level witness "" would need the filter "", which is invalid.
 func (r *Router) Reach(filter string) []int {
 	depth := max(r.depth, strings.Count(filter, "/")+1) + 1
 	flevels := strings.Split(filter, "/")
