@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // Durability says when an append is acknowledged.
@@ -197,31 +196,14 @@ func validateStreamName(name string) error {
 	return nil
 }
 
-// validateFilter checks an MQTT topic filter: non-empty, valid UTF-8 without
-// NUL, '+' alone in its level, '#' alone in the last level.
+// validateFilter checks a stream's topic filter: a valid MQTT filter
+// (ValidateFilter) that is not a shared subscription.
 func validateFilter(f string) error {
-	if f == "" {
-		return errors.New("empty topic filter")
-	}
-	if len(f) > 65535 {
-		return errors.New("topic filter longer than 65535 bytes")
-	}
-	if !utf8.ValidString(f) || strings.ContainsRune(f, 0) {
-		return fmt.Errorf("topic filter %q is not valid UTF-8 or contains NUL", f)
+	if err := ValidateFilter(f); err != nil {
+		return err
 	}
 	if strings.HasPrefix(f, "$share/") || strings.HasPrefix(f, "$SHARE/") {
 		return fmt.Errorf("topic filter %q: shared subscriptions cannot be captured", f)
-	}
-	levels := strings.Split(f, "/")
-	for i, l := range levels {
-		switch {
-		case l == "#" && i != len(levels)-1:
-			return fmt.Errorf("topic filter %q: '#' must be the last level", f)
-		case l != "#" && strings.Contains(l, "#"):
-			return fmt.Errorf("topic filter %q: '#' must occupy a whole level", f)
-		case l != "+" && strings.Contains(l, "+"):
-			return fmt.Errorf("topic filter %q: '+' must occupy a whole level", f)
-		}
 	}
 	return nil
 }

@@ -6,6 +6,28 @@
 // Offsets never repeat and never go backwards, across restarts and
 // retention; Truncate (for replication followers) is the only way down.
 //
+// # Routing
+//
+// A topic goes to the stream with the most specific filter matching it,
+// compared level by level from the left: a literal beats '+', '+' beats
+// '#', and a filter ending at the topic's last level beats one going on
+// with "/#" ("sensors/kitchen" beats "sensors/kitchen/#" for topic
+// "sensors/kitchen"). Two streams may not share a filter, so the winner is
+// unique. A topic no filter matches is captured by no stream. Filters
+// follow MQTT (§4.7): '+' and '#' fill a whole level, '#' only the last;
+// empty levels are levels; wildcards at the first level do not match a
+// topic starting with '$'.
+//
+// filter.go holds Peat's one filter validator (ValidateFilter) and matcher
+// (MatchFilter); route.go the Router, a trie that routes a topic with a
+// few map lookups and no allocation. Router.Reach (Store.Reach) answers
+// the front-end's question "which streams can a subscription to this
+// filter receive from", exactly and from the filters alone: it routes one
+// witness topic per stream filter and length, and its doc comment proves
+// that no other topic reaches another stream. Shared subscriptions
+// ($share/<name>/<filter>) are the front-end's business (mochi takes the
+// prefix off); a stream cannot capture one (Config.Validate).
+//
 // # Offsets
 //
 //	FirstOffset   log start: oldest offset retention still holds (persisted)

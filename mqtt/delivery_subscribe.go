@@ -107,7 +107,7 @@ func (d *delivery) prepareTap(c *deliveryClient, sub packets.Subscription, ext e
 		t.group = groupKey{group: ext.group, stream: ext.stream}
 		return t, nil
 	}
-	streams, err := filterStreams(d.log, ext.inner)
+	streams, err := streamsReached(d.log, ext.inner)
 	switch {
 	case err != nil:
 		return nil, &tapError{code: subackNotAccepted, reason: fmt.Sprintf("filter %q: %v", ext.inner, err)}

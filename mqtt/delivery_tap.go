@@ -148,7 +148,7 @@ func (t *tap) runLog() {
 
 // place pushes rec to the client when it matches the filter.
 func (t *tap) place(rec *logstore.Record) error {
-	if !topicMatches(t.ext.inner, rec.Topic) {
+	if !logstore.MatchFilter(t.ext.inner, rec.Topic) {
 		return nil
 	}
 	if t.sub.NoLocal && rec.ClientID == t.c.id {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/peatmq/peat/logstore"
 )
 
 // The replay protocol's extension topics (DESIGN.md, "Extension topics"):
@@ -69,7 +71,7 @@ func parseExtension(filter string, now time.Time) (extFilter, error) {
 	case strings.HasPrefix(filter, offsetsPrefix):
 		return parseOffsetsTopic(filter)
 	default:
-		return extFilter{kind: extNone}, nil
+		return extFilter{kind: extNone}, sharedExtension(filter)
 	}
 	name := map[extKind]string{extReplay: "$replay", extGroup: "$group"}[kind]
 	arg, rest, ok := strings.Cut(rest, "/")
@@ -83,8 +85,8 @@ func parseExtension(filter string, now time.Time) (extFilter, error) {
 	if !ok || inner == "" {
 		return extFilter{}, extErrorf("%s: no filter after the '+' offset level", name)
 	}
-	if err := validFilter(inner); err != nil {
-		return extFilter{}, extErrorf("%s: filter %q: %v", name, inner, err)
+	if err := logstore.ValidateFilter(inner); err != nil {
+		return extFilter{}, extErrorf("%s: %v", name, err)
 	}
 	if strings.HasPrefix(inner, "$") {
 		return extFilter{}, extErrorf("%s: filter %q: $ topics are not stored", name, inner)
@@ -103,6 +105,29 @@ func parseExtension(filter string, now time.Time) (extFilter, error) {
 	}
 	f.from = from
 	return f, nil
+}
+
+// sharePrefix starts a shared subscription, $share/<name>/<filter>. mochi
+// takes it off (in any case, as mochi does) and serves the filter to one
+// member of the group at a time; routing and the extension grammar never
+// see it.
+const sharePrefix = "$share/"
+
+// sharedExtension refuses a shared subscription to an extension topic:
+// mochi would grant it and it would never get a message, since extension
+// deliveries are a client's own. $group is the way to share a stream's
+// records out, one consumer at a time.
+func sharedExtension(filter string) error {
+	if len(filter) <= len(sharePrefix) || !strings.EqualFold(filter[:len(sharePrefix)], sharePrefix) {
+		return nil
+	}
+	_, inner, _ := strings.Cut(filter[len(sharePrefix):], "/")
+	for _, p := range []string{replayPrefix, groupPrefix, offsetsPrefix} {
+		if strings.HasPrefix(inner, p) {
+			return extErrorf("%s cannot be a shared subscription ($share/<name>/...)", strings.TrimSuffix(p, "/"))
+		}
+	}
+	return nil
 }
 
 // parseOffsetsTopic parses $offsets/<group>/<stream>, as a filter or as the
@@ -132,21 +157,6 @@ func validName(s string) error {
 		return errors.New("wildcards are not allowed")
 	case strings.Contains(s, "/"):
 		return errors.New("must be one topic level")
-	}
-	return nil
-}
-
-// validFilter checks an MQTT topic filter: '+' and '#' occupy whole levels,
-// '#' only last.
-func validFilter(f string) error {
-	levels := strings.Split(f, "/")
-	for i, l := range levels {
-		switch {
-		case l == "#" && i != len(levels)-1:
-			return errors.New("'#' must be the last level")
-		case l != "+" && l != "#" && strings.ContainsAny(l, "+#"):
-			return fmt.Errorf("level %q: a wildcard must be a whole level", l)
-		}
 	}
 	return nil
 }
@@ -240,131 +250,24 @@ func parseAgo(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// topicMatches reports whether topic matches the MQTT filter f. Wildcards at
-// the first level do not match topics starting with '$'.
-func topicMatches(f, topic string) bool {
-	if strings.HasPrefix(topic, "$") && (strings.HasPrefix(f, "+") || strings.HasPrefix(f, "#")) {
-		return false
+// streamsReached returns the streams that some topic matching filter is
+// routed to, in the order of l.Streams(): logstore's Router over the
+// streams' filters, which routes as l.Route does (most specific filter
+// wins; the single-node store is that Router).
+func streamsReached(l Log, filter string) ([]Stream, error) {
+	streams := l.Streams()
+	filters := make([][]string, len(streams))
+	for i, s := range streams {
+		filters[i] = s.Filters()
 	}
-	for {
-		fl, frest, fmore := strings.Cut(f, "/")
-		if fl == "#" {
-			return true
-		}
-		tl, trest, tmore := strings.Cut(topic, "/")
-		if fl != "+" && fl != tl {
-			return false
-		}
-		switch {
-		case !fmore && !tmore:
-			return true
-		case !tmore:
-			return frest == "#" // "a/#" matches "a"
-		case !fmore:
-			return false
-		}
-		f, topic = frest, trest
+	r, err := logstore.NewRouter(filters)
+	if err != nil {
+		return nil, fmt.Errorf("route the log's streams: %w", err)
 	}
-}
-
-// maxFilterProbes bounds the topics filterStreams tries.
-const maxFilterProbes = 50000
-
-// errFilterTooWide: filterStreams could not tell which streams a filter
-// reads within maxFilterProbes topics.
-var errFilterTooWide = errors.New("too many stream filters to check this filter against")
-
-// filterStreams returns the streams that capture at least one topic
-// matching filter (the stream with the most specific filter wins each
-// topic, see Log.Route).
-//
-// It routes a set of probe topics that stands for every topic the filter
-// matches: at a wildcard level, each literal some stream filter names at
-// that depth, plus one level no filter names (all such levels route
-// alike); '#' also tries every length up to one past the deepest stream
-// filter. Routing depends only on which filter levels a topic's levels
-// equal, so the probes reach every stream a real topic could.
-func filterStreams(l Log, filter string) ([]Stream, error) {
-	const fresh = "\x00" // a level no filter names: not a valid MQTT topic level
-	var lits []map[string]bool
-	for _, s := range l.Streams() {
-		for _, f := range s.Filters() {
-			for i, lv := range strings.Split(f, "/") {
-				for len(lits) <= i {
-					lits = append(lits, map[string]bool{})
-				}
-				if lv != "+" && lv != "#" {
-					lits[i][lv] = true
-				}
-			}
-		}
+	reached := r.Reach(filter)
+	out := make([]Stream, len(reached))
+	for i, s := range reached {
+		out[i] = streams[s]
 	}
-	choices := func(depth int) []string {
-		out := []string{fresh}
-		if depth < len(lits) {
-			for lv := range lits[depth] {
-				if depth == 0 && strings.HasPrefix(lv, "$") {
-					continue // top-level wildcards never match $ topics
-				}
-				out = append(out, lv)
-			}
-		}
-		return out
-	}
-	seen := map[string]Stream{}
-	var order []Stream
-	probes := 0
-	route := func(levels []string) error {
-		if probes++; probes > maxFilterProbes {
-			return errFilterTooWide
-		}
-		if s := l.Route(strings.Join(levels, "/")); s != nil && seen[s.Name()] == nil {
-			seen[s.Name()] = s
-			order = append(order, s)
-		}
-		return nil
-	}
-	flevels := strings.Split(filter, "/")
-	var walk func(i int, topic []string) error
-	walk = func(i int, topic []string) error {
-		if i == len(flevels) {
-			return route(topic)
-		}
-		switch lv := flevels[i]; lv {
-		case "+":
-			for _, c := range choices(len(topic)) {
-				if err := walk(i+1, append(topic, c)); err != nil {
-					return err
-				}
-			}
-			return nil
-		case "#":
-			return hashProbes(topic, len(lits)+1, choices, route)
-		default:
-			return walk(i+1, append(topic, lv))
-		}
-	}
-	if err := walk(0, make([]string, 0, len(flevels)+len(lits)+1)); err != nil {
-		return order, err
-	}
-	return order, nil
-}
-
-// hashProbes routes topic followed by every sequence of probe levels up to
-// depth levels in all ("a/#" also matches "a"; "#" alone needs one level).
-func hashProbes(topic []string, depth int, choices func(int) []string, route func([]string) error) error {
-	if len(topic) > 0 {
-		if err := route(topic); err != nil {
-			return err
-		}
-	}
-	if len(topic) >= depth {
-		return nil
-	}
-	for _, c := range choices(len(topic)) {
-		if err := hashProbes(append(topic, c), depth, choices, route); err != nil {
-			return err
-		}
-	}
-	return nil
+	return out, nil
 }

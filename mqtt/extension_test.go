@@ -2,10 +2,13 @@ package mqtt
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/peatmq/peat/logstore"
 )
 
 func TestParseExtension(t *testing.T) {
@@ -62,30 +65,14 @@ func TestParseExtension(t *testing.T) {
 		{"$offsets/g", "needs $offsets/<group>/<stream>"},
 		{"$offsets/g/s/x", "one topic level"},
 		{"$offsets/#/s", "wildcards"},
+		{"$share/g/$replay/earliest/+/a", "$replay cannot be a shared subscription"},
+		{"$SHARE/g/$group/n/+/#", "$group cannot be a shared subscription"},
+		{"$Share/g/$offsets/n/s", "$offsets cannot be a shared subscription"},
 	}
 	for _, tc := range bad {
 		_, err := parseExtension(tc.filter, now)
 		if !errors.Is(err, errExtension) || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%s: got error %v, want one saying %q", tc.filter, err, tc.says)
-		}
-	}
-}
-
-func TestTopicMatches(t *testing.T) {
-	cases := []struct {
-		f, topic string
-		want     bool
-	}{
-		{"#", "a", true}, {"#", "a/b", true}, {"#", "$SYS/x", false},
-		{"a/#", "a", true}, {"a/#", "a/b/c", true}, {"a/#", "b", false},
-		{"a/+", "a/b", true}, {"a/+", "a", false}, {"a/+", "a/b/c", false},
-		{"+/b", "a/b", true}, {"+/b", "$a/b", false}, {"$a/b", "$a/b", true},
-		{"a/b", "a/b", true}, {"a/b", "a/c", false}, {"a/b", "a/b/c", false},
-		{"+", "", true}, {"a/+/c", "a//c", true},
-	}
-	for _, tc := range cases {
-		if got := topicMatches(tc.f, tc.topic); got != tc.want {
-			t.Errorf("topicMatches(%q, %q) = %v, want %v", tc.f, tc.topic, got, tc.want)
 		}
 	}
 }
@@ -116,18 +103,18 @@ func FuzzParseExtension(f *testing.F) {
 		if ext.head+"+/"+ext.inner != filter {
 			t.Fatalf("%q: head %q + inner %q do not rebuild it", filter, ext.head, ext.inner)
 		}
-		if strings.Contains(topic, "+") || strings.Contains(topic, "#") || !topicMatches(ext.inner, topic) {
+		if strings.Contains(topic, "+") || strings.Contains(topic, "#") || !logstore.MatchFilter(ext.inner, topic) {
 			return
 		}
 		x := publishExtras{head: ext.head, offset: offset}
 		got := string(x.appendTopic(nil, topic))
-		if !topicMatches(filter, got) {
+		if !logstore.MatchFilter(filter, got) {
 			t.Fatalf("delivered topic %q does not match the filter %q", got, filter)
 		}
 	})
 }
 
-func TestFilterStreams(t *testing.T) {
+func TestStreamsReached(t *testing.T) {
 	l := newMemLog(t, "default=#", "sensors=sensors/#", "power=meters/+/power", "exact=a/b")
 	cases := []struct {
 		filter string
@@ -141,28 +128,96 @@ func TestFilterStreams(t *testing.T) {
 		{"meters/+/+", []string{"default", "power"}},
 		{"meters/#", []string{"default", "power"}},
 		{"other/#", []string{"default"}},
-		{"+/b", []string{"default", "exact", "sensors"}}, // sensors/b too
+		{"+/b", []string{"default", "sensors", "exact"}}, // sensors/b too
 		{"a/+", []string{"default", "exact"}},
-		{"#", []string{"default", "exact", "power", "sensors"}},
+		{"#", []string{"default", "sensors", "power", "exact"}},
 		{"+", []string{"default", "sensors"}},
 	}
 	for _, tc := range cases {
-		got, err := filterStreams(l, tc.filter)
+		got, err := streamsReached(l, tc.filter)
 		if err != nil {
 			t.Errorf("%s: %v", tc.filter, err)
 			continue
 		}
-		var names []string
-		for _, s := range got {
-			names = append(names, s.Name())
-		}
-		slices.Sort(names)
-		if !slices.Equal(names, tc.want) {
-			t.Errorf("filterStreams(%q) = %v, want %v", tc.filter, names, tc.want)
+		if names := streamNames(got); !slices.Equal(names, tc.want) {
+			t.Errorf("streamsReached(%q) = %v, want %v", tc.filter, streamNames(got), tc.want)
 		}
 	}
 	only := newMemLog(t, "s=sensors/#")
-	if got, _ := filterStreams(only, "other/#"); len(got) != 0 {
+	if got, _ := streamsReached(only, "other/#"); len(got) != 0 {
 		t.Errorf("a filter no stream captures gave %d streams", len(got))
 	}
+}
+
+// A shared subscription ($share/<name>/...) to an extension topic is
+// refused: mochi would grant it, and it would never deliver anything.
+func TestReplay_SharedExtensionFilterIsRefused(t *testing.T) {
+	b := newTestBroker(t, newMemLog(t, "default=#"))
+	const filter = "$share/g/$replay/earliest/+/a"
+	v5 := dialRaw(t, b, "v5", 5)
+	if ack := v5.TrySubscribe(filter, 1); ack.ReasonCodes[0] != subackInvalid ||
+		!strings.Contains(ack.Properties.ReasonString, "cannot be a shared subscription") {
+		t.Errorf("v5: SUBACK %#x %q, want %#x saying it cannot be shared", ack.ReasonCodes[0], ack.Properties.ReasonString, subackInvalid)
+	}
+	if ack := dialRaw(t, b, "v3", 4).TrySubscribe(filter, 1); ack.ReasonCodes[0] != 0x80 {
+		t.Errorf("v3: SUBACK %#x, want 0x80", ack.ReasonCodes[0])
+	}
+	// An ordinary shared subscription is mochi's, and granted.
+	if ack := v5.TrySubscribe("$share/g/a/#", 1); ack.ReasonCodes[0] != 1 {
+		t.Errorf("$share/g/a/#: SUBACK %#x %q, want QoS 1", ack.ReasonCodes[0], ack.Properties.ReasonString)
+	}
+}
+
+// A replay of a filter that one stream captures is granted however many
+// other streams there are: which streams a filter reaches is computed from
+// the filters, not by routing made-up topics (the old way gave up after
+// 50,000 of them and refused the subscription).
+func TestReplay_ManyStreamsStillGrantOneStreamsFilter(t *testing.T) {
+	specs := []string{"meters=meters/#"}
+	for i := range 40 {
+		specs = append(specs, fmt.Sprintf("site%d=site%d/hall%d/room%d/temp%d", i, i, i, i, i))
+	}
+	l := newMemLog(t, specs...)
+	store(t, l.stream(t, "meters"), topicsN("meters/a/b", 0, 2), nil)
+	b := newTestBroker(t, l)
+	c := dialRaw(t, b, "many", 5)
+	ack := c.TrySubscribe("$replay/earliest/+/meters/+/+/+", 1)
+	if ack.ReasonCodes[0] != 1 {
+		t.Fatalf("SUBACK %#x %q, want QoS 1 granted", ack.ReasonCodes[0], ack.Properties.ReasonString)
+	}
+	for i, pk := range readPublishes(t, c, 2) {
+		if want := fmt.Sprintf("$replay/earliest/%d/meters/a/b/%d", i, i); pk.TopicName != want {
+			t.Errorf("delivery %d: topic %q, want %q", i, pk.TopicName, want)
+		}
+	}
+	// A filter that does span two of them is still refused, and says so.
+	ack = c.TrySubscribe("$replay/earliest/+/+/hall3/room3/temp3", 1)
+	if ack.ReasonCodes[0] != subackNotAccepted || !strings.Contains(ack.Properties.ReasonString, "spans streams") {
+		t.Errorf("SUBACK %#x %q, want %#x saying it spans streams", ack.ReasonCodes[0], ack.Properties.ReasonString, subackNotAccepted)
+	}
+}
+
+// memLog routes as the store does: a literal first level beats '+' however
+// many literals follow it, so "+/x/y" spans both streams below.
+func TestStreamsReached_PrecedenceAsTheStore(t *testing.T) {
+	l := newMemLog(t, "wide=+/x/y", "narrow=n/#")
+	if got := l.Route("n/x/y"); got == nil || got.Name() != "narrow" {
+		t.Fatalf("Route(n/x/y) = %v, want narrow", streamNames([]Stream{got}))
+	}
+	got, err := streamsReached(l, "+/x/y")
+	if names := streamNames(got); err != nil || !slices.Equal(names, []string{"wide", "narrow"}) {
+		t.Fatalf("streamsReached(+/x/y) = %v, %v, want wide and narrow", names, err)
+	}
+}
+
+// streamNames names streams, "<nil>" for a nil one.
+func streamNames(ss []Stream) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = "<nil>"
+		if s != nil {
+			out[i] = s.Name()
+		}
+	}
+	return out
 }

@@ -24,7 +24,7 @@ import (
 // synchronise on channels and counts, never on sleeps.
 type memLog struct {
 	streams []*memStream
-	filters [][]string // filters[i] are the filters of streams[i]
+	router  *logstore.Router // routes as the store does
 	state   *memState
 }
 
@@ -42,6 +42,7 @@ var (
 func newMemLog(tb testing.TB, specs ...string) *memLog {
 	tb.Helper()
 	l := &memLog{state: &memState{m: map[string][]byte{}}}
+	var filters [][]string
 	for _, spec := range specs {
 		name, fs, ok := strings.Cut(spec, "=")
 		if !ok || name == "" || fs == "" {
@@ -50,7 +51,11 @@ func newMemLog(tb testing.TB, specs ...string) *memLog {
 		s := newMemStream(name)
 		s.filters = strings.Split(fs, ",")
 		l.streams = append(l.streams, s)
-		l.filters = append(l.filters, s.filters)
+		filters = append(filters, s.filters)
+	}
+	var err error
+	if l.router, err = logstore.NewRouter(filters); err != nil {
+		tb.Fatalf("memlog: %v", err)
 	}
 	tb.Cleanup(l.close)
 	return l
@@ -58,21 +63,10 @@ func newMemLog(tb testing.TB, specs ...string) *memLog {
 
 // Route returns the stream whose filter is the most specific match.
 func (l *memLog) Route(topic string) Stream {
-	best, bestScore := -1, -1
-	for i, fs := range l.filters {
-		for _, f := range fs {
-			if !memMatch(f, topic) {
-				continue
-			}
-			if sc := memSpecificity(f); sc > bestScore {
-				best, bestScore = i, sc
-			}
-		}
+	if i := l.router.Route(topic); i >= 0 {
+		return l.streams[i]
 	}
-	if best < 0 {
-		return nil
-	}
-	return l.streams[best]
+	return nil
 }
 
 func (l *memLog) Streams() []Stream {
@@ -142,42 +136,6 @@ func (l *memLog) close() {
 	for _, s := range l.streams {
 		s.close()
 	}
-}
-
-// memMatch reports whether an MQTT filter matches topic. Top-level wildcards
-// do not match topics starting with '$'.
-func memMatch(filter, topic string) bool {
-	if strings.HasPrefix(topic, "$") && (strings.HasPrefix(filter, "#") || strings.HasPrefix(filter, "+")) {
-		return false
-	}
-	fl, tl := strings.Split(filter, "/"), strings.Split(topic, "/")
-	for i, f := range fl {
-		if f == "#" {
-			return true
-		}
-		if i >= len(tl) {
-			return false
-		}
-		if f != "+" && f != tl[i] {
-			return false
-		}
-	}
-	return len(fl) == len(tl)
-}
-
-// memSpecificity ranks filters: more literal levels first, then '+' over '#'.
-func memSpecificity(filter string) int {
-	n := 0
-	for _, lv := range strings.Split(filter, "/") {
-		switch lv {
-		case "#":
-		case "+":
-			n += 1
-		default:
-			n += 100
-		}
-	}
-	return n
 }
 
 type memAppend struct {
