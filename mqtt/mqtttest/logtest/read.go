@@ -170,11 +170,15 @@ func testChangedWakes(t *testing.T, s Suite) {
 }
 
 // testNoLostWakeup: waiters that take Changed, check Committed and then
-// wait reach the end of a stream of appends racing with them.
+// wait see every append. In each round the waiters are asleep (or about
+// to be) when the next record commits, and the round ends only when all
+// of them have seen it: an implementation that loses a wake-up leaves one
+// asleep until the deadline.
 func testNoLostWakeup(t *testing.T, s Suite) {
 	_, st, _ := s.stream(t)
-	const n, waiters = 300, 4
+	const rounds, waiters = 300, 4
 	var wg sync.WaitGroup
+	seen := make(chan uint64, waiters)
 	errs := make(chan string, waiters)
 	for range waiters {
 		wg.Add(1)
@@ -189,29 +193,39 @@ func testNoLostWakeup(t *testing.T, s Suite) {
 					errs <- "Committed went backwards"
 					return
 				}
-				last = c
-				if c >= n {
+				if c > last {
+					last = c
+					seen <- c
+				}
+				if c >= rounds {
 					return
 				}
 				select {
 				case <-ch:
 				case <-deadline:
-					errs <- "a waiter was never woken: Committed " + strconv.FormatUint(c, 10)
+					errs <- "a waiter was never woken: it saw Committed " + strconv.FormatUint(c, 10) +
+						", now " + strconv.FormatUint(st.Committed(), 10)
 					return
 				}
 			}
 		}()
 	}
-	for i := range n {
-		if i%3 == 0 {
-			mustAppend(t, st, recs(1)...) // some appends wait, so waiters get to sleep between
-		} else {
-			st.AppendAsync(recs(1), func(uint64, error) {})
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for i := range uint64(rounds) {
+		st.AppendAsync(recs(1), func(uint64, error) {})
+		for reached := 0; reached < waiters; {
+			select {
+			case c := <-seen:
+				if c >= i+1 {
+					reached++
+				}
+			case e := <-errs:
+				t.Fatal(e)
+			case <-done:
+				t.Fatalf("round %d: waiters stopped early", i)
+			}
 		}
 	}
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Fatal(e)
-	}
+	<-done
 }
