@@ -81,7 +81,8 @@ type Stream interface {
 	//
 	// The appender sets each record's Offset and, when zero, its Timestamp
 	// (unix ms, broker clock); a non-zero Timestamp is kept. The caller
-	// must not touch recs until done. A refused append (a nil record, a
+	// must not touch recs until done, nor change the records after: the
+	// log may keep them and hand them to readers. A refused append (a nil record, a
 	// record too large, a full disk, a closed log) gets done(0, err) with
 	// err wrapping the matching logstore sentinel, takes no offset, and
 	// leaves the appends before and after it unaffected. An empty recs

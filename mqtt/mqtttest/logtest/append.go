@@ -39,9 +39,9 @@ func testRoute(t *testing.T, s Suite) {
 		}
 	}
 	l, _ = s.open(t, "all=#", "plus=+/x")
-	for _, topic := range []string{"$SYS", "$share/x", "$SYS/x"} {
+	for _, topic := range []string{"$SYS", "$share/x", "$SYS/x", ""} {
 		if got := l.Route(topic); got != nil {
-			t.Errorf("Route(%q) = %v: top-level wildcards must not match '$' topics", topic, name(got))
+			t.Errorf("Route(%q) = %v, want a nil interface: top-level wildcards match neither '$' topics nor the empty topic", topic, name(got))
 		}
 	}
 }

@@ -63,6 +63,7 @@ func TestLog(t *testing.T, s Suite) {
 		{"AppendEmpty", testAppendEmpty},
 		{"ReadBounds", testReadBounds},
 		{"ReadLimits", testReadLimits},
+		{"ReadLong", testReadLong},
 		{"OffsetForTime", testOffsetForTime},
 		{"ChangedWakes", testChangedWakes},
 		{"NoLostWakeup", testNoLostWakeup},

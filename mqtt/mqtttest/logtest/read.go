@@ -1,6 +1,7 @@
 package logtest
 
 import (
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -194,6 +195,12 @@ func testNoLostWakeup(t *testing.T, s Suite) {
 					return
 				}
 				if c > last {
+					// Read what the wake-up announced, racing with the appender.
+					got, err := st.Read(last, 0, 0)
+					if err != nil || len(got) == 0 || got[0].Offset != last {
+						errs <- fmt.Sprintf("Read(%d) below Committed %d: %d records, %v", last, c, len(got), err)
+						return
+					}
 					last = c
 					seen <- c
 				}
@@ -210,8 +217,6 @@ func testNoLostWakeup(t *testing.T, s Suite) {
 			}
 		}()
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
 	for i := range uint64(rounds) {
 		st.AppendAsync(recs(1), func(uint64, error) {})
 		for reached := 0; reached < waiters; {
@@ -222,10 +227,51 @@ func testNoLostWakeup(t *testing.T, s Suite) {
 				}
 			case e := <-errs:
 				t.Fatal(e)
-			case <-done:
-				t.Fatalf("round %d: waiters stopped early", i)
 			}
 		}
 	}
-	<-done
+	wg.Wait()
+}
+
+// testReadLong: a stream longer than any cache an implementation may keep
+// (logstore: 1024-offset chunks, a 2048-record tail) reads back whole, in
+// batches that cross every boundary, and OffsetForTime finds records
+// anywhere in it.
+func testReadLong(t *testing.T, s Suite) {
+	_, st, _ := s.stream(t)
+	const n, per = 5000, 1000
+	want := make([]*logstore.Record, 0, n)
+	for i := 0; i < n; i += per {
+		batch := recs(per)
+		for j, r := range batch {
+			r.Topic = "long/" + strconv.Itoa(i+j)
+			r.Timestamp = testBase.Add(time.Duration(i+j) * time.Millisecond).UnixMilli()
+		}
+		mustAppend(t, st, batch...)
+		want = append(want, batch...)
+	}
+	for _, lim := range []struct{ max, maxBytes int }{{700, 0}, {0, 30_000}, {333, 25_000}} {
+		var got []*logstore.Record
+		for from := uint64(0); from < n; {
+			b, err := st.Read(from, lim.max, lim.maxBytes)
+			if err != nil || len(b) == 0 {
+				t.Fatalf("Read(%d, %d, %d) = %d records, %v", from, lim.max, lim.maxBytes, len(b), err)
+			}
+			if (lim.max > 0 && len(b) > lim.max) || (lim.maxBytes > 0 && len(b)*100 > lim.maxBytes) {
+				t.Fatalf("Read(%d, %d, %d) = %d records: over the limit", from, lim.max, lim.maxBytes, len(b))
+			}
+			if lim.max > 0 && lim.maxBytes == 0 && len(b) != min(lim.max, n-int(from)) {
+				t.Fatalf("Read(%d, %d, 0) = %d records, want %d", from, lim.max, len(b), min(lim.max, n-int(from)))
+			}
+			got = append(got, b...)
+			from += uint64(len(b))
+		}
+		checkOffsets(t, got, 0, want)
+	}
+	for _, off := range []int{0, 1023, 1024, 2047, 3000, 4999} {
+		at := testBase.Add(time.Duration(off) * time.Millisecond)
+		if got, err := st.OffsetForTime(at); err != nil || got != uint64(off) {
+			t.Fatalf("OffsetForTime(base+%dms) = %d, %v; want %d", off, got, err, off)
+		}
+	}
 }
