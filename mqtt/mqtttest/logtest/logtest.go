@@ -163,11 +163,14 @@ func rec(topic string, size int) *logstore.Record {
 	return r
 }
 
-// recs is n records "t/<i>" of Record.Size 100.
+// recs is n records "t/<i>" of Record.Size 100, QoS 1 at even i and 0
+// at odd i (so single-record appends take an implementation's QoS 0 path,
+// if it has one, as often as its QoS 1 path).
 func recs(n int) []*logstore.Record {
 	out := make([]*logstore.Record, n)
 	for i := range out {
 		out[i] = rec(fmt.Sprintf("t/%d", i), 100)
+		out[i].QoS = byte(1 - i%2)
 	}
 	return out
 }
