@@ -148,6 +148,21 @@ func testReadBelowStart(t *testing.T, s Suite) {
 	if first := mustAppend(t, st, recs(1)...); first != 5 {
 		t.Fatalf("append after retention: first %d, want 5", first)
 	}
+
+	// Retention of every record: the log is empty at offset 6, not 0.
+	s.Expire(t, st, time.Now().Add(time.Hour))
+	if f, c := st.FirstOffset(), st.Committed(); f != 6 || c != 6 {
+		t.Fatalf("after retention of every record: FirstOffset %d Committed %d, want 6 6", f, c)
+	}
+	if got, err := st.Read(6, 10, 0); err != nil || len(got) != 0 {
+		t.Fatalf("Read(Committed) of an emptied stream = %d records, %v; want none, nil", len(got), err)
+	}
+	if off, err := st.OffsetForTime(testBase); err != nil || off != 6 {
+		t.Fatalf("OffsetForTime on an emptied stream = %d, %v; want 6", off, err)
+	}
+	if first := mustAppend(t, st, recs(1)...); first != 6 {
+		t.Fatalf("append to an emptied stream: first %d, want 6", first)
+	}
 }
 
 // testChangedWakes: a channel taken before an append is closed by it; a

@@ -158,7 +158,7 @@ func testClose(t *testing.T, s Suite) {
 // come from storage, not from what the first instance cached.
 func testReopen(t *testing.T, s Suite) {
 	dir := t.TempDir()
-	specs := []string{"default=#", "other=o/#"}
+	specs := []string{"default=#", "other=o/#", "gone=g/#"}
 	l, closeLog := s.openIn(t, dir, specs...)
 	st, other := l.Route("x"), l.Route("o/x")
 	want := timed(testBase, 10) // the layout checkReadLimits expects
@@ -166,10 +166,13 @@ func testReopen(t *testing.T, s Suite) {
 	mustAppend(t, st, want[:4]...)
 	mustAppend(t, st, want[4:]...)
 	mustAppend(t, other, timed(testBase, 3)...)
-	var first uint64
+	gone := l.Route("g/x")
+	mustAppend(t, gone, timed(testBase, 4)...)
+	var first, goneFirst uint64
 	if s.Expire != nil {
 		s.Expire(t, other, testBase.Add(5*time.Millisecond)) // drops offset 0
-		first = 1
+		s.Expire(t, gone, testBase.Add(time.Hour))           // drops every record
+		first, goneFirst = 1, 4
 	}
 	if err := l.State().WriteState(map[string][]byte{"g/a": []byte("1"), "g/b": []byte("2"), "s/c": []byte("3")}, nil); err != nil {
 		t.Fatalf("WriteState: %v", err)
@@ -182,9 +185,9 @@ func testReopen(t *testing.T, s Suite) {
 	}
 
 	l, _ = s.openIn(t, dir, specs...)
-	st, other = l.Route("x"), l.Route("o/x")
-	if name(st) != "default" || name(other) != "other" {
-		t.Fatalf("reopened log routes x to %s and o/x to %s", name(st), name(other))
+	st, other, gone = l.Route("x"), l.Route("o/x"), l.Route("g/x")
+	if name(st) != "default" || name(other) != "other" || name(gone) != "gone" {
+		t.Fatalf("reopened log routes x, o/x, g/x to %s, %s, %s", name(st), name(other), name(gone))
 	}
 	if got := st.Committed(); got != uint64(len(want)) {
 		t.Fatalf("reopened Committed %d, want %d", got, len(want))
@@ -202,6 +205,13 @@ func testReopen(t *testing.T, s Suite) {
 	}
 	if got := other.Committed(); got != 3 {
 		t.Fatalf("reopened Committed of other %d, want 3", got)
+	}
+	// A stream retention emptied keeps its offsets: they never repeat.
+	if f, c := gone.FirstOffset(), gone.Committed(); f != goneFirst || c != 4 {
+		t.Fatalf("reopened emptied stream: FirstOffset %d Committed %d, want %d 4", f, c, goneFirst)
+	}
+	if f := mustAppend(t, gone, recs(1)...); f != 4 {
+		t.Fatalf("append to a reopened emptied stream: first %d, want 4", f)
 	}
 	if m, _ := loadState(t, l.State(), ""); !maps.Equal(m, map[string]string{"g/a": "1", "s/c": "3"}) {
 		t.Fatalf("reopened state %v, want g/a=1 s/c=3", m)
