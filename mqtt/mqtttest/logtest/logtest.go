@@ -70,6 +70,7 @@ func TestLog(t *testing.T, s Suite) {
 		{"State", testState},
 		{"StateLimit", testStateLimit},
 		{"Close", testClose},
+		{"CloseRacing", testCloseRacing},
 	}
 	if s.Expire != nil {
 		tests = append(tests, struct {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -215,5 +216,100 @@ func testReopen(t *testing.T, s Suite) {
 	}
 	if m, _ := loadState(t, l.State(), ""); !maps.Equal(m, map[string]string{"g/a": "1", "s/c": "3"}) {
 		t.Fatalf("reopened state %v, want g/a=1 s/c=3", m)
+	}
+}
+
+// testCloseRacing: closing while appenders, readers and state writers run
+// ends each of them with a result or logstore.ErrClosed, never a panic or
+// a hang, and every done is called once.
+func testCloseRacing(t *testing.T, s Suite) {
+	l, st, closeLog := s.stream(t)
+	mustAppend(t, st, recs(10)...)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	report := func(what string, err error) {
+		select {
+		case errs <- fmt.Errorf("%s: %w", what, err):
+		default:
+		}
+	}
+	var mu sync.Mutex
+	sent, told := 0, 0
+	wg.Add(3)
+	go func() { // appender
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			mu.Lock()
+			sent++
+			mu.Unlock()
+			st.AppendAsync(recs(2), func(_ uint64, err error) {
+				mu.Lock()
+				told++
+				mu.Unlock()
+				if err != nil && !errors.Is(err, logstore.ErrClosed) {
+					report("append", err)
+				}
+			})
+		}
+	}()
+	go func() { // reader
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := st.Read(st.FirstOffset(), 5, 0); err != nil && !errors.Is(err, logstore.ErrClosed) {
+				report("read", err)
+			}
+			if _, err := st.OffsetForTime(testBase); err != nil && !errors.Is(err, logstore.ErrClosed) {
+				report("offset for time", err)
+			}
+		}
+	}()
+	go func() { // state writer
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			err := l.State().WriteState(map[string][]byte{"k": []byte(strconv.Itoa(i))}, nil)
+			if err != nil && !errors.Is(err, logstore.ErrClosed) {
+				report("write state", err)
+			}
+		}
+	}()
+	mustAppend(t, st, recs(1)...) // the others have had a commit's time to start
+	if err := closeLog(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	deadline := time.After(Deadline)
+	for {
+		mu.Lock()
+		n, d := sent, told
+		mu.Unlock()
+		if d == n {
+			return
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("%d of %d appends were told", d, n)
+		case <-time.After(time.Millisecond): // polls a count; the deadline alone fails
+		}
 	}
 }
