@@ -77,7 +77,9 @@ type Stream interface {
 	// calls, and successful ones get increasing offsets in that order.
 	// done runs on the appender's goroutine and must not block; after
 	// close it runs at once on the caller's goroutine, so it must not take
-	// a lock the caller holds either.
+	// a lock the caller holds either. That is the one exception to the
+	// order: an append made after close may be told (ErrClosed) before
+	// the appends still queued at close are.
 	//
 	// The appender sets each record's Offset and, when zero, its Timestamp
 	// (unix ms, broker clock); a non-zero Timestamp is kept. The caller
