@@ -18,12 +18,6 @@ type memLog struct {
 
 var _ Log = (*memLog)(nil)
 
-// The memLog wraps logstore's sentinels, as the real log does.
-var (
-	errMemClosed     = logstore.ErrClosed           // appends after close, and appends queued at close
-	errMemOutOfRange = logstore.ErrOffsetOutOfRange // Read outside [FirstOffset, Committed]
-)
-
 // newMemLog builds a memLog from "name=filter,filter" specs, e.g.
 // newMemLog(t, "default=#") or newMemLog(t, "a=sensors/#", "b=meters/+/power").
 // It closes at test cleanup.
@@ -73,8 +67,6 @@ func (l *memLog) stream(tb testing.TB, name string) *memStream {
 	return l.wrap(l.ml.Stream(tb, name))
 }
 
-func (l *memLog) close() { l.ml.Close() }
-
 // memStream is a Stream with the steering methods under this package's
 // tests' names.
 type memStream struct{ *mqtttest.MemStream }
@@ -88,7 +80,6 @@ func (s *memStream) trim(off uint64)                  { s.Trim(off) }
 func (s *memStream) records() []*logstore.Record      { return s.Records() }
 func (s *memStream) submitted() int                   { return s.Submitted() }
 func (s *memStream) waitAppends(tb testing.TB, n int) { tb.Helper(); s.WaitAppends(tb, n) }
-func (s *memStream) close()                           { s.Close() }
 func (s *memStream) waitRecords(tb testing.TB, n int) []*logstore.Record {
 	tb.Helper()
 	return s.WaitRecords(tb, n)
