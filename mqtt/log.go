@@ -58,8 +58,10 @@ type StateStore interface {
 // Stream is one append-only offset log. Offsets start at 0, never repeat
 // and never go backwards, across restarts and retention.
 type Stream interface {
+	// Name is the stream's name, unique in its log.
 	Name() string
-	// Filters are the topic filters the stream captures.
+	// Filters are the topic filters the stream captures, in configuration
+	// order. The slice is the caller's: changing it changes no routing.
 	Filters() []string
 
 	// AppendAsync hands records to the stream's appender. done is called

@@ -67,6 +67,13 @@ func testStreams(t *testing.T, s Suite) {
 	if got := ss[1].Filters(); !slices.Equal(got, []string{"a/#", "c/+/d"}) {
 		t.Fatalf("Filters() of a = %v, want [a/# c/+/d]", got)
 	}
+	ss[1].Filters()[0] = "changed/#" // the caller's copy
+	if got := ss[1].Filters(); got[0] != "a/#" {
+		t.Fatalf("changing the slice Filters() returned changed the stream's filters to %v", got)
+	}
+	if got := l.Route("a/x"); name(got) != "a" {
+		t.Fatalf("Route(a/x) = %s after the caller changed a Filters() slice, want a", name(got))
+	}
 	for _, st := range ss {
 		if st.FirstOffset() != 0 || st.Committed() != 0 {
 			t.Fatalf("new stream %s: FirstOffset %d Committed %d, want 0 0", st.Name(), st.FirstOffset(), st.Committed())
