@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -34,8 +35,9 @@ func TestStoreLog_Contract(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logtest.TestLog(t, logtest.Suite{
-				Open:   contractStore(tc.sc),
-				Reopen: true,
+				Open:     contractStore(tc.sc, -1),
+				OpenFull: contractStore(tc.sc, math.MaxInt64), // no disk has that much free
+				Reopen:   true,
 				Expire: func(t *testing.T, s mqtt.Stream, before time.Time) {
 					// Retention at before+MaxAge drops what is older than before.
 					if _, err := s.(*logstore.Stream).ApplyRetention(context.Background(), before.Add(contractMaxAge)); err != nil {
@@ -48,15 +50,15 @@ func TestStoreLog_Contract(t *testing.T) {
 }
 
 // contractStore opens stores whose streams are like sc, with the suite's
-// names and filters.
-func contractStore(sc logstore.StreamConfig) logtest.Open {
+// names and filters, and minFree as MinFreeBytes.
+func contractStore(sc logstore.StreamConfig, minFree int64) logtest.Open {
 	return func(t *testing.T, dir string, specs ...string) (mqtt.Log, func() error) {
 		t.Helper()
 		cfg := logstore.Config{
 			Dir:               dir,
 			Profile:           logstore.ProfilePiZero,
 			RetentionInterval: time.Hour, // the suite applies retention itself
-			MinFreeBytes:      -1,
+			MinFreeBytes:      minFree,
 		}
 		for _, spec := range specs {
 			name, filters, ok := strings.Cut(spec, "=")

@@ -47,6 +47,13 @@ func TestMemLog_Contract(t *testing.T) {
 			l := mqtttest.NewMemLog(t, specs...)
 			return memLog{l}, func() error { l.Close(); return nil }
 		},
+		OpenFull: func(t *testing.T, _ string, specs ...string) (mqtt.Log, func() error) {
+			l := mqtttest.NewMemLog(t, specs...)
+			for _, s := range l.Streams() {
+				s.Fail(logstore.ErrNoSpace)
+			}
+			return memLog{l}, func() error { l.Close(); return nil }
+		},
 		Expire: func(t *testing.T, s mqtt.Stream, before time.Time) {
 			off, err := s.OffsetForTime(before)
 			if err != nil {

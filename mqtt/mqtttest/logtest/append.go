@@ -229,3 +229,22 @@ func testAppendEmpty(t *testing.T, s Suite) {
 		t.Fatalf("append after an empty one: first %d, want 2", first)
 	}
 }
+
+// testAppendNoSpace: on a full disk an append is refused with an error
+// wrapping logstore.ErrNoSpace (the broker answers MQTT 5 reason 0x97 on
+// it), and nothing is stored.
+func testAppendNoSpace(t *testing.T, s Suite) {
+	l, closeLog := s.OpenFull(t, t.TempDir(), "default=#")
+	t.Cleanup(func() { _ = closeLog() })
+	st := only(t, l)
+	for range 2 {
+		r := appendWait(t, st, recs(2)...)
+		wantErr(t, "append on a full disk", r.err, logstore.ErrNoSpace)
+	}
+	if c := st.Committed(); c != 0 {
+		t.Fatalf("Committed %d after refused appends, want 0", c)
+	}
+	if got, err := st.Read(0, 10, 0); err != nil || len(got) != 0 {
+		t.Fatalf("Read(0) after refused appends = %d records, %v; want none", len(got), err)
+	}
+}

@@ -44,6 +44,9 @@ type Suite struct {
 	// before, as retention by age does. nil for an implementation without
 	// retention: the checks of reads below the log start are then left out.
 	Expire func(t *testing.T, s mqtt.Stream, before time.Time)
+	// OpenFull is Open for a log on a full disk: it refuses every append
+	// for lack of space. nil leaves that check out.
+	OpenFull Open
 }
 
 // TestLog runs every check of the contract as a subtest.
@@ -77,6 +80,12 @@ func TestLog(t *testing.T, s Suite) {
 			name string
 			run  func(*testing.T, Suite)
 		}{"ReadBelowStart", testReadBelowStart})
+	}
+	if s.OpenFull != nil {
+		tests = append(tests, struct {
+			name string
+			run  func(*testing.T, Suite)
+		}{"AppendNoSpace", testAppendNoSpace})
 	}
 	if s.Reopen {
 		tests = append(tests, struct {
