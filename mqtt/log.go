@@ -86,13 +86,13 @@ type Stream interface {
 	// The appender sets each record's Offset and, when zero, its Timestamp
 	// (unix ms, broker clock); a non-zero Timestamp is kept. The caller
 	// must not touch recs until done, nor change the records after: the
-	// log may keep them and hand them to readers. A refused append (a nil record, a
-	// record too large, a full disk, a closed log) gets done(0, err) with
-	// err wrapping the matching logstore sentinel, takes no offset, and
-	// leaves the appends before and after it unaffected. An empty recs
-	// succeeds with first at the log end and changes nothing. Appends
-	// still queued at close fail with logstore.ErrClosed or commit; either
-	// way their done is called.
+	// log may keep them and hand them to readers. A refused append (a nil
+	// record, a record too large, a full disk, a closed log) gets
+	// done(0, err) with err wrapping the matching logstore sentinel, takes
+	// no offset, and leaves the appends before and after it unaffected. An
+	// empty recs succeeds with first at the log end and changes nothing.
+	// Appends still queued at close fail with logstore.ErrClosed or
+	// commit; either way their done is called.
 	AppendAsync(recs []*logstore.Record, done func(first uint64, err error))
 
 	// Read returns committed records starting at offset from, in offset
