@@ -5,7 +5,12 @@ import (
 	"github.com/peatmq/peat/mqtt"
 )
 
-// storeLog is the single-node log as the MQTT front-end sees it.
+// storeLog is the single-node log as the MQTT front-end sees it: the
+// Store, with its *logstore.Stream as mqtt.Stream. That holds only while
+// the store commits on its own (Config.ManualCommit false): AppendAsync's
+// done then means committed, as mqtt.Stream promises; under ManualCommit
+// it would mean written on this node only, and a cluster supplies its own
+// mqtt.Log. TestStoreLog_Contract runs mqtt's contract suite against it.
 type storeLog struct{ s *logstore.Store }
 
 var (

@@ -157,7 +157,7 @@ func TestOffsets_SubscribeAndSeek(t *testing.T) {
 	if ack := admin.ReadUntil(packets.Puback); ack.ReasonCode != 0 {
 		t.Fatalf("commit PUBACK %#x %q", ack.ReasonCode, ack.Properties.ReasonString)
 	}
-	if off, _ := l.state.m["g/g/default"]; string(off) != string(encodeOffset(4)) {
+	if off, _ := l.stateValue("g/g/default"); string(off) != string(encodeOffset(4)) {
 		t.Fatalf("stored offset %x, want 4", off)
 	}
 	if pk := readPublishes(t, watcher, 1)[0]; string(pk.Payload) != "4" {
@@ -243,9 +243,7 @@ func TestReplay_ACLAppliesToTheOriginalTopics(t *testing.T) {
 // storedGroupOffset is the group's offset in the log's state store, "" when
 // it has none.
 func storedGroupOffset(l *memLog, group, stream string) string {
-	l.state.mu.Lock()
-	defer l.state.mu.Unlock()
-	v, ok := l.state.m[groupKey{group: group, stream: stream}.stateKey()]
+	v, ok := l.stateValue(groupKey{group: group, stream: stream}.stateKey())
 	if !ok || len(v) != 8 {
 		return ""
 	}

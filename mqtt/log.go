@@ -7,13 +7,31 @@ import (
 )
 
 // Log is the offset log as the MQTT front-end sees it. On a single node the
-// logstore satisfies it; in a cluster the cluster package will. mqtt never
-// imports cluster: it only needs these few operations.
+// logstore satisfies it (through edge's adapter); in a cluster the cluster
+// package will. mqtt never imports cluster: it only needs these few
+// operations.
+//
+// The comments below are the whole contract: package mqtt/mqtttest/logtest
+// checks every implementation against it (mqtttest.MemLog, the in-memory
+// log mqtt's tests use, and the Badger-backed logstore), so a promise not
+// written here is one the broker must not rely on.
+//
+// Errors wrap logstore's sentinels whatever the implementation, so callers
+// test them with errors.Is: logstore.ErrClosed, ErrOffsetOutOfRange,
+// ErrNilRecord, ErrRecordTooLarge, ErrNoSpace. A log has no Close here: its
+// owner closes it, and the promises "after close" below are about that.
 type Log interface {
-	// Route returns the stream that captures topic, or nil when no stream
-	// does; such topics go through mochi unchanged.
+	// Route returns the stream whose filter matches topic most
+	// specifically, or a nil interface (never a typed nil) when no stream
+	// captures topic; such topics go through mochi unchanged. Specificity:
+	// matching filters are compared level by level from the left, and at
+	// the first level where they differ a literal beats '+', '+' beats
+	// '#', and a filter that ends with the topic beats one going on with
+	// "/#" (for topic "a": "a" over "a/#"). So for "m/n/o", "m/#" wins
+	// over "+/n/o". Top-level wildcards never match a topic starting with
+	// '$', and the empty topic matches nothing.
 	Route(topic string) Stream
-	// Streams lists every stream.
+	// Streams lists every stream once, in configuration order.
 	Streams() []Stream
 	// State is where consumer groups and durable sessions keep their
 	// positions, next to the log they point into.
@@ -22,45 +40,91 @@ type Log interface {
 
 // StateStore keeps small values by key (logstore.Store's consumer state).
 type StateStore interface {
-	// WriteState sets puts and deletes dels, atomically and as durably as
-	// the log's appends.
+	// WriteState sets puts and deletes dels in one atomic step: a reader
+	// or a restart sees all of it or none. It is as durable as the log's
+	// appends: when it returns nil on a log that persists, the change
+	// survives a restart. A key both put and deleted in one call ends up
+	// deleted. The caller may reuse the values once it returns. A call of
+	// more than logstore.MaxStateWrite entries is refused and changes
+	// nothing; after close every call fails with logstore.ErrClosed.
 	WriteState(puts map[string][]byte, dels []string) error
-	// LoadState calls fn for every entry whose key starts with prefix.
+	// LoadState calls fn, in key order, for every entry whose key starts
+	// with prefix ("" for all). val is only valid during the call. The
+	// first error from fn ends the walk and is returned, wrapped. After
+	// close it fails with logstore.ErrClosed.
 	LoadState(prefix string, fn func(key string, val []byte) error) error
 }
 
-// Stream is one append-only offset log.
+// Stream is one append-only offset log. Offsets start at 0, never repeat
+// and never go backwards, across restarts and retention.
 type Stream interface {
+	// Name is the stream's name, unique in its log.
 	Name() string
-	// Filters are the topic filters the stream captures.
+	// Filters are the topic filters the stream captures, in configuration
+	// order. The slice is the caller's: changing it changes no routing.
 	Filters() []string
 
 	// AppendAsync hands records to the stream's appender. done is called
-	// exactly once, on the appender's goroutine, when the records are
-	// durable by the stream's durability setting (first is the offset of
-	// recs[0]) or when they failed; done must not block. For one stream,
-	// done calls happen in the order of the AppendAsync calls.
+	// exactly once. done(first, nil) means the records are committed:
+	// they hold the offsets first, first+1, ... in recs order, Committed()
+	// is already above the last of them when done runs, and Read returns
+	// them. Committed means below the high watermark, which is what every
+	// reader sees; on a single node the watermark follows the log end once
+	// a write is durable by the stream's durability setting (fsync, or
+	// written with an fsync to follow within the sync interval), and in a
+	// cluster once the in-sync replicas hold it. It does not promise that
+	// this node has fsynced the records.
+	//
+	// For one stream, done calls happen in the order of the AppendAsync
+	// calls, and successful ones get increasing offsets in that order.
+	// done runs on the appender's goroutine and must not block; after
+	// close it runs at once on the caller's goroutine, so it must not take
+	// a lock the caller holds either. That is the one exception to the
+	// order: an append made after close may be told (ErrClosed) before
+	// the appends still queued at close are.
+	//
+	// The appender sets each record's Offset and, when zero, its Timestamp
+	// (unix ms, broker clock); a non-zero Timestamp is kept. The caller
+	// must not touch recs until done, nor change the records after: the
+	// log may keep them and hand them to readers. A refused append (a nil
+	// record, a record too large, a full disk, a closed log) gets
+	// done(0, err) with err wrapping the matching logstore sentinel, takes
+	// no offset, and leaves the appends before and after it unaffected. An
+	// empty recs succeeds with first at the log end and changes nothing.
+	// Appends still queued at close fail with logstore.ErrClosed or
+	// commit; either way their done is called.
 	AppendAsync(recs []*logstore.Record, done func(first uint64, err error))
 
-	// Read returns committed records starting at offset from: at least one
-	// record when from < Committed(), at most max records, and no more than
-	// maxBytes in total unless the first record alone is larger. It returns
-	// an empty slice when from == Committed(), and an error wrapping
-	// logstore.ErrOffsetOutOfRange when from is below FirstOffset() or
-	// above Committed().
+	// Read returns committed records starting at offset from, in offset
+	// order: at least one record when FirstOffset() <= from < Committed()
+	// (even one larger than maxBytes), at most max records, and no more
+	// than maxBytes of Record.Size in total unless the first record alone
+	// is larger; max <= 0 or maxBytes <= 0 sets no limit. It returns an
+	// empty slice and no error when from == Committed(), and an error
+	// wrapping logstore.ErrOffsetOutOfRange when from is below
+	// FirstOffset() or above Committed(). After close it fails with
+	// logstore.ErrClosed. The records returned may be shared with other
+	// readers: do not modify them.
 	Read(from uint64, max, maxBytes int) ([]*logstore.Record, error)
 
-	// OffsetForTime returns the first offset whose record has a timestamp
-	// at or after t, or Committed() when every record is older.
+	// OffsetForTime returns the first offset at or after FirstOffset()
+	// whose record has a timestamp at or after t, or Committed() when
+	// every record is older.
 	OffsetForTime(t time.Time) (uint64, error)
 
-	// FirstOffset is the offset of the oldest record retention still holds.
+	// FirstOffset is the offset of the oldest record retention still
+	// holds (0 until retention drops a record). It only grows.
 	FirstOffset() uint64
 	// Committed is the offset after the last committed record (the high
-	// watermark): readers see offsets below it only.
+	// watermark): readers see offsets below it only. A reopened log starts
+	// where it left off.
 	Committed() uint64
 	// Changed returns a channel that is closed the next time Committed
-	// advances, the log is truncated, or the stream closes. Take the channel
-	// before checking Committed, so no advance is missed.
+	// advances, or when the stream closes (it then stays closed: Changed
+	// of a closed stream never blocks). It may also close for other
+	// reasons (truncation, retention, the log end moving): a reason to
+	// look again, not proof of new records. Take the channel before
+	// checking Committed: an advance after the channel was taken closes
+	// it, so a waiter that checks and then waits misses none.
 	Changed() <-chan struct{}
 }

@@ -35,9 +35,7 @@ func leave(tb testing.TB, b *Broker, c *mqtttest.Raw) {
 
 // storedSession reports whether the log's state store holds id's session.
 func storedSession(l *memLog, id string) bool {
-	l.state.mu.Lock()
-	defer l.state.mu.Unlock()
-	_, ok := l.state.m[sessionStatePrefix+id]
+	_, ok := l.stateValue(sessionStatePrefix + id)
 	return ok
 }
 

@@ -1,10 +1,3 @@
-// Package mqtttest holds packet-level MQTT clients for tests: a bare
-// net.Conn speaking mochi's packet codec, for what a full client such as
-// paho hides from a test: not reading, not acknowledging, resending a QoS 2
-// PUBLISH with the same packet id, or sending malformed bytes.
-//
-// It imports nothing of Peat's, so tests of any package, mqtt included, can
-// use it.
 package mqtttest
 
 import (
