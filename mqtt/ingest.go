@@ -15,17 +15,6 @@ import (
 	"github.com/peatmq/peat/logstore"
 )
 
-// Log attribute keys used by ingest.
-const (
-	attrClient = "client"
-	attrStream = "stream"
-	attrTopic  = "topic"
-	attrError  = "error"
-	// attrPart names the part of the front-end a line comes from (mochi,
-	// ingest); the node already tags the whole front-end component=mqtt.
-	attrPart = "part"
-)
-
 // ingestOrigin marks the PUBRECs ingest puts into a client's Inflight map, so
 // a resent QoS 2 PUBLISH can be told from one mochi handles itself.
 const ingestOrigin = "peat-ingest"
@@ -426,7 +415,7 @@ func (h *ingest) noteAppend(stream string, err error) {
 	h.failMu.Unlock()
 	switch {
 	case now && !was:
-		h.logger.Warn("appends failing: refusing publishes", slog.String(attrStream, stream), slog.Any(attrError, err))
+		h.logger.Warn("appends failing: refusing publishes", slog.String(attrStream, stream), slog.Any(attrErr, err))
 	case was && !now:
 		h.logger.Info("appends succeed again", slog.String(attrStream, stream))
 	}

@@ -161,7 +161,7 @@ func (c *ingestConn) commitOffset(pk *packets.Packet) {
 		return
 	}
 	if notice != "" {
-		c.h.logger.Info("consumer group commit moved: "+notice, slog.String(attrClient, c.cl.ID), slog.String("group", ext.group))
+		c.h.logger.Info("consumer group commit moved: "+notice, slog.String(attrClient, c.cl.ID), slog.String(attrGroup, ext.group))
 	}
 	if !c.take() {
 		return
@@ -176,7 +176,7 @@ func (c *ingestConn) commitOffset(pk *packets.Packet) {
 		c.complete(e, code)
 	})
 	c.h.logger.Info("consumer group offset committed by publish", slog.String(attrClient, c.cl.ID),
-		slog.String("group", ext.group), slog.String(attrStream, ext.stream), slog.Uint64("offset", off))
+		slog.String(attrGroup, ext.group), slog.String(attrStream, ext.stream), slog.Uint64(attrOffset, off))
 }
 
 // expectAnswer queues the ack entry of a QoS 1/2 publish that holds a
@@ -341,7 +341,7 @@ func (c *ingestConn) finish(e *ackEntry) {
 		c.mu.Unlock()
 		if first {
 			c.h.logger.Info("disconnecting MQTT 3 client: publish refused",
-				slog.String(attrClient, c.cl.ID), slog.String("reason", code.Reason))
+				slog.String(attrClient, c.cl.ID), slog.String(attrReason, code.Reason))
 			c.cl.Stop(code)
 		}
 		return
@@ -362,7 +362,7 @@ func (c *ingestConn) finish(e *ackEntry) {
 		err = c.cl.WritePacket(ack)
 	}
 	if err != nil {
-		c.h.logger.Debug("writing ack", slog.String(attrClient, c.cl.ID), slog.Any(attrError, err))
+		c.h.logger.Debug("writing ack", slog.String(attrClient, c.cl.ID), slog.Any(attrErr, err))
 	}
 }
 
