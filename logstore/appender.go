@@ -385,7 +385,7 @@ func (s *Stream) appendError(err error) error {
 		reason = reasonClosed
 		err = fmt.Errorf("%w (%w)", ErrClosed, err)
 	default:
-		s.st.log.Error("append failed", slog.String(logKeyStream, s.name), slog.Any(logKeyError, err))
+		s.st.log.Error("append failed", slog.String(attrStream, s.name), slog.Any(attrErr, err))
 	}
 	s.st.metrics.AppendErrors.WithLabelValues(s.name, reason).Inc()
 	return fmt.Errorf("append to %s: %w", s.name, err)

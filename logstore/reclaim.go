@@ -30,9 +30,9 @@ func (s *Stream) maybeReclaim(now time.Time) error {
 	}
 	s.st.metrics.Reclaims.Inc()
 	s.st.reclaimed.Store(true)
-	s.st.log.Debug("reclaimed retained-out records", slog.String(logKeyStream, s.name),
+	s.st.log.Debug("reclaimed retained-out records", slog.String(attrStream, s.name),
 		slog.Uint64("below_offset", upto<<blockShift), slog.Int("split_blocks", split),
-		slog.Duration("took", time.Since(t0)))
+		slog.Duration(attrTook, time.Since(t0)))
 	s.reclaimFrom = upto
 	return nil
 }
