@@ -255,7 +255,7 @@ func (h *ingest) early(cl *mochi.Client, pk *packets.Packet) (bool, error) {
 	if exp := messageExpiry(caps.MaximumMessageExpiryInterval, int64(pk.Properties.MessageExpiryInterval)); exp > 0 {
 		pk.Expiry = pk.Created + exp
 	}
-	return true, h.take(h.conn(cl), pk, st)
+	return true, h.routePublish(h.conn(cl), pk, st)
 }
 
 // messageExpiry is mochi's rule for a publish's expiry in seconds: the
@@ -302,7 +302,7 @@ func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 	if !owned {
 		return pk, nil
 	}
-	if err := h.take(h.conn(cl), &pk, st); err != nil {
+	if err := h.routePublish(h.conn(cl), &pk, st); err != nil {
 		// The client was disconnected (Receive Maximum). mochi's read loop
 		// ends without an error on this path; OnDisconnect sends the will
 		// of a captured topic from the stop cause.
@@ -320,7 +320,7 @@ func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 	return pk, packets.ErrRejectPacket
 }
 
-// take appends pk to st, the stream owner found for it, or, when st is nil
+// routePublish appends pk to st, the stream owner found for it, or, when st is nil
 // (a topic of the replay protocol), commits a consumer group's offset or
 // refuses the publish. Its answer, if any, comes from c's ack drainer.
 //
@@ -329,7 +329,7 @@ func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 // announced; one more is a protocol error, answered with DISCONNECT 0x93
 // and the error returned [MQTT-3.3.4-9]. MQTT 3.1.1 has no Receive
 // Maximum: its clients wait for a window slot (TCP back-pressure).
-func (h *ingest) take(c *ingestConn, pk *packets.Packet, st Stream) error {
+func (h *ingest) routePublish(c *ingestConn, pk *packets.Packet, st Stream) error {
 	if pk.FixedHeader.Qos > 0 && c.v5() && c.receiveFull() {
 		h.m.Closed.WithLabelValues(ReasonReceiveMaximum).Inc()
 		_ = h.srv.DisconnectClient(c.cl, packets.ErrReceiveMaximum)
