@@ -61,16 +61,15 @@ func (k *deliveryCursor) attrs(more ...any) []any {
 	return slices.Concat(k.who, []any{attrStream, k.s.Name(), attrOffset, k.next}, more)
 }
 
-// pause is what a loop does before it waits for the stream to change: a
-// loop woken with nothing new to read (a closed stream keeps Changed
-// closed; a truncated one) waits deliveryRetryDelay first, so it does not
-// spin. It reports false when ctx ends.
+// pause comes before waiting for the stream to change: a loop woken with
+// nothing new to read (a closed stream keeps Changed closed) first waits
+// deliveryRetryDelay, so it does not spin. It reports false when ctx ends.
 func (k *deliveryCursor) pause(ctx context.Context) bool {
 	return !k.woken || deliverySleep(ctx, deliveryRetryDelay)
 }
 
-// wait waits for changed, taken before the read that found nothing; it
-// reports false when ctx ends.
+// wait waits for changed, taken before the read that found nothing; false
+// when ctx ends.
 func (k *deliveryCursor) wait(ctx context.Context, changed <-chan struct{}) bool {
 	if !k.pause(ctx) {
 		return false
@@ -97,6 +96,7 @@ func (k *deliveryCursor) wait(ctx context.Context, changed <-chan struct{}) bool
 // offset it switches back under the reader's lock, so the consumer gets
 // every offset once: the cursor's records are queued before anything the
 // reader offers after the switch.
+
 // runClientCursor feeds member m of r from offset from.
 func (r *deliveryReader) runClientCursor(m *deliveryMember, from uint64) {
 	defer r.d.wg.Done()
