@@ -53,6 +53,13 @@ func (k *deliveryCursor) read(end uint64) ([]*logstore.Record, error) {
 	return recs, nil
 }
 
+// retry logs a failed read and waits deliveryRetryDelay before the next
+// one; it reports false when ctx ends.
+func (k *deliveryCursor) retry(ctx context.Context, err error) bool {
+	k.d.logger.Error("delivery: read failed; retrying", k.attrs(attrErr, err)...)
+	return deliverySleep(ctx, deliveryRetryDelay)
+}
+
 // moveTo makes off the next offset to read.
 func (k *deliveryCursor) moveTo(off uint64) { k.next, k.woken = off, false }
 
@@ -251,13 +258,13 @@ func (r *deliveryReader) catchUp(ctx context.Context, k *deliveryCursor,
 		from := k.next
 		recs, err := k.read(end)
 		if err != nil {
-			r.d.logger.Error("delivery: cursor read", k.attrs(attrErr, err)...)
-		}
-		if k.next == from { // a read error, or nothing yet
-			if !deliverySleep(ctx, deliveryRetryDelay) {
+			if !k.retry(ctx, err) {
 				return
 			}
 			continue
+		}
+		if k.next == from && !deliverySleep(ctx, deliveryRetryDelay) { // nothing yet
+			return
 		}
 		for _, rec := range recs {
 			if err := place(rec); err != nil {

@@ -118,8 +118,7 @@ func (r *deliveryReader) run() {
 		changed := r.stream.Changed() // before reading Committed: no advance is missed
 		from := k.next
 		if err := r.step(k); err != nil {
-			r.d.logger.Error("delivery: read stream", k.attrs(attrErr, err)...)
-			if !deliverySleep(ctx, deliveryRetryDelay) {
+			if !k.retry(ctx, err) {
 				return
 			}
 			continue
@@ -198,7 +197,7 @@ func (r *deliveryReader) dispatchLocked(rec *logstore.Record) {
 			continue
 		}
 		if m.prog != nil {
-			m.prog.untrack() // the cursor adds it again when it queues it
+			m.prog.untrack() // the cursor tracks it again when it queues it
 		}
 		// QoS 0 too: a burst larger than the queue must not lose messages
 		// a client reading at full speed would take. The cursor drops QoS 0

@@ -96,8 +96,7 @@ func (t *tap) runLog() {
 		from := k.next
 		recs, err := k.read(s.Committed())
 		if err != nil {
-			t.d.logger.Error("delivery: replay read", k.attrs(attrErr, err)...)
-			if !deliverySleep(t.ctx, deliveryRetryDelay) {
+			if !k.retry(t.ctx, err) {
 				return
 			}
 			continue
