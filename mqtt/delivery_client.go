@@ -64,7 +64,7 @@ type deliveryClient struct {
 	durable bool
 
 	queue   chan deliveryItem
-	freed   chan struct{} // 1-buffered: an outstanding delivery ended, freeing a window slot and a packet id
+	freed   chan struct{} // 1-buffered: an outstanding delivery ended (wakeSender)
 	ctx     context.Context
 	cancel  context.CancelFunc
 	writing atomic.Bool            // the sender is inside a socket write
