@@ -82,10 +82,10 @@ func (s *Stream) enqueue(r *request) bool {
 	return true
 }
 
-// take removes the next unit of work: one control request, or a group of
+// dequeue removes the next unit of work: one control request, or a group of
 // consecutive append requests bounded by maxBatchRecords and batchBytes
 // (the first request is always taken whole).
-func (s *Stream) take() (batch []*request, ctl *request) {
+func (s *Stream) dequeue() (batch []*request, ctl *request) {
 	s.q.Lock()
 	defer s.q.Unlock()
 	q := s.q.reqs
@@ -132,7 +132,7 @@ func (s *Stream) run() {
 			default:
 			}
 			s.linger()
-			batch, ctl := s.take()
+			batch, ctl := s.dequeue()
 			if batch == nil && ctl == nil {
 				break
 			}
@@ -387,7 +387,7 @@ func (s *Stream) appendError(err error) error {
 		reason = reasonClosed
 		err = fmt.Errorf("%w (%w)", ErrClosed, err)
 	default:
-		s.st.log.Error("append failed", slog.String(logKeyStream, s.name), slog.Any(logKeyError, err))
+		s.st.log.Error("append failed", slog.String(attrStream, s.name), slog.Any(attrErr, err))
 	}
 	s.st.metrics.AppendErrors.WithLabelValues(s.name, reason).Inc()
 	return fmt.Errorf("append to %s: %w", s.name, err)

@@ -90,7 +90,7 @@ func (st *Store) migrateLayout() error {
 	}
 	if moved > 0 {
 		st.log.Info("moved the store's keys to the current key layout", slog.Int("layout", layoutVersion),
-			slog.Int("keys", moved), slog.Duration("took", time.Since(t0)))
+			slog.Int("keys", moved), slog.Duration(attrTook, time.Since(t0)))
 	}
 	return nil
 }

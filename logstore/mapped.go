@@ -105,7 +105,7 @@ func (st *Store) mappedLoop(t *mappedTrimmer) {
 		}
 		n, err := t.check()
 		if err != nil {
-			st.log.Warn("logstore: cannot hand mapped pages back to the kernel; RSS will count the page cache Badger touched", "dir", t.dir, "err", err)
+			st.log.Warn("logstore: cannot hand mapped pages back to the kernel; RSS will count the page cache Badger touched", attrDir, t.dir, attrErr, err)
 			return
 		}
 		if n > 0 {

@@ -74,9 +74,9 @@ func (s *Stream) maybeReclaim(now time.Time) error {
 	}
 	s.st.metrics.Reclaims.Inc()
 	s.st.reclaimed.Store(true)
-	s.st.log.Debug("reclaimed retained-out records", slog.String(logKeyStream, s.name),
+	s.st.log.Debug("reclaimed retained-out records", slog.String(attrStream, s.name),
 		slog.Uint64("below_offset", max(upto<<blockShift, partTo)), slog.Int("split_blocks", split),
-		slog.Int("prefixes", len(prefixes)), slog.Duration("took", time.Since(t0)))
+		slog.Int("prefixes", len(prefixes)), slog.Duration(attrTook, time.Since(t0)))
 	if upto > s.reclaimFrom {
 		s.reclaimFrom = upto
 		rs.upTo = upto << blockShift

@@ -302,7 +302,7 @@ func (s *Stream) retainOnCommit(now time.Time) {
 		return
 	}
 	if _, err := s.retain(now); err != nil {
-		s.st.log.Warn("retention failed", slog.String(logKeyStream, s.name), slog.Any(logKeyError, err))
+		s.st.log.Warn("retention failed", slog.String(attrStream, s.name), slog.Any(attrErr, err))
 	}
 }
 
@@ -317,7 +317,7 @@ func (s *Stream) retainForSpace(now time.Time) {
 	}
 	s.reclaim.lastForSpace = now
 	if _, err := s.retain(now); err != nil {
-		s.st.log.Warn("retention for space failed", slog.String(logKeyStream, s.name), slog.Any(logKeyError, err))
+		s.st.log.Warn("retention for space failed", slog.String(attrStream, s.name), slog.Any(attrErr, err))
 	}
 }
 

@@ -114,7 +114,7 @@ func (g *spaceGuard) noted(log *slog.Logger, err error) {
 	switch {
 	case err != nil && errors.Is(err, ErrNoSpace):
 		if g.full.CompareAndSwap(false, true) {
-			log.Error("disk full: refusing appends until space returns", slog.Any(logKeyError, err))
+			log.Error("disk full: refusing appends until space returns", slog.Any(attrErr, err))
 		}
 	case err == nil:
 		if g.full.CompareAndSwap(true, false) {

@@ -124,7 +124,7 @@ func Open(cfg Config) (*Store, error) {
 	if mappedLimit > 0 && mappedTrimSupported && !cfg.InMemory {
 		var err error
 		if trimmer, err = newMappedTrimmer(cfg.Dir, mappedLimit); err != nil {
-			st.log.Warn("logstore: mapped_limit not applied", "err", err)
+			st.log.Warn("logstore: mapped_limit not applied", attrErr, err)
 			trimmer = nil
 		}
 	}
@@ -307,7 +307,7 @@ func (st *Store) retentionLoop() {
 				}
 				_, err := s.ApplyRetention(ctx, now)
 				if err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
-					st.log.Warn("retention failed", slog.String(logKeyStream, s.name), slog.Any(logKeyError, err))
+					st.log.Warn("retention failed", slog.String(attrStream, s.name), slog.Any(attrErr, err))
 				}
 			}
 			if st.reclaimed.Swap(false) {
@@ -356,14 +356,14 @@ func (st *Store) runValueLogGC(ratio float64) error {
 		defer hold.Close() // after the sync below: deferred calls run last in, first out
 		defer func() {
 			if err := st.logSync.sync(); err != nil {
-				st.log.Error("sync after value-log GC failed", slog.Any(logKeyError, err))
+				st.log.Error("sync after value-log GC failed", slog.Any(attrErr, err))
 			}
 		}()
 	}
 	t0 := time.Now()
 	err := st.db.RunValueLogGC(ratio)
 	if err == nil {
-		st.log.Debug("value-log GC rewrote a file", slog.Duration("took", time.Since(t0)))
+		st.log.Debug("value-log GC rewrote a file", slog.Duration(attrTook, time.Since(t0)))
 	}
 	return err
 }
@@ -417,7 +417,7 @@ func (st *Store) syncLoop() {
 		case <-t.C:
 			err := st.logSync.sync()
 			if err != nil && !failing {
-				st.log.Error("periodic fsync failed", slog.Any(logKeyError, err))
+				st.log.Error("periodic fsync failed", slog.Any(attrErr, err))
 			}
 			failing = err != nil
 		}
@@ -436,22 +436,26 @@ func (st *Store) reclaimDue(now time.Time) bool {
 	return true
 }
 
-// Log attribute keys.
+// Log attribute keys, spelt as in mqtt, edge and cmd/peat.
 const (
-	logKeyStream = "stream"
-	logKeyError  = "err"
-	logKeyOffset = "offset"
+	attrStream = "stream"
+	attrErr    = "err"
+	attrDir    = "dir"
+	attrTook   = "took"
+	// attrPart names the part of the store a line comes from (badger);
+	// the node already tags the whole store component=logstore.
+	attrPart = "part"
 )
 
 // badgerLogger bridges Badger's warnings and errors into slog.
 type badgerLogger struct{ l *slog.Logger }
 
 func (b badgerLogger) Errorf(f string, a ...any) {
-	b.l.Error(fmt.Sprintf(f, a...), slog.String("component", "badger"))
+	b.l.Error(fmt.Sprintf(f, a...), slog.String(attrPart, "badger"))
 }
 
 func (b badgerLogger) Warningf(f string, a ...any) {
-	b.l.Warn(fmt.Sprintf(f, a...), slog.String("component", "badger"))
+	b.l.Warn(fmt.Sprintf(f, a...), slog.String(attrPart, "badger"))
 }
 func (badgerLogger) Infof(string, ...any)  {}
 func (badgerLogger) Debugf(string, ...any) {}

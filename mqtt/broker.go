@@ -167,7 +167,7 @@ func (b *Broker) Start() error {
 	}
 	b.mu.started = true
 	if b.mu.ln != nil {
-		b.logger.Info("mqtt listening", slog.String("addr", b.mu.ln.Addr().String()))
+		b.logger.Info("mqtt listening", slog.String(attrAddr, b.mu.ln.Addr().String()))
 	}
 	return nil
 }

@@ -22,13 +22,6 @@ const (
 	connLogInterval = 10 * time.Second
 )
 
-// Log attribute keys of connection lines.
-const (
-	attrRemote     = "remote"
-	attrSuppressed = "suppressed"
-	attrLimit      = "limit"
-)
-
 // rateLimit lets at most burst events per key through per interval, and
 // counts the others.
 type rateLimit struct {
@@ -105,7 +98,7 @@ func (l *connLog) log(level slog.Level, msg, key string, attrs ...slog.Attr) {
 // refused logs a connection closed as soon as it was accepted.
 func (l *connLog) refused(nc net.Conn, err error, limit int) {
 	l.log(slog.LevelWarn, "refusing connection: too many awaiting CONNACK", ReasonTooManyPending,
-		slog.String(attrRemote, nc.RemoteAddr().String()), slog.Int(attrLimit, limit), slog.Any(attrError, err))
+		slog.String(attrRemote, nc.RemoteAddr().String()), slog.Int(attrLimit, limit), slog.Any(attrErr, err))
 }
 
 // ended logs how a connection ended: err is what mochi's establish
@@ -118,9 +111,9 @@ func (l *connLog) ended(gc *guardConn, err error) {
 		attrs = append(attrs, slog.String(attrClient, gc.clientID))
 	}
 	if err != nil {
-		attrs = append(attrs, slog.Any(attrError, err))
+		attrs = append(attrs, slog.Any(attrErr, err))
 	} else if gc.stopCause != nil {
-		attrs = append(attrs, slog.Any(attrError, gc.stopCause))
+		attrs = append(attrs, slog.Any(attrErr, gc.stopCause))
 	}
 	l.log(level, msg, key, attrs...)
 }

@@ -31,10 +31,14 @@ import (
 //     writes the queued records to its client itself (never through mochi's
 //     drop-when-full outbound channel), keeping a window of unacknowledged
 //     QoS 1/2 messages.
-//   - deliveryCursor (delivery_cursor.go): when a client's queue is full and
-//     the record is QoS 1/2, the client leaves the shared reader for that
-//     stream and a cursor goroutine reads the log from the first offset it
-//     missed, matching for that client alone and waiting for room in its
+//   - deliveryCursor (delivery_cursor.go) is a position in a stream, read
+//     in bounded batches, that skips (and counts) what retention removed
+//     below it: the shared reader, each catch-up cursor and each tap read
+//     through one. deliveryClient.item builds what a client is sent for a
+//     record, for all of them.
+//   - catch-up (delivery_cursor.go): when a client's queue is full, the
+//     client leaves the shared reader for that stream and a cursor
+//     goroutine reads the log from the first offset it missed, matching for that client alone and waiting for room in its
 //     queue, until it reaches the reader's position and rejoins it under the
 //     reader's lock: no gap, no duplicate, and memory bounded by QueueDepth.
 //     A $share group that cannot place a QoS 1/2 record does the same with
@@ -46,19 +50,6 @@ import (
 //
 // Lock order: delivery.mu, then deliveryReader.mu, then deliveryClient.mu.
 // Queues are channels and are never sent to while blocking under a lock.
-
-// Log attribute keys used by delivery.
-const (
-	deliveryAttrClient = "client"
-	deliveryAttrStream = "stream"
-	deliveryAttrTopic  = "topic"
-	deliveryAttrFilter = "filter"
-	deliveryAttrReason = "reason"
-	deliveryAttrOffset = "offset"
-	deliveryAttrError  = "error"
-	deliveryAttrGroup  = "group"
-	deliveryAttrCount  = "count"
-)
 
 // delivery is the mochi hook that delivers records of captured topics from
 // the log to subscribers.
@@ -296,7 +287,7 @@ func (d *delivery) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Pa
 	switch pk.FixedHeader.Type {
 	case packets.Puback, packets.Pubrec, packets.Pubcomp:
 		if c := d.client(cl); c != nil {
-			return c.answered(pk), nil
+			return c.handleAck(pk), nil
 		}
 	}
 	return pk, nil

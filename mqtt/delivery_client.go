@@ -25,9 +25,29 @@ type deliveryItem struct {
 	// record is delivered for: it changes the topic and adds properties
 	// (publishExtras).
 	ext *extFilter
-	// done, when set, is called once the delivery is acknowledged (PUBACK,
-	// PUBCOMP), written (QoS 0), or skipped (too large for the client).
-	done func()
+	// settle, when set, is called once the consumer is through with the
+	// delivery: acknowledged (PUBACK, PUBCOMP), written (QoS 0), or skipped
+	// (expired, too large for the client). It moves the consumer's progress.
+	settle func()
+}
+
+// item builds what c is sent for rec of stream r under sub, or reports
+// false when c must not get it (NoLocal).
+func (c *deliveryClient) item(r *deliveryReader, sub packets.Subscription, rec *logstore.Record) (deliveryItem, bool) {
+	if sub.NoLocal && rec.ClientID == c.id {
+		return deliveryItem{}, false // [MQTT-3.8.3-3]
+	}
+	it := deliveryItem{
+		rec: rec,
+		r:   r,
+		qos: min(rec.QoS, sub.Qos, c.d.maxQoS()),
+		// [MQTT-3.3.1-12]: cleared unless a v5 subscription asked to keep it.
+		retain: rec.Retain && c.v5 && sub.RetainAsPublished,
+	}
+	if c.v5 {
+		it.subIDs = deliverySubIDs(sub)
+	}
+	return it, true
 }
 
 // deliveryClient is the delivery state of one connected client: a bounded
@@ -44,7 +64,7 @@ type deliveryClient struct {
 	durable bool
 
 	queue   chan deliveryItem
-	acked   chan struct{} // 1-buffered: an outstanding delivery was acknowledged
+	freed   chan struct{} // 1-buffered: an outstanding delivery ended (wakeSender)
 	ctx     context.Context
 	cancel  context.CancelFunc
 	writing atomic.Bool            // the sender is inside a socket write
@@ -80,7 +100,7 @@ func newDeliveryClient(d *delivery, cl *mochi.Client) *deliveryClient {
 		durable: d.sessions.held(cl),
 		window:  d.cfg.SendWindow,
 		queue:   make(chan deliveryItem, d.cfg.QueueDepth),
-		acked:   make(chan struct{}, 1),
+		freed:   make(chan struct{}, 1),
 	}
 	if rm := int(cl.Properties.Props.ReceiveMaximum); c.v5 && rm > 0 && rm < c.window {
 		c.window = rm
@@ -110,13 +130,14 @@ func (c *deliveryClient) offer(it deliveryItem) bool {
 	}
 }
 
-// push queues it, waiting for room; it fails when the client is gone.
-func (c *deliveryClient) push(it deliveryItem) error {
+// push queues it, waiting for room; it fails when ctx ends (the client's
+// or a tap's: the client, or the subscription, is gone).
+func (c *deliveryClient) push(ctx context.Context, it deliveryItem) error {
 	select {
 	case c.queue <- it:
 		return nil
-	case <-c.ctx.Done():
-		return c.ctx.Err()
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -130,7 +151,7 @@ func (c *deliveryClient) run() {
 		case it := <-c.queue:
 			if err := c.sendBurst(it); err != nil {
 				if c.ctx.Err() == nil {
-					c.d.logger.Debug("delivery: stopped sending to client", deliveryAttrClient, c.id, deliveryAttrError, err)
+					c.d.logger.Debug("delivery: stopped sending to client", attrClient, c.id, attrErr, err)
 				}
 				c.cancel()
 				return
@@ -217,8 +238,8 @@ func (c *deliveryClient) send(it deliveryItem) error {
 	left, expiredAt, skip := expiryOf(&it)
 	if skip {
 		c.d.dropExpired.Inc()
-		if it.done != nil {
-			it.done() // nothing to acknowledge: the consumer's progress moves past it
+		if it.settle != nil {
+			it.settle() // nothing to acknowledge: the consumer's progress moves past it
 		}
 		return nil
 	}
@@ -231,7 +252,7 @@ func (c *deliveryClient) send(it deliveryItem) error {
 		}
 	}
 	if it.qos > 0 {
-		id, err := c.register(it.done)
+		id, err := c.register(it.settle)
 		if err != nil {
 			return err
 		}
@@ -252,16 +273,16 @@ func (c *deliveryClient) send(it deliveryItem) error {
 	if errors.Is(err, packets.ErrPacketTooLarge) {
 		// Larger than the client's Maximum Packet Size: it can never take it.
 		if it.qos > 0 {
-			c.forget(out.PacketID)
+			c.unregister(out.PacketID)
 		}
 		if binds {
 			c.aliases.forget(topic) // the client never learnt it
 		}
 		c.d.dropTooLarge.Inc()
 		c.d.logger.Warn("delivery: record larger than the client's maximum packet size; skipped",
-			deliveryAttrClient, c.id, deliveryAttrTopic, it.rec.Topic, deliveryAttrOffset, it.rec.Offset)
-		if it.qos == 0 && it.done != nil {
-			it.done()
+			attrClient, c.id, attrTopic, it.rec.Topic, attrOffset, it.rec.Offset)
+		if it.qos == 0 && it.settle != nil {
+			it.settle()
 		}
 		return nil
 	}
@@ -271,8 +292,8 @@ func (c *deliveryClient) send(it deliveryItem) error {
 	if it.r != nil {
 		it.r.delivered.Inc()
 	}
-	if it.qos == 0 && it.done != nil {
-		it.done()
+	if it.qos == 0 && it.settle != nil {
+		it.settle()
 	}
 	return nil
 }
@@ -351,7 +372,7 @@ func (c *deliveryClient) waitWindow() error {
 			return nil
 		}
 		select {
-		case <-c.acked:
+		case <-c.freed:
 		case <-c.ctx.Done():
 			return c.ctx.Err()
 		}
@@ -361,7 +382,7 @@ func (c *deliveryClient) waitWindow() error {
 // register records a QoS 1/2 delivery as outstanding under a free packet
 // id (packetid.go) and returns the id, waiting for an acknowledgement when
 // every id is taken.
-func (c *deliveryClient) register(done func()) (uint16, error) {
+func (c *deliveryClient) register(settle func()) (uint16, error) {
 	for {
 		c.mu.Lock()
 		if err := c.ctx.Err(); err != nil {
@@ -370,34 +391,35 @@ func (c *deliveryClient) register(done func()) (uint16, error) {
 		}
 		id, ok := c.allocIDLocked()
 		if ok {
-			c.mu.outstanding[id] = outstandingDelivery{done: done}
+			c.mu.outstanding[id] = outstandingDelivery{settle: settle}
 			c.mu.Unlock()
 			c.d.addInflight(1)
 			return id, nil
 		}
 		c.mu.Unlock()
 		select {
-		case <-c.acked:
+		case <-c.freed:
 		case <-c.ctx.Done():
 			return 0, fmt.Errorf("packet id for %s: %w", c.id, packets.ErrQuotaExceeded)
 		}
 	}
 }
 
-// forget ends an outstanding delivery that was never written.
-func (c *deliveryClient) forget(id uint16) {
+// unregister ends an outstanding delivery that was never written.
+func (c *deliveryClient) unregister(id uint16) {
 	c.mu.Lock()
 	out, ok := c.mu.outstanding[id]
 	delete(c.mu.outstanding, id)
 	c.mu.Unlock()
 	if ok {
-		c.finish(out)
+		c.retire(out)
 	}
 }
 
-func (c *deliveryClient) signalAck() {
+// wakeSender wakes a sender waiting for a window slot or a packet id.
+func (c *deliveryClient) wakeSender() {
 	select {
-	case c.acked <- struct{}{}:
+	case c.freed <- struct{}{}:
 	default:
 	}
 }

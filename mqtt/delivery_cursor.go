@@ -2,22 +2,107 @@ package mqtt
 
 import (
 	"context"
+	"fmt"
+	"slices"
 
 	"github.com/peatmq/peat/logstore"
 )
 
-// A cursor feeds one consumer that fell behind the shared reader of a
-// stream: a client whose queue was full, or a $share group none of whose
-// members had room for a QoS 1/2 record. A client's cursor drops QoS 0
-// records that are more than Config.QoS0MaxLag behind the committed end,
-// when it reaches them or, while it waits for room in the queue, as the end
-// moves on (counted as slow_qos0, each as it is dropped): only a QoS 0
-// subscriber that stays that far behind loses messages. It reads the log from the first
-// offset the consumer missed, matches each record for that consumer alone,
-// and waits for room in the queue instead of dropping. When it reaches the
-// reader's dispatched offset it switches back under the reader's lock, so
-// the consumer gets every offset once: the cursor's records are queued
-// before anything the reader offers after the switch.
+// deliveryCursor is a position in one stream that delivery reads from in
+// bounded batches: the shared reader's, a lagging consumer's (below) and a
+// tap's (delivery_tap.go). Each is owned by one goroutine.
+type deliveryCursor struct {
+	d     *delivery
+	s     Stream
+	next  uint64 // the offset of the next record to read
+	who   []any  // log attributes naming the consumer; none for the shared reader
+	woken bool   // the last wait ended and nothing new has been read since
+}
+
+func newDeliveryCursor(d *delivery, s Stream, from uint64, who ...any) *deliveryCursor {
+	return &deliveryCursor{d: d, s: s, next: from, who: who}
+}
+
+// read returns the next batch below end, at most ReadBatch records and
+// about ReadBatchBytes, and moves next past it. A position that fell below
+// the log start (retention) moves to the start instead: the records lost
+// are counted as out_of_retention and logged, and read returns none.
+// Callers see from next whether the cursor moved.
+func (k *deliveryCursor) read(end uint64) ([]*logstore.Record, error) {
+	if k.next >= end {
+		return nil, nil
+	}
+	n := int(min(uint64(k.d.cfg.ReadBatch), end-k.next))
+	recs, err := k.s.Read(k.next, n, k.d.cfg.ReadBatchBytes)
+	if err != nil {
+		if first := k.s.FirstOffset(); k.next < first {
+			k.d.logger.Warn("delivery: position fell below the log start; skipping to it",
+				k.attrs(attrCount, first-k.next)...)
+			k.d.dropRetention.Add(float64(first - k.next))
+			k.moveTo(first)
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read %s from offset %d: %w", k.s.Name(), k.next, err)
+	}
+	for len(recs) > 0 && recs[len(recs)-1].Offset >= end {
+		recs = recs[:len(recs)-1]
+	}
+	if len(recs) > 0 {
+		k.moveTo(recs[len(recs)-1].Offset + 1)
+	}
+	return recs, nil
+}
+
+// retry logs a failed read and waits deliveryRetryDelay before the next
+// one; it reports false when ctx ends.
+func (k *deliveryCursor) retry(ctx context.Context, err error) bool {
+	k.d.logger.Error("delivery: read failed; retrying", k.attrs(attrErr, err)...)
+	return deliverySleep(ctx, deliveryRetryDelay)
+}
+
+// moveTo makes off the next offset to read.
+func (k *deliveryCursor) moveTo(off uint64) { k.next, k.woken = off, false }
+
+// attrs are the cursor's log attributes followed by more.
+func (k *deliveryCursor) attrs(more ...any) []any {
+	return slices.Concat(k.who, []any{attrStream, k.s.Name(), attrOffset, k.next}, more)
+}
+
+// pause comes before waiting for the stream to change: a loop woken with
+// nothing new to read (a closed stream keeps Changed closed) first waits
+// deliveryRetryDelay, so it does not spin. It reports false when ctx ends.
+func (k *deliveryCursor) pause(ctx context.Context) bool {
+	return !k.woken || deliverySleep(ctx, deliveryRetryDelay)
+}
+
+// wait waits for changed, taken before the read that found nothing; false
+// when ctx ends.
+func (k *deliveryCursor) wait(ctx context.Context, changed <-chan struct{}) bool {
+	if !k.pause(ctx) {
+		return false
+	}
+	select {
+	case <-changed:
+		k.woken = true
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// A lagging consumer's cursor feeds one consumer that fell behind the
+// shared reader of a stream: a client whose queue was full, or a $share
+// group none of whose members had room for a QoS 1/2 record. A client's
+// cursor drops QoS 0 records that are more than Config.QoS0MaxLag behind
+// the committed end, when it reaches them or, while it waits for room in
+// the queue, as the end moves on (counted as slow_qos0, each as it is
+// dropped): only a QoS 0 subscriber that stays that far behind loses
+// messages. It reads the log from the first offset the consumer missed,
+// matches each record for that consumer alone, and waits for room in the
+// queue instead of dropping. When it reaches the reader's dispatched
+// offset it switches back under the reader's lock, so the consumer gets
+// every offset once: the cursor's records are queued before anything the
+// reader offers after the switch.
 
 // runClientCursor feeds member m of r from offset from.
 func (r *deliveryReader) runClientCursor(m *deliveryMember, from uint64) {
@@ -28,7 +113,7 @@ func (r *deliveryReader) runClientCursor(m *deliveryMember, from uint64) {
 		if !ok {
 			return nil
 		}
-		it, ok := r.item(c, sub, rec)
+		it, ok := c.item(r, sub, rec)
 		if !ok {
 			return nil
 		}
@@ -37,14 +122,14 @@ func (r *deliveryReader) runClientCursor(m *deliveryMember, from uint64) {
 			return nil
 		}
 		if m.prog != nil {
-			it.done = m.prog.add(rec.Offset)
+			it.settle = m.prog.track(rec.Offset)
 		}
 		if it.qos > 0 {
-			return c.push(it)
+			return c.push(c.ctx, it)
 		}
 		queued, err := r.pushQoS0(c, it)
 		if !queued && m.prog != nil {
-			m.prog.unadd()
+			m.prog.untrack()
 		}
 		return err
 	}
@@ -64,7 +149,7 @@ func (r *deliveryReader) runClientCursor(m *deliveryMember, from uint64) {
 		m.live, m.start = true, next
 		return true
 	}
-	r.catchUp(c.ctx, from, []any{deliveryAttrClient, c.id}, place, rejoinLocked)
+	r.catchUp(c.ctx, newDeliveryCursor(r.d, r.stream, from, attrClient, c.id), place, rejoinLocked)
 }
 
 // lagsTooFar reports whether rec is more than QoS0MaxLag records behind
@@ -108,7 +193,7 @@ func (r *deliveryReader) runGroupCursor(g *deliveryGroup, from uint64) {
 		g.live = true
 		return true
 	}
-	r.catchUp(r.d.ctx, from, []any{deliveryAttrGroup, g.key}, place, rejoinLocked)
+	r.catchUp(r.d.ctx, newDeliveryCursor(r.d, r.stream, from, attrGroup, g.key), place, rejoinLocked)
 }
 
 // placeShared gives rec to one connected member of g, waiting for room when
@@ -151,54 +236,40 @@ func (r *deliveryReader) placeShared(g *deliveryGroup, rec *logstore.Record) err
 	}
 }
 
-// catchUp reads from offset from, handing each record to place, until it
-// reaches the reader's dispatched offset; then rejoinLocked, called under
-// r.mu, puts the consumer back on the shared reader. It returns early when
-// ctx ends or place fails (the consumer is gone).
-func (r *deliveryReader) catchUp(ctx context.Context, from uint64, who []any,
+// catchUp reads with k, handing each record to place, until it reaches
+// the reader's dispatched offset; then rejoinLocked, called under r.mu,
+// puts the consumer back on the shared reader. It returns early when ctx
+// ends or place fails (the consumer is gone).
+func (r *deliveryReader) catchUp(ctx context.Context, k *deliveryCursor,
 	place func(*logstore.Record) error, rejoinLocked func(next uint64) bool) {
-	next := from
 	for ctx.Err() == nil {
 		r.mu.Lock()
 		end := r.mu.dispatched
-		if next >= end {
-			ok := rejoinLocked(next)
+		if k.next >= end {
+			ok := rejoinLocked(k.next)
 			r.mu.Unlock()
 			if ok {
-				r.d.logger.Debug("delivery: caught up; back on the shared reader",
-					append(who, deliveryAttrStream, r.stream.Name(), deliveryAttrOffset, next)...)
+				r.d.logger.Debug("delivery: caught up; back on the shared reader", k.attrs()...)
 			}
 			return
 		}
 		r.mu.Unlock()
 
-		n := int(min(uint64(r.d.cfg.ReadBatch), end-next))
-		recs, err := r.stream.Read(next, n, r.d.cfg.ReadBatchBytes)
+		from := k.next
+		recs, err := k.read(end)
 		if err != nil {
-			if first := r.stream.FirstOffset(); next < first {
-				r.d.logger.Warn("delivery: lagging cursor fell below the log start; skipping to it",
-					append(who, deliveryAttrStream, r.stream.Name(), deliveryAttrOffset, next, deliveryAttrCount, first-next)...)
-				r.d.dropRetention.Add(float64(first - next))
-				next = first
-				continue
-			}
-			r.d.logger.Error("delivery: cursor read",
-				append(who, deliveryAttrStream, r.stream.Name(), deliveryAttrOffset, next, deliveryAttrError, err)...)
-		}
-		if err != nil || len(recs) == 0 {
-			if !deliverySleep(ctx, deliveryRetryDelay) {
+			if !k.retry(ctx, err) {
 				return
 			}
 			continue
 		}
+		if k.next == from && !deliverySleep(ctx, deliveryRetryDelay) { // nothing yet
+			return
+		}
 		for _, rec := range recs {
-			if rec.Offset >= end {
-				break
-			}
 			if err := place(rec); err != nil {
 				return
 			}
-			next = rec.Offset + 1
 		}
 		yieldToLive()
 	}

@@ -88,7 +88,7 @@ func (r *deliveryReader) join(c *deliveryClient) {
 		if from < m.start {
 			m.live = false
 			r.d.logger.Debug("delivery: durable session resumes from its stored offset",
-				deliveryAttrClient, c.id, deliveryAttrStream, name, deliveryAttrOffset, from)
+				attrClient, c.id, attrStream, name, attrOffset, from)
 			r.d.wg.Add(1)
 			go r.runClientCursor(m, from)
 		}
@@ -112,82 +112,60 @@ func (r *deliveryReader) run() {
 	ctx := r.d.ctx
 	r.mu.Lock()
 	r.mu.dispatched = r.stream.Committed()
+	k := newDeliveryCursor(r.d, r.stream, r.mu.dispatched)
 	r.mu.Unlock()
-	woken := false
 	for {
 		changed := r.stream.Changed() // before reading Committed: no advance is missed
-		progressed, err := r.step()
-		if err != nil {
-			r.d.logger.Error("delivery: read stream", deliveryAttrStream, r.stream.Name(), deliveryAttrError, err)
-		}
-		if progressed {
-			woken = false
-			continue
-		}
-		if woken || err != nil {
-			// Woken with nothing to read: the stream is closed (Changed stays
-			// closed) or was truncated. Do not spin.
-			if !deliverySleep(ctx, deliveryRetryDelay) {
+		from := k.next
+		if err := r.step(k); err != nil {
+			if !k.retry(ctx, err) {
 				return
 			}
+			continue
 		}
-		select {
-		case <-changed:
-			woken = true
-		case <-ctx.Done():
+		if k.next == from && !k.wait(ctx, changed) {
 			return
 		}
 	}
 }
 
-// step reads and dispatches one batch. It reports whether it moved.
-func (r *deliveryReader) step() (bool, error) {
+// step reads and dispatches one batch with k, the reader's cursor, and
+// keeps the dispatched offset at k.next.
+func (r *deliveryReader) step(k *deliveryCursor) error {
 	committed := r.stream.Committed()
 	r.mu.Lock()
-	from := r.mu.dispatched
 	switch {
-	case committed < from: // truncated below what was dispatched
+	case committed < k.next: // truncated below what was dispatched
+		k.moveTo(committed)
 		r.truncatedLocked(committed)
 		r.mu.Unlock()
-		return true, nil
-	case from == committed:
-		r.mu.Unlock()
-		return false, nil
-	case len(r.mu.members) == 0: // nobody to deliver to: skip ahead
+		return nil
+	case k.next < committed && len(r.mu.members) == 0: // nobody to deliver to: skip ahead
+		k.moveTo(committed)
 		r.mu.dispatched = committed
 		r.mu.Unlock()
-		return true, nil
+		return nil
 	}
 	r.mu.Unlock()
 
-	recs, err := r.stream.Read(from, r.d.cfg.ReadBatch, r.d.cfg.ReadBatchBytes)
+	recs, err := k.read(committed)
 	if err != nil {
-		if first := r.stream.FirstOffset(); from < first {
-			r.d.logger.Warn("delivery: shared reader fell below the log start; skipping to it",
-				deliveryAttrStream, r.stream.Name(), deliveryAttrOffset, from, deliveryAttrCount, first-from)
-			r.d.dropRetention.Add(float64(first - from))
-			r.mu.Lock()
-			r.mu.dispatched = first
-			r.mu.Unlock()
-			return true, nil
-		}
-		return false, err
-	}
-	if len(recs) == 0 {
-		return false, nil
+		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, rec := range recs {
 		r.dispatchLocked(rec)
 	}
-	r.mu.dispatched = recs[len(recs)-1].Offset + 1
-	for _, m := range r.mu.members {
-		if m.prog != nil && m.live {
-			m.prog.scan(r.mu.dispatched)
+	r.mu.dispatched = k.next
+	if len(recs) > 0 {
+		for _, m := range r.mu.members {
+			if m.prog != nil && m.live {
+				m.prog.scan(r.mu.dispatched)
+			}
 		}
 	}
-	return true, nil
+	return nil
 }
 
 // truncatedLocked follows the log back to end after a truncation.
@@ -208,18 +186,18 @@ func (r *deliveryReader) dispatchLocked(rec *logstore.Record) {
 		if m == nil || !m.live || rec.Offset < m.start {
 			continue
 		}
-		it, ok := r.item(m.c, sub, rec)
+		it, ok := m.c.item(r, sub, rec)
 		if !ok {
 			continue
 		}
 		if m.prog != nil {
-			it.done = m.prog.add(rec.Offset)
+			it.settle = m.prog.track(rec.Offset)
 		}
 		if m.c.offer(it) {
 			continue
 		}
 		if m.prog != nil {
-			m.prog.unadd() // the cursor adds it again when it queues it
+			m.prog.untrack() // the cursor tracks it again when it queues it
 		}
 		// QoS 0 too: a burst larger than the queue must not lose messages
 		// a client reading at full speed would take. The cursor drops QoS 0
@@ -263,7 +241,7 @@ func (r *deliveryReader) dispatchSharedLocked(key string, shared map[string]pack
 	g.live = false
 	r.d.m.CursorCatchup.Inc()
 	r.d.logger.Debug("delivery: shared group fell behind; reading with its own cursor",
-		deliveryAttrGroup, key, deliveryAttrStream, r.stream.Name(), deliveryAttrOffset, rec.Offset)
+		attrGroup, key, attrStream, r.stream.Name(), attrOffset, rec.Offset)
 	r.d.wg.Add(1)
 	go r.runGroupCursor(g, rec.Offset)
 }
@@ -291,7 +269,7 @@ func (r *deliveryReader) candidatesLocked(g *deliveryGroup, shared map[string]pa
 	cands := make([]deliveryCandidate, 0, len(ids))
 	for _, id := range slices.Concat(ids[start:], ids[:start]) {
 		c := r.mu.members[id].c
-		if it, ok := r.item(c, shared[id], rec); ok {
+		if it, ok := c.item(r, shared[id], rec); ok {
 			cands = append(cands, deliveryCandidate{c: c, it: it})
 		}
 	}
@@ -304,28 +282,9 @@ func (r *deliveryReader) fallBackLocked(m *deliveryMember, from uint64) {
 	m.live = false
 	r.d.m.CursorCatchup.Inc()
 	r.d.logger.Debug("delivery: subscriber fell behind; reading with its own cursor",
-		deliveryAttrClient, m.c.id, deliveryAttrStream, r.stream.Name(), deliveryAttrOffset, from)
+		attrClient, m.c.id, attrStream, r.stream.Name(), attrOffset, from)
 	r.d.wg.Add(1)
 	go r.runClientCursor(m, from)
-}
-
-// item builds what a client is sent for rec under sub, or reports false
-// when the client must not get it (NoLocal).
-func (r *deliveryReader) item(c *deliveryClient, sub packets.Subscription, rec *logstore.Record) (deliveryItem, bool) {
-	if sub.NoLocal && rec.ClientID == c.id {
-		return deliveryItem{}, false // [MQTT-3.8.3-3]
-	}
-	it := deliveryItem{
-		rec: rec,
-		r:   r,
-		qos: min(rec.QoS, sub.Qos, r.d.maxQoS()),
-		// [MQTT-3.3.1-12]: cleared unless a v5 subscription asked to keep it.
-		retain: rec.Retain && c.v5 && sub.RetainAsPublished,
-	}
-	if c.v5 {
-		it.subIDs = deliverySubIDs(sub)
-	}
-	return it, true
 }
 
 // deliverySubIDs returns the subscription identifiers to send, sorted

@@ -72,8 +72,8 @@ func (d *delivery) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Pack
 		if refusal != nil {
 			plan.refused[i] = refusal
 			pk.Filters[i].Filter = "" // mochi refuses it without touching its index
-			d.logger.Info("delivery: extension subscription refused", deliveryAttrClient, cl.ID,
-				deliveryAttrFilter, sub.Filter, deliveryAttrReason, refusal.reason)
+			d.logger.Info("delivery: extension subscription refused", attrClient, cl.ID,
+				attrFilter, sub.Filter, attrReason, refusal.reason)
 			continue
 		}
 		plan.taps[i] = t
@@ -155,7 +155,7 @@ func (d *delivery) prepareTap(c *deliveryClient, sub packets.Subscription, ext e
 	}
 	if notice != "" {
 		d.m.StartAdjusted.Inc()
-		d.logger.Info("delivery: "+notice, deliveryAttrClient, c.id, deliveryAttrFilter, sub.Filter)
+		d.logger.Info("delivery: "+notice, attrClient, c.id, attrFilter, sub.Filter)
 		t.notice = notice
 	}
 	return t, nil
@@ -176,7 +176,7 @@ func (d *delivery) resolve(s Stream, p position) (uint64, string) {
 	case posTime:
 		off, err := s.OffsetForTime(p.at)
 		if err != nil {
-			d.logger.Warn("delivery: offset for time; starting at the log start", deliveryAttrStream, s.Name(), deliveryAttrError, err)
+			d.logger.Warn("delivery: offset for time; starting at the log start", attrStream, s.Name(), attrErr, err)
 			return first, fmt.Sprintf("could not look up %s; starting at the log start %d", p, first)
 		}
 		return max(off, first), ""
@@ -328,8 +328,8 @@ func (d *delivery) resumeTaps(c *deliveryClient) {
 		}
 		t, refusal := d.prepareTap(c, sub, ext, true)
 		if refusal != nil {
-			d.logger.Warn("delivery: session subscription not resumed", deliveryAttrClient, c.id,
-				deliveryAttrFilter, sub.Filter, deliveryAttrReason, refusal.reason)
+			d.logger.Warn("delivery: session subscription not resumed", attrClient, c.id,
+				attrFilter, sub.Filter, attrReason, refusal.reason)
 			continue
 		}
 		c.installTap(t)

@@ -83,61 +83,42 @@ func (t *tap) run() {
 // runLog feeds the client from the stream, from t.start on.
 func (t *tap) runLog() {
 	s := t.r.stream
-	next := t.start
-	woken := false
+	k := newDeliveryCursor(t.d, s, t.start, attrClient, t.c.id, attrFilter, t.filter)
 	for t.ctx.Err() == nil {
 		select {
 		case off := <-t.seek:
-			next = off
+			k.moveTo(off)
 			t.prog.reset(off)
 			t.d.groups.sought(t.group, t)
 		default:
 		}
 		changed := s.Changed() // before Committed: no advance is missed
-		if next < s.Committed() {
-			woken = false
-			recs, err := s.Read(next, t.d.cfg.ReadBatch, t.d.cfg.ReadBatchBytes)
-			if err != nil {
-				if first := s.FirstOffset(); next < first {
-					t.d.logger.Warn("delivery: replay position fell below the log start; skipping to it",
-						deliveryAttrClient, t.c.id, deliveryAttrFilter, t.filter, deliveryAttrStream, s.Name(),
-						deliveryAttrOffset, next, deliveryAttrCount, first-next)
-					t.d.dropRetention.Add(float64(first - next))
-					next = first
-					continue
-				}
-				t.d.logger.Error("delivery: replay read", deliveryAttrClient, t.c.id, deliveryAttrStream, s.Name(),
-					deliveryAttrOffset, next, deliveryAttrError, err)
-				if !deliverySleep(t.ctx, deliveryRetryDelay) {
-					return
-				}
-				continue
+		from := k.next
+		recs, err := k.read(s.Committed())
+		if err != nil {
+			if !k.retry(t.ctx, err) {
+				return
 			}
-			for _, rec := range recs {
-				if err := t.place(rec); err != nil {
-					return
-				}
+			continue
+		}
+		for _, rec := range recs {
+			if err := t.place(rec); err != nil {
+				return
 			}
-			if len(recs) > 0 {
-				next = recs[len(recs)-1].Offset + 1
-			}
-			if t.prog != nil {
-				t.prog.scan(next)
-			}
+		}
+		if t.prog != nil {
+			t.prog.scan(k.next)
+		}
+		if k.next != from {
 			yieldToLive()
 			continue
 		}
-		if t.prog != nil {
-			t.prog.scan(next)
-		}
-		if woken && !deliverySleep(t.ctx, deliveryRetryDelay) {
-			// Woken with nothing new: the stream is closed (Changed stays
-			// closed) or was truncated. Do not spin.
+		if !k.pause(t.ctx) {
 			return
 		}
 		select {
 		case <-changed:
-			woken = true
+			k.woken = true
 		case off := <-t.seek:
 			t.seekTo(off) // handled at the top of the loop
 		case <-t.ctx.Done():
@@ -151,28 +132,15 @@ func (t *tap) place(rec *logstore.Record) error {
 	if !logstore.MatchFilter(t.ext.inner, rec.Topic) {
 		return nil
 	}
-	if t.sub.NoLocal && rec.ClientID == t.c.id {
-		return nil // [MQTT-3.8.3-3]
-	}
-	it := deliveryItem{
-		rec:    rec,
-		r:      t.r,
-		qos:    min(rec.QoS, t.sub.Qos, t.d.maxQoS()),
-		retain: rec.Retain && t.c.v5 && t.sub.RetainAsPublished,
-		ext:    &t.ext,
-	}
-	if t.c.v5 {
-		it.subIDs = deliverySubIDs(t.sub)
-	}
-	if t.prog != nil {
-		it.done = t.prog.add(rec.Offset)
-	}
-	select {
-	case t.c.queue <- it:
+	it, ok := t.c.item(t.r, t.sub, rec)
+	if !ok {
 		return nil
-	case <-t.ctx.Done():
-		return t.ctx.Err()
 	}
+	it.ext = &t.ext
+	if t.prog != nil {
+		it.settle = t.prog.track(rec.Offset)
+	}
+	return t.c.push(t.ctx, it)
 }
 
 // runOffsets delivers the group's durable committed offset, now and on
@@ -185,9 +153,7 @@ func (t *tap) runOffsets() {
 		if ok && (!sent || off != last) {
 			rec := &logstore.Record{Topic: t.filter, Payload: []byte(strconv.FormatUint(off, 10)), QoS: 1}
 			it := deliveryItem{rec: rec, qos: min(t.sub.Qos, 1, t.d.maxQoS())}
-			select {
-			case t.c.queue <- it:
-			case <-t.ctx.Done():
+			if t.c.push(t.ctx, it) != nil {
 				return
 			}
 			last, sent = off, true

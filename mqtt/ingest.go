@@ -14,17 +14,6 @@ import (
 	"github.com/peatmq/peat/logstore"
 )
 
-// Log attribute keys used by ingest.
-const (
-	attrClient = "client"
-	attrStream = "stream"
-	attrTopic  = "topic"
-	attrError  = "error"
-	// attrPart names the part of the front-end a line comes from (mochi,
-	// ingest); the node already tags the whole front-end component=mqtt.
-	attrPart = "part"
-)
-
 // ingestOrigin marks the PUBRECs ingest puts into a client's Inflight map, so
 // a resent QoS 2 PUBLISH can be told from one mochi handles itself.
 const ingestOrigin = "peat-ingest"
@@ -264,7 +253,7 @@ func (h *ingest) early(cl *mochi.Client, pk *packets.Packet) (bool, error) {
 	if exp := messageExpiry(caps.MaximumMessageExpiryInterval, int64(pk.Properties.MessageExpiryInterval)); exp > 0 {
 		pk.Expiry = pk.Created + exp
 	}
-	return true, h.take(h.conn(cl), pk, st)
+	return true, h.routePublish(h.conn(cl), pk, st)
 }
 
 // messageExpiry is mochi's rule for a publish's expiry in seconds: the
@@ -311,7 +300,7 @@ func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 	if !owned {
 		return pk, nil
 	}
-	if err := h.take(h.conn(cl), &pk, st); err != nil {
+	if err := h.routePublish(h.conn(cl), &pk, st); err != nil {
 		// The client was disconnected (Receive Maximum). mochi's read loop
 		// ends without an error on this path; OnDisconnect sends the will
 		// of a captured topic from the stop cause.
@@ -329,7 +318,7 @@ func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 	return pk, packets.ErrRejectPacket
 }
 
-// take appends pk to st, the stream owner found for it, or, when st is nil
+// routePublish appends pk to st, the stream owner found for it, or, when st is nil
 // (a topic of the replay protocol), commits a consumer group's offset or
 // refuses the publish. Its answer, if any, comes from c's ack drainer.
 //
@@ -338,7 +327,7 @@ func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 // announced; one more is a protocol error, answered with DISCONNECT 0x93
 // and the error returned [MQTT-3.3.4-9]. MQTT 3.1.1 has no Receive
 // Maximum: its clients wait for a window slot (TCP back-pressure).
-func (h *ingest) take(c *ingestConn, pk *packets.Packet, st Stream) error {
+func (h *ingest) routePublish(c *ingestConn, pk *packets.Packet, st Stream) error {
 	if pk.FixedHeader.Qos > 0 && c.v5() && c.receiveFull() {
 		h.m.Closed.WithLabelValues(ReasonReceiveMaximum).Inc()
 		_ = h.srv.DisconnectClient(c.cl, packets.ErrReceiveMaximum)
@@ -424,7 +413,7 @@ func (h *ingest) noteAppend(stream string, err error) {
 	h.failMu.Unlock()
 	switch {
 	case now && !was:
-		h.logger.Warn("appends failing: refusing publishes", slog.String(attrStream, stream), slog.Any(attrError, err))
+		h.logger.Warn("appends failing: refusing publishes", slog.String(attrStream, stream), slog.Any(attrErr, err))
 	case was && !now:
 		h.logger.Info("appends succeed again", slog.String(attrStream, stream))
 	}

@@ -125,7 +125,7 @@ func (c *ingestConn) enqueueLocked(e *ackEntry) {
 // publish appends a publish on a captured topic; QoS 1/2 ones are answered
 // by the drainer once the append completes.
 func (c *ingestConn) publish(st Stream, pk *packets.Packet) {
-	if !c.take() {
+	if !c.reserveSlot() {
 		return // being disconnected, or the broker is closing: no ack, the client resends
 	}
 	e := c.expectAnswer(pk)
@@ -161,9 +161,9 @@ func (c *ingestConn) commitOffset(pk *packets.Packet) {
 		return
 	}
 	if notice != "" {
-		c.h.logger.Info("consumer group commit moved: "+notice, slog.String(attrClient, c.cl.ID), slog.String("group", ext.group))
+		c.h.logger.Info("consumer group commit moved: "+notice, slog.String(attrClient, c.cl.ID), slog.String(attrGroup, ext.group))
 	}
-	if !c.take() {
+	if !c.reserveSlot() {
 		return
 	}
 	e := c.expectAnswer(pk)
@@ -176,7 +176,7 @@ func (c *ingestConn) commitOffset(pk *packets.Packet) {
 		c.complete(e, code)
 	})
 	c.h.logger.Info("consumer group offset committed by publish", slog.String(attrClient, c.cl.ID),
-		slog.String("group", ext.group), slog.String(attrStream, ext.stream), slog.Uint64("offset", off))
+		slog.String(attrGroup, ext.group), slog.String(attrStream, ext.stream), slog.Uint64(attrOffset, off))
 }
 
 // expectAnswer queues the ack entry of a QoS 1/2 publish that holds a
@@ -226,7 +226,7 @@ func (c *ingestConn) answer(e *ackEntry, code packets.Code) {
 // refusals are only counted.
 func (c *ingestConn) refuse(pk *packets.Packet, code packets.Code, reason string) {
 	c.h.m.Refused.WithLabelValues(reason).Inc()
-	if pk.FixedHeader.Qos == 0 || !c.take() {
+	if pk.FixedHeader.Qos == 0 || !c.reserveSlot() {
 		return
 	}
 	c.mu.Lock()
@@ -238,7 +238,7 @@ func (c *ingestConn) refuse(pk *packets.Packet, code packets.Code, reason string
 // resentQoS2 answers a resent QoS 2 PUBLISH without appending it again:
 // with the original's answer once that is known.
 func (c *ingestConn) resentQoS2(id uint16) {
-	if !c.take() {
+	if !c.reserveSlot() {
 		return
 	}
 	c.mu.Lock()
@@ -246,9 +246,9 @@ func (c *ingestConn) resentQoS2(id uint16) {
 	c.mu.Unlock()
 }
 
-// take takes a window slot for a publish worth answering: false when the
+// reserveSlot takes a window slot for a publish worth answering: false when the
 // client is being disconnected for a refusal or the broker is closing.
-func (c *ingestConn) take() bool {
+func (c *ingestConn) reserveSlot() bool {
 	if !c.acquire() {
 		return false
 	}
@@ -341,7 +341,7 @@ func (c *ingestConn) finish(e *ackEntry) {
 		c.mu.Unlock()
 		if first {
 			c.h.logger.Info("disconnecting MQTT 3 client: publish refused",
-				slog.String(attrClient, c.cl.ID), slog.String("reason", code.Reason))
+				slog.String(attrClient, c.cl.ID), slog.String(attrReason, code.Reason))
 			c.cl.Stop(code)
 		}
 		return
@@ -362,7 +362,7 @@ func (c *ingestConn) finish(e *ackEntry) {
 		err = c.cl.WritePacket(ack)
 	}
 	if err != nil {
-		c.h.logger.Debug("writing ack", slog.String(attrClient, c.cl.ID), slog.Any(attrError, err))
+		c.h.logger.Debug("writing ack", slog.String(attrClient, c.cl.ID), slog.Any(attrErr, err))
 	}
 }
 

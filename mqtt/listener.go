@@ -82,7 +82,7 @@ func (l *guardListener) Serve(establish listeners.EstablishFn) {
 			// Out of file descriptors, say: mochi's listener returns and
 			// never accepts again; wait and retry, as net/http does.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			l.logs.log(slog.LevelError, "accepting MQTT connections", "accept", slog.Any(attrError, err))
+			l.logs.log(slog.LevelError, "accepting MQTT connections", "accept", slog.Any(attrErr, err))
 			select {
 			case <-time.After(backoff):
 				continue

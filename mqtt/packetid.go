@@ -25,13 +25,13 @@ import (
 //   - Peat's deliveries take an id from the allocator and are tracked only
 //     in deliveryClient.mu.outstanding. The client's PUBACK, PUBREC and
 //     PUBCOMP always answer a server PUBLISH: for one of these ids they are
-//     taken in OnPacketRead (answered) and reach mochi as a no-op. Peat
+//     taken in OnPacketRead (handleAck) and reach mochi as a no-op. Peat
 //     writes the PUBREL of a QoS 2 delivery itself.
 //   - mochi's own QoS 1/2 deliveries (topics no stream captures, retained
 //     messages on subscribe) keep mochi's id in mochi's map, but leave with
 //     an id from the same allocator: OnPacketEncode rewrites the PUBLISH and
 //     its PUBREL (wireID), and OnPacketRead maps the client's answers back
-//     (answered), so mochi's and Peat's deliveries never share an id.
+//     (handleAck), so mochi's and Peat's deliveries never share an id.
 //   - The client's ids reach mochi untouched, and mochi's map holds only
 //     them and mochi's own deliveries: a SUBSCRIBE, UNSUBSCRIBE or PUBLISH
 //     never meets a Peat delivery there, whatever id it carries.
@@ -47,7 +47,7 @@ import (
 // outstandingDelivery is a QoS 1/2 delivery awaiting its acknowledgement:
 // PUBACK, or PUBCOMP after Peat answered PUBREC with PUBREL.
 type outstandingDelivery struct {
-	done func()
+	settle func()
 }
 
 // allocIDLocked returns a free packet id for a PUBLISH toward the client,
@@ -105,11 +105,11 @@ func (c *deliveryClient) wireID(pk *packets.Packet) {
 	pk.PacketID = w
 }
 
-// answered takes the client's PUBACK, PUBREC or PUBCOMP pk. One for a Peat
+// handleAck takes the client's PUBACK, PUBREC or PUBCOMP pk. One for a Peat
 // delivery is handled here and returns the no-op packet for mochi; one for
 // mochi's own delivery returns with mochi's id; anything else is returned
 // as it came.
-func (c *deliveryClient) answered(pk packets.Packet) packets.Packet {
+func (c *deliveryClient) handleAck(pk packets.Packet) packets.Packet {
 	typ, id := pk.FixedHeader.Type, pk.PacketID
 	failed := pk.ReasonCode >= packets.ErrUnspecifiedError.Code
 	c.mu.Lock()
@@ -123,7 +123,7 @@ func (c *deliveryClient) answered(pk packets.Packet) packets.Packet {
 		}
 		delete(c.mu.outstanding, id)
 		c.mu.Unlock()
-		c.finish(out)
+		c.retire(out)
 		return handled
 	}
 	if m, ok := c.mu.mochiByWire[id]; ok {
@@ -137,13 +137,14 @@ func (c *deliveryClient) answered(pk packets.Packet) packets.Packet {
 	return pk
 }
 
-// finish ends an outstanding delivery that left the window.
-func (c *deliveryClient) finish(out outstandingDelivery) {
+// retire ends an outstanding delivery, acknowledged or never written: its
+// window slot and packet id are free again, and it is settled.
+func (c *deliveryClient) retire(out outstandingDelivery) {
 	c.d.addInflight(-1)
-	if out.done != nil {
-		out.done()
+	if out.settle != nil {
+		out.settle()
 	}
-	c.signalAck()
+	c.wakeSender()
 }
 
 // writePubrel sends PUBREL for a QoS 2 delivery whose PUBREC came: the same
@@ -153,7 +154,7 @@ func (c *deliveryClient) finish(out outstandingDelivery) {
 func (c *deliveryClient) writePubrel(id uint16) {
 	var b [4]byte
 	if err := writeDirect(c.d.srv, c.cl, appendPubrel(b[:0], id), false); err != nil {
-		c.d.logger.Debug("delivery: PUBREL not written", deliveryAttrClient, c.id, deliveryAttrError, err)
+		c.d.logger.Debug("delivery: PUBREL not written", attrClient, c.id, attrErr, err)
 	}
 }
 

@@ -34,19 +34,19 @@ func newProgress(start uint64, onAdvance func(uint64)) *progress {
 	return &progress{scanned: start, value: start, onAdvance: onAdvance}
 }
 
-// add notes that the record at offset goes to the consumer, and returns
-// what to call once it is acknowledged.
-func (p *progress) add(offset uint64) func() {
+// track notes that the record at offset goes to the consumer, and returns
+// what settles it (once it is acknowledged, written or skipped).
+func (p *progress) track(offset uint64) func() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	seq, gen := p.base+uint64(len(p.pending)), p.gen
 	p.pending = append(p.pending, progressEntry{offset: offset})
-	return func() { p.done(gen, seq) }
+	return func() { p.settle(gen, seq) }
 }
 
-// unadd takes back the last add, for a delivery that could not be queued
-// after all (it will be added again when it is).
-func (p *progress) unadd() {
+// untrack takes back the last track, for a delivery that could not be
+// queued after all (it is tracked again when it is).
+func (p *progress) untrack() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if n := len(p.pending); n > 0 && !p.pending[n-1].done {
@@ -54,7 +54,8 @@ func (p *progress) unadd() {
 	}
 }
 
-func (p *progress) done(gen, seq uint64) {
+// settle marks delivery seq of generation gen through with.
+func (p *progress) settle(gen, seq uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if gen != p.gen || seq < p.base || seq >= p.base+uint64(len(p.pending)) {

@@ -8,11 +8,11 @@ import (
 func TestProgress_ContiguousAcknowledgedPrefix(t *testing.T) {
 	var got []uint64
 	p := newProgress(10, func(v uint64) { got = append(got, v) })
-	d12 := p.add(12) // 10 and 11 were not for this consumer
-	d13 := p.add(13)
-	p.add(15)
-	p.unadd() // could not be queued after all
-	d15 := p.add(15)
+	d12 := p.track(12) // 10 and 11 were not for this consumer
+	d13 := p.track(13)
+	p.track(15)
+	p.untrack() // could not be queued after all
+	d15 := p.track(15)
 	p.scan(16)
 	if v := p.get(); v != 12 {
 		t.Fatalf("value with 12 unacknowledged = %d, want 12", v)
@@ -35,13 +35,13 @@ func TestProgress_ContiguousAcknowledgedPrefix(t *testing.T) {
 		t.Fatalf("reported %v, want [12 15 16 20]", got)
 	}
 
-	old := p.add(20)
+	old := p.track(20)
 	p.reset(5) // a seek back
 	old()      // an ack from before the seek does not count
 	if v := p.get(); v != 5 {
 		t.Fatalf("after seek to 5 and a stale ack: %d, want 5", v)
 	}
-	p.add(5)()
+	p.track(5)()
 	p.scan(6)
 	if v := p.get(); v != 6 {
 		t.Fatalf("after acking 5: %d, want 6", v)

@@ -142,7 +142,7 @@ func (w *stateWriter) flush() bool {
 	w.mu.Unlock()
 	switch {
 	case err != nil && !was:
-		w.logger.Error("consumer state: write failed; retrying", deliveryAttrError, err)
+		w.logger.Error("consumer state: write failed; retrying", attrErr, err)
 	case err == nil && was:
 		w.logger.Info("consumer state: writes succeed again")
 	}

@@ -155,7 +155,7 @@ func (h *ingest) appendWill(clientID string, w mochi.Will) {
 		h.appended(st, retained, err)
 		if err != nil {
 			h.logger.Debug("will not stored", slog.String(attrClient, clientID),
-				slog.String(attrTopic, w.TopicName), slog.Any(attrError, err))
+				slog.String(attrTopic, w.TopicName), slog.Any(attrErr, err))
 		}
 	})
 }
