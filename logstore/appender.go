@@ -15,6 +15,7 @@ const (
 	reqAppend reqKind = iota
 	reqTruncate
 	reqRetain
+	reqReplica // AppendReplica (replica.go)
 )
 
 // maxBatchRecords bounds one group commit (with Store.batchBytes).
@@ -29,8 +30,9 @@ type request struct {
 	enqueued time.Time
 	qos0     bool // every record is QoS 0: it may wait StreamConfig.LingerQoS0
 
-	offset uint64    // truncate
+	offset uint64    // truncate; AppendReplica: the offset of vals[0]
 	now    time.Time // retention
+	vals   [][]byte  // AppendReplica: raw record values
 	result chan ctlResult
 }
 
@@ -235,6 +237,8 @@ func (s *Stream) handleControl(r *request) {
 		err = s.truncate(r.offset)
 	case reqRetain:
 		n, err = s.retain(r.now)
+	case reqReplica:
+		n, err = s.appendReplica(r.offset, r.vals)
 	}
 	r.finish(n, err)
 }

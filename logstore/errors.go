@@ -25,6 +25,10 @@ var (
 	// ErrRecordTooLarge is returned for a record that cannot fit in one
 	// Badger transaction.
 	ErrRecordTooLarge = errors.New("logstore: record too large")
+	// ErrNotAtLogEnd is returned by AppendReplica when the first value's
+	// offset is not NextOffset: the replica must truncate, or fetch from
+	// its log end.
+	ErrNotAtLogEnd = errors.New("logstore: replica append not at the log end")
 	// ErrCorrupt is wrapped by every CorruptError.
 	ErrCorrupt = errors.New("logstore: corrupt record")
 )
