@@ -2,8 +2,12 @@ package logstore
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
 )
 
 // AppendReplica appends raw record values at the leader's offsets: vals[i]
@@ -69,4 +73,120 @@ func (s *Stream) appendReplica(base uint64, vals [][]byte) (uint64, error) {
 	}
 	s.retainOnCommit(now)
 	return uint64(len(ents)), nil
+}
+
+// ReadRaw returns the stored values of the records from offset from on,
+// up to the log end (NextOffset, not Committed: a follower replicates what
+// is not committed yet), for a replica fetch: vals[i] is the value of
+// from+i, as AppendReplica takes it. It returns at least one value when
+// from < NextOffset (even if larger than maxBytes), at most max values
+// (max <= 0: no limit) and at most maxBytes of values in total (maxBytes
+// <= 0: no limit); none at NextOffset, and an error wrapping
+// ErrOffsetOutOfRange below FirstOffset or above NextOffset. Each value's
+// checksum is verified (not decoded): a damaged record ends the read as in
+// Read, so a leader reports its own damage instead of shipping it.
+//
+// Raw values skip the decode and re-encode of Read: 1.05-1.37M records/s
+// shipped against 0.24-0.54M (FACTS.md). They are read from Badger: the
+// tail cache holds decoded records.
+func (s *Stream) ReadRaw(from uint64, max, maxBytes int) ([][]byte, error) {
+	s.st.life.RLock()
+	defer s.st.life.RUnlock()
+	if s.st.life.closed {
+		return nil, fmt.Errorf("raw read %s: %w", s.name, ErrClosed)
+	}
+	end, start := s.NextOffset(), s.FirstOffset()
+	if from < start || from > end {
+		return nil, fmt.Errorf("raw read %s at %d (log holds [%d, %d)): %w", s.name, from, start, end, ErrOffsetOutOfRange)
+	}
+	if from == end {
+		return [][]byte{}, nil
+	}
+	want := end - from
+	if max > 0 && uint64(max) < want {
+		want = uint64(max)
+	}
+	out, corrupt, err := s.readRaw(from, want, maxBytes)
+	if err != nil {
+		return nil, fmt.Errorf("raw read %s at %d: %w", s.name, from, err)
+	}
+	if corrupt != nil && len(out) == 0 {
+		if from < s.FirstOffset() || from >= s.NextOffset() { // retention or truncation moved meanwhile
+			return nil, fmt.Errorf("raw read %s at %d: %w", s.name, from, ErrOffsetOutOfRange)
+		}
+		s.mCorrupt.Inc()
+		return nil, &CorruptError{Stream: s.name, Offset: from, Err: corrupt}
+	}
+	return out, nil
+}
+
+// readRaw is readStored for ReadRaw: it copies the values it returns into
+// one buffer and checks their checksums instead of decoding them.
+func (s *Stream) readRaw(from, want uint64, maxBytes int) (out [][]byte, corrupt, err error) {
+	out = make([][]byte, 0, min(want, 1024))
+	var buf []byte
+	var vals [][]byte
+	err = s.st.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix(tagRecord, s.id)})
+		defer it.Close()
+		off := from
+		full := false
+		for it.Seek(recordKey(s.id, from)); it.Valid() && uint64(len(out)) < want && !full; it.Next() {
+			item := it.Item()
+			last := keyOffset(item.Key())
+			if err := item.Value(func(v []byte) error {
+				first, vs, err := parseBatch(last, v, vals)
+				vals = vs
+				switch {
+				case err != nil:
+					return err
+				case first > off:
+					return fmt.Errorf("record missing (next batch starts at offset %d)", first)
+				case first < off && off > from:
+					return fmt.Errorf("%w: batch [%d, %d] overlaps the one before", errBatchFraming, first, last)
+				}
+				for i := off - first; i < uint64(len(vs)) && uint64(len(out)) < want; i++ {
+					if err := checkValue(off, vs[i]); err != nil {
+						return err
+					}
+					if maxBytes > 0 && len(buf)+len(vs[i]) > maxBytes && len(out) > 0 {
+						full = true
+						return nil
+					}
+					b0 := len(buf)
+					buf = append(buf, vs[i]...) // a grown buf leaves earlier values in the old array, intact
+					out = append(out, buf[b0:len(buf):len(buf)])
+					off++
+				}
+				return nil
+			}); err != nil {
+				corrupt = err
+				return nil
+			}
+		}
+		if uint64(len(out)) < want && corrupt == nil && !full {
+			corrupt = fmt.Errorf("record missing (log ends early)")
+		}
+		return nil
+	})
+	var damaged damagedError
+	if errors.As(err, &damaged) {
+		return out, damaged, nil
+	}
+	return out, corrupt, err
+}
+
+// checkValue checks the header and checksum of the value stored at off,
+// without decoding its body.
+func checkValue(off uint64, v []byte) error {
+	if len(v) < valueHeader {
+		return errShortValue
+	}
+	if v[0] != valueVersion {
+		return fmt.Errorf("%w %d", errVersion, v[0])
+	}
+	if want, got := binary.BigEndian.Uint32(v[1:]), valueCRC(off, v[:1], v[valueHeader:]); want != got {
+		return fmt.Errorf("%w: stored %08x, computed %08x", errChecksum, want, got)
+	}
+	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	badger "github.com/dgraph-io/badger/v4"
 )
 
 // leaderValues returns the stored values of n records at offsets from,
@@ -100,4 +102,123 @@ func TestStream_AppendReplica(t *testing.T) {
 		}
 		sameRecords(t, readAll(t, s2, 0), want)
 	})
+}
+
+// readRawAll reads [from, NextOffset()) with ReadRaw in pages of max.
+func readRawAll(tb testing.TB, s *Stream, from uint64, max int) [][]byte {
+	tb.Helper()
+	var out [][]byte
+	for from < s.NextOffset() {
+		vals, err := s.ReadRaw(from, max, 0)
+		if err != nil {
+			tb.Fatalf("ReadRaw(%d): %v", from, err)
+		}
+		if len(vals) == 0 {
+			tb.Fatalf("ReadRaw(%d) returned nothing below NextOffset %d", from, s.NextOffset())
+		}
+		out = append(out, vals...)
+		from += uint64(len(vals))
+	}
+	return out
+}
+
+func TestStream_ReadRaw(t *testing.T) {
+	ctx := context.Background()
+	lcfg := testConfig(t)
+	lcfg.ManualCommit = true // a leader: nothing committed until the ISR has it
+	leader := openStore(t, lcfg)
+	ls := leader.Stream("default")
+	ls.SetEpoch(2)
+	appendN(t, ls, 2500, 100)
+	fcfg := testConfig(t)
+	fs := openStore(t, fcfg).Stream("default")
+
+	t.Run("reads past the high watermark to the log end", func(t *testing.T) {
+		if recs, err := ls.Read(0, 0, 0); err != nil || len(recs) != 0 {
+			t.Fatalf("Read below a high watermark of 0 = %d records, %v", len(recs), err)
+		}
+		vals, err := ls.ReadRaw(0, 0, 0)
+		if err != nil || len(vals) != 2500 {
+			t.Fatalf("ReadRaw(0) = %d values, %v; want 2500", len(vals), err)
+		}
+	})
+	t.Run("a follower appending what it reads holds the leader's records byte for byte", func(t *testing.T) {
+		for from := uint64(0); from < ls.NextOffset(); {
+			vals, err := ls.ReadRaw(from, 700, 0)
+			if err != nil || len(vals) == 0 {
+				t.Fatalf("ReadRaw(%d) = %d values, %v", from, len(vals), err)
+			}
+			if err := fs.AppendReplica(ctx, from, vals); err != nil {
+				t.Fatal(err)
+			}
+			from += uint64(len(vals))
+		}
+		lv, fv := readRawAll(t, ls, 0, 333), readRawAll(t, fs, 0, 1000)
+		if len(lv) != 2500 || len(fv) != 2500 {
+			t.Fatalf("leader %d values, follower %d, want 2500", len(lv), len(fv))
+		}
+		for i := range lv {
+			if string(lv[i]) != string(fv[i]) {
+				t.Fatalf("value %d differs between leader and follower", i)
+			}
+		}
+		ls.SetCommitted(2500)
+		sameRecords(t, readAll(t, fs, 0), readAll(t, ls, 0))
+	})
+	t.Run("bounds", func(t *testing.T) {
+		if vals, err := ls.ReadRaw(2500, 0, 0); err != nil || len(vals) != 0 {
+			t.Fatalf("ReadRaw at the log end = %d values, %v; want none", len(vals), err)
+		}
+		if _, err := ls.ReadRaw(2501, 0, 0); !errors.Is(err, ErrOffsetOutOfRange) {
+			t.Fatalf("ReadRaw past the log end = %v, want ErrOffsetOutOfRange", err)
+		}
+		if vals, err := ls.ReadRaw(10, 0, 1); err != nil || len(vals) != 1 {
+			t.Fatalf("ReadRaw with maxBytes 1 = %d values, %v; want 1", len(vals), err)
+		}
+		three, _ := ls.ReadRaw(10, 3, 0)
+		size := len(three[0]) + len(three[1]) + len(three[2])
+		if vals, err := ls.ReadRaw(10, 0, size); err != nil || len(vals) != 3 {
+			t.Fatalf("ReadRaw with maxBytes of three values = %d values, %v; want 3", len(vals), err)
+		}
+		if vals, err := ls.ReadRaw(10, 2, size); err != nil || len(vals) != 2 {
+			t.Fatalf("ReadRaw with max 2 = %d values, %v; want 2", len(vals), err)
+		}
+	})
+	t.Run("after a reopen", func(t *testing.T) {
+		before := readRawAll(t, ls, 0, 0)
+		if err := leader.Close(); err != nil {
+			t.Fatal(err)
+		}
+		after := readRawAll(t, openStore(t, lcfg).Stream("default"), 0, 0)
+		if len(after) != len(before) {
+			t.Fatalf("after reopen %d values, want %d", len(after), len(before))
+		}
+		for i := range before {
+			if string(after[i]) != string(before[i]) {
+				t.Fatalf("value %d changed across a reopen", i)
+			}
+		}
+	})
+}
+
+// A leader reports a damaged record of its own instead of shipping it.
+func TestStream_ReadRawReportsCorruption(t *testing.T) {
+	st := openStore(t, testConfig(t))
+	s := st.Stream("default")
+	appendN(t, s, 10, 10)
+	isolate(t, s, 6)
+	bad := append([]byte{valueVersion, 0, 0, 0, 0}, 0x93, 0xc1, 0xc1, 0xc1)
+	if err := st.db.Update(func(txn *badger.Txn) error { return txn.Set(recordKey(s.id, 6), bad) }); err != nil {
+		t.Fatal(err)
+	}
+	if vals, err := s.ReadRaw(0, 0, 0); err != nil || len(vals) != 6 {
+		t.Fatalf("ReadRaw(0) = %d values, %v; want the 6 before the damaged one", len(vals), err)
+	}
+	var ce *CorruptError
+	if _, err := s.ReadRaw(6, 0, 0); !errors.As(err, &ce) || ce.Offset != 6 {
+		t.Fatalf("ReadRaw(6) = %v, want CorruptError at 6", err)
+	}
+	if vals, err := s.ReadRaw(7, 0, 0); err != nil || len(vals) != 3 {
+		t.Fatalf("ReadRaw(7) past the damage = %d values, %v; want 3", len(vals), err)
+	}
 }
