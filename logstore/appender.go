@@ -269,6 +269,14 @@ func (s *Stream) commitBatch(batch []*request) {
 	}
 	next := s.next.Load()
 	ms, epoch := now.UnixMilli(), s.epoch.Load()
+	if latest, ok := s.epochs.latest(); ok && epoch < latest.epoch {
+		err := fmt.Errorf("append to %s in epoch %d, the log is in epoch %d: %w", s.name, epoch, latest.epoch, ErrStaleEpoch)
+		for _, r := range batch {
+			s.st.metrics.AppendErrors.WithLabelValues(s.name, reasonInvalid).Inc()
+			r.finish(0, err)
+		}
+		return
+	}
 
 	// Assign offsets and encode. Keys and values go into one arena reused
 	// by the next batch: Badger copies them during Commit. When the arena
@@ -439,6 +447,10 @@ func (s *Stream) writeRecords(base uint64, ents []pending) (int, error) {
 		n += m
 	}
 	ents = ents[:n]
+	epochs := s.epochs.starts(base, func(i int) uint32 { return ents[i].rec.Epoch }, n)
+	if err := setEpochs(txn, s.id, epochs); err != nil {
+		return 0, err
+	}
 
 	// Chunk stats after this transaction.
 	chunks := s.mu.chunks // only the appender writes it: no lock needed to read
@@ -489,6 +501,7 @@ func (s *Stream) writeRecords(base uint64, ents []pending) (int, error) {
 		recs[i] = e.rec
 	}
 	s.tail.add(base, recs)
+	s.epochs.add(epochs)
 	s.next.Store(end)
 	s.bytes.Add(added)
 	if !s.st.cfg.ManualCommit {

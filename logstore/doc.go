@@ -29,6 +29,7 @@
 //	record batch       'r' <id:4> <last offset:8>            -> batch value
 //	chunk stats        's' <id:4> <chunk start offset:8>     -> chunk value
 //	consumer state     't' <key>                             -> value (state.go)
+//	leader epoch       'u' <id:4> <epoch:4>                  -> uint64 first offset (BE) (epochs.go)
 //	meta, stream id    'x' 'n' <stream name>                 -> uint32 id (BE)
 //	meta, log start    'x' 's' <id:4>                        -> uint64 offset (BE)
 //	meta, key layout   'x' 'v'                               -> uint32 version (BE), 3
@@ -62,6 +63,16 @@
 // layout 1 (tags 'c', 'k', 'm', in front of the records) in place; a store
 // of layout 2 (one entry per record, keyed by its offset) is already a
 // store of batches of one, and only its version changes.
+//
+// A leader-epoch key is written in the transaction of the records that
+// start its epoch (the first record whose epoch is above the newest
+// cached), deleted by a truncation below its start (in the truncation's
+// last transaction; Open deletes any a crash left at or above the log
+// end), and read at Open, when the stream's epoch becomes the newest one
+// (Stream.EndOffsetForEpoch answers KIP-101/KIP-279's question from it).
+// Retention does not trim it: an epoch starting below the log start is
+// one key, and answering for it is what Kafka does for an epoch below its
+// cache.
 //
 // # Record value
 //

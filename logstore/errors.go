@@ -29,6 +29,10 @@ var (
 	// offset is not NextOffset: the replica must truncate, or fetch from
 	// its log end.
 	ErrNotAtLogEnd = errors.New("logstore: replica append not at the log end")
+	// ErrStaleEpoch is returned by appends whose leader epoch is below the
+	// newest in the stream's leader-epoch cache (LatestEpoch): a deposed
+	// leader still appending, or a follower that did not truncate.
+	ErrStaleEpoch = errors.New("logstore: leader epoch below the latest")
 	// ErrCorrupt is wrapped by every CorruptError.
 	ErrCorrupt = errors.New("logstore: corrupt record")
 )

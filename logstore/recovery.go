@@ -73,6 +73,9 @@ func (s *Stream) load() error {
 	if reclaimFrom == ^uint64(0) {
 		reclaimFrom = start >> blockShift
 	}
+	if err := s.loadEpochs(next); err != nil {
+		return err
+	}
 	s.first.Store(start)
 	s.next.Store(next)
 	if s.st.cfg.ManualCommit {

@@ -50,6 +50,7 @@ func (s *Stream) appendReplica(base uint64, vals [][]byte) (uint64, error) {
 		return 0, err
 	}
 	ents := make([]pending, len(vals))
+	epoch, _ := s.epochs.latest()
 	for i, v := range vals {
 		off := base + uint64(i)
 		if len(v) > s.st.maxValue {
@@ -61,6 +62,11 @@ func (s *Stream) appendReplica(base uint64, vals [][]byte) (uint64, error) {
 			s.st.metrics.AppendErrors.WithLabelValues(s.name, reasonInvalid).Inc()
 			return 0, &CorruptError{Stream: s.name, Offset: off, Err: err}
 		}
+		if rec.Epoch < epoch.epoch {
+			s.st.metrics.AppendErrors.WithLabelValues(s.name, reasonInvalid).Inc()
+			return 0, fmt.Errorf("record %d of epoch %d after epoch %d: %w", off, rec.Epoch, epoch.epoch, ErrStaleEpoch)
+		}
+		epoch.epoch = rec.Epoch
 		ents[i] = pending{key: recordKey(s.id, off), val: v, ts: rec.Timestamp, rec: rec}
 	}
 	s.st.metrics.BatchRecords.Observe(float64(len(ents)))

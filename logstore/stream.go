@@ -24,8 +24,9 @@ type Stream struct {
 	next      atomic.Uint64 // log end
 	committed atomic.Uint64 // high watermark
 	bytes     atomic.Int64
-	epoch     atomic.Uint32
-	tail      tail // the newest records, served to readers without Badger
+	epoch     atomic.Uint32 // stamped on appends (SetEpoch); at Open the newest in epochs
+	epochs    epochCache    // leader epoch -> first offset (epochs.go)
+	tail      tail          // the newest records, served to readers without Badger
 
 	// mu guards the change channel and the chunk stats. Only the appender
 	// changes chunks; other goroutines read them under mu.
@@ -100,6 +101,9 @@ func (s *Stream) Committed() uint64 { return s.committed.Load() }
 func (s *Stream) Bytes() int64 { return s.bytes.Load() }
 
 // SetEpoch sets the leader epoch stamped on records appended from now on.
+// Epochs never go down: once the leader-epoch cache holds a later epoch
+// (LatestEpoch), appends fail with ErrStaleEpoch. At Open it is the newest
+// epoch in the cache.
 func (s *Stream) SetEpoch(e uint32) { s.epoch.Store(e) }
 
 // SetCommitted moves the high watermark up to hw (clamped to NextOffset).

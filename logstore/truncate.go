@@ -31,6 +31,7 @@ func (s *Stream) truncate(offset uint64) error {
 		}
 	}
 	s.tail.truncate(offset)
+	epochs := s.epochs.truncateAt(offset) // their keys go with the chunk stats below; Open drops any a crash leaves
 	s.notify()
 	batch := max(s.st.txnCount/2, 1)
 	for hi := len(lasts); hi > 0; {
@@ -62,6 +63,9 @@ func (s *Stream) truncate(offset uint64) error {
 			if err := txn.Delete(chunkKey(s.id, c)); err != nil {
 				return err
 			}
+		}
+		if err := deleteEpochs(txn, s.id, epochs); err != nil {
+			return err
 		}
 		if kept.count == 0 {
 			return txn.Delete(chunkKey(s.id, cs))
