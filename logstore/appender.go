@@ -16,6 +16,8 @@ const (
 	reqTruncate
 	reqRetain
 	reqReplica // AppendReplica (replica.go)
+	reqHW      // SetHighWatermark (watermark.go)
+	reqReset   // ResetTo (watermark.go)
 )
 
 // maxBatchRecords bounds one group commit (with Store.batchBytes).
@@ -239,6 +241,10 @@ func (s *Stream) handleControl(r *request) {
 		n, err = s.retain(r.now)
 	case reqReplica:
 		n, err = s.appendReplica(r.offset, r.vals)
+	case reqHW:
+		err = s.persistHW()
+	case reqReset:
+		err = s.reset(r.offset)
 	}
 	r.finish(n, err)
 }

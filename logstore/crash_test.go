@@ -100,3 +100,33 @@ func TestStore_UncleanShutdownKeepsTheEpochCache(t *testing.T) {
 		t.Fatalf("LatestEpoch after the crash = %d, %d, %v; want 8, 1650", e, start, ok)
 	}
 }
+
+// A crash image opens with the last high watermark readers saw, not the
+// log start: SetHighWatermark persists it before publishing it.
+func TestStore_UncleanShutdownKeepsTheHighWatermark(t *testing.T) {
+	cfg := manualConfig(t)
+	s := openStore(t, cfg).Stream("default")
+	appendN(t, s, 2000, 100)
+	setHW(t, s, 1500)
+	if err := s.Truncate(context.Background(), 1800); err != nil {
+		t.Fatal(err)
+	}
+	crashed := cfg
+	crashed.Dir = copyDir(t, cfg.Dir)
+	s2 := openStore(t, crashed).Stream("default")
+	if s2.Committed() != 1500 || s2.NextOffset() != 1800 {
+		t.Fatalf("after the crash committed %d next %d, want 1500 and 1800", s2.Committed(), s2.NextOffset())
+	}
+	if recs := readAll(t, s2, 0); len(recs) != 1500 {
+		t.Fatalf("after the crash read %d records, want 1500", len(recs))
+	}
+	if err := s2.ResetTo(context.Background(), 5000); err != nil {
+		t.Fatal(err)
+	}
+	crashed.Dir = copyDir(t, crashed.Dir)
+	s3 := openStore(t, crashed).Stream("default")
+	if s3.FirstOffset() != 5000 || s3.NextOffset() != 5000 || s3.Committed() != 5000 || s3.Bytes() != 0 {
+		t.Fatalf("after a reset and a crash first %d next %d committed %d bytes %d, want 5000, 5000, 5000, 0",
+			s3.FirstOffset(), s3.NextOffset(), s3.Committed(), s3.Bytes())
+	}
+}

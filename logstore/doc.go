@@ -15,9 +15,16 @@
 //	FirstOffset <= Committed <= NextOffset
 //
 // On a single node Committed follows NextOffset as soon as a group commit is
-// durable. With Config.ManualCommit only SetCommitted moves it (the cluster
-// sets it to the ISR's high watermark); after a restart it starts at
-// FirstOffset until the cluster sets it again.
+// durable, and is NextOffset after a restart. With Config.ManualCommit only
+// SetHighWatermark moves it (the cluster sets it to the lowest log end in
+// the ISR on a leader, to the leader's, capped at its own log end, on a
+// follower). It is persisted ('x' 'h' <id>) before readers see it, so a
+// restart, or a crash, opens with the last watermark readers saw: never
+// lower (a consumer never finds a record it read uncommitted again), and
+// the cluster moves it on from there. With ManualCommit, Truncate refuses
+// to go below it (ErrBelowHighWatermark); ResetTo starts an emptied log at
+// an offset at or above NextOffset (a follower whose log end the leader no
+// longer holds), with all three offsets there.
 //
 // # Key layout
 //
@@ -32,6 +39,7 @@
 //	leader epoch       'u' <id:4> <epoch:4>                  -> uint64 first offset (BE) (epochs.go)
 //	meta, stream id    'x' 'n' <stream name>                 -> uint32 id (BE)
 //	meta, log start    'x' 's' <id:4>                        -> uint64 offset (BE)
+//	meta, high wmark   'x' 'h' <id:4>                        -> uint64 offset (BE), ManualCommit only
 //	meta, key layout   'x' 'v'                               -> uint32 version (BE), 3
 //
 //	record key, 13 bytes:

@@ -12,7 +12,8 @@ var (
 	// appends that were still queued when it closed.
 	ErrClosed = errors.New("logstore: closed")
 	// ErrOffsetOutOfRange is returned by Read for an offset below
-	// FirstOffset or above Committed, and by Truncate below FirstOffset.
+	// FirstOffset or above Committed (ReadRaw: NextOffset), by Truncate
+	// below FirstOffset, and by ResetTo below NextOffset.
 	ErrOffsetOutOfRange = errors.New("logstore: offset out of range")
 	// ErrNoSpace is returned by appends refused because the disk is full
 	// (or below the configured free-space reserve). Nothing stored is
@@ -33,6 +34,9 @@ var (
 	// newest in the stream's leader-epoch cache (LatestEpoch): a deposed
 	// leader still appending, or a follower that did not truncate.
 	ErrStaleEpoch = errors.New("logstore: leader epoch below the latest")
+	// ErrBelowHighWatermark is returned by Truncate, with ManualCommit, for
+	// an offset below Committed: committed records are never taken back.
+	ErrBelowHighWatermark = errors.New("logstore: truncation below the high watermark")
 	// ErrCorrupt is wrapped by every CorruptError.
 	ErrCorrupt = errors.New("logstore: corrupt record")
 )

@@ -70,6 +70,9 @@ func (s *Stream) load() error {
 	if err != nil {
 		return err
 	}
+	if next == start {
+		chunks = nil // no record left: a chunk holding the start is of records below it (ResetTo)
+	}
 	if reclaimFrom == ^uint64(0) {
 		reclaimFrom = start >> blockShift
 	}
@@ -79,7 +82,12 @@ func (s *Stream) load() error {
 	s.first.Store(start)
 	s.next.Store(next)
 	if s.st.cfg.ManualCommit {
-		s.committed.Store(start)
+		hw, err := s.loadHW(start, next)
+		if err != nil {
+			return err
+		}
+		s.committed.Store(hw)
+		s.hwWant.Store(hw)
 	} else {
 		s.committed.Store(next)
 	}

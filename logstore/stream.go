@@ -23,6 +23,7 @@ type Stream struct {
 	first     atomic.Uint64 // log start
 	next      atomic.Uint64 // log end
 	committed atomic.Uint64 // high watermark
+	hwWant    atomic.Uint64 // the highest SetHighWatermark asked for (watermark.go)
 	bytes     atomic.Int64
 	epoch     atomic.Uint32 // stamped on appends (SetEpoch); at Open the newest in epochs
 	epochs    epochCache    // leader epoch -> first offset (epochs.go)
@@ -106,25 +107,11 @@ func (s *Stream) Bytes() int64 { return s.bytes.Load() }
 // epoch in the cache.
 func (s *Stream) SetEpoch(e uint32) { s.epoch.Store(e) }
 
-// SetCommitted moves the high watermark up to hw (clamped to NextOffset).
-// It only acts when the store was opened with ManualCommit; it never moves
-// the watermark down (Truncate does).
-func (s *Stream) SetCommitted(hw uint64) {
-	if !s.st.cfg.ManualCommit {
-		return
-	}
-	for {
-		cur := s.committed.Load()
-		hw = min(hw, s.next.Load())
-		if hw <= cur {
-			return
-		}
-		if s.committed.CompareAndSwap(cur, hw) {
-			s.notify()
-			return
-		}
-	}
-}
+// SetCommitted is SetHighWatermark without a context or an error (it
+// waits for the appender, and a closed store has no watermark to move).
+//
+// Deprecated: use SetHighWatermark.
+func (s *Stream) SetCommitted(hw uint64) { _ = s.SetHighWatermark(context.Background(), hw) }
 
 // Changed returns a channel closed the next time Committed or NextOffset
 // advances, the log is truncated, or the stream closes (it then stays
@@ -219,8 +206,11 @@ func (s *Stream) AppendAsync(recs []*Record, done func(first uint64, err error))
 
 // Truncate drops every record at or above offset (a follower discarding a
 // tail its leader does not have). It goes through the appender, so it is
-// ordered with appends; Committed clamps down to offset. Truncating at or
-// above NextOffset does nothing; below FirstOffset is ErrOffsetOutOfRange.
+// ordered with appends. Truncating at or above NextOffset does nothing;
+// below FirstOffset is ErrOffsetOutOfRange. With ManualCommit, below
+// Committed is ErrBelowHighWatermark: committed records are never taken
+// back. Without (a single node, whose watermark is its log end), Committed
+// clamps down to offset.
 func (s *Stream) Truncate(ctx context.Context, offset uint64) error {
 	_, err := s.control(ctx, &request{kind: reqTruncate, offset: offset})
 	if err != nil {

@@ -20,6 +20,9 @@ func (s *Stream) truncate(offset uint64) error {
 	if offset < start {
 		return fmt.Errorf("offset below log start %d: %w", start, ErrOffsetOutOfRange)
 	}
+	if hw := s.committed.Load(); s.st.cfg.ManualCommit && offset < hw {
+		return fmt.Errorf("offset below the high watermark %d: %w", hw, ErrBelowHighWatermark)
+	}
 	lasts, cut, err := s.truncation(offset)
 	if err != nil {
 		return err
@@ -30,6 +33,7 @@ func (s *Stream) truncate(offset uint64) error {
 			break
 		}
 	}
+	s.hwWant.Store(min(s.hwWant.Load(), offset)) // a watermark asked for above the cut is not the next leader's
 	s.tail.truncate(offset)
 	epochs := s.epochs.truncateAt(offset) // their keys go with the chunk stats below; Open drops any a crash leaves
 	s.notify()
