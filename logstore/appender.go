@@ -510,10 +510,12 @@ func (s *Stream) writeRecords(base uint64, ents []pending) (int, error) {
 	s.epochs.add(epochs)
 	s.next.Store(end)
 	s.bytes.Add(added)
+	moved := movedEnd
 	if !s.st.cfg.ManualCommit {
 		s.committed.Store(end)
+		moved |= movedHW
 	}
-	s.notify()
+	s.notify(moved)
 	s.mAppended.Add(float64(n))
 	s.mBytes.Add(float64(added))
 	s.st.space.noted(s.st.log, nil)

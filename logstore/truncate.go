@@ -36,7 +36,7 @@ func (s *Stream) truncate(offset uint64) error {
 	s.hwWant.Store(min(s.hwWant.Load(), offset)) // a watermark asked for above the cut is not the next leader's
 	s.tail.truncate(offset)
 	epochs := s.epochs.truncateAt(offset) // their keys go with the chunk stats below; Open drops any a crash leaves
-	s.notify()
+	s.notify(movedHW | movedEnd)
 	batch := max(s.st.txnCount/2, 1)
 	for hi := len(lasts); hi > 0; {
 		lo := max(0, hi-batch)
@@ -94,7 +94,7 @@ func (s *Stream) truncate(offset uint64) error {
 	}
 	s.mu.Unlock()
 	s.bytes.Store(total)
-	s.notify()
+	s.notify(movedHW | movedEnd)
 	return nil
 }
 

@@ -69,7 +69,7 @@ func (s *Stream) persistHW() error {
 		return fmt.Errorf("persist high watermark %d: %w", hw, err)
 	}
 	s.committed.Store(hw)
-	s.notify()
+	s.notify(movedHW)
 	return nil
 }
 
@@ -147,6 +147,6 @@ func (s *Stream) reset(offset uint64) error {
 	s.next.Store(offset)
 	s.committed.Store(offset)
 	s.hwWant.Store(offset)
-	s.notify()
+	s.notify(movedHW | movedEnd)
 	return s.maybeReclaim(time.Now())
 }
