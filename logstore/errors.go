@@ -56,6 +56,13 @@ func (e *CorruptError) Error() string {
 // Unwrap lets errors.Is match both ErrCorrupt and the underlying cause.
 func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
 
+// ErrNotFound is returned, unwrapped, by KVGet for a missing key. Its
+// message is exactly "not found", without the package's prefix, because
+// hashicorp/raft tells a missing key in its stable store by comparing
+// err.Error() == "not found" (api.go, raft.go): a Raft adapter can return
+// it as it is. Test with errors.Is.
+var ErrNotFound = errors.New("not found")
+
 // ErrNilRecord is returned for an append that contains a nil *Record.
 var ErrNilRecord = errors.New("logstore: nil record")
 
