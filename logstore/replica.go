@@ -159,6 +159,9 @@ func (s *Stream) readRaw(from, want uint64, maxBytes int) (out [][]byte, corrupt
 						full = true
 						return nil
 					}
+					if buf == nil { // size it from the first value: records of a stream are alike
+						buf = make([]byte, 0, rawBufHint(len(vs[i]), want, maxBytes))
+					}
 					b0 := len(buf)
 					buf = append(buf, vs[i]...) // a grown buf leaves earlier values in the old array, intact
 					out = append(out, buf[b0:len(buf):len(buf)])
@@ -180,6 +183,16 @@ func (s *Stream) readRaw(from, want uint64, maxBytes int) (out [][]byte, corrupt
 		return out, damaged, nil
 	}
 	return out, corrupt, err
+}
+
+// rawBufHint is the buffer ReadRaw starts with: want values the size of
+// the first, within maxBytes, at most 4 MiB (append grows it past).
+func rawBufHint(first int, want uint64, maxBytes int) int {
+	n := uint64(first) * want
+	if maxBytes > 0 {
+		n = min(n, uint64(maxBytes))
+	}
+	return int(min(n+64, 4<<20))
 }
 
 // checkValue checks the header and checksum of the value stored at off,
