@@ -4,7 +4,8 @@
 // MQTT topics matching its filters (Store.Route picks the most specific
 // filter) and is one append-only log with one offset sequence from 0.
 // Offsets never repeat and never go backwards, across restarts and
-// retention; Truncate (for replication followers) is the only way down.
+// retention; Truncate (for replication followers) is the only way down,
+// and ResetTo only moves them up.
 //
 // # Offsets
 //
@@ -82,6 +83,23 @@
 // Retention does not trim it: an epoch starting below the log start is
 // one key, and answering for it is what Kafka does for an epoch below its
 // cache.
+//
+// # Replication
+//
+// What a follower replica needs of its log (Kafka's rules, DESIGN.md):
+//
+//   - AppendReplica stores the leader's record values unchanged at the
+//     leader's offsets, from NextOffset only (ErrNotAtLogEnd), after
+//     checking each value's checksum at the offset it is to take.
+//   - ReadRaw serves them on the leader, up to NextOffset (not Committed),
+//     as stored; WaitAppended and Appended wake a long-polled fetch when
+//     the log end moves, Changed only when the high watermark does.
+//   - EndOffsetForEpoch answers from the persisted leader-epoch cache
+//     where a follower truncates after a leader change (KIP-101/279).
+//   - SetHighWatermark moves and persists Committed (ManualCommit), which
+//     Truncate never goes below; ResetTo starts a follower over at the
+//     leader's log start.
+//   - KVGet, KVWrite and KVScan keep the controller's Raft state.
 //
 // # Record value
 //
@@ -197,7 +215,8 @@
 // Badger transaction with the chunk stats (split into more, between
 // batches, when Badger's per-transaction limit would be exceeded), commits,
 // and only then advances the log end and calls each request's done, in call
-// order. Truncation and retention are requests in the same queue.
+// order. Truncation, retention, replica appends, high-watermark writes and
+// resets are requests in the same queue.
 //
 // Batches are what make the log cheap to write: with records above the
 // value threshold, Badger writes each entry's value once to its value log
