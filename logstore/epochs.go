@@ -71,10 +71,11 @@ func (c *epochCache) add(es []epochStart) {
 }
 
 // truncateAt drops the entries starting at or above offset and returns
-// them.
-func (c *epochCache) truncateAt(offset uint64) []epochStart {
+// them; setEnd (lowering the log end) runs under the same lock.
+func (c *epochCache) truncateAt(offset uint64, setEnd func()) []epochStart {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	setEnd()
 	i := sort.Search(len(c.entries), func(i int) bool { return c.entries[i].start >= offset })
 	gone := append([]epochStart(nil), c.entries[i:]...)
 	c.entries = c.entries[:i]

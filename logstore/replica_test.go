@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -220,5 +221,46 @@ func TestStream_ReadRawReportsCorruption(t *testing.T) {
 	}
 	if vals, err := s.ReadRaw(7, 0, 0); err != nil || len(vals) != 3 {
 		t.Fatalf("ReadRaw(7) past the damage = %d values, %v; want 3", len(vals), err)
+	}
+}
+
+// A raw read running into a truncation is out of range, never corrupt: the
+// log end goes down before the batches do. Small memtables make a
+// truncation of a hundred batches take several transactions.
+func TestStream_ReadRawDuringTruncation(t *testing.T) {
+	cfg := testConfig(t, StreamConfig{Name: "default", Filters: []string{"#"}, Durability: DurabilityInterval})
+	cfg.tune = func(p *profileSpec) { p.memTableSize = 96 << 10 }
+	st := openStore(t, cfg)
+	if st.txnCount/2 >= 200 {
+		t.Fatalf("%d deletes per transaction: a truncation would be one", st.txnCount/2)
+	}
+	s := st.Stream("default")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	var reads atomic.Int64
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			from := s.NextOffset() - min(s.NextOffset(), 50) // right below the end, where the truncation cuts
+			vals, err := s.ReadRaw(from, 0, 0)
+			if err != nil && !errors.Is(err, ErrOffsetOutOfRange) {
+				t.Errorf("ReadRaw(%d) during a truncation: %v", from, err)
+				cancel()
+				return
+			}
+			reads.Add(int64(len(vals)))
+		}
+	}()
+	for i := 0; i < 20 && ctx.Err() == nil; i++ {
+		appendN(t, s, 800, 4) // batches of 4: a truncation deletes 200
+		if err := s.Truncate(context.Background(), s.NextOffset()-800); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	<-done
+	if reads.Load() == 0 {
+		t.Fatal("the reader never read a value")
 	}
 }

@@ -35,7 +35,12 @@ func (s *Stream) truncate(offset uint64) error {
 	}
 	s.hwWant.Store(min(s.hwWant.Load(), offset)) // a watermark asked for above the cut is not the next leader's
 	s.tail.truncate(offset)
-	epochs := s.epochs.truncateAt(offset) // their keys go with the chunk stats below; Open drops any a crash leaves
+	// The log end goes down before the batches: ReadRaw, bounded by it,
+	// must not meet a deleted one and call it missing. With the epochs
+	// trimmed under the same lock, EndOffsetForEpoch never pairs a
+	// truncated epoch with the new end. Their keys go with the chunk
+	// stats below; Open drops any a crash leaves.
+	epochs := s.epochs.truncateAt(offset, func() { s.next.Store(offset) })
 	s.notify(movedHW | movedEnd)
 	batch := max(s.st.txnCount/2, 1)
 	for hi := len(lasts); hi > 0; {
@@ -57,7 +62,6 @@ func (s *Stream) truncate(offset uint64) error {
 		hi = lo
 	}
 	cs := offset &^ (chunkSize - 1)
-	s.next.Store(offset)
 	kept, _, err := s.scanChunk(cs, max(cs, start), offset, nil)
 	if err != nil {
 		return fmt.Errorf("rescan chunk %d: %w", cs, err)
