@@ -80,9 +80,10 @@
 // last transaction; Open deletes any a crash left at or above the log
 // end), and read at Open, when the stream's epoch becomes the newest one
 // (Stream.EndOffsetForEpoch answers KIP-101/KIP-279's question from it).
-// Retention does not trim it: an epoch starting below the log start is
-// one key, and answering for it is what Kafka does for an epoch below its
-// cache.
+// Retention trims it as Kafka does (truncateFromStart), in the
+// transaction that moves the log start: the epochs that ended below the
+// start go, and the one the start falls in starts there, so an epoch the
+// log no longer holds is answered as one below the cache.
 //
 // # Replication
 //

@@ -82,6 +82,33 @@ func (c *epochCache) truncateAt(offset uint64, setEnd func()) []epochStart {
 	return gone
 }
 
+// startAt plans the trim of the cache when the log starts at start, as
+// Kafka's truncateFromStart: the entries before the last one at or below
+// start go, and that one, moved, starts at start (nothing when it already
+// does). Appender goroutine; trimStart applies it once it is persisted.
+func (c *epochCache) startAt(start uint64) (gone, moved []epochStart) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	i := sort.Search(len(c.entries), func(i int) bool { return c.entries[i].start > start })
+	if i == 0 {
+		return nil, nil
+	}
+	gone = append([]epochStart(nil), c.entries[:i-1]...)
+	if c.entries[i-1].start < start {
+		moved = []epochStart{{c.entries[i-1].epoch, start}}
+	}
+	return gone, moved
+}
+
+func (c *epochCache) trimStart(gone int, moved []epochStart) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.entries = c.entries[gone:]
+	if len(moved) > 0 {
+		c.entries[0] = moved[0]
+	}
+}
+
 // reset empties the cache and returns what it held.
 func (c *epochCache) reset() []epochStart {
 	c.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 )
 
 // appendInEpoch appends n records stamped with epoch e.
@@ -140,4 +141,41 @@ func TestStream_EpochCacheOfAReplica(t *testing.T) {
 	}
 	s = openStore(t, cfg).Stream("default")
 	checkEpochs(t, s, []epochAnswer{{2, 2, 4, true}, {3, 3, 7, true}, {4, 0, 0, false}})
+}
+
+// Retention trims the cache as Kafka's truncateFromStart does: the epoch
+// the new log start falls in starts there, older ones go, and an epoch the
+// log no longer holds is answered as one below the cache.
+func TestStream_EpochCacheUnderRetention(t *testing.T) {
+	cfg := testConfig(t, StreamConfig{Name: "default", Filters: []string{"#"}, MaxAge: time.Hour})
+	st := openStore(t, cfg)
+	s := st.Stream("default")
+	old := time.Now().Add(-2 * time.Hour).UnixMilli()
+	for i, e := range []uint32{1, 2, 3} { // [0, 1000), [1000, 2000), [2000, 3000)
+		s.SetEpoch(e)
+		for j := 0; j < 1000; j += 100 {
+			recs := make([]*Record, 100)
+			for k := range recs {
+				recs[k] = rec("t", "p")
+				if i*1000+j+k < 1500 {
+					recs[k].Timestamp = old
+				}
+			}
+			if _, err := s.Append(context.Background(), recs...); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := s.ApplyRetention(context.Background(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if s.FirstOffset() != 1500 {
+		t.Fatalf("log start %d after retention, want 1500", s.FirstOffset())
+	}
+	want := []epochAnswer{{0, 0, 1500, true}, {1, 1, 1500, true}, {2, 2, 2000, true}, {3, 3, 3000, true}}
+	checkEpochs(t, s, want)
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkEpochs(t, openStore(t, cfg).Stream("default"), want)
 }

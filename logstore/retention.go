@@ -127,8 +127,15 @@ func (s *Stream) retain(now time.Time) (uint64, error) {
 	if newStart == start {
 		return 0, s.maybeReclaim(now)
 	}
+	gone, moved := s.epochs.startAt(newStart)
 	err := s.update(func(txn *badger.Txn) error {
 		if err := txn.Set(startKey(s.id), binary.BigEndian.AppendUint64(nil, newStart)); err != nil {
+			return err
+		}
+		if err := deleteEpochs(txn, s.id, gone); err != nil {
+			return err
+		}
+		if err := setEpochs(txn, s.id, moved); err != nil {
 			return err
 		}
 		if partial != nil {
@@ -149,6 +156,7 @@ func (s *Stream) retain(now time.Time) (uint64, error) {
 		}
 	}
 	s.mu.Unlock()
+	s.epochs.trimStart(len(gone), moved)
 	s.first.Store(newStart)
 	s.reclaim.hidden += s.bytes.Load() - bytes
 	s.bytes.Store(bytes)
