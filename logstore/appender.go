@@ -15,6 +15,9 @@ const (
 	reqAppend reqKind = iota
 	reqTruncate
 	reqRetain
+	reqReplica // AppendReplica (replica.go)
+	reqHW      // SetHighWatermark (watermark.go)
+	reqReset   // ResetTo (watermark.go)
 )
 
 // maxBatchRecords bounds one group commit (with Store.batchBytes).
@@ -29,8 +32,9 @@ type request struct {
 	enqueued time.Time
 	qos0     bool // every record is QoS 0: it may wait StreamConfig.LingerQoS0
 
-	offset uint64    // truncate
+	offset uint64    // truncate; AppendReplica: the offset of vals[0]
 	now    time.Time // retention
+	vals   [][]byte  // AppendReplica: raw record values
 	result chan ctlResult
 }
 
@@ -235,6 +239,12 @@ func (s *Stream) handleControl(r *request) {
 		err = s.truncate(r.offset)
 	case reqRetain:
 		n, err = s.retain(r.now)
+	case reqReplica:
+		n, err = s.appendReplica(r.offset, r.vals)
+	case reqHW:
+		err = s.persistHW()
+	case reqReset:
+		err = s.reset(r.offset)
 	}
 	r.finish(n, err)
 }
@@ -265,6 +275,14 @@ func (s *Stream) commitBatch(batch []*request) {
 	}
 	next := s.next.Load()
 	ms, epoch := now.UnixMilli(), s.epoch.Load()
+	if latest, ok := s.epochs.latest(); ok && epoch < latest.epoch {
+		err := fmt.Errorf("append to %s in epoch %d, the log is in epoch %d: %w", s.name, epoch, latest.epoch, ErrStaleEpoch)
+		for _, r := range batch {
+			s.st.metrics.AppendErrors.WithLabelValues(s.name, reasonInvalid).Inc()
+			r.finish(0, err)
+		}
+		return
+	}
 
 	// Assign offsets and encode. Keys and values go into one arena reused
 	// by the next batch: Badger copies them during Commit. When the arena
@@ -435,6 +453,10 @@ func (s *Stream) writeRecords(base uint64, ents []pending) (int, error) {
 		n += m
 	}
 	ents = ents[:n]
+	epochs := s.epochs.starts(base, func(i int) uint32 { return ents[i].rec.Epoch }, n)
+	if err := setEpochs(txn, s.id, epochs); err != nil {
+		return 0, err
+	}
 
 	// Chunk stats after this transaction.
 	chunks := s.mu.chunks // only the appender writes it: no lock needed to read
@@ -485,12 +507,15 @@ func (s *Stream) writeRecords(base uint64, ents []pending) (int, error) {
 		recs[i] = e.rec
 	}
 	s.tail.add(base, recs)
+	s.epochs.add(epochs)
 	s.next.Store(end)
 	s.bytes.Add(added)
+	moved := movedEnd
 	if !s.st.cfg.ManualCommit {
 		s.committed.Store(end)
+		moved |= movedHW
 	}
-	s.notify()
+	s.notify(moved)
 	s.mAppended.Add(float64(n))
 	s.mBytes.Add(float64(added))
 	s.st.space.noted(s.st.log, nil)

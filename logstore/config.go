@@ -64,7 +64,8 @@ type Config struct {
 	Metrics           *Metrics      // nil = fresh unregistered
 	RetentionInterval time.Duration // how often retention is checked (default 30s)
 	// ManualCommit false (single node): Committed() follows the durable log
-	// end. true: only SetCommitted moves it (cluster).
+	// end. true: only SetHighWatermark moves it (cluster), and it is
+	// persisted, so a restart opens with the last one readers saw.
 	ManualCommit bool
 
 	// ReclaimInterval is the minimum time between two DropPrefix calls,

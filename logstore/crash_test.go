@@ -76,3 +76,57 @@ func TestStore_UncleanShutdownKeepsAcknowledgedRecords(t *testing.T) {
 // timeAfterAll is a moment when every record written so far is older than
 // a 1 ns MaxAge.
 func timeAfterAll() time.Time { return time.Now().Add(time.Second) }
+
+// The leader-epoch cache in a crash image is the one the store answered
+// from: each epoch's start is written with the records that start it, and
+// a truncation's trim with its last transaction.
+func TestStore_UncleanShutdownKeepsTheEpochCache(t *testing.T) {
+	cfg := testConfig(t)
+	s := openStore(t, cfg).Stream("default")
+	appendInEpoch(t, s, 1, 1500) // [0, 1500)
+	appendInEpoch(t, s, 2, 100)  // [1500, 1600)
+	appendInEpoch(t, s, 7, 100)  // [1600, 1700)
+	if err := s.Truncate(context.Background(), 1650); err != nil {
+		t.Fatal(err)
+	}
+	appendInEpoch(t, s, 8, 10) // [1650, 1660)
+	want := []epochAnswer{{0, 0, 0, true}, {1, 1, 1500, true}, {2, 2, 1600, true}, {7, 7, 1650, true}, {8, 8, 1660, true}, {9, 0, 0, false}}
+	checkEpochs(t, s, want)
+	crashed := cfg
+	crashed.Dir = copyDir(t, cfg.Dir)
+	s2 := openStore(t, crashed).Stream("default")
+	checkEpochs(t, s2, want)
+	if e, start, ok := s2.LatestEpoch(); e != 8 || start != 1650 || !ok {
+		t.Fatalf("LatestEpoch after the crash = %d, %d, %v; want 8, 1650", e, start, ok)
+	}
+}
+
+// A crash image opens with the last high watermark readers saw, not the
+// log start: SetHighWatermark persists it before publishing it.
+func TestStore_UncleanShutdownKeepsTheHighWatermark(t *testing.T) {
+	cfg := manualConfig(t)
+	s := openStore(t, cfg).Stream("default")
+	appendN(t, s, 2000, 100)
+	setHW(t, s, 1500)
+	if err := s.Truncate(context.Background(), 1800); err != nil {
+		t.Fatal(err)
+	}
+	crashed := cfg
+	crashed.Dir = copyDir(t, cfg.Dir)
+	s2 := openStore(t, crashed).Stream("default")
+	if s2.Committed() != 1500 || s2.NextOffset() != 1800 {
+		t.Fatalf("after the crash committed %d next %d, want 1500 and 1800", s2.Committed(), s2.NextOffset())
+	}
+	if recs := readAll(t, s2, 0); len(recs) != 1500 {
+		t.Fatalf("after the crash read %d records, want 1500", len(recs))
+	}
+	if err := s2.ResetTo(context.Background(), 5000); err != nil {
+		t.Fatal(err)
+	}
+	crashed.Dir = copyDir(t, crashed.Dir)
+	s3 := openStore(t, crashed).Stream("default")
+	if s3.FirstOffset() != 5000 || s3.NextOffset() != 5000 || s3.Committed() != 5000 || s3.Bytes() != 0 {
+		t.Fatalf("after a reset and a crash first %d next %d committed %d bytes %d, want 5000, 5000, 5000, 0",
+			s3.FirstOffset(), s3.NextOffset(), s3.Committed(), s3.Bytes())
+	}
+}

@@ -4,7 +4,8 @@
 // MQTT topics matching its filters (Store.Route picks the most specific
 // filter) and is one append-only log with one offset sequence from 0.
 // Offsets never repeat and never go backwards, across restarts and
-// retention; Truncate (for replication followers) is the only way down.
+// retention; Truncate (for replication followers) is the only way down,
+// and ResetTo only moves them up.
 //
 // # Routing
 //
@@ -37,9 +38,16 @@
 //	FirstOffset <= Committed <= NextOffset
 //
 // On a single node Committed follows NextOffset as soon as a group commit is
-// durable. With Config.ManualCommit only SetCommitted moves it (the cluster
-// sets it to the ISR's high watermark); after a restart it starts at
-// FirstOffset until the cluster sets it again.
+// durable, and is NextOffset after a restart. With Config.ManualCommit only
+// SetHighWatermark moves it (the cluster sets it to the lowest log end in
+// the ISR on a leader, to the leader's, capped at its own log end, on a
+// follower). It is persisted ('x' 'h' <id>) before readers see it, so a
+// restart, or a crash, opens with the last watermark readers saw: never
+// lower (a consumer never finds a record it read uncommitted again), and
+// the cluster moves it on from there. With ManualCommit, Truncate refuses
+// to go below it (ErrBelowHighWatermark); ResetTo starts an emptied log at
+// an offset at or above NextOffset (a follower whose log end the leader no
+// longer holds), with all three offsets there.
 //
 // # Key layout
 //
@@ -51,8 +59,11 @@
 //	record batch       'r' <id:4> <last offset:8>            -> batch value
 //	chunk stats        's' <id:4> <chunk start offset:8>     -> chunk value
 //	consumer state     't' <key>                             -> value (state.go)
+//	key-value          'w' <key>                             -> value (kv.go: Raft log, stable store)
+//	leader epoch       'u' <id:4> <epoch:4>                  -> uint64 first offset (BE) (epochs.go)
 //	meta, stream id    'x' 'n' <stream name>                 -> uint32 id (BE)
 //	meta, log start    'x' 's' <id:4>                        -> uint64 offset (BE)
+//	meta, high wmark   'x' 'h' <id:4>                        -> uint64 offset (BE), ManualCommit only
 //	meta, key layout   'x' 'v'                               -> uint32 version (BE), 3
 //
 //	record key, 13 bytes:
@@ -84,6 +95,34 @@
 // layout 1 (tags 'c', 'k', 'm', in front of the records) in place; a store
 // of layout 2 (one entry per record, keyed by its offset) is already a
 // store of batches of one, and only its version changes.
+//
+// A leader-epoch key is written in the transaction of the records that
+// start its epoch (the first record whose epoch is above the newest
+// cached), deleted by a truncation below its start (in the truncation's
+// last transaction; Open deletes any a crash left at or above the log
+// end), and read at Open, when the stream's epoch becomes the newest one
+// (Stream.EndOffsetForEpoch answers KIP-101/KIP-279's question from it).
+// Retention trims it as Kafka does (truncateFromStart), in the
+// transaction that moves the log start: the epochs that ended below the
+// start go, and the one the start falls in starts there, so an epoch the
+// log no longer holds is answered as one below the cache.
+//
+// # Replication
+//
+// What a follower replica needs of its log (Kafka's rules, DESIGN.md):
+//
+//   - AppendReplica stores the leader's record values unchanged at the
+//     leader's offsets, from NextOffset only (ErrNotAtLogEnd), after
+//     checking each value's checksum at the offset it is to take.
+//   - ReadRaw serves them on the leader, up to NextOffset (not Committed),
+//     as stored; WaitAppended and Appended wake a long-polled fetch when
+//     the log end moves, Changed only when the high watermark does.
+//   - EndOffsetForEpoch answers from the persisted leader-epoch cache
+//     where a follower truncates after a leader change (KIP-101/279).
+//   - SetHighWatermark moves and persists Committed (ManualCommit), which
+//     Truncate never goes below; ResetTo starts a follower over at the
+//     leader's log start.
+//   - KVGet, KVWrite and KVScan keep the controller's Raft state.
 //
 // # Record value
 //
@@ -199,7 +238,8 @@
 // Badger transaction with the chunk stats (split into more, between
 // batches, when Badger's per-transaction limit would be exceeded), commits,
 // and only then advances the log end and calls each request's done, in call
-// order. Truncation and retention are requests in the same queue.
+// order. Truncation, retention, replica appends, high-watermark writes and
+// resets are requests in the same queue.
 //
 // Batches are what make the log cheap to write: with records above the
 // value threshold, Badger writes each entry's value once to its value log

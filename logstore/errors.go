@@ -12,7 +12,8 @@ var (
 	// appends that were still queued when it closed.
 	ErrClosed = errors.New("logstore: closed")
 	// ErrOffsetOutOfRange is returned by Read for an offset below
-	// FirstOffset or above Committed, and by Truncate below FirstOffset.
+	// FirstOffset or above Committed (ReadRaw: NextOffset), by Truncate
+	// below FirstOffset, and by ResetTo below NextOffset.
 	ErrOffsetOutOfRange = errors.New("logstore: offset out of range")
 	// ErrNoSpace is returned by appends refused because the disk is full
 	// (or below the configured free-space reserve). Nothing stored is
@@ -25,6 +26,17 @@ var (
 	// ErrRecordTooLarge is returned for a record that cannot fit in one
 	// Badger transaction.
 	ErrRecordTooLarge = errors.New("logstore: record too large")
+	// ErrNotAtLogEnd is returned by AppendReplica when the first value's
+	// offset is not NextOffset: the replica must truncate, or fetch from
+	// its log end.
+	ErrNotAtLogEnd = errors.New("logstore: replica append not at the log end")
+	// ErrStaleEpoch is returned by appends whose leader epoch is below the
+	// newest in the stream's leader-epoch cache (LatestEpoch): a deposed
+	// leader still appending, or a follower that did not truncate.
+	ErrStaleEpoch = errors.New("logstore: leader epoch below the latest")
+	// ErrBelowHighWatermark is returned by Truncate, with ManualCommit, for
+	// an offset below Committed: committed records are never taken back.
+	ErrBelowHighWatermark = errors.New("logstore: truncation below the high watermark")
 	// ErrCorrupt is wrapped by every CorruptError.
 	ErrCorrupt = errors.New("logstore: corrupt record")
 )
@@ -43,6 +55,13 @@ func (e *CorruptError) Error() string {
 
 // Unwrap lets errors.Is match both ErrCorrupt and the underlying cause.
 func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
+
+// ErrNotFound is returned, unwrapped, by KVGet for a missing key. Its
+// message is exactly "not found", without the package's prefix, because
+// hashicorp/raft tells a missing key in its stable store by comparing
+// err.Error() == "not found" (api.go, raft.go): a Raft adapter can return
+// it as it is. Test with errors.Is.
+var ErrNotFound = errors.New("not found")
 
 // ErrNilRecord is returned for an append that contains a nil *Record.
 var ErrNilRecord = errors.New("logstore: nil record")

@@ -23,17 +23,20 @@ type Stream struct {
 	first     atomic.Uint64 // log start
 	next      atomic.Uint64 // log end
 	committed atomic.Uint64 // high watermark
+	hwWant    atomic.Uint64 // the highest SetHighWatermark asked for (watermark.go)
 	bytes     atomic.Int64
-	epoch     atomic.Uint32
-	tail      tail // the newest records, served to readers without Badger
+	epoch     atomic.Uint32 // stamped on appends (SetEpoch); at Open the newest in epochs
+	epochs    epochCache    // leader epoch -> first offset (epochs.go)
+	tail      tail          // the newest records, served to readers without Badger
 
-	// mu guards the change channel and the chunk stats. Only the appender
+	// mu guards the change channels and the chunk stats. Only the appender
 	// changes chunks; other goroutines read them under mu.
 	mu struct {
 		sync.Mutex
-		changed chan struct{}
-		closed  bool
-		chunks  []chunk // retained chunks, oldest first
+		changed  chan struct{} // Changed: the high watermark moved
+		appended chan struct{} // Appended: the log end moved
+		closed   bool
+		chunks   []chunk // retained chunks, oldest first
 	}
 
 	q struct { // the appender's queue
@@ -70,6 +73,7 @@ func newStream(st *Store, sc StreamConfig, id uint32) *Stream {
 		mCommitDur: m.CommitDuration.WithLabelValues(sc.Name),
 	}
 	s.mu.changed = make(chan struct{})
+	s.mu.appended = make(chan struct{})
 	return s
 }
 
@@ -100,45 +104,59 @@ func (s *Stream) Committed() uint64 { return s.committed.Load() }
 func (s *Stream) Bytes() int64 { return s.bytes.Load() }
 
 // SetEpoch sets the leader epoch stamped on records appended from now on.
+// Epochs never go down: once the leader-epoch cache holds a later epoch
+// (LatestEpoch), appends fail with ErrStaleEpoch. At Open it is the newest
+// epoch in the cache.
 func (s *Stream) SetEpoch(e uint32) { s.epoch.Store(e) }
 
-// SetCommitted moves the high watermark up to hw (clamped to NextOffset).
-// It only acts when the store was opened with ManualCommit; it never moves
-// the watermark down (Truncate does).
-func (s *Stream) SetCommitted(hw uint64) {
-	if !s.st.cfg.ManualCommit {
-		return
-	}
-	for {
-		cur := s.committed.Load()
-		hw = min(hw, s.next.Load())
-		if hw <= cur {
-			return
-		}
-		if s.committed.CompareAndSwap(cur, hw) {
-			s.notify()
-			return
-		}
-	}
-}
+// SetCommitted is SetHighWatermark without a context or an error (it
+// waits for the appender, and a closed store has no watermark to move).
+//
+// Deprecated: use SetHighWatermark.
+func (s *Stream) SetCommitted(hw uint64) { _ = s.SetHighWatermark(context.Background(), hw) }
 
-// Changed returns a channel closed the next time Committed or NextOffset
-// advances, the log is truncated, or the stream closes (it then stays
-// closed). Take it before reading Committed, so no advance is missed.
+// Changed returns a channel closed the next time Committed (the high
+// watermark) advances, the log is truncated or reset, or the stream closes
+// (it then stays closed). Take it before reading Committed, so no advance
+// is missed. With ManualCommit an append does not close it: readers see
+// nothing new until the watermark moves (Appended is the log end's).
 func (s *Stream) Changed() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.mu.changed
 }
 
-func (s *Stream) notify() {
+// Appended returns a channel closed the next time NextOffset (the log
+// end) advances, the log is truncated or reset, or the stream closes: what
+// a leader's replica fetch waits on, since followers take records before
+// they are committed. Take it before reading NextOffset.
+func (s *Stream) Appended() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.appended
+}
+
+// What moved, for notify.
+const (
+	movedHW  = 1 << iota // the high watermark: Changed
+	movedEnd             // the log end: Appended
+)
+
+// notify wakes the waiters of what moved.
+func (s *Stream) notify(moved int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mu.closed {
 		return
 	}
-	close(s.mu.changed)
-	s.mu.changed = make(chan struct{})
+	if moved&movedHW != 0 {
+		close(s.mu.changed)
+		s.mu.changed = make(chan struct{})
+	}
+	if moved&movedEnd != 0 {
+		close(s.mu.appended)
+		s.mu.appended = make(chan struct{})
+	}
 }
 
 func (s *Stream) closeChanged() {
@@ -147,6 +165,7 @@ func (s *Stream) closeChanged() {
 	if !s.mu.closed {
 		s.mu.closed = true
 		close(s.mu.changed)
+		close(s.mu.appended)
 	}
 }
 
@@ -162,6 +181,26 @@ func (s *Stream) Wait(ctx context.Context, offset uint64) error {
 	for {
 		ch := s.Changed()
 		if s.Committed() > offset {
+			return nil
+		}
+		if s.isClosed() {
+			return fmt.Errorf("wait on %s: %w", s.name, ErrClosed)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// WaitAppended returns nil once NextOffset() > offset, ErrClosed when the
+// stream closes first, or the context's error: a leader's long-polled
+// replica fetch, woken by appends that are not committed yet.
+func (s *Stream) WaitAppended(ctx context.Context, offset uint64) error {
+	for {
+		ch := s.Appended()
+		if s.NextOffset() > offset {
 			return nil
 		}
 		if s.isClosed() {
@@ -215,8 +254,11 @@ func (s *Stream) AppendAsync(recs []*Record, done func(first uint64, err error))
 
 // Truncate drops every record at or above offset (a follower discarding a
 // tail its leader does not have). It goes through the appender, so it is
-// ordered with appends; Committed clamps down to offset. Truncating at or
-// above NextOffset does nothing; below FirstOffset is ErrOffsetOutOfRange.
+// ordered with appends. Truncating at or above NextOffset does nothing;
+// below FirstOffset is ErrOffsetOutOfRange. With ManualCommit, below
+// Committed is ErrBelowHighWatermark: committed records are never taken
+// back. Without (a single node, whose watermark is its log end), Committed
+// clamps down to offset.
 func (s *Stream) Truncate(ctx context.Context, offset uint64) error {
 	_, err := s.control(ctx, &request{kind: reqTruncate, offset: offset})
 	if err != nil {
