@@ -3,11 +3,8 @@ package logstore
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"time"
-
-	badger "github.com/dgraph-io/badger/v4"
 )
 
 // AppendReplica appends raw record values at the leader's offsets: vals[i]
@@ -131,57 +128,21 @@ func (s *Stream) ReadRaw(from uint64, max, maxBytes int) ([][]byte, error) {
 func (s *Stream) readRaw(from, want uint64, maxBytes int) (out [][]byte, corrupt, err error) {
 	out = make([][]byte, 0, min(want, 1024))
 	var buf []byte
-	var vals [][]byte
-	err = s.st.view(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix(tagRecord, s.id)})
-		defer it.Close()
-		off := from
-		full := false
-		for it.Seek(recordKey(s.id, from)); it.Valid() && uint64(len(out)) < want && !full; it.Next() {
-			item := it.Item()
-			last := keyOffset(item.Key())
-			if err := item.Value(func(v []byte) error {
-				first, vs, err := parseBatch(last, v, vals)
-				vals = vs
-				switch {
-				case err != nil:
-					return err
-				case first > off:
-					return fmt.Errorf("record missing (next batch starts at offset %d)", first)
-				case first < off && off > from:
-					return fmt.Errorf("%w: batch [%d, %d] overlaps the one before", errBatchFraming, first, last)
-				}
-				for i := off - first; i < uint64(len(vs)) && uint64(len(out)) < want; i++ {
-					if err := checkValue(off, vs[i]); err != nil {
-						return err
-					}
-					if maxBytes > 0 && len(buf)+len(vs[i]) > maxBytes && len(out) > 0 {
-						full = true
-						return nil
-					}
-					if buf == nil { // size it from the first value: records of a stream are alike
-						buf = make([]byte, 0, rawBufHint(len(vs[i]), want, maxBytes))
-					}
-					b0 := len(buf)
-					buf = append(buf, vs[i]...) // a grown buf leaves earlier values in the old array, intact
-					out = append(out, buf[b0:len(buf):len(buf)])
-					off++
-				}
-				return nil
-			}); err != nil {
-				corrupt = err
-				return nil
-			}
+	corrupt, err = s.walkStored(from, func(off uint64, v []byte) (bool, error) {
+		if err := checkValue(off, v); err != nil {
+			return false, err
 		}
-		if uint64(len(out)) < want && corrupt == nil && !full {
-			corrupt = fmt.Errorf("record missing (log ends early)")
+		if maxBytes > 0 && len(buf)+len(v) > maxBytes && len(out) > 0 {
+			return false, nil
 		}
-		return nil
+		if buf == nil { // size it from the first value: records of a stream are alike
+			buf = make([]byte, 0, rawBufHint(len(v), want, maxBytes))
+		}
+		b0 := len(buf)
+		buf = append(buf, v...) // a grown buf leaves earlier values in the old array, intact
+		out = append(out, buf[b0:len(buf):len(buf)])
+		return uint64(len(out)) < want, nil
 	})
-	var damaged damagedError
-	if errors.As(err, &damaged) {
-		return out, damaged, nil
-	}
 	return out, corrupt, err
 }
 

@@ -339,21 +339,42 @@ func (s *Stream) Read(from uint64, max, maxBytes int) ([]*Record, error) {
 
 // readStored reads up to want records from Badger, starting at from, and
 // stops at maxBytes or at the first record it cannot return: corrupt says
-// why. The seek lands on the batch that holds from (the first key at or
-// above it: batches are keyed by their last offset and contiguous); the
-// records of that batch below from are skipped unread, and the next batches
-// must start where the previous one ended. A damaged table that makes
-// Badger panic (Store.view) is corrupt at the offset reached too.
+// why.
 func (s *Stream) readStored(from, want uint64, maxBytes int) (out []*Record, corrupt, err error) {
 	out = make([]*Record, 0, min(want, 1024))
 	var size int
+	corrupt, err = s.walkStored(from, func(off uint64, v []byte) (bool, error) {
+		rec, err := decodeRecord(off, v)
+		if err != nil {
+			return false, err
+		}
+		size += rec.Size()
+		if maxBytes > 0 && size > maxBytes && len(out) > 0 {
+			return false, nil
+		}
+		out = append(out, rec)
+		return uint64(len(out)) < want, nil
+	})
+	return out, corrupt, err
+}
+
+// walkStored calls take with each stored record value from offset from
+// on, in offset order, until take returns false or an error. The seek
+// lands on the batch that holds from (the first key at or above it:
+// batches are keyed by their last offset and contiguous); the records of
+// that batch below from are skipped unread, and the next batches must
+// start where the previous one ended. corrupt is take's error, a framing
+// fault, a log that ends while take wants more, or a damaged table that
+// makes Badger panic (Store.view) at the offset reached. v is valid only
+// during the call.
+func (s *Stream) walkStored(from uint64, take func(off uint64, v []byte) (more bool, err error)) (corrupt, err error) {
 	var vals [][]byte
+	more := true
 	err = s.st.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix(tagRecord, s.id)})
 		defer it.Close()
 		off := from
-		full := false
-		for it.Seek(recordKey(s.id, from)); it.Valid() && uint64(len(out)) < want && !full; it.Next() {
+		for it.Seek(recordKey(s.id, from)); it.Valid() && more; it.Next() {
 			item := it.Item()
 			last := keyOffset(item.Key())
 			if err := item.Value(func(v []byte) error {
@@ -367,17 +388,10 @@ func (s *Stream) readStored(from, want uint64, maxBytes int) (out []*Record, cor
 				case first < off && off > from:
 					return fmt.Errorf("%w: batch [%d, %d] overlaps the one before", errBatchFraming, first, last)
 				}
-				for i := off - first; i < uint64(len(vs)) && uint64(len(out)) < want; i++ {
-					rec, err := decodeRecord(off, vs[i])
-					if err != nil {
+				for i := off - first; i < uint64(len(vs)) && more; i++ {
+					if more, err = take(off, vs[i]); err != nil {
 						return err
 					}
-					size += rec.Size()
-					if maxBytes > 0 && size > maxBytes && len(out) > 0 {
-						full = true
-						return nil
-					}
-					out = append(out, rec)
 					off++
 				}
 				return nil
@@ -386,16 +400,16 @@ func (s *Stream) readStored(from, want uint64, maxBytes int) (out []*Record, cor
 				return nil
 			}
 		}
-		if uint64(len(out)) < want && corrupt == nil && !full {
+		if more && corrupt == nil {
 			corrupt = fmt.Errorf("record missing (log ends early)")
 		}
 		return nil
 	})
 	var damaged damagedError
 	if errors.As(err, &damaged) {
-		return out, damaged, nil
+		return damaged, nil
 	}
-	return out, corrupt, err
+	return corrupt, err
 }
 
 // OffsetForTime returns the first offset whose record has a timestamp at
