@@ -178,29 +178,22 @@ func (s *Stream) isClosed() bool {
 // Wait returns nil once Committed() > offset, ErrClosed when the stream
 // closes first, or the context's error.
 func (s *Stream) Wait(ctx context.Context, offset uint64) error {
-	for {
-		ch := s.Changed()
-		if s.Committed() > offset {
-			return nil
-		}
-		if s.isClosed() {
-			return fmt.Errorf("wait on %s: %w", s.name, ErrClosed)
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return s.waitPast(ctx, offset, s.Changed, s.Committed)
 }
 
 // WaitAppended returns nil once NextOffset() > offset, ErrClosed when the
 // stream closes first, or the context's error: a leader's long-polled
 // replica fetch, woken by appends that are not committed yet.
 func (s *Stream) WaitAppended(ctx context.Context, offset uint64) error {
+	return s.waitPast(ctx, offset, s.Appended, s.NextOffset)
+}
+
+// waitPast waits until pos() > offset, taking the wake-up channel before
+// each check so that no change between the two is missed.
+func (s *Stream) waitPast(ctx context.Context, offset uint64, wake func() <-chan struct{}, pos func() uint64) error {
 	for {
-		ch := s.Appended()
-		if s.NextOffset() > offset {
+		ch := wake()
+		if pos() > offset {
 			return nil
 		}
 		if s.isClosed() {
