@@ -38,3 +38,11 @@ func (l storeLog) Streams() []mqtt.Stream {
 	}
 	return out
 }
+
+// WatchStreams forwards the store's stream changes (Store.Watch).
+func (l storeLog) WatchStreams() (<-chan mqtt.StreamEvent, func()) {
+	in, cancel := l.s.Watch()
+	return mqtt.ForwardStreamEvents(in, cancel, func(ev logstore.StreamEvent) mqtt.StreamEvent {
+		return mqtt.StreamEvent{Kind: ev.Kind, Stream: ev.Stream}
+	})
+}

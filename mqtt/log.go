@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"sync"
 	"time"
 
 	"github.com/peatmq/peat/logstore"
@@ -36,6 +37,52 @@ type Log interface {
 	// State is where consumer groups and durable sessions keep their
 	// positions, next to the log they point into.
 	State() StateStore
+	// WatchStreams returns a channel of the log's stream changes and a
+	// cancel that ends them. The channel first gets an Added event for
+	// every stream the log has, in Streams order, then one event per
+	// stream added or removed, in the order of the changes, so a watcher
+	// misses none. By the time an event is received, Route and Streams
+	// already answer with the change. The log never waits for a watcher:
+	// events queue until read. A removed stream behaves as a closed one:
+	// its appends fail with logstore.ErrClosed, its reads too, and its
+	// Changed is closed. cancel (idempotent) returns once the channel is
+	// closed; closing the log closes it too.
+	WatchStreams() (events <-chan StreamEvent, cancel func())
+}
+
+// StreamEvent is a stream added to or removed from a Log.
+type StreamEvent struct {
+	Kind   logstore.StreamEventKind // logstore.StreamAdded or StreamRemoved
+	Stream Stream
+}
+
+// ForwardStreamEvents turns a log's own stream events (in, ended by
+// cancelIn) into StreamEvents, for an adapter that makes a log an mqtt.Log
+// (edge's storeLog, mqtttest's MemLog). Its goroutine ends, and the returned
+// channel closes, when in closes or cancel is called; cancel returns once
+// it has.
+func ForwardStreamEvents[E any](in <-chan E, cancelIn func(), conv func(E) StreamEvent) (<-chan StreamEvent, func()) {
+	out := make(chan StreamEvent)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(out)
+		for ev := range in {
+			select {
+			case out <- conv(ev):
+			case <-stop:
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return out, func() {
+		once.Do(func() {
+			close(stop)
+			cancelIn()
+			<-done
+		})
+	}
 }
 
 // StateStore keeps small values by key (logstore.Store's consumer state).
