@@ -27,6 +27,14 @@ func (l storeLog) Route(topic string) mqtt.Stream {
 	return nil
 }
 
+// Stream returns the named stream, or a nil interface.
+func (l storeLog) Stream(name string) mqtt.Stream {
+	if s := l.s.Stream(name); s != nil {
+		return s
+	}
+	return nil
+}
+
 // State is the store's consumer state.
 func (l storeLog) State() mqtt.StateStore { return l.s }
 

@@ -32,8 +32,13 @@ type Log interface {
 	// over "+/n/o". Top-level wildcards never match a topic starting with
 	// '$', and the empty topic matches nothing.
 	Route(topic string) Stream
-	// Streams lists every stream once, in configuration order.
+	// Streams lists every stream once, in configuration order, then those
+	// added while the log runs, in the order they were added.
 	Streams() []Stream
+	// Stream returns the named stream (the one Streams lists), or a nil
+	// interface (never a typed nil) when the log has none of that name,
+	// as after it is removed.
+	Stream(name string) Stream
 	// State is where consumer groups and durable sessions keep their
 	// positions, next to the log they point into.
 	State() StateStore

@@ -68,6 +68,13 @@ func (l *memLog) WatchStreams() (<-chan StreamEvent, func()) {
 
 func (l *memLog) State() StateStore { return l.ml.State() }
 
+func (l *memLog) Stream(name string) Stream {
+	if s := l.ml.Lookup(name); s != nil {
+		return l.wrap(s)
+	}
+	return nil
+}
+
 // stateValue returns the state stored under key.
 func (l *memLog) stateValue(key string) ([]byte, bool) { return l.ml.State().Value(key) }
 

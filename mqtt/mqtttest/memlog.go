@@ -98,6 +98,9 @@ func (l *MemLog) Stream(tb testing.TB, name string) *MemStream {
 	return s
 }
 
+// Lookup returns the named stream, or nil.
+func (l *MemLog) Lookup(name string) *MemStream { return l.set.Load().byName[name] }
+
 // Close closes every stream (queued appends fail with logstore.ErrClosed)
 // and the state. It is idempotent.
 func (l *MemLog) Close() {

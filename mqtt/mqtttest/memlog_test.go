@@ -38,6 +38,13 @@ func (l memLog) Streams() []mqtt.Stream {
 
 func (l memLog) State() mqtt.StateStore { return l.l.State() }
 
+func (l memLog) Stream(name string) mqtt.Stream {
+	if s := l.l.Lookup(name); s != nil {
+		return s
+	}
+	return nil
+}
+
 func (l memLog) WatchStreams() (<-chan mqtt.StreamEvent, func()) {
 	in, cancel := l.l.Watch()
 	return mqtt.ForwardStreamEvents(in, cancel, func(ev mqtttest.MemEvent) mqtt.StreamEvent {

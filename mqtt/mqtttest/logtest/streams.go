@@ -89,6 +89,9 @@ func testStreamChanges(t *testing.T, s Suite) {
 	wantEvent(t, nextEvent(t, events), logstore.StreamRemoved, "meters")
 
 	sensors := added.Stream
+	if l.Stream("sensors") != sensors {
+		t.Fatalf("Stream(sensors) is not the added stream")
+	}
 	if l.Route("sensors/a") != sensors || l.Route("meters/x") != def || len(l.Streams()) != 2 {
 		t.Fatalf("after changes: sensors/a -> %v, meters/x -> %v, %d streams", l.Route("sensors/a"), l.Route("meters/x"), len(l.Streams()))
 	}
@@ -105,6 +108,9 @@ func testStreamChanges(t *testing.T, s Suite) {
 		if st.Name() == "sensors" {
 			t.Fatal("Streams lists a removed stream")
 		}
+	}
+	if got := l.Stream("sensors"); got != nil {
+		t.Fatalf("Stream of a removed stream = %#v, want a nil interface", got)
 	}
 	if r := appendWait(t, sensors, rec("sensors/a", 100)); !errors.Is(r.err, logstore.ErrClosed) {
 		t.Errorf("append to a removed stream = %v, want ErrClosed", r.err)
