@@ -27,6 +27,14 @@ func (l storeLog) Route(topic string) mqtt.Stream {
 	return nil
 }
 
+// Stream returns the named stream, or a nil interface.
+func (l storeLog) Stream(name string) mqtt.Stream {
+	if s := l.s.Stream(name); s != nil {
+		return s
+	}
+	return nil
+}
+
 // State is the store's consumer state.
 func (l storeLog) State() mqtt.StateStore { return l.s }
 
@@ -37,4 +45,12 @@ func (l storeLog) Streams() []mqtt.Stream {
 		out[i] = s
 	}
 	return out
+}
+
+// WatchStreams forwards the store's stream changes (Store.Watch).
+func (l storeLog) WatchStreams() (<-chan mqtt.StreamEvent, func()) {
+	in, cancel := l.s.Watch()
+	return mqtt.ForwardStreamEvents(in, cancel, func(ev logstore.StreamEvent) mqtt.StreamEvent {
+		return mqtt.StreamEvent{Kind: ev.Kind, Stream: ev.Stream}
+	})
 }

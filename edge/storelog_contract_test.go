@@ -38,6 +38,19 @@ func TestStoreLog_Contract(t *testing.T) {
 				Open:     contractStore(tc.sc, -1),
 				OpenFull: contractStore(tc.sc, math.MaxInt64), // no disk has that much free
 				Reopen:   true,
+				AddStream: func(t *testing.T, l mqtt.Log, spec string) {
+					name, filters, _ := strings.Cut(spec, "=")
+					s := tc.sc
+					s.Name, s.Filters = name, strings.Split(filters, ",")
+					if _, err := l.(storeLog).s.AddStream(s); err != nil {
+						t.Fatalf("AddStream(%s): %v", spec, err)
+					}
+				},
+				RemoveStream: func(t *testing.T, l mqtt.Log, name string) {
+					if err := l.(storeLog).s.RemoveStream(name); err != nil {
+						t.Fatalf("RemoveStream(%s): %v", name, err)
+					}
+				},
 				Expire: func(t *testing.T, s mqtt.Stream, before time.Time) {
 					// Retention at before+MaxAge drops what is older than before.
 					if _, err := s.(*logstore.Stream).ApplyRetention(context.Background(), before.Add(contractMaxAge)); err != nil {

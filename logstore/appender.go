@@ -122,16 +122,21 @@ func (s *Stream) dequeue() (batch []*request, ctl *request) {
 // run is the appender goroutine: it owns every write to the stream.
 func (s *Stream) run() {
 	defer s.st.wg.Done()
+	defer close(s.done)
 	defer s.shutdown()
 	for {
 		select {
 		case <-s.st.stopping:
+			return
+		case <-s.stop:
 			return
 		case <-s.wake:
 		}
 		for {
 			select {
 			case <-s.st.stopping:
+				return
+			case <-s.stop:
 				return
 			default:
 			}
@@ -175,6 +180,8 @@ func (s *Stream) linger() {
 		select {
 		case <-s.st.stopping:
 			return
+		case <-s.stop:
+			return
 		case <-s.lingerTimer.C:
 			return
 		case <-s.wake: // more queued: due or full yet?
@@ -212,8 +219,8 @@ func (s *Stream) lingerLeft(now time.Time) (wait time.Duration, full bool) {
 	return wait, false
 }
 
-// shutdown fails every queued request with ErrClosed, in order, and wakes
-// waiters.
+// shutdown fails every queued request with ErrClosed (or, for a removed
+// stream, ErrStreamRemoved), in order, and wakes waiters.
 func (s *Stream) shutdown() {
 	s.q.Lock()
 	q := s.q.reqs
@@ -222,11 +229,11 @@ func (s *Stream) shutdown() {
 	s.q.Unlock()
 	for _, r := range q {
 		if r.kind != reqAppend {
-			r.finish(0, ErrClosed) // the caller adds what it was doing
+			r.finish(0, s.closedErr()) // the caller adds what it was doing
 			continue
 		}
 		s.st.metrics.AppendErrors.WithLabelValues(s.name, reasonClosed).Inc()
-		r.finish(0, fmt.Errorf("append to %s: %w", s.name, ErrClosed))
+		r.finish(0, fmt.Errorf("append to %s: %w", s.name, s.closedErr()))
 	}
 	s.closeChanged()
 }

@@ -29,6 +29,26 @@
 // ($share/<name>/<filter>) are the front-end's business (mochi takes the
 // prefix off); a stream cannot capture one (Config.Validate).
 //
+// # Streams at run time
+//
+// AddStream and RemoveStream change the streams while the store runs (a
+// cluster controller adds streams and moves leaders). The streams, the
+// name map and the routing trie form one immutable set behind an atomic
+// pointer (streams_runtime.go): a change builds a new set, validated as
+// Open validates its Config, and swaps it in, so Route, Stream and Reach
+// never see half of a change, and an append is routed by the streams of one
+// moment. Watch delivers StreamAdded and StreamRemoved events (after an
+// Added for each stream already there) through a queue per watcher: the
+// store never waits for a slow one.
+//
+// The Config given to Open stays the source of truth: nothing records a
+// stream added at run time, and Open builds the streams its Config lists.
+// A stored stream the Config no longer lists keeps its id and records,
+// unread, and comes back with them when listed again (at Open or by
+// AddStream). RemoveStream stops the appender (queued appends fail with
+// ErrStreamRemoved), makes the stream unreadable, then deletes its keys,
+// its id last, so an id is never reused while keys under it remain.
+//
 // # Offsets
 //
 //	FirstOffset   log start: oldest offset retention still holds (persisted)

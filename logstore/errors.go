@@ -21,6 +21,9 @@ var (
 	ErrNoSpace = errors.New("logstore: no space left on device")
 	// ErrUnknownStream is returned for a stream name the store does not know.
 	ErrUnknownStream = errors.New("logstore: unknown stream")
+	// ErrStreamRemoved is returned by operations on a stream that
+	// Store.RemoveStream removed; such errors also match ErrClosed.
+	ErrStreamRemoved = errors.New("logstore: stream removed")
 	// ErrInvalidConfig is wrapped by Config.Validate's error.
 	ErrInvalidConfig = errors.New("logstore: invalid config")
 	// ErrRecordTooLarge is returned for a record that cannot fit in one

@@ -115,7 +115,7 @@ func (g *streamGauges) Collect(ch chan<- prometheus.Metric) {
 	stores := append([]*Store(nil), g.stores...)
 	g.mu.Unlock()
 	for _, st := range stores {
-		for _, s := range st.streams {
+		for _, s := range st.Streams() {
 			ch <- prometheus.MustNewConstMetric(descFirst, prometheus.GaugeValue, float64(s.FirstOffset()), s.name)
 			ch <- prometheus.MustNewConstMetric(descNext, prometheus.GaugeValue, float64(s.NextOffset()), s.name)
 			ch <- prometheus.MustNewConstMetric(descCommitted, prometheus.GaugeValue, float64(s.Committed()), s.name)

@@ -98,6 +98,9 @@ func (s *Stream) ReadRaw(from uint64, max, maxBytes int) ([][]byte, error) {
 	if s.st.life.closed {
 		return nil, fmt.Errorf("raw read %s: %w", s.name, ErrClosed)
 	}
+	if s.removed.Load() {
+		return nil, fmt.Errorf("raw read %s: %w", s.name, errRemoved)
+	}
 	end, start := s.NextOffset(), s.FirstOffset()
 	if from < start || from > end {
 		return nil, fmt.Errorf("raw read %s at %d (log holds [%d, %d)): %w", s.name, from, start, end, ErrOffsetOutOfRange)

@@ -252,10 +252,11 @@ func (r *router) route(topic string) *Stream {
 // Reach returns the streams that some topic matching filter is routed to,
 // in config order (Router.Reach). filter must be valid (ValidateFilter).
 func (st *Store) Reach(filter string) []*Stream {
-	idx := st.router.r.Reach(filter)
+	rt := st.set.Load().router // one snapshot: indexes and streams agree
+	idx := rt.r.Reach(filter)
 	out := make([]*Stream, len(idx))
 	for i, s := range idx {
-		out[i] = st.router.streams[s]
+		out[i] = rt.streams[s]
 	}
 	return out
 }

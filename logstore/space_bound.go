@@ -11,7 +11,7 @@ package logstore
 // garbage (gcRatio).
 func (st *Store) DiskBound() int64 {
 	var sum int64
-	for _, s := range st.streams {
+	for _, s := range st.Streams() {
 		sum += s.cfg.MaxBytes
 	}
 	return 2*sum + st.overhead

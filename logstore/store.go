@@ -25,9 +25,7 @@ type Store struct {
 	db         *badger.DB
 	log        *slog.Logger
 	metrics    *Metrics
-	streams    []*Stream
-	byName     map[string]*Stream
-	router     *router
+	set        atomic.Pointer[streamSet] // the streams and their router (streams_runtime.go)
 	syncWrites bool
 	logSync    *logSyncer // without SyncWrites: what syncs the store
 
@@ -44,6 +42,14 @@ type Store struct {
 		sync.RWMutex
 		closed bool
 	}
+	// changes serializes AddStream and RemoveStream and guards the
+	// watchers (streams_runtime.go). It is taken before writeMu.
+	changes struct {
+		sync.Mutex
+		closed   bool // Close began: no more changes or watchers
+		watchers map[*watcher]struct{}
+	}
+
 	closeOnce sync.Once
 	closeErr  error
 
@@ -76,7 +82,6 @@ func Open(cfg Config) (*Store, error) {
 		cfg:          cfg,
 		log:          cfg.Logger,
 		metrics:      cfg.Metrics,
-		byName:       map[string]*Stream{},
 		stopping:     make(chan struct{}),
 		reclaimEvery: cfg.ReclaimInterval,
 		syncWrites:   len(cfg.Streams) == 0,
@@ -149,13 +154,14 @@ func Open(cfg Config) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	if err := st.openStreams(); err != nil {
+	streams, err := st.openStreams()
+	if err != nil {
 		_ = db.Close()
 		return nil, err
 	}
-	st.router = newRouter(st.streams)
+	st.set.Store(newStreamSet(streams))
 	st.ctx, st.cancel = context.WithCancel(context.Background())
-	for _, s := range st.streams {
+	for _, s := range streams {
 		st.wg.Add(1)
 		go s.run()
 	}
@@ -174,8 +180,9 @@ func Open(cfg Config) (*Store, error) {
 }
 
 // openStreams maps stream names to ids (assigning new ids in one
-// transaction) and loads each stream's offsets and chunk stats.
-func (st *Store) openStreams() error {
+// transaction) and loads each stream's offsets and chunk stats. Stored
+// streams the config does not list keep their id and records, unread.
+func (st *Store) openStreams() ([]*Stream, error) {
 	ids := map[string]uint32{}
 	var maxID uint32
 	err := st.view(func(txn *badger.Txn) error {
@@ -199,7 +206,7 @@ func (st *Store) openStreams() error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("logstore: read stream ids: %w", err)
+		return nil, fmt.Errorf("logstore: read stream ids: %w", err)
 	}
 	err = st.db.Update(func(txn *badger.Txn) error {
 		for _, sc := range st.cfg.Streams {
@@ -215,17 +222,17 @@ func (st *Store) openStreams() error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("logstore: assign stream ids: %w", err)
+		return nil, fmt.Errorf("logstore: assign stream ids: %w", err)
 	}
+	var streams []*Stream
 	for _, sc := range st.cfg.Streams {
 		s := newStream(st, sc, ids[sc.Name])
 		if err := s.load(); err != nil {
-			return fmt.Errorf("logstore: load stream %q: %w", sc.Name, err)
+			return nil, fmt.Errorf("logstore: load stream %q: %w", sc.Name, err)
 		}
-		st.streams = append(st.streams, s)
-		st.byName[sc.Name] = s
+		streams = append(streams, s)
 	}
-	return nil
+	return streams, nil
 }
 
 // view runs fn in a Badger read transaction. Badger panics on some
@@ -245,6 +252,9 @@ func (st *Store) view(fn func(txn *badger.Txn) error) (err error) {
 // retention and closes Badger. It is idempotent.
 func (st *Store) Close() error {
 	st.closeOnce.Do(func() {
+		st.changes.Lock()
+		st.changes.closed = true // no stream or watcher starts after wg.Wait begins
+		st.changes.Unlock()
 		close(st.stopping)
 		st.cancel()
 		st.wg.Wait()
@@ -271,15 +281,17 @@ func (st *Store) Close() error {
 // of each commit blocked in a system call.
 func (st *Store) CommitsWaitForFsync() bool { return st.syncWrites && !st.cfg.InMemory }
 
-// Stream returns the named stream, or nil.
-func (st *Store) Stream(name string) *Stream { return st.byName[name] }
+// Stream returns the named stream, or nil (also once it is removed).
+func (st *Store) Stream(name string) *Stream { return st.set.Load().byName[name] }
 
-// Streams returns the streams in config order.
-func (st *Store) Streams() []*Stream { return append([]*Stream(nil), st.streams...) }
+// Streams returns the streams in config order, then those added at run
+// time in the order they were added.
+func (st *Store) Streams() []*Stream { return append([]*Stream(nil), st.set.Load().streams...) }
 
 // Route returns the stream capturing topic, or nil. The most specific filter
-// wins (see router).
-func (st *Store) Route(topic string) *Stream { return st.router.route(topic) }
+// wins (see router). It routes by the streams of one moment: never by a
+// half-made change of AddStream or RemoveStream.
+func (st *Store) Route(topic string) *Stream { return st.set.Load().router.route(topic) }
 
 // MaxRecordBytes is the largest record (encoded value, about Record.Size)
 // an append accepts; larger ones fail with ErrRecordTooLarge. Front-ends
@@ -301,7 +313,7 @@ func (st *Store) retentionLoop() {
 		case <-st.stopping:
 			return
 		case now := <-t.C:
-			for _, s := range st.streams {
+			for _, s := range st.set.Load().streams {
 				if s.cfg.MaxAge == 0 && s.cfg.MaxBytes == 0 {
 					continue
 				}
@@ -379,7 +391,7 @@ func (st *Store) runValueLogGC(ratio float64) error {
 // all garbage: there a file is rewritten at half, so the value log holds
 // at most twice what the streams retain.
 func (st *Store) gcRatio() float64 {
-	if len(st.streams) == 1 {
+	if len(st.set.Load().streams) == 1 {
 		return gcRatioOneStream
 	}
 	return gcRatioStreams
@@ -401,12 +413,7 @@ func (st *Store) vlogFiles() int {
 // no stream asks for fsync durability (SyncWrites is off).
 func (st *Store) syncLoop() {
 	defer st.wg.Done()
-	every := time.Duration(0)
-	for _, s := range st.streams {
-		if every == 0 || s.cfg.syncInterval() < every {
-			every = s.cfg.syncInterval()
-		}
-	}
+	every := st.syncEvery()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	failing := false

@@ -47,6 +47,13 @@ type Stream struct {
 	}
 	wake chan struct{}
 
+	// Removal (streams_runtime.go): removed is set before stop is closed,
+	// so once the appender is stopped every call sees ErrStreamRemoved;
+	// done is closed when the appender has returned.
+	removed atomic.Bool
+	stop    chan struct{}
+	done    chan struct{}
+
 	// appender-only state
 	reclaimFrom uint64   // lowest DropPrefix block that may still hold keys
 	reclaim     backlog  // dropped, not yet given back (reclaim.go)
@@ -65,6 +72,8 @@ func newStream(st *Store, sc StreamConfig, id uint32) *Stream {
 	s := &Stream{
 		st: st, name: sc.Name, id: id, cfg: sc,
 		wake:       make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
 		mAppended:  m.AppendedRecords.WithLabelValues(sc.Name),
 		mBytes:     m.AppendedBytes.WithLabelValues(sc.Name),
 		mCorrupt:   m.CorruptRecords.WithLabelValues(sc.Name),
@@ -197,7 +206,7 @@ func (s *Stream) waitPast(ctx context.Context, offset uint64, wake func() <-chan
 			return nil
 		}
 		if s.isClosed() {
-			return fmt.Errorf("wait on %s: %w", s.name, ErrClosed)
+			return fmt.Errorf("wait on %s: %w", s.name, s.closedErr())
 		}
 		select {
 		case <-ch:
@@ -241,7 +250,7 @@ func (s *Stream) AppendAsync(recs []*Record, done func(first uint64, err error))
 	}
 	if !s.enqueue(r) {
 		s.st.metrics.AppendErrors.WithLabelValues(s.name, reasonClosed).Inc()
-		r.finish(0, fmt.Errorf("append to %s: %w", s.name, ErrClosed))
+		r.finish(0, fmt.Errorf("append to %s: %w", s.name, s.closedErr()))
 	}
 }
 
@@ -276,7 +285,7 @@ func (s *Stream) ApplyRetention(ctx context.Context, now time.Time) (dropped uin
 func (s *Stream) control(ctx context.Context, r *request) (uint64, error) {
 	r.result = make(chan ctlResult, 1)
 	if !s.enqueue(r) {
-		return 0, ErrClosed
+		return 0, s.closedErr()
 	}
 	select {
 	case res := <-r.result:
@@ -299,6 +308,9 @@ func (s *Stream) Read(from uint64, max, maxBytes int) ([]*Record, error) {
 	defer s.st.life.RUnlock()
 	if s.st.life.closed {
 		return nil, fmt.Errorf("read %s: %w", s.name, ErrClosed)
+	}
+	if s.removed.Load() {
+		return nil, fmt.Errorf("read %s: %w", s.name, errRemoved)
 	}
 	hw, start := s.Committed(), s.FirstOffset()
 	if from < start || from > hw {

@@ -87,7 +87,8 @@ type delivery struct {
 	mu struct {
 		sync.RWMutex
 		clients map[*mochi.Client]*deliveryClient
-		readers []*deliveryReader
+		readers []*deliveryReader // in Log.Streams order, then as added
+		byName  map[string]*deliveryReader
 	}
 }
 
@@ -118,12 +119,13 @@ func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slo
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.mu.clients = map[*mochi.Client]*deliveryClient{}
+	d.mu.byName = map[string]*deliveryReader{}
+	events, cancelWatch := log.WatchStreams()
 	for _, s := range log.Streams() {
-		r := newDeliveryReader(d, s)
-		d.mu.readers = append(d.mu.readers, r)
-		d.wg.Add(1)
-		go r.run()
+		d.addReader(s)
 	}
+	d.wg.Add(1)
+	go d.followStreams(events, cancelWatch) // delivery_streams.go
 	d.state = newStateWriter(log.State(), stateInterval, logger, d.stateWritten)
 	gs.w, ss.w = d.state, d.state
 	d.stateDone = make(chan struct{})

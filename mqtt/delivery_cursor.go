@@ -193,7 +193,7 @@ func (r *deliveryReader) runGroupCursor(g *deliveryGroup, from uint64) {
 		g.live = true
 		return true
 	}
-	r.catchUp(r.d.ctx, newDeliveryCursor(r.d, r.stream, from, attrGroup, g.key), place, rejoinLocked)
+	r.catchUp(r.ctx, newDeliveryCursor(r.d, r.stream, from, attrGroup, g.key), place, rejoinLocked)
 }
 
 // placeShared gives rec to one connected member of g, waiting for room when
@@ -223,8 +223,8 @@ func (r *deliveryReader) placeShared(g *deliveryGroup, rec *logstore.Record) err
 			case first.c.queue <- first.it:
 				placed = true
 			case <-first.c.ctx.Done(): // gone: choose again
-			case <-r.d.ctx.Done():
-				return r.d.ctx.Err()
+			case <-r.ctx.Done():
+				return r.ctx.Err()
 			}
 		}
 		if placed {
@@ -242,7 +242,7 @@ func (r *deliveryReader) placeShared(g *deliveryGroup, rec *logstore.Record) err
 // ends or place fails (the consumer is gone).
 func (r *deliveryReader) catchUp(ctx context.Context, k *deliveryCursor,
 	place func(*logstore.Record) error, rejoinLocked func(next uint64) bool) {
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && r.ctx.Err() == nil { // r.ctx: the stream was removed
 		r.mu.Lock()
 		end := r.mu.dispatched
 		if k.next >= end {

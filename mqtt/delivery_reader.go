@@ -27,6 +27,10 @@ type deliveryReader struct {
 	d         *delivery
 	stream    Stream
 	delivered prometheus.Counter
+	// ctx ends with the delivery, or when the stream is removed
+	// (delivery_streams.go): the reader and its cursors stop.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu struct {
 		sync.Mutex
@@ -63,6 +67,8 @@ func newDeliveryReader(d *delivery, s Stream) *deliveryReader {
 		stream:    s,
 		delivered: d.m.Delivered.WithLabelValues(s.Name()),
 	}
+	r.ctx, r.cancel = context.WithCancel(d.ctx)
+	r.mu.dispatched = s.Committed()
 	r.mu.members = map[string]*deliveryMember{}
 	r.mu.groups = map[string]*deliveryGroup{}
 	return r
@@ -109,10 +115,9 @@ func (r *deliveryReader) leave(c *deliveryClient) {
 // run is the reader's loop; it returns when the delivery closes.
 func (r *deliveryReader) run() {
 	defer r.d.wg.Done()
-	ctx := r.d.ctx
+	ctx := r.ctx
 	r.mu.Lock()
-	r.mu.dispatched = r.stream.Committed()
-	k := newDeliveryCursor(r.d, r.stream, r.mu.dispatched)
+	k := newDeliveryCursor(r.d, r.stream, r.mu.dispatched) // set by newDeliveryReader, before any join
 	r.mu.Unlock()
 	for {
 		changed := r.stream.Changed() // before reading Committed: no advance is missed

@@ -356,10 +356,5 @@ func (d *delivery) OnACLCheck(_ *mochi.Client, topic string, write bool) bool {
 func (d *delivery) reader(stream string) *deliveryReader {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	for _, r := range d.mu.readers {
-		if r.stream.Name() == stream {
-			return r
-		}
-	}
-	return nil
+	return d.mu.byName[stream]
 }

@@ -347,14 +347,7 @@ func (h *ingest) routePublish(c *ingestConn, pk *packets.Packet, st Stream) erro
 }
 
 // stream returns the named stream, or nil.
-func (h *ingest) stream(name string) Stream {
-	for _, s := range h.log.Streams() {
-		if s.Name() == name {
-			return s
-		}
-	}
-	return nil
-}
+func (h *ingest) stream(name string) Stream { return h.log.Stream(name) }
 
 // publishInline appends a publish made in process (mochi's inline client).
 // mochi treats those as QoS 0; nothing is acked.

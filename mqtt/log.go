@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"sync"
 	"time"
 
 	"github.com/peatmq/peat/logstore"
@@ -31,11 +32,62 @@ type Log interface {
 	// over "+/n/o". Top-level wildcards never match a topic starting with
 	// '$', and the empty topic matches nothing.
 	Route(topic string) Stream
-	// Streams lists every stream once, in configuration order.
+	// Streams lists every stream once, in configuration order, then those
+	// added while the log runs, in the order they were added.
 	Streams() []Stream
+	// Stream returns the named stream (the one Streams lists), or a nil
+	// interface (never a typed nil) when the log has none of that name,
+	// as after it is removed.
+	Stream(name string) Stream
 	// State is where consumer groups and durable sessions keep their
 	// positions, next to the log they point into.
 	State() StateStore
+	// WatchStreams returns a channel of the log's stream changes and a
+	// cancel that ends them. The channel first gets an Added event for
+	// every stream the log has, in Streams order, then one event per
+	// stream added or removed, in the order of the changes, so a watcher
+	// misses none. By the time an event is received, Route and Streams
+	// already answer with the change. The log never waits for a watcher:
+	// events queue until read. A removed stream behaves as a closed one:
+	// its appends fail with logstore.ErrClosed, its reads too, and its
+	// Changed is closed. cancel (idempotent) returns once the channel is
+	// closed; closing the log closes it too.
+	WatchStreams() (events <-chan StreamEvent, cancel func())
+}
+
+// StreamEvent is a stream added to or removed from a Log.
+type StreamEvent struct {
+	Kind   logstore.StreamEventKind // logstore.StreamAdded or StreamRemoved
+	Stream Stream
+}
+
+// ForwardStreamEvents turns a log's own stream events (in, ended by
+// cancelIn) into StreamEvents, for an adapter that makes a log an mqtt.Log
+// (edge's storeLog, mqtttest's MemLog). Its goroutine ends, and the returned
+// channel closes, when in closes or cancel is called; cancel returns once
+// it has.
+func ForwardStreamEvents[E any](in <-chan E, cancelIn func(), conv func(E) StreamEvent) (<-chan StreamEvent, func()) {
+	out := make(chan StreamEvent)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(out)
+		for ev := range in {
+			select {
+			case out <- conv(ev):
+			case <-stop:
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return out, func() {
+		once.Do(func() {
+			close(stop)
+			cancelIn()
+			<-done
+		})
+	}
 }
 
 // StateStore keeps small values by key (logstore.Store's consumer state).

@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"sync"
 	"testing"
 
 	"github.com/peatmq/peat/logstore"
@@ -12,8 +13,11 @@ import (
 // unexported names for its steering methods. (mqtttest cannot import mqtt:
 // see its package doc.)
 type memLog struct {
-	ml      *mqtttest.MemLog
-	streams []*memStream // one wrapper per stream, so Route and stream agree on identity
+	ml *mqtttest.MemLog
+	mu sync.Mutex
+	// One wrapper per stream, so Route, Streams, WatchStreams and stream
+	// agree on identity.
+	wrappers map[*mqtttest.MemStream]*memStream
 }
 
 var _ Log = (*memLog)(nil)
@@ -23,20 +27,18 @@ var _ Log = (*memLog)(nil)
 // It closes at test cleanup.
 func newMemLog(tb testing.TB, specs ...string) *memLog {
 	tb.Helper()
-	l := &memLog{ml: mqtttest.NewMemLog(tb, specs...)}
-	for _, s := range l.ml.Streams() {
-		l.streams = append(l.streams, &memStream{s})
-	}
-	return l
+	return &memLog{ml: mqtttest.NewMemLog(tb, specs...), wrappers: map[*mqtttest.MemStream]*memStream{}}
 }
 
 func (l *memLog) wrap(s *mqtttest.MemStream) *memStream {
-	for _, w := range l.streams {
-		if w.MemStream == s {
-			return w
-		}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := l.wrappers[s]
+	if w == nil {
+		w = &memStream{s}
+		l.wrappers[s] = w
 	}
-	return nil
+	return w
 }
 
 // Route returns the stream whose filter is the most specific match, or a
@@ -49,14 +51,29 @@ func (l *memLog) Route(topic string) Stream {
 }
 
 func (l *memLog) Streams() []Stream {
-	out := make([]Stream, len(l.streams))
-	for i, s := range l.streams {
-		out[i] = s
+	ss := l.ml.Streams()
+	out := make([]Stream, len(ss))
+	for i, s := range ss {
+		out[i] = l.wrap(s)
 	}
 	return out
 }
 
+func (l *memLog) WatchStreams() (<-chan StreamEvent, func()) {
+	in, cancel := l.ml.Watch()
+	return ForwardStreamEvents(in, cancel, func(ev mqtttest.MemEvent) StreamEvent {
+		return StreamEvent{Kind: ev.Kind, Stream: l.wrap(ev.Stream)}
+	})
+}
+
 func (l *memLog) State() StateStore { return l.ml.State() }
+
+func (l *memLog) Stream(name string) Stream {
+	if s := l.ml.Lookup(name); s != nil {
+		return l.wrap(s)
+	}
+	return nil
+}
 
 // stateValue returns the state stored under key.
 func (l *memLog) stateValue(key string) ([]byte, bool) { return l.ml.State().Value(key) }

@@ -38,6 +38,18 @@ func (l storeLog) Route(topic string) Stream {
 	return nil
 }
 func (l storeLog) State() StateStore { return l.s }
+func (l storeLog) Stream(name string) Stream {
+	if s := l.s.Stream(name); s != nil {
+		return s
+	}
+	return nil
+}
+func (l storeLog) WatchStreams() (<-chan StreamEvent, func()) {
+	in, cancel := l.s.Watch()
+	return ForwardStreamEvents(in, cancel, func(ev logstore.StreamEvent) StreamEvent {
+		return StreamEvent{Kind: ev.Kind, Stream: ev.Stream}
+	})
+}
 func (l storeLog) Streams() []Stream {
 	var out []Stream
 	for _, s := range l.s.Streams() {

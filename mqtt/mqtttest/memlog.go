@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/peatmq/peat/logstore"
@@ -16,10 +17,20 @@ import (
 // once its done is called, Changed is closed on every commit and on close.
 // Its methods have logstore.Store's shape: see the package doc for how it
 // becomes an mqtt.Log.
+//
+// Streams can be added and removed while it runs (AddStream, RemoveStream,
+// Watch: memlog_streams.go).
 type MemLog struct {
-	streams []*MemStream
-	router  *logstore.Router
-	state   *MemState
+	set   atomic.Pointer[memSet]
+	state *MemState
+
+	changes struct { // serializes AddStream and RemoveStream; guards watchers
+		sync.Mutex
+		closed   bool
+		watchers map[*memWatcher]struct{}
+	}
+	closing chan struct{}  // closed by Close: watchers end
+	wg      sync.WaitGroup // watcher goroutines
 }
 
 // NewMemLog builds a MemLog from "name=filter,filter" specs, e.g.
@@ -27,37 +38,51 @@ type MemLog struct {
 // It closes at test cleanup.
 func NewMemLog(tb testing.TB, specs ...string) *MemLog {
 	tb.Helper()
-	l := &MemLog{state: &MemState{}}
+	l := &MemLog{state: &MemState{}, closing: make(chan struct{})}
 	l.state.mu.m = map[string][]byte{}
-	var filters [][]string
+	var streams []*MemStream
 	for _, spec := range specs {
-		name, fs, ok := strings.Cut(spec, "=")
-		if !ok || name == "" || fs == "" {
-			tb.Fatalf("memlog: bad stream spec %q, want name=filter[,filter]", spec)
+		s, err := parseSpec(spec)
+		if err != nil {
+			tb.Fatal(err)
 		}
-		l.streams = append(l.streams, newMemStream(name, strings.Split(fs, ",")))
-		filters = append(filters, strings.Split(fs, ","))
+		streams = append(streams, s)
 	}
-	var err error
-	if l.router, err = logstore.NewRouter(filters); err != nil {
-		tb.Fatalf("memlog: %v", err)
+	set, err := newMemSet(streams)
+	if err != nil {
+		for _, s := range streams {
+			s.Close()
+		}
+		tb.Fatal(err)
 	}
+	l.set.Store(set)
 	tb.Cleanup(l.Close)
 	return l
+}
+
+// parseSpec makes the stream of a "name=filter[,filter]" spec.
+func parseSpec(spec string) (*MemStream, error) {
+	name, fs, ok := strings.Cut(spec, "=")
+	if !ok || name == "" || fs == "" {
+		return nil, fmt.Errorf("memlog: bad stream spec %q, want name=filter[,filter]", spec)
+	}
+	return newMemStream(name, strings.Split(fs, ",")), nil
 }
 
 // Route returns the stream with the most specific filter matching topic
 // (the rule written at mqtt.Log.Route), or nil. It routes with logstore's
 // Router, as the store does: one matcher for both.
 func (l *MemLog) Route(topic string) *MemStream {
-	if i := l.router.Route(topic); i >= 0 {
-		return l.streams[i]
+	set := l.set.Load()
+	if i := set.router.Route(topic); i >= 0 {
+		return set.streams[i]
 	}
 	return nil
 }
 
-// Streams lists the streams in spec order.
-func (l *MemLog) Streams() []*MemStream { return slices.Clone(l.streams) }
+// Streams lists the streams in spec order, then those added, in the order
+// they were added.
+func (l *MemLog) Streams() []*MemStream { return slices.Clone(l.set.Load().streams) }
 
 // State is the log's consumer state.
 func (l *MemLog) State() *MemState { return l.state }
@@ -66,19 +91,27 @@ func (l *MemLog) State() *MemState { return l.state }
 // the test when there is none.
 func (l *MemLog) Stream(tb testing.TB, name string) *MemStream {
 	tb.Helper()
-	for _, s := range l.streams {
-		if s.name == name {
-			return s
-		}
+	s := l.set.Load().byName[name]
+	if s == nil {
+		tb.Fatalf("memlog: no stream %q", name)
 	}
-	tb.Fatalf("memlog: no stream %q", name)
-	return nil
+	return s
 }
+
+// Lookup returns the named stream, or nil.
+func (l *MemLog) Lookup(name string) *MemStream { return l.set.Load().byName[name] }
 
 // Close closes every stream (queued appends fail with logstore.ErrClosed)
 // and the state. It is idempotent.
 func (l *MemLog) Close() {
-	for _, s := range l.streams {
+	l.changes.Lock()
+	if !l.changes.closed {
+		l.changes.closed = true
+		close(l.closing)
+	}
+	l.changes.Unlock()
+	l.wg.Wait() // watchers end on closed
+	for _, s := range l.set.Load().streams {
 		s.Close()
 	}
 	l.state.mu.Lock()

@@ -38,6 +38,20 @@ func (l memLog) Streams() []mqtt.Stream {
 
 func (l memLog) State() mqtt.StateStore { return l.l.State() }
 
+func (l memLog) Stream(name string) mqtt.Stream {
+	if s := l.l.Lookup(name); s != nil {
+		return s
+	}
+	return nil
+}
+
+func (l memLog) WatchStreams() (<-chan mqtt.StreamEvent, func()) {
+	in, cancel := l.l.Watch()
+	return mqtt.ForwardStreamEvents(in, cancel, func(ev mqtttest.MemEvent) mqtt.StreamEvent {
+		return mqtt.StreamEvent{Kind: ev.Kind, Stream: ev.Stream}
+	})
+}
+
 // TestMemLog_Contract runs the contract of mqtt/log.go against MemLog, so
 // the mqtt tests built on it are not fooled by it. A MemLog keeps nothing
 // across a reopen; its Trim stands in for retention.
@@ -53,6 +67,16 @@ func TestMemLog_Contract(t *testing.T) {
 				s.Fail(logstore.ErrNoSpace)
 			}
 			return memLog{l}, func() error { l.Close(); return nil }
+		},
+		AddStream: func(t *testing.T, l mqtt.Log, spec string) {
+			if _, err := l.(memLog).l.AddStream(spec); err != nil {
+				t.Fatalf("AddStream(%s): %v", spec, err)
+			}
+		},
+		RemoveStream: func(t *testing.T, l mqtt.Log, name string) {
+			if err := l.(memLog).l.RemoveStream(name); err != nil {
+				t.Fatalf("RemoveStream(%s): %v", name, err)
+			}
 		},
 		Expire: func(t *testing.T, s mqtt.Stream, before time.Time) {
 			off, err := s.OffsetForTime(before)

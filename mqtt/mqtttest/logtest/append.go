@@ -75,6 +75,14 @@ func testStreams(t *testing.T, s Suite) {
 		t.Fatalf("Route(a/x) = %s after the caller changed a Filters() slice, want a", name(got))
 	}
 	for _, st := range ss {
+		if got := l.Stream(st.Name()); got != st {
+			t.Fatalf("Stream(%s) = %v, not the stream Streams lists", st.Name(), got)
+		}
+	}
+	if got := l.Stream("nope"); got != nil {
+		t.Fatalf("Stream(nope) = %#v, want a nil interface", got)
+	}
+	for _, st := range ss {
 		if st.FirstOffset() != 0 || st.Committed() != 0 {
 			t.Fatalf("new stream %s: FirstOffset %d Committed %d, want 0 0", st.Name(), st.FirstOffset(), st.Committed())
 		}

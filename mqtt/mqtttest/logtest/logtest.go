@@ -47,6 +47,12 @@ type Suite struct {
 	// OpenFull is Open for a log on a full disk: it refuses every append
 	// for lack of space. nil leaves that check out.
 	OpenFull Open
+	// AddStream adds the stream of a "name=filter[,filter]" spec to l while
+	// it runs, and RemoveStream removes one (as a cluster controller
+	// would). nil (both) leaves the checks of WatchStreams' changes out;
+	// its initial events and close are checked anyway.
+	AddStream    func(t *testing.T, l mqtt.Log, spec string)
+	RemoveStream func(t *testing.T, l mqtt.Log, name string)
 }
 
 // TestLog runs every check of the contract as a subtest.
@@ -72,6 +78,7 @@ func TestLog(t *testing.T, s Suite) {
 		{"NoLostWakeup", testNoLostWakeup},
 		{"State", testState},
 		{"StateLimit", testStateLimit},
+		{"WatchStreams", testWatchStreams},
 		{"Close", testClose},
 		{"CloseRacing", testCloseRacing},
 	}
@@ -86,6 +93,12 @@ func TestLog(t *testing.T, s Suite) {
 			name string
 			run  func(*testing.T, Suite)
 		}{"AppendNoSpace", testAppendNoSpace})
+	}
+	if s.AddStream != nil && s.RemoveStream != nil {
+		tests = append(tests, struct {
+			name string
+			run  func(*testing.T, Suite)
+		}{"StreamChanges", testStreamChanges})
 	}
 	if s.Reopen {
 		tests = append(tests, struct {

@@ -1,0 +1,109 @@
+package mqtt
+
+import (
+	"slices"
+
+	"github.com/peatmq/peat/logstore"
+)
+
+// Streams change while the broker runs (a cluster controller adds streams
+// and moves leaders). Delivery follows Log.WatchStreams:
+//
+//   - A stream added gets its shared reader, and every connected client
+//     joins it live at the stream's committed offset when delivery learns
+//     of it (0 for a new stream): existing plain and $share subscriptions
+//     whose filters match its topics receive its records from that offset
+//     on, as a client connecting then would. $replay and $group
+//     subscriptions name one stream when they are made, so only those made
+//     after the stream is added can name it. Ingest needs nothing: it routes
+//     every publish with Log.Route, which already routes by the new stream.
+//   - A stream removed has its reader and its lagging consumers' cursors
+//     stopped, and the $replay and $group subscriptions reading it stop
+//     receiving: the subscription stays (no DISCONNECT, no UNSUBACK; MQTT
+//     has no way to end one from the server) but gets nothing more.
+//     Publishes to its topics go to the next matching stream by Log.Route,
+//     or through mochi unchanged when none matches.
+
+// addReader starts the shared reader of s and joins the connected clients
+// to it. A stream whose name already has a reader is skipped: either it is
+// that reader's (the initial events repeat Streams), or a newer stream of
+// that name replaced it before this event was handled.
+func (d *delivery) addReader(s Stream) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mu.byName[s.Name()] != nil || d.ctx.Err() != nil {
+		return
+	}
+	r := newDeliveryReader(d, s)
+	d.mu.readers = append(d.mu.readers, r)
+	d.mu.byName[s.Name()] = r
+	for _, c := range d.mu.clients {
+		r.join(c)
+	}
+	d.wg.Add(1)
+	go r.run()
+}
+
+// removeReader stops the reader of s (matched by identity: a stream of the
+// same name added later keeps its own) and the taps reading through it.
+func (d *delivery) removeReader(s Stream) {
+	d.mu.Lock()
+	i := slices.IndexFunc(d.mu.readers, func(r *deliveryReader) bool { return r.stream == s })
+	if i < 0 {
+		d.mu.Unlock()
+		return
+	}
+	r := d.mu.readers[i]
+	d.mu.readers = slices.Delete(slices.Clone(d.mu.readers), i, i+1) // OnDisconnect may range over the old slice
+	if d.mu.byName[s.Name()] == r {
+		delete(d.mu.byName, s.Name())
+	}
+	clients := make([]*deliveryClient, 0, len(d.mu.clients))
+	for _, c := range d.mu.clients {
+		clients = append(clients, c)
+	}
+	d.mu.Unlock()
+	r.cancel()
+	for _, c := range clients {
+		c.stopTapsOf(r)
+	}
+	d.logger.Info("delivery: stream removed; its reader and taps stopped", attrStream, s.Name())
+}
+
+// stopTapsOf stops the client's taps that read through r.
+func (c *deliveryClient) stopTapsOf(r *deliveryReader) {
+	c.mu.Lock()
+	var stop []*tap
+	for _, t := range c.mu.taps {
+		if t.r == r {
+			stop = append(stop, t)
+		}
+	}
+	c.mu.Unlock()
+	for _, t := range stop {
+		t.stop()
+	}
+}
+
+// followStreams applies the log's stream changes until the delivery
+// closes or the log does.
+func (d *delivery) followStreams(events <-chan StreamEvent, cancel func()) {
+	defer d.wg.Done()
+	defer cancel()
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			switch ev.Kind {
+			case logstore.StreamAdded:
+				d.addReader(ev.Stream)
+			case logstore.StreamRemoved:
+				d.removeReader(ev.Stream)
+			}
+		case <-d.ctx.Done():
+			return
+		}
+	}
+}

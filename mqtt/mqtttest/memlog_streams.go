@@ -1,0 +1,180 @@
+package mqtttest
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/peatmq/peat/logstore"
+)
+
+// memSet is a MemLog's streams at one moment, never changed once
+// published (as logstore's streamSet).
+type memSet struct {
+	streams []*MemStream
+	byName  map[string]*MemStream
+	router  *logstore.Router
+}
+
+// newMemSet checks names and filters (no name twice, no filter in two
+// streams) and builds the router.
+func newMemSet(streams []*MemStream) (*memSet, error) {
+	set := &memSet{streams: streams, byName: make(map[string]*MemStream, len(streams))}
+	filters := make([][]string, len(streams))
+	for i, s := range streams {
+		if set.byName[s.name] != nil {
+			return nil, fmt.Errorf("memlog: stream %q twice: %w", s.name, logstore.ErrInvalidConfig)
+		}
+		set.byName[s.name] = s
+		filters[i] = s.filters
+	}
+	var err error
+	if set.router, err = logstore.NewRouter(filters); err != nil {
+		return nil, fmt.Errorf("memlog: %w: %w", logstore.ErrInvalidConfig, err)
+	}
+	return set, nil
+}
+
+// MemEvent is a stream added to or removed from a MemLog.
+type MemEvent struct {
+	Kind   logstore.StreamEventKind
+	Stream *MemStream
+}
+
+// AddStream adds the stream of a "name=filter[,filter]" spec, as
+// logstore.Store.AddStream does: a name or filter another stream has is an
+// error wrapping logstore.ErrInvalidConfig.
+func (l *MemLog) AddStream(spec string) (*MemStream, error) {
+	l.changes.Lock()
+	defer l.changes.Unlock()
+	if l.changes.closed {
+		return nil, fmt.Errorf("memlog: add stream: %w", logstore.ErrClosed)
+	}
+	s, err := parseSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	set, err := newMemSet(append(slices.Clip(l.set.Load().streams), s))
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	l.set.Store(set)
+	l.publish(MemEvent{Kind: logstore.StreamAdded, Stream: s})
+	return s, nil
+}
+
+// RemoveStream removes the named stream and closes it (its appends and
+// reads then fail with logstore.ErrClosed), as logstore.Store.RemoveStream
+// does.
+func (l *MemLog) RemoveStream(name string) error {
+	l.changes.Lock()
+	defer l.changes.Unlock()
+	if l.changes.closed {
+		return fmt.Errorf("memlog: remove stream %q: %w", name, logstore.ErrClosed)
+	}
+	cur := l.set.Load()
+	s := cur.byName[name]
+	if s == nil {
+		return fmt.Errorf("memlog: remove stream %q: %w", name, logstore.ErrUnknownStream)
+	}
+	rest := slices.DeleteFunc(slices.Clone(cur.streams), func(o *MemStream) bool { return o == s })
+	set, err := newMemSet(rest)
+	if err != nil {
+		return err // cannot happen: a subset of a valid set
+	}
+	l.set.Store(set)
+	s.Close()
+	l.publish(MemEvent{Kind: logstore.StreamRemoved, Stream: s})
+	return nil
+}
+
+// Watch returns the log's stream changes, as logstore.Store.Watch: first an
+// Added event per stream, then one per change; events queue, unbounded,
+// until read. The channel closes after cancel (idempotent) or Close.
+func (l *MemLog) Watch() (<-chan MemEvent, func()) {
+	ch := make(chan MemEvent)
+	l.changes.Lock()
+	defer l.changes.Unlock()
+	if l.changes.closed {
+		close(ch)
+		return ch, func() {}
+	}
+	w := &memWatcher{ch: ch, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	for _, s := range l.set.Load().streams {
+		w.queue = append(w.queue, MemEvent{Kind: logstore.StreamAdded, Stream: s})
+	}
+	w.wake <- struct{}{}
+	if l.changes.watchers == nil {
+		l.changes.watchers = map[*memWatcher]struct{}{}
+	}
+	l.changes.watchers[w] = struct{}{}
+	l.wg.Add(1)
+	go w.run(l)
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			close(w.stop)
+			<-w.done
+		})
+	}
+}
+
+type memWatcher struct {
+	mu    sync.Mutex
+	queue []MemEvent
+	ch    chan MemEvent
+	wake  chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+// publish queues ev for every watcher; the caller holds l.changes.
+func (l *MemLog) publish(ev MemEvent) {
+	for w := range l.changes.watchers {
+		w.mu.Lock()
+		w.queue = append(w.queue, ev)
+		w.mu.Unlock()
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (w *memWatcher) run(l *MemLog) {
+	defer l.wg.Done()
+	defer close(w.done)
+	defer close(w.ch)
+	defer func() {
+		l.changes.Lock()
+		delete(l.changes.watchers, w)
+		l.changes.Unlock()
+	}()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-l.closing:
+			return
+		case <-w.wake:
+		}
+		for {
+			w.mu.Lock()
+			if len(w.queue) == 0 {
+				w.mu.Unlock()
+				break
+			}
+			ev := w.queue[0]
+			w.queue = w.queue[1:]
+			w.mu.Unlock()
+			select {
+			case w.ch <- ev:
+			case <-w.stop:
+				return
+			case <-l.closing:
+				return
+			}
+		}
+	}
+}
