@@ -65,6 +65,7 @@ type delivery struct {
 	groups   *groups
 	sessions *sessions
 	state    *stateWriter
+	retained *retainedSet // retained messages from the committed log (retained.go)
 
 	// Drop counters, resolved once.
 	dropSlowQoS0  prometheus.Counter
@@ -118,7 +119,9 @@ func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slo
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.mu.clients = map[*mochi.Client]*deliveryClient{}
+	d.retained = newRetainedSet(srv, log.State(), logger.With(slog.String(attrPart, "retained")))
 	for _, s := range log.Streams() {
+		d.retained.start(d, s)
 		r := newDeliveryReader(d, s)
 		d.mu.readers = append(d.mu.readers, r)
 		d.wg.Add(1)
