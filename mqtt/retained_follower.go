@@ -3,6 +3,7 @@ package mqtt
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/peatmq/peat/logstore"
@@ -62,10 +63,15 @@ func (f *retainedFollower) step() error {
 	if first > f.first || end < f.pos {
 		// Retention removed records, or the log was truncated below what
 		// was applied: their retained messages go.
-		f.rs.mu.Lock()
-		dels := f.rs.dropLocked(name, first, max(end, f.pos))
+		// Without truncation nothing above is dropped: ingest may have set a
+		// record committed since end was read.
+		keepEnd := uint64(math.MaxUint64)
 		if end < f.pos {
-			dels = append(dels, f.rs.dropLocked(name, 0, end)...)
+			keepEnd = end
+		}
+		f.rs.mu.Lock()
+		dels := f.rs.dropLocked(name, first, keepEnd)
+		if end < f.pos {
 			f.pos = end
 			f.rs.mu.applied[name] = end
 		}
