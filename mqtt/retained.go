@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -239,13 +240,13 @@ func retainedPacket(rec *logstore.Record) packets.Packet {
 	pk := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: rec.QoS, Retain: true},
 		TopicName:   rec.Topic,
-		Payload:     rec.Payload,
+		Payload:     bytes.Clone(rec.Payload), // a read record's bytes may share a larger buffer
 		Origin:      rec.ClientID,
 		Created:     rec.Timestamp / 1000,
 		Properties: packets.Properties{
 			ContentType:           rec.ContentType,
 			ResponseTopic:         rec.ResponseTopic,
-			CorrelationData:       rec.CorrelationData,
+			CorrelationData:       bytes.Clone(rec.CorrelationData),
 			MessageExpiryInterval: rec.MessageExpiry,
 		},
 	}
