@@ -194,7 +194,7 @@ func (rs *retainedSet) rebuild(s Stream) (uint64, error) {
 	}
 	rs.mu.applied[name] = pos
 	rs.mu.Unlock()
-	if err := writeStateChunks(rs.st, nil, dels); err != nil {
+	if err := writeStateChunks(rs.st, nil, dels, "", nil); err != nil {
 		return 0, fmt.Errorf("drop stale retained index entries of stream %s: %w", name, err)
 	}
 	return pos, nil
@@ -219,19 +219,33 @@ func readOne(s Stream, off, end uint64) (*logstore.Record, error) {
 }
 
 // writeStateChunks writes puts and dels in as many steps as
-// logstore.MaxStateWrite requires (puts, when any, go in the last one).
-func writeStateChunks(st StateStore, puts map[string][]byte, dels []string) error {
+// logstore.MaxStateWrite requires, and lastKey (when not "") set to lastVal
+// in the last step: a reader that sees lastKey sees all the rest.
+func writeStateChunks(st StateStore, puts map[string][]byte, dels []string, lastKey string, lastVal []byte) error {
 	const chunk = logstore.MaxStateWrite / 2
+	batch := map[string][]byte{}
+	for k, v := range puts {
+		batch[k] = v
+		if len(batch) == chunk {
+			if err := st.WriteState(batch, nil); err != nil {
+				return err
+			}
+			batch = map[string][]byte{}
+		}
+	}
 	for len(dels) > chunk {
 		if err := st.WriteState(nil, dels[:chunk]); err != nil {
 			return err
 		}
 		dels = dels[chunk:]
 	}
-	if len(puts) == 0 && len(dels) == 0 {
+	if lastKey != "" {
+		batch[lastKey] = lastVal
+	}
+	if len(batch) == 0 && len(dels) == 0 {
 		return nil
 	}
-	return st.WriteState(puts, dels)
+	return st.WriteState(batch, dels)
 }
 
 // retainedPacket is what mochi keeps for a retained record, as

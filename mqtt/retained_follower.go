@@ -11,25 +11,40 @@ import (
 
 // retainedFollower reads one stream's committed log and keeps the retained
 // set and its index up to date (see retained.go).
+//
+// Index changes are coalesced and written with the position at most every
+// retainedStoreInterval, so a busy retained topic costs one small write a
+// second, not one per record (SD cards wear out). Writing late is safe: a
+// restart reads again from the stored position, and applying a record
+// twice changes nothing.
 type retainedFollower struct {
 	rs     *retainedSet
 	stream Stream
 	pos    uint64 // next offset to read
 	first  uint64 // FirstOffset when last looked at
 
-	stored   uint64 // position last stored
+	puts     map[string][]byte   // index entries not yet stored
+	dels     map[string]struct{} // index entries to delete, not yet stored
+	stored   uint64              // position last stored
 	storedAt time.Time
 }
 
-// runRetained rebuilds the retained messages of s and follows s until ctx
-// ends, storing its position on the way out. A failed rebuild is logged and
-// followed from the log's start, which rebuilds the index too.
+// retainedStoreInterval is the longest an index change or a moved position
+// waits before it is stored.
+const retainedStoreInterval = time.Second
+
+// retainedStoreBatch makes the follower store at once when that many index
+// changes are pending.
+const retainedStoreBatch = logstore.MaxStateWrite / 2
+
+// run follows s from pos until ctx ends, then stores what is pending.
 func (rs *retainedSet) run(ctx context.Context, s Stream, pos uint64) {
-	f := &retainedFollower{rs: rs, stream: s, pos: pos, stored: pos, storedAt: time.Now(), first: s.FirstOffset()}
-	defer f.storePos(true)
+	f := &retainedFollower{rs: rs, stream: s, pos: pos, first: s.FirstOffset(),
+		puts: map[string][]byte{}, dels: map[string]struct{}{}, stored: pos, storedAt: time.Now()}
+	defer f.store(true)
 	for {
 		changed := s.Changed() // before reading Committed: no advance is missed
-		from := f.pos
+		from, first := f.pos, f.first
 		if err := f.step(); err != nil {
 			rs.logger.Warn("retained: reading the stream failed; retrying",
 				attrStream, s.Name(), attrOffset, f.pos, attrErr, err)
@@ -38,22 +53,41 @@ func (rs *retainedSet) run(ctx context.Context, s Stream, pos uint64) {
 			}
 			continue
 		}
-		f.storePos(false)
-		if f.pos != from {
+		f.store(false)
+		if f.pos != from || f.first != first {
 			continue
 		}
-		select {
-		case <-changed:
-			if f.pos == s.Committed() && f.first == s.FirstOffset() && s.Committed() == from {
-				// A closed stream keeps Changed closed: do not spin.
-				if !deliverySleep(ctx, deliveryRetryDelay) {
-					return
-				}
-			}
-		case <-ctx.Done():
+		if !f.wait(ctx, changed, from, first) {
 			return
 		}
 	}
+}
+
+// wait waits for changed, or for the time to store what is pending; it
+// reports false when ctx ends.
+func (f *retainedFollower) wait(ctx context.Context, changed <-chan struct{}, from, first uint64) bool {
+	var tick <-chan time.Time
+	if f.pending() {
+		t := time.NewTimer(retainedStoreInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	select {
+	case <-changed:
+		if f.stream.Committed() == from && f.stream.FirstOffset() == first {
+			// Nothing new: a closed stream keeps Changed closed, do not spin.
+			return deliverySleep(ctx, deliveryRetryDelay)
+		}
+		return true
+	case <-tick:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (f *retainedFollower) pending() bool {
+	return f.pos != f.stored || len(f.puts) > 0 || len(f.dels) > 0
 }
 
 // step follows retention and truncation, then applies one batch.
@@ -62,9 +96,9 @@ func (f *retainedFollower) step() error {
 	first, end := f.stream.FirstOffset(), f.stream.Committed()
 	if first > f.first || end < f.pos {
 		// Retention removed records, or the log was truncated below what
-		// was applied: their retained messages go.
-		// Without truncation nothing above is dropped: ingest may have set a
-		// record committed since end was read.
+		// was applied: their retained messages go. Without truncation
+		// nothing above is dropped: ingest may have set a record committed
+		// since end was read.
 		keepEnd := uint64(math.MaxUint64)
 		if end < f.pos {
 			keepEnd = end
@@ -77,10 +111,9 @@ func (f *retainedFollower) step() error {
 		}
 		f.rs.mu.Unlock()
 		f.first = first
-		if err := writeStateChunks(f.rs.st, map[string][]byte{retainedPosKey(name): encodeOffset(f.pos)}, dels); err != nil {
-			return err
+		for _, k := range dels {
+			f.del(k)
 		}
-		f.stored, f.storedAt = f.pos, time.Now()
 	}
 	if f.pos < first {
 		f.pos = first
@@ -97,7 +130,7 @@ func (f *retainedFollower) step() error {
 	case len(recs) == 0:
 		return nil
 	}
-	from, next := f.pos, recs[len(recs)-1].Offset+1
+	next := recs[len(recs)-1].Offset + 1
 	puts, dels := map[string][]byte{}, []string(nil)
 	f.rs.mu.Lock()
 	if f.rs.enabled() {
@@ -107,32 +140,44 @@ func (f *retainedFollower) step() error {
 	}
 	f.rs.mu.Unlock()
 	f.pos = next
-	if len(puts) == 0 && len(dels) == 0 {
-		return nil
+	for _, k := range dels {
+		f.del(k)
 	}
-	// The index and the position move in one write: a restart never sees
-	// one without the other.
-	puts[retainedPosKey(name)] = encodeOffset(f.pos)
-	if err := writeStateChunks(f.rs.st, puts, dels); err != nil {
-		f.pos = from // read the batch again: applying it twice changes nothing
-		return err
+	for k, v := range puts {
+		delete(f.dels, k)
+		f.puts[k] = v
 	}
-	f.stored, f.storedAt = f.pos, time.Now()
 	return nil
 }
 
-// storePos stores the position when it moved and retainedPosInterval has
-// passed (or always, when final), so a restart re-reads little.
-func (f *retainedFollower) storePos(final bool) {
-	if f.pos == f.stored || (!final && time.Since(f.storedAt) < retainedPosInterval) {
+func (f *retainedFollower) del(key string) {
+	delete(f.puts, key)
+	f.dels[key] = struct{}{}
+}
+
+// store writes the pending index changes with the position, in one step
+// (a restart never sees one without the other), when retainedStoreInterval
+// has passed or many are pending, or always when final. A failed write
+// keeps them pending.
+func (f *retainedFollower) store(final bool) {
+	if !f.pending() {
+		return
+	}
+	n := len(f.puts) + len(f.dels)
+	if !final && n < retainedStoreBatch && time.Since(f.storedAt) < retainedStoreInterval {
 		return
 	}
 	name := f.stream.Name()
-	if err := f.rs.st.WriteState(map[string][]byte{retainedPosKey(name): encodeOffset(f.pos)}, nil); err != nil {
+	dels := make([]string, 0, len(f.dels))
+	for k := range f.dels {
+		dels = append(dels, k)
+	}
+	f.storedAt = time.Now() // a failing store is retried at the same pace
+	if err := writeStateChunks(f.rs.st, f.puts, dels, retainedPosKey(name), encodeOffset(f.pos)); err != nil {
 		if !errors.Is(err, logstore.ErrClosed) {
-			f.rs.logger.Warn("retained: storing the position failed", attrStream, name, attrErr, err)
+			f.rs.logger.Warn("retained: storing the index failed; retrying", attrStream, name, attrErr, err)
 		}
 		return
 	}
-	f.stored, f.storedAt = f.pos, time.Now()
+	f.puts, f.dels, f.stored = map[string][]byte{}, map[string]struct{}{}, f.pos
 }

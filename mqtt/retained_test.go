@@ -3,6 +3,7 @@ package mqtt
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
@@ -258,5 +259,53 @@ func TestRetained_StaleSetIgnored(t *testing.T) {
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: true}})
 	if m := retainedPayloads(b, "sensors/r"); len(m) != 0 {
 		t.Fatalf("a stale completion brought back %v", m)
+	}
+}
+
+// A log whose retained index was never written (a broker from before the
+// index, or one that crashed before its first store) is read from its
+// start: its retained messages come back without a publish.
+func TestRetained_NoIndexReadsTheLog(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	st := l.stream(t, "default")
+	appendDirect(t, st, retainedRec("sensors/a", "a1"))
+	appendDirect(t, st, &logstore.Record{Topic: "sensors/a", Payload: []byte("live"), QoS: 1})
+	b := newTestBroker(t, l)
+	waitFor(t, "retained message read from the log's start", func() bool {
+		m := retainedPayloads(b, "sensors/a")
+		return len(m) == 1 && m[0] == "a1"
+	})
+}
+
+// writeStateChunks splits what does not fit one WriteState and writes the
+// last key in the last step.
+func TestRetained_WriteStateChunks(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	puts := map[string][]byte{}
+	for i := range 1500 {
+		puts[fmt.Sprintf("p/%04d", i)] = []byte{1}
+	}
+	var dels []string
+	for i := range 700 {
+		dels = append(dels, fmt.Sprintf("d/%04d", i))
+	}
+	if err := l.State().WriteState(map[string][]byte{"d/0000": {1}, "d/0699": {1}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeStateChunks(l.State(), puts, dels, "z/last", []byte{2}); err != nil {
+		t.Fatalf("writeStateChunks: %v", err)
+	}
+	n := 0
+	if err := l.State().LoadState("p/", func(string, []byte) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1500 {
+		t.Fatalf("%d puts stored, want 1500", n)
+	}
+	if _, ok := l.stateValue("d/0699"); ok {
+		t.Fatal("a deleted key is still there")
+	}
+	if v, ok := l.stateValue("z/last"); !ok || v[0] != 2 {
+		t.Fatal("last key not stored")
 	}
 }
