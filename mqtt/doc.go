@@ -72,8 +72,8 @@
 // retained record (a cluster replicates it with the stream). At start the
 // retained set is rebuilt by reading only the indexed records, before the
 // broker serves; the follower then reads what came after its stored
-// position (stored with every index change, else at most every 10 s, and
-// at close). Retention is the rule, as in Kafka: a retained message lives
+// position (stored with the index changes, at most once a second, and at
+// close). Retention is the rule, as in Kafka: a retained message lives
 // as long as the record that set it. When retention removes that record
 // (or a cluster truncates it) the topic's retained message goes, at once on
 // a running broker and at the next start otherwise; an older retained

@@ -121,6 +121,11 @@ func (rs *retainedSet) applyLocked(stream string, recs []*logstore.Record, next 
 			continue
 		}
 		key := retainedTopicKey(stream, rec.Topic)
+		if e, ok := rs.mu.topics[rec.Topic]; ok && e.offset > rec.Offset {
+			// Ingest set a later record of the topic already; the
+			// follower will store its offset when it gets there.
+			continue
+		}
 		if len(rec.Payload) == 0 {
 			rs.clearLocked(rec.Topic)
 			delete(puts, key)

@@ -309,3 +309,38 @@ func TestRetained_WriteStateChunks(t *testing.T) {
 		t.Fatal("last key not stored")
 	}
 }
+
+// The follower, behind ingest, does not take a topic back to an older
+// record than the one ingest set when its append committed.
+func TestRetained_FollowerBehindIngestKeepsNewer(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	b := newTestBroker(t, l)
+	rs := newRetainedSet(b.Server(), l.State(), b.logger)
+	pk := func(payload string) packets.Packet {
+		return packets.Packet{TopicName: "other/r", Payload: []byte(payload),
+			FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: true}}
+	}
+	apply := func(off uint64, payload string) {
+		rec := retainedRec("other/r", payload)
+		rec.Offset = off
+		puts, dels := map[string][]byte{}, []string(nil)
+		rs.mu.Lock()
+		rs.applyLocked("other", []*logstore.Record{rec}, off+1, puts, &dels)
+		rs.mu.Unlock()
+	}
+	rs.committed("other", 5, pk("v5"))
+	apply(3, "v3")
+	if m := retainedPayloads(b, "other/r"); len(m) != 1 || m[0] != "v5" {
+		t.Fatalf("the follower at offset 3 took the topic back: %v, want v5", m)
+	}
+	rs.committed("other", 7, pk("")) // cleared by ingest
+	apply(5, "v5")
+	if m := retainedPayloads(b, "other/r"); len(m) != 0 {
+		t.Fatalf("the follower at offset 5 brought back a cleared topic: %v", m)
+	}
+	apply(7, "")
+	apply(8, "v8")
+	if m := retainedPayloads(b, "other/r"); len(m) != 1 || m[0] != "v8" {
+		t.Fatalf("after the follower caught up: %v, want v8", m)
+	}
+}
