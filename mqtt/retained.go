@@ -93,7 +93,7 @@ func (rs *retainedSet) committed(stream string, offset uint64, pk packets.Packet
 	if offset < rs.mu.applied[stream] {
 		return
 	}
-	if e, ok := rs.mu.topics[pk.TopicName]; ok && e.offset > offset {
+	if e, ok := rs.mu.topics[pk.TopicName]; ok && e.stream == stream && e.offset > offset {
 		return
 	}
 	rs.setLocked(stream, offset, pk)
@@ -121,7 +121,7 @@ func (rs *retainedSet) applyLocked(stream string, recs []*logstore.Record, next 
 			continue
 		}
 		key := retainedTopicKey(stream, rec.Topic)
-		if e, ok := rs.mu.topics[rec.Topic]; ok && e.offset > rec.Offset {
+		if e, ok := rs.mu.topics[rec.Topic]; ok && e.stream == stream && e.offset > rec.Offset {
 			// Ingest set a later record of the topic already; the
 			// follower will store its offset when it gets there.
 			continue
