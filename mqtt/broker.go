@@ -127,6 +127,7 @@ func New(cfg Config, log Log) (*Broker, error) {
 		return nil, fmt.Errorf("add ingest hook: %w", err)
 	}
 	b.deliv = newDelivery(srv, log, cfg, m, logger, authHook, gs, ss)
+	b.ingest.retained = b.deliv.retained
 	if err := srv.AddHook(b.deliv, nil); err != nil {
 		b.deliv.Close()
 		return nil, fmt.Errorf("add delivery hook: %w", err)

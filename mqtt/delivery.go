@@ -65,6 +65,7 @@ type delivery struct {
 	groups   *groups
 	sessions *sessions
 	state    *stateWriter
+	retained *retainedSet // retained messages from the committed log (retained.go)
 
 	// Drop counters, resolved once.
 	dropSlowQoS0  prometheus.Counter
@@ -120,6 +121,7 @@ func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slo
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.mu.clients = map[*mochi.Client]*deliveryClient{}
 	d.mu.byName = map[string]*deliveryReader{}
+	d.retained = newRetainedSet(srv, log.State(), logger.With(slog.String(attrPart, "retained")))
 	events, cancelWatch := log.WatchStreams()
 	for _, s := range log.Streams() {
 		d.addReader(s)

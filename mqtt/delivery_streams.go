@@ -30,8 +30,8 @@ import (
 // that name replaced it before this event was handled.
 func (d *delivery) addReader(s Stream) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.mu.byName[s.Name()] != nil || d.ctx.Err() != nil {
+		d.mu.Unlock()
 		return
 	}
 	r := newDeliveryReader(d, s)
@@ -42,6 +42,10 @@ func (d *delivery) addReader(s Stream) {
 	}
 	d.wg.Add(1)
 	go r.run()
+	d.mu.Unlock()
+	// The stream's retained messages follow its committed log for as long
+	// as its reader lives (retained.go); the rebuild reads, so not under d.mu.
+	d.retained.start(r.ctx, d, s)
 }
 
 // removeReader stops the reader of s (matched by identity: a stream of the

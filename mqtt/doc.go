@@ -59,10 +59,26 @@
 // are counted in peat_mqtt_refused_messages_total{reason}. A failing stream
 // is logged once when it starts failing and once when it recovers.
 //
-// Retained publishes on captured topics are appended and, once durable, set
-// (or, with an empty payload, cleared) in mochi's retained store, so new
-// subscribers still get them. mochi's storage hooks are not told
-// (OnRetainMessage is private to mochi); Peat registers none.
+// Retained messages of captured topics come from the committed log
+// (retained.go), so every node serving a stream has them, a restarted one
+// too. Each stream has a retained follower that reads its committed records
+// in order and, for each with Retain set, sets that topic's retained message
+// in mochi's store (an empty payload clears it); ingest also sets it when
+// its own append commits, so a publisher that got its PUBACK finds it there,
+// and a per-topic offset keeps either from going back to an older value. A
+// refused append takes no offset and never becomes retained. The follower
+// keeps a compact index in the log's StateStore, written with its position
+// in one step: one entry per retained topic with the offset of its latest
+// retained record (a cluster replicates it with the stream). At start the
+// retained set is rebuilt by reading only the indexed records, before the
+// broker serves; the follower then reads what came after its stored
+// position (stored with the index changes, at most once a second, and at
+// close). Retention is the rule, as in Kafka: a retained message lives
+// as long as the record that set it. When retention removes that record
+// (or a cluster truncates it) the topic's retained message goes, at once on
+// a running broker and at the next start otherwise; an older retained
+// record of the topic is not brought back. mochi's storage hooks are not
+// told (OnRetainMessage is private to mochi); Peat registers none.
 //
 // Last wills on captured topics are taken from the client when its session
 // is established (mochi's sendLWT then skips them) and appended when the

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -57,6 +56,9 @@ type ingest struct {
 	// decides which publishes early takes.
 	acl    mochi.Hook
 	groups *groups // commits published to $offsets/<group>/<stream>
+	// retained is delivery's retained set (retained.go), set by New
+	// before the broker serves; nil: ingest leaves retained messages alone.
+	retained *retainedSet
 
 	conns   sync.Map      // *mochi.Client -> *ingestConn
 	closing chan struct{} // closed by beginClose
@@ -358,16 +360,17 @@ func (h *ingest) publishInline(cl *mochi.Client, pk packets.Packet) (packets.Pac
 	}
 	rec := recordOf(cl.ID, &pk)
 	retained := retainedCopy(&pk)
-	st.AppendAsync([]*logstore.Record{rec}, func(_ uint64, err error) {
-		h.appended(st, retained, err)
+	st.AppendAsync([]*logstore.Record{rec}, func(first uint64, err error) {
+		h.appended(st, first, retained, err)
 	})
 	return pk, packets.ErrRejectPacket
 }
 
-// appended is the common part of every append's completion. It runs on the
-// log's appender goroutine: it only counts, logs a state change, and
-// updates the retained store (a short lock in mochi's topic index).
-func (h *ingest) appended(st Stream, retained *packets.Packet, err error) {
+// appended is the common part of every append's completion, the record
+// being at offset first when err is nil. It runs on the log's appender
+// goroutine: it only counts, logs a state change, and updates the retained
+// store (a short lock in mochi's topic index).
+func (h *ingest) appended(st Stream, first uint64, retained *packets.Packet, err error) {
 	name := st.Name()
 	h.noteAppend(name, err)
 	if err != nil {
@@ -375,19 +378,11 @@ func (h *ingest) appended(st Stream, retained *packets.Packet, err error) {
 		return
 	}
 	h.m.Received.WithLabelValues(name).Inc()
-	if retained != nil {
-		h.retain(*retained)
+	if retained != nil && h.retained != nil {
+		// The stream's retained follower sets it too, from the log, on
+		// every node; this makes it visible before the PUBACK is sent.
+		h.retained.committed(name, first, *retained)
 	}
-}
-
-// retain sets or clears the retained message of a captured topic, as
-// mochi's retainMessage does for the publishes it handles.
-func (h *ingest) retain(pk packets.Packet) {
-	if h.srv.Options.Capabilities.RetainAvailable == 0 {
-		return
-	}
-	h.srv.Topics.RetainMessage(pk)
-	atomic.StoreInt64(&h.srv.Info.Retained, int64(h.srv.Topics.Retained.Len()))
 }
 
 // noteAppend logs a stream starting to fail, and recovering, once each,

@@ -131,8 +131,8 @@ func (c *ingestConn) publish(st Stream, pk *packets.Packet) {
 	e := c.expectAnswer(pk)
 	retained := retainedCopy(pk)
 	rec := recordOf(c.cl.ID, pk)
-	st.AppendAsync([]*logstore.Record{rec}, func(_ uint64, err error) {
-		c.h.appended(st, retained, err)
+	st.AppendAsync([]*logstore.Record{rec}, func(first uint64, err error) {
+		c.h.appended(st, first, retained, err)
 		code := packets.CodeSuccess
 		if err != nil {
 			code = refusalCode(err)

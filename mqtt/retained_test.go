@@ -1,0 +1,346 @@
+package mqtt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/logstore"
+)
+
+// retainedPayloads returns the retained messages mochi holds for topic.
+func retainedPayloads(b *Broker, topic string) []string {
+	var out []string
+	for _, pk := range b.Server().Topics.Messages(topic) {
+		out = append(out, string(pk.Payload))
+	}
+	return out
+}
+
+// appendDirect appends recs to the stream as a follower replica receives
+// them: not through this broker's ingest. It waits for the commit.
+func appendDirect(tb testing.TB, st Stream, recs ...*logstore.Record) uint64 {
+	tb.Helper()
+	type res struct {
+		first uint64
+		err   error
+	}
+	ch := make(chan res, 1)
+	st.AppendAsync(recs, func(first uint64, err error) { ch <- res{first, err} })
+	r := <-ch
+	if r.err != nil {
+		tb.Fatalf("append: %v", r.err)
+	}
+	return r.first
+}
+
+func retainedRec(topic, payload string) *logstore.Record {
+	return &logstore.Record{Topic: topic, Payload: []byte(payload), QoS: 1, Retain: true}
+}
+
+// restartBroker closes b and starts a new broker on the same log, as a
+// node restarted on its log would: the new mochi server starts empty.
+func restartBroker(tb testing.TB, b *Broker, l Log) *Broker {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := b.Close(ctx); err != nil {
+		tb.Fatalf("close: %v", err)
+	}
+	return newTestBroker(tb, l)
+}
+
+// subscribeRetained subscribes a new client to filter and returns the
+// first message it gets, which must come flagged retained.
+func subscribeRetained(tb testing.TB, b *Broker, id, filter string) paho.Message {
+	tb.Helper()
+	sub, _ := dialV3(tb, b, id)
+	got := make(chan paho.Message, 1)
+	if tok := sub.Subscribe(filter, 1, func(_ paho.Client, m paho.Message) {
+		select {
+		case got <- m:
+		default:
+		}
+	}); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
+		tb.Fatalf("subscribe: %v", tok.Error())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	select {
+	case m := <-got:
+		if !m.Retained() {
+			tb.Fatalf("%s got %q on %s not flagged retained", id, m.Payload(), m.Topic())
+		}
+		return m
+	case <-ctx.Done():
+		tb.Fatalf("%s got no retained message on %s", id, filter)
+		return nil
+	}
+}
+
+// A retained record that reaches the log without this broker's ingest (a
+// follower replica's append) is a retained message for new subscribers;
+// an empty retained payload appended the same way clears it.
+func TestRetained_FromCommittedLog(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	st := l.stream(t, "default")
+	b := newTestBroker(t, l)
+
+	appendDirect(t, st, &logstore.Record{Topic: "sensors/x", Payload: []byte("plain"), QoS: 1})
+	appendDirect(t, st, retainedRec("sensors/r", "from-leader"))
+	waitFor(t, "retained message from the log", func() bool {
+		m := retainedPayloads(b, "sensors/r")
+		return len(m) == 1 && m[0] == "from-leader"
+	})
+	if m := subscribeRetained(t, b, "sub", "sensors/#"); string(m.Payload()) != "from-leader" || m.Topic() != "sensors/r" {
+		t.Fatalf("new subscriber got %q on %s, want from-leader on sensors/r", m.Payload(), m.Topic())
+	}
+	if m := retainedPayloads(b, "sensors/x"); len(m) != 0 {
+		t.Fatalf("a record without Retain became retained: %v", m)
+	}
+
+	appendDirect(t, st, retainedRec("sensors/r", ""))
+	waitFor(t, "retained message cleared by an empty payload", func() bool {
+		return len(retainedPayloads(b, "sensors/r")) == 0
+	})
+}
+
+// A broker started on a log that holds retained records has their retained
+// messages at once, without a publish, from the index alone; cleared
+// topics stay cleared.
+func TestRetained_RestartRebuildsFromLog(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	st := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	pub, _ := dialV3(t, b, "pub")
+	publish := func(topic, payload string) {
+		t.Helper()
+		if tok := pub.Publish(topic, 1, true, payload); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+	}
+	publish("sensors/a", "a1")
+	publish("sensors/a", "a2")
+	publish("sensors/b", "b1")
+	publish("sensors/b", "") // cleared
+	if r := st.records(); len(r) != 4 {
+		t.Fatalf("log holds %d records, want 4", len(r))
+	}
+
+	b = restartBroker(t, b, l)
+	for topic, want := range map[string]string{"sensors/a": "a2", "sensors/b": ""} {
+		got := retainedPayloads(b, topic)
+		if want == "" && len(got) != 0 || want != "" && (len(got) != 1 || got[0] != want) {
+			t.Errorf("after restart, retained %s = %v, want %q", topic, got, want)
+		}
+	}
+	if m := subscribeRetained(t, b, "sub", "sensors/a"); string(m.Payload()) != "a2" {
+		t.Fatalf("new subscriber after restart got %q, want a2", m.Payload())
+	}
+	// The index holds one entry per retained topic, not one per record.
+	n := 0
+	if err := l.State().LoadState(retainedTopicPrefix("default"), func(string, []byte) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("retained index has %d entries, want 1 (sensors/a)", n)
+	}
+}
+
+// Retention takes a record's retained message with it: at once on a
+// running broker, and after a restart.
+func TestRetained_DroppedByRetention(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	st := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	appendDirect(t, st, retainedRec("sensors/old", "old"))
+	appendDirect(t, st, retainedRec("sensors/kept", "kept"))
+	waitFor(t, "both retained", func() bool {
+		return len(retainedPayloads(b, "sensors/old")) == 1 && len(retainedPayloads(b, "sensors/kept")) == 1
+	})
+
+	st.trim(1) // retention removes offset 0
+	waitFor(t, "the removed record's retained message gone", func() bool {
+		return len(retainedPayloads(b, "sensors/old")) == 0
+	})
+
+	b = restartBroker(t, b, l)
+	if m := retainedPayloads(b, "sensors/old"); len(m) != 0 {
+		t.Fatalf("after restart a record retention removed is retained: %v", m)
+	}
+	if m := retainedPayloads(b, "sensors/kept"); len(m) != 1 || m[0] != "kept" {
+		t.Fatalf("after restart sensors/kept retained = %v, want kept", m)
+	}
+}
+
+// Retention that happens while the broker is down: the restarted broker
+// has no retained message for a record it removed.
+func TestRetained_DroppedByRetentionWhileDown(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	st := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	appendDirect(t, st, retainedRec("sensors/old", "old"))
+	appendDirect(t, st, retainedRec("sensors/kept", "kept"))
+	waitFor(t, "both retained", func() bool {
+		return len(retainedPayloads(b, "sensors/old")) == 1 && len(retainedPayloads(b, "sensors/kept")) == 1
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st.trim(1)
+	b = newTestBroker(t, l)
+	if m := retainedPayloads(b, "sensors/old"); len(m) != 0 {
+		t.Fatalf("after restart a record retention removed is retained: %v", m)
+	}
+	if m := retainedPayloads(b, "sensors/kept"); len(m) != 1 || m[0] != "kept" {
+		t.Fatalf("after restart sensors/kept retained = %v, want kept", m)
+	}
+}
+
+// A retained publish whose append is refused never becomes retained: not
+// on the broker that took it, not after the follower passed, not after a
+// restart.
+func TestRetained_RefusedAppendNeverRetained(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	st := l.stream(t, "default")
+	b := newTestBroker(t, l)
+
+	st.fail(errors.New("disk gone"))
+	pub := dialRaw(t, b, "pub5", 5)
+	pub.Write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true},
+		TopicName: "sensors/refused", PacketID: 1, Payload: []byte("never")})
+	if pk := pub.Read(); pk.ReasonCode < 0x80 {
+		t.Fatalf("publish acked while the log fails")
+	}
+	refused := make(chan error, 1)
+	st.AppendAsync([]*logstore.Record{retainedRec("sensors/refused", "never either")}, func(_ uint64, err error) { refused <- err })
+	if err := <-refused; err == nil {
+		t.Fatal("append succeeded while the log fails")
+	}
+	st.fail(nil)
+
+	appendDirect(t, st, retainedRec("sensors/marker", "m"))
+	waitFor(t, "the follower past the refused appends", func() bool {
+		return len(retainedPayloads(b, "sensors/marker")) == 1
+	})
+	if m := retainedPayloads(b, "sensors/refused"); len(m) != 0 {
+		t.Fatalf("a refused retained publish is retained: %v", m)
+	}
+	b = restartBroker(t, b, l)
+	if m := retainedPayloads(b, "sensors/refused"); len(m) != 0 {
+		t.Fatalf("after restart a refused retained publish is retained: %v", m)
+	}
+	if m := retainedPayloads(b, "sensors/marker"); len(m) != 1 {
+		t.Fatalf("after restart sensors/marker retained = %v, want m", m)
+	}
+}
+
+// The ingest fast path and the follower never take a topic back to an
+// older retained message: a late ingest completion for an offset the
+// follower has passed changes nothing.
+func TestRetained_StaleSetIgnored(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	st := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	appendDirect(t, st, retainedRec("sensors/r", "v1"))
+	appendDirect(t, st, retainedRec("sensors/r", ""))
+	waitFor(t, "cleared", func() bool {
+		b.deliv.retained.mu.Lock()
+		defer b.deliv.retained.mu.Unlock()
+		return b.deliv.retained.mu.applied["default"] == 2
+	})
+	b.deliv.retained.committed("default", 0, packets.Packet{TopicName: "sensors/r", Payload: []byte("v1"),
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: true}})
+	if m := retainedPayloads(b, "sensors/r"); len(m) != 0 {
+		t.Fatalf("a stale completion brought back %v", m)
+	}
+}
+
+// A log whose retained index was never written (a broker from before the
+// index, or one that crashed before its first store) is read from its
+// start: its retained messages come back without a publish.
+func TestRetained_NoIndexReadsTheLog(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	st := l.stream(t, "default")
+	appendDirect(t, st, retainedRec("sensors/a", "a1"))
+	appendDirect(t, st, &logstore.Record{Topic: "sensors/a", Payload: []byte("live"), QoS: 1})
+	b := newTestBroker(t, l)
+	waitFor(t, "retained message read from the log's start", func() bool {
+		m := retainedPayloads(b, "sensors/a")
+		return len(m) == 1 && m[0] == "a1"
+	})
+}
+
+// writeStateChunks splits what does not fit one WriteState and writes the
+// last key in the last step.
+func TestRetained_WriteStateChunks(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	puts := map[string][]byte{}
+	for i := range 1500 {
+		puts[fmt.Sprintf("p/%04d", i)] = []byte{1}
+	}
+	var dels []string
+	for i := range 700 {
+		dels = append(dels, fmt.Sprintf("d/%04d", i))
+	}
+	if err := l.State().WriteState(map[string][]byte{"d/0000": {1}, "d/0699": {1}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeStateChunks(l.State(), puts, dels, "z/last", []byte{2}); err != nil {
+		t.Fatalf("writeStateChunks: %v", err)
+	}
+	n := 0
+	if err := l.State().LoadState("p/", func(string, []byte) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1500 {
+		t.Fatalf("%d puts stored, want 1500", n)
+	}
+	if _, ok := l.stateValue("d/0699"); ok {
+		t.Fatal("a deleted key is still there")
+	}
+	if v, ok := l.stateValue("z/last"); !ok || v[0] != 2 {
+		t.Fatal("last key not stored")
+	}
+}
+
+// The follower, behind ingest, does not take a topic back to an older
+// record than the one ingest set when its append committed.
+func TestRetained_FollowerBehindIngestKeepsNewer(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	b := newTestBroker(t, l)
+	rs := newRetainedSet(b.Server(), l.State(), b.logger)
+	pk := func(payload string) packets.Packet {
+		return packets.Packet{TopicName: "other/r", Payload: []byte(payload),
+			FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: true}}
+	}
+	apply := func(off uint64, payload string) {
+		rec := retainedRec("other/r", payload)
+		rec.Offset = off
+		puts, dels := map[string][]byte{}, []string(nil)
+		rs.mu.Lock()
+		rs.applyLocked("other", []*logstore.Record{rec}, off+1, puts, &dels)
+		rs.mu.Unlock()
+	}
+	rs.committed("other", 5, pk("v5"))
+	apply(3, "v3")
+	if m := retainedPayloads(b, "other/r"); len(m) != 1 || m[0] != "v5" {
+		t.Fatalf("the follower at offset 3 took the topic back: %v, want v5", m)
+	}
+	rs.committed("other", 7, pk("")) // cleared by ingest
+	apply(5, "v5")
+	if m := retainedPayloads(b, "other/r"); len(m) != 0 {
+		t.Fatalf("the follower at offset 5 brought back a cleared topic: %v", m)
+	}
+	apply(7, "")
+	apply(8, "v8")
+	if m := retainedPayloads(b, "other/r"); len(m) != 1 || m[0] != "v8" {
+		t.Fatalf("after the follower caught up: %v, want v8", m)
+	}
+}
