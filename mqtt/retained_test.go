@@ -344,3 +344,20 @@ func TestRetained_FollowerBehindIngestKeepsNewer(t *testing.T) {
 		t.Fatalf("after the follower caught up: %v, want v8", m)
 	}
 }
+
+// A stream added at run time has a retained follower of its own: a
+// retained record appended to it directly (as a replica receives it)
+// becomes the topic's retained message.
+func TestRetained_StreamAddedAtRunTime(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	b := newTestBroker(t, l)
+	if _, err := l.ml.AddStream("sensors=sensors/#"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "delivery to read the added stream", func() bool { return b.deliv.reader("sensors") != nil })
+	appendDirect(t, l.stream(t, "sensors"), retainedRec("sensors/r", "added"))
+	waitFor(t, "retained message from the added stream", func() bool {
+		m := retainedPayloads(b, "sensors/r")
+		return len(m) == 1 && m[0] == "added"
+	})
+}
