@@ -39,10 +39,6 @@ import (
 // position it stays below logstore.MaxStateWrite entries per write.
 const retainedBatch = 256
 
-// retainedPosInterval is how often the follower stores its position when
-// it passed no retained record: a restart re-reads at most that much log.
-const retainedPosInterval = 10 * time.Second
-
 // State keys: retainedTopicKey holds a topic's offset, retainedPosKey the
 // follower's position (both 8 bytes, big endian). U+0000 separates stream
 // and topic: a topic never holds it.
