@@ -15,6 +15,11 @@ import (
 // tests).
 const killChildEnv = "PEAT_LOGSTORE_KILL_CHILD_DIR"
 
+// testExecEnv names the emulator the tests run under (scripts/test-arm.sh
+// sets it to what it gives go test -exec): without binfmt_misc the kernel
+// cannot exec the test binary again by itself.
+const testExecEnv = "PEAT_TEST_EXEC"
+
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(killChildEnv); dir != "" {
 		killChild(dir)
@@ -75,7 +80,11 @@ func killChild(dir string) {
 // end and keys.
 func TestStore_KilledProcessKeepsReplicaState(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	args := []string{os.Args[0], "-test.run=^$"}
+	if emu := os.Getenv(testExecEnv); emu != "" {
+		args = append([]string{emu}, args...) // the child is a binary for the emulated CPU too
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), killChildEnv+"="+dir)
 	out, err := cmd.StdoutPipe()
 	if err != nil {

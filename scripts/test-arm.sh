@@ -110,7 +110,8 @@ for s in $STEPS; do
 		# MADV_DONTNEED on to the kernel, so pages handed back with
 		# MADV_PAGEOUT stay resident there: the test that checks they
 		# leave cannot pass under it, and runs natively in make test.
-		step "arm64: logstore" env GOARCH=arm64 QEMU_CPU=cortex-a53 "$GO" test -count=1 -timeout 20m -exec qemu-aarch64-static \
+		# PEAT_TEST_EXEC: the kill -9 test runs its child under qemu too.
+		step "arm64: logstore" env GOARCH=arm64 QEMU_CPU=cortex-a53 PEAT_TEST_EXEC=qemu-aarch64-static "$GO" test -count=1 -timeout 20m -exec qemu-aarch64-static \
 			-skip '^TestMapped_PageOutGivesPagesBackAndKeepsData$' ./logstore/
 		step "arm64: mqtt publish/subscribe/restart" run_listed ./mqtt/ "$MQTT_TESTS"
 		step "arm64: edge node restart" run_listed ./edge/ "$EDGE_TESTS"
