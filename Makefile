@@ -59,6 +59,11 @@ bench-pi:
 bench-connect:
 	./scripts/bench-connect.sh
 
+## bench-disk: disk use under max_bytes retention for records of 16 B to 1 MiB, profiles pi-zero and server
+.PHONY: bench-disk
+bench-disk:
+	./scripts/bench-disk.sh
+
 ## bench-replay: 1,000,000 stored 128-byte records replayed to one QoS 0 and one QoS 1 consumer: msg/s, gaps/dups, broker RSS idle and peak (issue 3 targets)
 .PHONY: bench-replay
 bench-replay:
