@@ -1,0 +1,132 @@
+package cluster
+
+import (
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// A Command is one change to the controller's state, proposed by the
+// controller (or a stream's leader, for AlterISR) and applied by every
+// voter's state machine in Raft log order. An entry's data is one byte,
+// the command's kind, then the command as msgpack.
+type Command interface{ kind() byte }
+
+const (
+	kindRegisterBroker byte = 1 + iota
+	kindBrokerFailed
+	kindCreateStream
+	kindAssignReplicas
+	kindElectLeader
+	kindAlterISR
+)
+
+// RegisterBroker records that broker ID runs with Epoch (new on every
+// start) and is alive. A higher epoch than the one known is a restart: the
+// old incarnation's standing goes (it leaves every ISR it is not the last
+// member of, and leads nothing until elected again).
+type RegisterBroker struct {
+	ID    string
+	Epoch uint64
+}
+
+// BrokerFailed records that Serf declared broker ID, in Epoch, failed: it
+// leaves every ISR at once (the last member stays, see Stream.ISR) and its
+// streams elect new leaders. An epoch other than the broker's current one
+// is stale and changes nothing.
+type BrokerFailed struct {
+	ID    string
+	Epoch uint64
+}
+
+// CreateStream adds a stream on Replicas (the first alive one leads);
+// every alive replica starts in the ISR, since all their logs are empty.
+// Creating it again with the same replicas changes nothing.
+type CreateStream struct {
+	Name            string
+	Replicas        []string
+	UncleanElection bool
+}
+
+// AssignReplicas moves a stream to another replica set that keeps at
+// least one member of its ISR.
+type AssignReplicas struct {
+	Name     string
+	Replicas []string
+}
+
+// ElectLeader makes Preferred the stream's leader when it is alive and in
+// the ISR; without Preferred it keeps an eligible leader, else elects one.
+type ElectLeader struct {
+	Name      string
+	Preferred string
+}
+
+// AlterISR is a leader's request to set its stream's ISR: refused unless
+// Leader, LeaderEpoch and Version are the stream's current ones (the
+// compare-and-set that keeps a deposed leader from shrinking the ISR) and
+// every member is an alive replica in the broker epoch given.
+type AlterISR struct {
+	Name        string
+	Leader      string
+	LeaderEpoch uint32
+	Version     uint64
+	ISR         []ISRMember
+}
+
+// ISRMember names a replica and the broker epoch in which it caught up.
+type ISRMember struct {
+	ID    string
+	Epoch uint64
+}
+
+func (RegisterBroker) kind() byte { return kindRegisterBroker }
+func (BrokerFailed) kind() byte   { return kindBrokerFailed }
+func (CreateStream) kind() byte   { return kindCreateStream }
+func (AssignReplicas) kind() byte { return kindAssignReplicas }
+func (ElectLeader) kind() byte    { return kindElectLeader }
+func (AlterISR) kind() byte       { return kindAlterISR }
+
+// EncodeCommand is the Raft entry data of c.
+func EncodeCommand(c Command) ([]byte, error) {
+	body, err := msgpack.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: encode command: %w", err)
+	}
+	return append([]byte{c.kind()}, body...), nil
+}
+
+// DecodeCommand reads what EncodeCommand wrote.
+func DecodeCommand(b []byte) (Command, error) {
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%w: empty", ErrBadCommand)
+	}
+	var c Command
+	var err error
+	switch b[0] {
+	case kindRegisterBroker:
+		c, err = decodeAs[RegisterBroker](b[1:])
+	case kindBrokerFailed:
+		c, err = decodeAs[BrokerFailed](b[1:])
+	case kindCreateStream:
+		c, err = decodeAs[CreateStream](b[1:])
+	case kindAssignReplicas:
+		c, err = decodeAs[AssignReplicas](b[1:])
+	case kindElectLeader:
+		c, err = decodeAs[ElectLeader](b[1:])
+	case kindAlterISR:
+		c, err = decodeAs[AlterISR](b[1:])
+	default:
+		return nil, fmt.Errorf("%w: kind %d", ErrBadCommand, b[0])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: kind %d: %v", ErrBadCommand, b[0], err)
+	}
+	return c, nil
+}
+
+func decodeAs[T Command](b []byte) (Command, error) {
+	var v T
+	err := msgpack.Unmarshal(b, &v)
+	return v, err
+}

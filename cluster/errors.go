@@ -1,0 +1,19 @@
+package cluster
+
+import "errors"
+
+// The controller's refusals. A command the state machine refuses changes
+// nothing, on every node alike; raft hands the error back to the node that
+// proposed it (ApplyFuture.Response).
+var (
+	ErrUnknownStream     = errors.New("cluster: unknown stream")
+	ErrStreamExists      = errors.New("cluster: stream exists with other replicas")
+	ErrUnknownBroker     = errors.New("cluster: unknown broker")
+	ErrStaleBrokerEpoch  = errors.New("cluster: stale broker epoch")
+	ErrStaleLeaderEpoch  = errors.New("cluster: stale leader or leader epoch")
+	ErrStaleVersion      = errors.New("cluster: stale stream version")
+	ErrIneligibleReplica = errors.New("cluster: replica not eligible")
+	ErrBadReplicas       = errors.New("cluster: bad replica list")
+	ErrBadCommand        = errors.New("cluster: malformed controller command")
+	ErrNotController     = errors.New("cluster: this node is not the controller")
+)

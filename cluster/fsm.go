@@ -1,0 +1,111 @@
+package cluster
+
+import (
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// FSM is the controller's state machine: raft applies the committed
+// Commands to it, in log order, on every voter.
+type FSM struct {
+	mu struct {
+		sync.RWMutex
+		state   *State
+		changed chan struct{} // closed and replaced by every change
+	}
+}
+
+var _ raft.FSM = (*FSM)(nil)
+
+// NewFSM returns an empty state machine.
+func NewFSM() *FSM {
+	f := &FSM{}
+	f.mu.state = newState()
+	f.mu.changed = make(chan struct{})
+	return f
+}
+
+// Apply applies one committed entry. Its result, for the proposer, is nil
+// or the error that refused the command (which changed nothing).
+func (f *FSM) Apply(l *raft.Log) any {
+	c, err := DecodeCommand(l.Data)
+	if err != nil {
+		return err
+	}
+	return f.apply(c)
+}
+
+func (f *FSM) apply(c Command) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	// Apply to a copy and keep it only on success: a refused command
+	// changes nothing, even one refused half way through its checks.
+	next := f.mu.state.clone()
+	if err := next.apply(c); err != nil {
+		return err
+	}
+	f.mu.state = next
+	close(f.mu.changed)
+	f.mu.changed = make(chan struct{})
+	return nil
+}
+
+// State returns a copy of the current state and a channel closed at the
+// next change.
+func (f *FSM) State() (*State, <-chan struct{}) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.mu.state.clone(), f.mu.changed
+}
+
+// Snapshot captures the state for raft's snapshot store.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	b, err := msgpack.Marshal(f.mu.state)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: snapshot: %w", err)
+	}
+	return snapshot(b), nil
+}
+
+// Restore replaces the state with a snapshot's.
+func (f *FSM) Restore(r io.ReadCloser) error {
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return fmt.Errorf("cluster: restore: %w", err)
+	}
+	st := newState()
+	if err := msgpack.Unmarshal(b, st); err != nil {
+		return fmt.Errorf("cluster: restore: %w", err)
+	}
+	if st.Brokers == nil {
+		st.Brokers = map[string]*Broker{}
+	}
+	if st.Streams == nil {
+		st.Streams = map[string]*Stream{}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.state = st
+	close(f.mu.changed)
+	f.mu.changed = make(chan struct{})
+	return nil
+}
+
+type snapshot []byte
+
+func (s snapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("cluster: persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (snapshot) Release() {}

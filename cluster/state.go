@@ -1,0 +1,318 @@
+package cluster
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+)
+
+// State is the site metadata the controller agrees on through Raft.
+type State struct {
+	Brokers map[string]*Broker
+	Streams map[string]*Stream
+}
+
+// Broker is one node as the controller knows it.
+type Broker struct {
+	ID    string
+	Epoch uint64 // changes on every start (Serf tag); fences an old incarnation
+	Alive bool
+}
+
+// Stream is one stream's replication state.
+//
+// Leader is "" while no replica can lead (offline). ISR never becomes
+// empty: when its last member fails it stays there, as Kafka keeps it, so
+// the stream comes back under it, losing nothing, when it returns.
+// LeaderEpoch grows with every change of leader; Version with every
+// change of leader, ISR or replicas (the compare-and-set of AlterISR).
+type Stream struct {
+	Name            string
+	Replicas        []string
+	Leader          string
+	LeaderEpoch     uint32
+	ISR             []string
+	Version         uint64
+	UncleanElection bool
+}
+
+func newState() *State {
+	return &State{Brokers: map[string]*Broker{}, Streams: map[string]*Stream{}}
+}
+
+// clone is a deep copy: readers get one, never the state Apply changes.
+func (s *State) clone() *State {
+	c := newState()
+	for id, b := range s.Brokers {
+		bc := *b
+		c.Brokers[id] = &bc
+	}
+	for n, st := range s.Streams {
+		c.Streams[n] = st.clone()
+	}
+	return c
+}
+
+func (st *Stream) clone() *Stream {
+	c := *st
+	c.Replicas = slices.Clone(st.Replicas)
+	c.ISR = slices.Clone(st.ISR)
+	return &c
+}
+
+// InISR reports whether id is in the stream's ISR.
+func (st *Stream) InISR(id string) bool { return slices.Contains(st.ISR, id) }
+
+// streamNames in order: every rule that walks streams walks them in the
+// same order on every node.
+func (s *State) streamNames() []string {
+	names := make([]string, 0, len(s.Streams))
+	for n := range s.Streams {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (s *State) alive(id string) bool {
+	b := s.Brokers[id]
+	return b != nil && b.Alive
+}
+
+// apply changes the state by c, or returns why not and changes nothing.
+func (s *State) apply(c Command) error {
+	switch c := c.(type) {
+	case RegisterBroker:
+		return s.registerBroker(c)
+	case BrokerFailed:
+		return s.brokerFailed(c)
+	case CreateStream:
+		return s.createStream(c)
+	case AssignReplicas:
+		return s.assignReplicas(c)
+	case ElectLeader:
+		return s.electLeader(c)
+	case AlterISR:
+		return s.alterISR(c)
+	}
+	return fmt.Errorf("%w: %T", ErrBadCommand, c)
+}
+
+func (s *State) registerBroker(c RegisterBroker) error {
+	if c.ID == "" {
+		return fmt.Errorf("%w: empty broker id", ErrBadCommand)
+	}
+	b := s.Brokers[c.ID]
+	switch {
+	case b == nil:
+		s.Brokers[c.ID] = &Broker{ID: c.ID, Epoch: c.Epoch, Alive: true}
+	case c.Epoch < b.Epoch:
+		return fmt.Errorf("%w: %s registers epoch %d, known %d", ErrStaleBrokerEpoch, c.ID, c.Epoch, b.Epoch)
+	case c.Epoch == b.Epoch:
+		b.Alive = true // back after a partition, same incarnation
+	default:
+		// A restart: the old incarnation's place in the ISRs goes with it;
+		// the new one rejoins them by catching up in its own epoch.
+		b.Epoch, b.Alive = c.Epoch, true
+		s.fence(c.ID)
+	}
+	s.electOffline()
+	return nil
+}
+
+func (s *State) brokerFailed(c BrokerFailed) error {
+	b := s.Brokers[c.ID]
+	if b == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownBroker, c.ID)
+	}
+	if c.Epoch != b.Epoch {
+		return fmt.Errorf("%w: %s failed in epoch %d, runs %d", ErrStaleBrokerEpoch, c.ID, c.Epoch, b.Epoch)
+	}
+	b.Alive = false
+	s.fence(c.ID)
+	return nil
+}
+
+// fence takes id out of every ISR it is not the last member of, and
+// elects new leaders for the streams it led.
+func (s *State) fence(id string) {
+	for _, n := range s.streamNames() {
+		st := s.Streams[n]
+		changed := false
+		if len(st.ISR) > 1 && st.InISR(id) {
+			st.ISR = slices.DeleteFunc(st.ISR, func(m string) bool { return m == id })
+			changed = true
+		}
+		if st.Leader == id {
+			s.elect(st, "", id)
+			continue // elect moved the version
+		}
+		if changed {
+			st.Version++
+		}
+	}
+}
+
+// electOffline gives a leader to the streams that have none, if one of
+// their ISR (or, with UncleanElection, of their replicas) is alive.
+func (s *State) electOffline() {
+	for _, n := range s.streamNames() {
+		if st := s.Streams[n]; st.Leader == "" {
+			s.elect(st, "", "")
+		}
+	}
+}
+
+// elect chooses st's leader: preferred if given, else the first alive ISR
+// member in replica order other than exclude; with UncleanElection and no
+// such member, the first alive replica, whose log becomes the stream's (the
+// ISR shrinks to it). With no one eligible the stream goes offline. A
+// change of leader moves LeaderEpoch and Version.
+func (s *State) elect(st *Stream, preferred, exclude string) {
+	leader := ""
+	if preferred != "" {
+		leader = preferred
+	} else {
+		for _, r := range st.Replicas {
+			if r != exclude && st.InISR(r) && s.alive(r) {
+				leader = r
+				break
+			}
+		}
+	}
+	if leader == "" && st.UncleanElection {
+		for _, r := range st.Replicas {
+			if r != exclude && s.alive(r) {
+				leader = r
+				st.ISR = []string{r}
+				break
+			}
+		}
+	}
+	if leader == st.Leader {
+		return
+	}
+	st.Leader = leader
+	st.LeaderEpoch++
+	st.Version++
+}
+
+func (s *State) checkReplicas(replicas []string) error {
+	if len(replicas) == 0 {
+		return fmt.Errorf("%w: none", ErrBadReplicas)
+	}
+	seen := map[string]bool{}
+	for _, r := range replicas {
+		if seen[r] {
+			return fmt.Errorf("%w: %s twice", ErrBadReplicas, r)
+		}
+		seen[r] = true
+		if s.Brokers[r] == nil {
+			return fmt.Errorf("%w: %s", ErrUnknownBroker, r)
+		}
+	}
+	return nil
+}
+
+func (s *State) createStream(c CreateStream) error {
+	if c.Name == "" {
+		return fmt.Errorf("%w: empty stream name", ErrBadCommand)
+	}
+	if old := s.Streams[c.Name]; old != nil {
+		if slices.Equal(old.Replicas, c.Replicas) && old.UncleanElection == c.UncleanElection {
+			return nil
+		}
+		return fmt.Errorf("%w: %s", ErrStreamExists, c.Name)
+	}
+	if err := s.checkReplicas(c.Replicas); err != nil {
+		return err
+	}
+	st := &Stream{Name: c.Name, Replicas: slices.Clone(c.Replicas), UncleanElection: c.UncleanElection}
+	for _, r := range c.Replicas {
+		if s.alive(r) {
+			st.ISR = append(st.ISR, r)
+		}
+	}
+	if len(st.ISR) == 0 {
+		return fmt.Errorf("%w: no replica of %s is alive", ErrIneligibleReplica, c.Name)
+	}
+	st.Leader, st.LeaderEpoch, st.Version = st.ISR[0], 1, 1
+	s.Streams[c.Name] = st
+	return nil
+}
+
+func (s *State) assignReplicas(c AssignReplicas) error {
+	st := s.Streams[c.Name]
+	if st == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownStream, c.Name)
+	}
+	if err := s.checkReplicas(c.Replicas); err != nil {
+		return err
+	}
+	isr := slices.DeleteFunc(slices.Clone(st.ISR), func(m string) bool { return !slices.Contains(c.Replicas, m) })
+	if len(isr) == 0 {
+		return fmt.Errorf("%w: %s: no member of the ISR %v among %v", ErrIneligibleReplica, c.Name, st.ISR, c.Replicas)
+	}
+	st.Replicas, st.ISR = slices.Clone(c.Replicas), isr
+	st.Version++
+	switch {
+	case !slices.Contains(st.Replicas, st.Leader):
+		s.elect(st, "", st.Leader) // not a replica any more: one of the rest
+	case st.Leader == "":
+		s.elect(st, "", "")
+	}
+	return nil
+}
+
+func (s *State) electLeader(c ElectLeader) error {
+	st := s.Streams[c.Name]
+	if st == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownStream, c.Name)
+	}
+	if c.Preferred != "" {
+		if !st.InISR(c.Preferred) || !s.alive(c.Preferred) {
+			return fmt.Errorf("%w: %s is not an alive member of %s's ISR %v", ErrIneligibleReplica, c.Preferred, c.Name, st.ISR)
+		}
+		s.elect(st, c.Preferred, "")
+		return nil
+	}
+	if st.Leader != "" && st.InISR(st.Leader) && s.alive(st.Leader) {
+		return nil
+	}
+	s.elect(st, "", st.Leader)
+	return nil
+}
+
+func (s *State) alterISR(c AlterISR) error {
+	st := s.Streams[c.Name]
+	if st == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownStream, c.Name)
+	}
+	if c.Leader == "" || c.Leader != st.Leader || c.LeaderEpoch != st.LeaderEpoch {
+		return fmt.Errorf("%w: %s: %s in epoch %d, the leader is %s in epoch %d",
+			ErrStaleLeaderEpoch, c.Name, c.Leader, c.LeaderEpoch, st.Leader, st.LeaderEpoch)
+	}
+	if c.Version != st.Version {
+		return fmt.Errorf("%w: %s: version %d, current %d", ErrStaleVersion, c.Name, c.Version, st.Version)
+	}
+	var isr []string
+	for _, m := range c.ISR {
+		b := s.Brokers[m.ID]
+		switch {
+		case !slices.Contains(st.Replicas, m.ID) || slices.Contains(isr, m.ID):
+			return fmt.Errorf("%w: %s: %s is not a replica, or named twice", ErrIneligibleReplica, c.Name, m.ID)
+		case b == nil || b.Epoch != m.Epoch:
+			return fmt.Errorf("%w: %s: %s caught up in epoch %d", ErrStaleBrokerEpoch, c.Name, m.ID, m.Epoch)
+		case !b.Alive:
+			return fmt.Errorf("%w: %s: %s has failed", ErrIneligibleReplica, c.Name, m.ID)
+		}
+		isr = append(isr, m.ID)
+	}
+	if !slices.Contains(isr, c.Leader) {
+		return fmt.Errorf("%w: %s: the leader %s must stay in the ISR", ErrIneligibleReplica, c.Name, c.Leader)
+	}
+	// Replica order, so that elections and comparisons see one order.
+	st.ISR = slices.DeleteFunc(slices.Clone(st.Replicas), func(r string) bool { return !slices.Contains(isr, r) })
+	st.Version++
+	return nil
+}
