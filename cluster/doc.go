@@ -1,6 +1,111 @@
-// Package cluster will hold a site's replication: Serf membership, the
-// Raft-backed controller, stream leadership, the ISR and replica fetch (see
-// DESIGN.md, "Cluster"). Nothing is built yet: Peat runs as a single node,
-// and the mqtt package reaches the log through mqtt.Log so that this package
-// can stand in for the single-node log later.
+// Package cluster holds a site's replication (DESIGN.md, "Cluster"). What
+// exists so far is its control plane: membership, the controller and the
+// state it agrees on. It is a tested package that nothing wires in yet:
+// Peat still runs as a single node (see "What is left").
+//
+// # Membership (membership.go)
+//
+// Every node runs Serf. Its tags carry the node's role (voter or broker),
+// MQTT address, Raft address, Peat version and broker epoch. The broker
+// epoch is new on every start (the stored one plus 1, at least the time in
+// milliseconds, so a node whose disk was replaced still outranks its old
+// incarnation): a restarted replica cannot rejoin an ISR on its old
+// standing. One goroutine drains Serf's event channel (a blocked channel
+// stalls Serf) and only nudges the controller loop.
+//
+// Failure detection is memberlist's: a probe every ProbeInterval, answered
+// within ProbeTimeout, then a suspicion of SuspicionMult intervals that
+// the other members' confirmations shorten to its minimum. The defaults,
+// 500 ms, 250 ms and 3, detect a dead node in about 2 s on a wired LAN, so
+// a stream fails over well under 5 s, and leave a live node 1.5 s to
+// refute a false suspicion. Serf's LAN defaults (1 s, 500 ms, 4) took
+// 5.1-5.6 s here; 200 ms, 100 ms, 2 took 0.6-0.9 s but leave ~400 ms to
+// refute (shared FACTS.md). On Wi-Fi, whose retransmits and power saving
+// delay acks by hundreds of milliseconds, use Serf's defaults.
+//
+// # The controller (controller.go)
+//
+// Serf is only eventually consistent: it cannot keep two nodes from both
+// acting as controller after a partition. The controller is therefore the
+// hashicorp/raft leader among the voters (1, 3 or 5), the Consul pattern:
+//
+//   - Voters with no Raft state bootstrap once BootstrapExpect of them are
+//     alive in Serf, all with the same configuration (the alive voters in
+//     id order). A node added to a running site has BootstrapExpect 0.
+//   - The leader runs leaderLoop: after a Barrier (every earlier entry
+//     applied) it reconciles Serf's members with the Raft configuration
+//     and the state, at once, on every member event and every
+//     ReconcileInterval. An alive voter outside the configuration is added
+//     as a voter, a broker as a non-voter (it follows the state without
+//     voting); an alive member in a new epoch is registered; a failed or
+//     departed one is reported failed, which takes it out of every ISR at
+//     once; one that left gracefully or was reaped leaves the
+//     configuration. A failed voter stays in it, as in Consul: removing it
+//     would shrink the quorum on a guess.
+//   - Raft's log and stable store are a RaftStore in the node's own Badger
+//     database (logstore's key-value space: no second storage engine);
+//     snapshots use raft's file snapshot store.
+//
+// Raft's timings default to raft's (1 s heartbeat and election timeouts,
+// 500 ms lease): a new controller within about 2 s of the old one's death.
+//
+// # The state (state.go, commands.go, fsm.go)
+//
+// FSM is the raft.FSM; State holds each broker's epoch and liveness, and
+// each stream's replicas, leader, ISR, leader epoch and version. Commands
+// (one kind byte, then msgpack) change it; a refused command changes
+// nothing, on every node alike. The rules, Kafka's:
+//
+//   - A leader comes from the ISR only, alive, first in replica order;
+//     with UncleanElection (per stream) and no such member, the first
+//     alive replica, whose log then becomes the stream's.
+//   - The ISR never becomes empty: its last member stays when it fails,
+//     the stream goes offline (no leader), and comes back under that member
+//     when it returns, losing nothing.
+//   - AlterISR is a compare-and-set: refused unless the leader, its leader
+//     epoch and the stream version are the current ones (a deposed leader
+//     can never shrink the ISR), and every member is an alive replica in
+//     the broker epoch named.
+//   - A broker registering a higher epoch (a restart), or reported failed
+//     in its current one, is fenced: out of every ISR it is not the last
+//     member of, and its streams elect new leaders. A lower epoch, or a
+//     failure report for another epoch, is stale and refused.
+//   - LeaderEpoch grows with every change of leader; Version with every
+//     change of leader, ISR or replicas.
+//
+// Snapshots are the State as msgpack.
+//
+// # Raft's keys in the key-value space (raftstore.go)
+//
+//	log entry     'l' <index:8 BE>   -> version 1 | term uvarint | type byte
+//	                                    | appended-at unix ns varint (0: zero time)
+//	                                    | data length uvarint | data
+//	                                    | extensions length uvarint | extensions
+//	stable key    's' <key>          -> value (uint64s: 8 bytes BE)
+//	broker epoch  'e'                -> uint64 BE, the last one used
+//
+// Big-endian indexes keep Badger's key order the log's order. The first
+// and last index are kept in memory and read back with a seek
+// (logstore.KVScanRange). StoreLogs writes one transaction when the
+// entries fit in one, else splits the batch, lowest indexes first;
+// DeleteRange deletes a prefix from its low end and a suffix from its
+// high end, 1024 keys a transaction, so a crash part way leaves a
+// contiguous log.
+//
+// # What is left
+//
+//   - Replication: the fetch protocol (followers fetch "everything after
+//     my offset" from the leader in msgpack frames over TCP, records raw
+//     via logstore ReadRaw/AppendReplica, long-polled), follower log ends
+//     on the leader, the high watermark as the lowest log end in the ISR,
+//     ISR shrink on replica_lag_max and expansion on catch-up through
+//     AlterISR, truncation to the leader's epoch end after a leader change,
+//     an in-process transport with drop, delay and partition for unit tests.
+//   - Forwarding commands to the controller from other nodes (a stream
+//     leader's AlterISR), and the stream leader acting on State changes.
+//   - acks (all, leader), min_insync_replicas, produce forwarding, the
+//     mqtt.Log implementation over the cluster, group offsets replicated
+//     with their stream.
+//   - The edge wiring: a `cluster:` config section, /api/v1/cluster,
+//     metrics, scripts/site.sh, Serf's keyring and mutual TLS.
 package cluster

@@ -1,0 +1,142 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+)
+
+// Membership and controller timings. The probe defaults detect a dead
+// node in about 2 s on a wired LAN (memberlist: a probe every interval, a
+// suspicion of SuspicionMult intervals, shortened by the other members'
+// confirmations); a member then has 1.5 s to refute a false suspicion.
+// Serf's LAN defaults (1 s, 500 ms, 4) took 5.1-5.6 s here; 200 ms, 100 ms,
+// 2 took 0.6-0.9 s but leave ~400 ms to refute (FACTS.md). Wi-Fi, with its
+// retransmits and power saving, needs Serf's defaults.
+const (
+	DefaultProbeInterval      = 500 * time.Millisecond
+	DefaultProbeTimeout       = 250 * time.Millisecond
+	DefaultSuspicionMult      = 3
+	DefaultHeartbeatTimeout   = time.Second // raft's defaults
+	DefaultElectionTimeout    = time.Second
+	DefaultLeaderLeaseTimeout = 500 * time.Millisecond
+	DefaultReconcileInterval  = 30 * time.Second
+	DefaultApplyTimeout       = 5 * time.Second
+)
+
+// Config configures one node of a site.
+type Config struct {
+	NodeID   string   // unique in the site; Serf's node name and Raft's server id
+	SerfAddr string   // gossip address, host:port (TCP and UDP); port 0 picks one
+	RaftAddr string   // Raft's TCP address, host:port; port 0 picks one
+	Join     []string // Serf addresses of members to join at start
+	Voter    bool     // takes part in the controller's quorum; else follows its state as a non-voter
+
+	// BootstrapExpect is how many voters the site starts with (1, 3 or 5).
+	// A voter with no Raft state waits until it sees that many through
+	// Serf, then all of them bootstrap the same configuration. 0: never
+	// bootstrap (a node added to a running site, which the controller adds).
+	BootstrapExpect int
+
+	MQTTAddr string // advertised in the tags, for clients sent to another node
+	Version  string // Peat's version, advertised in the tags
+
+	SnapshotDir string // Raft's snapshots (raft's file snapshot store)
+
+	ProbeInterval time.Duration // Serf failure detection, see DefaultProbeInterval
+	ProbeTimeout  time.Duration
+	SuspicionMult int
+
+	HeartbeatTimeout   time.Duration // Raft
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+
+	// ReconcileInterval is how often the controller compares Serf's members
+	// with its state, beside reacting to each member event.
+	ReconcileInterval time.Duration
+	ApplyTimeout      time.Duration // a controller command's deadline
+
+	Logger *slog.Logger // nil = discard; Serf's and Raft's logs are bridged into it
+}
+
+// DefaultConfig is a voter with the default timings; NodeID, the addresses
+// and SnapshotDir are the caller's.
+func DefaultConfig() Config {
+	return Config{
+		Voter:              true,
+		ProbeInterval:      DefaultProbeInterval,
+		ProbeTimeout:       DefaultProbeTimeout,
+		SuspicionMult:      DefaultSuspicionMult,
+		HeartbeatTimeout:   DefaultHeartbeatTimeout,
+		ElectionTimeout:    DefaultElectionTimeout,
+		LeaderLeaseTimeout: DefaultLeaderLeaseTimeout,
+		ReconcileInterval:  DefaultReconcileInterval,
+		ApplyTimeout:       DefaultApplyTimeout,
+	}
+}
+
+// Validate reports every problem, each naming its field.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("cluster: %s: "+format, append([]any{field}, args...)...))
+	}
+	if c.NodeID == "" {
+		bad("NodeID", "empty")
+	}
+	for _, a := range []struct{ field, addr string }{{"SerfAddr", c.SerfAddr}, {"RaftAddr", c.RaftAddr}} {
+		if err := checkAddr(a.addr); err != nil {
+			bad(a.field, "%v", err)
+		}
+	}
+	switch {
+	case c.BootstrapExpect < 0:
+		bad("BootstrapExpect", "%d is negative", c.BootstrapExpect)
+	case c.BootstrapExpect > 0 && !c.Voter:
+		bad("BootstrapExpect", "only a voter bootstraps the controller")
+	}
+	if c.SnapshotDir == "" {
+		bad("SnapshotDir", "empty")
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"ProbeInterval", c.ProbeInterval}, {"ProbeTimeout", c.ProbeTimeout},
+		{"HeartbeatTimeout", c.HeartbeatTimeout}, {"ElectionTimeout", c.ElectionTimeout},
+		{"LeaderLeaseTimeout", c.LeaderLeaseTimeout}, {"ReconcileInterval", c.ReconcileInterval},
+		{"ApplyTimeout", c.ApplyTimeout}} {
+		if d.v <= 0 {
+			bad(d.field, "%v is not positive", d.v)
+		}
+	}
+	if c.ProbeTimeout >= c.ProbeInterval && c.ProbeInterval > 0 {
+		bad("ProbeTimeout", "%v must be shorter than ProbeInterval %v", c.ProbeTimeout, c.ProbeInterval)
+	}
+	if c.SuspicionMult < 1 {
+		bad("SuspicionMult", "%d is below 1", c.SuspicionMult)
+	}
+	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
+		bad("LeaderLeaseTimeout", "%v is longer than HeartbeatTimeout %v", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
+	}
+	return errors.Join(errs...)
+}
+
+// checkAddr accepts host:port with a specific IP: the address goes into
+// the tags that other members dial.
+func checkAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || ip.IsUnspecified() {
+		return fmt.Errorf("%q: need a specific IP address that other members can dial", addr)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("%q: bad port", addr)
+	}
+	return nil
+}

@@ -1,0 +1,230 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"github.com/hashicorp/serf/serf"
+)
+
+const (
+	raftMaxPool      = 3
+	raftConnTimeout  = 10 * time.Second
+	snapshotsRetain  = 2
+	raftLogCacheSize = 512
+)
+
+func (n *Node) startRaft() error {
+	logger := hclog.New(&hclog.LoggerOptions{
+		Name:        "raft",
+		Level:       hclog.Info,
+		Output:      logWriter{n.log.With(slog.String("component", "raft"))},
+		DisableTime: true,
+	})
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(n.cfg.NodeID)
+	rc.HeartbeatTimeout = n.cfg.HeartbeatTimeout
+	rc.ElectionTimeout = n.cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = n.cfg.LeaderLeaseTimeout
+	rc.NotifyCh = n.leaderCh
+	rc.Logger = logger
+	if err := raft.ValidateConfig(rc); err != nil {
+		return fmt.Errorf("cluster: raft config: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(n.cfg.SnapshotDir, snapshotsRetain, logger)
+	if err != nil {
+		return fmt.Errorf("cluster: raft snapshots in %s: %w", n.cfg.SnapshotDir, err)
+	}
+	trans, err := raft.NewTCPTransportWithLogger(n.cfg.RaftAddr, nil, raftMaxPool, raftConnTimeout, logger)
+	if err != nil {
+		return fmt.Errorf("cluster: raft transport on %s: %w", n.cfg.RaftAddr, err)
+	}
+	logs, err := raft.NewLogCache(raftLogCacheSize, n.store)
+	if err != nil {
+		trans.Close()
+		return err
+	}
+	has, err := raft.HasExistingState(logs, n.store, snaps)
+	if err != nil {
+		trans.Close()
+		return fmt.Errorf("cluster: read raft state: %w", err)
+	}
+	r, err := raft.NewRaft(rc, n.fsm, logs, n.store, snaps, trans)
+	if err != nil {
+		trans.Close()
+		return fmt.Errorf("cluster: start raft: %w", err)
+	}
+	n.snaps, n.trans, n.raft = snaps, trans, r
+	n.mu.bootstrapped = has
+	return nil
+}
+
+// watchLeadership runs leaderLoop while this node's Raft server leads.
+func (n *Node) watchLeadership() {
+	defer n.wg.Done()
+	type leading struct {
+		cancel context.CancelFunc
+		done   chan struct{}
+	}
+	var cur *leading
+	stopLeading := func() {
+		if cur != nil {
+			cur.cancel()
+			<-cur.done
+			cur = nil
+		}
+	}
+	defer stopLeading()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case leader := <-n.leaderCh:
+			stopLeading()
+			if !leader {
+				n.log.Info("cluster: no longer the controller")
+				continue
+			}
+			n.log.Info("cluster: controller")
+			ctx, cancel := context.WithCancel(context.Background())
+			cur = &leading{cancel: cancel, done: make(chan struct{})}
+			go func(done chan struct{}) {
+				defer close(done)
+				n.leaderLoop(ctx)
+			}(cur.done)
+		}
+	}
+}
+
+// leaderLoop is the controller: it brings the state in line with Serf's
+// members when it starts, on every member event and every
+// ReconcileInterval (events may come while no one leads).
+func (n *Node) leaderLoop(ctx context.Context) {
+	// Apply nothing before every entry of earlier terms is applied here.
+	if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
+		n.log.Warn("cluster: controller barrier", slog.Any("err", err))
+		return // leadership lost, or shutdown; a new leadership starts anew
+	}
+	tick := time.NewTicker(n.cfg.ReconcileInterval)
+	defer tick.Stop()
+	for {
+		if err := n.reconcileAll(ctx); err != nil && ctx.Err() == nil {
+			n.log.Warn("cluster: reconcile", slog.Any("err", err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.reconcile:
+		case <-tick.C:
+		}
+	}
+}
+
+// reconcileAll compares Serf's members with the Raft configuration and the
+// controller's state:
+//
+//   - an alive voter outside the configuration is added as a voter, an
+//     alive broker as a non-voter (it follows the state without voting);
+//   - an alive member whose epoch the state does not have is registered
+//     (a restart fences its old incarnation, see RegisterBroker);
+//   - a failed or departed member in its registered epoch is reported
+//     failed: it leaves every ISR at once;
+//   - a member that left gracefully, or that Serf reaped, leaves the Raft
+//     configuration. A failed voter stays in it (as in Consul): removing it
+//     would shrink the quorum on a guess.
+func (n *Node) reconcileAll(ctx context.Context) error {
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return err
+	}
+	inRaft := map[string]raft.Server{}
+	for _, s := range cf.Configuration().Servers {
+		inRaft[string(s.ID)] = s
+	}
+	state, _ := n.fsm.State()
+	var errs []error
+	for _, sm := range n.serf.Members() {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		m := memberOf(sm)
+		b := state.Brokers[m.ID]
+		switch sm.Status {
+		case serf.StatusAlive:
+			errs = append(errs, n.addServer(m, inRaft))
+			if m.Epoch != 0 && (b == nil || b.Epoch != m.Epoch || !b.Alive) {
+				errs = append(errs, n.apply(ctx, RegisterBroker{ID: m.ID, Epoch: m.Epoch}))
+			}
+		case serf.StatusFailed, serf.StatusLeft:
+			if b != nil && b.Alive && b.Epoch == m.Epoch {
+				errs = append(errs, n.apply(ctx, BrokerFailed{ID: m.ID, Epoch: m.Epoch}))
+			}
+			if sm.Status == serf.StatusLeft {
+				errs = append(errs, n.removeServer(m.ID, inRaft))
+			}
+		}
+	}
+	n.mu.Lock()
+	reaped := n.mu.reaped
+	n.mu.reaped = map[string]bool{}
+	n.mu.Unlock()
+	for id := range reaped {
+		errs = append(errs, n.removeServer(id, inRaft))
+	}
+	return errors.Join(errs...)
+}
+
+func (n *Node) addServer(m Member, inRaft map[string]raft.Server) error {
+	if m.RaftAddr == "" {
+		return nil
+	}
+	s, ok := inRaft[m.ID]
+	addr := raft.ServerAddress(m.RaftAddr)
+	var f raft.IndexFuture
+	switch {
+	case m.Voter && (!ok || s.Suffrage != raft.Voter || s.Address != addr):
+		n.log.Info("cluster: adding voter", slog.String("member", m.ID), slog.String("addr", m.RaftAddr))
+		f = n.raft.AddVoter(raft.ServerID(m.ID), addr, 0, n.cfg.ApplyTimeout)
+	case !m.Voter && (!ok || s.Address != addr):
+		n.log.Info("cluster: adding non-voter", slog.String("member", m.ID), slog.String("addr", m.RaftAddr))
+		f = n.raft.AddNonvoter(raft.ServerID(m.ID), addr, 0, n.cfg.ApplyTimeout)
+	default:
+		return nil
+	}
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("add %s to raft: %w", m.ID, err)
+	}
+	return nil
+}
+
+func (n *Node) removeServer(id string, inRaft map[string]raft.Server) error {
+	if _, ok := inRaft[id]; !ok || id == n.cfg.NodeID {
+		return nil
+	}
+	n.log.Info("cluster: removing from raft", slog.String("member", id))
+	if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		return fmt.Errorf("remove %s from raft: %w", id, err)
+	}
+	delete(inRaft, id)
+	return nil
+}
+
+// apply is Apply for the controller's own commands: a refusal by the
+// state machine (a stale epoch, say) is logged, not an error of the loop.
+func (n *Node) apply(ctx context.Context, c Command) error {
+	err := n.Apply(ctx, c)
+	var refused bool
+	for _, r := range []error{ErrStaleBrokerEpoch, ErrUnknownBroker} {
+		refused = refused || errors.Is(err, r)
+	}
+	if refused {
+		n.log.Info("cluster: controller command refused", slog.String("command", fmt.Sprintf("%T", c)), slog.Any("err", err))
+		return nil
+	}
+	return err
+}
