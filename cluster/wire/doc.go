@@ -11,7 +11,7 @@
 //
 // length counts the kind byte and the body, at most MaxFrame. The kinds:
 //
-//	1 FetchRequest    [stream, replica id, broker epoch, leader epoch, offset, max bytes, max wait ms]
+//	1 FetchRequest    [stream, replica id, broker epoch, leader epoch, offset, high watermark, max bytes, max wait ms]
 //	2 FetchResponse   [code, leader epoch, high watermark, log start, log end, base, [record, ...]]
 //	3 EpochRequest    [stream, replica id, leader epoch, epoch]
 //	4 EpochResponse   [code, epoch, end offset]

@@ -13,7 +13,6 @@ const (
 	FencedLeaderEpoch       // the requester's leader epoch is older than the leader's
 	UnknownLeaderEpoch      // the requester's leader epoch is newer: this leader has not heard of it yet
 	OffsetOutOfRange        // the offset is below the log start or above the log end
-	StaleBrokerEpoch        // the requester's broker epoch is not the one registered
 	CorruptRecord           // the leader found a damaged record at the offset
 	Unknown                 // anything else
 )
@@ -25,7 +24,6 @@ var codeText = [...]string{
 	FencedLeaderEpoch:  "fenced leader epoch",
 	UnknownLeaderEpoch: "unknown leader epoch",
 	OffsetOutOfRange:   "offset out of range",
-	StaleBrokerEpoch:   "stale broker epoch",
 	CorruptRecord:      "corrupt record",
 	Unknown:            "unknown error",
 }

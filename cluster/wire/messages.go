@@ -14,18 +14,20 @@ const (
 )
 
 // FetchRequest asks a stream's leader for the records from Offset on (the
-// follower's log end). Sent with the follower's view of the leader epoch
-// and its own broker epoch, so a stale one on either side is refused. The
-// leader answers at once when it has records past Offset, else waits up
-// to MaxWaitMs for some (the long poll).
+// follower's log end), with the follower's view of the leader epoch (a
+// stale one is refused) and its broker epoch. The leader answers at once
+// when it has records past Offset or a high watermark above HighWatermark
+// (the one the follower last heard), else waits up to MaxWaitMs for
+// either (the long poll): followers learn the watermark without polling.
 type FetchRequest struct {
-	Stream      string
-	ReplicaID   string
-	BrokerEpoch uint64
-	LeaderEpoch uint32
-	Offset      uint64
-	MaxBytes    uint32
-	MaxWaitMs   uint32
+	Stream        string
+	ReplicaID     string
+	BrokerEpoch   uint64
+	LeaderEpoch   uint32
+	Offset        uint64
+	HighWatermark uint64
+	MaxBytes      uint32
+	MaxWaitMs     uint32
 }
 
 // FetchResponse carries the records from Base on (Records[i] is the stored
@@ -61,12 +63,13 @@ type EpochResponse struct {
 // AppendTo appends the request's body to dst.
 func (m *FetchRequest) AppendTo(dst []byte) []byte {
 	e := newEncoder(dst)
-	e.array(7)
+	e.array(8)
 	e.str(m.Stream)
 	e.str(m.ReplicaID)
 	e.uint(m.BrokerEpoch)
 	e.uint(uint64(m.LeaderEpoch))
 	e.uint(m.Offset)
+	e.uint(m.HighWatermark)
 	e.uint(uint64(m.MaxBytes))
 	e.uint(uint64(m.MaxWaitMs))
 	return e.bytes()
@@ -76,15 +79,15 @@ func (m *FetchRequest) AppendTo(dst []byte) []byte {
 func (m *FetchRequest) Decode(b []byte) error {
 	d := newDecoder(b)
 	var v FetchRequest
-	var u [5]uint64
-	err := d.array(7)
+	var u [6]uint64
+	err := d.array(8)
 	if err == nil {
 		v.Stream, err = d.str()
 	}
 	if err == nil {
 		v.ReplicaID, err = d.str()
 	}
-	for i, max := range []uint64{math.MaxUint64, math.MaxUint32, math.MaxUint64, math.MaxUint32, math.MaxUint32} {
+	for i, max := range []uint64{math.MaxUint64, math.MaxUint32, math.MaxUint64, math.MaxUint64, math.MaxUint32, math.MaxUint32} {
 		if err == nil {
 			u[i], err = d.uint(max)
 		}
@@ -95,7 +98,8 @@ func (m *FetchRequest) Decode(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("fetch request: %w", err)
 	}
-	v.BrokerEpoch, v.LeaderEpoch, v.Offset, v.MaxBytes, v.MaxWaitMs = u[0], uint32(u[1]), u[2], uint32(u[3]), uint32(u[4])
+	v.BrokerEpoch, v.LeaderEpoch, v.Offset, v.HighWatermark = u[0], uint32(u[1]), u[2], u[3]
+	v.MaxBytes, v.MaxWaitMs = uint32(u[4]), uint32(u[5])
 	*m = v
 	return nil
 }

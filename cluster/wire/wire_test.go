@@ -18,7 +18,7 @@ func TestMessages_RoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		in, out message
 	}{
-		{&FetchRequest{"telemetry", "n2", 1733300000000, 7, 1 << 40, 1 << 20, 500}, &FetchRequest{}},
+		{&FetchRequest{"telemetry", "n2", 1733300000000, 7, 1 << 40, 1<<40 - 5, 1 << 20, 500}, &FetchRequest{}},
 		{&FetchRequest{}, &FetchRequest{}},
 		{&FetchResponse{None, 7, 100, 3, 120, 100, [][]byte{{1, 2, 3}, {}, bytes.Repeat([]byte{9}, 70000)}}, &FetchResponse{}},
 		{&FetchResponse{Code: FencedLeaderEpoch, LeaderEpoch: 8}, &FetchResponse{}},
@@ -47,9 +47,9 @@ func TestMessages_RoundTrip(t *testing.T) {
 // The bytes of a fetch request are the protocol: a change here breaks
 // mixed-version sites.
 func TestFetchRequest_FormatIsStable(t *testing.T) {
-	m := FetchRequest{"s", "n2", 5, 3, 300, 1024, 500}
+	m := FetchRequest{"s", "n2", 5, 3, 300, 290, 1024, 500}
 	got := hex.EncodeToString(m.AppendTo(nil))
-	want := "97" + "a173" + "a26e32" + "05" + "03" + "cd012c" + "cd0400" + "cd01f4"
+	want := "98" + "a173" + "a26e32" + "05" + "03" + "cd012c" + "cd0122" + "cd0400" + "cd01f4"
 	if got != want {
 		t.Fatalf("FetchRequest bytes\n got %s\nwant %s", got, want)
 	}
@@ -62,13 +62,13 @@ func TestDecode_Refuses(t *testing.T) {
 		m    func() message
 		b    string
 	}{
-		{"the valid request (control)", nil, "97a173a26e320503cd012ccd0400cd01f4"},
-		{"too few fields", req, "96a173a26e320503cd012ccd0400"},
-		{"a negative integer", req, "97a173a26e32ff03cd012ccd0400cd01f4"},
-		{"a string where an integer goes", req, "97a173a26e32a17803cd012ccd0400cd01f4"},
-		{"leader epoch above 32 bits", req, "97a173a26e3205cf0000000100000000cd012ccd0400cd01f4"},
-		{"trailing bytes", req, "97a173a26e320503cd012ccd0400cd01f400"},
-		{"a string length beyond the bytes", req, "97dbffffffff"},
+		{"the valid request (control)", nil, "98a173a26e320503cd012c00cd0400cd01f4"},
+		{"too few fields", req, "97a173a26e320503cd012c00cd0400"},
+		{"a negative integer", req, "98a173a26e32ff03cd012c00cd0400cd01f4"},
+		{"a string where an integer goes", req, "98a173a26e32a17803cd012c00cd0400cd01f4"},
+		{"leader epoch above 32 bits", req, "98a173a26e3205cf0000000100000000cd012c00cd0400cd01f4"},
+		{"trailing bytes", req, "98a173a26e320503cd012c00cd0400cd01f400"},
+		{"a string length beyond the bytes", req, "98dbffffffff"},
 		{"the valid response (control)", nil, "9700010203040591c40100"},
 		{"a bin32 declaring 4 GiB", resp, "9700010203040591c6ffffffff00"},
 		{"a record count beyond the bytes", resp, "97000102030405dd7fffffff"},
@@ -136,7 +136,7 @@ func TestCode(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	f.Add((&FetchRequest{"s", "n2", 5, 3, 300, 1024, 500}).AppendTo(nil))
+	f.Add((&FetchRequest{"s", "n2", 5, 3, 300, 290, 1024, 500}).AppendTo(nil))
 	f.Add((&FetchResponse{None, 7, 100, 3, 120, 100, [][]byte{{1, 2, 3}, {}}}).AppendTo(nil))
 	f.Add((&EpochRequest{"s", "n3", 9, 4}).AppendTo(nil))
 	f.Add((&EpochResponse{None, 4, 77}).AppendTo(nil))

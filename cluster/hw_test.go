@@ -1,0 +1,85 @@
+package cluster
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestHWTracker(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	tr := newHWTracker("a", []string{"a", "b", "c"}, t0)
+
+	if hw := tr.hw(10); hw != 0 {
+		t.Fatalf("hw before any fetch = %d, want 0 (waits for b and c)", hw)
+	}
+	tr.fetched("b", 1, 10, 10, at(1))
+	if hw := tr.hw(10); hw != 0 {
+		t.Fatalf("hw with c unknown = %d, want 0", hw)
+	}
+	tr.fetched("c", 1, 4, 10, at(2))
+	if hw := tr.hw(12); hw != 4 {
+		t.Fatalf("hw = %d, want c's end 4", hw)
+	}
+	tr.fetched("c", 1, 12, 12, at(3))
+	if hw := tr.hw(12); hw != 10 {
+		t.Fatalf("hw = %d, want b's end 10", hw)
+	}
+	tr.setISR([]string{"a", "c"}) // b dropped: only c and the leader count
+	if hw := tr.hw(12); hw != 12 {
+		t.Fatalf("hw after dropping b = %d, want 12", hw)
+	}
+	tr.setISR([]string{"a"})
+	if hw := tr.hw(15); hw != 15 {
+		t.Fatalf("hw of a lone leader = %d, want its log end", hw)
+	}
+}
+
+func TestHWTracker_Laggards(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	lag := 500 * time.Millisecond
+	tr := newHWTracker("a", []string{"a", "b", "c"}, t0)
+	if got := tr.laggards(at(400), lag); len(got) != 0 {
+		t.Fatalf("laggards within lag of the start = %v", got)
+	}
+	if got := tr.laggards(at(600), lag); !slices.Equal(got, []string{"b", "c"}) {
+		t.Fatalf("laggards of followers that never fetched = %v, want b c", got)
+	}
+	// b keeps fetching what the leader had at its previous fetch while the
+	// leader appends: caught up as of that previous fetch.
+	tr.fetched("b", 1, 0, 10, at(100))
+	tr.fetched("b", 1, 10, 20, at(1000))
+	tr.fetched("b", 1, 20, 30, at(1200))
+	tr.fetched("b", 1, 30, 40, at(1400))
+	// c asks for the leader's end at 1.2 s, then falls behind.
+	tr.fetched("c", 1, 30, 30, at(1200))
+	tr.fetched("c", 1, 31, 60, at(1400))
+	if got := tr.laggards(at(1600), lag); len(got) != 0 {
+		t.Fatalf("laggards at 1.6 s = %v, want none", got)
+	}
+	tr.fetched("b", 1, 40, 50, at(1650))
+	tr.fetched("c", 1, 32, 90, at(1800))
+	if got := tr.laggards(at(1800), lag); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("laggards at 1.8 s = %v, want c (caught up at 1.2 s)", got)
+	}
+	if got := tr.laggards(at(2000), lag); !slices.Equal(got, []string{"b", "c"}) {
+		t.Fatalf("laggards at 2.0 s = %v, want b (caught up as of 1.4 s) and c", got)
+	}
+}
+
+func TestHWTracker_Joiners(t *testing.T) {
+	tr := newHWTracker("a", []string{"a", "b"}, time.Unix(0, 0))
+	now := time.Unix(1, 0)
+	tr.fetched("b", 1, 50, 50, now)
+	tr.fetched("c", 7, 40, 50, now)
+	tr.fetched("d", 3, 50, 50, now)
+	if got := tr.joiners(tr.hw(50)); !slices.Equal(got, []ISRMember{{"d", 3}}) {
+		t.Fatalf("joiners = %v, want d in epoch 3", got)
+	}
+	tr.fetched("c", 8, 50, 50, now) // restarted: its new epoch
+	if got := tr.joiners(50); !slices.Equal(got, []ISRMember{{"c", 8}, {"d", 3}}) {
+		t.Fatalf("joiners = %v, want c in epoch 8 and d", got)
+	}
+}

@@ -1,0 +1,216 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/peatmq/peat/cluster/wire"
+	"github.com/peatmq/peat/logstore"
+)
+
+// Fetcher defaults.
+const (
+	DefaultFetchMaxWait = 500 * time.Millisecond
+	fetchRetryMin       = 50 * time.Millisecond
+	fetchRetryMax       = 2 * time.Second
+	fetchIOSlack        = 10 * time.Second // beyond MaxWait, before a silent leader is given up
+)
+
+// Fetcher replicates one stream from its leader into the local replica
+// (a store with logstore.Config.ManualCommit): on every connection it
+// first truncates its log where the leader's log of its latest epoch ends
+// (KIP-101/279), then fetches "everything after my offset", appends the
+// leader's record values unchanged (AppendReplica) and moves its high
+// watermark to the leader's, capped at its own log end.
+type Fetcher struct {
+	Self        string // this replica's id
+	BrokerEpoch uint64 // this node's broker epoch
+	Stream      *logstore.Stream
+	LeaderAddr  string
+	LeaderEpoch uint32 // the controller's leader epoch of the stream
+	Dial        Dialer
+	MaxWait     time.Duration // long poll; 0: DefaultFetchMaxWait
+	MaxBytes    uint32        // per fetch; 0: the leader's default (1 MiB)
+	Log         *slog.Logger
+}
+
+// ErrFenced wraps the leader's answer that this fetcher's view of the
+// stream is stale (another leader or epoch): the caller looks at the
+// controller's state again and starts a new fetcher.
+var ErrFenced = errors.New("cluster: fetcher fenced")
+
+// Run fetches until ctx ends (returning nil), the leader says the view is
+// stale (ErrFenced, wrapping the wire code), or the local log refuses
+// (its error). Connection failures are retried with backoff.
+func (f *Fetcher) Run(ctx context.Context) error {
+	if f.Log == nil {
+		f.Log = slog.New(slog.DiscardHandler)
+	}
+	if f.MaxWait <= 0 {
+		f.MaxWait = DefaultFetchMaxWait
+	}
+	backoff := fetchRetryMin
+	for ctx.Err() == nil {
+		err := f.session(ctx)
+		var code wire.Code
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.As(err, &code) && (code == wire.NotLeader || code == wire.FencedLeaderEpoch):
+			return fmt.Errorf("%w: %s from %s: %w", ErrFenced, f.Stream.Name(), f.LeaderAddr, code)
+		case errors.As(err, &code) && !code.Retriable():
+			return fmt.Errorf("cluster: fetch %s from %s: %w", f.Stream.Name(), f.LeaderAddr, code)
+		case errors.Is(err, errLocal):
+			return err
+		}
+		f.Log.Info("cluster: fetch session ended", slog.String("stream", f.Stream.Name()), slog.Any("err", err))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, fetchRetryMax)
+	}
+	return nil
+}
+
+// errLocal marks failures of the local log, which a retry does not cure.
+var errLocal = errors.New("cluster: local replica")
+
+// session is one connection: the epoch handshake, then fetches.
+func (f *Fetcher) session(ctx context.Context) error {
+	conn, err := f.Dial(ctx, f.LeaderAddr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() }) // unblock a read when ctx ends
+	defer stop()
+	c := &fetchConn{conn: conn, wait: f.MaxWait}
+	if err := f.truncateToLeader(ctx, c); err != nil {
+		return err
+	}
+	var hw uint64 // the leader's watermark as last heard: 0 makes the first fetch answer at once
+	for {
+		req := wire.FetchRequest{Stream: f.Stream.Name(), ReplicaID: f.Self, BrokerEpoch: f.BrokerEpoch,
+			LeaderEpoch: f.LeaderEpoch, Offset: f.Stream.NextOffset(), HighWatermark: hw, MaxBytes: f.MaxBytes,
+			MaxWaitMs: uint32(f.MaxWait / time.Millisecond)}
+		var resp wire.FetchResponse
+		if err := c.roundTrip(wire.KindFetchRequest, req.AppendTo(nil), wire.KindFetchResponse, &resp); err != nil {
+			return err
+		}
+		switch resp.Code {
+		case wire.None:
+		case wire.OffsetOutOfRange:
+			if err := f.outOfRange(ctx, c, &resp); err != nil {
+				return err
+			}
+			continue
+		default:
+			return resp.Code
+		}
+		if len(resp.Records) > 0 {
+			if resp.Base != req.Offset {
+				return fmt.Errorf("cluster: fetch from %d answered from %d", req.Offset, resp.Base)
+			}
+			if err := f.Stream.AppendReplica(ctx, resp.Base, resp.Records); err != nil {
+				return fmt.Errorf("%w: %w", errLocal, err)
+			}
+		}
+		hw = resp.HighWatermark
+		if err := f.Stream.SetHighWatermark(ctx, min(hw, f.Stream.NextOffset())); err != nil {
+			return fmt.Errorf("%w: %w", errLocal, err)
+		}
+	}
+}
+
+// truncateToLeader asks where the leader's log of this replica's latest
+// epoch ends and truncates there (KIP-279: at the lower of that end and
+// this log's own end for the epoch the leader answered with), so that no
+// record the leader does not have stays.
+func (f *Fetcher) truncateToLeader(ctx context.Context, c *fetchConn) error {
+	latest, _, ok := f.Stream.LatestEpoch()
+	if !ok {
+		return nil // no records: nothing to truncate
+	}
+	req := wire.EpochRequest{Stream: f.Stream.Name(), ReplicaID: f.Self, LeaderEpoch: f.LeaderEpoch, Epoch: latest}
+	var resp wire.EpochResponse
+	if err := c.roundTrip(wire.KindEpochRequest, req.AppendTo(nil), wire.KindEpochResponse, &resp); err != nil {
+		return err
+	}
+	if resp.Code != wire.None {
+		return resp.Code
+	}
+	end := resp.EndOffset
+	if _, own, ok := f.Stream.EndOffsetForEpoch(resp.Epoch); ok {
+		end = min(end, own)
+	}
+	if end >= f.Stream.NextOffset() {
+		return nil
+	}
+	f.Log.Info("cluster: truncating to the leader's epoch end", slog.String("stream", f.Stream.Name()),
+		slog.Uint64("epoch", uint64(resp.Epoch)), slog.Uint64("offset", end), slog.Uint64("log_end", f.Stream.NextOffset()))
+	if err := f.Stream.Truncate(ctx, end); err != nil {
+		return fmt.Errorf("%w: %w", errLocal, err)
+	}
+	return nil
+}
+
+// outOfRange handles a fetch offset the leader does not hold: below its
+// log start (retention took it) the replica starts over there; above its
+// log end the replica truncates to the leader's epoch end, then, if still
+// above, to the leader's log end.
+func (f *Fetcher) outOfRange(ctx context.Context, c *fetchConn, resp *wire.FetchResponse) error {
+	next := f.Stream.NextOffset()
+	var err error
+	switch {
+	case next < resp.LogStart:
+		err = f.Stream.ResetTo(ctx, resp.LogStart)
+	case next > resp.LogEnd:
+		if err := f.truncateToLeader(ctx, c); err != nil {
+			return err
+		}
+		if f.Stream.NextOffset() > resp.LogEnd {
+			err = f.Stream.Truncate(ctx, resp.LogEnd)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", errLocal, err)
+	}
+	return nil
+}
+
+// fetchConn is one connection to the leader, one request at a time.
+type fetchConn struct {
+	conn net.Conn
+	wait time.Duration
+	buf  []byte
+}
+
+type decoder interface{ Decode([]byte) error }
+
+func (c *fetchConn) roundTrip(kind byte, body []byte, want byte, resp decoder) error {
+	// A leader that neither answers nor closes within the long poll and
+	// some slack is given up on.
+	if err := c.conn.SetDeadline(time.Now().Add(c.wait + fetchIOSlack)); err != nil {
+		return err
+	}
+	if err := wire.WriteFrame(c.conn, kind, body); err != nil {
+		return err
+	}
+	got, b, err := wire.ReadFrame(c.conn, c.buf)
+	if err != nil {
+		return err
+	}
+	if got != want {
+		return fmt.Errorf("cluster: frame kind %d, want %d", got, want)
+	}
+	// Records are sub-slices of b: keep b only until they are appended,
+	// which happens before the next round trip reuses it.
+	c.buf = b[:0]
+	return resp.Decode(b)
+}

@@ -1,0 +1,217 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/peatmq/peat/cluster/wire"
+	"github.com/peatmq/peat/logstore"
+)
+
+// Fetch limits a leader applies to a request.
+const (
+	defaultFetchBytes = 1 << 20
+	maxFetchBytes     = wire.MaxFrame / 2
+	maxFetchWait      = 30 * time.Second
+)
+
+// Leader serves a stream it leads to the followers' fetches and keeps its
+// high watermark at the lowest log end in the ISR. The stream's store must
+// run with logstore.Config.ManualCommit. One goroutine, started by
+// NewLeader and stopped by Close, moves the watermark when the leader's
+// own log end moves (a lone leader's ISR is itself).
+type Leader struct {
+	self   string
+	stream *logstore.Stream
+	epoch  uint32
+	log    *slog.Logger
+
+	mu struct {
+		sync.Mutex
+		tr *hwTracker
+	}
+	stop chan struct{}
+	done chan struct{}
+}
+
+// NewLeader makes self the leader of stream in leader epoch epoch (the
+// controller's), with the ISR isr; records appended from now on carry the
+// epoch.
+func NewLeader(self string, stream *logstore.Stream, epoch uint32, isr []string, log *slog.Logger) *Leader {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	l := &Leader{self: self, stream: stream, epoch: epoch, stop: make(chan struct{}), done: make(chan struct{}),
+		log: log.With(slog.String("stream", stream.Name()), slog.Uint64("leader_epoch", uint64(epoch)))}
+	l.mu.tr = newHWTracker(self, isr, time.Now())
+	stream.SetEpoch(epoch)
+	go l.run()
+	return l
+}
+
+// Close stops the leader's goroutine; it is idempotent.
+func (l *Leader) Close() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	<-l.done
+}
+
+func (l *Leader) run() {
+	defer close(l.done)
+	for {
+		ch := l.stream.Appended()
+		l.advance()
+		select {
+		case <-l.stop:
+			return
+		case <-ch:
+		}
+	}
+}
+
+// SetISR applies an ISR change the controller committed.
+func (l *Leader) SetISR(isr []string) {
+	l.mu.Lock()
+	l.mu.tr.setISR(isr)
+	l.mu.Unlock()
+	l.advance()
+}
+
+// Laggards and Joiners are the ISR changes the leader should propose (see
+// hwTracker).
+func (l *Leader) Laggards(now time.Time, lagMax time.Duration) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.tr.laggards(now, lagMax)
+}
+
+// Joiners are the replicas outside the ISR that caught up to the watermark.
+func (l *Leader) Joiners() []ISRMember {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.tr.joiners(l.stream.Committed())
+}
+
+// advance moves the high watermark to the lowest log end in the ISR.
+func (l *Leader) advance() {
+	l.mu.Lock()
+	hw := l.mu.tr.hw(l.stream.NextOffset())
+	l.mu.Unlock()
+	if hw <= l.stream.Committed() {
+		return
+	}
+	if err := l.stream.SetHighWatermark(context.Background(), hw); err != nil && !errors.Is(err, logstore.ErrClosed) {
+		l.log.Warn("cluster: set high watermark", slog.Uint64("hw", hw), slog.Any("err", err))
+	}
+}
+
+func (l *Leader) checkEpoch(e uint32) wire.Code {
+	switch {
+	case e < l.epoch:
+		return wire.FencedLeaderEpoch
+	case e > l.epoch:
+		return wire.UnknownLeaderEpoch
+	}
+	return wire.None
+}
+
+// fetch answers a follower: the records from its offset on, after waiting
+// up to its MaxWaitMs for some when it has them all (the long poll).
+func (l *Leader) fetch(ctx context.Context, req *wire.FetchRequest) wire.FetchResponse {
+	resp := wire.FetchResponse{LeaderEpoch: l.epoch}
+	fill := func(code wire.Code) wire.FetchResponse {
+		resp.Code = code
+		resp.HighWatermark = l.stream.Committed()
+		resp.LogStart, resp.LogEnd = l.stream.FirstOffset(), l.stream.NextOffset()
+		return resp
+	}
+	if c := l.checkEpoch(req.LeaderEpoch); c != wire.None {
+		return fill(c)
+	}
+	end := l.stream.NextOffset()
+	if req.Offset < l.stream.FirstOffset() || req.Offset > end {
+		return fill(wire.OffsetOutOfRange)
+	}
+	l.mu.Lock()
+	l.mu.tr.fetched(req.ReplicaID, req.BrokerEpoch, req.Offset, end, time.Now())
+	l.mu.Unlock()
+	l.advance()
+	if req.Offset == l.stream.NextOffset() && req.MaxWaitMs > 0 {
+		wait := min(time.Duration(req.MaxWaitMs)*time.Millisecond, maxFetchWait)
+		if !l.wait(ctx, req.Offset, req.HighWatermark, wait) {
+			return fill(wire.NotLeader) // the stream closed or went away
+		}
+	}
+	maxBytes := int(req.MaxBytes)
+	if maxBytes == 0 {
+		maxBytes = defaultFetchBytes
+	}
+	recs, err := l.stream.ReadRaw(req.Offset, 0, min(maxBytes, maxFetchBytes))
+	var corrupt *logstore.CorruptError
+	switch {
+	case errors.As(err, &corrupt):
+		l.log.Error("cluster: corrupt record served to a follower", slog.Uint64("offset", corrupt.Offset), slog.Any("err", err))
+		return fill(wire.CorruptRecord)
+	case errors.Is(err, logstore.ErrOffsetOutOfRange):
+		return fill(wire.OffsetOutOfRange)
+	case err != nil:
+		return fill(wire.Unknown)
+	}
+	resp.Base, resp.Records = req.Offset, recs
+	return fill(wire.None)
+}
+
+// wait waits up to d until the log goes past offset or the watermark past
+// hw (what the follower last heard); false if the stream closed.
+func (l *Leader) wait(ctx context.Context, offset, hw uint64, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		appended, changed := l.stream.Appended(), l.stream.Changed()
+		if l.stream.NextOffset() > offset || l.stream.Committed() > hw {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return true
+		case <-timer.C:
+			return true
+		case <-l.stop:
+			return true
+		case <-appended:
+		case <-changed:
+		}
+		if streamClosed(l.stream) { // closed channels stay closed
+			return false
+		}
+	}
+}
+
+// streamClosed reports whether s is closed or removed, without waiting.
+func streamClosed(s *logstore.Stream) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := s.WaitAppended(ctx, math.MaxUint64) // never past: closed, or ctx's error
+	return !errors.Is(err, context.Canceled)
+}
+
+// endForEpoch answers KIP-101/279's question: where does the largest epoch
+// at or below the one asked end in the leader's log? An epoch above the
+// leader's latest is answered with its latest, which ends at its log end.
+func (l *Leader) endForEpoch(req *wire.EpochRequest) wire.EpochResponse {
+	if c := l.checkEpoch(req.LeaderEpoch); c != wire.None {
+		return wire.EpochResponse{Code: c}
+	}
+	if e, end, ok := l.stream.EndOffsetForEpoch(req.Epoch); ok {
+		return wire.EpochResponse{Epoch: e, EndOffset: end}
+	}
+	latest, _, _ := l.stream.LatestEpoch()
+	return wire.EpochResponse{Epoch: latest, EndOffset: l.stream.NextOffset()}
+}

@@ -1,0 +1,225 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/peatmq/peat/cluster/wire"
+	"github.com/peatmq/peat/logstore"
+)
+
+// openReplica opens a store whose stream "s" is a replica: the high
+// watermark moves only by SetHighWatermark (ManualCommit).
+func openReplica(tb testing.TB) *logstore.Stream {
+	tb.Helper()
+	st, err := logstore.Open(logstore.Config{
+		Dir:               tb.TempDir(),
+		Profile:           logstore.ProfilePiZero,
+		Streams:           []logstore.StreamConfig{{Name: "s", Filters: []string{"#"}}},
+		RetentionInterval: time.Hour,
+		MinFreeBytes:      -1,
+		ManualCommit:      true,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = st.Close() })
+	return st.Stream("s")
+}
+
+func appendRecs(tb testing.TB, s *logstore.Stream, n int, tag string) {
+	tb.Helper()
+	recs := make([]*logstore.Record, n)
+	for i := range recs {
+		recs[i] = &logstore.Record{Topic: "t/" + tag, Payload: []byte(fmt.Sprintf("%s-%d", tag, i)), QoS: 1}
+	}
+	if _, err := s.Append(context.Background(), recs...); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// sameLog checks that b holds exactly a's record values.
+func sameLog(tb testing.TB, a, b *logstore.Stream) {
+	tb.Helper()
+	if a.NextOffset() != b.NextOffset() {
+		tb.Fatalf("log ends %d and %d", a.NextOffset(), b.NextOffset())
+	}
+	va, err := a.ReadRaw(a.FirstOffset(), 0, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	vb, err := b.ReadRaw(a.FirstOffset(), 0, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for i := range va {
+		if !bytes.Equal(va[i], vb[i]) {
+			tb.Fatalf("offset %d differs", a.FirstOffset()+uint64(i))
+		}
+	}
+}
+
+// countingDialer dials TCP and counts the frames written on its connections.
+type countingDialer struct{ frames atomic.Int64 }
+
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Write(p []byte) (int, error) { c.n.Add(1); return c.Conn.Write(p) }
+
+func (d *countingDialer) dial(ctx context.Context, addr string) (net.Conn, error) {
+	c, err := TCPDialer(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{c, &d.frames}, nil
+}
+
+func serve(tb testing.TB) *Server {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := Serve(ln, nil)
+	tb.Cleanup(func() { _ = srv.Close() })
+	return srv
+}
+
+func lead(tb testing.TB, srv *Server, s *logstore.Stream, epoch uint32, isr ...string) *Leader {
+	tb.Helper()
+	l := NewLeader("L", s, epoch, isr, nil)
+	tb.Cleanup(l.Close)
+	srv.Lead(l)
+	return l
+}
+
+// runFetcher runs f until the test ends, and returns its result channel.
+func runFetcher(tb testing.TB, f *Fetcher) <-chan error {
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() { res <- f.Run(ctx) }()
+	tb.Cleanup(func() {
+		cancel()
+		<-res
+	})
+	return res
+}
+
+func TestReplication_FollowerCatchesUpAndTheWatermarkWaitsForTheISR(t *testing.T) {
+	ls, fs := openReplica(t), openReplica(t)
+	srv := serve(t)
+	leader := lead(t, srv, ls, 1, "L", "F")
+
+	appendRecs(t, ls, 100, "a")
+	leader.SetISR([]string{"L", "F"}) // moves the watermark now, if it can
+	if hw := ls.Committed(); hw != 0 {
+		t.Fatalf("leader's watermark %d before the follower fetched, want 0", hw)
+	}
+
+	var d countingDialer
+	runFetcher(t, &Fetcher{Self: "F", BrokerEpoch: 1, Stream: fs, LeaderAddr: srv.Addr(), LeaderEpoch: 1,
+		Dial: d.dial, MaxWait: 20 * time.Second, MaxBytes: 1024})
+	eventually(t, "the follower has everything and both watermarks are at the end", func() bool {
+		return fs.NextOffset() == 100 && ls.Committed() == 100 && fs.Committed() == 100
+	})
+	sameLog(t, ls, fs)
+	if e, _, _ := fs.LatestEpoch(); e != 1 {
+		t.Fatalf("follower's latest epoch %d, want the leader's 1", e)
+	}
+
+	// Caught up, the follower's fetch waits at the leader (the long poll):
+	// a few frames, not a busy loop, and the next record arrives at once.
+	time.Sleep(300 * time.Millisecond)
+	before := d.frames.Load()
+	appendRecs(t, ls, 1, "b")
+	eventually(t, "the new record is replicated and committed", func() bool {
+		return fs.NextOffset() == 101 && ls.Committed() == 101 && fs.Committed() == 101
+	})
+	if n := d.frames.Load() - before; n > 3 {
+		t.Fatalf("%d fetch frames for one record after catching up: not a long poll", n)
+	}
+	sameLog(t, ls, fs)
+
+	// Out of the ISR, the follower no longer holds the watermark back.
+	leader.SetISR([]string{"L"})
+	appendRecs(t, ls, 1, "c")
+	eventually(t, "a lone leader commits its own appends", func() bool { return ls.Committed() == 102 })
+}
+
+func TestReplication_FollowerTruncatesToTheLeadersEpochEnd(t *testing.T) {
+	ls, fs := openReplica(t), openReplica(t)
+	// The follower led in epoch 1 and wrote 10 records; 5 were committed.
+	fs.SetEpoch(1)
+	appendRecs(t, fs, 10, "old")
+	if err := fs.SetHighWatermark(context.Background(), 5); err != nil {
+		t.Fatal(err)
+	}
+	// The new leader had replicated 7 of them, then led epoch 2.
+	vals, err := fs.ReadRaw(0, 7, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.AppendReplica(context.Background(), 0, vals); err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t)
+	lead(t, srv, ls, 2, "L", "F")
+	appendRecs(t, ls, 5, "new") // offsets 7-11, epoch 2
+
+	runFetcher(t, &Fetcher{Self: "F", BrokerEpoch: 1, Stream: fs, LeaderAddr: srv.Addr(), LeaderEpoch: 2, Dial: TCPDialer})
+	eventually(t, "the follower matches the leader", func() bool {
+		return fs.NextOffset() == 12 && fs.Committed() == 12 && ls.Committed() == 12
+	})
+	sameLog(t, ls, fs)
+	recs, err := fs.Read(7, 1, 0)
+	if err != nil || len(recs) != 1 || string(recs[0].Payload) != "new-0" || recs[0].Epoch != 2 {
+		t.Fatalf("follower's offset 7 = %+v, %v; want the new leader's record of epoch 2", recs, err)
+	}
+	if e, end, ok := fs.EndOffsetForEpoch(1); !ok || e != 1 || end != 7 {
+		t.Fatalf("follower's epoch 1 ends at %d (%d, %v), want 7", end, e, ok)
+	}
+}
+
+func TestReplication_StaleViewsAreRefused(t *testing.T) {
+	ls, fs := openReplica(t), openReplica(t)
+	srv := serve(t)
+	lead(t, srv, ls, 3, "L", "F")
+	appendRecs(t, ls, 3, "a")
+
+	run := func(epoch uint32, stream *logstore.Stream) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return (&Fetcher{Self: "F", BrokerEpoch: 1, Stream: stream, LeaderAddr: srv.Addr(), LeaderEpoch: epoch, Dial: TCPDialer}).Run(ctx)
+	}
+	if err := run(2, fs); !errors.Is(err, ErrFenced) || !errors.Is(err, wire.FencedLeaderEpoch) {
+		t.Fatalf("fetch with an old leader epoch = %v, want ErrFenced with FencedLeaderEpoch", err)
+	}
+	if fs.NextOffset() != 0 {
+		t.Fatal("a fenced fetcher appended records")
+	}
+	srv.Resign("s")
+	if err := run(3, fs); !errors.Is(err, ErrFenced) || !errors.Is(err, wire.NotLeader) {
+		t.Fatalf("fetch from a node that resigned = %v, want ErrFenced with NotLeader", err)
+	}
+
+	// A leader epoch newer than the leader knows: the follower waits for
+	// the leader to catch up with the controller, fetching nothing.
+	l4 := NewLeader("L", ls, 3, []string{"L", "F"}, nil)
+	defer l4.Close()
+	srv.Lead(l4)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	err := (&Fetcher{Self: "F", Stream: fs, LeaderAddr: srv.Addr(), LeaderEpoch: 4, Dial: TCPDialer}).Run(ctx)
+	if err != nil || fs.NextOffset() != 0 {
+		t.Fatalf("fetch with a newer leader epoch = %v, %d records; want a retry until cancelled, none", err, fs.NextOffset())
+	}
+}
