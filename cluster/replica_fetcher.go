@@ -17,7 +17,7 @@ const (
 	DefaultFetchMaxWait = 500 * time.Millisecond
 	fetchRetryMin       = 50 * time.Millisecond
 	fetchRetryMax       = 2 * time.Second
-	fetchIOSlack        = 10 * time.Second // beyond MaxWait, before a silent leader is given up
+	DefaultFetchTimeout = 10 * time.Second
 )
 
 // Fetcher replicates one stream from its leader into the local replica
@@ -35,7 +35,10 @@ type Fetcher struct {
 	Dial        Dialer
 	MaxWait     time.Duration // long poll; 0: DefaultFetchMaxWait
 	MaxBytes    uint32        // per fetch; 0: the leader's default (1 MiB)
-	Log         *slog.Logger
+	// Timeout is how long past MaxWait a leader may stay silent before the
+	// connection is given up and dialled again; 0: DefaultFetchTimeout.
+	Timeout time.Duration
+	Log     *slog.Logger
 }
 
 // ErrFenced wraps the leader's answer that this fetcher's view of the
@@ -52,6 +55,9 @@ func (f *Fetcher) Run(ctx context.Context) error {
 	}
 	if f.MaxWait <= 0 {
 		f.MaxWait = DefaultFetchMaxWait
+	}
+	if f.Timeout <= 0 {
+		f.Timeout = DefaultFetchTimeout
 	}
 	backoff := fetchRetryMin
 	for ctx.Err() == nil {
@@ -90,7 +96,7 @@ func (f *Fetcher) session(ctx context.Context) error {
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() }) // unblock a read when ctx ends
 	defer stop()
-	c := &fetchConn{conn: conn, wait: f.MaxWait}
+	c := &fetchConn{conn: conn, wait: f.MaxWait + f.Timeout}
 	if err := f.truncateToLeader(ctx, c); err != nil {
 		return err
 	}
@@ -195,8 +201,8 @@ type decoder interface{ Decode([]byte) error }
 
 func (c *fetchConn) roundTrip(kind byte, body []byte, want byte, resp decoder) error {
 	// A leader that neither answers nor closes within the long poll and
-	// some slack is given up on.
-	if err := c.conn.SetDeadline(time.Now().Add(c.wait + fetchIOSlack)); err != nil {
+	// Timeout is given up on.
+	if err := c.conn.SetDeadline(time.Now().Add(c.wait)); err != nil {
 		return err
 	}
 	if err := wire.WriteFrame(c.conn, kind, body); err != nil {

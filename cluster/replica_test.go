@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peatmq/peat/cluster/faultnet"
 	"github.com/peatmq/peat/cluster/wire"
 	"github.com/peatmq/peat/logstore"
 )
@@ -222,4 +223,53 @@ func TestReplication_StaleViewsAreRefused(t *testing.T) {
 	if err != nil || fs.NextOffset() != 0 {
 		t.Fatalf("fetch with a newer leader epoch = %v, %d records; want a retry until cancelled, none", err, fs.NextOffset())
 	}
+}
+
+// Over the fault network: a partitioned follower holds the watermark
+// (acks=all) until the leader sees it lag and the ISR drops it; healed, it
+// catches up, is a joiner again, and nothing diverges. A dropped
+// connection and a slow link change nothing either.
+func TestReplication_PartitionLagAndRejoin(t *testing.T) {
+	fn := faultnet.New()
+	ln, err := fn.Listen("L")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := Serve(ln, nil)
+	t.Cleanup(func() { _ = srv.Close() })
+	ls, fs := openReplica(t), openReplica(t)
+	leader := lead(t, srv, ls, 1, "L", "F")
+	runFetcher(t, &Fetcher{Self: "F", BrokerEpoch: 7, Stream: fs, LeaderAddr: "L", LeaderEpoch: 1,
+		Dial: fn.Dialer("F"), MaxWait: 200 * time.Millisecond, Timeout: 300 * time.Millisecond})
+
+	appendRecs(t, ls, 50, "a")
+	eventually(t, "replicated and committed", func() bool { return fs.Committed() == 50 && ls.Committed() == 50 })
+
+	fn.Partition("L", "F")
+	appendRecs(t, ls, 10, "b")
+	leader.SetISR([]string{"L", "F"})
+	if hw := ls.Committed(); hw != 50 {
+		t.Fatalf("watermark %d with a partitioned ISR member, want 50", hw)
+	}
+	lag := 300 * time.Millisecond
+	eventually(t, "the leader sees F lag", func() bool {
+		got := leader.Laggards(time.Now(), lag)
+		return len(got) == 1 && got[0] == "F"
+	})
+	leader.SetISR([]string{"L"}) // as the controller would commit it
+	if hw := ls.Committed(); hw != 60 {
+		t.Fatalf("watermark %d once F left the ISR, want 60", hw)
+	}
+
+	fn.Heal("L", "F")
+	fn.Delay("L", "F", 20*time.Millisecond)
+	appendRecs(t, ls, 10, "c")
+	eventually(t, "F catches up over a slow link", func() bool { return fs.NextOffset() == 70 && fs.Committed() == 70 })
+	if got := leader.Joiners(); len(got) != 1 || got[0] != (ISRMember{"F", 7}) {
+		t.Fatalf("joiners = %v, want F in its epoch 7", got)
+	}
+	fn.Drop("L", "F")
+	appendRecs(t, ls, 10, "d")
+	eventually(t, "F reconnects and goes on", func() bool { return fs.NextOffset() == 80 && fs.Committed() == 80 })
+	sameLog(t, ls, fs)
 }
