@@ -19,6 +19,11 @@ import (
 // watermark moves only by SetHighWatermark (ManualCommit).
 func openReplica(tb testing.TB) *logstore.Stream {
 	tb.Helper()
+	return openReplicaStore(tb).Stream("s")
+}
+
+func openReplicaStore(tb testing.TB) *logstore.Store {
+	tb.Helper()
 	st, err := logstore.Open(logstore.Config{
 		Dir:               tb.TempDir(),
 		Profile:           logstore.ProfilePiZero,
@@ -31,7 +36,7 @@ func openReplica(tb testing.TB) *logstore.Stream {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = st.Close() })
-	return st.Stream("s")
+	return st
 }
 
 func appendRecs(tb testing.TB, s *logstore.Stream, n int, tag string) {
