@@ -1,7 +1,9 @@
 // Package cluster holds a site's replication (DESIGN.md, "Cluster"). What
-// exists so far is its control plane: membership, the controller and the
-// state it agrees on. It is a tested package that nothing wires in yet:
-// Peat still runs as a single node (see "What is left").
+// exists so far: membership, the controller and the state it agrees on,
+// and the replica fetch between a stream's leader and a follower. It is a
+// tested package that nothing wires in yet: Peat still runs as a single
+// node, and the pieces are not yet driven by the controller's state (see
+// "What is left").
 //
 // # Membership (membership.go)
 //
@@ -92,20 +94,58 @@
 // high end, 1024 keys a transaction, so a crash part way leaves a
 // contiguous log.
 //
+// # Replica fetch (replica_leader.go, replica_fetcher.go, replica_server.go, hw.go)
+//
+// Kafka's rules, on logstore's replica seams (its store runs with
+// ManualCommit). A Server answers, one goroutine per connection, for the
+// streams this node leads; each has a Leader, created with the
+// controller's leader epoch and ISR. A Fetcher on a follower:
+//
+//  1. asks the leader where the leader's log of its own latest epoch ends
+//     (an EpochRequest) and truncates there, at the lower of that and its
+//     own end of the epoch answered (KIP-101/279), so no record the leader
+//     lacks survives a leader change;
+//  2. fetches "everything after my offset" (its log end), with the leader
+//     epoch it believes in (older: FencedLeaderEpoch, it stops; newer:
+//     the leader has not heard yet, it retries) and the watermark it last
+//     heard; appends the leader's record values unchanged (AppendReplica
+//     checks each checksum against its offset) and moves its watermark to
+//     the leader's, capped at its own log end;
+//  3. below the leader's log start it starts over there (ResetTo); above
+//     its log end it truncates as in 1.
+//
+// The leader answers at once when it has records past the offset or a
+// watermark above the one the follower heard, else holds the fetch up to
+// MaxWait (the long poll: followers learn new records and the watermark
+// without polling). Each fetch tells the leader the follower's log end;
+// hwTracker (no I/O) keeps them: the high watermark is the lowest log end
+// across the ISR (a member that has not fetched counts as 0: acks=all
+// waits for it), Laggards are ISR members not caught up for replica_lag_max
+// (Kafka's lastCaughtUpTime: caught up when asking for the leader's end, or
+// for what the leader had at the previous fetch), Joiners are replicas
+// outside the ISR at the watermark, with the broker epoch they fetched in.
+//
+// The protocol (cluster/wire) is length-prefixed frames of msgpack arrays
+// with typed error codes; its doc draws them. Fetchers take a Dialer, so
+// tests run replication over cluster/faultnet, an in-process network that
+// delays, cuts, partitions and drops links (tc netem is not available on
+// the machines here).
+//
 // # What is left
 //
-//   - Replication: the fetch protocol (followers fetch "everything after
-//     my offset" from the leader in msgpack frames over TCP, records raw
-//     via logstore ReadRaw/AppendReplica, long-polled), follower log ends
-//     on the leader, the high watermark as the lowest log end in the ISR,
-//     ISR shrink on replica_lag_max and expansion on catch-up through
-//     AlterISR, truncation to the leader's epoch end after a leader change,
-//     an in-process transport with drop, delay and partition for unit tests.
-//   - Forwarding commands to the controller from other nodes (a stream
-//     leader's AlterISR), and the stream leader acting on State changes.
-//   - acks (all, leader), min_insync_replicas, produce forwarding, the
-//     mqtt.Log implementation over the cluster, group offsets replicated
-//     with their stream.
+//   - Driving replication from the controller's state: a node starting a
+//     Leader or Fetcher for each stream it holds a replica of as the State
+//     changes, and proposing Laggards and Joiners as AlterISR (which needs
+//     commands forwarded to the controller from other nodes: only the
+//     controller applies them today).
+//   - acks (all, leader) and min_insync_replicas: a lone leader in its ISR
+//     advances its watermark on its own, so until min_insync_replicas
+//     refuses such appends a deposed leader alone in its ISR could still
+//     commit; produce forwarding; the mqtt.Log implementation over the
+//     cluster; group offsets and session cursors replicated with their
+//     stream; observers (a node without a replica fetching for its
+//     subscribers).
 //   - The edge wiring: a `cluster:` config section, /api/v1/cluster,
-//     metrics, scripts/site.sh, Serf's keyring and mutual TLS.
+//     metrics, scripts/site.sh, Serf's keyring and mutual TLS on the
+//     replication transport, and the fault tests with real processes.
 package cluster
