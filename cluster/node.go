@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -173,9 +174,14 @@ func (n *Node) Apply(ctx context.Context, c Command) error {
 	if err != nil {
 		return err
 	}
+	// raft's futures take a timeout, not a context: the context's deadline
+	// bounds it (a cancellation without one is not seen until it ends).
 	timeout := n.cfg.ApplyTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
+	}
+	if err := ctx.Err(); err != nil || timeout <= 0 {
+		return fmt.Errorf("cluster: apply %T: %w", c, cmp.Or(err, context.DeadlineExceeded))
 	}
 	f := n.raft.Apply(data, timeout)
 	if err := f.Error(); err != nil {
