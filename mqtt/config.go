@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"time"
-
-	mochi "github.com/mochi-mqtt/server/v2"
 )
 
 // Defaults for Config. They are chosen for small boards: a connected sensor
@@ -97,12 +95,10 @@ type Config struct {
 	// records).
 	GroupStart string
 
-	// Auth authenticates clients and answers ACL checks, the filters inside
-	// $replay/ and $group/ subscriptions included; nil allows everyone
-	// everything.
-	Auth mochi.Hook
-	// AuthConfig is given to Auth's Init (e.g. mochi's *auth.Options).
-	AuthConfig any
+	// Auth authenticates clients and answers ACL checks: publishes,
+	// subscriptions (the filters inside $replay/ and $group/ included) and
+	// every record delivered; nil allows everyone everything.
+	Auth Auth
 
 	Logger  *slog.Logger
 	Metrics *Metrics // nil: a fresh, unregistered set

@@ -61,7 +61,7 @@ type delivery struct {
 	cfg      Config
 	m        *Metrics
 	logger   *slog.Logger
-	auth     mochi.Hook // answers ACL checks of the filters inside extension filters
+	auth     Auth // nil: everyone reads everything; else every record is checked (auth.go)
 	groups   *groups
 	sessions *sessions
 	state    *stateWriter
@@ -73,6 +73,7 @@ type delivery struct {
 	dropClosed    prometheus.Counter
 	dropTooLarge  prometheus.Counter
 	dropExpired   prometheus.Counter
+	dropDenied    prometheus.Counter
 
 	// taps counts the tap goroutines running: how many extension
 	// subscriptions are being served (tests wait on it; a tap that outlives
@@ -98,11 +99,10 @@ type delivery struct {
 // Close, before srv.Close (Close unblocks senders stuck writing to clients
 // that do not read, which would otherwise hold up mochi's shutdown).
 //
-// auth answers ACL checks of the filters inside extension filters (nil
-// allows all); gs are the consumer groups and ss the durable sessions,
+// auth, when not nil, decides what each client may read (auth.go); gs are the consumer groups and ss the durable sessions,
 // loaded, whose state delivery's state writer stores.
 func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slog.Logger,
-	auth mochi.Hook, gs *groups, ss *sessions) *delivery {
+	auth Auth, gs *groups, ss *sessions) *delivery {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -117,6 +117,7 @@ func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slo
 		dropClosed:    m.Dropped.WithLabelValues(ReasonClientClosed),
 		dropTooLarge:  m.Dropped.WithLabelValues(ReasonTooLarge),
 		dropExpired:   m.Dropped.WithLabelValues(ReasonExpired),
+		dropDenied:    m.Dropped.WithLabelValues(ReasonNotAuthorized),
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.mu.clients = map[*mochi.Client]*deliveryClient{}

@@ -191,7 +191,7 @@ func (r *deliveryReader) dispatchLocked(rec *logstore.Record) {
 		if m == nil || !m.live || rec.Offset < m.start {
 			continue
 		}
-		it, ok := m.c.item(r, sub, rec)
+		it, ok := m.c.item(r, sub, sub.Filter, rec)
 		if !ok {
 			continue
 		}
@@ -274,7 +274,7 @@ func (r *deliveryReader) candidatesLocked(g *deliveryGroup, shared map[string]pa
 	cands := make([]deliveryCandidate, 0, len(ids))
 	for _, id := range slices.Concat(ids[start:], ids[:start]) {
 		c := r.mu.members[id].c
-		if it, ok := c.item(r, shared[id], rec); ok {
+		if it, ok := c.item(r, shared[id], sharedFilter(shared[id].Filter), rec); ok {
 			cands = append(cands, deliveryCandidate{c: c, it: it})
 		}
 	}

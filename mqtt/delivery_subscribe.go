@@ -337,12 +337,15 @@ func (d *delivery) resumeTaps(c *deliveryClient) {
 	}
 }
 
-// canRead asks the auth hook whether cl may read topics matching filter.
+// canRead reports whether cl may subscribe to filter: some topic matching
+// it is readable. Each record is checked again as it is delivered
+// (deliveryClient.item).
 func (d *delivery) canRead(cl *mochi.Client, filter string) bool {
-	if d.auth == nil || !d.auth.Provides(mochi.OnACLCheck) {
+	if d.auth == nil || cl.Net.Inline {
 		return true
 	}
-	return d.auth.OnACLCheck(cl, filter, false)
+	acc := accessOf(cl)
+	return acc != nil && acc.MaySubscribe(filter)
 }
 
 // OnACLCheck lets $replay/ and $group/ subscriptions through mochi's own

@@ -6,8 +6,28 @@
 // # Broker
 //
 // New builds the mochi server with capabilities sized for small boards
-// (Config), an allow-all auth hook, the ingest hook and the delivery hook, in
-// that order; Start binds the one TCP listener; Close stops it all.
+// (Config), an auth hook, the ingest hook and the delivery hook, in that
+// order; Start binds the one TCP listener; Close stops it all.
+//
+// # Authentication and ACLs (auth.go)
+//
+// Without Config.Auth everyone may do everything (mochi's allow-all hook).
+// With it, the auth hook asks Auth about each CONNECT and keeps the
+// client's Access on its connection; mochi asks the hook about publishes
+// and subscriptions. A subscription is granted when some topic matching
+// it may be read; what is then delivered is checked record by record, in
+// deliveryClient.item, the one place every delivery from the log passes
+// (the shared reader, a lagging client's cursor, $share groups, $replay
+// and $group taps, resumed sessions), with the subscription's filter (the
+// one inside $replay and $group), so that Access can answer at once for a
+// filter that lies wholly inside an allowed one. A record left out is
+// counted in peat_mqtt_dropped_messages_total{reason="not_authorized"}
+// and moves a group's or session's position like one that does not
+// match. mochi's own deliveries (retained messages, uncaptured topics)
+// pass mochi's per-message ACL check, which the hook answers too. Every
+// refusal (bad credentials, a publish, a subscription) is counted in
+// peat_mqtt_denied_total{reason} and logged with the client id and remote
+// address, rate-limited like connection lines.
 //
 // # Ingest (ingest.go, ingest_conn.go, will.go)
 //
