@@ -9,6 +9,8 @@ set -euo pipefail
 need=()
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v mosquitto_sub >/dev/null 2>&1 || need+=(mosquitto-clients)
+# edge/auth reads password files made by Debian's mosquitto_passwd.
+command -v mosquitto_passwd >/dev/null 2>&1 || need+=(mosquitto)
 # The small-disk tests of logstore loop-mount an ext4 image (as root).
 command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
 command -v mount >/dev/null 2>&1 || need+=(mount)
