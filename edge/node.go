@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/peatmq/peat/edge/auth"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
@@ -52,6 +53,7 @@ type Node struct {
 	mqttMetrics  *mqtt.Metrics
 
 	serving atomic.Bool                    // /healthz says ok
+	auth    atomic.Pointer[auth.Auth]      // nil without auth files (node_auth.go)
 	store   atomic.Pointer[logstore.Store] // what HTTP handlers and metrics read; nil when closed
 
 	// freeSpace replaces statfs for the log's free-space check (tests).
@@ -175,6 +177,10 @@ func (n *Node) start(ctx context.Context) error {
 	bc := n.cfg.BrokerConfig()
 	bc.Logger = n.log.With(attrComponent, "mqtt")
 	bc.Metrics = n.mqttMetrics
+	if err := n.secureBroker(&bc); err != nil {
+		return err
+	}
+	n.logAuth()
 	broker, err := mqtt.New(bc, storeLog{store})
 	if err != nil {
 		return fmt.Errorf("set up MQTT: %w", err)

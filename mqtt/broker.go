@@ -157,6 +157,7 @@ func (b *Broker) Start() error {
 			maxConnect:     b.cfg.MaxConnectSize,
 			maxPacket:      int(b.srv.Options.Capabilities.MaximumPacketSize),
 			maxPending:     b.cfg.MaxPendingConnections,
+			tls:            b.cfg.TLS,
 		}, b.m, b.conns)
 		if err := b.srv.AddListener(gl); err != nil {
 			_ = ln.Close()

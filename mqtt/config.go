@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -99,6 +100,10 @@ type Config struct {
 	// subscriptions (the filters inside $replay/ and $group/ included) and
 	// every record delivered; nil allows everyone everything.
 	Auth Auth
+	// TLS, when set, is the listener's TLS: the connection guard
+	// (connguard.go) runs in front of it, so the handshake counts
+	// against connect_timeout and max_pending_connections.
+	TLS *tls.Config
 
 	Logger  *slog.Logger
 	Metrics *Metrics // nil: a fresh, unregistered set

@@ -51,6 +51,8 @@ Usage:
   peat serve [flags]   run a node (no flags: data in ./data, MQTT on 127.0.0.1:1883, HTTP on 127.0.0.1:8080)
   peat replay [flags] FILTER
                        print stored records (offset, time, topic, payload) from any offset, then optionally follow
+  peat passwd [-D] FILE USER
+                       add a user to a users file (auth.users_file), change its password, or delete it
   peat version         print the version
   peat help [command]  print this help, or one command's
 
@@ -84,6 +86,8 @@ func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string
 		return serve(args[1:], stdout, stderr, lookupEnv)
 	case "replay":
 		return replay(args[1:], stdout, stderr)
+	case "passwd":
+		return passwd(args[1:], os.Stdin, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "peat %s (commit %s, %s, %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return exitOK
@@ -118,6 +122,8 @@ func help(args []string, stdout, stderr io.Writer) int {
 		serveFS.Usage()
 	case "replay":
 		replayFS.Usage()
+	case "passwd":
+		passwdHelp(stdout)
 	case "version":
 		fmt.Fprint(stdout, versionUsage)
 	case "help":
@@ -226,6 +232,7 @@ func serve(args []string, stdout, stderr io.Writer, lookupEnv func(string) (stri
 		printConfigError(stderr, err)
 		return exitUsage
 	}
+	defer reloadOnHangup(node, logger)()
 	started := make(chan error, 1)
 	go func() { started <- node.Start(ctx) }()
 	var sig os.Signal
