@@ -175,7 +175,7 @@ allow read      user:bob   sensors/#
 	pub("test/nosubscribe", 1)
 	pub("other/x", 2)
 	pub("sensors/a", 3)
-	expectTopics(t, bob, "sensors/a")            // not other/x: bob may not read it
+	expectTopics(t, bob, "sensors/a")              // not other/x: bob may not read it
 	expectTopics(t, alice, "other/x", "sensors/a") // not test/nosubscribe
 
 	// bob may not write.
