@@ -45,6 +45,13 @@ type LogConfig struct {
 // HTTPConfig sets the HTTP server (metrics, health, API).
 type HTTPConfig struct {
 	Listen string `yaml:"listen"` // host:port; empty disables HTTP
+	// TokensFile holds the API's bearer tokens (http_auth.go); empty:
+	// no token asked.
+	TokensFile string        `yaml:"tokens_file"`
+	TLS        HTTPTLSConfig `yaml:"tls"`
+	// AllowPlaintext lets a listener reachable from the network run
+	// without TLS.
+	AllowPlaintext bool `yaml:"allow_plaintext"`
 }
 
 // MQTTConfig is the YAML face of mqtt.Config.

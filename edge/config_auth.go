@@ -55,6 +55,7 @@ func (c Config) hasAuth() bool {
 // refuses a listener reachable from the network that would let anyone in
 // or carry passwords in the clear, unless the config says so explicitly.
 func (c Config) validateSecurity(add func(path, format string, args ...any)) {
+	c.validateHTTPSecurity(add)
 	if c.Auth.MaxConcurrentHashes < 0 {
 		add("auth.max_concurrent_hashes", "must be 0 (automatic) or positive, got %d", c.Auth.MaxConcurrentHashes)
 	}

@@ -52,9 +52,12 @@ type Node struct {
 	storeMetrics *logstore.Metrics
 	mqttMetrics  *mqtt.Metrics
 
-	serving atomic.Bool                    // /healthz says ok
-	auth    atomic.Pointer[auth.Auth]      // nil without auth files (node_auth.go)
-	store   atomic.Pointer[logstore.Store] // what HTTP handlers and metrics read; nil when closed
+	serving atomic.Bool                 // /healthz says ok
+	auth    atomic.Pointer[auth.Auth]   // nil without auth files (node_auth.go)
+	tokens  atomic.Pointer[auth.Tokens] // nil without http.tokens_file (http_auth.go)
+
+	httpDenied *prometheus.CounterVec         // peat_http_denied_total{reason}
+	store      atomic.Pointer[logstore.Store] // what HTTP handlers and metrics read; nil when closed
 
 	// freeSpace replaces statfs for the log's free-space check (tests).
 	freeSpace func(dir string) (free, size uint64, err error)
@@ -94,6 +97,7 @@ func New(cfg Config, logger *slog.Logger) (*Node, error) {
 		reg:          reg,
 		storeMetrics: logstore.NewMetrics(reg),
 		mqttMetrics:  mqtt.NewMetrics(reg),
+		httpDenied:   newHTTPDenied(reg),
 	}
 	n.mu.prevMemLimit = -1
 	return n, nil
@@ -159,13 +163,13 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	// Bind HTTP before MQTT: a port clash is found before clients connect.
 	if n.cfg.HTTP.Listen != "" {
-		ln, err := net.Listen("tcp", n.cfg.HTTP.Listen)
+		ln, err := n.httpListen() // http_auth.go: TLS and tokens
 		if err != nil {
-			return fmt.Errorf("listen for HTTP on %s: %w", n.cfg.HTTP.Listen, err)
+			return err
 		}
 		n.mu.httpAddr = ln.Addr()
 		n.mu.http = &http.Server{
-			Handler:           n.Handler(),
+			Handler:           n.protect(n.Handler()),
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       2 * time.Minute,
 			ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),

@@ -14,7 +14,7 @@ const (
 )
 
 // ErrNoAuth is Reload's answer on a node that runs without auth files.
-var ErrNoAuth = errors.New("edge: no auth.users_file or auth.acl_file to reload")
+var ErrNoAuth = errors.New("edge: no auth.users_file, auth.acl_file or http.tokens_file to reload")
 
 // secureBroker reads the auth files and TLS material into bc. A file that
 // cannot be read or is invalid fails the start: Peat never serves with
@@ -41,16 +41,24 @@ func (n *Node) secureBroker(bc *mqtt.Config) error {
 // invalid, the rules in force stay and the error says why.
 func (n *Node) Reload() error {
 	a := n.auth.Load()
-	if a == nil {
+	if a == nil && n.tokens.Load() == nil {
 		return ErrNoAuth
 	}
-	if err := a.Reload(); err != nil {
-		n.log.Error("auth reload failed; keeping the rules in force", attrErr, err)
-		return err
+	var errs []error
+	if a != nil {
+		if err := a.Reload(); err != nil {
+			n.log.Error("auth reload failed; keeping the rules in force", attrErr, err)
+			errs = append(errs, err)
+		} else {
+			users, rules := a.Counts()
+			n.log.Info("auth reloaded", attrUsers, users, attrACLRules, rules)
+		}
 	}
-	users, rules := a.Counts()
-	n.log.Info("auth reloaded", attrUsers, users, attrACLRules, rules)
-	return nil
+	if err := n.reloadTokens(); err != nil {
+		n.log.Error("HTTP tokens reload failed; keeping the tokens in force", attrErr, err)
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // logAuth says at start how clients are let in, so an operator reading

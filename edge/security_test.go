@@ -45,6 +45,11 @@ func TestConfig_NetworkListenerFailsSafe(t *testing.T) {
 			c.MQTT.Listen, c.MQTT.TLS = "0.0.0.0:8883", TLSConfig{CertFile: "c", KeyFile: "k", ClientCAFile: "ca",
 				ClientAuth: "require", CertIdentity: true}
 		}, nil},
+		{"HTTP on the network without tokens or TLS", func(c *Config) { c.HTTP.Listen = "0.0.0.0:8080" },
+			[]string{"http.listen", "http.tokens_file", "auth.allow_anonymous", "http.tls.cert_file", "http.allow_plaintext: true"}},
+		{"HTTP on the network with tokens and TLS", func(c *Config) {
+			c.HTTP.Listen, c.HTTP.TokensFile, c.HTTP.TLS = "0.0.0.0:8443", "t", HTTPTLSConfig{CertFile: "c", KeyFile: "k"}
+		}, nil},
 		{"ACL without users", func(c *Config) { c.Auth.ACLFile = "acl" }, []string{"auth.acl_file", "auth.allow_anonymous"}},
 		{"key without cert", func(c *Config) { c.MQTT.TLS.KeyFile = "k" }, []string{"mqtt.tls", "cert_file and key_file"}},
 		{"bad client_auth", func(c *Config) { c.MQTT.TLS.ClientAuth = "maybe" }, []string{"mqtt.tls.client_auth", "none, request or require"}},

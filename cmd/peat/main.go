@@ -53,6 +53,8 @@ Usage:
                        print stored records (offset, time, topic, payload) from any offset, then optionally follow
   peat passwd [-D] FILE USER
                        add a user to a users file (auth.users_file), change its password, or delete it
+  peat token FILE NAME ROLE
+                       add an HTTP API token (read or admin) to a tokens file (http.tokens_file) and print it
   peat version         print the version
   peat help [command]  print this help, or one command's
 
@@ -88,6 +90,8 @@ func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string
 		return replay(args[1:], stdout, stderr)
 	case "passwd":
 		return passwd(args[1:], os.Stdin, stdout, stderr)
+	case "token":
+		return token(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "peat %s (commit %s, %s, %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return exitOK
@@ -124,6 +128,8 @@ func help(args []string, stdout, stderr io.Writer) int {
 		replayFS.Usage()
 	case "passwd":
 		passwdHelp(stdout)
+	case "token":
+		fmt.Fprint(stdout, tokenUsage)
 	case "version":
 		fmt.Fprint(stdout, versionUsage)
 	case "help":

@@ -138,7 +138,7 @@ func readPassword(stdin io.Reader, prompt io.Writer) (string, error) {
 	return pw, nil
 }
 
-// updateUsersFile replaces name's line in file with line (deletes it when
+// updateUsersFile (users and tokens files alike: "name:..." lines) replaces name's line in file with line (deletes it when
 // line is empty, appends it when name is not there) and writes the file
 // anew beside the old one, then renames it over: a reader never sees half
 // a file. It reports whether name was there.

@@ -149,3 +149,28 @@ func TestServe_SIGHUPReloadsUsers(t *testing.T) {
 		t.Errorf("exit status %d after SIGTERM", code)
 	}
 }
+
+// `peat token` prints the token once and stores only its hash, in a file
+// the node accepts.
+func TestToken_PrintsOnceStoresTheHash(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tokens")
+	var out, errs bytes.Buffer
+	if code := token([]string{file, "grafana", "read"}, &out, &errs); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs.String())
+	}
+	tok := strings.TrimSpace(out.String())
+	text, _ := os.ReadFile(file)
+	if len(tok) < 40 || strings.Contains(string(text), tok) || !strings.HasPrefix(string(text), "grafana:read:") {
+		t.Fatalf("token %q, file %q: want a long token and only its hash stored", tok, text)
+	}
+	toks, err := auth.LoadTokens(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, role, ok := toks.Check(tok); !ok || name != "grafana" || role != auth.RoleRead {
+		t.Errorf("Check: %q %q %v", name, role, ok)
+	}
+	if code := token([]string{file, "x", "root"}, &out, &errs); code != exitUsage {
+		t.Errorf("role root: exit %d, want %d", code, exitUsage)
+	}
+}

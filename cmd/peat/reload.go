@@ -25,7 +25,7 @@ func reloadOnHangup(node *edge.Node, logger *slog.Logger) (stop func()) {
 			select {
 			case <-hups:
 				if err := node.Reload(); errors.Is(err, edge.ErrNoAuth) {
-					logger.Info("SIGHUP: nothing to reload (no auth.users_file or auth.acl_file)")
+					logger.Info("SIGHUP: nothing to reload (no auth.users_file, auth.acl_file or http.tokens_file)")
 				}
 			case <-done:
 				return
