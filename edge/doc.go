@@ -36,4 +36,18 @@
 //	GET /api/v1/streams/{name}  one stream, 404 when there is none
 //
 // Errors are JSON: {"error": "message"}.
+//
+// # Security (config_auth.go, node_auth.go, http_auth.go)
+//
+// Users, ACLs and API tokens live in edge/auth; edge reads the files at
+// start (a file that cannot be read or is invalid fails the start) and
+// adapts them to mqtt.Auth. Validate refuses a listener reachable from the
+// network (any address but loopback or localhost) that would let anyone
+// in, unless auth.allow_anonymous says so, or would run without TLS,
+// unless mqtt.allow_plaintext (http.allow_plaintext) says so; each error
+// names the fields to set. Node.Reload (SIGHUP in cmd/peat) reads users,
+// ACL and tokens again and keeps what is in force when a file is bad.
+// With http.tokens_file every path but /healthz and /readyz needs
+// "Authorization: Bearer <token>" (401 without, 403 for a read token on a
+// method other than GET and HEAD), counted in peat_http_denied_total.
 package edge

@@ -109,8 +109,11 @@
 //
 // # Connections (listener.go, connguard.go, connframe.go, connlog.go)
 //
-// Peat serves mochi through a listener of its own. Each connection's
-// bytes pass a guard on their way to mochi's reader: it follows the packet
+// Peat serves mochi through a listener of its own. With Config.TLS each
+// accepted connection is a TLS server connection inside the guard: the
+// guard's deadline and pending count cover the handshake, and its framing
+// checks read the decrypted bytes. Each connection's bytes pass a guard on
+// their way to mochi's reader: it follows the packet
 // framing without buffering and closes a connection that sends no whole
 // CONNECT within Config.ConnectTimeout, announces a CONNECT above
 // Config.MaxConnectSize (mochi allocates the announced size before
