@@ -81,7 +81,7 @@ func (c Config) validateSecurity(add func(path, format string, args ...any)) {
 		add("auth.acl_file", "without auth.users_file every client is anonymous, and anonymous clients are refused: "+
 			"set auth.users_file, or auth.allow_anonymous: true to apply the ACL to anonymous clients")
 	}
-	if c.MQTT.Listen == "" || loopback(c.MQTT.Listen) {
+	if c.MQTT.Listen == "" || checkHostPort(c.MQTT.Listen) != "" || loopback(c.MQTT.Listen) {
 		return
 	}
 	if !c.hasAuth() && !c.Auth.AllowAnonymous {

@@ -52,7 +52,7 @@ func (c Config) validateHTTPSecurity(add func(path, format string, args ...any))
 	if (t.CertFile == "") != (t.KeyFile == "") {
 		add("http.tls", "cert_file and key_file go together")
 	}
-	if c.HTTP.Listen == "" || loopback(c.HTTP.Listen) {
+	if c.HTTP.Listen == "" || checkHostPort(c.HTTP.Listen) != "" || loopback(c.HTTP.Listen) {
 		return
 	}
 	if c.HTTP.TokensFile == "" && !c.Auth.AllowAnonymous {
