@@ -19,7 +19,9 @@ import (
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+	dto "github.com/prometheus/client_model/go"
 
+	"github.com/peatmq/peat/mqtt"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
@@ -163,6 +165,9 @@ func TestNode_TLSListener(t *testing.T) {
 		t.Error("plain MQTT on the TLS listener got a CONNACK")
 	}
 
+	// Counted and logged as a TLS refusal.
+	waitTLSRefusals(t, n, 1)
+
 	silent, err := net.Dial("tcp", n.MQTTAddr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -230,6 +235,25 @@ func waitUntilConnected(tb testing.TB, node *Node, n int) {
 	for node.mu.broker.Clients() < n {
 		if time.Now().After(deadline) {
 			tb.Fatalf("%d clients connected, want %d", node.mu.broker.Clients(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitTLSRefusals waits until at least want failed TLS handshakes are
+// counted in peat_mqtt_closed_connections_total{reason="tls_handshake"}.
+func waitTLSRefusals(tb testing.TB, n *Node, want float64) {
+	tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var m dto.Metric
+		if err := n.mqttMetrics.Closed.WithLabelValues(mqtt.ReasonTLSHandshake).Write(&m); err != nil {
+			tb.Fatal(err)
+		}
+		if got := m.GetCounter().GetValue(); got >= want {
+			return
+		} else if time.Now().After(deadline) {
+			tb.Fatalf("%v TLS handshake refusals counted, want %v", got, want)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -148,6 +148,8 @@ func connEnd(err, cause error, connacked bool) (slog.Level, string, string) {
 		return slog.LevelDebug, "client disconnected", "disconnect"
 	case errors.Is(err, ErrConnectTimeout):
 		return slog.LevelInfo, "closed connection: no CONNECT in time", ReasonConnectTimeout
+	case errors.Is(err, ErrTLSHandshake):
+		return slog.LevelWarn, verb + "TLS handshake failed", ReasonTLSHandshake
 	case errors.Is(err, ErrConnectTooLarge):
 		return slog.LevelWarn, verb + "CONNECT too large", ReasonConnectTooLarge
 	case errors.Is(err, ErrPacketTooLarge):

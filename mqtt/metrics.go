@@ -40,11 +40,12 @@ const (
 	ReasonTopicInvalid    = "topic_invalid"     // a PUBLISH topic name with + or #
 	ReasonMalformed       = "malformed"         // a malformed packet the guard recognises
 	ReasonReceiveMaximum  = "receive_maximum"   // an MQTT 5 client above the Receive Maximum Peat announced
+	ReasonTLSHandshake    = "tls_handshake"     // a failed TLS handshake: no TLS, or a client certificate refused
 )
 
 // closeReasons are the reasons of Closed, shown at 0 from the start.
 var closeReasons = []string{ReasonConnectTimeout, ReasonConnectTooLarge, ReasonTooManyPending,
-	ReasonPacketTooLarge, ReasonTopicInvalid, ReasonMalformed, ReasonReceiveMaximum}
+	ReasonPacketTooLarge, ReasonTopicInvalid, ReasonMalformed, ReasonReceiveMaximum, ReasonTLSHandshake}
 
 // NewMetrics creates the collectors and registers them with reg when reg is
 // not nil.
