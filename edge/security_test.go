@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -270,5 +271,40 @@ func expectTopics(tb testing.TB, c *mqtttest.Raw, want ...string) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		tb.Fatalf("delivered %v, want %v", got, want)
+	}
+}
+
+// A users file made by Debian's mosquitto_passwd, used as it is, with
+// Debian's mosquitto_pub: the right password publishes, a wrong one is
+// refused with MQTT 3.1.1's "bad user name or password" (code 4), which
+// the client reports as such.
+func TestNode_MosquittoPasswdFileWithMosquittoPub(t *testing.T) {
+	passwdTool, err := exec.LookPath("mosquitto_passwd")
+	if err != nil {
+		t.Fatalf("mosquitto_passwd not found (Debian: apt-get install mosquitto; scripts/test-deps.sh installs it): %v", err)
+	}
+	pubTool, err := exec.LookPath("mosquitto_pub")
+	if err != nil {
+		t.Fatalf("mosquitto_pub not found (Debian: apt-get install mosquitto-clients): %v", err)
+	}
+	users := filepath.Join(t.TempDir(), "passwd")
+	if out, err := exec.Command(passwdTool, "-c", "-b", users, "meter", "s3cret").CombinedOutput(); err != nil {
+		t.Fatalf("mosquitto_passwd: %v: %s", err, out)
+	}
+	cfg := testConfig(t)
+	cfg.Auth.UsersFile = users
+	n := startNode(t, cfg)
+	host, port, _ := net.SplitHostPort(n.MQTTAddr().String())
+	pub := func(pw string) (string, error) {
+		out, err := exec.Command(pubTool, "-h", host, "-p", port, "-u", "meter", "-P", pw,
+			"-q", "1", "-t", "meters/1", "-m", "42").CombinedOutput()
+		return string(out), err
+	}
+	if out, err := pub("s3cret"); err != nil {
+		t.Fatalf("right password: %v: %s", err, out)
+	}
+	out, err := pub("wrong")
+	if err == nil || !strings.Contains(strings.ToLower(out), "bad user name or password") {
+		t.Fatalf("wrong password: %v, output %q; want a refusal saying bad user name or password", err, out)
 	}
 }
