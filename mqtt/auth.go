@@ -71,7 +71,31 @@ var _ mochi.Hook = (*authHook)(nil)
 func (h *authHook) ID() string { return "peat-auth" }
 
 func (h *authHook) Provides(b byte) bool {
-	return b == mochi.OnConnectAuthenticate || b == mochi.OnACLCheck || b == mochi.OnPacketEncode
+	return b == mochi.OnConnectAuthenticate || b == mochi.OnACLCheck || b == mochi.OnPacketEncode ||
+		b == mochi.OnSubscribed
+}
+
+// OnSubscribed counts and logs the filters of a SUBSCRIBE the ACL refused
+// (mochi gives them 0x87). OnACLCheck cannot: for a topic name it does not
+// know a subscription from a delivery. Refused $replay and $group filters
+// are counted by delivery (prepareTap).
+func (h *authHook) OnSubscribed(cl *mochi.Client, pk packets.Packet, reasonCodes []byte) {
+	acc := accessOf(cl)
+	for i, code := range reasonCodes {
+		if code < packets.ErrUnspecifiedError.Code || i >= len(pk.Filters) {
+			continue
+		}
+		f := pk.Filters[i].Filter
+		if f == "" || strings.HasPrefix(f, replayPrefix) || strings.HasPrefix(f, groupPrefix) {
+			continue
+		}
+		// MQTT 3.1.1 has only 0x80 for every refusal: ask again.
+		if code != packets.ErrNotAuthorized.Code && (acc == nil || mayReadFilter(acc, f)) {
+			continue
+		}
+		h.m.Denied.WithLabelValues(DeniedSubscribe).Inc()
+		h.logs.denied(DeniedSubscribe, cl.ID, cl.Net.Remote, slog.String(attrFilter, f))
+	}
 }
 
 // OnPacketEncode gives an MQTT 3.1.1 client refused for its credentials
@@ -131,16 +155,33 @@ func (h *authHook) OnACLCheck(cl *mochi.Client, topic string, write bool) bool {
 		}
 	case strings.HasPrefix(topic, replayPrefix) || strings.HasPrefix(topic, groupPrefix):
 		// delivery answers: it checks the filter inside (prepareTap).
-	case strings.ContainsAny(topic, "+#"):
-		ok = acc.MaySubscribe(topic)
-		if !ok {
-			h.m.Denied.WithLabelValues(DeniedSubscribe).Inc()
-			h.logs.denied(DeniedSubscribe, cl.ID, cl.Net.Remote, slog.String(attrFilter, topic))
-		}
-	default: // a topic name: a subscription to it, or a delivery of it
-		ok = acc.MayRead(topic, topic)
+	default: // a subscription (refusals are counted in OnSubscribed) or a delivery
+		ok = mayReadFilter(acc, topic)
 	}
 	return ok
+}
+
+// mayPublishQuietly is ingest's early check: a publish it does not take
+// goes on to mochi, whose own ACL check counts and logs a refusal, so
+// this one must not.
+func mayPublishQuietly(acl mochi.Hook, cl *mochi.Client, topic string) bool {
+	if _, ok := acl.(*authHook); !ok {
+		return acl.OnACLCheck(cl, topic, true)
+	}
+	if cl.Net.Inline {
+		return true
+	}
+	acc := accessOf(cl)
+	return acc != nil && acc.MayPublish(topic)
+}
+
+// mayReadFilter is the answer OnACLCheck gave mochi for a subscription
+// to f.
+func mayReadFilter(acc Access, f string) bool {
+	if strings.ContainsAny(f, "+#") {
+		return acc.MaySubscribe(f)
+	}
+	return acc.MayRead(f, f)
 }
 
 // accessBox holds an Access in an atomic.Pointer.

@@ -271,8 +271,9 @@ func TestAuth_SubscriptionToADeniedFilterIsRefused(t *testing.T) {
 		}
 		c.Subscribe("#", 1) // granted: other topics are readable
 	}
-	if got := metricValue(b.m.Denied.WithLabelValues(DeniedSubscribe)); got < 2 {
-		t.Errorf("peat_mqtt_denied_total{reason=subscribe} = %v, want the wildcard refusals counted", got)
+	// Three filters for each version.
+	if got := metricValue(b.m.Denied.WithLabelValues(DeniedSubscribe)); got != 6 {
+		t.Errorf("peat_mqtt_denied_total{reason=subscribe} = %v, want 6", got)
 	}
 }
 
@@ -292,5 +293,21 @@ func TestAuth_RefusedConnect(t *testing.T) {
 	}
 	if got := metricValue(b.m.Denied.WithLabelValues(DeniedConnect)); got != 2 {
 		t.Errorf("peat_mqtt_denied_total{reason=connect} = %v, want 2", got)
+	}
+}
+
+// A refused publish is counted once, whichever path judged it.
+func TestAuth_RefusedPublishCountedOnce(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	b := newTestBroker(t, l, func(c *Config) {
+		c.Auth = &testAuth{rules: []testRule{{filter: "open/#", read: true, write: true, allow: true}}}
+	})
+	c := dialRaw(t, b, "p", 5)
+	c.Publish("closed/a", 1, 1, "x")
+	if ack := c.ReadUntil(packets.Puback); ack.ReasonCode != packets.ErrNotAuthorized.Code {
+		t.Fatalf("PUBACK %#x, want 0x87", ack.ReasonCode)
+	}
+	if got := metricValue(b.m.Denied.WithLabelValues(DeniedPublish)); got != 1 {
+		t.Errorf("peat_mqtt_denied_total{reason=publish} = %v, want 1", got)
 	}
 }

@@ -123,6 +123,7 @@ func (d *delivery) prepareTap(c *deliveryClient, sub packets.Subscription, ext e
 			ext.inner, strings.Join(names, ", "))}
 	}
 	if !d.canRead(c.cl, ext.inner) {
+		d.m.Denied.WithLabelValues(DeniedSubscribe).Inc()
 		return nil, &tapError{code: subackNotAuthorized, reason: fmt.Sprintf("not authorized to read %q", ext.inner)}
 	}
 	t.r = d.reader(streams[0].Name())
