@@ -308,3 +308,23 @@ func TestNode_MosquittoPasswdFileWithMosquittoPub(t *testing.T) {
 		t.Fatalf("wrong password: %v, output %q; want a refusal saying bad user name or password", err, out)
 	}
 }
+
+// The ACL file's rules through $share subscriptions (mochi asks about the
+// whole $share/<group>/<filter>): granted where the inner filter may be
+// read, and each record checked.
+func TestNode_ACLAndSharedSubscriptions(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t)
+	cfg.Auth.AllowAnonymous = true
+	cfg.Auth.ACLFile = writeAuthFile(t, dir, "acl", "deny read * secret/#\nallow readwrite * #\n")
+	n := startNode(t, cfg)
+	c := dialUser(t, n, "sub", 5, "", "")
+	if ack := c.TrySubscribe("$share/g/secret/#", 1); ack.ReasonCodes[0] != packets.ErrNotAuthorized.Code {
+		t.Errorf("$share/g/secret/#: SUBACK %#x, want 0x87", ack.ReasonCodes[0])
+	}
+	c.Subscribe("$share/g/#", 1)
+	p := dialUser(t, n, "pub", 5, "", "")
+	p.Publish("secret/a", 1, 1, "x")
+	p.Publish("open/a", 1, 2, "y")
+	expectTopics(t, c, "open/a")
+}

@@ -90,7 +90,7 @@ func (h *authHook) OnSubscribed(cl *mochi.Client, pk packets.Packet, reasonCodes
 			continue
 		}
 		// MQTT 3.1.1 has only 0x80 for every refusal: ask again.
-		if code != packets.ErrNotAuthorized.Code && (acc == nil || mayReadFilter(acc, f)) {
+		if code != packets.ErrNotAuthorized.Code && (acc == nil || mayReadFilter(acc, sharedFilter(f))) {
 			continue
 		}
 		h.m.Denied.WithLabelValues(DeniedSubscribe).Inc()
@@ -156,7 +156,7 @@ func (h *authHook) OnACLCheck(cl *mochi.Client, topic string, write bool) bool {
 	case strings.HasPrefix(topic, replayPrefix) || strings.HasPrefix(topic, groupPrefix):
 		// delivery answers: it checks the filter inside (prepareTap).
 	default: // a subscription (refusals are counted in OnSubscribed) or a delivery
-		ok = mayReadFilter(acc, topic)
+		ok = mayReadFilter(acc, sharedFilter(topic)) // mochi asks with $share/<group>/ on
 	}
 	return ok
 }
