@@ -102,9 +102,20 @@ func (h *authHook) OnSubscribed(cl *mochi.Client, pk packets.Packet, reasonCodes
 // return code 4 (bad user name or password): mochi maps MQTT 5's 0x86 to
 // 5 (not authorized), which tells a device to give up rather than fix its
 // password. Auth's refusals are the only 0x86 mochi sends.
+//
+// A client refused for its will's topic is not authorized instead: 0x87,
+// or 5 for 3.1.1.
 func (h *authHook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
-	if pk.FixedHeader.Type == packets.Connack && cl.Properties.ProtocolVersion < 5 &&
-		pk.ReasonCode == packets.Err3NotAuthorized.Code {
+	if pk.FixedHeader.Type != packets.Connack || pk.ReasonCode < packets.Err3NotAuthorized.Code {
+		return pk
+	}
+	cc, _ := cl.Net.Conn.(*corkConn)
+	switch {
+	case cc != nil && cc.willDenied.Load() && cl.Properties.ProtocolVersion == 5:
+		pk.ReasonCode = packets.ErrNotAuthorized.Code
+		pk.Properties.ReasonString = "not authorized to publish to the will topic"
+	case cc != nil && cc.willDenied.Load():
+	case cl.Properties.ProtocolVersion < 5 && pk.ReasonCode == packets.Err3NotAuthorized.Code:
 		pk.ReasonCode = err3BadCredentials
 	}
 	return pk
@@ -131,6 +142,15 @@ func (h *authHook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bo
 	if !ok || acc == nil {
 		h.m.Denied.WithLabelValues(DeniedConnect).Inc()
 		h.logs.denied(DeniedConnect, cl.ID, cl.Net.Remote, slog.String(attrUser, l.Username), slog.String(attrReason, why))
+		return false
+	}
+	// A last will is a publish made later on the client's behalf (ingest
+	// appends it without asking again): its topic is judged now.
+	if pk.Connect.WillFlag && !acc.MayPublish(pk.Connect.WillTopic) {
+		cc.willDenied.Store(true)
+		h.m.Denied.WithLabelValues(DeniedPublish).Inc()
+		h.logs.denied(DeniedPublish, cl.ID, cl.Net.Remote, slog.String(attrTopic, pk.Connect.WillTopic),
+			slog.String(attrReason, "last will topic"))
 		return false
 	}
 	cc.access.Store(&accessBox{acc})

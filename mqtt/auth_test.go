@@ -311,3 +311,27 @@ func TestAuth_RefusedPublishCountedOnce(t *testing.T) {
 		t.Errorf("peat_mqtt_denied_total{reason=publish} = %v, want 1", got)
 	}
 }
+
+// A last will is a publish: a will on a topic the client may not publish
+// to refuses the CONNECT (not authorized), since ingest appends the will
+// later without asking again.
+func TestAuth_WillTopicIsJudgedAtConnect(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	b := newTestBroker(t, l, func(c *Config) {
+		c.Auth = &testAuth{rules: []testRule{{filter: "open/#", read: true, write: true, allow: true}}}
+	})
+	for version, want := range map[byte]byte{5: packets.ErrNotAuthorized.Code, 4: packets.Err3NotAuthorized.Code} {
+		conn := dialTCP(t, b)
+		c := rawConnect(fmt.Sprintf("w%d", version), version)
+		c.Will = &mqtttest.Will{Topic: "closed/status", Payload: []byte("gone"), Qos: 1}
+		r := mqtttest.Handshake(t, conn, c)
+		if r.Connack.ReasonCode != want {
+			t.Errorf("v%d will on a denied topic: CONNACK %#x, want %#x", version, r.Connack.ReasonCode, want)
+		}
+	}
+	c := rawConnect("ok", 5)
+	c.Will = &mqtttest.Will{Topic: "open/status", Payload: []byte("gone"), Qos: 1}
+	if r := mqtttest.Handshake(t, dialTCP(t, b), c); r.Connack.ReasonCode != 0 {
+		t.Errorf("will on an allowed topic: CONNACK %#x", r.Connack.ReasonCode)
+	}
+}

@@ -25,7 +25,9 @@ type corkConn struct {
 	// access is what the client may do, set when Auth accepted its
 	// CONNECT (auth.go); nil before, and without Auth.
 	access atomic.Pointer[accessBox]
-	mu     struct {
+	// willDenied: Auth let the client in, but not its will's topic.
+	willDenied atomic.Bool
+	mu         struct {
 		sync.Mutex
 		corks int
 		buf   []byte
