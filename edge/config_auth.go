@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"github.com/peatmq/peat/edge/auth"
 	"github.com/peatmq/peat/mqtt"
@@ -144,23 +145,23 @@ func (m mqttAuth) Authenticate(l mqtt.Login) (mqtt.Access, string, bool) {
 }
 
 // mqttTLS builds the MQTT listener's TLS configuration, nil without TLS.
-func (c Config) mqttTLS() (*tls.Config, error) {
+func (c Config) mqttTLS() (*tls.Config, *keyPair, error) {
 	t := c.MQTT.TLS
 	if !t.enabled() {
-		return nil, nil
+		return nil, nil, nil
 	}
-	cfg, err := serverTLS(t.CertFile, t.KeyFile)
+	cfg, kp, err := serverTLS(t.CertFile, t.KeyFile)
 	if err != nil {
-		return nil, fmt.Errorf("mqtt.tls: %w", err)
+		return nil, nil, fmt.Errorf("mqtt.tls: %w", err)
 	}
 	if t.ClientCAFile != "" {
 		pem, err := os.ReadFile(t.ClientCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("mqtt.tls.client_ca_file: %w", err)
+			return nil, nil, fmt.Errorf("mqtt.tls.client_ca_file: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("mqtt.tls.client_ca_file: %s holds no PEM certificate", t.ClientCAFile)
+			return nil, nil, fmt.Errorf("mqtt.tls.client_ca_file: %s holds no PEM certificate", t.ClientCAFile)
 		}
 		cfg.ClientCAs = pool
 	}
@@ -170,15 +171,34 @@ func (c Config) mqttTLS() (*tls.Config, error) {
 	case "require":
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
-	return cfg, nil
+	return cfg, kp, nil
 }
 
 // serverTLS is a server TLS configuration with the key pair of certFile
-// and keyFile: TLS 1.2 at least.
-func serverTLS(certFile, keyFile string) (*tls.Config, error) {
-	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("load key pair %s, %s: %w", certFile, keyFile, err)
+// and keyFile, TLS 1.2 at least. Its certificate is read again by
+// keyPair.reload (SIGHUP), so a renewed certificate needs no restart.
+func serverTLS(certFile, keyFile string) (*tls.Config, *keyPair, error) {
+	kp := &keyPair{certFile: certFile, keyFile: keyFile}
+	if err := kp.reload(); err != nil {
+		return nil, nil, err
 	}
-	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
+	return &tls.Config{GetCertificate: kp.get, MinVersion: tls.VersionTLS12}, kp, nil
 }
+
+// keyPair is a listener's certificate and key, replaced as a whole when
+// both files read well.
+type keyPair struct {
+	certFile, keyFile string
+	cur               atomic.Pointer[tls.Certificate]
+}
+
+func (k *keyPair) reload() error {
+	pair, err := tls.LoadX509KeyPair(k.certFile, k.keyFile)
+	if err != nil {
+		return fmt.Errorf("load key pair %s, %s: %w", k.certFile, k.keyFile, err)
+	}
+	k.cur.Store(&pair)
+	return nil
+}
+
+func (k *keyPair) get(*tls.ClientHelloInfo) (*tls.Certificate, error) { return k.cur.Load(), nil }

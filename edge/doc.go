@@ -46,7 +46,8 @@
 // in, unless auth.allow_anonymous says so, or would run without TLS,
 // unless mqtt.allow_plaintext (http.allow_plaintext) says so; each error
 // names the fields to set. Node.Reload (SIGHUP in cmd/peat) reads users,
-// ACL and tokens again and keeps what is in force when a file is bad.
+// ACL, tokens and the listeners' certificates again and keeps what is in
+// force when a file is bad.
 // With http.tokens_file every path but /healthz and /readyz needs
 // "Authorization: Bearer <token>" (401 without, 403 for a read token on a
 // method other than GET and HEAD), counted in peat_http_denied_total.

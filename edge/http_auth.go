@@ -79,9 +79,11 @@ func (n *Node) httpListen() (net.Listener, error) {
 	var tcfg *tls.Config
 	if t := n.cfg.HTTP.TLS; t.CertFile != "" {
 		var err error
-		if tcfg, err = serverTLS(t.CertFile, t.KeyFile); err != nil {
+		var kp *keyPair
+		if tcfg, kp, err = serverTLS(t.CertFile, t.KeyFile); err != nil {
 			return nil, fmt.Errorf("http.tls: %w", err)
 		}
+		n.keyPairs.add(kp)
 	}
 	ln, err := net.Listen("tcp", n.cfg.HTTP.Listen)
 	if err != nil {

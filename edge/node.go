@@ -52,12 +52,14 @@ type Node struct {
 	storeMetrics *logstore.Metrics
 	mqttMetrics  *mqtt.Metrics
 
-	serving atomic.Bool                 // /healthz says ok
-	auth    atomic.Pointer[auth.Auth]   // nil without auth files (node_auth.go)
-	tokens  atomic.Pointer[auth.Tokens] // nil without http.tokens_file (http_auth.go)
+	serving atomic.Bool                    // /healthz says ok
+	store   atomic.Pointer[logstore.Store] // what HTTP handlers and metrics read; nil when closed
 
-	httpDenied *prometheus.CounterVec         // peat_http_denied_total{reason}
-	store      atomic.Pointer[logstore.Store] // what HTTP handlers and metrics read; nil when closed
+	// Security (node_auth.go, http_auth.go).
+	auth       atomic.Pointer[auth.Auth]   // nil without auth files
+	tokens     atomic.Pointer[auth.Tokens] // nil without http.tokens_file
+	httpDenied *prometheus.CounterVec      // peat_http_denied_total{reason}
+	keyPairs   keyPairs                    // TLS certificates Reload reads again
 
 	// freeSpace replaces statfs for the log's free-space check (tests).
 	freeSpace func(dir string) (free, size uint64, err error)

@@ -3,6 +3,7 @@ package edge
 import (
 	"errors"
 	"log/slog"
+	"sync"
 
 	"github.com/peatmq/peat/mqtt"
 )
@@ -14,7 +15,7 @@ const (
 )
 
 // ErrNoAuth is Reload's answer on a node that runs without auth files.
-var ErrNoAuth = errors.New("edge: no auth.users_file, auth.acl_file or http.tokens_file to reload")
+var ErrNoAuth = errors.New("edge: no auth file, tokens file or TLS certificate to reload")
 
 // secureBroker reads the auth files and TLS material into bc. A file that
 // cannot be read or is invalid fails the start: Peat never serves with
@@ -30,10 +31,32 @@ func (n *Node) secureBroker(bc *mqtt.Config) error {
 		users, rules := a.Counts()
 		n.log.Info("auth loaded", attrUsers, users, attrACLRules, rules)
 	}
-	if bc.TLS, err = n.cfg.mqttTLS(); err != nil {
+	var kp *keyPair
+	if bc.TLS, kp, err = n.cfg.mqttTLS(); err != nil {
 		return err
 	}
+	if kp != nil {
+		n.keyPairs.add(kp)
+	}
 	return nil
+}
+
+// keyPairs are the listeners' certificates, which Reload reads again.
+type keyPairs struct {
+	mu    sync.Mutex
+	pairs []*keyPair
+}
+
+func (k *keyPairs) add(kp *keyPair) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.pairs = append(k.pairs, kp)
+}
+
+func (k *keyPairs) all() []*keyPair {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]*keyPair(nil), k.pairs...)
 }
 
 // Reload reads the users and ACL files again (SIGHUP) and applies them to
@@ -41,10 +64,17 @@ func (n *Node) secureBroker(bc *mqtt.Config) error {
 // invalid, the rules in force stay and the error says why.
 func (n *Node) Reload() error {
 	a := n.auth.Load()
-	if a == nil && n.tokens.Load() == nil {
+	pairs := n.keyPairs.all()
+	if a == nil && n.tokens.Load() == nil && len(pairs) == 0 {
 		return ErrNoAuth
 	}
 	var errs []error
+	for _, kp := range pairs {
+		if err := kp.reload(); err != nil {
+			n.log.Error("TLS certificate reload failed; keeping the one in use", attrErr, err)
+			errs = append(errs, err)
+		}
+	}
 	if a != nil {
 		if err := a.Reload(); err != nil {
 			n.log.Error("auth reload failed; keeping the rules in force", attrErr, err)

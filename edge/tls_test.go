@@ -258,3 +258,48 @@ func waitTLSRefusals(tb testing.TB, n *Node, want float64) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Reload (SIGHUP) reads the listener's certificate again: a renewed one is
+// served without a restart, and an unreadable one leaves the old in use.
+func TestNode_TLSCertificateReload(t *testing.T) {
+	p := newTestPKI(t, "sensor-1")
+	n := tlsNode(t, p, "request")
+	handshake := func(pool *x509.CertPool) error {
+		conn, err := tls.Dial("tcp", n.MQTTAddr().String(), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+		if err == nil {
+			conn.Close()
+		}
+		return err
+	}
+	if err := handshake(p.pool); err != nil {
+		t.Fatal(err)
+	}
+	q := newTestPKI(t, "other") // a server certificate from another CA
+	for _, f := range [][2]string{{q.certFile, p.certFile}, {q.keyFile, p.keyFile}} {
+		b, err := os.ReadFile(f[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f[1], b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := handshake(q.pool); err == nil {
+		t.Fatal("the new certificate is served before the reload")
+	}
+	if err := n.Reload(); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if err := handshake(q.pool); err != nil {
+		t.Fatalf("after the reload: %v", err)
+	}
+	if err := os.WriteFile(p.certFile, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Reload(); err == nil {
+		t.Fatal("Reload of a broken certificate succeeded")
+	}
+	if err := handshake(q.pool); err != nil {
+		t.Fatalf("after a failed reload the renewed certificate is gone: %v", err)
+	}
+}

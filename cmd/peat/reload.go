@@ -10,7 +10,8 @@ import (
 	"github.com/peatmq/peat/edge"
 )
 
-// reloadOnHangup reloads the node's users and ACL files on each SIGHUP
+// reloadOnHangup reloads the node's users, ACL and tokens files and TLS
+// certificates on each SIGHUP
 // (systemctl reload peat) until the returned stop is called. A failed
 // reload keeps the rules in force; the node logs why. Without the
 // handler, SIGHUP would end the process.
@@ -25,7 +26,7 @@ func reloadOnHangup(node *edge.Node, logger *slog.Logger) (stop func()) {
 			select {
 			case <-hups:
 				if err := node.Reload(); errors.Is(err, edge.ErrNoAuth) {
-					logger.Info("SIGHUP: nothing to reload (no auth.users_file, auth.acl_file or http.tokens_file)")
+					logger.Info("SIGHUP: nothing to reload (no users, ACL or tokens file, no TLS certificate)")
 				}
 			case <-done:
 				return
