@@ -42,15 +42,17 @@ type MemStream struct {
 		submitCh  chan struct{} // closed and replaced on every AppendAsync
 		closed    bool
 	}
-	wake chan struct{} // 1-buffered: the queue or hold state changed
-	stop chan struct{}
-	done chan struct{}
+	state *memStreamState // memstream_state.go
+	wake  chan struct{}   // 1-buffered: the queue or hold state changed
+	stop  chan struct{}
+	done  chan struct{}
 }
 
 func newMemStream(name string, filters []string) *MemStream {
 	s := &MemStream{
 		name:    name,
 		filters: filters,
+		state:   newMemStreamState(),
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -327,6 +329,7 @@ func (s *MemStream) Close() {
 	s.mu.closed = true
 	close(s.mu.changed) // stays closed: Changed of a closed stream never blocks
 	s.mu.Unlock()
+	s.closeState()
 	close(s.stop)
 	<-s.done
 }
