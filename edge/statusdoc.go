@@ -218,19 +218,8 @@ func (n *Node) alarms(sp logstore.SpaceStatus) []status.Alarm {
 	return out
 }
 
-// humanBytes is n in binary units, as the status page shows sizes.
-func humanBytes(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, i := float64(n), 0
-	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
-	for v /= unit; v >= unit && i < len(units)-1; i++ {
-		v /= unit
-	}
-	return fmt.Sprintf("%.1f %s", v, units[i])
-}
+// humanBytes is n as the status page writes sizes.
+func humanBytes(n uint64) string { return status.FormatBytes(float64(n)) }
 
 // sumCounters adds up every series of a counter vector: the node's
 // totals, read without a scrape.

@@ -17,14 +17,14 @@ import (
 var assets embed.FS
 
 var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
-	"num":       func(v any) string { return groupDigits(toFloat(v)) },
-	"bytes":     func(v any) string { return formatBytes(toFloat(v)) },
-	"dur":       formatDuration,
+	"num":       func(v any) string { return FormatCount(toFloat(v)) },
+	"bytes":     func(v any) string { return FormatBytes(toFloat(v)) },
+	"dur":       FormatDuration,
 	"rate":      func(r float64) string { return strconv.FormatFloat(r, 'f', 1, 64) + "/s" },
 	"clock":     func(t time.Time) string { return t.UTC().Format("15:04:05") + " UTC" },
 	"join":      func(s []string) string { return strings.Join(s, " ") },
 	"deref":     deref,
-	"retention": formatRetention,
+	"retention": FormatRetention,
 	"maxlag":    maxLag,
 	"spark":     spark,
 }).ParseFS(assets, "assets/page.html"))
@@ -88,9 +88,9 @@ func deref(v any) any {
 	panic(fmt.Sprintf("status: not an optional number: %T", v)) // a template bug, found by the tests
 }
 
-// groupDigits writes n rounded, with thousands separated by commas, as the
+// FormatCount writes n rounded, with thousands separated by commas, as the
 // script's toLocaleString("en-US") does.
-func groupDigits(n float64) string {
+func FormatCount(n float64) string {
 	s := strconv.FormatFloat(math.Round(n), 'f', 0, 64)
 	neg := strings.HasPrefix(s, "-")
 	s = strings.TrimPrefix(s, "-")
@@ -107,7 +107,8 @@ func groupDigits(n float64) string {
 	return b.String()
 }
 
-func formatBytes(n float64) string {
+// FormatBytes writes n bytes in binary units (1.5 GiB), "off" when negative.
+func FormatBytes(n float64) string {
 	if n < 0 {
 		return "off"
 	}
@@ -123,7 +124,8 @@ func formatBytes(n float64) string {
 	return strconv.FormatFloat(n, 'f', 1, 64) + " " + units[i]
 }
 
-func formatDuration(secs float64) string {
+// FormatDuration writes secs as the two largest units (3h 5m, 2d 4h).
+func FormatDuration(secs float64) string {
 	s := int64(secs)
 	if s < 60 {
 		return fmt.Sprintf("%ds", s)
@@ -139,13 +141,14 @@ func formatDuration(secs float64) string {
 	return fmt.Sprintf("%dd %dh", h/24, h%24)
 }
 
-func formatRetention(r Retention) string {
+// FormatRetention writes a stream's bounds, "unlimited" when it has none.
+func FormatRetention(r Retention) string {
 	var parts []string
 	if r.MaxAgeSeconds > 0 {
-		parts = append(parts, formatDuration(r.MaxAgeSeconds))
+		parts = append(parts, FormatDuration(r.MaxAgeSeconds))
 	}
 	if r.MaxBytes > 0 {
-		parts = append(parts, formatBytes(float64(r.MaxBytes)))
+		parts = append(parts, FormatBytes(float64(r.MaxBytes)))
 	}
 	if len(parts) == 0 {
 		return "unlimited"
