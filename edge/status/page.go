@@ -127,18 +127,22 @@ func FormatBytes(n float64) string {
 // FormatDuration writes secs as the two largest units (3h 5m, 2d 4h).
 func FormatDuration(secs float64) string {
 	s := int64(secs)
-	if s < 60 {
+	two := func(a int64, ua string, b int64, ub string) string {
+		if b == 0 {
+			return fmt.Sprintf("%d%s", a, ua)
+		}
+		return fmt.Sprintf("%d%s %d%s", a, ua, b, ub)
+	}
+	switch m, h := s/60, s/3600; {
+	case s < 60:
 		return fmt.Sprintf("%ds", s)
+	case m < 60:
+		return two(m, "m", s%60, "s")
+	case h < 24:
+		return two(h, "h", m%60, "m")
+	default:
+		return two(h/24, "d", h%24, "h")
 	}
-	m := s / 60
-	if m < 60 {
-		return fmt.Sprintf("%dm %ds", m, s%60)
-	}
-	h := m / 60
-	if h < 24 {
-		return fmt.Sprintf("%dh %dm", h, m%60)
-	}
-	return fmt.Sprintf("%dd %dh", h/24, h%24)
 }
 
 // FormatRetention writes a stream's bounds, "unlimited" when it has none.

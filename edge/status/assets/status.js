@@ -14,12 +14,12 @@
   }
   function dur(s) {
     s = Math.floor(s);
+    function two(a, ua, b, ub) { return b === 0 ? a + ua : a + ua + " " + b + ub; }
+    var m = Math.floor(s / 60), h = Math.floor(s / 3600);
     if (s < 60) return s + "s";
-    var m = Math.floor(s / 60);
-    if (m < 60) return m + "m " + (s % 60) + "s";
-    var h = Math.floor(m / 60);
-    if (h < 24) return h + "h " + (m % 60) + "m";
-    return Math.floor(h / 24) + "d " + (h % 24) + "h";
+    if (m < 60) return two(m, "m", s % 60, "s");
+    if (h < 24) return two(h, "h", m % 60, "m");
+    return two(Math.floor(h / 24), "d", h % 24, "h");
   }
   function rate(r) { return r.toFixed(1) + "/s"; }
   function clock(t) { return t.substring(11, 19) + " UTC"; }
