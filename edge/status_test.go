@@ -192,3 +192,43 @@ func TestNode_StatusPageRendersWithoutScript(t *testing.T) {
 		t.Errorf("GET /assets/page.html = %d, want 404 (the template is no asset)", code)
 	}
 }
+
+// A durable session that is away counts, with how far behind it is.
+func TestNode_StatusCountsDurableSessions(t *testing.T) {
+	n := startNode(t, testConfig(t))
+	got := make(chan struct{}, 100)
+	c := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + n.MQTTAddr().String()).
+		SetClientID("field-logger").SetCleanSession(false).SetAutoReconnect(false))
+	if tok := c.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	if tok := c.Subscribe("sensors/#", 1, func(paho.Client, paho.Message) { got <- struct{}{} }); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	publishQoS1(t, n.MQTTAddr(), "sensors/a", 3)
+	for range 3 {
+		select {
+		case <-got:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the durable subscriber got no delivery")
+		}
+	}
+	if s := getStatus(t, n).Sessions; s.Durable != 1 || s.Connected != 1 {
+		t.Errorf("sessions = %+v while connected, want 1 durable, 1 connected", s)
+	}
+	c.Disconnect(100)
+	publishQoS1(t, n.MQTTAddr(), "sensors/a", 5)
+
+	deadline := time.Now().Add(30 * time.Second)
+	var s status.Sessions
+	for {
+		s = getStatus(t, n).Sessions
+		if s.Connected == 0 && s.MaxLagRecords == 5 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if s.Durable != 1 || s.Connected != 0 || s.MaxLagRecords != 5 || s.MaxLagClient != "field-logger" || s.MaxLagStream != "default" {
+		t.Errorf("sessions = %+v, want field-logger away and 5 behind in default", s)
+	}
+}

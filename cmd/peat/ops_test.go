@@ -167,3 +167,18 @@ func TestCheck_GroupLagThresholds(t *testing.T) {
 		t.Errorf("peat check with a bad flag: exit %d, want 3 (2 would read as CRITICAL)", code)
 	}
 }
+
+// Each operator command has its help, and the overview lists them.
+func TestOpsCommands_Help(t *testing.T) {
+	for _, cmd := range []string{"status", "streams", "groups", "check"} {
+		for _, args := range [][]string{{"help", cmd}, {cmd, "--help"}} {
+			code, out, stderr := runPeat(t, nil, args...)
+			if code != 0 || stderr != "" || !strings.Contains(out, "Usage: peat "+cmd) || !strings.Contains(out, "\n  --http string\n") {
+				t.Errorf("peat %q: exit %d, stderr %q, stdout:\n%s", args, code, stderr, out)
+			}
+		}
+		if code, out, _ := runPeat(t, nil, "help"); code != 0 || !strings.Contains(out, "\n  peat "+cmd+" [flags]") {
+			t.Errorf("peat help does not list peat %s:\n%s", cmd, out)
+		}
+	}
+}
