@@ -127,6 +127,8 @@ func (d *delivery) removeReader(s Stream) {
 	}
 	d.groups.drop(s.Name())
 	d.sessions.dropStream(s.Name())
+	d.m.Received.DeleteLabelValues(s.Name())
+	d.m.Delivered.DeleteLabelValues(s.Name())
 	d.logger.Info("delivery: stream removed; its reader and taps stopped", attrStream, s.Name())
 }
 
