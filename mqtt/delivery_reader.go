@@ -31,6 +31,9 @@ type deliveryReader struct {
 	// (delivery_streams.go): the reader and its cursors stop.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// retainedDone is closed when the stream's retained follower has
+	// stopped (retained.go), after ctx ends.
+	retainedDone <-chan struct{}
 
 	mu struct {
 		sync.Mutex

@@ -21,7 +21,8 @@ import (
 //   - A stream removed has its reader and its lagging consumers' cursors
 //     stopped, and the $replay and $group subscriptions reading it stop
 //     receiving: the subscription stays (no DISCONNECT, no UNSUBACK; MQTT
-//     has no way to end one from the server) but gets nothing more.
+//     has no way to end one from the server) but gets nothing more. Its
+//     retained messages, groups and session offsets go with it.
 //     Publishes to its topics go to the next matching stream by Log.Route,
 //     or through mochi unchanged when none matches.
 
@@ -78,7 +79,7 @@ func (d *delivery) startReader(s Stream, moved <-chan struct{}) {
 	d.mu.Unlock()
 	// The stream's retained messages follow its committed log for as long
 	// as its reader lives (retained.go); the rebuild reads, so not under d.mu.
-	d.retained.start(r.ctx, d, s)
+	r.retainedDone = d.retained.start(r.ctx, d, s)
 }
 
 // followState loads the consumer state of r's stream again whenever it
@@ -125,6 +126,8 @@ func (d *delivery) removeReader(s Stream) {
 	for _, c := range clients {
 		c.stopTapsOf(r)
 	}
+	<-r.retainedDone // before a stream of the same name may start its own
+	d.retained.forget(s.Name())
 	d.groups.drop(s.Name())
 	d.sessions.dropStream(s.Name())
 	d.m.Received.DeleteLabelValues(s.Name())
