@@ -192,6 +192,7 @@ func (st *Store) RemoveStream(name string) error {
 	<-s.done // shutdown refused the queue and woke the waiters
 	st.publish(StreamEvent{Kind: StreamRemoved, Stream: s})
 
+	st.metrics.forgetStream(name)
 	if err := st.deleteStream(s); err != nil {
 		return fmt.Errorf("remove stream %q: %w", name, err)
 	}

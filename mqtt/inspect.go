@@ -1,9 +1,6 @@
 package mqtt
 
-import (
-	"sort"
-	"strings"
-)
+import "sort"
 
 // Read-only views of the broker's consumer state, for the node's status
 // API, page and metrics. They copy what they return under the registries'
@@ -83,9 +80,9 @@ func (b *Broker) Sessions() SessionsState {
 		if s.conn != nil {
 			out.Connected++
 		}
-		for key, off := range s.Offsets {
-			if !strings.HasPrefix(key, tapOffsetKey("")) {
-				positions = append(positions, pos{id, key, off})
+		for c, off := range s.cursors {
+			if c.tap == "" {
+				positions = append(positions, pos{id, c.stream, off})
 			}
 		}
 	}

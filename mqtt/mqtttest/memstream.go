@@ -254,6 +254,22 @@ func (s *MemStream) Trim(off uint64) {
 	s.mu.changed = make(chan struct{})
 }
 
+// Truncate drops the committed records at and above off, moving Committed
+// back: what an unclean leader election in a cluster can do to a log that
+// readers already read. Offsets from off on are given again.
+func (s *MemStream) Truncate(off uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	end := s.mu.first + uint64(len(s.mu.recs))
+	if s.mu.closed || off >= end {
+		return
+	}
+	off = max(off, s.mu.first)
+	s.mu.recs = slices.Clone(s.mu.recs[:off-s.mu.first])
+	close(s.mu.changed)
+	s.mu.changed = make(chan struct{})
+}
+
 // Records returns a copy of the committed records.
 func (s *MemStream) Records() []*logstore.Record {
 	s.mu.Lock()
