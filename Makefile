@@ -64,6 +64,11 @@ bench-connect:
 bench-disk:
 	./scripts/bench-disk.sh
 
+## bench-sink: an edge takes 1,000,000 QoS 1 records while its upstream is down, then drains them: Peat's MQTT sink beside Mosquitto's bridge (RSS, drain rate, CPU per record)
+.PHONY: bench-sink
+bench-sink:
+	./scripts/bench-sink.sh
+
 ## bench-replay: 1,000,000 stored 128-byte records replayed to one QoS 0 and one QoS 1 consumer: msg/s, gaps/dups, broker RSS idle and peak (issue 3 targets)
 .PHONY: bench-replay
 bench-replay:

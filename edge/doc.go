@@ -34,6 +34,17 @@
 //	GET /api/v1/streams  [{"name","filters","first_offset","next_offset",
 //	                       "committed_offset","bytes"}]
 //	GET /api/v1/streams/{name}  one stream, 404 when there is none
+//	GET /api/v1/status   the node at a glance (package status documents it)
+//	GET /api/v1/groups   the consumer groups of the status document
+//	GET /                the status page (package status)
+//
+// The status document is made on request from the store, the broker's
+// read-only views (mqtt's Broker.Groups and Broker.Sessions) and a ring of
+// counter samples a goroutine of the node takes every five seconds
+// (statusdoc.go). /metrics adds, at scrape time, peat_build_info and per
+// group and stream peat_group_lag_records and
+// peat_group_consumer_connected (metrics.go); per-client and per-session
+// series are left out on purpose: there may be thousands.
 //
 // Errors are JSON: {"error": "message"}.
 //

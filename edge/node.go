@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/peatmq/peat/edge/auth"
+	"github.com/peatmq/peat/edge/status"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
@@ -54,6 +55,10 @@ type Node struct {
 
 	serving atomic.Bool                    // /healthz says ok
 	store   atomic.Pointer[logstore.Store] // what HTTP handlers and metrics read; nil when closed
+	broker  atomic.Pointer[mqtt.Broker]    // the same for the broker
+	build   atomic.Pointer[Build]          // SetBuild
+	started time.Time                      // set by Start, before HTTP serves
+	history *status.Ring                   // the sampler's readings (statusdoc.go)
 
 	// Security (node_auth.go, http_auth.go).
 	auth       atomic.Pointer[auth.Auth]   // nil without auth files
@@ -76,6 +81,7 @@ type Node struct {
 		httpDone        chan struct{} // closed when the HTTP serve goroutine returns
 		prevMemLimit    int64         // -1: the node did not set a memory limit
 		prevProcs       int           // 0: the node did not set GOMAXPROCS
+		stopSampler     func()        // stops the sampler and waits for it; nil when not started
 	}
 }
 
@@ -99,8 +105,10 @@ func New(cfg Config, logger *slog.Logger) (*Node, error) {
 		reg:          reg,
 		storeMetrics: logstore.NewMetrics(reg),
 		mqttMetrics:  mqtt.NewMetrics(reg),
+		history:      status.NewRing(historySamples),
 		httpDenied:   newHTTPDenied(reg),
 	}
+	reg.MustRegister(nodeCollector{n})
 	n.mu.prevMemLimit = -1
 	return n, nil
 }
@@ -137,6 +145,7 @@ func (n *Node) Start(ctx context.Context) error {
 func (n *Node) start(ctx context.Context) error {
 	profile := n.cfg.Profile()
 	n.applyMemoryLimit(profile)
+	n.started = time.Now()
 
 	if err := ctx.Err(); err != nil {
 		return err
@@ -195,6 +204,12 @@ func (n *Node) start(ctx context.Context) error {
 	if err := broker.Start(); err != nil {
 		return fmt.Errorf("start MQTT on %s: %w", n.cfg.MQTT.Listen, err)
 	}
+	n.broker.Store(broker)
+
+	sctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go n.sampleLoop(sctx, done)
+	n.mu.stopSampler = func() { cancel(); <-done }
 	return nil
 }
 
@@ -313,6 +328,11 @@ func (n *Node) shutdown(ctx context.Context) error {
 		}
 		<-n.mu.httpDone
 	}
+	if n.mu.stopSampler != nil {
+		n.mu.stopSampler()
+		n.mu.stopSampler = nil
+	}
+	n.broker.Store(nil)
 	if n.mu.broker != nil {
 		if err := n.mu.broker.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("stop MQTT: %w", err))

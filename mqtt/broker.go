@@ -97,10 +97,10 @@ func New(cfg Config, log Log) (*Broker, error) {
 		InlineClient:           true, // lets the node publish and subscribe in process
 	})
 
-	gs := newGroups()
-	if err := gs.load(log.State()); err != nil {
-		return nil, fmt.Errorf("load consumer groups: %w", err)
+	if err := migrateState(log, logger); err != nil {
+		return nil, err
 	}
+	gs := newGroups()
 	ss := newSessions()
 	if err := ss.load(log.State()); err != nil {
 		return nil, fmt.Errorf("load durable sessions: %w", err)
@@ -127,7 +127,11 @@ func New(cfg Config, log Log) (*Broker, error) {
 	if err := srv.AddHook(b.ingest, nil); err != nil {
 		return nil, fmt.Errorf("add ingest hook: %w", err)
 	}
-	b.deliv = newDelivery(srv, log, cfg, m, logger, cfg.Auth, gs, ss)
+	deliv, err := newDelivery(srv, log, cfg, m, logger, cfg.Auth, gs, ss)
+	if err != nil {
+		return nil, err
+	}
+	b.deliv = deliv
 	b.ingest.retained = b.deliv.retained
 	if err := srv.AddHook(b.deliv, nil); err != nil {
 		b.deliv.Close()

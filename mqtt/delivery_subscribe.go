@@ -133,7 +133,7 @@ func (d *delivery) prepareTap(c *deliveryClient, sub packets.Subscription, ext e
 	case extReplay:
 		t.start, notice = d.resolve(s, ext.from)
 		if c.durable {
-			key := tapOffsetKey(sub.Filter)
+			key := cursorKey{stream: s.Name(), tap: sub.Filter}
 			if off, ok := d.sessions.offset(c.id, key); ok && resume {
 				t.start, notice = d.resolve(s, position{kind: posOffset, offset: off})
 			}
@@ -141,7 +141,7 @@ func (d *delivery) prepareTap(c *deliveryClient, sub packets.Subscription, ext e
 		}
 	case extGroup:
 		t.group = groupKey{group: ext.group, stream: s.Name()}
-		if ok, holder := d.groups.acquire(t.group, t); !ok {
+		if ok, holder := d.groups.acquire(t.group, t, s); !ok {
 			return nil, &tapError{code: subackNotAccepted, reason: fmt.Sprintf(
 				"group %q already has a consumer in stream %q (client %q); a group has one consumer at a time",
 				ext.group, s.Name(), holder)}

@@ -218,11 +218,18 @@
 //
 // # Consumer state (groups.go, sessions.go, progress.go, statewriter.go)
 //
-// Consumer groups' committed offsets and durable sessions (subscriptions
-// and a position per stream) live in the log's StateStore, written by one
-// coalescing writer. A client connecting with Clean Start 0 resumes its
-// stored session whatever Session Expiry Interval it gives; that interval
-// decides only whether the session outlives this connection. A progress tracks the end of a consumer's contiguous
+// Positions belong to the stream they point into: consumer groups'
+// committed offsets and durable sessions' offsets live in each stream's
+// own state (Stream.WriteState), so a cluster replicates them with the
+// stream and the node leading it serves them; when a stream's state moves
+// (Stream.StateMoved) delivery loads it again and consumers continue from
+// it. The stream also decides a group's single consumer (Stream.Claim).
+// Sessions' properties and subscriptions are in the log's StateStore. One
+// coalescing writer writes both (state_migrate.go moves what Peats of key
+// layout 3 kept in the log's StateStore). A client connecting with Clean
+// Start 0 resumes its stored session whatever Session Expiry Interval it
+// gives; that interval decides only whether the session outlives this
+// connection. A progress tracks the end of a consumer's contiguous
 // acknowledged prefix; it advances group offsets and session positions.
 // Durable sessions are handed to mochi at start through its storage hooks,
 // and resume through the same fallback cursor a slow subscriber uses.

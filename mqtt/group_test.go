@@ -156,7 +156,7 @@ func TestOffsets_SubscribeAndSeek(t *testing.T) {
 	if ack := admin.ReadUntil(packets.Puback); ack.ReasonCode != 0 {
 		t.Fatalf("commit PUBACK %#x %q", ack.ReasonCode, ack.Properties.ReasonString)
 	}
-	if off, _ := l.stateValue("g/g/default"); string(off) != string(encodeOffset(4)) {
+	if off, _ := l.streamStateValue("default", "g/g"); string(off) != string(encodeOffset(4)) {
 		t.Fatalf("stored offset %x, want 4", off)
 	}
 	if pk := readPublishes(t, watcher, 1)[0]; string(pk.Payload) != "4" {
@@ -237,10 +237,11 @@ func TestReplay_ACLAppliesToTheOriginalTopics(t *testing.T) {
 	expectNext(t, r, l.stream(t, "default"), "t/allowed/2")
 }
 
-// storedGroupOffset is the group's offset in the log's state store, "" when
-// it has none.
+// storedGroupOffset is the group's offset in its stream's state, "" when it
+// has none.
 func storedGroupOffset(l *memLog, group, stream string) string {
-	v, ok := l.stateValue(groupKey{group: group, stream: stream}.stateKey())
+	ref := groupKey{group: group, stream: stream}.ref()
+	v, ok := l.streamStateValue(ref.stream, ref.key)
 	if !ok || len(v) != 8 {
 		return ""
 	}

@@ -113,3 +113,4 @@ func TestReplay_WithUserAndTLS(t *testing.T) {
 func tlsDial(addr string, pool *x509.CertPool) (net.Conn, error) {
 	return tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
 }
+
