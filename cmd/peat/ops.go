@@ -68,6 +68,9 @@ type opsOptions struct {
 	http    string
 	output  string
 	timeout time.Duration
+	// token and cafile come from PEAT_TOKEN and PEAT_CAFILE: a node with
+	// http.tokens_file and http.tls (ops_auth.go).
+	token, cafile string
 }
 
 // newOpsFlags defines the shared flags on a new FlagSet named "peat
@@ -87,7 +90,9 @@ func newNodeFlags(name, usage string, o *opsOptions, w io.Writer, lookupEnv func
 	if v, ok := lookupEnv("PEAT_HTTP"); ok && v != "" {
 		def = v
 	}
-	fs.StringVar(&o.http, "http", def, "the node's HTTP address, host:port or a URL (env PEAT_HTTP)")
+	fs.StringVar(&o.http, "http", def, "the node's HTTP address, host:port or a URL (env PEAT_HTTP; https:// with PEAT_CAFILE, and PEAT_TOKEN for a node with tokens)")
+	o.token, _ = lookupEnv(opsTokenEnv)
+	o.cafile, _ = lookupEnv(opsCAFileEnv)
 	o.output = "text"
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "how long to wait for the node")
 	fs.Usage = func() {
@@ -130,7 +135,11 @@ func getJSON(o opsOptions, path string, v any) error {
 	if err != nil {
 		return fmt.Errorf("bad --http %q: %w", o.http, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client, err := o.authorize(req)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("ask the node at %s: %w", base, err)
 	}

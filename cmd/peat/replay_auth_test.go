@@ -114,3 +114,34 @@ func tlsDial(addr string, pool *x509.CertPool) (net.Conn, error) {
 	return tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
 }
 
+// The operator's commands against a node whose API asks for a token over
+// TLS: PEAT_TOKEN and PEAT_CAFILE get the answer; without the token the
+// node refuses and the command says so.
+func TestOps_WithTokenAndTLS(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := selfSigned(t, dir)
+	tokens := filepath.Join(dir, "tokens")
+	var out, errs bytes.Buffer
+	if code := token([]string{tokens, "ops", "read"}, &out, &errs); code != exitOK {
+		t.Fatalf("peat token: %s", errs.String())
+	}
+	tok := strings.TrimSpace(out.String())
+	conf := filepath.Join(dir, "peat.yaml")
+	yaml := "http: {tokens_file: " + tokens + ", tls: {cert_file: " + cert + ", key_file: " + key + "}}\n"
+	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startPeat(t, t.TempDir(), "--config", conf)
+	run := func(env ...string) (int, string) {
+		cmd := exec.Command(binPath, "streams", "--http", "https://"+p.httpAddr)
+		cmd.Env = append(cleanEnv(), env...)
+		b, _ := cmd.CombinedOutput()
+		return cmd.ProcessState.ExitCode(), string(b)
+	}
+	if code, out := run("PEAT_TOKEN="+tok, "PEAT_CAFILE="+cert); code != 0 || !strings.Contains(out, "default") {
+		t.Fatalf("with token: exit %d:\n%s", code, out)
+	}
+	if code, out := run("PEAT_CAFILE=" + cert); code == 0 || !strings.Contains(out, "401") {
+		t.Fatalf("without token: exit %d:\n%s; want a failure naming 401", code, out)
+	}
+}
