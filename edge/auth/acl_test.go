@@ -241,3 +241,29 @@ func FuzzACL_Matcher(f *testing.F) {
 		_ = x.MayRead(b, topic)
 	})
 }
+
+// The file parsers take whatever a file holds: an error or a result,
+// never a panic, and a result that only holds what a file may say.
+func FuzzParseFiles(f *testing.F) {
+	f.Add("allow readwrite * devices/%c/#\ndeny read user:x #\n")
+	f.Add(mosquittoVectors)
+	f.Add("ops:admin:" + strings.Repeat("ab", 32) + "\n")
+	f.Add("a:$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		if acl, err := ParseACL(strings.NewReader(text)); err == nil {
+			for _, ru := range acl.rules {
+				if logstore.ValidateFilter(strings.Join(ru.levels, "/")) != nil {
+					t.Fatalf("rule on line %d has an invalid filter", ru.line)
+				}
+			}
+		}
+		if us, err := ParseUsers(strings.NewReader(text)); err == nil {
+			for name, u := range us.m {
+				if name == "" || u.h == nil {
+					t.Fatalf("user %q without a hash", name)
+				}
+			}
+		}
+		_, _ = parseTokens(strings.NewReader(text))
+	})
+}

@@ -44,9 +44,17 @@
 // to MatchFilter, so they follow its rules, $ topics included; a fuzz test
 // holds them to it.
 //
+// # Tokens
+//
+// A tokens file has one "name:role:sha256" line per HTTP API token, the
+// hex SHA-256 of the token, so the file holds no secret: `peat token`
+// makes a random 32-byte token, writes its line and prints the token
+// once. Check hashes what is presented and compares it with every line in
+// constant time. Roles are read (GET, HEAD) and admin (everything).
+//
 // # Reload
 //
-// Auth.Reload reads both files again; only when both are good do they
-// replace the rules, for connected clients too (each Access rebuilds its
+// Auth.Reload reads both files again (Tokens.Reload its own); only when
+// both are good do they replace the rules, for connected clients too (each Access rebuilds its
 // rules and empties its caches when it sees a new generation).
 package auth

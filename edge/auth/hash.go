@@ -86,8 +86,8 @@ func parseArgon2id(s string) (hash, error) {
 	}
 	// Bounds keep a hostile file from making each verification take a
 	// gigabyte or a minute.
-	if h.memory < 8 || h.memory > 256<<10 || h.time < 1 || h.time > 32 || threads < 1 || threads > 16 {
-		return nil, fmt.Errorf("argon2id parameters %q out of range (m 8..262144 KiB, t 1..32, p 1..16)", parts[3])
+	if h.memory < 8 || h.memory > 64<<10 || h.time < 1 || h.time > 32 || threads < 1 || threads > 16 {
+		return nil, fmt.Errorf("argon2id parameters %q out of range (m 8..65536 KiB, t 1..32, p 1..16)", parts[3])
 	}
 	h.threads = uint8(threads)
 	var err error
