@@ -59,6 +59,11 @@ bench-pi:
 bench-connect:
 	./scripts/bench-connect.sh
 
+## bench-storm: 1,000 sensors with hashed passwords reconnect at once; connected clients' PINGRESP latency meanwhile
+.PHONY: bench-storm
+bench-storm:
+	./scripts/bench-storm.sh
+
 ## bench-disk: disk use under max_bytes retention for records of 16 B to 1 MiB, profiles pi-zero and server
 .PHONY: bench-disk
 bench-disk:
