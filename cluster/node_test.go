@@ -237,8 +237,8 @@ func TestNode_MemberFailedLeavesTheISR(t *testing.T) {
 	for _, n := range live {
 		eventually(t, n.ID()+"'s state moves the stream to "+ctl.ID(), func() bool {
 			st, _ := n.State()
-			str := st.Streams["s"]
-			return str.Leader == ctl.ID() && slices.Equal(str.ISR, []string{ctl.ID()}) && !st.Brokers[follower.ID()].Alive
+			str := st.Streams["s"] // nil until this node applied the creation
+			return str != nil && str.Leader == ctl.ID() && slices.Equal(str.ISR, []string{ctl.ID()}) && !st.Brokers[follower.ID()].Alive
 		})
 	}
 	if got := s.controller(live); got != ctl {
