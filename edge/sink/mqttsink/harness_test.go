@@ -1,0 +1,358 @@
+package mqttsink_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// startMosquitto runs Debian's mosquitto on a free loopback port with
+// extra config lines, and returns its address. It is stopped at cleanup.
+func startMosquitto(t testing.TB, extra ...string) string {
+	t.Helper()
+	bin, err := exec.LookPath("mosquitto")
+	if err != nil {
+		if _, err = os.Stat("/usr/sbin/mosquitto"); err != nil {
+			t.Fatal("mosquitto not installed (scripts/test-deps.sh installs it)")
+		}
+		bin = "/usr/sbin/mosquitto"
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	dir := t.TempDir()
+	conf := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 0\n", port)
+	for _, l := range extra {
+		conf += l + "\n"
+	}
+	path := filepath.Join(dir, "mosquitto.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-c", path)
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start mosquitto: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			_ = c.Close()
+			return addr
+		}
+		select {
+		case <-exited:
+			t.Fatalf("mosquitto exited: %s", out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mosquitto does not listen on %s: %s", addr, out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// collector is an MQTT 3.1.1 subscriber on the upstream that keeps every
+// payload it gets, in order.
+type collector struct {
+	client paho.Client
+	mu     sync.Mutex
+	got    []string
+	topics []string
+}
+
+func newCollector(t testing.TB, addr, filter string) *collector {
+	t.Helper()
+	c := &collector{}
+	opts := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("collector-" + strconv.Itoa(int(time.Now().UnixNano()%1e6))).
+		SetCleanSession(true).SetAutoReconnect(false).SetOrderMatters(true)
+	c.client = paho.NewClient(opts)
+	if tok := c.client.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatalf("collector connect: %v", tok.Error())
+	}
+	tok := c.client.Subscribe(filter, 1, func(_ paho.Client, m paho.Message) {
+		c.mu.Lock()
+		c.got = append(c.got, string(m.Payload()))
+		c.topics = append(c.topics, m.Topic())
+		c.mu.Unlock()
+	})
+	if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatalf("collector subscribe: %v", tok.Error())
+	}
+	t.Cleanup(func() { c.client.Disconnect(0) })
+	return c
+}
+
+func (c *collector) payloads() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.got...)
+}
+
+// Fault modes of the proxy.
+const (
+	modePass      int32 = iota
+	modeReset           // connections are reset, new ones too
+	modeBlackHole       // bytes vanish both ways; sockets stay open
+	modeDelay           // every chunk waits proxy.delay
+)
+
+// proxy sits between the sink and the upstream and injects faults. It
+// also parses the MQTT packets passing through, to count QoS 1 PUBLISHes
+// not yet acknowledged.
+type proxy struct {
+	t      testing.TB
+	ln     net.Listener
+	target string
+	mode   atomic.Int32
+	delay  time.Duration
+
+	maxOutstanding atomic.Int64
+	conns          atomic.Int64 // connections accepted
+
+	mu    sync.Mutex
+	pairs map[*pair]struct{}
+	wg    sync.WaitGroup
+}
+
+type pair struct {
+	client, upstream net.Conn
+	tainted          atomic.Bool // bytes were dropped: the MQTT stream is broken
+	outstanding      atomic.Int64
+}
+
+func newProxy(t testing.TB, target string, delay time.Duration) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{t: t, ln: ln, target: target, delay: delay, pairs: map[*pair]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.closeAll(false)
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+// setMode switches the fault. Entering reset resets every connection;
+// leaving a black hole closes the connections whose bytes were dropped.
+func (p *proxy) setMode(m int32) {
+	old := p.mode.Swap(m)
+	switch {
+	case m == modeReset:
+		p.closeAll(true)
+	case old == modeBlackHole && m != modeBlackHole:
+		p.mu.Lock()
+		for pr := range p.pairs {
+			if pr.tainted.Load() {
+				_ = pr.client.Close()
+				_ = pr.upstream.Close()
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+func (p *proxy) closeAll(reset bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for pr := range p.pairs {
+		if reset {
+			if tc, ok := pr.client.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			}
+		}
+		_ = pr.client.Close()
+		_ = pr.upstream.Close()
+	}
+}
+
+func (p *proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.conns.Add(1)
+		if p.mode.Load() == modeReset {
+			_ = c.(*net.TCPConn).SetLinger(0)
+			_ = c.Close()
+			continue
+		}
+		u, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		pr := &pair{client: c, upstream: u}
+		p.mu.Lock()
+		p.pairs[pr] = struct{}{}
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(pr, c, u, true)
+		go p.pipe(pr, u, c, false)
+	}
+}
+
+type chunk struct {
+	b   []byte
+	due time.Time
+}
+
+// pipe copies from src to dst under the current mode; toUpstream tells
+// the direction, for counting.
+func (p *proxy) pipe(pr *pair, src, dst net.Conn, toUpstream bool) {
+	defer p.wg.Done()
+	defer func() {
+		_ = src.Close()
+		_ = dst.Close()
+		p.mu.Lock()
+		delete(p.pairs, pr)
+		p.mu.Unlock()
+	}()
+	q := make(chan chunk, 4096)
+	writerDone := make(chan struct{})
+	go func() { // owned by pipe: ends when q closes or a write fails
+		defer close(writerDone)
+		for ch := range q {
+			if d := time.Until(ch.due); d > 0 {
+				time.Sleep(d)
+			}
+			if _, err := dst.Write(ch.b); err != nil {
+				_ = src.Close()
+				for range q {
+				}
+				return
+			}
+		}
+	}()
+	defer func() { close(q); <-writerDone }()
+	var sc scanner
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			mode := p.mode.Load()
+			if mode == modeBlackHole || pr.tainted.Load() {
+				pr.tainted.Store(true)
+			} else {
+				b := append([]byte(nil), buf[:n]...)
+				sc.feed(b, func(typ byte) { p.count(pr, typ, toUpstream) })
+				due := time.Now()
+				if mode == modeDelay {
+					due = due.Add(p.delay)
+				}
+				q <- chunk{b: b, due: due}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *proxy) count(pr *pair, typ byte, toUpstream bool) {
+	switch {
+	case toUpstream && typ == packets.Publish:
+		n := pr.outstanding.Add(1)
+		for {
+			m := p.maxOutstanding.Load()
+			if n <= m || p.maxOutstanding.CompareAndSwap(m, n) {
+				break
+			}
+		}
+	case !toUpstream && typ == packets.Puback:
+		pr.outstanding.Add(-1)
+	}
+}
+
+// scanner finds packet boundaries in one direction of an MQTT stream.
+type scanner struct{ buf []byte }
+
+func (s *scanner) feed(b []byte, found func(typ byte)) {
+	s.buf = append(s.buf, b...)
+	for {
+		if len(s.buf) < 2 {
+			return
+		}
+		n, mult, i := 0, 1, 1
+		for ; ; i++ {
+			if i >= len(s.buf) || i > 4 {
+				return
+			}
+			n += int(s.buf[i]&127) * mult
+			mult *= 128
+			if s.buf[i]&128 == 0 {
+				break
+			}
+		}
+		total := i + 1 + n
+		if len(s.buf) < total {
+			return
+		}
+		found(s.buf[0] >> 4)
+		s.buf = s.buf[total:]
+	}
+}
+
+// waitFor polls cond until it holds, failing after a generous deadline.
+func waitFor(t testing.TB, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
