@@ -36,6 +36,7 @@ func (n *Node) Handler() http.Handler {
 	}))
 	mux.HandleFunc("GET /api/v1/streams", n.handleStreams)
 	mux.HandleFunc("GET /api/v1/streams/{name}", n.handleStream)
+	n.sinkRoutes(mux)
 	return errorsAsJSON(mux)
 }
 

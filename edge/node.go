@@ -53,6 +53,7 @@ type Node struct {
 
 	serving atomic.Bool                    // /healthz says ok
 	store   atomic.Pointer[logstore.Store] // what HTTP handlers and metrics read; nil when closed
+	sinks   atomic.Pointer[sinkSet]        // upstream sinks (sinks.go); nil when none run
 
 	// freeSpace replaces statfs for the log's free-space check (tests).
 	freeSpace func(dir string) (free, size uint64, err error)
@@ -183,7 +184,7 @@ func (n *Node) start(ctx context.Context) error {
 	if err := broker.Start(); err != nil {
 		return fmt.Errorf("start MQTT on %s: %w", n.cfg.MQTT.Listen, err)
 	}
-	return nil
+	return n.startSinks(store)
 }
 
 // warnPayloadAboveRecord warns at start when mqtt.max_payload_bytes lets in
@@ -301,6 +302,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 		}
 		<-n.mu.httpDone
 	}
+	n.stopSinks()
 	if n.mu.broker != nil {
 		if err := n.mu.broker.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("stop MQTT: %w", err))

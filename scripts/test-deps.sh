@@ -2,13 +2,16 @@
 # Installs what `make test` needs on a fresh machine, and does nothing when it
 # is already there. The race detector needs a C toolchain (cgo); the MQTT tests
 # use Go clients fetched through the module proxy, and Debian's mosquitto_sub
-# (the replay protocol must work from any stock MQTT client); the small-disk
+# (the replay protocol must work from any stock MQTT client) and mosquitto
+# (the upstream of the sink tests); the small-disk
 # tests mkfs.ext4 (e2fsprogs) and mount.
 set -euo pipefail
 
 need=()
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v mosquitto_sub >/dev/null 2>&1 || need+=(mosquitto-clients)
+# The sink tests run a real mosquitto broker as the upstream.
+command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || need+=(mosquitto)
 # The small-disk tests of logstore loop-mount an ext4 image (as root).
 command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
 command -v mount >/dev/null 2>&1 || need+=(mount)

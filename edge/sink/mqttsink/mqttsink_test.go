@@ -15,6 +15,7 @@ import (
 
 	"github.com/peatmq/peat/edge/sink"
 	"github.com/peatmq/peat/edge/sink/mqttsink"
+	"github.com/peatmq/peat/edge/sink/sinktest"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
@@ -129,49 +130,17 @@ func (r *rig) position() uint64 {
 	return off
 }
 
-// checkUpstream checks what the upstream got: every offset below n, first
-// arrivals in order, and every repeat a rewind of at most window.
-func checkUpstream(t *testing.T, got []string, n, window int) (dups int) {
-	t.Helper()
-	seen := make([]bool, n)
-	highest := -1
-	for i, p := range got {
-		off, err := strconv.Atoi(p)
-		if err != nil || off < 0 || off >= n {
-			t.Fatalf("upstream message %d: payload %q is no offset below %d", i, p, n)
-		}
-		switch {
-		case off == highest+1:
-			highest = off
-		case off > highest+1:
-			t.Fatalf("upstream message %d: offset %d after %d: a gap", i, off, highest)
-		default:
-			if highest-off >= window {
-				t.Fatalf("upstream message %d: offset %d again after %d: a rewind beyond the window %d", i, off, highest, window)
-			}
-			dups++
-		}
-		seen[off] = true
-	}
-	for off, ok := range seen {
-		if !ok {
-			t.Fatalf("offset %d never reached the upstream (%d messages)", off, len(got))
-		}
-	}
-	return dups
-}
-
 func TestMQTTSink_DrainsBacklogInOrder(t *testing.T) {
 	for _, v := range []byte{4, 5} {
 		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
-			addr := startMosquitto(t)
-			col := newCollector(t, addr, "site/#")
+			addr := sinktest.StartMosquitto(t)
+			col := sinktest.NewCollector(t, addr, "site/#")
 			r := newRig(t, addr, mqttsink.Config{Version: v, Window: 32, Topic: "site/{topic}"}, sink.Config{})
 			const n = 3000
 			appendN(t, r.st, "sensors/a", n) // a backlog the sink finds at once
-			waitFor(t, "the sink's position at the end", time.Minute, func() bool { return r.position() == n })
-			waitFor(t, "every record upstream", time.Minute, func() bool { return len(col.payloads()) >= n })
-			if dups := checkUpstream(t, col.payloads(), n, 32); dups != 0 {
+			sinktest.WaitFor(t, "the sink's position at the end", time.Minute, func() bool { return r.position() == n })
+			sinktest.WaitFor(t, "every record upstream", time.Minute, func() bool { return len(col.Payloads()) >= n })
+			if dups := sinktest.CheckInOrder(t, col.Payloads(), n, 32); dups != 0 {
 				t.Errorf("%d duplicates without a fault", dups)
 			}
 			if st := r.sink.Status(); st.State != sink.StateConnected || st.Streams[0].LagRecords != 0 {
@@ -189,74 +158,74 @@ func TestMQTTSink_Faults(t *testing.T) {
 		mode  int32
 		delay time.Duration
 	}{
-		{"reset", modeReset, 0},
-		{"blackhole", modeBlackHole, 0},
-		{"delay", modeDelay, 20 * time.Millisecond},
+		{"reset", sinktest.ModeReset, 0},
+		{"blackhole", sinktest.ModeBlackHole, 0},
+		{"delay", sinktest.ModeDelay, 20 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			addr := startMosquitto(t)
-			col := newCollector(t, addr, "site/#")
-			px := newProxy(t, addr, tc.delay)
+			addr := sinktest.StartMosquitto(t)
+			col := sinktest.NewCollector(t, addr, "site/#")
+			px := sinktest.NewProxy(t, addr, tc.delay)
 			stallAfter := 1500 * time.Millisecond
-			r := newRig(t, px.addr(), mqttsink.Config{Window: window, Topic: "site/{topic}", Keepalive: 2 * time.Second},
+			r := newRig(t, px.Addr(), mqttsink.Config{Window: window, Topic: "site/{topic}", Keepalive: 2 * time.Second},
 				sink.Config{StallAfter: stallAfter})
 			const n = 4000
 			appendN(t, r.st, "sensors/a", n/2)
-			waitFor(t, "some progress", time.Minute, func() bool { return r.position() > 100 })
+			sinktest.WaitFor(t, "some progress", time.Minute, func() bool { return r.position() > 100 })
 
-			px.setMode(tc.mode)
+			px.SetMode(tc.mode)
 			faultAt := time.Now()
 			appendN(t, r.st, "sensors/a", n/2) // traffic keeps coming during the fault
 			switch tc.mode {
-			case modeBlackHole:
+			case sinktest.ModeBlackHole:
 				// Nothing is acknowledged: the sink must say so within
 				// stall_after (plus the monitor's tick and a noisy machine).
-				waitFor(t, "state stalled", stallAfter+20*time.Second, func() bool {
+				sinktest.WaitFor(t, "state stalled", stallAfter+20*time.Second, func() bool {
 					return r.sink.Status().State == sink.StateStalled
 				})
 				t.Logf("stalled after %v", time.Since(faultAt).Round(time.Millisecond))
 				time.Sleep(time.Second) // a while in the hole (not an assertion)
-			case modeReset:
-				waitFor(t, "a reset connection retried", 30*time.Second, func() bool { return px.conns.Load() >= 3 })
+			case sinktest.ModeReset:
+				sinktest.WaitFor(t, "a reset connection retried", 30*time.Second, func() bool { return px.Conns.Load() >= 3 })
 			}
-			px.setMode(modePass)
+			px.SetMode(sinktest.ModePass)
 
-			waitFor(t, "the sink's position at the end", time.Minute, func() bool { return r.position() == n })
-			waitFor(t, "every record upstream", time.Minute, func() bool { return len(col.payloads()) >= n })
-			dups := checkUpstream(t, col.payloads(), n, window)
-			t.Logf("%d messages upstream, %d duplicates, %d connections", len(col.payloads()), dups, px.conns.Load())
-			if tc.mode == modeDelay && dups != 0 {
+			sinktest.WaitFor(t, "the sink's position at the end", time.Minute, func() bool { return r.position() == n })
+			sinktest.WaitFor(t, "every record upstream", time.Minute, func() bool { return len(col.Payloads()) >= n })
+			dups := sinktest.CheckInOrder(t, col.Payloads(), n, window)
+			t.Logf("%d messages upstream, %d duplicates, %d connections", len(col.Payloads()), dups, px.Conns.Load())
+			if tc.mode == sinktest.ModeDelay && dups != 0 {
 				t.Errorf("%d duplicates with only a delay", dups)
 			}
-			waitFor(t, "state connected", 30*time.Second, func() bool { return r.sink.Status().State == sink.StateConnected })
+			sinktest.WaitFor(t, "state connected", 30*time.Second, func() bool { return r.sink.Status().State == sink.StateConnected })
 		})
 	}
 }
 
 func TestMQTTSink_HonoursReceiveMaximum(t *testing.T) {
-	addr := startMosquitto(t, "max_inflight_messages 5") // mosquitto announces it as Receive Maximum
-	col := newCollector(t, addr, "site/#")
-	px := newProxy(t, addr, 10*time.Millisecond)
-	px.setMode(modeDelay) // acks come late: a sink that ignored the limit would have 64 out
-	r := newRig(t, px.addr(), mqttsink.Config{Window: 64, Topic: "site/{topic}"}, sink.Config{})
+	addr := sinktest.StartMosquitto(t, "max_inflight_messages 5") // mosquitto announces it as Receive Maximum
+	col := sinktest.NewCollector(t, addr, "site/#")
+	px := sinktest.NewProxy(t, addr, 10*time.Millisecond)
+	px.SetMode(sinktest.ModeDelay) // acks come late: a sink that ignored the limit would have 64 out
+	r := newRig(t, px.Addr(), mqttsink.Config{Window: 64, Topic: "site/{topic}"}, sink.Config{})
 	const n = 400
 	appendN(t, r.st, "sensors/a", n)
-	waitFor(t, "the sink's position at the end", time.Minute, func() bool { return r.position() == n })
-	waitFor(t, "every record upstream", time.Minute, func() bool { return len(col.payloads()) >= n })
-	checkUpstream(t, col.payloads(), n, 5)
-	if got := px.maxOutstanding.Load(); got != 5 {
+	sinktest.WaitFor(t, "the sink's position at the end", time.Minute, func() bool { return r.position() == n })
+	sinktest.WaitFor(t, "every record upstream", time.Minute, func() bool { return len(col.Payloads()) >= n })
+	sinktest.CheckInOrder(t, col.Payloads(), n, 5)
+	if got := px.MaxOutstanding.Load(); got != 5 {
 		t.Errorf("at most %d PUBLISHes were unacknowledged, want the upstream's Receive Maximum 5", got)
 	}
 	if got := r.sink.Status().Window; got != 5 {
 		t.Errorf("status window %d, want 5", got)
 	}
-	if c := px.conns.Load(); c != 1 {
+	if c := px.Conns.Load(); c != 1 {
 		t.Errorf("%d connections, want 1 (the upstream disconnects a client over its Receive Maximum)", c)
 	}
 }
 
 func TestMQTTSink_TopicTemplateAndProperties(t *testing.T) {
-	addr := startMosquitto(t)
+	addr := sinktest.StartMosquitto(t)
 	sub := mqtttest.Dial(t, addr, mqtttest.Connect{ClientID: "props", Version: 5, Clean: true})
 	sub.Subscribe("site-a/#", 1)
 	r := newRig(t, addr, mqttsink.Config{Topic: "site-a/{stream}/{node}/{topic}", Node: "pi7", Properties: true}, sink.Config{})
@@ -289,23 +258,23 @@ func TestMQTTSink_TopicTemplateAndProperties(t *testing.T) {
 }
 
 func TestMQTTSink_FilterSkipsButAdvances(t *testing.T) {
-	addr := startMosquitto(t)
-	col := newCollector(t, addr, "#")
+	addr := sinktest.StartMosquitto(t)
+	col := sinktest.NewCollector(t, addr, "#")
 	r := newRig(t, addr, mqttsink.Config{}, sink.Config{Filter: "keep/#"})
 	appendN(t, r.st, "drop/x", 5)
 	appendN(t, r.st, "keep/x", 3)
 	appendN(t, r.st, "drop/x", 5)
-	waitFor(t, "the position past every record", 30*time.Second, func() bool { return r.position() == 13 })
-	waitFor(t, "the kept records", 30*time.Second, func() bool { return len(col.payloads()) >= 3 })
+	sinktest.WaitFor(t, "the position past every record", 30*time.Second, func() bool { return r.position() == 13 })
+	sinktest.WaitFor(t, "the kept records", 30*time.Second, func() bool { return len(col.Payloads()) >= 3 })
 	time.Sleep(200 * time.Millisecond) // nothing else may come (not a timing assertion: a late one fails below)
-	if got := col.payloads(); fmt.Sprint(got) != "[5 6 7]" {
+	if got := col.Payloads(); fmt.Sprint(got) != "[5 6 7]" {
 		t.Errorf("upstream got %v, want [5 6 7]", got)
 	}
 }
 
 func TestMQTTSink_RetentionLossIsCountedAndSkipped(t *testing.T) {
-	addr := startMosquitto(t)
-	col := newCollector(t, addr, "#")
+	addr := sinktest.StartMosquitto(t)
+	col := sinktest.NewCollector(t, addr, "#")
 	pos := &memPositions{}
 	log := mqtttest.NewMemLog(t, "default=#")
 	st := log.Stream(t, "default")
@@ -326,8 +295,8 @@ func TestMQTTSink_RetentionLossIsCountedAndSkipped(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	waitFor(t, "the rest upstream", 30*time.Second, func() bool { return len(col.payloads()) >= 4 })
-	if got := fmt.Sprint(col.payloads()); got != "[6 7 8 9]" {
+	sinktest.WaitFor(t, "the rest upstream", 30*time.Second, func() bool { return len(col.Payloads()) >= 4 })
+	if got := fmt.Sprint(col.Payloads()); got != "[6 7 8 9]" {
 		t.Errorf("upstream got %v, want [6 7 8 9]", got)
 	}
 	if lost := testutil.ToFloat64(m.Lost.WithLabelValues("cloud", "default")); lost != 4 {
@@ -336,18 +305,18 @@ func TestMQTTSink_RetentionLossIsCountedAndSkipped(t *testing.T) {
 }
 
 func TestMQTTSink_PauseStopsSending(t *testing.T) {
-	addr := startMosquitto(t)
-	col := newCollector(t, addr, "#")
+	addr := sinktest.StartMosquitto(t)
+	col := sinktest.NewCollector(t, addr, "#")
 	r := newRig(t, addr, mqttsink.Config{}, sink.Config{})
 	appendN(t, r.st, "a", 3)
-	waitFor(t, "first records", 30*time.Second, func() bool { return r.position() == 3 })
+	sinktest.WaitFor(t, "first records", 30*time.Second, func() bool { return r.position() == 3 })
 	r.sink.Pause()
 	appendN(t, r.st, "a", 3)
-	waitFor(t, "state paused", 30*time.Second, func() bool { return r.sink.Status().State == sink.StatePaused })
+	sinktest.WaitFor(t, "state paused", 30*time.Second, func() bool { return r.sink.Status().State == sink.StatePaused })
 	time.Sleep(300 * time.Millisecond) // a paused sink sends nothing meanwhile (checked below)
-	if got := len(col.payloads()); got != 3 || r.position() != 3 {
+	if got := len(col.Payloads()); got != 3 || r.position() != 3 {
 		t.Fatalf("paused sink: upstream has %d, position %d; want 3 and 3", got, r.position())
 	}
 	r.sink.Resume()
-	waitFor(t, "the rest after resume", 30*time.Second, func() bool { return r.position() == 6 && len(col.payloads()) == 6 })
+	sinktest.WaitFor(t, "the rest after resume", 30*time.Second, func() bool { return r.position() == 6 && len(col.Payloads()) == 6 })
 }

@@ -1,4 +1,8 @@
-package mqttsink_test
+// Package sinktest holds test fixtures for sinks: a real Mosquitto
+// started on a free loopback port, a fault proxy (connection reset, black
+// hole, delay) that also counts the QoS 1 PUBLISHes in flight through it,
+// and a subscriber that keeps what the upstream got.
+package sinktest
 
 import (
 	"bytes"
@@ -18,9 +22,9 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
-// startMosquitto runs Debian's mosquitto on a free loopback port with
+// StartMosquitto runs Debian's mosquitto on a free loopback port with
 // extra config lines, and returns its address. It is stopped at cleanup.
-func startMosquitto(t testing.TB, extra ...string) string {
+func StartMosquitto(t testing.TB, extra ...string) string {
 	t.Helper()
 	bin, err := exec.LookPath("mosquitto")
 	if err != nil {
@@ -95,16 +99,16 @@ func (l *lockedBuffer) String() string {
 
 // collector is an MQTT 3.1.1 subscriber on the upstream that keeps every
 // payload it gets, in order.
-type collector struct {
+type Collector struct {
 	client paho.Client
 	mu     sync.Mutex
 	got    []string
 	topics []string
 }
 
-func newCollector(t testing.TB, addr, filter string) *collector {
+func NewCollector(t testing.TB, addr, filter string) *Collector {
 	t.Helper()
-	c := &collector{}
+	c := &Collector{}
 	opts := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("collector-" + strconv.Itoa(int(time.Now().UnixNano()%1e6))).
 		SetCleanSession(true).SetAutoReconnect(false).SetOrderMatters(true)
 	c.client = paho.NewClient(opts)
@@ -124,7 +128,7 @@ func newCollector(t testing.TB, addr, filter string) *collector {
 	return c
 }
 
-func (c *collector) payloads() []string {
+func (c *Collector) Payloads() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]string(nil), c.got...)
@@ -132,24 +136,26 @@ func (c *collector) payloads() []string {
 
 // Fault modes of the proxy.
 const (
-	modePass      int32 = iota
-	modeReset           // connections are reset, new ones too
-	modeBlackHole       // bytes vanish both ways; sockets stay open
-	modeDelay           // every chunk waits proxy.delay
+	ModePass      int32 = iota
+	ModeReset           // connections are reset, new ones too
+	ModeBlackHole       // bytes vanish both ways; sockets stay open
+	ModeDelay           // every chunk waits proxy.delay
 )
 
 // proxy sits between the sink and the upstream and injects faults. It
 // also parses the MQTT packets passing through, to count QoS 1 PUBLISHes
 // not yet acknowledged.
-type proxy struct {
+type Proxy struct {
 	t      testing.TB
 	ln     net.Listener
 	target string
 	mode   atomic.Int32
 	delay  time.Duration
 
-	maxOutstanding atomic.Int64
-	conns          atomic.Int64 // connections accepted
+	// MaxOutstanding is the most QoS 1 PUBLISHes one connection had
+	// without their PUBACK.
+	MaxOutstanding atomic.Int64
+	Conns          atomic.Int64 // connections accepted
 
 	mu    sync.Mutex
 	pairs map[*pair]struct{}
@@ -162,13 +168,13 @@ type pair struct {
 	outstanding      atomic.Int64
 }
 
-func newProxy(t testing.TB, target string, delay time.Duration) *proxy {
+func NewProxy(t testing.TB, target string, delay time.Duration) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{t: t, ln: ln, target: target, delay: delay, pairs: map[*pair]struct{}{}}
+	p := &Proxy{t: t, ln: ln, target: target, delay: delay, pairs: map[*pair]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(func() {
@@ -179,16 +185,16 @@ func newProxy(t testing.TB, target string, delay time.Duration) *proxy {
 	return p
 }
 
-func (p *proxy) addr() string { return p.ln.Addr().String() }
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // setMode switches the fault. Entering reset resets every connection;
 // leaving a black hole closes the connections whose bytes were dropped.
-func (p *proxy) setMode(m int32) {
+func (p *Proxy) SetMode(m int32) {
 	old := p.mode.Swap(m)
 	switch {
-	case m == modeReset:
+	case m == ModeReset:
 		p.closeAll(true)
-	case old == modeBlackHole && m != modeBlackHole:
+	case old == ModeBlackHole && m != ModeBlackHole:
 		p.mu.Lock()
 		for pr := range p.pairs {
 			if pr.tainted.Load() {
@@ -200,7 +206,7 @@ func (p *proxy) setMode(m int32) {
 	}
 }
 
-func (p *proxy) closeAll(reset bool) {
+func (p *Proxy) closeAll(reset bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for pr := range p.pairs {
@@ -214,15 +220,15 @@ func (p *proxy) closeAll(reset bool) {
 	}
 }
 
-func (p *proxy) accept() {
+func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
 		}
-		p.conns.Add(1)
-		if p.mode.Load() == modeReset {
+		p.Conns.Add(1)
+		if p.mode.Load() == ModeReset {
 			_ = c.(*net.TCPConn).SetLinger(0)
 			_ = c.Close()
 			continue
@@ -249,7 +255,7 @@ type chunk struct {
 
 // pipe copies from src to dst under the current mode; toUpstream tells
 // the direction, for counting.
-func (p *proxy) pipe(pr *pair, src, dst net.Conn, toUpstream bool) {
+func (p *Proxy) pipe(pr *pair, src, dst net.Conn, toUpstream bool) {
 	defer p.wg.Done()
 	defer func() {
 		_ = src.Close()
@@ -281,13 +287,13 @@ func (p *proxy) pipe(pr *pair, src, dst net.Conn, toUpstream bool) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			mode := p.mode.Load()
-			if mode == modeBlackHole || pr.tainted.Load() {
+			if mode == ModeBlackHole || pr.tainted.Load() {
 				pr.tainted.Store(true)
 			} else {
 				b := append([]byte(nil), buf[:n]...)
 				sc.feed(b, func(typ byte) { p.count(pr, typ, toUpstream) })
 				due := time.Now()
-				if mode == modeDelay {
+				if mode == ModeDelay {
 					due = due.Add(p.delay)
 				}
 				q <- chunk{b: b, due: due}
@@ -299,13 +305,13 @@ func (p *proxy) pipe(pr *pair, src, dst net.Conn, toUpstream bool) {
 	}
 }
 
-func (p *proxy) count(pr *pair, typ byte, toUpstream bool) {
+func (p *Proxy) count(pr *pair, typ byte, toUpstream bool) {
 	switch {
 	case toUpstream && typ == packets.Publish:
 		n := pr.outstanding.Add(1)
 		for {
-			m := p.maxOutstanding.Load()
-			if n <= m || p.maxOutstanding.CompareAndSwap(m, n) {
+			m := p.MaxOutstanding.Load()
+			if n <= m || p.MaxOutstanding.CompareAndSwap(m, n) {
 				break
 			}
 		}
@@ -343,8 +349,41 @@ func (s *scanner) feed(b []byte, found func(typ byte)) {
 	}
 }
 
-// waitFor polls cond until it holds, failing after a generous deadline.
-func waitFor(t testing.TB, what string, within time.Duration, cond func() bool) {
+// CheckInOrder checks what an upstream got from a sink whose records carry
+// their offset as payload: every offset below n, first arrivals in order,
+// and every repeat a rewind of at most window. It returns the repeats.
+func CheckInOrder(t testing.TB, got []string, n, window int) (dups int) {
+	t.Helper()
+	seen := make([]bool, n)
+	highest := -1
+	for i, p := range got {
+		off, err := strconv.Atoi(p)
+		if err != nil || off < 0 || off >= n {
+			t.Fatalf("upstream message %d: payload %q is no offset below %d", i, p, n)
+		}
+		switch {
+		case off == highest+1:
+			highest = off
+		case off > highest+1:
+			t.Fatalf("upstream message %d: offset %d after %d: a gap", i, off, highest)
+		default:
+			if highest-off >= window {
+				t.Fatalf("upstream message %d: offset %d again after %d: a rewind beyond the window %d", i, off, highest, window)
+			}
+			dups++
+		}
+		seen[off] = true
+	}
+	for off, ok := range seen {
+		if !ok {
+			t.Fatalf("offset %d never reached the upstream (%d messages)", off, len(got))
+		}
+	}
+	return dups
+}
+
+// WaitFor polls cond until it holds, failing after a generous deadline.
+func WaitFor(t testing.TB, what string, within time.Duration, cond func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
