@@ -147,7 +147,7 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 			timer = time.NewTimer(wait)
 			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)})
 		}
-		if len(p.inflight) < p.window && !s.paused.Load() && wait == 0 {
+		if s.inWindow() < p.window && !s.paused.Load() && wait == 0 {
 			for _, ch := range changed {
 				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
 			}
@@ -166,6 +166,16 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 			progressed = s.acked(p, v.Uint()) || progressed
 		}
 	}
+}
+
+// inWindow counts the records sent and not yet under a durable position,
+// acknowledged or not: after a crash, these are what may be sent again.
+func (s *Sink) inWindow() int {
+	n := 0
+	for _, c := range s.cursors {
+		n += len(c.slots)
+	}
+	return n
 }
 
 // connErr is why conn ended.
@@ -228,7 +238,7 @@ func (s *Sink) fill(ctx context.Context, p *pumpState) (sent int, read bool, wai
 		if c.closed {
 			continue
 		}
-		room := p.window - len(p.inflight)
+		room := p.window - s.inWindow()
 		if room <= 0 {
 			break
 		}
