@@ -265,3 +265,35 @@ func TestConfig_ExampleSinkIsValid(t *testing.T) {
 		t.Fatalf("example parsed as %+v %+v", s, s.MQTT)
 	}
 }
+
+// An mqtts:// upstream: the node checks the broker's certificate against
+// tls.ca_file, and refuses one it does not trust.
+func TestNode_SinkOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	caFile, certFile, keyFile := sinktest.TLSFiles(t, dir)
+	upstream, plain := sinktest.StartMosquittoTLS(t, certFile, keyFile)
+	col := sinktest.NewCollector(t, plain, "site-a/#")
+
+	cfg := sinkConfig(t, upstream)
+	cfg.Sinks[0].MQTT.URL = "mqtts://" + upstream
+	cfg.Sinks[0].MQTT.TLS.CAFile = caFile
+	n := startNode(t, cfg)
+	publishQoS1(t, n.MQTTAddr(), "sensors/a", 5)
+	sinktest.WaitFor(t, "5 records over TLS", time.Minute, func() bool { return len(col.Payloads()) >= 5 })
+
+	// Another CA: the handshake fails, the sink says why, nothing is sent.
+	otherCA, _, _ := sinktest.TLSFiles(t, t.TempDir())
+	cfg2 := sinkConfig(t, upstream)
+	cfg2.Sinks[0].Name = "untrusted"
+	cfg2.Sinks[0].MQTT.URL = "mqtts://" + upstream
+	cfg2.Sinks[0].MQTT.ClientID = "site-b"
+	cfg2.Sinks[0].MQTT.TLS.CAFile = otherCA
+	n2 := startNode(t, cfg2)
+	sinktest.WaitFor(t, "a TLS error in the status", time.Minute, func() bool {
+		st := sinkStatuses(t, n2)
+		return len(st) == 1 && strings.Contains(st[0].LastError, "certificate")
+	})
+	if st := sinkStatuses(t, n2)[0]; st.State == sink.StateConnected {
+		t.Errorf("a sink that cannot connect reports %s", st.State)
+	}
+}

@@ -7,7 +7,13 @@ package sinktest
 import (
 	"bytes"
 	"context"
-	"fmt"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -23,8 +29,24 @@ import (
 )
 
 // StartMosquitto runs Debian's mosquitto on a free loopback port with
-// extra config lines, and returns its address. It is stopped at cleanup.
+// extra config lines (global options such as max_inflight_messages), and
+// returns its address. It is stopped at cleanup.
 func StartMosquitto(t testing.TB, extra ...string) string {
+	t.Helper()
+	return runMosquitto(t, []string{""}, extra)[0]
+}
+
+// StartMosquittoTLS runs mosquitto with a TLS listener (certFile, keyFile)
+// and a plain one beside it, and returns both addresses.
+func StartMosquittoTLS(t testing.TB, certFile, keyFile string) (tlsAddr, plainAddr string) {
+	t.Helper()
+	addrs := runMosquitto(t, []string{"certfile " + certFile + "\nkeyfile " + keyFile, ""}, nil)
+	return addrs[0], addrs[1]
+}
+
+// runMosquitto starts mosquitto with one listener per entry of listeners
+// (each entry: that listener's option lines) and returns their addresses.
+func runMosquitto(t testing.TB, listeners []string, extra []string) []string {
 	t.Helper()
 	bin, err := exec.LookPath("mosquitto")
 	if err != nil {
@@ -33,19 +55,31 @@ func StartMosquitto(t testing.TB, extra ...string) string {
 		}
 		bin = "/usr/sbin/mosquitto"
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	conf := "allow_anonymous true\npersistence false\nmax_queued_messages 0\n"
+	if os.Geteuid() == 0 {
+		// Run as root, mosquitto would switch to the user mosquitto, who
+		// cannot read the test's private temporary files.
+		conf += "user root\n"
 	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	_, port, _ := net.SplitHostPort(addr)
-	dir := t.TempDir()
-	conf := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 0\n", port)
 	for _, l := range extra {
 		conf += l + "\n"
 	}
-	path := filepath.Join(dir, "mosquitto.conf")
+	var addrs []string
+	for _, opts := range listeners {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		_ = ln.Close()
+		_, port, _ := net.SplitHostPort(addr)
+		conf += "listener " + port + " 127.0.0.1\n"
+		if opts != "" {
+			conf += opts + "\n"
+		}
+		addrs = append(addrs, addr)
+	}
+	path := filepath.Join(t.TempDir(), "mosquitto.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -62,22 +96,25 @@ func StartMosquitto(t testing.TB, extra ...string) string {
 		<-exited
 	})
 	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			_ = c.Close()
-			return addr
+	for _, addr := range addrs {
+		for {
+			c, err := net.Dial("tcp", addr)
+			if err == nil {
+				_ = c.Close()
+				break
+			}
+			select {
+			case <-exited:
+				t.Fatalf("mosquitto exited: %s", out.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("mosquitto does not listen on %s: %s", addr, out.String())
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		select {
-		case <-exited:
-			t.Fatalf("mosquitto exited: %s", out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mosquitto does not listen on %s: %s", addr, out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	return addrs
 }
 
 type lockedBuffer struct {
@@ -394,4 +431,49 @@ func WaitFor(t testing.TB, what string, within time.Duration, cond func() bool) 
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// TLSFiles writes a fresh CA and a server certificate for 127.0.0.1 and
+// localhost into dir, and returns their paths (PEM).
+func TLSFiles(t testing.TB, dir string) (caFile, certFile, keyFile string) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "peat test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	srvDER, err := x509.CreateCertificate(rand.Reader, srv, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return write("ca.pem", "CERTIFICATE", caDER), write("server.pem", "CERTIFICATE", srvDER), write("server.key", "EC PRIVATE KEY", keyDER)
 }
