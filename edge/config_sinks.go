@@ -209,8 +209,8 @@ func (m *SinkMQTTConfig) validate(p string) []problem {
 	if m.Version != 4 && m.Version != 5 {
 		add(p+".version", "must be 5 or 4 (3.1.1), got %d", m.Version)
 	}
-	if m.QoS != 1 {
-		add(p+".qos", "must be 1, got %d (QoS 2 is not implemented yet; QoS 0 would lose records)", m.QoS)
+	if m.QoS != 1 && m.QoS != 2 {
+		add(p+".qos", "must be 1 or 2, got %d (QoS 0 would lose records)", m.QoS)
 	}
 	if m.Window < 1 || m.Window > 65535 {
 		add(p+".window", "must be from 1 to 65535, got %d", m.Window)

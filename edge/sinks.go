@@ -89,7 +89,7 @@ func (n *Node) buildSink(sc SinkConfig, store *logstore.Store, metrics *sink.Met
 	}
 	m := sc.MQTT
 	mc := mqttsink.Config{
-		URL: m.URL, ClientID: m.ClientID, Version: byte(m.Version), Window: m.Window,
+		URL: m.URL, ClientID: m.ClientID, Version: byte(m.Version), QoS: byte(m.QoS), Window: m.Window,
 		Username: m.Username, Topic: m.Topic, Node: node, Properties: m.Properties,
 		Keepalive: time.Duration(m.Keepalive),
 	}

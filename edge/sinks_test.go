@@ -111,7 +111,7 @@ func TestValidate_SinkProblemsNameTheirField(t *testing.T) {
 		{"mqtt.url", func(s *SinkConfig) { s.MQTT.URL = "http://x" }, []string{"sinks[0].mqtt.url: ", "mqtt://"}},
 		{"mqtt.client_id", func(s *SinkConfig) { s.MQTT.ClientID = "" }, []string{"sinks[0].mqtt.client_id: "}},
 		{"mqtt.version", func(s *SinkConfig) { s.MQTT.Version = 3 }, []string{"sinks[0].mqtt.version: "}},
-		{"mqtt.qos", func(s *SinkConfig) { s.MQTT.QoS = 2 }, []string{"sinks[0].mqtt.qos: ", "not implemented"}},
+		{"mqtt.qos", func(s *SinkConfig) { s.MQTT.QoS = 0 }, []string{"sinks[0].mqtt.qos: ", "1 or 2"}},
 		{"mqtt.window", func(s *SinkConfig) { s.MQTT.Window = 0 }, []string{"sinks[0].mqtt.window: "}},
 		{"mqtt.password_file", func(s *SinkConfig) { s.MQTT.PasswordFile = "/x" }, []string{"sinks[0].mqtt.password_file: ", "username"}},
 		{"mqtt.tls without mqtts", func(s *SinkConfig) { s.MQTT.TLS.CAFile = "/ca" }, []string{"sinks[0].mqtt.tls: ", "mqtts://"}},

@@ -75,27 +75,37 @@ type ref struct {
 type pumpState struct {
 	conn     Conn
 	window   int
-	inflight map[uint64]ref
-	nextID   uint64
+	inflight map[uint64]ref // the Sink's, kept across connections
 	rate     *bucket
 	rr       int // the cursor the next fill starts with (round robin)
 }
 
-// pump sends over conn until it fails or ctx is done. Every connection
-// starts from the durable positions: whatever was in flight on the last
-// one is read from the log and sent again (at most the window, hence the
-// bound on duplicates). progressed reports that anything was acknowledged.
+// Keeper is a Conn that took over its predecessor's deliveries still in
+// flight (an MQTT session resumed with QoS 2): it completes them itself,
+// under the same ids, and the pump keeps its window instead of rewinding.
+type Keeper interface {
+	KeepsInflight() bool
+}
+
+// pump sends over conn until it fails or ctx is done. A connection starts
+// from the durable positions: whatever was in flight on the last one is
+// read from the log and sent again (at most the window, hence the bound on
+// duplicates), unless conn is a Keeper that keeps them.
+// progressed reports that anything was acknowledged.
 func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error) {
-	p := &pumpState{conn: conn, window: max(conn.Window(), 1), inflight: map[uint64]ref{}}
+	if k, ok := conn.(Keeper); !ok || !k.KeepsInflight() || s.inflight == nil {
+		s.inflight = map[uint64]ref{}
+		for _, c := range s.cursors {
+			if c.next > c.position.Load() {
+				c.resendBelow = max(c.resendBelow, c.next)
+			}
+			c.next = c.position.Load()
+			c.slots = c.slots[:0]
+		}
+	}
+	p := &pumpState{conn: conn, window: max(conn.Window(), 1), inflight: s.inflight}
 	if s.cfg.MaxRate > 0 {
 		p.rate = newBucket(s.cfg.MaxRate, time.Now())
-	}
-	for _, c := range s.cursors {
-		if c.next > c.position.Load() {
-			c.resendBelow = max(c.resendBelow, c.next)
-		}
-		c.next = c.position.Load()
-		c.slots = c.slots[:0]
 	}
 	acks := conn.Acks()
 	for {
@@ -282,8 +292,8 @@ func (s *Sink) sendFrom(ctx context.Context, p *pumpState, c *cursor, room int) 
 		if s.cfg.Filter != "" && !logstore.MatchFilter(s.cfg.Filter, r.Topic) {
 			continue
 		}
-		p.nextID++
-		id := p.nextID
+		s.nextID++
+		id := s.nextID
 		c.slots = append(c.slots, slot{id: id, off: r.Offset, sentAt: time.Now()})
 		p.inflight[id] = ref{c: c, off: r.Offset}
 		if err := p.conn.Send(ctx, Delivery{ID: id, Stream: c.name, Record: r}); err != nil {

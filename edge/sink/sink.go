@@ -113,6 +113,11 @@ type Sink struct {
 	cursors []*cursor
 	m       sinkMetrics
 
+	// inflight maps delivery ids to records; nextID numbers deliveries.
+	// Owned by the pump (Run's goroutine).
+	inflight map[uint64]ref
+	nextID   uint64
+
 	paused    atomic.Bool
 	pauseWake chan struct{} // cap 1: the pump looks at paused again
 

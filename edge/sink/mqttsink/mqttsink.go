@@ -3,6 +3,7 @@ package mqttsink
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +48,9 @@ type Config struct {
 	URL      string
 	ClientID string
 	Version  byte // 4 (3.1.1) or 5
+	// QoS is 1 (at least once) or 2 (exactly once across reconnects; at
+	// least once across a restart of the node).
+	QoS byte
 	// Window is the most records in flight; an MQTT 5 upstream's Receive
 	// Maximum lowers it.
 	Window     int
@@ -125,6 +130,67 @@ type Upstream struct {
 	cfg    Config
 	addr   string
 	useTLS bool
+	sess   *session
+	// wiped: the upstream's session for this client id was cleared since
+	// the process started (QoS 2 only: packet ids the broker still holds
+	// from before a crash must not swallow new PUBLISHes).
+	wiped bool
+}
+
+// session is the client side of the MQTT session: the packet ids in
+// flight, kept across connections of one process so that QoS 2 messages
+// are completed under their ids after a reconnect.
+type session struct {
+	mu      sync.Mutex
+	out     map[uint16]*outMsg
+	lastPid uint16
+	seq     uint64
+}
+
+// outMsg is one PUBLISH in flight.
+type outMsg struct {
+	id       uint64 // delivery id
+	seq      uint64 // send order
+	released bool   // QoS 2: PUBREC came, PUBREL sent
+	pk       []byte // QoS 2: the encoded PUBLISH, to send again with DUP
+}
+
+// take gives delivery id a free packet id.
+func (s *session) take(id uint64) (uint16, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.out) >= 65535 {
+		return 0, &Error{reason: "protocol", err: errors.New("no free packet id")}
+	}
+	for {
+		s.lastPid++
+		if s.lastPid == 0 {
+			s.lastPid = 1
+		}
+		if _, used := s.out[s.lastPid]; !used {
+			s.seq++
+			s.out[s.lastPid] = &outMsg{id: id, seq: s.seq}
+			return s.lastPid, nil
+		}
+	}
+}
+
+// done ends pid's exchange and returns its delivery id.
+func (s *session) done(pid uint16) (uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.out[pid]
+	if !ok {
+		return 0, false
+	}
+	delete(s.out, pid)
+	return m.id, true
+}
+
+func (s *session) reset() {
+	s.mu.Lock()
+	s.out = map[uint16]*outMsg{}
+	s.mu.Unlock()
 }
 
 var _ sink.Upstream = (*Upstream)(nil)
@@ -137,6 +203,12 @@ func New(cfg Config) (*Upstream, error) {
 	}
 	if cfg.Version != 4 && cfg.Version != 5 {
 		return nil, fmt.Errorf("mqttsink: version %d: want 4 or 5", cfg.Version)
+	}
+	if cfg.QoS == 0 {
+		cfg.QoS = 1
+	}
+	if cfg.QoS != 1 && cfg.QoS != 2 {
+		return nil, fmt.Errorf("mqttsink: QoS %d: want 1 or 2", cfg.QoS)
 	}
 	if cfg.Window <= 0 {
 		cfg.Window = DefaultWindow
@@ -151,7 +223,7 @@ func New(cfg Config) (*Upstream, error) {
 	if err := CheckTopic(cfg.Topic); err != nil {
 		return nil, err
 	}
-	return &Upstream{cfg: cfg, addr: addr, useTLS: useTLS}, nil
+	return &Upstream{cfg: cfg, addr: addr, useTLS: useTLS, sess: &session{out: map[uint16]*outMsg{}}}, nil
 }
 
 func (u *Upstream) String() string { return u.cfg.URL }
@@ -167,8 +239,31 @@ func (u *Upstream) topicOf(stream string, r *logstore.Record) string {
 }
 
 // Connect dials, sends CONNECT (clean start off: a persistent session)
-// and waits for a successful CONNACK, all within the keepalive.
+// and waits for a successful CONNACK, all within the keepalive. With QoS
+// 2, the first connection of the process clears the upstream's session
+// first, and a later one resumes the messages in flight.
 func (u *Upstream) Connect(ctx context.Context) (sink.Conn, error) {
+	if u.cfg.QoS == 2 && !u.wiped {
+		c, err := u.connect(ctx, true)
+		if err != nil {
+			return nil, err
+		}
+		c.disconnect()
+		u.wiped = true
+		u.sess.reset()
+	}
+	c, err := u.connect(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.resume(); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (u *Upstream) connect(ctx context.Context, clean bool) (*conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, u.cfg.Keepalive)
 	defer cancel()
 	var d net.Dialer
@@ -192,7 +287,7 @@ func (u *Upstream) Connect(ctx context.Context) (sink.Conn, error) {
 		nc = tlsConn
 	}
 	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Now()) })
-	c, err := u.handshake(nc)
+	c, err := u.handshake(nc, clean)
 	if !stop() || err != nil {
 		_ = nc.Close()
 		if err == nil {
@@ -201,11 +296,10 @@ func (u *Upstream) Connect(ctx context.Context) (sink.Conn, error) {
 		return nil, err
 	}
 	_ = nc.SetDeadline(time.Time{})
-	c.start()
 	return c, nil
 }
 
-func (u *Upstream) handshake(nc net.Conn) (*conn, error) {
+func (u *Upstream) handshake(nc net.Conn, clean bool) (*conn, error) {
 	keepalive := uint16(min(max(u.cfg.Keepalive/time.Second, 1), 65535))
 	pk := packets.Packet{
 		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
@@ -213,7 +307,7 @@ func (u *Upstream) handshake(nc net.Conn) (*conn, error) {
 		Connect: packets.ConnectParams{
 			ProtocolName:     []byte("MQTT"),
 			ClientIdentifier: u.cfg.ClientID,
-			Clean:            false,
+			Clean:            clean,
 			Keepalive:        keepalive,
 		},
 	}
@@ -259,9 +353,8 @@ func (u *Upstream) handshake(nc net.Conn) (*conn, error) {
 	}
 	return &conn{
 		u: u, nc: nc, br: br, bw: bufio.NewWriterSize(nc, 16<<10),
-		window: window, keepalive: interval,
+		window: window, keepalive: interval, sessionPresent: ack.SessionPresent,
 		acks: make(chan uint64, 2*window+4), done: make(chan struct{}),
-		pids: make(map[uint16]uint64, window),
 	}, nil
 }
 
@@ -308,9 +401,8 @@ type conn struct {
 		sync.Mutex
 		lastRead time.Time
 	}
-	pidMu   sync.Mutex
-	pids    map[uint16]uint64 // packet id -> delivery id
-	lastPid uint16
+	sessionPresent bool
+	keeps          bool // resumed the session's messages in flight (QoS 2)
 
 	done    chan struct{} // closed by fail
 	once    sync.Once
@@ -319,7 +411,72 @@ type conn struct {
 	closing sync.Once
 }
 
-var _ sink.Conn = (*conn)(nil)
+var (
+	_ sink.Conn   = (*conn)(nil)
+	_ sink.Keeper = (*conn)(nil)
+)
+
+// KeepsInflight reports that this connection completes the messages its
+// predecessor left in flight (QoS 2 with the session present).
+func (c *conn) KeepsInflight() bool { return c.keeps }
+
+// resume starts the connection's goroutines. With QoS 2 and the session
+// present upstream, it first sends the messages in flight again, in their
+// order: PUBREL for those the upstream has (PUBREC came), the PUBLISH with
+// DUP for the others. Otherwise the session starts empty and the sink
+// sends again from its position.
+func (c *conn) resume() error {
+	s := c.u.sess
+	s.mu.Lock()
+	if c.u.cfg.QoS != 2 || !c.sessionPresent {
+		s.out = map[uint16]*outMsg{}
+		s.mu.Unlock()
+		c.start()
+		return nil
+	}
+	c.keeps = true
+	pids := make([]uint16, 0, len(s.out))
+	for pid := range s.out {
+		pids = append(pids, pid)
+	}
+	slices.SortFunc(pids, func(a, b uint16) int { return cmp.Compare(s.out[a].seq, s.out[b].seq) })
+	var buf []byte
+	for _, pid := range pids {
+		m := s.out[pid]
+		if m.released {
+			buf = append(buf, pubrel(pid)...)
+		} else {
+			b := append([]byte(nil), m.pk...)
+			b[0] |= 0x08 // DUP
+			buf = append(buf, b...)
+		}
+	}
+	s.mu.Unlock()
+	c.start()
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.write(buf); err != nil {
+		return err
+	}
+	if err := c.bw.Flush(); err != nil {
+		c.fail(err)
+		return err
+	}
+	return nil
+}
+
+// pubrel encodes a PUBREL (success) for pid.
+func pubrel(pid uint16) []byte {
+	return []byte{packets.Pubrel<<4 | 0x02, 2, byte(pid >> 8), byte(pid)}
+}
+
+// disconnect sends DISCONNECT and closes a connection that was never
+// started.
+func (c *conn) disconnect() {
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.keepalive))
+	_, _ = c.nc.Write([]byte{packets.Disconnect << 4, 0})
+	_ = c.nc.Close()
+}
 
 func (c *conn) start() {
 	c.mu.lastRead = time.Now()
@@ -358,18 +515,17 @@ func (c *conn) Close() error {
 	return nil
 }
 
-// Send encodes d as a QoS 1 PUBLISH into the write buffer.
+// Send encodes d as a PUBLISH into the write buffer. Once it has a
+// packet id the message belongs to the session, even if the write fails:
+// with QoS 2 a resumed session sends it again under that id.
 func (c *conn) Send(ctx context.Context, d sink.Delivery) error {
-	if err := c.Err(); err != nil {
-		return err
-	}
-	pid, err := c.takePid(d.ID)
+	pid, err := c.u.sess.take(d.ID)
 	if err != nil {
 		return err
 	}
 	r := d.Record
 	pk := packets.Packet{
-		FixedHeader:     packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: r.Retain},
+		FixedHeader:     packets.FixedHeader{Type: packets.Publish, Qos: c.u.cfg.QoS, Retain: r.Retain},
 		ProtocolVersion: c.u.cfg.Version,
 		TopicName:       c.u.topicOf(d.Stream, r),
 		PacketID:        pid,
@@ -382,8 +538,18 @@ func (c *conn) Send(ctx context.Context, d sink.Delivery) error {
 	defer c.wmu.Unlock()
 	c.enc.Reset()
 	if err := pk.PublishEncode(&c.enc); err != nil {
-		c.freePid(pid)
+		c.u.sess.done(pid)
 		return &Error{reason: "protocol", err: fmt.Errorf("encode PUBLISH of %s offset %d: %w", d.Stream, r.Offset, err)}
+	}
+	if c.u.cfg.QoS == 2 {
+		c.u.sess.mu.Lock()
+		if m := c.u.sess.out[pid]; m != nil {
+			m.pk = append([]byte(nil), c.enc.Bytes()...)
+		}
+		c.u.sess.mu.Unlock()
+	}
+	if err := c.Err(); err != nil {
+		return err
 	}
 	return c.write(c.enc.Bytes())
 }
@@ -436,31 +602,6 @@ func (c *conn) Flush(ctx context.Context) error {
 	return nil
 }
 
-// takePid gives delivery id a free packet id.
-func (c *conn) takePid(id uint64) (uint16, error) {
-	c.pidMu.Lock()
-	defer c.pidMu.Unlock()
-	if len(c.pids) >= 65535 {
-		return 0, &Error{reason: "protocol", err: errors.New("no free packet id")}
-	}
-	for {
-		c.lastPid++
-		if c.lastPid == 0 {
-			c.lastPid = 1
-		}
-		if _, used := c.pids[c.lastPid]; !used {
-			c.pids[c.lastPid] = id
-			return c.lastPid, nil
-		}
-	}
-}
-
-func (c *conn) freePid(pid uint16) {
-	c.pidMu.Lock()
-	delete(c.pids, pid)
-	c.pidMu.Unlock()
-}
-
 // readLoop reads the upstream's packets until the connection fails.
 func (c *conn) readLoop() {
 	defer c.wg.Done()
@@ -475,18 +616,21 @@ func (c *conn) readLoop() {
 		c.mu.lastRead = time.Now()
 		c.mu.Unlock()
 		switch pk.FixedHeader.Type {
-		case packets.Puback:
+		case packets.Puback, packets.Pubrec, packets.Pubcomp:
 			if pk.ReasonCode >= 0x80 {
-				c.fail(&Error{reason: "refused", err: fmt.Errorf("upstream refused a PUBLISH: PUBACK reason %#x %s",
-					pk.ReasonCode, pk.Properties.ReasonString)})
+				c.fail(&Error{reason: "refused", err: fmt.Errorf("upstream refused a PUBLISH: %s reason %#x %s",
+					packetName[pk.FixedHeader.Type], pk.ReasonCode, pk.Properties.ReasonString)})
 				return
 			}
-			c.pidMu.Lock()
-			id, ok := c.pids[pk.PacketID]
-			delete(c.pids, pk.PacketID)
-			c.pidMu.Unlock()
+			if pk.FixedHeader.Type == packets.Pubrec {
+				if err := c.released(pk.PacketID); err != nil {
+					return
+				}
+				continue
+			}
+			id, ok := c.u.sess.done(pk.PacketID)
 			if !ok {
-				continue // a PUBACK for nothing in flight: ignore, as brokers do
+				continue // an ack for nothing in flight: ignore, as brokers do
 			}
 			select {
 			case c.acks <- id:
@@ -503,6 +647,29 @@ func (c *conn) readLoop() {
 			return
 		}
 	}
+}
+
+var packetName = map[byte]string{packets.Puback: "PUBACK", packets.Pubrec: "PUBREC", packets.Pubcomp: "PUBCOMP"}
+
+// released answers a PUBREC with PUBREL; from now on the upstream has the
+// message, and a resumed session sends the PUBREL again, not the PUBLISH.
+func (c *conn) released(pid uint16) error {
+	s := c.u.sess
+	s.mu.Lock()
+	if m := s.out[pid]; m != nil {
+		m.released, m.pk = true, nil
+	}
+	s.mu.Unlock()
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.write(pubrel(pid)); err != nil {
+		return err
+	}
+	if err := c.bw.Flush(); err != nil {
+		c.fail(err)
+		return err
+	}
+	return nil
 }
 
 // pingLoop sends a PINGREQ every half keepalive and fails the connection
@@ -572,6 +739,10 @@ func readPacket(r *bufio.Reader, version byte) (packets.Packet, error) {
 		decode = pk.ConnackDecode
 	case packets.Puback:
 		decode = pk.PubackDecode
+	case packets.Pubrec:
+		decode = pk.PubrecDecode
+	case packets.Pubcomp:
+		decode = pk.PubcompDecode
 	case packets.Pingresp:
 		decode = pk.PingrespDecode
 	case packets.Disconnect:
