@@ -87,6 +87,44 @@ type Keeper interface {
 	KeepsInflight() bool
 }
 
+// Resumer is a Conn whose upstream is its own checkpoint (Kafka with
+// exactly-once): Resume returns the offset after the last record of
+// stream the upstream holds from this sink, and every record below it is
+// there too; ok is false when it holds none.
+type Resumer interface {
+	Resume(ctx context.Context, stream string) (next uint64, ok bool, err error)
+}
+
+// resume moves each stream's position past what the upstream already
+// holds, so a record acknowledged there but not yet committed here (a
+// crash between the two) is not sent twice.
+func (s *Sink) resume(ctx context.Context, r Resumer) error {
+	for _, c := range s.cursors {
+		next, ok, err := r.Resume(ctx, c.name)
+		if err != nil {
+			return &stageError{reason: "resume", err: fmt.Errorf("read back %s from the upstream: %w", c.name, err)}
+		}
+		pos := c.position.Load()
+		if !ok || next <= pos {
+			continue
+		}
+		if end := c.stream.Committed(); next > end {
+			s.log.Error("the upstream holds offsets beyond this stream's end; not moving past the end",
+				attrStream, c.name, attrOffset, next, attrEnd, end)
+			next = end
+		}
+		if err := s.cfg.Positions.Commit(Group(s.cfg.Name), c.name, next); err != nil {
+			return &stageError{reason: "commit", err: fmt.Errorf("commit %s at %d: %w", c.name, next, err)}
+		}
+		s.log.Info("sink resumes after the upstream's last record", attrStream, c.name, attrFrom, pos, attrTo, next)
+		c.position.Store(next)
+		c.next = next
+		c.progressAt.Store(time.Now().UnixNano())
+		c.m.committed.Set(float64(next))
+	}
+	return nil
+}
+
 // pump sends over conn until it fails or ctx is done. A connection starts
 // from the durable positions: whatever was in flight on the last one is
 // read from the log and sent again (at most the window, hence the bound on
@@ -101,6 +139,11 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 			}
 			c.next = c.position.Load()
 			c.slots = c.slots[:0]
+		}
+	}
+	if r, ok := conn.(Resumer); ok {
+		if err := s.resume(ctx, r); err != nil {
+			return false, err
 		}
 	}
 	p := &pumpState{conn: conn, window: max(conn.Window(), 1), inflight: s.inflight}
