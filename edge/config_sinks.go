@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/peatmq/peat/edge/sink"
+	"github.com/peatmq/peat/edge/sink/kafkasink"
 	"github.com/peatmq/peat/edge/sink/mqttsink"
 	"github.com/peatmq/peat/logstore"
 )
 
 // SinkConfig is one upstream a node sends streams to (edge/sink). Exactly
-// one kind block is set; only mqtt exists so far.
+// one kind block is set: mqtt or kafka.
 type SinkConfig struct {
 	Name string `yaml:"name"`
 	// Streams are the stream names sent; ["*"] is every stream the node
@@ -22,11 +23,12 @@ type SinkConfig struct {
 	Filter string `yaml:"filter"`
 	// Start is where a sink without a position begins: earliest, latest,
 	// an offset or an RFC 3339 time.
-	Start      string          `yaml:"start"`
-	MQTT       *SinkMQTTConfig `yaml:"mqtt"`
-	Backoff    BackoffConfig   `yaml:"backoff"`
-	StallAfter Duration        `yaml:"stall_after"`
-	MaxRate    float64         `yaml:"max_rate"`
+	Start      string           `yaml:"start"`
+	MQTT       *SinkMQTTConfig  `yaml:"mqtt"`
+	Kafka      *SinkKafkaConfig `yaml:"kafka"`
+	Backoff    BackoffConfig    `yaml:"backoff"`
+	StallAfter Duration         `yaml:"stall_after"`
+	MaxRate    float64          `yaml:"max_rate"`
 }
 
 // BackoffConfig bounds the wait between reconnects, doubling from Min.
@@ -58,6 +60,32 @@ type SinkTLSConfig struct {
 	ServerName string `yaml:"server_name"`
 }
 
+// SinkKafkaConfig is a Kafka upstream (edge/sink/kafkasink).
+type SinkKafkaConfig struct {
+	Brokers     []string            `yaml:"brokers"`
+	Topic       string              `yaml:"topic"`
+	Key         string              `yaml:"key"`
+	ExactlyOnce bool                `yaml:"exactly_once"`
+	Site        string              `yaml:"site"`
+	Window      int                 `yaml:"window"`
+	Timeout     Duration            `yaml:"timeout"`
+	TLS         SinkKafkaTLSConfig  `yaml:"tls"`
+	SASL        SinkKafkaSASLConfig `yaml:"sasl"`
+}
+
+// SinkKafkaTLSConfig turns TLS on toward the brokers.
+type SinkKafkaTLSConfig struct {
+	Enabled       bool `yaml:"enabled"`
+	SinkTLSConfig `yaml:",inline"`
+}
+
+// SinkKafkaSASLConfig authenticates to the brokers.
+type SinkKafkaSASLConfig struct {
+	Mechanism    string `yaml:"mechanism"` // plain | scram-sha-256 | scram-sha-512
+	Username     string `yaml:"username"`
+	PasswordFile string `yaml:"password_file"`
+}
+
 // Defaults of a sink's fields.
 const (
 	DefaultSinkStart   = "earliest"
@@ -73,6 +101,14 @@ func defaultSink() SinkConfig {
 		Start:      DefaultSinkStart,
 		Backoff:    BackoffConfig{Min: Duration(sink.DefaultBackoffMin), Max: Duration(sink.DefaultBackoffMax)},
 		StallAfter: Duration(sink.DefaultStallAfter),
+	}
+}
+
+func defaultSinkKafka() SinkKafkaConfig {
+	return SinkKafkaConfig{
+		Topic:   kafkasink.DefaultTopic,
+		Window:  kafkasink.DefaultWindow,
+		Timeout: Duration(kafkasink.DefaultTimeout),
 	}
 }
 
@@ -122,6 +158,18 @@ func applySinkDefaults(cfg *Config, present map[string]bool) {
 			}
 			if !present[mp+".keepalive"] {
 				m.Keepalive = defM.Keepalive
+			}
+		}
+		if k, kp := s.Kafka, p+".kafka"; k != nil {
+			defK := defaultSinkKafka()
+			if !present[kp+".topic"] {
+				k.Topic = defK.Topic
+			}
+			if !present[kp+".window"] {
+				k.Window = defK.Window
+			}
+			if !present[kp+".timeout"] {
+				k.Timeout = defK.Timeout
 			}
 		}
 	}
@@ -183,11 +231,16 @@ func (c Config) validateSinks() []problem {
 		if s.MaxRate < 0 {
 			add(p+".max_rate", "must be 0 (no limit) or positive, got %v", s.MaxRate)
 		}
-		if s.MQTT == nil {
-			add(p, "needs an upstream: mqtt (the only kind so far)")
-			continue
+		switch {
+		case s.MQTT == nil && s.Kafka == nil:
+			add(p, "needs an upstream: mqtt or kafka")
+		case s.MQTT != nil && s.Kafka != nil:
+			add(p, "has both mqtt and kafka; one sink sends to one upstream")
+		case s.MQTT != nil:
+			probs = append(probs, s.MQTT.validate(p+".mqtt")...)
+		default:
+			probs = append(probs, s.Kafka.validate(p+".kafka")...)
 		}
-		probs = append(probs, s.MQTT.validate(p+".mqtt")...)
 	}
 	return probs
 }
@@ -233,6 +286,59 @@ func (m *SinkMQTTConfig) validate(p string) []problem {
 	}
 	if m.Keepalive < Duration(time.Second) || m.Keepalive > Duration(65535*time.Second) {
 		add(p+".keepalive", "must be from 1s to 65535s, got %v", m.Keepalive)
+	}
+	return probs
+}
+
+func (k *SinkKafkaConfig) validate(p string) []problem {
+	var probs []problem
+	add := func(path, format string, args ...any) {
+		probs = append(probs, problem{path, fmt.Sprintf(format, args...)})
+	}
+	if len(k.Brokers) == 0 {
+		add(p+".brokers", "must list at least one host:port")
+	}
+	for i, b := range k.Brokers {
+		if msg := checkHostPort(b); msg != "" {
+			add(fmt.Sprintf("%s.brokers[%d]", p, i), "%s", msg)
+		}
+	}
+	if k.Topic == "" {
+		add(p+".topic", "must not be empty")
+	} else if err := kafkasink.CheckTemplate(k.Topic, "{stream}", "{node}"); err != nil {
+		add(p+".topic", "%v", err)
+	}
+	if err := kafkasink.CheckTemplate(k.Key, "{topic}", "{stream}", "{node}"); err != nil {
+		add(p+".key", "%v", err)
+	}
+	if k.Site != "" && !reSinkName.MatchString(k.Site) {
+		add(p+".site", "%q: want 1 to 64 letters, digits, '_', '-' or '.'", k.Site)
+	}
+	if k.Window < 1 || k.Window > 65535 {
+		add(p+".window", "must be from 1 to 65535, got %d", k.Window)
+	}
+	if k.Timeout < Duration(time.Second) {
+		add(p+".timeout", "must be at least 1s, got %v", k.Timeout)
+	}
+	if t := k.TLS; !t.Enabled && t.SinkTLSConfig != (SinkTLSConfig{}) {
+		add(p+".tls", "files or server_name set but enabled is false")
+	} else if (t.CertFile == "") != (t.KeyFile == "") {
+		add(p+".tls", "cert_file and key_file go together")
+	}
+	switch sa := k.SASL; sa.Mechanism {
+	case "":
+		if sa.Username != "" || sa.PasswordFile != "" {
+			add(p+".sasl.mechanism", "must be set with a username or password_file")
+		}
+	case "plain", "scram-sha-256", "scram-sha-512":
+		if sa.Username == "" {
+			add(p+".sasl.username", "must not be empty")
+		}
+		if sa.PasswordFile == "" {
+			add(p+".sasl.password_file", "must not be empty")
+		}
+	default:
+		add(p+".sasl.mechanism", "must be plain, scram-sha-256 or scram-sha-512, got %q", sa.Mechanism)
 	}
 	return probs
 }

@@ -12,7 +12,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
 	"github.com/peatmq/peat/edge/sink"
+	"github.com/peatmq/peat/edge/sink/kafkasink"
 	"github.com/peatmq/peat/edge/sink/mqttsink"
 	"github.com/peatmq/peat/logstore"
 )
@@ -43,6 +47,9 @@ func (n *Node) startSinks(store *logstore.Store) error {
 		}
 		set.list = append(set.list, s)
 		set.kinds[sc.Name] = "mqtt"
+		if sc.Kafka != nil {
+			set.kinds[sc.Name] = "kafka"
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	set.cancel = cancel
@@ -87,23 +94,7 @@ func (n *Node) buildSink(sc SinkConfig, store *logstore.Store, metrics *sink.Met
 	if err != nil {
 		return nil, err
 	}
-	m := sc.MQTT
-	mc := mqttsink.Config{
-		URL: m.URL, ClientID: m.ClientID, Version: byte(m.Version), QoS: byte(m.QoS), Window: m.Window,
-		Username: m.Username, Topic: m.Topic, Node: node, Properties: m.Properties,
-		Keepalive: time.Duration(m.Keepalive),
-	}
-	if m.PasswordFile != "" {
-		b, err := os.ReadFile(m.PasswordFile)
-		if err != nil {
-			return nil, fmt.Errorf("mqtt.password_file: %w", err)
-		}
-		mc.Password = strings.TrimRight(string(b), "\r\n")
-	}
-	if mc.TLS, err = clientTLS(m.TLS); err != nil {
-		return nil, err
-	}
-	up, err := mqttsink.New(mc)
+	up, err := buildUpstream(sc, node)
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +107,72 @@ func (n *Node) buildSink(sc SinkConfig, store *logstore.Store, metrics *sink.Met
 	})
 }
 
+// buildUpstream reads the files a sink's upstream needs (passwords,
+// certificates) and builds it.
+func buildUpstream(sc SinkConfig, node string) (sink.Upstream, error) {
+	if k := sc.Kafka; k != nil {
+		return buildKafka(sc.Name, k, node)
+	}
+	m := sc.MQTT
+	mc := mqttsink.Config{
+		URL: m.URL, ClientID: m.ClientID, Version: byte(m.Version), QoS: byte(m.QoS), Window: m.Window,
+		Username: m.Username, Topic: m.Topic, Node: node, Properties: m.Properties,
+		Keepalive: time.Duration(m.Keepalive),
+	}
+	var err error
+	if m.PasswordFile != "" {
+		if mc.Password, err = readPassword(m.PasswordFile); err != nil {
+			return nil, fmt.Errorf("mqtt.password_file: %w", err)
+		}
+	}
+	if mc.TLS, err = clientTLS(m.TLS); err != nil {
+		return nil, fmt.Errorf("mqtt.tls: %w", err)
+	}
+	return mqttsink.New(mc)
+}
+
+func buildKafka(name string, k *SinkKafkaConfig, node string) (sink.Upstream, error) {
+	kc := kafkasink.Config{
+		Brokers: k.Brokers, Topic: k.Topic, Key: k.Key, Site: k.Site, SinkName: name, Node: node,
+		ExactlyOnce: k.ExactlyOnce, Window: k.Window, Timeout: time.Duration(k.Timeout),
+	}
+	if kc.Site == "" {
+		kc.Site = node
+	}
+	if k.TLS.Enabled {
+		tc, err := clientTLS(k.TLS.SinkTLSConfig)
+		if err != nil {
+			return nil, fmt.Errorf("kafka.tls: %w", err)
+		}
+		kc.TLS = tc
+	}
+	if sa := k.SASL; sa.Mechanism != "" {
+		pass, err := readPassword(sa.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("kafka.sasl.password_file: %w", err)
+		}
+		switch sa.Mechanism {
+		case "plain":
+			kc.SASL = plain.Auth{User: sa.Username, Pass: pass}.AsMechanism()
+		case "scram-sha-256":
+			kc.SASL = scram.Auth{User: sa.Username, Pass: pass}.AsSha256Mechanism()
+		case "scram-sha-512":
+			kc.SASL = scram.Auth{User: sa.Username, Pass: pass}.AsSha512Mechanism()
+		}
+	}
+	return kafkasink.New(kc)
+}
+
+// readPassword is a password file's first line.
+func readPassword(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimRight(line, "\r"), nil
+}
+
 // clientTLS is the TLS client config of a tls block: the system roots
 // unless ca_file is set.
 func clientTLS(t SinkTLSConfig) (*tls.Config, error) {
@@ -123,18 +180,18 @@ func clientTLS(t SinkTLSConfig) (*tls.Config, error) {
 	if t.CAFile != "" {
 		pem, err := os.ReadFile(t.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("mqtt.tls.ca_file: %w", err)
+			return nil, fmt.Errorf("ca_file: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("mqtt.tls.ca_file %s: no PEM certificate in it", t.CAFile)
+			return nil, fmt.Errorf("ca_file %s: no PEM certificate in it", t.CAFile)
 		}
 		tc.RootCAs = pool
 	}
 	if t.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("mqtt.tls.cert_file, key_file: %w", err)
+			return nil, fmt.Errorf("cert_file, key_file: %w", err)
 		}
 		tc.Certificates = []tls.Certificate{cert}
 	}

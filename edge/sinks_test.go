@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/peatmq/peat/edge/sink"
 	"github.com/peatmq/peat/edge/sink/sinktest"
@@ -72,9 +74,30 @@ sinks:
 		t.Fatalf("parsed %+v %+v", s, s.MQTT)
 	}
 	// A kind that is not built is refused, not ignored.
-	if _, err := Parse([]byte("sinks:\n  - name: lake\n    kafka: {brokers: [k1:9093]}\n")); err == nil ||
-		!strings.Contains(err.Error(), "sinks[0].kafka") {
-		t.Fatalf("a kafka sink: err %v, want sinks[0].kafka refused", err)
+	if _, err := Parse([]byte("sinks:\n  - name: hq\n    peat: {url: mqtts://hq.example:8883}\n")); err == nil ||
+		!strings.Contains(err.Error(), "sinks[0].peat") {
+		t.Fatalf("a peat sink: err %v, want sinks[0].peat refused", err)
+	}
+	cfg, err = Parse([]byte(`
+sinks:
+  - name: lake
+    streams: ["*"]
+    kafka:
+      brokers: [k1:9093]
+      topic: "edge.{stream}"
+      key: "{topic}"
+      exactly_once: true
+      tls: {enabled: true, ca_file: /etc/peat/kafka-ca.pem}
+      sasl: {mechanism: scram-sha-512, username: site-a, password_file: /etc/peat/kafka.pass}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	if k := cfg.Sinks[0].Kafka; k.Window != 256 || k.Topic != "edge.{stream}" || !k.ExactlyOnce || !k.TLS.Enabled || k.TLS.CAFile == "" {
+		t.Fatalf("parsed kafka %+v", k)
 	}
 }
 
@@ -107,7 +130,7 @@ func TestValidate_SinkProblemsNameTheirField(t *testing.T) {
 		{"backoff.max", func(s *SinkConfig) { s.Backoff.Max = Duration(time.Millisecond) }, []string{"sinks[0].backoff.max: "}},
 		{"stall_after", func(s *SinkConfig) { s.StallAfter = 0 }, []string{"sinks[0].stall_after: "}},
 		{"max_rate", func(s *SinkConfig) { s.MaxRate = -1 }, []string{"sinks[0].max_rate: "}},
-		{"no kind", func(s *SinkConfig) { s.MQTT = nil }, []string{"sinks[0]: ", "mqtt"}},
+		{"no kind", func(s *SinkConfig) { s.MQTT = nil }, []string{"sinks[0]: ", "mqtt or kafka"}},
 		{"mqtt.url", func(s *SinkConfig) { s.MQTT.URL = "http://x" }, []string{"sinks[0].mqtt.url: ", "mqtt://"}},
 		{"mqtt.client_id", func(s *SinkConfig) { s.MQTT.ClientID = "" }, []string{"sinks[0].mqtt.client_id: "}},
 		{"mqtt.version", func(s *SinkConfig) { s.MQTT.Version = 3 }, []string{"sinks[0].mqtt.version: "}},
@@ -121,6 +144,36 @@ func TestValidate_SinkProblemsNameTheirField(t *testing.T) {
 		{"mqtt.keepalive", func(s *SinkConfig) { s.MQTT.Keepalive = 0 }, []string{"sinks[0].mqtt.keepalive: "}},
 	}
 	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := good()
+			tc.mutate(&cfg.Sinks[0])
+			wantProblems(t, cfg.Validate(), tc.want)
+		})
+	}
+	kafka := func(mut func(k *SinkKafkaConfig)) func(s *SinkConfig) {
+		return func(s *SinkConfig) {
+			k := defaultSinkKafka()
+			k.Brokers = []string{"127.0.0.1:9092"}
+			s.MQTT, s.Kafka = nil, &k
+			mut(&k)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(s *SinkConfig)
+		want   []string
+	}{
+		{"both kinds", func(s *SinkConfig) { k := defaultSinkKafka(); s.Kafka = &k }, []string{"sinks[0]: ", "both"}},
+		{"kafka.brokers", kafka(func(k *SinkKafkaConfig) { k.Brokers = nil }), []string{"sinks[0].kafka.brokers: "}},
+		{"kafka.brokers[0]", kafka(func(k *SinkKafkaConfig) { k.Brokers = []string{"k1"} }), []string{"sinks[0].kafka.brokers[0]: ", "host:port"}},
+		{"kafka.topic", kafka(func(k *SinkKafkaConfig) { k.Topic = "e.{topic}" }), []string{"sinks[0].kafka.topic: ", "{topic}"}},
+		{"kafka.key", kafka(func(k *SinkKafkaConfig) { k.Key = "{x}" }), []string{"sinks[0].kafka.key: "}},
+		{"kafka.window", kafka(func(k *SinkKafkaConfig) { k.Window = 0 }), []string{"sinks[0].kafka.window: "}},
+		{"kafka.timeout", kafka(func(k *SinkKafkaConfig) { k.Timeout = 0 }), []string{"sinks[0].kafka.timeout: "}},
+		{"kafka.tls", kafka(func(k *SinkKafkaConfig) { k.TLS.CAFile = "/ca" }), []string{"sinks[0].kafka.tls: ", "enabled"}},
+		{"kafka.sasl.mechanism", kafka(func(k *SinkKafkaConfig) { k.SASL.Mechanism = "gssapi" }), []string{"sinks[0].kafka.sasl.mechanism: ", "gssapi"}},
+		{"kafka.sasl.username", kafka(func(k *SinkKafkaConfig) { k.SASL.Mechanism = "plain"; k.SASL.PasswordFile = "/p" }), []string{"sinks[0].kafka.sasl.username: "}},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := good()
 			tc.mutate(&cfg.Sinks[0])
@@ -264,6 +317,9 @@ func TestConfig_ExampleSinkIsValid(t *testing.T) {
 	if s.Name != "cloud" || s.MQTT == nil || s.MQTT.URL != "mqtts://cloud.example:8883" || !s.MQTT.Properties {
 		t.Fatalf("example parsed as %+v %+v", s, s.MQTT)
 	}
+	if len(cfg.Sinks) != 2 || cfg.Sinks[1].Kafka == nil || !cfg.Sinks[1].Kafka.ExactlyOnce {
+		t.Fatalf("want the kafka example as the second sink, got %+v", cfg.Sinks)
+	}
 }
 
 // An mqtts:// upstream: the node checks the broker's certificate against
@@ -295,5 +351,56 @@ func TestNode_SinkOverTLS(t *testing.T) {
 	})
 	if st := sinkStatuses(t, n2)[0]; st.State == sink.StateConnected {
 		t.Errorf("a sink that cannot connect reports %s", st.State)
+	}
+}
+
+// A node sends a stream to Kafka (franz-go's fake cluster) with
+// exactly_once, and the API names the kind.
+func TestNode_SinkToKafka(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "edge.default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cfg := testConfig(t)
+	s := defaultSink()
+	s.Name = "lake"
+	k := defaultSinkKafka()
+	k.Brokers, k.Topic, k.Key, k.ExactlyOnce, k.Site = c.ListenAddrs(), "edge.{stream}", "{topic}", true, "site-a"
+	s.Kafka = &k
+	cfg.Sinks = []SinkConfig{s}
+	n := startNode(t, cfg)
+	publishQoS1(t, n.MQTTAddr(), "sensors/a", 20)
+	var st []sink.Status
+	sinktest.WaitFor(t, "the sink caught up", time.Minute, func() bool {
+		st = sinkStatuses(t, n)
+		return len(st) == 1 && st[0].Streams[0].CommittedOffset == 20
+	})
+	if st[0].Kind != "kafka" || st[0].State != sink.StateConnected {
+		t.Errorf("status %+v, want kafka, connected", st[0])
+	}
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("edge.default"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var got []*kgo.Record
+	for len(got) < 20 && ctx.Err() == nil {
+		got = append(got, cl.PollFetches(ctx).Records()...)
+	}
+	if len(got) != 20 {
+		t.Fatalf("%d records in Kafka, want 20", len(got))
+	}
+	r := got[0]
+	h := map[string]string{}
+	for _, x := range r.Headers {
+		h[x.Key] = string(x.Value)
+	}
+	if string(r.Key) != "sensors/a" || h["peat-site"] != "site-a" || h["peat-stream"] != "default" || h["peat-offset"] == "" || h["peat-topic"] != "sensors/a" {
+		t.Errorf("record key %q headers %v", r.Key, h)
 	}
 }
