@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/peatmq/peat/edge/sink"
 	"github.com/peatmq/peat/edge/sink/sinktest"
@@ -100,5 +103,79 @@ sinks:
 	t.Logf("%d messages upstream for %d records: %d repeats over 2 kills", len(col.Payloads()), n, dups)
 	if dups > 2*window {
 		t.Errorf("%d repeats after 2 kills, want at most %d (the window each)", dups, 2*window)
+	}
+}
+
+// TestCrash_KafkaSinkExactlyOnceAcrossKill9 kills `peat serve` (kill -9)
+// twice while its exactly_once sink drains to Kafka (franz-go's fake
+// cluster, in this test process): by edge offset, the topic holds every
+// record once, none twice, none missing.
+func TestCrash_KafkaSinkExactlyOnceAcrossKill9(t *testing.T) {
+	const n = 6000
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "edge.default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	dir := t.TempDir()
+	config := filepath.Join(dir, "peat.yaml")
+	if err := os.WriteFile(config, []byte(fmt.Sprintf(`
+sinks:
+  - name: lake
+    max_rate: 2000
+    kafka: {brokers: ["%s"], topic: "edge.{stream}", key: "{topic}", exactly_once: true, site: site-a, window: 64}
+    backoff: {min: 50ms, max: 200ms}
+`, c.ListenAddrs()[0])), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	p := startPeat(t, data, "--config", config)
+	publishOffsets(t, p.mqttAddr, 0, n)
+	committed := func() uint64 {
+		st := p.sinks()
+		if len(st) != 1 || len(st[0].Streams) != 1 {
+			return 0
+		}
+		return st[0].Streams[0].CommittedOffset
+	}
+	for round, killAt := range []uint64{n / 3, 2 * n / 3} {
+		sinktest.WaitFor(t, fmt.Sprintf("position %d", killAt), 2*time.Minute, func() bool { return committed() >= killAt })
+		p.kill()
+		t.Logf("round %d: killed", round)
+		p = startPeat(t, data, "--config", config)
+	}
+	sinktest.WaitFor(t, "the sink's position at the end", 2*time.Minute, func() bool { return committed() == n })
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("edge.default"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	count := map[uint64]int{}
+	total := 0
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for len(count) < n && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			for _, h := range r.Headers {
+				if h.Key == "peat-offset" {
+					off, _ := strconv.ParseUint(string(h.Value), 10, 64)
+					count[off]++
+					total++
+				}
+			}
+		})
+	}
+	short, cancel2 := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel2()
+	cl.PollFetches(short).EachRecord(func(*kgo.Record) { total++ })
+	for off := uint64(0); off < n; off++ {
+		if count[off] != 1 {
+			t.Errorf("edge offset %d is in Kafka %d times, want once", off, count[off])
+		}
+	}
+	if total != n {
+		t.Errorf("%d records in Kafka for %d edge offsets", total, n)
 	}
 }
