@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -145,7 +146,10 @@ func (u *Upstream) Connect(ctx context.Context) (sink.Conn, error) {
 		kgo.SeedBrokers(u.cfg.Brokers...),
 		kgo.ProducerLinger(0),
 		kgo.MaxBufferedRecords(u.cfg.Window),
-		kgo.RecordDeliveryTimeout(u.cfg.Timeout),
+		// No RecordDeliveryTimeout: franz-go counts it from the record's
+		// timestamp, which is the edge time, so a backlog older than the
+		// timeout would fail at once. The watchdog (closer) and Flush's
+		// context bound a delivery instead.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 	}
 	if u.cfg.TLS != nil {
@@ -175,6 +179,7 @@ func (u *Upstream) Connect(ctx context.Context) (sink.Conn, error) {
 		}
 	}
 	c := &conn{u: u, cl: cl, acks: make(chan uint64, 2*u.cfg.Window+4), done: make(chan struct{}), closed: make(chan struct{})}
+	c.progress.Store(time.Now().UnixNano())
 	go c.closer()
 	return c, nil
 }
@@ -204,6 +209,11 @@ type conn struct {
 	wg     sync.WaitGroup
 
 	pending []pend // ExactlyOnce: the next transaction
+
+	// outstanding counts records produced and not yet answered; progress
+	// (unix ns) is the last answer, or when outstanding rose from 0.
+	outstanding atomic.Int64
+	progress    atomic.Int64
 }
 
 type pend struct {
@@ -235,11 +245,24 @@ func (c *conn) fail(err error) {
 	})
 }
 
-// closer closes the client once the connection failed and, when every
+// closer fails the connection when produced records go unanswered for
+// the timeout; once it failed, it closes the client and, when every
 // promise has run, the acks channel.
 func (c *conn) closer() {
 	defer close(c.closed)
-	<-c.done
+	t := time.NewTicker(max(c.u.cfg.Timeout/4, 10*time.Millisecond))
+	defer t.Stop()
+	for waiting := true; waiting; {
+		select {
+		case <-c.done:
+			waiting = false
+		case <-t.C:
+			idle := time.Since(time.Unix(0, c.progress.Load()))
+			if c.outstanding.Load() > 0 && idle > c.u.cfg.Timeout {
+				c.fail(&Error{reason: "timeout", err: fmt.Errorf("no answer from Kafka for %v", idle.Round(time.Millisecond))})
+			}
+		}
+	}
 	c.cl.Close()
 	c.wg.Wait()
 	close(c.acks)
@@ -283,9 +306,14 @@ func (c *conn) Send(ctx context.Context, d sink.Delivery) error {
 		return nil
 	}
 	c.wg.Add(1)
+	if c.outstanding.Add(1) == 1 {
+		c.progress.Store(time.Now().UnixNano())
+	}
 	id := d.ID
 	c.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
 		defer c.wg.Done()
+		c.outstanding.Add(-1)
+		c.progress.Store(time.Now().UnixNano())
 		if err != nil {
 			c.fail(err)
 			return
@@ -315,7 +343,9 @@ func (c *conn) Flush(ctx context.Context) error {
 		c.cl.Produce(ctx, p.rec, func(_ *kgo.Record, err error) {
 			if err != nil {
 				mu.Lock()
-				produceErr = errors.Join(produceErr, err)
+				if produceErr == nil { // the first says why; the rest repeat it
+					produceErr = err
+				}
 				mu.Unlock()
 			}
 		})

@@ -3,7 +3,9 @@ package kafkasink_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -53,9 +55,11 @@ func (p *positions) get() uint64 {
 
 func appendN(t testing.TB, s *mqtttest.MemStream, n int) {
 	t.Helper()
+	// An hour old: a backlog older than the delivery timeout must still go.
+	old := time.Now().Add(-time.Hour).UnixMilli()
 	recs := make([]*logstore.Record, n)
 	for i := range recs {
-		recs[i] = &logstore.Record{Topic: fmt.Sprintf("sensors/%d", i%7), QoS: 1, Payload: []byte("x")}
+		recs[i] = &logstore.Record{Topic: fmt.Sprintf("sensors/%d", i%7), QoS: 1, Payload: []byte("x"), Timestamp: old}
 	}
 	done := make(chan error, 1)
 	s.AppendAsync(recs, func(_ uint64, err error) { done <- err })
@@ -75,8 +79,12 @@ func runSink(t *testing.T, brokers []string, st sink.Stream, pos sink.Positions,
 	if err != nil {
 		t.Fatal(err)
 	}
+	var logger *slog.Logger
+	if testing.Verbose() {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
 	s, err := sink.New(sink.Config{Name: "lake", Streams: []sink.Stream{st}, Upstream: up, Positions: pos,
-		BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+		BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
