@@ -404,3 +404,38 @@ func TestNode_SinkToKafka(t *testing.T) {
 		t.Errorf("record key %q headers %v", r.Key, h)
 	}
 }
+
+// A black-holed upstream: the API and the metrics say stalled within
+// stall_after, and /readyz stays ready (the node still serves).
+func TestNode_StalledSinkKeepsTheNodeReady(t *testing.T) {
+	upstream := sinktest.StartMosquitto(t)
+	px := sinktest.NewProxy(t, upstream, 0)
+	cfg := sinkConfig(t, px.Addr())
+	cfg.Sinks[0].StallAfter = Duration(time.Second)
+	cfg.Sinks[0].MQTT.Keepalive = Duration(2 * time.Second)
+	n := startNode(t, cfg)
+	publishQoS1(t, n.MQTTAddr(), "sensors/a", 5)
+	sinktest.WaitFor(t, "connected and caught up", time.Minute, func() bool {
+		st := sinkStatuses(t, n)
+		return st[0].State == sink.StateConnected && st[0].Streams[0].CommittedOffset == 5
+	})
+	px.SetMode(sinktest.ModeBlackHole)
+	publishQoS1(t, n.MQTTAddr(), "sensors/a", 5)
+	sinktest.WaitFor(t, "stalled in the API", 30*time.Second, func() bool { return sinkStatuses(t, n)[0].State == sink.StateStalled })
+	sinktest.WaitFor(t, "stalled in the metrics", 30*time.Second, func() bool {
+		_, _, m := get(t, http.MethodGet, "http://"+n.HTTPAddr().String()+"/metrics")
+		return strings.Contains(string(m), `peat_sink_state{sink="cloud",state="stalled",stream="default"} 1`)
+	})
+	if code, _, body := get(t, http.MethodGet, "http://"+n.HTTPAddr().String()+"/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz = %d %s while a sink is stalled, want 200", code, body)
+	}
+	st := sinkStatuses(t, n)[0].Streams[0]
+	if st.LagRecords != 5 || st.LagSeconds <= 0 {
+		t.Errorf("stalled stream status %+v, want 5 records of lag and their age", st)
+	}
+	px.SetMode(sinktest.ModePass)
+	sinktest.WaitFor(t, "caught up after the black hole", time.Minute, func() bool {
+		st := sinkStatuses(t, n)
+		return st[0].State == sink.StateConnected && st[0].Streams[0].CommittedOffset == 10
+	})
+}

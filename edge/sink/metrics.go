@@ -45,7 +45,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Lost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "peat_sink_lost_records_total",
 			Help: "Records retention dropped before the sink sent them (each range is logged)."}, ss),
 		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "peat_sink_errors_total",
-			Help: "Upstream failures by reason (network, timeout, refused, protocol, tls, auth, commit, read)."},
+			Help: "Upstream failures by reason (network, timeout, refused, protocol, tls, auth, config, commit, read, resume)."},
 			[]string{"sink", "reason"}),
 		Reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "peat_sink_reconnects_total",
 			Help: "Connections to the upstream after the first."}, []string{"sink"}),
