@@ -59,10 +59,20 @@ bench-pi:
 bench-connect:
 	./scripts/bench-connect.sh
 
+## bench-storm: 1,000 sensors with hashed passwords reconnect at once; connected clients' PINGRESP latency meanwhile
+.PHONY: bench-storm
+bench-storm:
+	./scripts/bench-storm.sh
+
 ## bench-disk: disk use under max_bytes retention for records of 16 B to 1 MiB, profiles pi-zero and server
 .PHONY: bench-disk
 bench-disk:
 	./scripts/bench-disk.sh
+
+## bench-sink: an edge takes 1,000,000 QoS 1 records while its upstream is down, then drains them: Peat's MQTT sink beside Mosquitto's bridge (RSS, drain rate, CPU per record)
+.PHONY: bench-sink
+bench-sink:
+	./scripts/bench-sink.sh
 
 ## bench-replay: 1,000,000 stored 128-byte records replayed to one QoS 0 and one QoS 1 consumer: msg/s, gaps/dups, broker RSS idle and peak (issue 3 targets)
 .PHONY: bench-replay

@@ -24,6 +24,7 @@ type Config struct {
 	Log     LogConfig     `yaml:"log"`
 	HTTP    HTTPConfig    `yaml:"http"`
 	MQTT    MQTTConfig    `yaml:"mqtt"`
+	Auth    AuthConfig    `yaml:"auth"`
 	Storage StorageConfig `yaml:"storage"`
 	// Streams are the logs and the topics each captures. A topic no stream
 	// captures goes through the MQTT broker without being stored.
@@ -46,6 +47,13 @@ type LogConfig struct {
 // HTTPConfig sets the HTTP server (metrics, health, API).
 type HTTPConfig struct {
 	Listen string `yaml:"listen"` // host:port; empty disables HTTP
+	// TokensFile holds the API's bearer tokens (http_auth.go); empty:
+	// no token asked.
+	TokensFile string        `yaml:"tokens_file"`
+	TLS        HTTPTLSConfig `yaml:"tls"`
+	// AllowPlaintext lets a listener reachable from the network run
+	// without TLS.
+	AllowPlaintext bool `yaml:"allow_plaintext"`
 }
 
 // MQTTConfig is the YAML face of mqtt.Config.
@@ -66,6 +74,12 @@ type MQTTConfig struct {
 	ConnectTimeout        Duration `yaml:"connect_timeout"`
 	MaxConnectBytes       ByteSize `yaml:"max_connect_bytes"`
 	MaxPendingConnections int      `yaml:"max_pending_connections"`
+
+	// TLS of the listener (config_auth.go).
+	TLS TLSConfig `yaml:"tls"`
+	// AllowPlaintext lets a listener reachable from the network run
+	// without TLS.
+	AllowPlaintext bool `yaml:"allow_plaintext"`
 }
 
 // StorageConfig sets how the log uses the machine.
@@ -135,6 +149,7 @@ func DefaultConfig() Config {
 			ConnectTimeout:        Duration(m.ConnectTimeout),
 			MaxConnectBytes:       ByteSize(m.MaxConnectSize),
 			MaxPendingConnections: m.MaxPendingConnections,
+			TLS:                   TLSConfig{ClientAuth: "none"},
 		},
 		Storage: StorageConfig{
 			Profile:           "",

@@ -55,7 +55,8 @@ func TestConfig_ExampleFileIsTheDefaults(t *testing.T) {
 
 func TestParse_OmittedFieldsKeepDefaults(t *testing.T) {
 	cfg, err := Parse([]byte(`
-mqtt: {listen: "0.0.0.0:1884"}
+mqtt: {listen: "0.0.0.0:1884", allow_plaintext: true}
+auth: {allow_anonymous: true}
 streams:
   - name: telemetry
     filters: [sensors/#]

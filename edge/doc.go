@@ -34,6 +34,32 @@
 //	GET /api/v1/streams  [{"name","filters","first_offset","next_offset",
 //	                       "committed_offset","bytes"}]
 //	GET /api/v1/streams/{name}  one stream, 404 when there is none
+//	GET /api/v1/status   the node at a glance (package status documents it)
+//	GET /api/v1/groups   the consumer groups of the status document
+//	GET /                the status page (package status)
+//
+// The status document is made on request from the store, the broker's
+// read-only views (mqtt's Broker.Groups and Broker.Sessions) and a ring of
+// counter samples a goroutine of the node takes every five seconds
+// (statusdoc.go). /metrics adds, at scrape time, peat_build_info and per
+// group and stream peat_group_lag_records and
+// peat_group_consumer_connected (metrics.go); per-client and per-session
+// series are left out on purpose: there may be thousands.
 //
 // Errors are JSON: {"error": "message"}.
+//
+// # Security (config_auth.go, node_auth.go, http_auth.go)
+//
+// Users, ACLs and API tokens live in edge/auth; edge reads the files at
+// start (a file that cannot be read or is invalid fails the start) and
+// adapts them to mqtt.Auth. Validate refuses a listener reachable from the
+// network (any address but loopback or localhost) that would let anyone
+// in, unless auth.allow_anonymous says so, or would run without TLS,
+// unless mqtt.allow_plaintext (http.allow_plaintext) says so; each error
+// names the fields to set. Node.Reload (SIGHUP in cmd/peat) reads users,
+// ACL, tokens and the listeners' certificates again and keeps what is in
+// force when a file is bad.
+// With http.tokens_file every path but /healthz and /readyz needs
+// "Authorization: Bearer <token>" (401 without, 403 for a read token on a
+// method other than GET and HEAD), counted in peat_http_denied_total.
 package edge

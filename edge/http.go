@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/peatmq/peat/edge/status"
 	"github.com/peatmq/peat/logstore"
 )
 
@@ -36,6 +38,11 @@ func (n *Node) Handler() http.Handler {
 	}))
 	mux.HandleFunc("GET /api/v1/streams", n.handleStreams)
 	mux.HandleFunc("GET /api/v1/streams/{name}", n.handleStream)
+	mux.HandleFunc("GET /api/v1/status", n.handleStatus)
+	mux.HandleFunc("GET /api/v1/groups", n.handleGroups)
+	page := status.Handler(n.Status)
+	mux.Handle("GET /{$}", page)
+	mux.Handle("GET /assets/", page)
 	n.sinkRoutes(mux)
 	return errorsAsJSON(mux)
 }
@@ -173,3 +180,22 @@ func (w *jsonStatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWrite
 type slogPrinter struct{ n *Node }
 
 func (p slogPrinter) Println(v ...any) { p.n.log.Warn("metrics: " + fmt.Sprint(v...)) }
+
+func (n *Node) handleStatus(w http.ResponseWriter, _ *http.Request) {
+	st, err := n.Status()
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// handleGroups is the groups of the status document, with their lag in
+// records and seconds.
+func (n *Node) handleGroups(w http.ResponseWriter, _ *http.Request) {
+	if n.store.Load() == nil || n.broker.Load() == nil {
+		writeError(w, http.StatusServiceUnavailable, errNotServing.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, n.groupStatus(time.Now(), true))
+}

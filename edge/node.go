@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/peatmq/peat/edge/auth"
+	"github.com/peatmq/peat/edge/status"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
@@ -54,6 +56,16 @@ type Node struct {
 	serving atomic.Bool                    // /healthz says ok
 	store   atomic.Pointer[logstore.Store] // what HTTP handlers and metrics read; nil when closed
 	sinks   atomic.Pointer[sinkSet]        // upstream sinks (sinks.go); nil when none run
+	broker  atomic.Pointer[mqtt.Broker]    // the same for the broker
+	build   atomic.Pointer[Build]          // SetBuild
+	started time.Time                      // set by Start, before HTTP serves
+	history *status.Ring                   // the sampler's readings (statusdoc.go)
+
+	// Security (node_auth.go, http_auth.go).
+	auth       atomic.Pointer[auth.Auth]   // nil without auth files
+	tokens     atomic.Pointer[auth.Tokens] // nil without http.tokens_file
+	httpDenied *prometheus.CounterVec      // peat_http_denied_total{reason}
+	keyPairs   keyPairs                    // TLS certificates Reload reads again
 
 	// freeSpace replaces statfs for the log's free-space check (tests).
 	freeSpace func(dir string) (free, size uint64, err error)
@@ -70,6 +82,7 @@ type Node struct {
 		httpDone        chan struct{} // closed when the HTTP serve goroutine returns
 		prevMemLimit    int64         // -1: the node did not set a memory limit
 		prevProcs       int           // 0: the node did not set GOMAXPROCS
+		stopSampler     func()        // stops the sampler and waits for it; nil when not started
 	}
 }
 
@@ -93,7 +106,10 @@ func New(cfg Config, logger *slog.Logger) (*Node, error) {
 		reg:          reg,
 		storeMetrics: logstore.NewMetrics(reg),
 		mqttMetrics:  mqtt.NewMetrics(reg),
+		history:      status.NewRing(historySamples),
+		httpDenied:   newHTTPDenied(reg),
 	}
+	reg.MustRegister(nodeCollector{n})
 	n.mu.prevMemLimit = -1
 	return n, nil
 }
@@ -130,6 +146,7 @@ func (n *Node) Start(ctx context.Context) error {
 func (n *Node) start(ctx context.Context) error {
 	profile := n.cfg.Profile()
 	n.applyMemoryLimit(profile)
+	n.started = time.Now()
 
 	if err := ctx.Err(); err != nil {
 		return err
@@ -158,13 +175,13 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	// Bind HTTP before MQTT: a port clash is found before clients connect.
 	if n.cfg.HTTP.Listen != "" {
-		ln, err := net.Listen("tcp", n.cfg.HTTP.Listen)
+		ln, err := n.httpListen() // http_auth.go: TLS and tokens
 		if err != nil {
-			return fmt.Errorf("listen for HTTP on %s: %w", n.cfg.HTTP.Listen, err)
+			return err
 		}
 		n.mu.httpAddr = ln.Addr()
 		n.mu.http = &http.Server{
-			Handler:           n.Handler(),
+			Handler:           n.protect(n.Handler()),
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       2 * time.Minute,
 			ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
@@ -176,6 +193,10 @@ func (n *Node) start(ctx context.Context) error {
 	bc := n.cfg.BrokerConfig()
 	bc.Logger = n.log.With(attrComponent, "mqtt")
 	bc.Metrics = n.mqttMetrics
+	if err := n.secureBroker(&bc); err != nil {
+		return err
+	}
+	n.logAuth()
 	broker, err := mqtt.New(bc, storeLog{store})
 	if err != nil {
 		return fmt.Errorf("set up MQTT: %w", err)
@@ -184,7 +205,13 @@ func (n *Node) start(ctx context.Context) error {
 	if err := broker.Start(); err != nil {
 		return fmt.Errorf("start MQTT on %s: %w", n.cfg.MQTT.Listen, err)
 	}
-	return n.startSinks(store)
+	n.broker.Store(broker)
+
+	sctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go n.sampleLoop(sctx, done)
+	n.mu.stopSampler = func() { cancel(); <-done }
+	return n.startSinks(store, broker)
 }
 
 // warnPayloadAboveRecord warns at start when mqtt.max_payload_bytes lets in
@@ -303,6 +330,11 @@ func (n *Node) shutdown(ctx context.Context) error {
 		<-n.mu.httpDone
 	}
 	n.stopSinks()
+	if n.mu.stopSampler != nil {
+		n.mu.stopSampler()
+		n.mu.stopSampler = nil
+	}
+	n.broker.Store(nil)
 	if n.mu.broker != nil {
 		if err := n.mu.broker.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("stop MQTT: %w", err))

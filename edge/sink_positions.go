@@ -1,48 +1,28 @@
 package edge
 
 import (
-	"encoding/binary"
-	"errors"
-	"fmt"
+	"context"
 
 	"github.com/peatmq/peat/edge/sink"
 	"github.com/peatmq/peat/mqtt"
 )
 
-// statePositions keeps sink positions where mqtt keeps consumer group
-// offsets (mqtt/groups.go): the state key "g/<group>/<stream>", 8
-// big-endian bytes. A sink's group "$sink.<name>" is then a group like any
-// other: after a restart $offsets/$sink.<name>/<stream> shows it.
-//
-// Until mqtt exposes its group registry, the broker learns these offsets
-// only when it loads the state at start, so a live $offsets subscription
-// does not see a sink's commits as they happen.
-type statePositions struct{ st mqtt.StateStore }
+// brokerPositions keeps sink positions as the broker's consumer groups
+// (mqtt/groups_api.go): "$sink.<name>" is a group like any other, stored
+// with its stream and shown at $offsets/$sink.<name>/<stream>. The
+// broker loads the configured streams' groups before it starts, so Load
+// sees a position stored by an earlier run.
+type brokerPositions struct{ b *mqtt.Broker }
 
-var _ sink.Positions = statePositions{}
+var _ sink.Positions = brokerPositions{}
 
-func groupStateKey(group, stream string) string { return "g/" + group + "/" + stream }
-
-func (p statePositions) Load(group, stream string) (uint64, bool, error) {
-	key := groupStateKey(group, stream)
-	var off uint64
-	var found bool
-	err := p.st.LoadState(key, func(k string, v []byte) error {
-		if k != key {
-			return nil // a longer key with this prefix
-		}
-		if len(v) != 8 {
-			return fmt.Errorf("group state %q: %d bytes, want 8", k, len(v))
-		}
-		off, found = binary.BigEndian.Uint64(v), true
-		return nil
-	})
-	return off, found, err
+func (p brokerPositions) Load(group, stream string) (uint64, bool, error) {
+	off, ok, _ := p.b.GroupOffset(group, stream)
+	return off, ok, nil
 }
 
-func (p statePositions) Commit(group, stream string, off uint64) error {
-	if group == "" || stream == "" {
-		return errors.New("empty group or stream")
-	}
-	return p.st.WriteState(map[string][]byte{groupStateKey(group, stream): binary.BigEndian.AppendUint64(nil, off)}, nil)
+// Commit returns once the offset is durable. The sink's own context ends
+// only at shutdown, after which nothing commits, so none is needed here.
+func (p brokerPositions) Commit(group, stream string, off uint64) error {
+	return p.b.CommitGroup(context.Background(), group, stream, off)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/peatmq/peat/edge/sink/kafkasink"
 	"github.com/peatmq/peat/edge/sink/mqttsink"
 	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt"
 )
 
 // sinkSet is the node's running sinks: started after the broker, stopped
@@ -33,7 +34,7 @@ type sinkSet struct {
 // startSinks builds every configured sink over the open store and runs
 // each on its own goroutine. A sink that cannot be built (a password file
 // that cannot be read, a bad CA file) fails the start.
-func (n *Node) startSinks(store *logstore.Store) error {
+func (n *Node) startSinks(store *logstore.Store, broker *mqtt.Broker) error {
 	if len(n.cfg.Sinks) == 0 {
 		return nil
 	}
@@ -41,7 +42,7 @@ func (n *Node) startSinks(store *logstore.Store) error {
 	node, _ := os.Hostname()
 	set := &sinkSet{kinds: map[string]string{}}
 	for i, sc := range n.cfg.Sinks {
-		s, err := n.buildSink(sc, store, metrics, node)
+		s, err := n.buildSink(sc, store, broker, metrics, node)
 		if err != nil {
 			return fmt.Errorf("sinks[%d] (%s): %w", i, sc.Name, err)
 		}
@@ -75,7 +76,7 @@ func (n *Node) stopSinks() {
 	set.wg.Wait()
 }
 
-func (n *Node) buildSink(sc SinkConfig, store *logstore.Store, metrics *sink.Metrics, node string) (*sink.Sink, error) {
+func (n *Node) buildSink(sc SinkConfig, store *logstore.Store, broker *mqtt.Broker, metrics *sink.Metrics, node string) (*sink.Sink, error) {
 	var streams []sink.Stream
 	if slices.Equal(sc.Streams, []string{"*"}) {
 		for _, st := range store.Streams() {
@@ -100,7 +101,7 @@ func (n *Node) buildSink(sc SinkConfig, store *logstore.Store, metrics *sink.Met
 	}
 	return sink.New(sink.Config{
 		Name: sc.Name, Streams: streams, Filter: sc.Filter, Start: start,
-		Upstream: up, Positions: statePositions{store},
+		Upstream: up, Positions: brokerPositions{broker},
 		BackoffMin: time.Duration(sc.Backoff.Min), BackoffMax: time.Duration(sc.Backoff.Max),
 		StallAfter: time.Duration(sc.StallAfter), MaxRate: sc.MaxRate,
 		Logger: n.log.With(attrComponent, "sink"), Metrics: metrics,

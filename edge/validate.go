@@ -48,6 +48,7 @@ func (c Config) Validate() error {
 		add("streams", "must list at least one stream")
 	}
 	probs = append(probs, c.validateSinks()...)
+	c.validateSecurity(add)
 
 	// The storage and MQTT packages check their own fields; a problem they
 	// share with the checks above (an empty listen) is reported once.

@@ -399,8 +399,8 @@ func TestLayout_OpensLayout2Store(t *testing.T) {
 	}
 	for pass := range 2 { // the upgrade, then a plain reopen
 		st := openStore(t, cfg)
-		if v, err := st.readLayout(); err != nil || v != 3 {
-			t.Fatalf("pass %d: key layout %d, %v; want 3", pass, v, err)
+		if v, err := st.readLayout(); err != nil || v != layoutVersion {
+			t.Fatalf("pass %d: key layout %d, %v; want %d", pass, v, err, layoutVersion)
 		}
 		s := st.Stream("s")
 		if s.FirstOffset() != 0 || s.NextOffset() != uint64(len(want)) || s.Bytes() != wantBytes {

@@ -79,12 +79,13 @@
 //	record batch       'r' <id:4> <last offset:8>            -> batch value
 //	chunk stats        's' <id:4> <chunk start offset:8>     -> chunk value
 //	consumer state     't' <key>                             -> value (state.go)
+//	stream state       'v' <id:4> <key>                      -> value (stream_state.go)
 //	key-value          'w' <key>                             -> value (kv.go: Raft log, stable store)
 //	leader epoch       'u' <id:4> <epoch:4>                  -> uint64 first offset (BE) (epochs.go)
 //	meta, stream id    'x' 'n' <stream name>                 -> uint32 id (BE)
 //	meta, log start    'x' 's' <id:4>                        -> uint64 offset (BE)
 //	meta, high wmark   'x' 'h' <id:4>                        -> uint64 offset (BE), ManualCommit only
-//	meta, key layout   'x' 'v'                               -> uint32 version (BE), 3
+//	meta, key layout   'x' 'v'                               -> uint32 version (BE), 4
 //
 //	record key, 13 bytes:
 //	+-----+----+----+----+----+----+----+----+----+----+----+----+----+

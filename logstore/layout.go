@@ -40,7 +40,12 @@ import (
 // version. A Peat of layout 2 must not open a layout 3 store (it would read
 // a batch as one corrupt record at its last offset), which the version
 // forbids.
-const layoutVersion = 3
+//
+// Layout 4 adds each stream's own consumer state ('v', stream_state.go);
+// nothing moves in logstore. mqtt moves its group offsets and session
+// cursors there from the node-wide state, so a Peat of layout 3 must not
+// open a layout 4 store: it would not find them.
+const layoutVersion = 4
 
 // layout1Moves maps layout 1's tags to layout 2's.
 var layout1Moves = [...]struct{ from, to byte }{

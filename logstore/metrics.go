@@ -150,3 +150,16 @@ func (g *streamGauges) detach(st *Store) {
 		}
 	}
 }
+
+// forgetStream deletes the series of a removed stream, so /metrics does not
+// show a stream the store no longer has. (Its gauges are read from the
+// stream set at each scrape and go by themselves.)
+func (m *Metrics) forgetStream(name string) {
+	for _, v := range []*prometheus.CounterVec{m.AppendedRecords, m.AppendedBytes, m.RetentionDropped, m.CorruptRecords} {
+		v.DeleteLabelValues(name)
+	}
+	for _, v := range []*prometheus.HistogramVec{m.AppendDuration, m.CommitDuration} {
+		v.DeleteLabelValues(name)
+	}
+	m.AppendErrors.DeletePartialMatch(prometheus.Labels{"stream": name})
+}

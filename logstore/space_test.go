@@ -175,3 +175,42 @@ func TestMetrics_DiskGauges(t *testing.T) {
 		t.Fatalf("disk gauges while refusing = %v, want %v", got, want)
 	}
 }
+
+// A removed stream leaves no series behind in /metrics.
+func TestMetrics_RemovedStreamForgotten(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cfg := testConfig(t)
+	cfg.Metrics = NewMetrics(reg)
+	st := openStore(t, cfg)
+	s, err := st.AddStream(StreamConfig{Name: "sensors", Filters: []string{"sensors/#"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, s, 3, 3)
+	cfg.Metrics.AppendErrors.WithLabelValues("sensors", reasonIO).Inc()
+	series := func() (n int) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == "stream" && lp.GetValue() == "sensors" {
+						n++
+					}
+				}
+			}
+		}
+		return n
+	}
+	if series() == 0 {
+		t.Fatal("no series for the stream before removal")
+	}
+	if err := st.RemoveStream("sensors"); err != nil {
+		t.Fatal(err)
+	}
+	if n := series(); n != 0 {
+		t.Fatalf("%d series still name the removed stream", n)
+	}
+}

@@ -28,6 +28,7 @@ type Stream struct {
 	epoch     atomic.Uint32 // stamped on appends (SetEpoch); at Open the newest in epochs
 	epochs    epochCache    // leader epoch -> first offset (epochs.go)
 	tail      tail          // the newest records, served to readers without Badger
+	claims    claims        // Claim, Unclaim (stream_state.go)
 
 	// mu guards the change channels and the chunk stats. Only the appender
 	// changes chunks; other goroutines read them under mu.

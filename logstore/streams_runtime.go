@@ -192,6 +192,7 @@ func (st *Store) RemoveStream(name string) error {
 	<-s.done // shutdown refused the queue and woke the waiters
 	st.publish(StreamEvent{Kind: StreamRemoved, Stream: s})
 
+	st.metrics.forgetStream(name)
 	if err := st.deleteStream(s); err != nil {
 		return fmt.Errorf("remove stream %q: %w", name, err)
 	}
@@ -204,7 +205,7 @@ func (st *Store) RemoveStream(name string) error {
 // reused while keys under it remain.
 func (st *Store) deleteStream(s *Stream) error {
 	st.writeMu.Lock()
-	err := st.db.DropPrefix(prefix(tagRecord, s.id), prefix(tagChunk, s.id), prefix(tagEpoch, s.id))
+	err := st.db.DropPrefix(prefix(tagRecord, s.id), prefix(tagChunk, s.id), prefix(tagEpoch, s.id), prefix(tagStreamState, s.id))
 	st.writeMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("drop records: %w", err)

@@ -97,36 +97,41 @@ func New(cfg Config, log Log) (*Broker, error) {
 		InlineClient:           true, // lets the node publish and subscribe in process
 	})
 
-	gs := newGroups()
-	if err := gs.load(log.State()); err != nil {
-		return nil, fmt.Errorf("load consumer groups: %w", err)
+	if err := migrateState(log, logger); err != nil {
+		return nil, err
 	}
+	gs := newGroups()
 	ss := newSessions()
 	if err := ss.load(log.State()); err != nil {
 		return nil, fmt.Errorf("load durable sessions: %w", err)
 	}
-	authHook := cfg.Auth
-	if authHook == nil {
-		authHook = new(auth.AllowHook)
+	conns := newConnLog(logger.With(slog.String(attrPart, "conn")))
+	var ah mochi.Hook = new(auth.AllowHook)
+	if cfg.Auth != nil {
+		ah = &authHook{auth: cfg.Auth, m: m, logs: conns}
 	}
 	b := &Broker{
 		cfg:    cfg,
 		srv:    srv,
 		logger: logger,
 		m:      m,
-		conns:  newConnLog(logger.With(slog.String(attrPart, "conn"))),
-		ingest: newIngest(srv, log, cfg, m, logger, authHook, gs),
+		conns:  conns,
+		ingest: newIngest(srv, log, cfg, m, logger, ah, gs),
 	}
 	if err := srv.AddHook(new(connHook), nil); err != nil {
 		return nil, fmt.Errorf("add connection hook: %w", err)
 	}
-	if err := srv.AddHook(authHook, cfg.AuthConfig); err != nil {
+	if err := srv.AddHook(ah, nil); err != nil {
 		return nil, fmt.Errorf("add auth hook: %w", err)
 	}
 	if err := srv.AddHook(b.ingest, nil); err != nil {
 		return nil, fmt.Errorf("add ingest hook: %w", err)
 	}
-	b.deliv = newDelivery(srv, log, cfg, m, logger, authHook, gs, ss)
+	deliv, err := newDelivery(srv, log, cfg, m, logger, cfg.Auth, gs, ss)
+	if err != nil {
+		return nil, err
+	}
+	b.deliv = deliv
 	b.ingest.retained = b.deliv.retained
 	if err := srv.AddHook(b.deliv, nil); err != nil {
 		b.deliv.Close()
@@ -156,6 +161,7 @@ func (b *Broker) Start() error {
 			maxConnect:     b.cfg.MaxConnectSize,
 			maxPacket:      int(b.srv.Options.Capabilities.MaximumPacketSize),
 			maxPending:     b.cfg.MaxPendingConnections,
+			tls:            b.cfg.TLS,
 		}, b.m, b.conns)
 		if err := b.srv.AddListener(gl); err != nil {
 			_ = ln.Close()

@@ -1,13 +1,12 @@
 package mqtt
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"time"
-
-	mochi "github.com/mochi-mqtt/server/v2"
 )
 
 // Defaults for Config. They are chosen for small boards: a connected sensor
@@ -97,12 +96,14 @@ type Config struct {
 	// records).
 	GroupStart string
 
-	// Auth authenticates clients and answers ACL checks, the filters inside
-	// $replay/ and $group/ subscriptions included; nil allows everyone
-	// everything.
-	Auth mochi.Hook
-	// AuthConfig is given to Auth's Init (e.g. mochi's *auth.Options).
-	AuthConfig any
+	// Auth authenticates clients and answers ACL checks: publishes,
+	// subscriptions (the filters inside $replay/ and $group/ included) and
+	// every record delivered; nil allows everyone everything.
+	Auth Auth
+	// TLS, when set, is the listener's TLS: the connection guard
+	// (connguard.go) runs in front of it, so the handshake counts
+	// against connect_timeout and max_pending_connections.
+	TLS *tls.Config
 
 	Logger  *slog.Logger
 	Metrics *Metrics // nil: a fresh, unregistered set

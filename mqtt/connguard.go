@@ -2,8 +2,10 @@ package mqtt
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync/atomic"
@@ -72,6 +74,13 @@ func (c *guardConn) Read(p []byte) (int, error) {
 	if err != nil && !c.fr.connectDone() && isTimeout(err) {
 		c.l.count(ReasonConnectTimeout)
 		c.failed = fmt.Errorf("%w (%v): %w", ErrConnectTimeout, c.l.cfg.connectTimeout, err)
+		return n, c.failed
+	}
+	if tc, ok := c.Conn.(*tls.Conn); ok && err != nil && !errors.Is(err, io.EOF) && !tc.ConnectionState().HandshakeComplete {
+		// A client that speaks no TLS, or a certificate that is missing or
+		// not signed by client_ca_file.
+		c.l.count(ReasonTLSHandshake)
+		c.failed = fmt.Errorf("%w: %w", ErrTLSHandshake, err)
 		return n, c.failed
 	}
 	return n, err

@@ -101,6 +101,14 @@ func (l *connLog) refused(nc net.Conn, err error, limit int) {
 		slog.String(attrRemote, nc.RemoteAddr().String()), slog.Int(attrLimit, limit), slog.Any(attrErr, err))
 }
 
+// denied logs a refusal of Auth's: a CONNECT with bad credentials, a
+// publish or a subscription the ACL does not allow. The rate-limit key is
+// the kind of refusal, so a storm of one kind cannot hide another.
+func (l *connLog) denied(kind, clientID, remote string, attrs ...slog.Attr) {
+	attrs = append([]slog.Attr{slog.String(attrClient, clientID), slog.String(attrRemote, remote)}, attrs...)
+	l.log(slog.LevelWarn, "not authorized: "+kind, "denied_"+kind, attrs...)
+}
+
 // ended logs how a connection ended: err is what mochi's establish
 // returned for it.
 func (l *connLog) ended(gc *guardConn, err error) {
@@ -140,6 +148,8 @@ func connEnd(err, cause error, connacked bool) (slog.Level, string, string) {
 		return slog.LevelDebug, "client disconnected", "disconnect"
 	case errors.Is(err, ErrConnectTimeout):
 		return slog.LevelInfo, "closed connection: no CONNECT in time", ReasonConnectTimeout
+	case errors.Is(err, ErrTLSHandshake):
+		return slog.LevelWarn, verb + "TLS handshake failed", ReasonTLSHandshake
 	case errors.Is(err, ErrConnectTooLarge):
 		return slog.LevelWarn, verb + "CONNECT too large", ReasonConnectTooLarge
 	case errors.Is(err, ErrPacketTooLarge):
@@ -172,7 +182,8 @@ func codeEnd(code packets.Code, verb string) (slog.Level, string, string) {
 	case packets.ErrReceiveMaximum.Code:
 		return slog.LevelWarn, verb + "receive maximum exceeded", ReasonReceiveMaximum
 	case packets.ErrBadUsernameOrPassword.Code, packets.ErrNotAuthorized.Code:
-		return slog.LevelWarn, verb + "not authorized", "not_authorized"
+		// The refusal itself was logged when Auth refused (connLog.denied).
+		return slog.LevelDebug, verb + "not authorized", "not_authorized"
 	case packets.ErrServerBusy.Code:
 		return slog.LevelWarn, verb + "server busy", "busy"
 	}

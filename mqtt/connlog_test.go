@@ -203,7 +203,10 @@ func TestConnEnd_Levels(t *testing.T) {
 		{"silent connection", fmt.Errorf("read connection: %w", ErrConnectTimeout), nil, false, slog.LevelInfo},
 		{"session taken over", nil, packets.ErrSessionTakenOver, true, slog.LevelInfo},
 		{"protocol error", packets.ErrProtocolViolationNoPacketID, nil, true, slog.LevelWarn},
-		{"bad credentials", packets.ErrBadUsernameOrPassword, nil, false, slog.LevelWarn},
+		// Logged at WARN by the auth hook as it refuses, with the user
+		// and the reason (connLog.denied); the end of the connection is
+		// detail.
+		{"bad credentials", packets.ErrBadUsernameOrPassword, nil, false, slog.LevelDebug},
 	}
 	for _, tc := range cases {
 		if got, msg, _ := connEnd(tc.err, tc.cause, tc.connacked); got != tc.want || msg == "" {

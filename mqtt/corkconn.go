@@ -3,6 +3,7 @@ package mqtt
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 )
@@ -21,7 +22,12 @@ const corkLimit = 32 << 10
 // delayed.
 type corkConn struct {
 	net.Conn
-	mu struct {
+	// access is what the client may do, set when Auth accepted its
+	// CONNECT (auth.go); nil before, and without Auth.
+	access atomic.Pointer[accessBox]
+	// willDenied: Auth let the client in, but not its will's topic.
+	willDenied atomic.Bool
+	mu         struct {
 		sync.Mutex
 		corks int
 		buf   []byte

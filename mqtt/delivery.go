@@ -61,7 +61,7 @@ type delivery struct {
 	cfg      Config
 	m        *Metrics
 	logger   *slog.Logger
-	auth     mochi.Hook // answers ACL checks of the filters inside extension filters
+	auth     Auth // nil: everyone reads everything; else every record is checked (auth.go)
 	groups   *groups
 	sessions *sessions
 	state    *stateWriter
@@ -73,6 +73,7 @@ type delivery struct {
 	dropClosed    prometheus.Counter
 	dropTooLarge  prometheus.Counter
 	dropExpired   prometheus.Counter
+	dropDenied    prometheus.Counter
 
 	// taps counts the tap goroutines running: how many extension
 	// subscriptions are being served (tests wait on it; a tap that outlives
@@ -93,16 +94,20 @@ type delivery struct {
 	}
 }
 
-// newDelivery creates the delivery hook and starts one reader per stream.
-// Register it with srv.AddHook(d, nil) after the ingest hook; stop it with
-// Close, before srv.Close (Close unblocks senders stuck writing to clients
-// that do not read, which would otherwise hold up mochi's shutdown).
+// newDelivery creates the delivery hook and starts one reader per stream,
+// once the consumer state of every stream is loaded (a stream whose state
+// cannot be read fails it: its groups and sessions would silently start
+// over). Register it with srv.AddHook(d, nil) after the ingest hook; stop
+// it with Close, before srv.Close (Close unblocks senders stuck writing to
+// clients that do not read, which would otherwise hold up mochi's
+// shutdown).
 //
-// auth answers ACL checks of the filters inside extension filters (nil
-// allows all); gs are the consumer groups and ss the durable sessions,
-// loaded, whose state delivery's state writer stores.
+// auth, when not nil, decides what each client may read (auth.go); gs
+// are the consumer groups and ss the durable sessions (their properties
+// loaded: their offsets come with each stream), whose state delivery's
+// state writer stores.
 func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slog.Logger,
-	auth mochi.Hook, gs *groups, ss *sessions) *delivery {
+	auth Auth, gs *groups, ss *sessions) (*delivery, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -117,25 +122,36 @@ func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slo
 		dropClosed:    m.Dropped.WithLabelValues(ReasonClientClosed),
 		dropTooLarge:  m.Dropped.WithLabelValues(ReasonTooLarge),
 		dropExpired:   m.Dropped.WithLabelValues(ReasonExpired),
+		dropDenied:    m.Dropped.WithLabelValues(ReasonNotAuthorized),
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.mu.clients = map[*mochi.Client]*deliveryClient{}
 	d.mu.byName = map[string]*deliveryReader{}
 	d.retained = newRetainedSet(srv, log.State(), logger.With(slog.String(attrPart, "retained")))
-	events, cancelWatch := log.WatchStreams()
-	for _, s := range log.Streams() {
-		d.addReader(s)
-	}
-	d.wg.Add(1)
-	go d.followStreams(events, cancelWatch) // delivery_streams.go
-	d.state = newStateWriter(log.State(), stateInterval, logger, d.stateWritten)
+	d.state = newStateWriter(log, stateInterval, logger, d.stateWritten)
 	gs.w, ss.w = d.state, d.state
 	d.stateDone = make(chan struct{})
 	go func() {
 		defer close(d.stateDone)
 		d.state.run(d.ctx)
 	}()
-	return d
+	streams := log.Streams()
+	moved := make([]<-chan struct{}, len(streams))
+	for i, s := range streams {
+		moved[i] = s.StateMoved() // before loading: a move meanwhile is not missed
+		if err := d.loadState(s); err != nil {
+			d.cancel()
+			<-d.stateDone
+			return nil, err
+		}
+	}
+	events, cancelWatch := log.WatchStreams()
+	for i, s := range streams {
+		d.startReader(s, moved[i])
+	}
+	d.wg.Add(1)
+	go d.followStreams(events, cancelWatch) // delivery_streams.go
+	return d, nil
 }
 
 // stateInterval is the longest a consumer's acknowledged progress waits
@@ -148,8 +164,8 @@ const stateInterval = 100 * time.Millisecond
 func (d *delivery) flushState() { d.state.flush() }
 
 // stateWritten routes the state writer's reports.
-func (d *delivery) stateWritten(key string, val []byte) {
-	if k, ok := groupKeyOf(key); ok {
+func (d *delivery) stateWritten(ref stateRef, val []byte) {
+	if k, ok := groupKeyOf(ref); ok {
 		d.groups.written(k, val)
 	}
 }

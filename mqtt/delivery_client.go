@@ -32,10 +32,18 @@ type deliveryItem struct {
 }
 
 // item builds what c is sent for rec of stream r under sub, or reports
-// false when c must not get it (NoLocal).
-func (c *deliveryClient) item(r *deliveryReader, sub packets.Subscription, rec *logstore.Record) (deliveryItem, bool) {
+// false when c must not get it (NoLocal, or its ACL). filter is the
+// subscription's filter over the original topics: sub.Filter, or the one
+// inside a $replay or $group subscription. Every delivery from the log
+// passes here (shared reader, lagging cursors, $share groups, taps,
+// resumed sessions), so this is where read ACLs bind each record.
+func (c *deliveryClient) item(r *deliveryReader, sub packets.Subscription, filter string, rec *logstore.Record) (deliveryItem, bool) {
 	if sub.NoLocal && rec.ClientID == c.id {
 		return deliveryItem{}, false // [MQTT-3.8.3-3]
+	}
+	if c.read != nil && !c.read(filter, rec.Topic) {
+		c.d.dropDenied.Inc()
+		return deliveryItem{}, false
 	}
 	it := deliveryItem{
 		rec: rec,
@@ -59,6 +67,8 @@ type deliveryClient struct {
 	id     string
 	v5     bool
 	window int
+	// read checks each record against the client's ACL; nil: no checks.
+	read readCheck
 	// durable: the client holds a stored session (persistent, or resumed
 	// for this connection only), resumed from the log.
 	durable bool
@@ -98,6 +108,7 @@ func newDeliveryClient(d *delivery, cl *mochi.Client) *deliveryClient {
 		id:      cl.ID,
 		v5:      cl.Properties.ProtocolVersion == 5,
 		durable: d.sessions.held(cl),
+		read:    d.readCheckOf(cl),
 		window:  d.cfg.SendWindow,
 		queue:   make(chan deliveryItem, d.cfg.QueueDepth),
 		freed:   make(chan struct{}, 1),

@@ -113,7 +113,7 @@ func (r *deliveryReader) runClientCursor(m *deliveryMember, from uint64) {
 		if !ok {
 			return nil
 		}
-		it, ok := c.item(r, sub, rec)
+		it, ok := c.item(r, sub, sub.Filter, rec)
 		if !ok {
 			return nil
 		}

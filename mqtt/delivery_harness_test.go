@@ -47,7 +47,11 @@ func newDeliveryHarness(tb testing.TB, cfg Config, specs ...string) *deliveryHar
 	if err := h.srv.AddHook(&deliveryTestIngest{log: h.log}, nil); err != nil {
 		tb.Fatal(err)
 	}
-	h.d = newDelivery(h.srv, h.log, cfg, h.m, slog.New(slog.DiscardHandler), nil, newGroups(), newSessions())
+	d, err := newDelivery(h.srv, h.log, cfg, h.m, slog.New(slog.DiscardHandler), nil, newGroups(), newSessions())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h.d = d
 	if err := h.srv.AddHook(h.d, nil); err != nil {
 		tb.Fatal(err)
 	}

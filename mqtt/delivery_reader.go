@@ -31,6 +31,9 @@ type deliveryReader struct {
 	// (delivery_streams.go): the reader and its cursors stop.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// retainedDone is closed when the stream's retained follower has
+	// stopped (retained.go), after ctx ends.
+	retainedDone <-chan struct{}
 
 	mu struct {
 		sync.Mutex
@@ -83,14 +86,15 @@ func (r *deliveryReader) join(c *deliveryClient) {
 	m := &deliveryMember{c: c, live: true, start: r.stream.Committed()}
 	if c.durable {
 		from := m.start
-		if off, ok := r.d.sessions.offset(c.id, r.stream.Name()); ok && off < from {
+		name := r.stream.Name()
+		key := cursorKey{stream: name}
+		if off, ok := r.d.sessions.offset(c.id, key); ok && off < from {
 			from = off
 		}
-		name := r.stream.Name()
-		m.prog = newProgress(from, func(v uint64) { r.d.sessions.advance(c.id, name, v) })
+		m.prog = newProgress(from, func(v uint64) { r.d.sessions.advance(c.id, key, v) })
 		// A new session's position is where it starts: records written
 		// while it is offline, before it got any, are still its to get.
-		r.d.sessions.advance(c.id, name, from)
+		r.d.sessions.advance(c.id, key, from)
 		if from < m.start {
 			m.live = false
 			r.d.logger.Debug("delivery: durable session resumes from its stored offset",
@@ -191,7 +195,7 @@ func (r *deliveryReader) dispatchLocked(rec *logstore.Record) {
 		if m == nil || !m.live || rec.Offset < m.start {
 			continue
 		}
-		it, ok := m.c.item(r, sub, rec)
+		it, ok := m.c.item(r, sub, sub.Filter, rec)
 		if !ok {
 			continue
 		}
@@ -274,7 +278,7 @@ func (r *deliveryReader) candidatesLocked(g *deliveryGroup, shared map[string]pa
 	cands := make([]deliveryCandidate, 0, len(ids))
 	for _, id := range slices.Concat(ids[start:], ids[:start]) {
 		c := r.mu.members[id].c
-		if it, ok := c.item(r, shared[id], rec); ok {
+		if it, ok := c.item(r, shared[id], sharedFilter(shared[id].Filter), rec); ok {
 			cands = append(cands, deliveryCandidate{c: c, it: it})
 		}
 	}

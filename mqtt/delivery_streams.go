@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/peatmq/peat/logstore"
@@ -20,15 +21,47 @@ import (
 //   - A stream removed has its reader and its lagging consumers' cursors
 //     stopped, and the $replay and $group subscriptions reading it stop
 //     receiving: the subscription stays (no DISCONNECT, no UNSUBACK; MQTT
-//     has no way to end one from the server) but gets nothing more.
+//     has no way to end one from the server) but gets nothing more. Its
+//     retained messages, groups and session offsets go with it.
 //     Publishes to its topics go to the next matching stream by Log.Route,
 //     or through mochi unchanged when none matches.
 
-// addReader starts the shared reader of s and joins the connected clients
-// to it. A stream whose name already has a reader is skipped: either it is
-// that reader's (the initial events repeat Streams), or a newer stream of
-// that name replaced it before this event was handled.
+// addReader loads the consumer state of s (its groups' offsets, the
+// sessions' offsets in it) and starts its reader. A stream whose name
+// already has a reader is skipped: either it is that reader's (the initial
+// events repeat Streams), or a newer stream of that name replaced it before
+// this event was handled.
 func (d *delivery) addReader(s Stream) {
+	d.mu.Lock()
+	known := d.mu.byName[s.Name()] != nil
+	d.mu.Unlock()
+	if known {
+		return
+	}
+	moved := s.StateMoved()
+	if err := d.loadState(s); err != nil {
+		d.logger.Error("delivery: added stream's consumer state unreadable; its groups and sessions start afresh",
+			attrStream, s.Name(), attrErr, err)
+	}
+	d.startReader(s, moved)
+}
+
+// loadState reads the consumer state of s: its groups' committed offsets
+// and the sessions' offsets in it.
+func (d *delivery) loadState(s Stream) error {
+	if err := d.groups.load(s); err != nil {
+		return fmt.Errorf("load consumer groups: %w", err)
+	}
+	if err := d.sessions.loadCursors(s); err != nil {
+		return fmt.Errorf("load durable sessions' offsets: %w", err)
+	}
+	return nil
+}
+
+// startReader starts the shared reader of s, joins the connected clients
+// to it, and loads its consumer state again each time it moves (moved is
+// StateMoved as taken before the state was loaded).
+func (d *delivery) startReader(s Stream, moved <-chan struct{}) {
 	d.mu.Lock()
 	if d.mu.byName[s.Name()] != nil || d.ctx.Err() != nil {
 		d.mu.Unlock()
@@ -40,12 +73,34 @@ func (d *delivery) addReader(s Stream) {
 	for _, c := range d.mu.clients {
 		r.join(c)
 	}
-	d.wg.Add(1)
+	d.wg.Add(2)
 	go r.run()
+	go d.followState(r, moved)
 	d.mu.Unlock()
 	// The stream's retained messages follow its committed log for as long
 	// as its reader lives (retained.go); the rebuild reads, so not under d.mu.
-	d.retained.start(r.ctx, d, s)
+	r.retainedDone = d.retained.start(r.ctx, d, s)
+}
+
+// followState loads the consumer state of r's stream again whenever it
+// moves (a cluster made this node its leader), until the reader stops.
+func (d *delivery) followState(r *deliveryReader, moved <-chan struct{}) {
+	defer d.wg.Done()
+	for {
+		select {
+		case <-moved:
+		case <-r.ctx.Done():
+			return
+		}
+		moved = r.stream.StateMoved()
+		if err := d.loadState(r.stream); err != nil {
+			d.logger.Error("delivery: stream's consumer state moved here but is unreadable",
+				attrStream, r.stream.Name(), attrErr, err)
+			continue
+		}
+		d.logger.Info("delivery: stream's consumer state moved here; groups and sessions continue from it",
+			attrStream, r.stream.Name())
+	}
 }
 
 // removeReader stops the reader of s (matched by identity: a stream of the
@@ -71,6 +126,12 @@ func (d *delivery) removeReader(s Stream) {
 	for _, c := range clients {
 		c.stopTapsOf(r)
 	}
+	<-r.retainedDone // before a stream of the same name may start its own
+	d.retained.forget(s.Name())
+	d.groups.drop(s.Name())
+	d.sessions.dropStream(s.Name())
+	d.m.Received.DeleteLabelValues(s.Name())
+	d.m.Delivered.DeleteLabelValues(s.Name())
 	d.logger.Info("delivery: stream removed; its reader and taps stopped", attrStream, s.Name())
 }
 

@@ -123,6 +123,7 @@ func (d *delivery) prepareTap(c *deliveryClient, sub packets.Subscription, ext e
 			ext.inner, strings.Join(names, ", "))}
 	}
 	if !d.canRead(c.cl, ext.inner) {
+		d.m.Denied.WithLabelValues(DeniedSubscribe).Inc()
 		return nil, &tapError{code: subackNotAuthorized, reason: fmt.Sprintf("not authorized to read %q", ext.inner)}
 	}
 	t.r = d.reader(streams[0].Name())
@@ -132,7 +133,7 @@ func (d *delivery) prepareTap(c *deliveryClient, sub packets.Subscription, ext e
 	case extReplay:
 		t.start, notice = d.resolve(s, ext.from)
 		if c.durable {
-			key := tapOffsetKey(sub.Filter)
+			key := cursorKey{stream: s.Name(), tap: sub.Filter}
 			if off, ok := d.sessions.offset(c.id, key); ok && resume {
 				t.start, notice = d.resolve(s, position{kind: posOffset, offset: off})
 			}
@@ -140,7 +141,7 @@ func (d *delivery) prepareTap(c *deliveryClient, sub packets.Subscription, ext e
 		}
 	case extGroup:
 		t.group = groupKey{group: ext.group, stream: s.Name()}
-		if ok, holder := d.groups.acquire(t.group, t); !ok {
+		if ok, holder := d.groups.acquire(t.group, t, s); !ok {
 			return nil, &tapError{code: subackNotAccepted, reason: fmt.Sprintf(
 				"group %q already has a consumer in stream %q (client %q); a group has one consumer at a time",
 				ext.group, s.Name(), holder)}
@@ -337,12 +338,15 @@ func (d *delivery) resumeTaps(c *deliveryClient) {
 	}
 }
 
-// canRead asks the auth hook whether cl may read topics matching filter.
+// canRead reports whether cl may subscribe to filter: some topic matching
+// it is readable. Each record is checked again as it is delivered
+// (deliveryClient.item).
 func (d *delivery) canRead(cl *mochi.Client, filter string) bool {
-	if d.auth == nil || !d.auth.Provides(mochi.OnACLCheck) {
+	if d.auth == nil || cl.Net.Inline {
 		return true
 	}
-	return d.auth.OnACLCheck(cl, filter, false)
+	acc := accessOf(cl)
+	return acc != nil && acc.MaySubscribe(filter)
 }
 
 // OnACLCheck lets $replay/ and $group/ subscriptions through mochi's own

@@ -132,7 +132,7 @@ func (t *tap) place(rec *logstore.Record) error {
 	if !logstore.MatchFilter(t.ext.inner, rec.Topic) {
 		return nil
 	}
-	it, ok := t.c.item(t.r, t.sub, rec)
+	it, ok := t.c.item(t.r, t.sub, t.ext.inner, rec)
 	if !ok {
 		return nil
 	}

@@ -6,8 +6,28 @@
 // # Broker
 //
 // New builds the mochi server with capabilities sized for small boards
-// (Config), an allow-all auth hook, the ingest hook and the delivery hook, in
-// that order; Start binds the one TCP listener; Close stops it all.
+// (Config), an auth hook, the ingest hook and the delivery hook, in that
+// order; Start binds the one TCP listener; Close stops it all.
+//
+// # Authentication and ACLs (auth.go)
+//
+// Without Config.Auth everyone may do everything (mochi's allow-all hook).
+// With it, the auth hook asks Auth about each CONNECT and keeps the
+// client's Access on its connection; mochi asks the hook about publishes
+// and subscriptions. A subscription is granted when some topic matching
+// it may be read; what is then delivered is checked record by record, in
+// deliveryClient.item, the one place every delivery from the log passes
+// (the shared reader, a lagging client's cursor, $share groups, $replay
+// and $group taps, resumed sessions), with the subscription's filter (the
+// one inside $replay and $group), so that Access can answer at once for a
+// filter that lies wholly inside an allowed one. A record left out is
+// counted in peat_mqtt_dropped_messages_total{reason="not_authorized"}
+// and moves a group's or session's position like one that does not
+// match. mochi's own deliveries (retained messages, uncaptured topics)
+// pass mochi's per-message ACL check, which the hook answers too. Every
+// refusal (bad credentials, a publish, a subscription) is counted in
+// peat_mqtt_denied_total{reason} and logged with the client id and remote
+// address, rate-limited like connection lines.
 //
 // # Ingest (ingest.go, ingest_conn.go, will.go)
 //
@@ -89,8 +109,11 @@
 //
 // # Connections (listener.go, connguard.go, connframe.go, connlog.go)
 //
-// Peat serves mochi through a listener of its own. Each connection's
-// bytes pass a guard on their way to mochi's reader: it follows the packet
+// Peat serves mochi through a listener of its own. With Config.TLS each
+// accepted connection is a TLS server connection inside the guard: the
+// guard's deadline and pending count cover the handshake, and its framing
+// checks read the decrypted bytes. Each connection's bytes pass a guard on
+// their way to mochi's reader: it follows the packet
 // framing without buffering and closes a connection that sends no whole
 // CONNECT within Config.ConnectTimeout, announces a CONNECT above
 // Config.MaxConnectSize (mochi allocates the announced size before
@@ -195,11 +218,18 @@
 //
 // # Consumer state (groups.go, sessions.go, progress.go, statewriter.go)
 //
-// Consumer groups' committed offsets and durable sessions (subscriptions
-// and a position per stream) live in the log's StateStore, written by one
-// coalescing writer. A client connecting with Clean Start 0 resumes its
-// stored session whatever Session Expiry Interval it gives; that interval
-// decides only whether the session outlives this connection. A progress tracks the end of a consumer's contiguous
+// Positions belong to the stream they point into: consumer groups'
+// committed offsets and durable sessions' offsets live in each stream's
+// own state (Stream.WriteState), so a cluster replicates them with the
+// stream and the node leading it serves them; when a stream's state moves
+// (Stream.StateMoved) delivery loads it again and consumers continue from
+// it. The stream also decides a group's single consumer (Stream.Claim).
+// Sessions' properties and subscriptions are in the log's StateStore. One
+// coalescing writer writes both (state_migrate.go moves what Peats of key
+// layout 3 kept in the log's StateStore). A client connecting with Clean
+// Start 0 resumes its stored session whatever Session Expiry Interval it
+// gives; that interval decides only whether the session outlives this
+// connection. A progress tracks the end of a consumer's contiguous
 // acknowledged prefix; it advances group offsets and session positions.
 // Durable sessions are handed to mochi at start through its storage hooks,
 // and resume through the same fallback cursor a slow subscriber uses.

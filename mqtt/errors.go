@@ -30,6 +30,8 @@ var (
 // are what mochi's read loop returns for it, and what the connection's last
 // log line says.
 var (
+	// ErrTLSHandshake: the TLS handshake failed (Config.TLS).
+	ErrTLSHandshake = errors.New("mqtt: TLS handshake failed")
 	// ErrConnectTimeout: no complete CONNECT within Config.ConnectTimeout.
 	ErrConnectTimeout = errors.New("mqtt: no CONNECT within connect_timeout")
 	// ErrConnectTooLarge: a CONNECT announced above Config.MaxConnectSize.

@@ -153,7 +153,7 @@ func TestExpiry_DurableSessionSkipsExpired(t *testing.T) {
 				t.Errorf("d/2: Message Expiry Interval %d, want 1..3600", left)
 			}
 			waitFor(t, "the session's position to pass the expired records", func() bool {
-				off, ok := b.deliv.sessions.offset("dur", "default")
+				off, ok := b.deliv.sessions.offset("dur", cursorKey{stream: "default"})
 				return ok && off == 4
 			})
 			expectNext(t, c, s, "d/4")

@@ -15,33 +15,39 @@ import (
 // A group's committed offset in a stream is the next offset the group will
 // be given (Kafka's convention): every record below it was acknowledged by
 // the group's consumer, or did not match its filter. It is kept in the
-// StateStore under "g/<group>/<stream>" as 8 big-endian bytes, written by
-// the stateWriter: acknowledgements advance it in memory at once and reach
-// the store within the writer's interval; a commit published to $offsets is
-// written at once and acknowledged only when durable.
+// stream's own state (Stream.WriteState) under "g/<group>" as 8 big-endian
+// bytes, so it travels with the stream (a cluster replicates it with the
+// stream's records), written by the stateWriter: acknowledgements advance
+// it in memory at once and reach the store within the writer's interval; a
+// commit published to $offsets is written at once and acknowledged only
+// when durable. When the stream's state moves (Stream.StateMoved: a
+// cluster moved its leadership here), the offsets are loaded again and a
+// consumer of a group whose offset changed continues from the new one.
 //
 // A group has one active consumer per stream at a time, like a Kafka
-// partition's single owner: the tap that owns it. A second subscription to
-// the same group and stream, by another client, is refused while the owner
-// is connected. The same client id subscribing again (a reconnect racing
-// the old connection's end, or a re-subscribe) takes over.
+// partition's single owner. The stream decides which client it is
+// (Stream.Claim: on a single node the node, in a cluster the stream's
+// leader); on this node the tap that serves that client owns it. A second
+// subscription to the same group and stream, by another client, is refused
+// while the owner is connected. The same client id subscribing again (a
+// reconnect racing the old connection's end, or a re-subscribe) takes over.
 
-// groupStatePrefix starts every group's state key.
+// groupStatePrefix starts every group's key in its stream's state.
 const groupStatePrefix = "g/"
 
 // groupKey names one group's position in one stream.
 type groupKey struct{ group, stream string }
 
-func (k groupKey) stateKey() string { return groupStatePrefix + k.group + "/" + k.stream }
+// ref is where the group's committed offset is stored.
+func (k groupKey) ref() stateRef { return stateRef{stream: k.stream, key: groupStatePrefix + k.group} }
 
-// groupKeyOf parses a state key; ok is false for other keys.
-func groupKeyOf(stateKey string) (groupKey, bool) {
-	rest, ok := strings.CutPrefix(stateKey, groupStatePrefix)
-	if !ok {
-		return groupKey{}, false
-	}
-	g, s, ok := strings.Cut(rest, "/")
-	return groupKey{group: g, stream: s}, ok && g != "" && s != ""
+// claim is the key of the group's single consumer in Stream.Claim.
+func (k groupKey) claim() string { return groupStatePrefix + k.group }
+
+// groupKeyOf parses a state entry's name; ok is false for other entries.
+func groupKeyOf(ref stateRef) (groupKey, bool) {
+	g, ok := strings.CutPrefix(ref.key, groupStatePrefix)
+	return groupKey{group: g, stream: ref.stream}, ok && g != "" && ref.stream != ""
 }
 
 // groups is the registry of consumer groups on this node.
@@ -75,18 +81,51 @@ func newGroups() *groups {
 	return &groups{m: map[groupKey]*group{}}
 }
 
-// load reads every group's committed offsets.
-func (g *groups) load(st StateStore) error {
-	return st.LoadState(groupStatePrefix, func(k string, v []byte) error {
-		key, ok := groupKeyOf(k)
-		if !ok || len(v) != 8 {
+// load reads the committed offsets of stream s's groups as its state holds
+// them: when delivery starts reading s, and whenever its state moved. A
+// group whose stored offset is not the one this node knows takes it, and
+// its consumer here, if any, continues from there.
+func (g *groups) load(s Stream) error {
+	stored := map[string]uint64{}
+	err := s.LoadState(groupStatePrefix, func(k string, v []byte) error {
+		if len(v) != 8 || len(k) == len(groupStatePrefix) {
 			return fmt.Errorf("group state %q: malformed", k)
 		}
-		off := binary.BigEndian.Uint64(v)
-		e := g.entryLocked(key)
-		e.position, e.known, e.durable, e.durableKnown = off, true, off, true
+		stored[k[len(groupStatePrefix):]] = binary.BigEndian.Uint64(v)
 		return nil
 	})
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", s.Name(), err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for name, off := range stored {
+		e := g.entryLocked(groupKey{group: name, stream: s.Name()})
+		if e.durableKnown && e.durable == off {
+			continue // what this node wrote, or already loaded
+		}
+		e.position, e.known = off, true
+		e.durable, e.durableKnown = off, true
+		close(e.changed)
+		e.changed = make(chan struct{})
+		if e.owner != nil {
+			e.seeking = true
+			e.owner.seekTo(off)
+		}
+	}
+	return nil
+}
+
+// drop forgets the groups of a stream the log removed (their state went
+// with it).
+func (g *groups) drop(stream string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k := range g.m {
+		if k.stream == stream {
+			delete(g.m, k)
+		}
+	}
 }
 
 // entryLocked returns the state of key, creating it.
@@ -111,14 +150,20 @@ func (g *groups) position(key groupKey) (uint64, bool) {
 	return e.position, true
 }
 
-// acquire makes t the owner of key; it fails, naming the owner's client,
-// when another client's tap owns it.
-func (g *groups) acquire(key groupKey, t *tap) (ok bool, holder string) {
+// acquire makes t the owner of key in stream s; it fails, naming the
+// holder's client, when another client holds the group there.
+func (g *groups) acquire(key groupKey, t *tap, s Stream) (ok bool, holder string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	e := g.entryLocked(key)
-	if o := e.owner; o != nil && o != t && o.c.id != t.c.id && o.ctx.Err() == nil {
-		return false, o.c.id
+	if o := e.owner; o != nil && o != t && o.c.id != t.c.id {
+		if o.ctx.Err() == nil {
+			return false, o.c.id
+		}
+		s.Unclaim(key.claim(), o.c.id) // it ended; its release is on the way
+	}
+	if ok, holder := s.Claim(key.claim(), t.c.id); !ok {
+		return false, holder
 	}
 	e.owner = t
 	return true, ""
@@ -130,6 +175,7 @@ func (g *groups) release(key groupKey, t *tap) {
 	defer g.mu.Unlock()
 	if e := g.m[key]; e != nil && e.owner == t {
 		e.owner = nil
+		t.r.stream.Unclaim(key.claim(), t.c.id)
 	}
 }
 
@@ -145,7 +191,7 @@ func (g *groups) advance(key groupKey, t *tap, off uint64) {
 	}
 	e.position, e.known = off, true
 	g.mu.Unlock()
-	g.w.put(key.stateKey(), encodeOffset(off), nil)
+	g.w.put(key.ref(), encodeOffset(off), nil)
 }
 
 // commit sets the committed offset (forward or back) and tells the owner,
@@ -160,7 +206,7 @@ func (g *groups) commit(key groupKey, off uint64, done func(error)) {
 		owner.seekTo(off)
 	}
 	g.mu.Unlock()
-	g.w.put(key.stateKey(), encodeOffset(off), done)
+	g.w.put(key.ref(), encodeOffset(off), done)
 }
 
 // sought is the owner's report that it continues from the last commit.

@@ -242,7 +242,7 @@ func (h *ingest) early(cl *mochi.Client, pk *packets.Packet) (bool, error) {
 		return false, nil // mochi's, unchanged
 	case pk.PublishValidate(caps.TopicAliasMaximum) != packets.CodeSuccess, !mochi.IsValidFilter(pk.TopicName, true):
 		return false, nil
-	case h.acl == nil || !h.acl.OnACLCheck(cl, pk.TopicName, true):
+	case h.acl == nil || !mayPublishQuietly(h.acl, cl, pk.TopicName):
 		return false, nil
 	}
 	if pk.FixedHeader.Qos > 0 {

@@ -11,7 +11,6 @@ import (
 
 	pahov5 "github.com/eclipse/paho.golang/paho"
 	paho "github.com/eclipse/paho.mqtt.golang"
-	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/peatmq/peat/logstore"
@@ -430,13 +429,11 @@ func TestIngest_UncapturedTopicsGoThroughMochi(t *testing.T) {
 func TestIngest_ACLRefusedPublishNotStored(t *testing.T) {
 	l := newMemLog(t, "default=#")
 	st := l.stream(t, "default")
-	ledger := &auth.Ledger{
-		Auth: auth.AuthRules{{Allow: true}},
-		ACL:  auth.ACLRules{{Filters: auth.Filters{"sensors/secret/#": auth.ReadOnly}}},
-	}
 	b := newTestBroker(t, l, func(c *Config) {
-		c.Auth = new(auth.Hook)
-		c.AuthConfig = &auth.Options{Ledger: ledger}
+		c.Auth = &testAuth{rules: []testRule{
+			{filter: "sensors/secret/#", write: true, allow: false},
+			{filter: "#", read: true, write: true, allow: true},
+		}}
 	})
 	v5 := dialRaw(t, b, "p5", 5)
 	v5.Publish("sensors/secret/a", 0, 0, "refused, silently")

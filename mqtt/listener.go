@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -18,6 +19,10 @@ type guardConfig struct {
 	maxConnect     int // bytes of a whole CONNECT
 	maxPacket      int // bytes of any other packet (the Maximum Packet Size)
 	maxPending     int // connections awaiting their CONNACK
+	// tls, when set, is served on each connection under the guard: the
+	// deadline and the pending count cover the handshake, and the framing
+	// checks read the decrypted packets.
+	tls *tls.Config
 }
 
 // guardListener is Peat's mochi listener on a net.Listener, in place of
@@ -116,6 +121,9 @@ func acceptRetryable(err error) bool {
 // already await their CONNACK or the listener is closing.
 func (l *guardListener) admit(nc net.Conn) (*guardConn, bool) {
 	gc := &guardConn{Conn: nc, l: l}
+	if l.cfg.tls != nil {
+		gc.Conn = tls.Server(nc, l.cfg.tls) // handshakes on the first read, under nc's deadline
+	}
 	gc.fr.maxConnect, gc.fr.maxPacket = l.cfg.maxConnect, l.cfg.maxPacket
 	l.mu.Lock()
 	full := len(l.mu.pending) >= l.cfg.maxPending

@@ -171,6 +171,29 @@ type Stream interface {
 	// watermark): readers see offsets below it only. A reopened log starts
 	// where it left off.
 	Committed() uint64
+	// WriteState and LoadState keep the stream's own consumer state: the
+	// positions readers hold in it (group offsets, session cursors), with
+	// StateStore's promises. It belongs to the stream, not the node: a
+	// removed stream's state goes with it, and a cluster replicates it
+	// with the stream so that the node leading the stream serves it. On a
+	// closed or removed stream both fail with logstore.ErrClosed.
+	StateStore
+	// StateMoved returns a channel closed when the stream's state was
+	// changed by something other than this node's WriteState (a cluster
+	// moved the stream's leadership here, or applied the leader's state
+	// on a replica): whoever caches the state must load it again. Take
+	// the channel before loading. A single-node log never closes it.
+	StateMoved() <-chan struct{}
+	// Claim makes holder the single holder of key in this stream (a
+	// consumer group's one active consumer), unless another holder has it:
+	// ok is false then, and current names that holder. Claiming a key one
+	// holds succeeds. Claims are not durable: they name connected
+	// consumers, and last until Unclaim or a restart of whatever decides
+	// them (the node on a single node, the stream's leader in a cluster).
+	Claim(key, holder string) (ok bool, current string)
+	// Unclaim gives key up if holder holds it, and does nothing otherwise.
+	Unclaim(key, holder string)
+
 	// Changed returns a channel that is closed the next time Committed
 	// advances, or when the stream closes (it then stays closed: Changed
 	// of a closed stream never blocks). It may also close for other

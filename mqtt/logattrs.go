@@ -5,6 +5,7 @@ package mqtt
 // spelt the same there.
 const (
 	attrClient = "client"
+	attrUser   = "user"
 	attrStream = "stream"
 	attrTopic  = "topic"
 	attrFilter = "filter"

@@ -78,6 +78,16 @@ func (l *memLog) Stream(name string) Stream {
 // stateValue returns the state stored under key.
 func (l *memLog) stateValue(key string) ([]byte, bool) { return l.ml.State().Value(key) }
 
+// streamStateValue returns the named stream's state under key (false when
+// the log has no such stream).
+func (l *memLog) streamStateValue(stream, key string) ([]byte, bool) {
+	s := l.ml.Lookup(stream)
+	if s == nil {
+		return nil, false
+	}
+	return s.StateValue(key)
+}
+
 // stream returns the named stream, for test assertions and steering.
 func (l *memLog) stream(tb testing.TB, name string) *memStream {
 	tb.Helper()

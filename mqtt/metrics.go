@@ -12,6 +12,7 @@ type Metrics struct {
 	CursorCatchup prometheus.Counter     // peat_mqtt_subscriber_fallbacks_total: subscribers that left the shared reader for their own cursor
 	StartAdjusted prometheus.Counter     // peat_mqtt_replay_start_adjusted_total: replays and groups started elsewhere than asked (below the log start)
 	Closed        *prometheus.CounterVec // peat_mqtt_closed_connections_total{reason}: connections refused or disconnected on purpose
+	Denied        *prometheus.CounterVec // peat_mqtt_denied_total{reason}: what Auth refused (connect, publish, subscribe)
 }
 
 // Reasons for Refused and Dropped.
@@ -24,6 +25,10 @@ const (
 	ReasonReadOnly     = "reserved_topic" // a publish to a reserved topic
 	ReasonBadCommit    = "bad_commit"     // a publish to $offsets/<group>/<stream> that is not a valid commit
 	ReasonExpired      = "expired"        // a record whose Message Expiry Interval passed before it was sent (expiry.go)
+	// ReasonNotAuthorized: a record a subscription matched that the
+	// subscriber's ACL does not let it read (a subscription to # beside a
+	// denied subtree), left out.
+	ReasonNotAuthorized = "not_authorized"
 )
 
 // Reasons for Closed: connections the broker refused or ended on purpose.
@@ -35,11 +40,12 @@ const (
 	ReasonTopicInvalid    = "topic_invalid"     // a PUBLISH topic name with + or #
 	ReasonMalformed       = "malformed"         // a malformed packet the guard recognises
 	ReasonReceiveMaximum  = "receive_maximum"   // an MQTT 5 client above the Receive Maximum Peat announced
+	ReasonTLSHandshake    = "tls_handshake"     // a failed TLS handshake: no TLS, or a client certificate refused
 )
 
 // closeReasons are the reasons of Closed, shown at 0 from the start.
 var closeReasons = []string{ReasonConnectTimeout, ReasonConnectTooLarge, ReasonTooManyPending,
-	ReasonPacketTooLarge, ReasonTopicInvalid, ReasonMalformed, ReasonReceiveMaximum}
+	ReasonPacketTooLarge, ReasonTopicInvalid, ReasonMalformed, ReasonReceiveMaximum, ReasonTLSHandshake}
 
 // NewMetrics creates the collectors and registers them with reg when reg is
 // not nil.
@@ -69,6 +75,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Closed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "peat_mqtt_closed_connections_total", Help: "Connections the broker refused or disconnected on purpose (before CONNECT, or for a protocol error), by reason.",
 		}, []string{"reason"}),
+		Denied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "peat_mqtt_denied_total", Help: "CONNECTs, publishes and subscriptions refused by authentication or the ACL, by reason.",
+		}, []string{"reason"}),
 	}
 	// Known reasons show at 0 from the start, so a dashboard or alert sees
 	// the series before the first refusal.
@@ -78,8 +87,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range closeReasons {
 		m.Closed.WithLabelValues(r)
 	}
+	for _, r := range []string{DeniedConnect, DeniedPublish, DeniedSubscribe} {
+		m.Denied.WithLabelValues(r)
+	}
 	if reg != nil {
-		reg.MustRegister(m.Connected, m.Received, m.Refused, m.Delivered, m.Dropped, m.CursorCatchup, m.StartAdjusted, m.Closed)
+		reg.MustRegister(m.Connected, m.Received, m.Refused, m.Delivered, m.Dropped, m.CursorCatchup, m.StartAdjusted, m.Closed, m.Denied)
 	}
 	return m
 }

@@ -279,18 +279,48 @@ func retainedPacket(rec *logstore.Record) packets.Packet {
 }
 
 // start rebuilds the retained messages of s and starts its follower, owned
-// by d, until ctx ends (the stream's reader's: removal or the delivery's end). The rebuild reads only the indexed records, so it is done before
-// the broker serves: a subscriber right after a restart finds them.
-func (rs *retainedSet) start(ctx context.Context, d *delivery, s Stream) {
+// by d, until ctx ends (the stream's reader's: removal or the delivery's
+// end); the channel returned is closed once it has stopped. The rebuild
+// reads only the indexed records, so it is done before the broker serves:
+// a subscriber right after a restart finds them.
+func (rs *retainedSet) start(ctx context.Context, d *delivery, s Stream) <-chan struct{} {
 	pos, err := rs.rebuild(s)
 	if err != nil {
 		rs.logger.Error("retained: rebuild failed; reading the stream from its start",
 			attrStream, s.Name(), attrErr, err)
 		pos = s.FirstOffset()
 	}
+	done := make(chan struct{})
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
+		defer close(done)
 		rs.run(ctx, s, pos)
 	}()
+	return done
+}
+
+// forget clears the retained messages of a removed stream from mochi and
+// deletes its index; its follower must have stopped. A topic another
+// stream captures now gets its next retained message from that stream.
+func (rs *retainedSet) forget(stream string) {
+	rs.mu.Lock()
+	for topic, e := range rs.mu.topics {
+		if e.stream == stream {
+			rs.clearLocked(topic)
+		}
+	}
+	delete(rs.mu.applied, stream)
+	rs.mu.Unlock()
+	dels := []string{retainedPosKey(stream)}
+	err := rs.st.LoadState(retainedTopicPrefix(stream), func(k string, _ []byte) error {
+		dels = append(dels, k)
+		return nil
+	})
+	if err == nil {
+		err = writeStateChunks(rs.st, nil, dels, "", nil)
+	}
+	if err != nil {
+		rs.logger.Warn("retained: removed stream's index not deleted", attrStream, stream, attrErr, err)
+	}
 }

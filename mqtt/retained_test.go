@@ -361,3 +361,62 @@ func TestRetained_StreamAddedAtRunTime(t *testing.T) {
 		return len(m) == 1 && m[0] == "added"
 	})
 }
+
+// A removed stream's retained messages and index go with it.
+func TestRetained_StreamRemovedAtRunTime(t *testing.T) {
+	l := newMemLog(t, "default=#", "sensors=sensors/#")
+	b := newTestBroker(t, l)
+	appendDirect(t, l.stream(t, "sensors"), retainedRec("sensors/r", "gone soon"))
+	appendDirect(t, l.stream(t, "default"), retainedRec("other/r", "stays"))
+	waitFor(t, "the retained messages and their index", func() bool {
+		_, indexed := l.stateValue(retainedTopicKey("sensors", "sensors/r"))
+		return len(retainedPayloads(b, "sensors/r")) == 1 && len(retainedPayloads(b, "other/r")) == 1 && indexed
+	})
+	if err := l.ml.RemoveStream("sensors"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the removed stream's retained message to go", func() bool {
+		return len(retainedPayloads(b, "sensors/r")) == 0
+	})
+	if _, ok := l.stateValue(retainedTopicKey("sensors", "sensors/r")); ok {
+		t.Error("the removed stream's retained index entry is still stored")
+	}
+	if _, ok := l.stateValue(retainedPosKey("sensors")); ok {
+		t.Error("the removed stream's retained position is still stored")
+	}
+	if m := retainedPayloads(b, "other/r"); len(m) != 1 || m[0] != "stays" {
+		t.Errorf("another stream's retained message: %q, want stays", m)
+	}
+}
+
+// A log truncated below what the retained follower applied (an unclean
+// leader election) takes back the retained messages of the records it
+// dropped; records written at those offsets again are followed.
+func TestRetained_TruncatedLog(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	s := l.stream(t, "default")
+	b := newTestBroker(t, l)
+	appendDirect(t, s, retainedRec("a/r", "kept"), retainedRec("b/r", "dropped"))
+	waitFor(t, "both retained", func() bool {
+		return len(retainedPayloads(b, "a/r")) == 1 && len(retainedPayloads(b, "b/r")) == 1
+	})
+	s.Truncate(1)
+	waitFor(t, "the truncated record's retained message to go", func() bool {
+		return len(retainedPayloads(b, "b/r")) == 0
+	})
+	if m := retainedPayloads(b, "a/r"); len(m) != 1 || m[0] != "kept" {
+		t.Fatalf("retained below the truncation: %q, want kept", m)
+	}
+	if off := appendDirect(t, s, retainedRec("c/r", "again")); off != 1 {
+		t.Fatalf("append after truncation at %d, want 1", off)
+	}
+	waitFor(t, "the record written again at offset 1 to be retained", func() bool {
+		m := retainedPayloads(b, "c/r")
+		return len(m) == 1 && m[0] == "again"
+	})
+	waitFor(t, "the index to follow", func() bool {
+		_, gone := l.stateValue(retainedTopicKey("default", "b/r"))
+		v, ok := l.stateValue(retainedTopicKey("default", "c/r"))
+		return !gone && ok && string(v) == string(encodeOffset(1))
+	})
+}

@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"sync"
@@ -21,10 +22,14 @@ import (
 // reads each stream from there. What it missed is bounded by retention,
 // not by memory or by mochi's inflight limit.
 //
-// The session (client properties, subscriptions, offsets) is kept in the
+// The session (client properties, subscriptions) is kept in the log's
 // StateStore under "s/<client id>", msgpack-encoded, and given to mochi at
 // start through the storage hooks StoredClients and StoredSubscriptions, so
-// the client finds its session present after a restart. Offsets follow
+// the client finds its session present after a restart. Its offsets
+// (cursors) belong to the streams they point into and are kept in each
+// stream's own state: "s/<client id>" for the client's plain
+// subscriptions, "t/<client id>\x00<filter>" for each of its $replay
+// subscriptions (MQTT strings hold no U+0000). Offsets follow
 // acknowledgements in memory at once and reach the store within the state
 // writer's interval, and at once when the client disconnects: a broker
 // killed with kill -9 delivers again at most that interval's worth of
@@ -46,9 +51,36 @@ import (
 // sessionStatePrefix starts every durable session's state key.
 const sessionStatePrefix = "s/"
 
-// tapOffsetKey is a session offset's key for an extension subscription's
-// own cursor ($replay taps), as opposed to a stream name.
-func tapOffsetKey(filter string) string { return "$tap:" + filter }
+// cursorKey names one of a session's offsets: in stream, for the client's
+// plain subscriptions when tap is "", else for its $replay subscription
+// with filter tap.
+type cursorKey struct{ stream, tap string }
+
+// Cursor keys in a stream's state.
+const (
+	cursorStatePrefix    = "s/"
+	tapCursorStatePrefix = "t/"
+)
+
+// ref is where the client id's offset for c is stored.
+func (c cursorKey) ref(id string) stateRef {
+	if c.tap == "" {
+		return stateRef{stream: c.stream, key: cursorStatePrefix + id}
+	}
+	return stateRef{stream: c.stream, key: tapCursorStatePrefix + id + "\x00" + c.tap}
+}
+
+// cursorOf parses a key of stream's state; ok is false for other keys.
+func cursorOf(stream, key string) (id string, c cursorKey, ok bool) {
+	if id, ok := strings.CutPrefix(key, cursorStatePrefix); ok && id != "" {
+		return id, cursorKey{stream: stream}, true
+	}
+	if rest, ok := strings.CutPrefix(key, tapCursorStatePrefix); ok {
+		id, filter, ok := strings.Cut(rest, "\x00")
+		return id, cursorKey{stream: stream, tap: filter}, ok && id != "" && filter != ""
+	}
+	return "", cursorKey{}, false
+}
 
 // sessionSub is a stored subscription.
 type sessionSub struct {
@@ -70,9 +102,13 @@ type session struct {
 	ExpiryFlag      bool                  `msgpack:"ef,omitempty"`
 	ReceiveMaximum  uint16                `msgpack:"rm,omitempty"`
 	Subs            map[string]sessionSub `msgpack:"s"`
-	// Offsets are where the client resumes: by stream name for its plain
-	// subscriptions, by tapOffsetKey for its $replay subscriptions.
-	Offsets map[string]uint64 `msgpack:"o"`
+	// Legacy holds the offsets that Peats of key layout 3 kept in the
+	// session (by stream name, or "$tap:"+filter), until they move to the
+	// streams' state (state_migrate.go). New sessions never write it.
+	Legacy map[string]uint64 `msgpack:"o,omitempty"`
+
+	// cursors are where the client resumes, kept in the streams' state.
+	cursors map[cursorKey]uint64 `msgpack:"-"`
 
 	// conn is the connection that holds the session (nil while none does):
 	// when an earlier connection of the same client id ends, it must not
@@ -103,7 +139,8 @@ func persistent(cl *mochi.Client) bool {
 	return !cl.Properties.Clean
 }
 
-// load reads every stored session.
+// load reads every stored session's properties and subscriptions; their
+// offsets come with their streams (loadCursors).
 func (ss *sessions) load(st StateStore) error {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -115,22 +152,71 @@ func (ss *sessions) load(st StateStore) error {
 		if s.Subs == nil {
 			s.Subs = map[string]sessionSub{}
 		}
-		if s.Offsets == nil {
-			s.Offsets = map[string]uint64{}
-		}
+		s.cursors = map[cursorKey]uint64{}
 		ss.m[strings.TrimPrefix(k, sessionStatePrefix)] = &s
 		return nil
 	})
 }
 
-// save writes the session of id as it is when the writer gets to it; urgent
-// writes it at once.
-func (ss *sessions) save(id string, urgent bool) {
-	var done func(error)
-	if urgent {
-		done = func(error) {}
+// loadCursors reads the sessions' offsets in stream s as its state holds
+// them: when delivery starts reading s, and whenever its state moved.
+// Offsets of a client without a session (it ended while they were being
+// written) are deleted.
+func (ss *sessions) loadCursors(s Stream) error {
+	type entry struct {
+		id  string
+		c   cursorKey
+		off uint64
 	}
-	ss.w.putFunc(sessionStatePrefix+id, func() []byte {
+	var got []entry
+	for _, prefix := range []string{cursorStatePrefix, tapCursorStatePrefix} {
+		err := s.LoadState(prefix, func(k string, v []byte) error {
+			id, c, ok := cursorOf(s.Name(), k)
+			if !ok || len(v) != 8 {
+				return fmt.Errorf("session offset %q: malformed", k)
+			}
+			got = append(got, entry{id, c, binary.BigEndian.Uint64(v)})
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", s.Name(), err)
+		}
+	}
+	var stale []stateRef
+	ss.mu.Lock()
+	for _, e := range got {
+		if sess := ss.m[e.id]; sess != nil {
+			sess.cursors[e.c] = e.off
+		} else {
+			stale = append(stale, e.c.ref(e.id))
+		}
+	}
+	ss.mu.Unlock()
+	for _, ref := range stale {
+		ss.w.put(ref, nil, nil)
+	}
+	return nil
+}
+
+// dropStream forgets the offsets in a stream the log removed (they went
+// with it).
+func (ss *sessions) dropStream(name string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for _, s := range ss.m {
+		for c := range s.cursors {
+			if c.stream == name {
+				delete(s.cursors, c)
+			}
+		}
+	}
+}
+
+// saveMeta writes the session of id (properties, subscriptions) as it is
+// when the writer gets to it; urgent writes it at once. A session that
+// ended, or is transient, is deleted.
+func (ss *sessions) saveMeta(id string, urgent bool) {
+	ss.w.putFunc(stateRef{key: sessionStatePrefix + id}, func() []byte {
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
 		s := ss.m[id]
@@ -142,7 +228,45 @@ func (ss *sessions) save(id string, urgent bool) {
 			panic(fmt.Sprintf("mqtt: encode session %q: %v", id, err))
 		}
 		return b
-	}, done)
+	}, urgentDone(urgent))
+}
+
+// saveCursors writes the offsets cs of id's session the same way: deleted
+// when the session ended, is transient, or no longer has the offset.
+func (ss *sessions) saveCursors(id string, urgent bool, cs ...cursorKey) {
+	for _, c := range cs {
+		ss.w.putFunc(c.ref(id), func() []byte {
+			ss.mu.Lock()
+			defer ss.mu.Unlock()
+			s := ss.m[id]
+			if s == nil || s.transient {
+				return nil
+			}
+			off, ok := s.cursors[c]
+			if !ok {
+				return nil
+			}
+			return encodeOffset(off)
+		}, urgentDone(urgent))
+	}
+}
+
+// urgentDone is a stateWriter done that makes the write go out at once,
+// for urgent, or nil.
+func urgentDone(urgent bool) func(error) {
+	if urgent {
+		return func(error) {}
+	}
+	return nil
+}
+
+// cursorList returns the keys of s's offsets.
+func (s *session) cursorList() []cursorKey {
+	cs := make([]cursorKey, 0, len(s.cursors))
+	for c := range s.cursors {
+		cs = append(cs, c)
+	}
+	return cs
 }
 
 // claim hands the stored session of a client that connects with Clean
@@ -161,27 +285,28 @@ func (ss *sessions) claim(cl *mochi.Client) {
 }
 
 // establish records the session of a client that just connected, with the
-// subscriptions mochi gave it, and returns its stored offsets (nil when it
-// has no session beyond its connection). Clean Start ends a stored session;
-// without it the stored session resumes, kept past this connection only if
-// the connection is persistent.
-func (ss *sessions) establish(cl *mochi.Client) map[string]uint64 {
+// subscriptions mochi gave it. Clean Start ends a stored session; without
+// it the stored session resumes, kept past this connection only if the
+// connection is persistent.
+func (ss *sessions) establish(cl *mochi.Client) {
 	ss.mu.Lock()
 	s := ss.m[cl.ID]
-	ended := false
+	var ended []cursorKey
 	if s != nil && cl.Properties.Clean {
+		ended = s.cursorList()
 		delete(ss.m, cl.ID) // [MQTT-3.1.2-4]: a new session, not the old offsets
-		s, ended = nil, true
+		s = nil
 	}
 	if s == nil && !persistent(cl) {
 		ss.mu.Unlock()
-		if ended {
-			ss.save(cl.ID, true)
+		if ended != nil {
+			ss.saveMeta(cl.ID, true)
+			ss.saveCursors(cl.ID, true, ended...)
 		}
-		return nil
+		return
 	}
 	if s == nil {
-		s = &session{Offsets: map[string]uint64{}}
+		s = &session{cursors: map[cursorKey]uint64{}}
 		ss.m[cl.ID] = s
 	}
 	s.conn = cl
@@ -197,13 +322,10 @@ func (ss *sessions) establish(cl *mochi.Client) map[string]uint64 {
 	for _, sub := range cl.State.Subscriptions.GetAll() {
 		s.Subs[sub.Filter] = sessionSubOf(sub)
 	}
-	offsets := make(map[string]uint64, len(s.Offsets))
-	for k, v := range s.Offsets {
-		offsets[k] = v
-	}
+	cs := append(s.cursorList(), ended...)
 	ss.mu.Unlock()
-	ss.save(cl.ID, true) // a transient session is taken out of the store
-	return offsets
+	ss.saveMeta(cl.ID, true) // a transient session is taken out of the store
+	ss.saveCursors(cl.ID, true, cs...)
 }
 
 // held reports whether cl holds a session that resumes from the log.
@@ -233,49 +355,56 @@ func (ss *sessions) subscribed(id string, subs []packets.Subscription) {
 	}
 	ss.mu.Unlock()
 	if s != nil {
-		ss.save(id, true)
+		ss.saveMeta(id, true)
 	}
 }
 
 func (ss *sessions) unsubscribed(id string, filters []string) {
 	ss.mu.Lock()
 	s := ss.m[id]
+	var gone []cursorKey
 	if s != nil {
 		for _, f := range filters {
 			delete(s.Subs, f)
-			delete(s.Offsets, tapOffsetKey(f))
+			for c := range s.cursors {
+				if c.tap == f {
+					delete(s.cursors, c)
+					gone = append(gone, c)
+				}
+			}
 		}
 	}
 	ss.mu.Unlock()
 	if s != nil {
-		ss.save(id, true)
+		ss.saveMeta(id, true)
+		ss.saveCursors(id, true, gone...)
 	}
 }
 
-// advance sets where the client resumes in a stream (or a tap). A
-// transient session's position is not written: it is not in the store.
-func (ss *sessions) advance(id, key string, off uint64) {
+// advance sets where the client resumes. A transient session's position
+// is not written: it is not in the store.
+func (ss *sessions) advance(id string, c cursorKey, off uint64) {
 	ss.mu.Lock()
 	s := ss.m[id]
 	keep := s != nil && !s.transient
 	if s != nil {
-		s.Offsets[key] = off
+		s.cursors[c] = off
 	}
 	ss.mu.Unlock()
 	if keep {
-		ss.save(id, false)
+		ss.saveCursors(id, false, c)
 	}
 }
 
-// offset returns where the client resumes for key, if it has a stored one.
-func (ss *sessions) offset(id, key string) (uint64, bool) {
+// offset returns where the client resumes for c, if it has a stored one.
+func (ss *sessions) offset(id string, c cursorKey) (uint64, bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	s := ss.m[id]
 	if s == nil {
 		return 0, false
 	}
-	off, ok := s.Offsets[key]
+	off, ok := s.cursors[c]
 	return off, ok
 }
 
@@ -290,6 +419,7 @@ func (ss *sessions) disconnected(cl *mochi.Client, expire bool) {
 		ss.mu.Unlock()
 		return
 	}
+	cs := s.cursorList()
 	if expire {
 		delete(ss.m, cl.ID)
 	} else {
@@ -299,17 +429,19 @@ func (ss *sessions) disconnected(cl *mochi.Client, expire bool) {
 		s.ExpiryFlag = cl.Properties.Props.SessionExpiryIntervalFlag
 	}
 	ss.mu.Unlock()
-	ss.save(cl.ID, true)
+	ss.saveMeta(cl.ID, true)
+	ss.saveCursors(cl.ID, true, cs...)
 }
 
 // expire ends a session.
 func (ss *sessions) expire(id string) {
 	ss.mu.Lock()
-	_, ok := ss.m[id]
+	s, ok := ss.m[id]
 	delete(ss.m, id)
 	ss.mu.Unlock()
 	if ok {
-		ss.save(id, true)
+		ss.saveMeta(id, true)
+		ss.saveCursors(id, true, s.cursorList()...)
 	}
 }
 

@@ -3,12 +3,13 @@ package mqtt
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 )
 
 // stateWriter writes consumer state (group offsets, durable sessions) to the
-// StateStore from one goroutine, coalescing: a key changed many times
+// log's StateStore and its streams' own state from one goroutine, coalescing: a key changed many times
 // between two writes is written once, with its last value. A write that
 // someone waits for (an explicit commit, a session being saved at
 // disconnect) goes out at once; progress from acknowledgements waits for the
@@ -16,17 +17,17 @@ import (
 // 50,000 messages a second costs a few small transactions a second, not
 // 50,000 (SD cards wear out).
 type stateWriter struct {
-	st       StateStore
+	log      Log
 	logger   *slog.Logger
 	interval time.Duration
 	// onWritten, when not nil, is called for each key a successful write
 	// stored (val nil: deleted), before the waiters.
-	onWritten func(key string, val []byte)
+	onWritten func(ref stateRef, val []byte)
 
 	wake chan struct{} // 1-buffered
 	mu   struct {
 		sync.Mutex
-		dirty   map[string]func() []byte // the value at write time; nil deletes
+		dirty   map[stateRef]func() []byte // the value at write time; nil deletes
 		waiters []func(error)
 		urgent  bool
 		failing bool
@@ -39,24 +40,28 @@ const stateBatch = 512
 // stateRetryDelay is how long the writer waits after a failed write.
 const stateRetryDelay = time.Second
 
-func newStateWriter(st StateStore, interval time.Duration, logger *slog.Logger, onWritten func(key string, val []byte)) *stateWriter {
-	w := &stateWriter{st: st, logger: logger, interval: interval, onWritten: onWritten, wake: make(chan struct{}, 1)}
-	w.mu.dirty = map[string]func() []byte{}
+// stateRef names one state entry: key in the named stream's own state, or
+// in the log's State when stream is "".
+type stateRef struct{ stream, key string }
+
+func newStateWriter(log Log, interval time.Duration, logger *slog.Logger, onWritten func(ref stateRef, val []byte)) *stateWriter {
+	w := &stateWriter{log: log, logger: logger, interval: interval, onWritten: onWritten, wake: make(chan struct{}, 1)}
+	w.mu.dirty = map[stateRef]func() []byte{}
 	return w
 }
 
-// put sets key to val (nil deletes it) in the next write. done, when not
+// put sets ref to val (nil deletes it) in the next write. done, when not
 // nil, is called once that write has succeeded or failed, and makes it go
 // out at once.
-func (w *stateWriter) put(key string, val []byte, done func(error)) {
-	w.putFunc(key, func() []byte { return val }, done)
+func (w *stateWriter) put(ref stateRef, val []byte, done func(error)) {
+	w.putFunc(ref, func() []byte { return val }, done)
 }
 
 // putFunc is put with the value computed when it is written, for values
 // that change often (a session's offsets).
-func (w *stateWriter) putFunc(key string, val func() []byte, done func(error)) {
+func (w *stateWriter) putFunc(ref stateRef, val func() []byte, done func(error)) {
 	w.mu.Lock()
-	w.mu.dirty[key] = val
+	w.mu.dirty[ref] = val
 	if done != nil {
 		w.mu.waiters = append(w.mu.waiters, done)
 		w.mu.urgent = true
@@ -101,40 +106,65 @@ func (w *stateWriter) run(ctx context.Context) {
 	}
 }
 
-// flush writes everything dirty in one transaction; it reports success.
+// flush writes everything dirty, one transaction per store (the log's
+// State, each stream's own) and stateBatch keys; it reports success. What
+// is meant for a stream the log no longer has is dropped: its state went
+// with it.
 func (w *stateWriter) flush() bool {
 	w.mu.Lock()
 	dirty, waiters := w.mu.dirty, w.mu.waiters
-	w.mu.dirty, w.mu.waiters, w.mu.urgent = map[string]func() []byte{}, nil, false
+	w.mu.dirty, w.mu.waiters, w.mu.urgent = map[stateRef]func() []byte{}, nil, false
 	w.mu.Unlock()
 	if len(dirty) == 0 && len(waiters) == 0 {
 		return true
 	}
+	byStore := map[string][]stateRef{}
+	for ref := range dirty {
+		byStore[ref.stream] = append(byStore[ref.stream], ref)
+	}
+	values := make(map[stateRef][]byte, len(dirty))
+	failed := map[stateRef]func() []byte{}
 	var err error
-	puts, dels := map[string][]byte{}, []string(nil)
-	values := make(map[string][]byte, len(dirty))
-	n := 0
-	for k, f := range dirty {
-		v := f()
-		values[k] = v
-		if v == nil {
-			dels = append(dels, k)
-		} else {
-			puts[k] = v
-		}
-		if n++; n%stateBatch == 0 || n == len(dirty) {
-			if err = w.st.WriteState(puts, dels); err != nil {
-				break
+	for name, refs := range byStore {
+		var st StateStore = w.log.State()
+		if name != "" {
+			s := w.log.Stream(name)
+			if s == nil {
+				continue // removed, and its state with it
 			}
-			puts, dels = map[string][]byte{}, nil
+			st = s
+		}
+		for len(refs) > 0 {
+			chunk := refs[:min(len(refs), stateBatch)]
+			refs = refs[len(chunk):]
+			puts, dels := map[string][]byte{}, []string(nil)
+			got := make(map[stateRef][]byte, len(chunk))
+			for _, ref := range chunk {
+				v := dirty[ref]()
+				got[ref] = v
+				if v == nil {
+					dels = append(dels, ref.key)
+				} else {
+					puts[ref.key] = v
+				}
+			}
+			switch werr := st.WriteState(puts, dels); {
+			case werr == nil:
+				maps.Copy(values, got)
+			case name != "" && w.log.Stream(name) == nil:
+				// removed while writing
+			default:
+				err = werr
+				for _, ref := range chunk {
+					failed[ref] = dirty[ref]
+				}
+			}
 		}
 	}
 	w.mu.Lock()
-	if err != nil {
-		for k, v := range dirty { // keep newer values written meanwhile
-			if _, newer := w.mu.dirty[k]; !newer {
-				w.mu.dirty[k] = v
-			}
+	for ref, v := range failed { // keep newer values written meanwhile
+		if _, newer := w.mu.dirty[ref]; !newer {
+			w.mu.dirty[ref] = v
 		}
 	}
 	was := w.mu.failing
@@ -146,9 +176,9 @@ func (w *stateWriter) flush() bool {
 	case err == nil && was:
 		w.logger.Info("consumer state: writes succeed again")
 	}
-	if err == nil && w.onWritten != nil {
-		for k, v := range values {
-			w.onWritten(k, v)
+	if w.onWritten != nil {
+		for ref, v := range values {
+			w.onWritten(ref, v)
 		}
 	}
 	for _, done := range waiters {

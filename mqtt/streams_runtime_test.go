@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // lastTopic returns the topic of the newest record of s.
@@ -85,5 +86,51 @@ func TestDelivery_StreamsChangeAtRunTime(t *testing.T) {
 	}
 	if pk := readPublishes(t, sub, 1)[0]; pk.TopicName != "sensors/c" {
 		t.Fatalf("subscriber got %q, want sensors/c", pk.TopicName)
+	}
+}
+
+// A removed stream takes its consumer positions and its series with it: a
+// stream added again under its name starts with neither.
+func TestDelivery_RemovedStreamForgetsItsConsumers(t *testing.T) {
+	l := newMemLog(t, "default=#", "sensors=sensors/#")
+	sensors := l.stream(t, "sensors")
+	store(t, sensors, topicsN("sensors", 0, 5), nil)
+	b := newTestBroker(t, l)
+	c := dialRaw(t, b, "worker", 5)
+	c.Subscribe("$group/g/+/sensors/#", 1)
+	for _, pk := range readPublishes(t, c, 5) {
+		c.Puback(pk.PacketID)
+	}
+	acksRead(t, c)
+	waitFor(t, "the group's commit", func() bool { return storedGroupOffset(l, "g", "sensors") == "5" })
+	d := dialDurable(t, b, 5)
+	d.Subscribe("sensors/#", 1)
+	waitFor(t, "the session's offset", func() bool {
+		_, ok := b.deliv.sessions.offset("dur", cursorKey{stream: "sensors"})
+		return ok
+	})
+	b.m.Delivered.WithLabelValues("sensors").Inc()
+
+	if err := l.ml.RemoveStream("sensors"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "delivery to forget the removed stream's series", func() bool {
+		return b.deliv.reader("sensors") == nil && testutil.CollectAndCount(b.m.Delivered) == 1 // default's
+	})
+	if _, ok := b.deliv.groups.position(groupKey{group: "g", stream: "sensors"}); ok {
+		t.Error("the removed stream's group is still known")
+	}
+	if _, ok := b.deliv.sessions.offset("dur", cursorKey{stream: "sensors"}); ok {
+		t.Error("the session still has an offset in the removed stream")
+	}
+
+	if _, err := l.ml.AddStream("sensors=sensors/#"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "delivery to read the added stream", func() bool { return b.deliv.reader("sensors") != nil })
+	c.Unsubscribe("$group/g/+/sensors/#")
+	if ack := c.Subscribe("$group/g/+/sensors/#", 1); userProp(ack.Properties, propStart) != "0" {
+		t.Fatalf("the group in the re-added stream starts at %q, want 0 (the old offset 5 went with the old stream)",
+			userProp(ack.Properties, propStart))
 	}
 }

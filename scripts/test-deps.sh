@@ -2,19 +2,23 @@
 # Installs what `make test` needs on a fresh machine, and does nothing when it
 # is already there. The race detector needs a C toolchain (cgo); the MQTT tests
 # use Go clients fetched through the module proxy, and Debian's mosquitto_sub
-# (the replay protocol must work from any stock MQTT client) and mosquitto
-# (the upstream of the sink tests); the small-disk
-# tests mkfs.ext4 (e2fsprogs) and mount.
+# (the replay protocol must work from any stock MQTT client); the small-disk
+# tests mkfs.ext4 (e2fsprogs) and mount; the status page test drives Debian's
+# chromium (headless, through chromedp); the sink tests run Debian's
+# mosquitto broker as the upstream.
 set -euo pipefail
 
 need=()
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v mosquitto_sub >/dev/null 2>&1 || need+=(mosquitto-clients)
-# The sink tests run a real mosquitto broker as the upstream.
-command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || need+=(mosquitto)
+# edge/auth reads password files made by Debian's mosquitto_passwd; the
+# sink tests run its mosquitto broker (same package).
+command -v mosquitto_passwd >/dev/null 2>&1 || need+=(mosquitto)
 # The small-disk tests of logstore loop-mount an ext4 image (as root).
 command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
 command -v mount >/dev/null 2>&1 || need+=(mount)
+# cmd/peat's status page test fails (never skips) without it.
+[ -x /usr/bin/chromium ] || need+=(chromium)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then

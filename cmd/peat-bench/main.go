@@ -36,6 +36,10 @@ func main() {
 		err = fsyncCmd(os.Args[2:])
 	case "connect":
 		err = connectCmd(os.Args[2:])
+	case "storm":
+		err = stormCmd(os.Args[2:])
+	case "storm-users":
+		err = stormUsersCmd(os.Args[2:])
 	default:
 		usage()
 	}
@@ -52,7 +56,9 @@ func usage() {
   peat-bench replay [flags]  fill the log, then replay it through $replay/<from>/+/<filter>, print one JSON line
   peat-bench mochi [flags]   run plain mochi (allow-all, no persistence) on --listen
   peat-bench fsync [flags]   append small blocks to a file in --dir, fdatasync each, print one JSON line
-  peat-bench connect [flags] open connections that never send a (whole) CONNECT to --addr, print the broker's RSS as one JSON line`)
+  peat-bench connect [flags] open connections that never send a (whole) CONNECT to --addr, print the broker's RSS as one JSON line
+  peat-bench storm [flags]   reconnect --clients users with hashed passwords at once, print connected clients' PINGRESP latency as one JSON line
+  peat-bench storm-users [flags] write the users file storm logs in with`)
 	os.Exit(2)
 }
 

@@ -33,6 +33,8 @@ type dialOptions struct {
 	// of unacknowledged QoS 1 deliveries it accepts (0: not sent).
 	version    byte
 	receiveMax uint16
+	// user and password, when user is set, log in (a broker with users).
+	user, password string
 }
 
 var defaultDial = dialOptions{clean: true, keepalive: 60, readBuf: 64 << 10}
@@ -56,6 +58,10 @@ func dial(addr, clientID string, o dialOptions) (*conn, error) {
 	}
 	if c.proto() == 5 {
 		pk.Properties.ReceiveMaximum = o.receiveMax
+	}
+	if o.user != "" {
+		pk.Connect.UsernameFlag, pk.Connect.Username = true, []byte(o.user)
+		pk.Connect.PasswordFlag, pk.Connect.Password = true, []byte(o.password)
 	}
 	if err := c.write(&pk); err != nil {
 		nc.Close()
@@ -98,6 +104,8 @@ func (c *conn) write(pk *packets.Packet) error {
 		err = pk.SubscribeEncode(&c.buf)
 	case packets.Disconnect:
 		err = pk.DisconnectEncode(&c.buf)
+	case packets.Pingreq:
+		err = pk.PingreqEncode(&c.buf)
 	default:
 		return fmt.Errorf("cannot encode packet type %d", pk.FixedHeader.Type)
 	}

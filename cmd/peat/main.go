@@ -51,6 +51,14 @@ Usage:
   peat serve [flags]   run a node (no flags: data in ./data, MQTT on 127.0.0.1:1883, HTTP on 127.0.0.1:8080)
   peat replay [flags] FILTER
                        print stored records (offset, time, topic, payload) from any offset, then optionally follow
+  peat status [flags]  a running node at a glance (exit 1 while an alarm is active)
+  peat streams [flags] a running node's streams
+  peat groups [flags]  a running node's consumer groups and their lag
+  peat check [flags]   check a running node for Nagios, Icinga or cron (exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN)
+  peat passwd [-D] FILE USER
+                       add a user to a users file (auth.users_file), change its password, or delete it
+  peat token FILE NAME ROLE
+                       add an HTTP API token (read or admin) to a tokens file (http.tokens_file) and print it
   peat version         print the version
   peat help [command]  print this help, or one command's
 
@@ -84,6 +92,18 @@ func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string
 		return serve(args[1:], stdout, stderr, lookupEnv)
 	case "replay":
 		return replay(args[1:], stdout, stderr)
+	case "status":
+		return statusCmd(args[1:], stdout, stderr, lookupEnv)
+	case "streams":
+		return streamsCmd(args[1:], stdout, stderr, lookupEnv)
+	case "groups":
+		return groupsCmd(args[1:], stdout, stderr, lookupEnv)
+	case "check":
+		return checkCmd(args[1:], stdout, stderr, lookupEnv)
+	case "passwd":
+		return passwd(args[1:], os.Stdin, stdout, stderr)
+	case "token":
+		return token(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "peat %s (commit %s, %s, %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return exitOK
@@ -101,12 +121,24 @@ func help(args []string, stdout, stderr io.Writer) int {
 	var o replayOptions
 	serveFS, _, _ := newServeFlags(stdout)
 	replayFS := newReplayFlags(&o, stdout)
+	var so opsOptions
+	var co checkOptions
+	opsFS := map[string]*flag.FlagSet{
+		"status":  newOpsFlags("status", statusUsage, &so, stdout, os.LookupEnv),
+		"streams": newOpsFlags("streams", streamsUsage, &so, stdout, os.LookupEnv),
+		"groups":  newOpsFlags("groups", groupsUsage, &so, stdout, os.LookupEnv),
+		"check":   newCheckFlags(&co, stdout, os.LookupEnv),
+	}
 	if len(args) == 0 {
 		fmt.Fprint(stdout, usage)
 		fmt.Fprint(stdout, "\nFlags of peat serve:\n")
 		printFlags(stdout, serveFS)
 		fmt.Fprint(stdout, "\nFlags of peat replay:\n")
 		printFlags(stdout, replayFS)
+		fmt.Fprint(stdout, "\nFlags of peat status, streams and groups:\n")
+		printFlags(stdout, opsFS["status"])
+		fmt.Fprint(stdout, "\nFlags of peat check (also --http and --timeout):\n")
+		printFlags(stdout, opsFS["check"])
 		return exitOK
 	}
 	if len(args) > 1 {
@@ -118,6 +150,12 @@ func help(args []string, stdout, stderr io.Writer) int {
 		serveFS.Usage()
 	case "replay":
 		replayFS.Usage()
+	case "status", "streams", "groups", "check":
+		opsFS[args[0]].Usage()
+	case "passwd":
+		passwdHelp(stdout)
+	case "token":
+		fmt.Fprint(stdout, tokenUsage)
 	case "version":
 		fmt.Fprint(stdout, versionUsage)
 	case "help":
@@ -226,6 +264,8 @@ func serve(args []string, stdout, stderr io.Writer, lookupEnv func(string) (stri
 		printConfigError(stderr, err)
 		return exitUsage
 	}
+	node.SetBuild(edge.Build{Version: version, Commit: commit})
+	defer reloadOnHangup(node, logger)()
 	started := make(chan error, 1)
 	go func() { started <- node.Start(ctx) }()
 	var sig os.Signal

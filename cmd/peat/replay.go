@@ -57,6 +57,7 @@ Examples:
   peat replay 'sensors/#' --from -15m --count 10
   peat replay --from -1h --follow 'sensors/+/temp'
   peat replay --group audit 'meters/#'
+  PEAT_PASSWORD=... peat replay --user ops --cafile ca.pem --broker gw:8883 'meters/#'
 
 Flags:
 `
@@ -72,6 +73,8 @@ type replayOptions struct {
 	idle     time.Duration
 	count    int
 	filter   string
+	// user, cafile, cert and key: a node with auth and TLS (replay_auth.go).
+	user, cafile, cert, key string
 }
 
 // newReplayFlags defines the flags of `peat replay` on a new FlagSet,
@@ -87,6 +90,10 @@ func newReplayFlags(o *replayOptions, w io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.clientID, "client-id", "", "MQTT client id (default: peat-replay- and a random suffix)")
 	fs.DurationVar(&o.idle, "idle", 2*time.Second, "without --follow, stop after this long without a record (0: wait for the end)")
 	fs.IntVar(&o.count, "count", 0, "stop after this many records (0: no limit)")
+	fs.StringVar(&o.user, "user", "", "user name (auth.users_file); the password is read from $"+replayPasswordEnv)
+	fs.StringVar(&o.cafile, "cafile", "", "PEM CA certificate: connect with TLS, verifying the broker against it")
+	fs.StringVar(&o.cert, "cert", "", "PEM client certificate for TLS (with --key)")
+	fs.StringVar(&o.key, "key", "", "PEM key of --cert")
 	fs.Usage = func() {
 		fmt.Fprint(w, replayUsage)
 		printFlags(w, fs)
@@ -401,7 +408,10 @@ type lingerConn struct {
 }
 
 func (c *lingerConn) Close() error {
-	if tc, ok := c.Conn.(*net.TCPConn); ok {
+	if tc, ok := c.Conn.(interface {
+		net.Conn
+		CloseWrite() error
+	}); ok { // *net.TCPConn, *tls.Conn
 		_ = tc.CloseWrite()
 		_ = tc.SetReadDeadline(time.Now().Add(time.Second))
 		_, _ = io.Copy(io.Discard, tc)
@@ -437,7 +447,7 @@ func runReplay(ctx context.Context, o replayOptions, stdout, stderr io.Writer) e
 	}
 	dialCtx, cancelDial := context.WithTimeout(ctx, replayConnectTimeout)
 	defer cancelDial()
-	nc, err := (&net.Dialer{}).DialContext(dialCtx, "tcp", o.broker)
+	nc, err := o.dialBroker(dialCtx)
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", o.broker, err)
 	}
@@ -465,12 +475,14 @@ func runReplay(ctx context.Context, o replayOptions, stdout, stderr io.Writer) e
 		},
 	})
 	window := uint16(replayWindow)
-	ca, err := c.Connect(dialCtx, &paho.Connect{
+	connect := &paho.Connect{
 		ClientID: o.clientID, CleanStart: true, KeepAlive: 30,
 		// RequestProblemInfo is false in a zero ConnectProperties, which would
 		// ask the broker to leave out the SUBACK's reason and user properties.
 		Properties: &paho.ConnectProperties{ReceiveMaximum: &window, RequestProblemInfo: true},
-	})
+	}
+	o.credentials(connect, os.LookupEnv)
+	ca, err := c.Connect(dialCtx, connect)
 	if err != nil {
 		lc.Close()
 		if ca != nil && ca.Properties != nil && ca.Properties.ReasonString != "" {

@@ -42,15 +42,17 @@ type MemStream struct {
 		submitCh  chan struct{} // closed and replaced on every AppendAsync
 		closed    bool
 	}
-	wake chan struct{} // 1-buffered: the queue or hold state changed
-	stop chan struct{}
-	done chan struct{}
+	state *memStreamState // memstream_state.go
+	wake  chan struct{}   // 1-buffered: the queue or hold state changed
+	stop  chan struct{}
+	done  chan struct{}
 }
 
 func newMemStream(name string, filters []string) *MemStream {
 	s := &MemStream{
 		name:    name,
 		filters: filters,
+		state:   newMemStreamState(),
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -252,6 +254,22 @@ func (s *MemStream) Trim(off uint64) {
 	s.mu.changed = make(chan struct{})
 }
 
+// Truncate drops the committed records at and above off, moving Committed
+// back: what an unclean leader election in a cluster can do to a log that
+// readers already read. Offsets from off on are given again.
+func (s *MemStream) Truncate(off uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	end := s.mu.first + uint64(len(s.mu.recs))
+	if s.mu.closed || off >= end {
+		return
+	}
+	off = max(off, s.mu.first)
+	s.mu.recs = slices.Clone(s.mu.recs[:off-s.mu.first])
+	close(s.mu.changed)
+	s.mu.changed = make(chan struct{})
+}
+
 // Records returns a copy of the committed records.
 func (s *MemStream) Records() []*logstore.Record {
 	s.mu.Lock()
@@ -327,6 +345,7 @@ func (s *MemStream) Close() {
 	s.mu.closed = true
 	close(s.mu.changed) // stays closed: Changed of a closed stream never blocks
 	s.mu.Unlock()
+	s.closeState()
 	close(s.stop)
 	<-s.done
 }

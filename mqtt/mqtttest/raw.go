@@ -28,6 +28,9 @@ type Connect struct {
 	Properties packets.Properties
 	// Will, if set, is the client's last will.
 	Will *Will
+	// Username and Password, when not empty, are sent in the CONNECT.
+	Username string
+	Password string
 }
 
 // Will is a last will message.
@@ -61,12 +64,25 @@ type Raw struct {
 // cleanup.
 func Dial(tb testing.TB, addr string, c Connect) *Raw {
 	tb.Helper()
-	if c.Version != 4 && c.Version != 5 {
-		tb.Fatalf("mqtttest: protocol version %d, want 4 or 5", c.Version)
-	}
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		tb.Fatalf("mqtttest: dial %s: %v", addr, err)
+	}
+	r := Handshake(tb, conn, c)
+	if ack := r.Connack; ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
+		tb.Fatalf("mqtttest: connect %s: got packet type %d reason %#x, want a successful CONNACK",
+			c.ClientID, ack.FixedHeader.Type, ack.ReasonCode)
+	}
+	return r
+}
+
+// Handshake sends c's CONNECT on conn (a TLS connection, say) and reads
+// the broker's answer into Connack, successful or not. conn is closed at
+// cleanup.
+func Handshake(tb testing.TB, conn net.Conn, c Connect) *Raw {
+	tb.Helper()
+	if c.Version != 4 && c.Version != 5 {
+		tb.Fatalf("mqtttest: protocol version %d, want 4 or 5", c.Version)
 	}
 	tb.Cleanup(func() { _ = conn.Close() })
 	r := &Raw{tb: tb, conn: conn, r: bufio.NewReader(conn), version: c.Version}
@@ -80,6 +96,12 @@ func Dial(tb testing.TB, addr string, c Connect) *Raw {
 		},
 		Properties: c.Properties,
 	}
+	if c.Username != "" {
+		pk.Connect.UsernameFlag, pk.Connect.Username = true, []byte(c.Username)
+	}
+	if c.Password != "" {
+		pk.Connect.PasswordFlag, pk.Connect.Password = true, []byte(c.Password)
+	}
 	if w := c.Will; w != nil {
 		pk.Connect.WillFlag = true
 		pk.Connect.WillTopic = w.Topic
@@ -89,12 +111,7 @@ func Dial(tb testing.TB, addr string, c Connect) *Raw {
 		pk.Connect.WillProperties.WillDelayInterval = w.Delay
 	}
 	r.Write(pk)
-	ack := r.Read()
-	if ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
-		tb.Fatalf("mqtttest: connect %s: got packet type %d reason %#x, want a successful CONNACK",
-			c.ClientID, ack.FixedHeader.Type, ack.ReasonCode)
-	}
-	r.Connack = ack
+	r.Connack = r.Read()
 	return r
 }
 

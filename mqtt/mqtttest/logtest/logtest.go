@@ -78,6 +78,8 @@ func TestLog(t *testing.T, s Suite) {
 		{"NoLostWakeup", testNoLostWakeup},
 		{"State", testState},
 		{"StateLimit", testStateLimit},
+		{"StreamState", testStreamState},
+		{"Claim", testClaim},
 		{"WatchStreams", testWatchStreams},
 		{"Close", testClose},
 		{"CloseRacing", testCloseRacing},

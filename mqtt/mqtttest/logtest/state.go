@@ -181,6 +181,9 @@ func testReopen(t *testing.T, s Suite) {
 	if err := l.State().WriteState(nil, []string{"g/b"}); err != nil {
 		t.Fatalf("WriteState: %v", err)
 	}
+	if err := other.WriteState(map[string][]byte{"g/a": []byte("o1")}, nil); err != nil {
+		t.Fatalf("stream WriteState: %v", err)
+	}
 	if err := closeLog(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
@@ -216,6 +219,83 @@ func testReopen(t *testing.T, s Suite) {
 	}
 	if m, _ := loadState(t, l.State(), ""); !maps.Equal(m, map[string]string{"g/a": "1", "s/c": "3"}) {
 		t.Fatalf("reopened state %v, want g/a=1 s/c=3", m)
+	}
+	if m, _ := loadState(t, other, ""); !maps.Equal(m, map[string]string{"g/a": "o1"}) {
+		t.Fatalf("reopened stream state %v, want g/a=o1", m)
+	}
+}
+
+// testStreamState: a stream's state is its own (neither another stream
+// nor the log's State sees it), with StateStore's promises; closing the
+// log ends it.
+func testStreamState(t *testing.T, s Suite) {
+	l, closeLog := s.open(t, "a=a/#", "b=b/#")
+	a, b := l.Stream("a"), l.Stream("b")
+	if err := a.WriteState(map[string][]byte{"g/y": []byte("2"), "g/x": []byte("1"), "s/c": []byte("3")}, nil); err != nil {
+		t.Fatalf("WriteState: %v", err)
+	}
+	if err := b.WriteState(map[string][]byte{"g/x": []byte("b1")}, nil); err != nil {
+		t.Fatalf("WriteState: %v", err)
+	}
+	if err := a.WriteState(map[string][]byte{"g/y": []byte("4"), "both": []byte("x")}, []string{"s/c", "both"}); err != nil {
+		t.Fatalf("WriteState: %v", err)
+	}
+	m, order := loadState(t, a, "")
+	if !maps.Equal(m, map[string]string{"g/x": "1", "g/y": "4"}) || !slices.Equal(order, []string{"g/x", "g/y"}) {
+		t.Fatalf("stream a's state %v (order %v), want g/x=1 g/y=4 in key order", m, order)
+	}
+	if m, _ := loadState(t, b, "g/"); !maps.Equal(m, map[string]string{"g/x": "b1"}) {
+		t.Fatalf("stream b's state %v, want g/x=b1 only", m)
+	}
+	if m, _ := loadState(t, l.State(), ""); len(m) != 0 {
+		t.Fatalf("the log's state sees streams' state: %v", m)
+	}
+	select {
+	case <-a.StateMoved():
+		t.Fatal("StateMoved fired for the stream's own writes")
+	default:
+	}
+	big := map[string][]byte{}
+	for i := range logstore.MaxStateWrite + 1 {
+		big[strconv.Itoa(i)] = []byte{1}
+	}
+	if err := a.WriteState(big, nil); err == nil {
+		t.Fatalf("stream WriteState of %d entries succeeded", len(big))
+	}
+	if err := closeLog(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if err := a.WriteState(map[string][]byte{"g/z": {1}}, nil); !errors.Is(err, logstore.ErrClosed) {
+		t.Fatalf("stream WriteState after close = %v, want ErrClosed", err)
+	}
+	if err := a.LoadState("", func(string, []byte) error { return nil }); !errors.Is(err, logstore.ErrClosed) {
+		t.Fatalf("stream LoadState after close = %v, want ErrClosed", err)
+	}
+}
+
+// testClaim: one holder per key and stream.
+func testClaim(t *testing.T, s Suite) {
+	l, _ := s.open(t, "a=a/#", "b=b/#")
+	a, b := l.Stream("a"), l.Stream("b")
+	if ok, h := a.Claim("g/x", "c1"); !ok || h != "c1" {
+		t.Fatalf("first Claim = %v %q, want granted", ok, h)
+	}
+	if ok, h := a.Claim("g/x", "c2"); ok || h != "c1" {
+		t.Fatalf("Claim of a held key = %v %q, want refused naming c1", ok, h)
+	}
+	if ok, _ := a.Claim("g/x", "c1"); !ok {
+		t.Fatal("the holder's second Claim refused")
+	}
+	if ok, _ := b.Claim("g/x", "c2"); !ok {
+		t.Fatal("Claim of the same key in another stream refused")
+	}
+	a.Unclaim("g/x", "c2")
+	if ok, h := a.Claim("g/x", "c2"); ok || h != "c1" {
+		t.Fatalf("after Unclaim by a non-holder, Claim = %v %q, want refused naming c1", ok, h)
+	}
+	a.Unclaim("g/x", "c1")
+	if ok, _ := a.Claim("g/x", "c2"); !ok {
+		t.Fatal("Claim after the holder's Unclaim refused")
 	}
 }
 

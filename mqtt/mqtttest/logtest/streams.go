@@ -98,6 +98,9 @@ func testStreamChanges(t *testing.T, s Suite) {
 	if off := mustAppend(t, sensors, rec("sensors/a", 100)); off != 0 {
 		t.Fatalf("first offset of an added stream = %d, want 0", off)
 	}
+	if err := sensors.WriteState(map[string][]byte{"g/x": []byte("1")}, nil); err != nil {
+		t.Fatalf("WriteState of an added stream: %v", err)
+	}
 
 	s.RemoveStream(t, l, "sensors")
 	wantEvent(t, nextEvent(t, events), logstore.StreamRemoved, "sensors")
@@ -123,4 +126,25 @@ func testStreamChanges(t *testing.T, s Suite) {
 	case <-time.After(Deadline):
 		t.Errorf("Changed of a removed stream is not closed")
 	}
+	if err := sensors.LoadState("", func(string, []byte) error { return nil }); !errors.Is(err, logstore.ErrClosed) {
+		t.Errorf("LoadState of a removed stream = %v, want ErrClosed", err)
+	}
+	// A stream of the same name added again starts afresh: no records, no
+	// consumer positions of the one removed.
+	s.AddStream(t, l, "sensors=sensors/#")
+	wantEvent(t, nextEvent(t, events), logstore.StreamAdded, "sensors")
+	again := l.Stream("sensors")
+	if m := stateOf(t, again); len(m) != 0 {
+		t.Errorf("a re-added stream has the removed one's state %v", m)
+	}
+	if again.Committed() != 0 {
+		t.Errorf("a re-added stream starts at %d, want 0", again.Committed())
+	}
+}
+
+// stateOf returns every entry of st.
+func stateOf(t *testing.T, st mqtt.StateStore) map[string]string {
+	t.Helper()
+	m, _ := loadState(t, st, "")
+	return m
 }

@@ -1,0 +1,60 @@
+// Package auth holds who may use a Peat node and what they may do: users
+// with hashed passwords, ordered topic ACLs, and HTTP API tokens. It is
+// plain Go; edge adapts it to the MQTT front-end's Auth interface.
+//
+// # Users
+//
+// A users file has one "name:hash" line per user, Mosquitto's format.
+// `peat passwd` writes argon2id hashes (PHC strings); bcrypt hashes and
+// the $6$ (SHA-512) and $7$ (PBKDF2-SHA512) lines of mosquitto_passwd are
+// accepted too, so a Mosquitto site brings its file along. A plain-text
+// password is not a hash: the file is refused. Comparisons are constant
+// time. A reconnect storm is bounded twice: at most MaxConcurrentHashes
+// hashes run at once, and a cache keyed by an HMAC of user, stored hash
+// and password (never the password) answers a device that reconnects with
+// the same password without hashing again. An unknown user costs a hash
+// too, so timing does not tell which names exist.
+//
+// # ACLs
+//
+// An ACL file is an ordered list of rules; the first rule that applies to
+// a question decides, and no rule means no:
+//
+//	# <allow|deny> <read|write|readwrite> <*|user:NAME|client:ID> <filter>
+//	allow readwrite user:admin  #
+//	deny  read      *           test/nosubscribe
+//	allow readwrite *           devices/%c/#
+//	allow read      *           sensors/#
+//
+// %u and %c stand for the user name and client id, and only as a whole
+// level: dev-%c is the literal level "dev-%c". A name that is empty or
+// holds +, # or / never stands in (a client id "#" widened Mosquitto's
+// pattern ACLs, CVE-2017-7650): an allow rule that needs it does not apply,
+// and a deny rule gets + in its place, denying at least as much. Topics
+// are matched by logstore.MatchFilter, the matcher routing uses, so # does
+// not match $ topics: $offsets/... needs rules of its own. Unlike mochi's
+// ledger, rules keep their order, the default is deny, and a filter a/b
+// does not match a/b/c.
+//
+// A subscription is granted when some topic matching it may be read
+// (maySubscribe); every record delivered is then checked by topic, unless
+// an allow rule covers the whole filter before any deny touches it
+// (readsAll), which is answered once per filter. covers and overlaps,
+// relations between two filters, are decided with witness topics handed
+// to MatchFilter, so they follow its rules, $ topics included; a fuzz test
+// holds them to it.
+//
+// # Tokens
+//
+// A tokens file has one "name:role:sha256" line per HTTP API token, the
+// hex SHA-256 of the token, so the file holds no secret: `peat token`
+// makes a random 32-byte token, writes its line and prints the token
+// once. Check hashes what is presented and compares it with every line in
+// constant time. Roles are read (GET, HEAD) and admin (everything).
+//
+// # Reload
+//
+// Auth.Reload reads both files again (Tokens.Reload its own); only when
+// both are good do they replace the rules, for connected clients too (each Access rebuilds its
+// rules and empties its caches when it sees a new generation).
+package auth

@@ -1,0 +1,130 @@
+package edge
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+)
+
+// dashboardPath is the Grafana dashboard users import.
+const dashboardPath = "../configs/grafana-dashboard.json"
+
+// dashboard is what the test reads of a Grafana dashboard.
+type dashboard struct {
+	Templating struct {
+		List []struct {
+			Name, Type string
+			Query      any
+			Definition string
+		}
+	}
+	Panels []dashPanel
+}
+
+type dashPanel struct {
+	Title      string
+	Type       string
+	Datasource *struct{ Type, UID string }
+	Targets    []struct{ Expr string }
+	Panels     []dashPanel // a collapsed row's
+}
+
+// seriesName matches the metric names in a PromQL expression that Peat
+// itself exports (peat_*) or that its Go and process collectors do.
+var seriesName = regexp.MustCompile(`\b(?:peat|process|go)_[a-z0-9_]+\b`)
+
+// Every series the dashboard queries exists on a live node's /metrics:
+// a renamed metric breaks this test, not a user's dashboard.
+func TestDashboard_EverySeriesExists(t *testing.T) {
+	raw, err := os.ReadFile(dashboardPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatalf("%s: %v", dashboardPath, err)
+	}
+	var dsVar bool
+	queries := map[string]string{} // query -> where
+	for _, v := range d.Templating.List {
+		if v.Type == "datasource" && v.Name == "datasource" {
+			dsVar = true
+		}
+		if v.Definition != "" {
+			queries[v.Definition] = "variable " + v.Name
+		}
+	}
+	if !dsVar {
+		t.Errorf("%s has no datasource variable", dashboardPath)
+	}
+	var walk func([]dashPanel)
+	walk = func(ps []dashPanel) {
+		for _, p := range ps {
+			walk(p.Panels)
+			if p.Type == "row" {
+				continue
+			}
+			if p.Datasource == nil || p.Datasource.UID != "${datasource}" {
+				t.Errorf("panel %q does not use the datasource variable", p.Title)
+			}
+			if len(p.Targets) == 0 {
+				t.Errorf("panel %q has no query", p.Title)
+			}
+			for _, tg := range p.Targets {
+				queries[tg.Expr] = "panel " + p.Title
+			}
+		}
+	}
+	walk(d.Panels)
+
+	// A node with traffic: a subscriber, and a group behind.
+	n := startNode(t, testConfig(t))
+	sub := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + n.MQTTAddr().String()).SetClientID("sub").SetAutoReconnect(false))
+	if tok := sub.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	defer sub.Disconnect(0)
+	got := make(chan struct{}, 100)
+	if tok := sub.Subscribe("sensors/#", 1, func(paho.Client, paho.Message) { got <- struct{}{} }); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	publishQoS1(t, n.MQTTAddr(), "sensors/a", 5)
+	for range 5 {
+		select {
+		case <-got:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the subscriber got no delivery")
+		}
+	}
+	commitOffset(t, n, "billing", "default", 2)
+
+	_, _, body := get(t, "GET", "http://"+n.HTTPAddr().String()+"/metrics")
+	exported := map[string]bool{}
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		exported[line[:strings.IndexAny(line, "{ ")]] = true
+	}
+	checked := 0
+	for q, where := range queries {
+		for _, name := range seriesName.FindAllString(q, -1) {
+			checked++
+			if !exported[name] {
+				t.Errorf("%s queries %s, which a live node does not export", where, name)
+			}
+		}
+	}
+	if checked < 15 {
+		t.Errorf("only %d series names found in the dashboard's queries", checked)
+	}
+}

@@ -1,0 +1,105 @@
+package edge
+
+import (
+	"errors"
+	"log/slog"
+	"sync"
+
+	"github.com/peatmq/peat/mqtt"
+)
+
+// Attribute keys of the auth log lines.
+const (
+	attrUsers    = "users"
+	attrACLRules = "acl_rules"
+)
+
+// ErrNoAuth is Reload's answer on a node that runs without auth files.
+var ErrNoAuth = errors.New("edge: no auth file, tokens file or TLS certificate to reload")
+
+// secureBroker reads the auth files and TLS material into bc. A file that
+// cannot be read or is invalid fails the start: Peat never serves with
+// half its rules.
+func (n *Node) secureBroker(bc *mqtt.Config) error {
+	a, err := n.cfg.newAuth()
+	if err != nil {
+		return err
+	}
+	if a != nil {
+		n.auth.Store(a)
+		bc.Auth = mqttAuth{a}
+		users, rules := a.Counts()
+		n.log.Info("auth loaded", attrUsers, users, attrACLRules, rules)
+	}
+	var kp *keyPair
+	if bc.TLS, kp, err = n.cfg.mqttTLS(); err != nil {
+		return err
+	}
+	if kp != nil {
+		n.keyPairs.add(kp)
+	}
+	return nil
+}
+
+// keyPairs are the listeners' certificates, which Reload reads again.
+type keyPairs struct {
+	mu    sync.Mutex
+	pairs []*keyPair
+}
+
+func (k *keyPairs) add(kp *keyPair) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.pairs = append(k.pairs, kp)
+}
+
+func (k *keyPairs) all() []*keyPair {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]*keyPair(nil), k.pairs...)
+}
+
+// Reload reads the users and ACL files again (SIGHUP) and applies them to
+// every client, connected ones included. When a file cannot be read or is
+// invalid, the rules in force stay and the error says why.
+func (n *Node) Reload() error {
+	a := n.auth.Load()
+	pairs := n.keyPairs.all()
+	if a == nil && n.tokens.Load() == nil && len(pairs) == 0 {
+		return ErrNoAuth
+	}
+	var errs []error
+	for _, kp := range pairs {
+		if err := kp.reload(); err != nil {
+			n.log.Error("TLS certificate reload failed; keeping the one in use", attrErr, err)
+			errs = append(errs, err)
+		}
+	}
+	if a != nil {
+		if err := a.Reload(); err != nil {
+			n.log.Error("auth reload failed; keeping the rules in force", attrErr, err)
+			errs = append(errs, err)
+		} else {
+			users, rules := a.Counts()
+			n.log.Info("auth reloaded", attrUsers, users, attrACLRules, rules)
+		}
+	}
+	if err := n.reloadTokens(); err != nil {
+		n.log.Error("HTTP tokens reload failed; keeping the tokens in force", attrErr, err)
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// logAuth says at start how clients are let in, so an operator reading
+// the log sees an open broker for what it is.
+func (n *Node) logAuth() {
+	switch {
+	case n.auth.Load() == nil && !n.cfg.Auth.AllowAnonymous:
+		n.log.Info("no auth configured: every client may publish and read; MQTT is served on loopback only",
+			slog.String("mqtt.listen", n.cfg.MQTT.Listen))
+	case n.auth.Load() == nil:
+		n.log.Warn("auth.allow_anonymous without users or ACL: every client that reaches the listener may publish and read",
+			slog.String("mqtt.listen", n.cfg.MQTT.Listen))
+	}
+}

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Upstream sync through an outage (issue 20): an edge broker takes COUNT
+# QoS 1 records while its upstream is down, then the upstream comes back
+# and the backlog drains. Two edges, each a fresh process pinned to CPU 0:
+#
+#   peat       Peat (server profile, interval durability) with an MQTT sink
+#              to the upstream: the log is the buffer
+#   mosquitto  Debian's Mosquitto bridging `#` out at QoS 1 (cleansession
+#              false, max_queued_messages 0 so it drops nothing): the
+#              backlog is its in-memory bridge queue
+#
+# The upstream is a second Mosquitto with persistence on and a durable
+# subscriber session ("counter"): it is started once to create the
+# session, stopped (the outage), and started again after the pile-up, and
+# the counter then receives every record. Reported per edge: RSS idle,
+# at the end of the pile-up and its peak, the drain time and rate (from
+# the upstream's restart to the counter's last record), and the edge's CPU
+# per record drained. Loopback only; REPS repetitions.
+#
+#   scripts/bench-sink.sh                  # COUNT=1000000, both edges
+#   COUNT=200000 EDGES=peat scripts/bench-sink.sh
+#   PEAT_BIN=/path/to/peat scripts/bench-sink.sh   # another Peat build
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib-brokers.sh
+. scripts/lib-brokers.sh
+
+COUNT=${COUNT:-1000000}
+REPS=${REPS:-1}
+read -r -a edges <<<"${EDGES:-peat mosquitto}"
+PUBS=10
+PAYLOAD=${PAYLOAD:-64}
+DRAIN_LIMIT=${DRAIN_LIMIT:-600} # seconds a drain may take before the run fails
+
+work=$(mktemp -d)
+UP_PID="" EDGE_PID="" SAMPLER=""
+cleanup() {
+	for p in $SAMPLER $EDGE_PID $UP_PID; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+bench_need_mosquitto mosquitto
+command -v mosquitto_sub >/dev/null || {
+	echo "bench-sink: mosquitto_sub missing (Debian: apt-get install mosquitto-clients)" >&2
+	exit 1
+}
+bench_build
+if [ -n "${PEAT_BIN:-}" ]; then cp "$PEAT_BIN" "$work/peat"; fi # another build of Peat
+tick=$(getconf CLK_TCK)
+
+rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+cpu_ticks() { awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$1/stat"; }
+
+# upstream_start: the upstream Mosquitto on UP_PORT, persistence in $work/up.
+upstream_start() {
+	mkdir -p "$work/up"
+	printf 'listener %s 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location %s/\nmax_queued_messages 0\nmax_inflight_messages 0\nlog_dest stderr\nlog_type error\n' \
+		"$UP_PORT" "$work/up" >"$work/up.conf"
+	$pin_load "$mosquitto_bin" -c "$work/up.conf" >>"$work/up.log" 2>&1 &
+	UP_PID=$!
+	for _ in $(seq 100); do port_free "$UP_PORT" || return 0; sleep 0.05; done
+	echo "upstream mosquitto did not start" >&2; cat "$work/up.log" >&2; exit 1
+}
+upstream_stop() { kill "$UP_PID"; wait "$UP_PID" 2>/dev/null || true; UP_PID=""; }
+
+# edge_start name: the edge on EDGE_PORT, forwarding to UP_PORT.
+edge_start() {
+	case $1 in
+	peat)
+		cat >"$work/edge.yaml" <<-EOF
+			streams:
+			  - name: default
+			    filters: ["#"]
+			    durability: interval
+			sinks:
+			  - name: up
+			    mqtt:
+			      url: mqtt://127.0.0.1:$UP_PORT
+			      client_id: edge-peat
+			      qos: 1
+			    backoff: {min: 100ms, max: 500ms}
+		EOF
+		$pin_broker "$work/peat" serve --config "$work/edge.yaml" --data "$work/edge-data-$RANDOM" --profile server \
+			--mqtt "127.0.0.1:$EDGE_PORT" --http "127.0.0.1:$((EDGE_PORT + 1))" >"$work/edge.log" 2>&1 &
+		;;
+	mosquitto)
+		printf 'listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 0\nlog_dest stderr\nlog_type error\n' "$EDGE_PORT" >"$work/edge.conf"
+		printf 'connection up\naddress 127.0.0.1:%s\ntopic # out 1\ncleansession false\nclientid edge-mosquitto\nrestart_timeout 1\n' "$UP_PORT" >>"$work/edge.conf"
+		$pin_broker "$mosquitto_bin" -c "$work/edge.conf" >"$work/edge.log" 2>&1 &
+		;;
+	esac
+	EDGE_PID=$!
+	for _ in $(seq 200); do port_free "$EDGE_PORT" || return 0; sleep 0.05; done
+	echo "edge $1 did not start" >&2; cat "$work/edge.log" >&2; exit 1
+}
+
+echo "| edge | records | RSS idle MB | RSS after pile-up MB | RSS peak MB | drain s | drained rec/s | edge CPU µs/rec drained |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+for rep in $(seq "$REPS"); do
+	for edge in "${edges[@]}"; do
+		rm -rf "$work/up" "$work/up.log"
+		pick_port
+		UP_PORT=$PORT
+		upstream_start
+		# The counter's durable session: it queues upstream while the counter is away.
+		mosquitto_sub -p "$UP_PORT" -i counter -c -q 1 -t '#' -W 1 >/dev/null 2>&1 || true
+		upstream_stop # the outage begins
+
+		pick_port
+		EDGE_PORT=$PORT
+		edge_start "$edge"
+		sleep 1
+		idle=$(rss_kb "$EDGE_PID")
+		peak=$idle
+		(
+			while kill -0 "$EDGE_PID" 2>/dev/null; do rss_kb "$EDGE_PID"; sleep 0.2; done
+		) >"$work/rss.txt" &
+		SAMPLER=$!
+
+		$pin_load "$work/peat-bench" fanin --addr "127.0.0.1:$EDGE_PORT" --publishers $PUBS --subscribers 0 \
+			--qos 1 --payload "$PAYLOAD" --count $((COUNT / PUBS)) --label "$edge" >"$work/fanin.json"
+		sleep 1
+		piled=$(rss_kb "$EDGE_PID")
+
+		c0=$(cpu_ticks "$EDGE_PID")
+		t0=$(date +%s.%N)
+		upstream_start # the outage ends
+		if ! timeout "$DRAIN_LIMIT" mosquitto_sub -p "$UP_PORT" -i counter -c -q 1 -t '#' -C "$COUNT" >/dev/null; then
+			echo "bench-sink: $edge: the upstream did not get $COUNT records within ${DRAIN_LIMIT}s" >&2
+			exit 1
+		fi
+		t1=$(date +%s.%N)
+		c1=$(cpu_ticks "$EDGE_PID")
+		kill "$SAMPLER" 2>/dev/null || true
+		wait "$SAMPLER" 2>/dev/null || true
+		SAMPLER=""
+		peak=$(sort -n "$work/rss.txt" | tail -1)
+		kill "$EDGE_PID"; wait "$EDGE_PID" 2>/dev/null || true; EDGE_PID=""
+		upstream_stop
+
+		awk -v e="$edge" -v n="$COUNT" -v i="$idle" -v p="$piled" -v k="$peak" -v t0="$t0" -v t1="$t1" \
+			-v c0="$c0" -v c1="$c1" -v tick="$tick" 'BEGIN {
+			d = t1 - t0
+			printf "| %s | %d | %.1f | %.1f | %.1f | %.1f | %.0f | %.1f |\n", e, n, i/1024, p/1024, k/1024, d, n/d, (c1-c0)/tick*1e6/n
+		}'
+	done
+done
