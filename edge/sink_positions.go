@@ -14,7 +14,10 @@ import (
 // sees a position stored by an earlier run.
 type brokerPositions struct{ b *mqtt.Broker }
 
-var _ sink.Positions = brokerPositions{}
+var (
+	_ sink.Positions = brokerPositions{}
+	_ sink.Watcher   = brokerPositions{}
+)
 
 func (p brokerPositions) Load(group, stream string) (uint64, bool, error) {
 	off, ok, _ := p.b.GroupOffset(group, stream)
@@ -25,4 +28,10 @@ func (p brokerPositions) Load(group, stream string) (uint64, bool, error) {
 // only at shutdown, after which nothing commits, so none is needed here.
 func (p brokerPositions) Commit(group, stream string, off uint64) error {
 	return p.b.CommitGroup(context.Background(), group, stream, off)
+}
+
+// Watch follows the group's durable offset, which a client may also set
+// by publishing to $offsets/<group>/<stream>.
+func (p brokerPositions) Watch(group, stream string) (uint64, bool, <-chan struct{}) {
+	return p.b.GroupOffset(group, stream)
 }

@@ -448,3 +448,26 @@ func TestNode_StalledSinkKeepsTheNodeReady(t *testing.T) {
 		return st[0].State == sink.StateConnected && st[0].Streams[0].CommittedOffset == 10
 	})
 }
+
+// A commit published to $offsets/$sink.<name>/<stream> moves the sink: it
+// sends again from there (here: back to offset 5).
+func TestNode_SinkFollowsACommitToItsOffsets(t *testing.T) {
+	upstream := sinktest.StartMosquitto(t)
+	col := sinktest.NewCollector(t, upstream, "site-a/#")
+	n := startNode(t, sinkConfig(t, upstream))
+	publishQoS1(t, n.MQTTAddr(), "sensors/a", 20)
+	sinktest.WaitFor(t, "20 records upstream", time.Minute, func() bool { return len(col.Payloads()) >= 20 })
+	sinktest.WaitFor(t, "position 20", time.Minute, func() bool { return sinkStatuses(t, n)[0].Streams[0].CommittedOffset == 20 })
+
+	raw := mqtttest.Dial(t, n.MQTTAddr().String(), mqtttest.Connect{ClientID: "seek", Version: 5, Clean: true})
+	raw.Publish("$offsets/$sink.cloud/default", 1, 1, "5")
+	if ack := raw.ReadUntil(packets.Puback); ack.ReasonCode >= 0x80 {
+		t.Fatalf("commit refused: %#x %s", ack.ReasonCode, ack.Properties.ReasonString)
+	}
+	sinktest.WaitFor(t, "offsets 5 to 19 again", time.Minute, func() bool { return len(col.Payloads()) >= 35 })
+	got := col.Payloads()
+	if got[20] != "m5" || got[34] != "m19" {
+		t.Errorf("after the seek the upstream got %v..%v, want m5..m19", got[20], got[34])
+	}
+	sinktest.WaitFor(t, "position 20 again", time.Minute, func() bool { return sinkStatuses(t, n)[0].Streams[0].CommittedOffset == 20 })
+}

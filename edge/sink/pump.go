@@ -151,13 +151,24 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 		p.rate = newBucket(s.cfg.MaxRate, time.Now())
 	}
 	acks := conn.Acks()
+	watcher, _ := s.cfg.Positions.(Watcher)
 	for {
 		// Take the streams' wake-up channels before reading, so records
 		// committed after a read wake the wait below.
-		changed := make([]<-chan struct{}, 0, len(s.cursors))
+		changed := make([]<-chan struct{}, 0, 2*len(s.cursors))
 		for _, c := range s.cursors {
 			if !c.closed {
 				changed = append(changed, c.stream.Changed())
+			}
+		}
+		// A position moved from outside (a commit to $offsets) is a seek.
+		if watcher != nil {
+			for _, c := range s.cursors {
+				off, ok, ch := watcher.Watch(Group(s.cfg.Name), c.name)
+				if ok && off != c.position.Load() {
+					s.seek(c, off)
+				}
+				changed = append(changed, ch)
 			}
 		}
 		// 1. Take every acknowledgement already here.
@@ -204,6 +215,10 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 			for _, ch := range changed {
 				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
 			}
+		} else if watcher != nil { // a seek frees the window too
+			for _, ch := range changed[len(changed)-len(s.cursors):] {
+				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+			}
 		}
 		chosen, v, ok := reflect.Select(cases)
 		if timer != nil {
@@ -229,6 +244,29 @@ func (s *Sink) inWindow() int {
 		n += len(c.slots)
 	}
 	return n
+}
+
+// Watcher is Positions whose values may also change from outside the
+// sink (a commit published to $offsets/$sink.<name>/<stream>): Watch
+// returns the durable position and a channel closed when it changes.
+type Watcher interface {
+	Watch(group, stream string) (off uint64, ok bool, changed <-chan struct{})
+}
+
+// seek continues c from off, set from outside: what is in flight in c is
+// forgotten (late acknowledgements of it are ignored) and reading starts
+// again at off, back or forward.
+func (s *Sink) seek(c *cursor, off uint64) {
+	s.log.Info("sink position moved from outside; continuing from there", attrStream, c.name,
+		attrFrom, c.position.Load(), attrTo, off)
+	for _, sl := range c.slots {
+		delete(s.inflight, sl.id)
+	}
+	c.slots = c.slots[:0]
+	c.next = off
+	c.position.Store(off)
+	c.progressAt.Store(time.Now().UnixNano())
+	c.m.committed.Set(float64(off))
 }
 
 // connErr is why conn ended.
