@@ -84,6 +84,7 @@ func runMosquitto(t testing.TB, listeners []string, extra []string) []string {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "-c", path)
+	dieWithParent(cmd)
 	var out lockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
