@@ -29,6 +29,8 @@ type Config struct {
 	// Streams are the logs and the topics each captures. A topic no stream
 	// captures goes through the MQTT broker without being stored.
 	Streams []StreamConfig `yaml:"streams"`
+	// Sinks send streams upstream (config_sinks.go); none by default.
+	Sinks []SinkConfig `yaml:"sinks"`
 
 	// sources records, by YAML path, where a value came from when it was
 	// not the defaults or the file ("PEAT_DATA_DIR", "flag --data"), so a

@@ -36,6 +36,9 @@
 //	GET /api/v1/streams/{name}  one stream, 404 when there is none
 //	GET /api/v1/status   the node at a glance (package status documents it)
 //	GET /api/v1/groups   the consumer groups of the status document
+//	GET /api/v1/sinks    upstream sinks: state, position and lag per stream
+//	                     (sink.Status); /api/v1/sinks/{name} one of them
+//	POST /api/v1/sinks/{name}/pause, .../resume  until the node restarts
 //	GET /                the status page (package status)
 //
 // The status document is made on request from the store, the broker's
@@ -45,6 +48,10 @@
 // group and stream peat_group_lag_records and
 // peat_group_consumer_connected (metrics.go); per-client and per-session
 // series are left out on purpose: there may be thousands.
+//
+// Sinks (sinks.go, config_sinks.go; package sink) start after the broker,
+// with their positions kept as its consumer groups "$sink.<name>"
+// (sink_positions.go), and stop before it.
 //
 // Errors are JSON: {"error": "message"}.
 //

@@ -43,6 +43,7 @@ func (n *Node) Handler() http.Handler {
 	page := status.Handler(n.Status)
 	mux.Handle("GET /{$}", page)
 	mux.Handle("GET /assets/", page)
+	n.sinkRoutes(mux)
 	return errorsAsJSON(mux)
 }
 

@@ -85,6 +85,7 @@ func Parse(data []byte) (Config, error) {
 			s.LingerQoS0 = def.LingerQoS0
 		}
 	}
+	applySinkDefaults(&cfg, idx.present)
 	return cfg, nil
 }
 

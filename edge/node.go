@@ -55,6 +55,7 @@ type Node struct {
 
 	serving atomic.Bool                    // /healthz says ok
 	store   atomic.Pointer[logstore.Store] // what HTTP handlers and metrics read; nil when closed
+	sinks   atomic.Pointer[sinkSet]        // upstream sinks (sinks.go); nil when none run
 	broker  atomic.Pointer[mqtt.Broker]    // the same for the broker
 	build   atomic.Pointer[Build]          // SetBuild
 	started time.Time                      // set by Start, before HTTP serves
@@ -210,7 +211,7 @@ func (n *Node) start(ctx context.Context) error {
 	done := make(chan struct{})
 	go n.sampleLoop(sctx, done)
 	n.mu.stopSampler = func() { cancel(); <-done }
-	return nil
+	return n.startSinks(store, broker)
 }
 
 // warnPayloadAboveRecord warns at start when mqtt.max_payload_bytes lets in
@@ -328,6 +329,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 		}
 		<-n.mu.httpDone
 	}
+	n.stopSinks()
 	if n.mu.stopSampler != nil {
 		n.mu.stopSampler()
 		n.mu.stopSampler = nil

@@ -47,6 +47,7 @@ func (c Config) Validate() error {
 	if len(c.Streams) == 0 {
 		add("streams", "must list at least one stream")
 	}
+	probs = append(probs, c.validateSinks()...)
 	c.validateSecurity(add)
 
 	// The storage and MQTT packages check their own fields; a problem they

@@ -4,13 +4,15 @@
 # use Go clients fetched through the module proxy, and Debian's mosquitto_sub
 # (the replay protocol must work from any stock MQTT client); the small-disk
 # tests mkfs.ext4 (e2fsprogs) and mount; the status page test drives Debian's
-# chromium (headless, through chromedp).
+# chromium (headless, through chromedp); the sink tests run Debian's
+# mosquitto broker as the upstream.
 set -euo pipefail
 
 need=()
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v mosquitto_sub >/dev/null 2>&1 || need+=(mosquitto-clients)
-# edge/auth reads password files made by Debian's mosquitto_passwd.
+# edge/auth reads password files made by Debian's mosquitto_passwd; the
+# sink tests run its mosquitto broker (same package).
 command -v mosquitto_passwd >/dev/null 2>&1 || need+=(mosquitto)
 # The small-disk tests of logstore loop-mount an ext4 image (as root).
 command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)

@@ -1,0 +1,46 @@
+// Package sink sends a node's streams upstream (edge to cloud) with
+// store-and-forward: the log itself is the buffer.
+//
+// A sink is a consumer group of each stream it sends, named
+// "$sink.<name>" (visible to MQTT clients as $offsets/$sink.<name>/<stream>;
+// a commit published there is a seek, which the pump follows when its
+// Positions is a Watcher).
+// Its position in a stream is the offset below which every record was
+// acknowledged upstream or skipped by the sink's topic filter. The sink
+// reads "everything after my position" from the log, so an outage of any
+// length costs disk (bounded by the stream's retention), never memory: the
+// only records in memory are the in-flight window.
+//
+// One goroutine, the pump, owns a connection (Conn) at a time:
+//
+//	read from next ──► Send ──► upstream
+//	                              │ acks (any order)
+//	position ◄── commit ◄── contiguous acknowledged prefix
+//
+// The window is min(configured window, what the upstream allows: an MQTT 5
+// Receive Maximum). Records sent and not yet below the durable position
+// count against it, and the position is committed (durably, through
+// Positions) before the window slides on. So after a crash or a dropped
+// connection the sink starts again from the durable position and sends at
+// most one window of records twice; the upstream sees each stream in
+// order, with duplicates only as a rewind of at most the window.
+//
+// Every connection starts from the durable position: a reconnect needs no
+// new traffic to drain the backlog. Retention may drop records the sink
+// has not sent: the range is logged at ERROR and counted in
+// peat_sink_lost_records_total, and the sink continues from the log start.
+//
+// Health comes from acknowledged progress, not from the socket: a stream
+// with records to send and nothing acknowledged for StallAfter is stalled,
+// connected or not (a black hole keeps a socket open and passes nothing).
+// The states are connecting, connected, stalled and paused; Status and the
+// peat_sink_* metrics report them per stream.
+//
+// Kinds of upstream live in subpackages, one each, like litestream's
+// replica clients: mqttsink (any MQTT 3.1.1 or 5 broker) and kafkasink
+// (franz-go). A Conn may also be a Keeper (MQTT QoS 2: it completes its
+// predecessor's deliveries, so the pump keeps its window) or a Resumer
+// (Kafka exactly-once: the upstream's own tail says where to resume, so
+// the position moves past what it already holds). A Peat-to-Peat upstream
+// is not built yet.
+package sink

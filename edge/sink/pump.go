@@ -1,0 +1,454 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/peatmq/peat/logstore"
+)
+
+// cursor is a sink's place in one stream. The pump owns next and slots;
+// position and progressAt are read by the monitor and Status too.
+type cursor struct {
+	stream Stream
+	name   string
+	m      streamMetrics
+
+	// position is durable: every record below it was acknowledged
+	// upstream or skipped by the filter.
+	position atomic.Uint64
+	// progressAt (unix ns) is when position last moved, or when the
+	// monitor last saw nothing to send: the stall clock.
+	progressAt atomic.Int64
+	// lastSuccess (unix ns) is the last acknowledgement; 0 for none.
+	lastSuccess atomic.Int64
+
+	next  uint64 // next offset to read
+	slots []slot // sent and not yet under position, in offset order
+	// resendBelow: records below it were sent on an earlier connection
+	// (counted as retried when sent again).
+	resendBelow uint64
+	closed      bool // the stream was removed or closed
+}
+
+// slot is one record in flight.
+type slot struct {
+	id     uint64
+	off    uint64
+	sentAt time.Time
+	acked  bool
+}
+
+// prefix is the end of the contiguous acknowledged prefix: the first
+// unacknowledged slot, or next when all are acknowledged.
+func (c *cursor) prefix() uint64 {
+	for _, sl := range c.slots {
+		if !sl.acked {
+			return sl.off
+		}
+	}
+	return c.next
+}
+
+// ack marks the slot of off acknowledged; false when there is none.
+func (c *cursor) ack(off uint64) bool {
+	i := sort.Search(len(c.slots), func(i int) bool { return c.slots[i].off >= off })
+	if i == len(c.slots) || c.slots[i].off != off || c.slots[i].acked {
+		return false
+	}
+	c.slots[i].acked = true
+	return true
+}
+
+// ref says where a delivery id points.
+type ref struct {
+	c   *cursor
+	off uint64
+}
+
+// pumpState is what one connection's pump keeps.
+type pumpState struct {
+	conn     Conn
+	window   int
+	inflight map[uint64]ref // the Sink's, kept across connections
+	rate     *bucket
+	rr       int // the cursor the next fill starts with (round robin)
+}
+
+// Keeper is a Conn that took over its predecessor's deliveries still in
+// flight (an MQTT session resumed with QoS 2): it completes them itself,
+// under the same ids, and the pump keeps its window instead of rewinding.
+type Keeper interface {
+	KeepsInflight() bool
+}
+
+// Resumer is a Conn whose upstream is its own checkpoint (Kafka with
+// exactly-once): Resume returns the offset after the last record of
+// stream the upstream holds from this sink, and every record below it is
+// there too; ok is false when it holds none.
+type Resumer interface {
+	Resume(ctx context.Context, stream string) (next uint64, ok bool, err error)
+}
+
+// resume moves each stream's position past what the upstream already
+// holds, so a record acknowledged there but not yet committed here (a
+// crash between the two) is not sent twice.
+func (s *Sink) resume(ctx context.Context, r Resumer) error {
+	for _, c := range s.cursors {
+		next, ok, err := r.Resume(ctx, c.name)
+		if err != nil {
+			return &stageError{reason: "resume", err: fmt.Errorf("read back %s from the upstream: %w", c.name, err)}
+		}
+		pos := c.position.Load()
+		if !ok || next <= pos {
+			continue
+		}
+		if end := c.stream.Committed(); next > end {
+			s.log.Error("the upstream holds offsets beyond this stream's end; not moving past the end",
+				attrStream, c.name, attrOffset, next, attrEnd, end)
+			next = end
+		}
+		if err := s.cfg.Positions.Commit(Group(s.cfg.Name), c.name, next); err != nil {
+			return &stageError{reason: "commit", err: fmt.Errorf("commit %s at %d: %w", c.name, next, err)}
+		}
+		s.log.Info("sink resumes after the upstream's last record", attrStream, c.name, attrFrom, pos, attrTo, next)
+		c.position.Store(next)
+		c.next = next
+		c.progressAt.Store(time.Now().UnixNano())
+		c.m.committed.Set(float64(next))
+	}
+	return nil
+}
+
+// pump sends over conn until it fails or ctx is done. A connection starts
+// from the durable positions: whatever was in flight on the last one is
+// read from the log and sent again (at most the window, hence the bound on
+// duplicates), unless conn is a Keeper that keeps them.
+// progressed reports that anything was acknowledged.
+func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error) {
+	if k, ok := conn.(Keeper); !ok || !k.KeepsInflight() || s.inflight == nil {
+		s.inflight = map[uint64]ref{}
+		for _, c := range s.cursors {
+			if c.next > c.position.Load() {
+				c.resendBelow = max(c.resendBelow, c.next)
+			}
+			c.next = c.position.Load()
+			c.slots = c.slots[:0]
+		}
+	}
+	if r, ok := conn.(Resumer); ok {
+		if err := s.resume(ctx, r); err != nil {
+			return false, err
+		}
+	}
+	p := &pumpState{conn: conn, window: max(conn.Window(), 1), inflight: s.inflight}
+	if s.cfg.MaxRate > 0 {
+		p.rate = newBucket(s.cfg.MaxRate, time.Now())
+	}
+	acks := conn.Acks()
+	watcher, _ := s.cfg.Positions.(Watcher)
+	for {
+		// Take the streams' wake-up channels before reading, so records
+		// committed after a read wake the wait below.
+		changed := make([]<-chan struct{}, 0, 2*len(s.cursors))
+		for _, c := range s.cursors {
+			if !c.closed {
+				changed = append(changed, c.stream.Changed())
+			}
+		}
+		// A position moved from outside (a commit to $offsets) is a seek.
+		if watcher != nil {
+			for _, c := range s.cursors {
+				off, ok, ch := watcher.Watch(Group(s.cfg.Name), c.name)
+				if ok && off != c.position.Load() {
+					s.seek(c, off)
+				}
+				changed = append(changed, ch)
+			}
+		}
+		// 1. Take every acknowledgement already here.
+		for drained := false; !drained; {
+			select {
+			case id, ok := <-acks:
+				if !ok {
+					return progressed, connErr(conn)
+				}
+				progressed = s.acked(p, id) || progressed
+			default:
+				drained = true
+			}
+		}
+		// 2. Make the acknowledged prefix durable.
+		if err := s.commit(); err != nil {
+			return progressed, err
+		}
+		// 3. Send what the window and the rate allow.
+		sent, read, wait, err := s.fill(ctx, p)
+		if err != nil {
+			return progressed, err
+		}
+		if sent > 0 {
+			if err := conn.Flush(ctx); err != nil {
+				return progressed, err
+			}
+		}
+		if read {
+			continue // look for acknowledgements, then read on
+		}
+		// 4. Wait for an acknowledgement, new records, the rate, or pause.
+		cases := []reflect.SelectCase{
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(acks)},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.pauseWake)},
+		}
+		var timer *time.Timer
+		if wait > 0 {
+			timer = time.NewTimer(wait)
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)})
+		}
+		if s.inWindow() < p.window && !s.paused.Load() && wait == 0 {
+			for _, ch := range changed {
+				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+			}
+		} else if watcher != nil { // a seek frees the window too
+			for _, ch := range changed[len(changed)-len(s.cursors):] {
+				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+			}
+		}
+		chosen, v, ok := reflect.Select(cases)
+		if timer != nil {
+			timer.Stop()
+		}
+		switch chosen {
+		case 0:
+			return progressed, ctx.Err()
+		case 1:
+			if !ok {
+				return progressed, connErr(conn)
+			}
+			progressed = s.acked(p, v.Uint()) || progressed
+		}
+	}
+}
+
+// inWindow counts the records sent and not yet under a durable position,
+// acknowledged or not: after a crash, these are what may be sent again.
+func (s *Sink) inWindow() int {
+	n := 0
+	for _, c := range s.cursors {
+		n += len(c.slots)
+	}
+	return n
+}
+
+// Watcher is Positions whose values may also change from outside the
+// sink (a commit published to $offsets/$sink.<name>/<stream>): Watch
+// returns the durable position and a channel closed when it changes.
+type Watcher interface {
+	Watch(group, stream string) (off uint64, ok bool, changed <-chan struct{})
+}
+
+// seek continues c from off, set from outside: what is in flight in c is
+// forgotten (late acknowledgements of it are ignored) and reading starts
+// again at off, back or forward.
+func (s *Sink) seek(c *cursor, off uint64) {
+	s.log.Info("sink position moved from outside; continuing from there", attrStream, c.name,
+		attrFrom, c.position.Load(), attrTo, off)
+	for _, sl := range c.slots {
+		delete(s.inflight, sl.id)
+	}
+	c.slots = c.slots[:0]
+	c.next = off
+	c.position.Store(off)
+	c.progressAt.Store(time.Now().UnixNano())
+	c.m.committed.Set(float64(off))
+}
+
+// connErr is why conn ended.
+func connErr(conn Conn) error {
+	if err := conn.Err(); err != nil {
+		return err
+	}
+	return errors.New("connection closed")
+}
+
+// acked records the acknowledgement of delivery id.
+func (s *Sink) acked(p *pumpState, id uint64) bool {
+	r, ok := p.inflight[id]
+	if !ok {
+		return false
+	}
+	delete(p.inflight, id)
+	i := sort.Search(len(r.c.slots), func(i int) bool { return r.c.slots[i].off >= r.off })
+	if !r.c.ack(r.off) {
+		return false
+	}
+	now := time.Now()
+	s.m.ackLatency.Observe(now.Sub(r.c.slots[i].sentAt).Seconds())
+	r.c.m.acked.Inc()
+	r.c.lastSuccess.Store(now.UnixNano())
+	return true
+}
+
+// commit moves each stream's position over its acknowledged prefix and
+// makes it durable before the slots below it are forgotten.
+func (s *Sink) commit() error {
+	group := Group(s.cfg.Name)
+	for _, c := range s.cursors {
+		to := c.prefix()
+		if to <= c.position.Load() {
+			continue
+		}
+		if err := s.cfg.Positions.Commit(group, c.name, to); err != nil {
+			return &stageError{reason: "commit", err: fmt.Errorf("commit %s at %d: %w", c.name, to, err)}
+		}
+		i := sort.Search(len(c.slots), func(i int) bool { return c.slots[i].off >= to })
+		c.slots = append(c.slots[:0], c.slots[i:]...)
+		c.position.Store(to)
+		c.progressAt.Store(time.Now().UnixNano())
+		c.m.committed.Set(float64(to))
+	}
+	return nil
+}
+
+// fill reads and sends records while the window and the rate allow, one
+// stream after another. wait > 0 is how long until the rate allows more.
+// read reports that any stream moved on (records read or a gap skipped).
+func (s *Sink) fill(ctx context.Context, p *pumpState) (sent int, read bool, wait time.Duration, err error) {
+	if s.paused.Load() {
+		return 0, false, 0, nil
+	}
+	n := len(s.cursors)
+	for k := 0; k < n; k++ {
+		c := s.cursors[(p.rr+k)%n]
+		if c.closed {
+			continue
+		}
+		room := p.window - s.inWindow()
+		if room <= 0 {
+			break
+		}
+		if p.rate != nil {
+			allowed, w := p.rate.take(room, time.Now())
+			if allowed == 0 {
+				return sent, read, w, nil
+			}
+			room = allowed
+		}
+		got, moved, err := s.sendFrom(ctx, p, c, room)
+		sent += got
+		read = read || moved
+		if err != nil {
+			return sent, read, 0, err
+		}
+		if p.rate != nil && got < room {
+			p.rate.refund(room - got)
+		}
+	}
+	p.rr = (p.rr + 1) % n
+	return sent, read, 0, nil
+}
+
+// sendFrom reads up to room records of c from next and sends those the
+// filter lets through; moved reports that next moved.
+func (s *Sink) sendFrom(ctx context.Context, p *pumpState, c *cursor, room int) (sent int, moved bool, err error) {
+	recs, err := c.stream.Read(c.next, room, s.cfg.ReadBytes)
+	switch {
+	case errors.Is(err, logstore.ErrOffsetOutOfRange):
+		return 0, true, s.skipGap(c)
+	case errors.Is(err, logstore.ErrClosed):
+		c.closed = true
+		s.log.Warn("sink stream closed", attrStream, c.name)
+		return 0, false, nil
+	case err != nil:
+		return 0, false, &stageError{reason: "read", err: fmt.Errorf("read %s at %d: %w", c.name, c.next, err)}
+	}
+	for _, r := range recs {
+		c.next = r.Offset + 1
+		if s.cfg.Filter != "" && !logstore.MatchFilter(s.cfg.Filter, r.Topic) {
+			continue
+		}
+		s.nextID++
+		id := s.nextID
+		c.slots = append(c.slots, slot{id: id, off: r.Offset, sentAt: time.Now()})
+		p.inflight[id] = ref{c: c, off: r.Offset}
+		if err := p.conn.Send(ctx, Delivery{ID: id, Stream: c.name, Record: r}); err != nil {
+			return sent, true, err
+		}
+		sent++
+		c.m.sent.Inc()
+		if r.Offset < c.resendBelow {
+			c.m.retried.Inc()
+		}
+	}
+	return sent, len(recs) > 0, nil
+}
+
+// skipGap handles a read below the log start (retention dropped records
+// the sink had not sent) or above the end (a position from another log):
+// never silently.
+func (s *Sink) skipGap(c *cursor) error {
+	first, end := c.stream.FirstOffset(), c.stream.Committed()
+	switch {
+	case c.next < first:
+		lost := first - c.next
+		c.m.lost.Add(float64(lost))
+		s.log.Error("sink lost records: retention dropped them before they were sent",
+			attrStream, c.name, attrFrom, c.next, attrTo, first-1, attrCount, lost)
+		c.next = first
+	case c.next > end:
+		s.log.Error("sink position beyond the end of the stream; continuing from the end",
+			attrStream, c.name, attrOffset, c.next, attrEnd, end)
+		c.next = end
+		if len(c.slots) == 0 && c.position.Load() > end {
+			// commit moves positions forward only: set this one back here.
+			if err := s.cfg.Positions.Commit(Group(s.cfg.Name), c.name, end); err != nil {
+				return &stageError{reason: "commit", err: fmt.Errorf("commit %s at %d: %w", c.name, end, err)}
+			}
+			c.position.Store(end)
+			c.m.committed.Set(float64(end))
+		}
+	}
+	return nil
+}
+
+// stageError is an error of the sink's own (not the upstream's) with its
+// reason for peat_sink_errors_total.
+type stageError struct {
+	reason string
+	err    error
+}
+
+func (e *stageError) Error() string  { return e.err.Error() }
+func (e *stageError) Unwrap() error  { return e.err }
+func (e *stageError) Reason() string { return e.reason }
+
+// bucket is a token bucket of records per second.
+type bucket struct {
+	rate, tokens, burst float64
+	at                  time.Time
+}
+
+func newBucket(rate float64, now time.Time) *bucket {
+	burst := max(1, rate/10)
+	return &bucket{rate: rate, tokens: burst, burst: burst, at: now}
+}
+
+// take returns how many of want may go now, and if none, how long until one may.
+func (b *bucket) take(want int, now time.Time) (int, time.Duration) {
+	b.tokens = min(b.burst, b.tokens+now.Sub(b.at).Seconds()*b.rate)
+	b.at = now
+	n := min(want, int(b.tokens))
+	if n == 0 {
+		return 0, time.Duration((1 - b.tokens) / b.rate * float64(time.Second))
+	}
+	b.tokens -= float64(n)
+	return n, 0
+}
+
+func (b *bucket) refund(n int) { b.tokens = min(b.burst, b.tokens+float64(n)) }

@@ -1,0 +1,248 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt/mqtttest"
+)
+
+// fakeUpstream hands out fakeConns the test steers: it sees every
+// delivery and decides which to acknowledge, in any order.
+type fakeUpstream struct {
+	window int
+	conns  chan *fakeConn
+}
+
+func (u *fakeUpstream) String() string { return "fake" }
+
+func (u *fakeUpstream) Connect(ctx context.Context) (Conn, error) {
+	c := &fakeConn{window: u.window, acks: make(chan uint64, 1024), sent: make(chan Delivery, 1024), done: make(chan struct{})}
+	select {
+	case u.conns <- c:
+		return c, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+type fakeConn struct {
+	window int
+	acks   chan uint64
+	sent   chan Delivery
+	once   sync.Once
+	done   chan struct{}
+}
+
+func (c *fakeConn) Window() int                 { return c.window }
+func (c *fakeConn) Flush(context.Context) error { return nil }
+func (c *fakeConn) Acks() <-chan uint64         { return c.acks }
+func (c *fakeConn) Err() error                  { return errors.New("fake connection ended") }
+func (c *fakeConn) Close() error                { c.end(); return nil }
+func (c *fakeConn) end()                        { c.once.Do(func() { close(c.done); close(c.acks) }) }
+func (c *fakeConn) Send(_ context.Context, d Delivery) error {
+	select {
+	case <-c.done:
+		return c.Err()
+	default:
+	}
+	c.sent <- d
+	return nil
+}
+
+// take reads n deliveries, failing the test if they do not come.
+func (c *fakeConn) take(t *testing.T, n int) []Delivery {
+	t.Helper()
+	var out []Delivery
+	for len(out) < n {
+		select {
+		case d := <-c.sent:
+			out = append(out, d)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("got %d deliveries, want %d", len(out), n)
+		}
+	}
+	return out
+}
+
+// none checks that nothing more is sent for a moment.
+func (c *fakeConn) none(t *testing.T) {
+	t.Helper()
+	select {
+	case d := <-c.sent:
+		t.Fatalf("offset %d sent beyond the window", d.Record.Offset)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+type mapPositions struct {
+	mu      sync.Mutex
+	m       map[string]uint64
+	commits []uint64
+}
+
+func (p *mapPositions) Load(group, stream string) (uint64, bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	off, ok := p.m[group+"/"+stream]
+	return off, ok, nil
+}
+
+func (p *mapPositions) Commit(group, stream string, off uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.m[group+"/"+stream] = off
+	p.commits = append(p.commits, off)
+	return nil
+}
+
+func (p *mapPositions) get() uint64 {
+	off, _, _ := p.Load(Group("s"), "default")
+	return off
+}
+
+func waitPos(t *testing.T, p *mapPositions, want uint64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for p.get() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("position %d, want %d", p.get(), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func runSink(t *testing.T, st Stream, up Upstream, pos Positions) *Sink {
+	t.Helper()
+	s, err := New(Config{Name: "s", Streams: []Stream{st}, Upstream: up, Positions: pos,
+		BackoffMin: time.Millisecond, BackoffMax: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s
+}
+
+func appendRecs(t *testing.T, st *mqtttest.MemStream, n int) {
+	t.Helper()
+	recs := make([]*logstore.Record, n)
+	for i := range recs {
+		recs[i] = &logstore.Record{Topic: "t", QoS: 1}
+	}
+	errc := make(chan error, 1)
+	st.AppendAsync(recs, func(_ uint64, err error) { errc <- err })
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSink_PositionIsTheContiguousAcknowledgedPrefix(t *testing.T) {
+	st := mqtttest.NewMemLog(t, "default=#").Stream(t, "default")
+	appendRecs(t, st, 10)
+	up := &fakeUpstream{window: 4, conns: make(chan *fakeConn)}
+	pos := &mapPositions{m: map[string]uint64{}}
+	runSink(t, st, up, pos)
+	c := <-up.conns
+
+	ds := c.take(t, 4) // offsets 0..3: the window
+	c.none(t)
+	c.acks <- ds[3].ID // out of order: 3, 1, 2 acknowledged, 0 not yet
+	c.acks <- ds[1].ID
+	c.acks <- ds[2].ID
+	c.none(t) // 0 holds the position, and the window with it
+	if got := pos.get(); got != 0 {
+		t.Fatalf("position %d with offset 0 unacknowledged, want 0", got)
+	}
+	c.acks <- ds[0].ID
+	waitPos(t, pos, 4)
+	ds = c.take(t, 4) // the window slid by four
+	if ds[0].Record.Offset != 4 || ds[3].Record.Offset != 7 {
+		t.Fatalf("sent %d..%d, want 4..7", ds[0].Record.Offset, ds[3].Record.Offset)
+	}
+	c.acks <- ds[0].ID
+	waitPos(t, pos, 5)
+
+	// The connection drops with 5..7 in flight: the next one starts at
+	// the durable position 5 and sends them again.
+	c.end()
+	c = <-up.conns
+	ds = c.take(t, 4)
+	if ds[0].Record.Offset != 5 || ds[3].Record.Offset != 8 {
+		t.Fatalf("after a reconnect sent %d..%d, want 5..8", ds[0].Record.Offset, ds[3].Record.Offset)
+	}
+	for _, d := range ds {
+		c.acks <- d.ID
+	}
+	for _, d := range c.take(t, 1) {
+		c.acks <- d.ID
+	}
+	waitPos(t, pos, 10)
+	for i := 1; i < len(pos.commits); i++ {
+		if pos.commits[i] <= pos.commits[i-1] {
+			t.Fatalf("commits %v go backwards", pos.commits)
+		}
+	}
+}
+
+func TestSink_StalledWithoutAcknowledgements(t *testing.T) {
+	st := mqtttest.NewMemLog(t, "default=#").Stream(t, "default")
+	up := &fakeUpstream{window: 4, conns: make(chan *fakeConn)}
+	pos := &mapPositions{m: map[string]uint64{}}
+	s, err := New(Config{Name: "s", Streams: []Stream{st}, Upstream: up, Positions: pos, StallAfter: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	c := <-up.conns
+	// Connected and nothing to send: connected, however long it stays so.
+	time.Sleep(400 * time.Millisecond)
+	if got := s.Status().State; got != StateConnected {
+		t.Fatalf("idle sink is %s, want connected", got)
+	}
+	appendRecs(t, st, 2)
+	ds := c.take(t, 2) // sent, never acknowledged: the socket is fine, progress is not
+	deadline := time.Now().Add(30 * time.Second)
+	for s.Status().State != StateStalled {
+		if time.Now().After(deadline) {
+			t.Fatalf("state %s, want stalled", s.Status().State)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.acks <- ds[0].ID
+	c.acks <- ds[1].ID
+	waitPos(t, pos, 2)
+	if got := s.Status().State; got != StateConnected {
+		t.Fatalf("state %s after progress, want connected", got)
+	}
+}
+
+func TestBucket_PacesToTheRate(t *testing.T) {
+	now := time.Unix(0, 0)
+	b := newBucket(100, now) // burst 10
+	if n, _ := b.take(64, now); n != 10 {
+		t.Fatalf("first take %d, want the burst 10", n)
+	}
+	n, wait := b.take(64, now)
+	if n != 0 || wait != 10*time.Millisecond {
+		t.Fatalf("empty bucket: %d, wait %v; want 0 and 10ms", n, wait)
+	}
+	total := 0
+	for i := 0; i < 100; i++ { // one second in 10 ms steps
+		now = now.Add(10 * time.Millisecond)
+		n, _ := b.take(64, now)
+		total += n
+	}
+	if total != 100 {
+		t.Fatalf("%d records in a second at 100/s", total)
+	}
+}

@@ -1,0 +1,285 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/peatmq/peat/logstore"
+)
+
+// Defaults of Config.
+const (
+	DefaultBackoffMin = time.Second
+	DefaultBackoffMax = 2 * time.Minute
+	DefaultStallAfter = 60 * time.Second
+	// DefaultReadBytes bounds one read from the log; a read never asks for
+	// more records than the window has room for.
+	DefaultReadBytes = 1 << 20
+)
+
+// GroupPrefix starts the consumer group that holds a sink's position in
+// each of its streams: the sink "cloud" is the group "$sink.cloud", whose
+// offsets MQTT clients see at $offsets/$sink.cloud/<stream>.
+const GroupPrefix = "$sink."
+
+// Group is the consumer group of the sink named name.
+func Group(name string) string { return GroupPrefix + name }
+
+// Stream is one stream of the log as a sink reads it. *logstore.Stream and
+// mqtt.Stream satisfy it; their contract (mqtt/log.go) is the one relied
+// on: Read returns committed records and ErrOffsetOutOfRange below
+// FirstOffset, Changed is closed when Committed may have moved.
+type Stream interface {
+	Name() string
+	Read(from uint64, max, maxBytes int) ([]*logstore.Record, error)
+	FirstOffset() uint64
+	Committed() uint64
+	Changed() <-chan struct{}
+	OffsetForTime(t time.Time) (uint64, error)
+}
+
+// Positions keeps each sink's position per stream: the offset below which
+// every record was acknowledged upstream (or skipped by the filter). Commit
+// returns once the position is durable.
+type Positions interface {
+	Load(group, stream string) (off uint64, ok bool, err error)
+	Commit(group, stream string, off uint64) error
+}
+
+// Upstream is where a sink sends records: one per sink, dialled again
+// after every failure.
+type Upstream interface {
+	// Connect dials and returns once the upstream accepted the session.
+	Connect(ctx context.Context) (Conn, error)
+	// String names the upstream in logs and the API, without secrets.
+	String() string
+}
+
+// Conn is one connection to an upstream.
+type Conn interface {
+	// Window is how many records may be unacknowledged at once.
+	Window() int
+	// Send queues one record for writing; Flush writes what is queued.
+	// Either may block on a slow upstream and fails once the connection
+	// has failed.
+	Send(ctx context.Context, d Delivery) error
+	Flush(ctx context.Context) error
+	// Acks yields the ids of acknowledged deliveries; it is closed when
+	// the connection ends, and Err then says why.
+	Acks() <-chan uint64
+	Err() error
+	// Close ends the connection and waits for its goroutines.
+	Close() error
+}
+
+// Delivery is one record on its way upstream.
+type Delivery struct {
+	ID     uint64 // unique within the sink's run
+	Stream string
+	Record *logstore.Record
+}
+
+// Config is one sink. Streams, Upstream and Positions are required.
+type Config struct {
+	Name      string
+	Streams   []Stream
+	Filter    string // an MQTT topic filter; "" sends every record
+	Start     Start  // where a sink without a position begins
+	Upstream  Upstream
+	Positions Positions
+
+	BackoffMin, BackoffMax time.Duration
+	// StallAfter: a stream with records to send and no acknowledged
+	// progress for this long is stalled.
+	StallAfter time.Duration
+	// MaxRate caps records sent per second; 0 is no cap.
+	MaxRate   float64
+	ReadBytes int
+
+	Logger  *slog.Logger
+	Metrics *Metrics
+}
+
+// Sink sends its streams upstream, each from its position, keeping at
+// most the connection's window of records in flight.
+type Sink struct {
+	cfg     Config
+	log     *slog.Logger
+	cursors []*cursor
+	m       sinkMetrics
+
+	// inflight maps delivery ids to records; nextID numbers deliveries.
+	// Owned by the pump (Run's goroutine).
+	inflight map[uint64]ref
+	nextID   uint64
+
+	paused    atomic.Bool
+	pauseWake chan struct{} // cap 1: the pump looks at paused again
+
+	connected  atomic.Bool
+	window     atomic.Int64
+	reconnects atomic.Uint64
+	started    time.Time
+
+	mu struct {
+		sync.Mutex
+		lastErr   string
+		lastErrAt time.Time
+	}
+}
+
+// New loads the sink's position in each stream, resolving Start (and
+// committing it) for a stream it has none in.
+func New(cfg Config) (*Sink, error) {
+	if cfg.Upstream == nil || cfg.Positions == nil || len(cfg.Streams) == 0 {
+		return nil, fmt.Errorf("sink %s: %w", cfg.Name, ErrIncomplete)
+	}
+	if cfg.BackoffMin <= 0 {
+		cfg.BackoffMin = DefaultBackoffMin
+	}
+	if cfg.BackoffMax < cfg.BackoffMin {
+		cfg.BackoffMax = max(DefaultBackoffMax, cfg.BackoffMin)
+	}
+	if cfg.StallAfter <= 0 {
+		cfg.StallAfter = DefaultStallAfter
+	}
+	if cfg.ReadBytes <= 0 {
+		cfg.ReadBytes = DefaultReadBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Sink{
+		cfg:       cfg,
+		log:       cfg.Logger.With(attrSink, cfg.Name),
+		pauseWake: make(chan struct{}, 1),
+		started:   time.Now(),
+	}
+	s.m = cfg.Metrics.forSink(cfg.Name)
+	group := Group(cfg.Name)
+	for _, st := range cfg.Streams {
+		off, ok, err := cfg.Positions.Load(group, st.Name())
+		if err != nil {
+			return nil, fmt.Errorf("sink %s: load position in %s: %w", cfg.Name, st.Name(), err)
+		}
+		if !ok {
+			if off, err = cfg.Start.resolve(st); err != nil {
+				return nil, fmt.Errorf("sink %s: start in %s: %w", cfg.Name, st.Name(), err)
+			}
+			if err := cfg.Positions.Commit(group, st.Name(), off); err != nil {
+				return nil, fmt.Errorf("sink %s: commit start in %s: %w", cfg.Name, st.Name(), err)
+			}
+			s.log.Info("sink starts", attrStream, st.Name(), attrOffset, off, attrStart, cfg.Start.String())
+		}
+		c := &cursor{stream: st, name: st.Name(), next: off, m: s.m.forStream(st.Name())}
+		c.position.Store(off)
+		c.progressAt.Store(time.Now().UnixNano())
+		c.m.committed.Set(float64(off))
+		s.cursors = append(s.cursors, c)
+	}
+	return s, nil
+}
+
+// Name is the sink's name.
+func (s *Sink) Name() string { return s.cfg.Name }
+
+// Pause stops sending new records (acknowledgements of those in flight
+// still count); Resume starts again. Neither outlives a restart.
+func (s *Sink) Pause()  { s.setPaused(true) }
+func (s *Sink) Resume() { s.setPaused(false) }
+
+func (s *Sink) setPaused(p bool) {
+	if s.paused.Swap(p) != p {
+		s.log.Info("sink paused", attrPaused, p)
+		select {
+		case s.pauseWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Run connects, sends and reconnects until ctx is done.
+func (s *Sink) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // the health monitor, owned by Run
+		defer wg.Done()
+		s.monitor(ctx)
+	}()
+	defer wg.Wait()
+
+	backoff := s.cfg.BackoffMin
+	first := true
+	for ctx.Err() == nil {
+		conn, err := s.cfg.Upstream.Connect(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.failed("connect", err)
+		} else {
+			if !first {
+				s.reconnects.Add(1)
+				s.m.reconnects.Inc()
+			}
+			first = false
+			s.window.Store(int64(conn.Window()))
+			s.connected.Store(true)
+			s.log.Info("sink connected", attrUpstream, s.cfg.Upstream.String(), attrWindow, conn.Window())
+			progressed, err := s.pump(ctx, conn)
+			s.connected.Store(false)
+			s.window.Store(0)
+			_ = conn.Close()
+			if ctx.Err() != nil {
+				return
+			}
+			s.failed("connection", err)
+			if progressed {
+				backoff = s.cfg.BackoffMin
+			}
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, s.cfg.BackoffMax)
+	}
+}
+
+// failed records why the upstream failed.
+func (s *Sink) failed(stage string, err error) {
+	reason := Reason(err)
+	s.m.errors(reason).Inc()
+	s.mu.Lock()
+	s.mu.lastErr, s.mu.lastErrAt = fmt.Sprintf("%s: %v", stage, err), time.Now()
+	s.mu.Unlock()
+	s.log.Warn("sink upstream failed", attrUpstream, s.cfg.Upstream.String(), attrStage, stage, attrReason, reason, attrErr, err)
+}
+
+// ErrIncomplete is a Config without streams, upstream or positions.
+var ErrIncomplete = errors.New("sink: config needs streams, an upstream and positions")
+
+// Reasoner is an error that names its reason for peat_sink_errors_total.
+type Reasoner interface{ Reason() string }
+
+// Reason is err's label in peat_sink_errors_total.
+func Reason(err error) string {
+	var r Reasoner
+	switch {
+	case errors.As(err, &r):
+		return r.Reason()
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case err == nil:
+		return "closed"
+	}
+	return "network"
+}

@@ -1,0 +1,148 @@
+package sink
+
+import (
+	"context"
+	"time"
+)
+
+// State is a sink's health, judged from acknowledged progress, not from
+// the socket.
+type State string
+
+const (
+	// StateConnecting: no connection upstream yet, nothing overdue.
+	StateConnecting State = "connecting"
+	// StateConnected: connected, and every stream either has nothing to
+	// send or was acknowledged within StallAfter.
+	StateConnected State = "connected"
+	// StateStalled: a stream has records to send and nothing was
+	// acknowledged for StallAfter, connected or not.
+	StateStalled State = "stalled"
+	// StatePaused: paused through the API.
+	StatePaused State = "paused"
+)
+
+// States lists every State, for the peat_sink_state metric.
+var States = []State{StateConnecting, StateConnected, StateStalled, StatePaused}
+
+// Status is a sink as GET /api/v1/sinks shows it.
+type Status struct {
+	Name        string         `json:"name"`
+	Kind        string         `json:"kind"`
+	Upstream    string         `json:"upstream"`
+	State       State          `json:"state"`
+	Window      int            `json:"window"` // of the current connection; 0 when not connected
+	Reconnects  uint64         `json:"reconnects"`
+	LastError   string         `json:"last_error,omitempty"`
+	LastErrorAt *time.Time     `json:"last_error_at,omitempty"`
+	Streams     []StreamStatus `json:"streams"`
+}
+
+// StreamStatus is a sink's progress in one stream.
+type StreamStatus struct {
+	Stream          string     `json:"stream"`
+	State           State      `json:"state"`
+	CommittedOffset uint64     `json:"committed_offset"` // the sink's position
+	EndOffset       uint64     `json:"end_offset"`       // the stream's committed end
+	LagRecords      uint64     `json:"lag_records"`
+	LagSeconds      float64    `json:"lag_seconds"` // age of the oldest record not yet acknowledged
+	LastSuccess     *time.Time `json:"last_success,omitempty"`
+}
+
+// Status reports the sink's health now.
+func (s *Sink) Status() Status {
+	now := time.Now()
+	st := Status{
+		Name:       s.cfg.Name,
+		Upstream:   s.cfg.Upstream.String(),
+		Window:     int(s.window.Load()),
+		Reconnects: s.reconnects.Load(),
+		State:      StateConnecting,
+	}
+	s.mu.Lock()
+	if s.mu.lastErr != "" {
+		at := s.mu.lastErrAt
+		st.LastError, st.LastErrorAt = s.mu.lastErr, &at
+	}
+	s.mu.Unlock()
+	for i, c := range s.cursors {
+		ss := s.streamStatus(c, now)
+		st.Streams = append(st.Streams, ss)
+		if i == 0 {
+			st.State = ss.State
+		}
+		st.State = worse(st.State, ss.State)
+	}
+	return st
+}
+
+// worse is the state a sink shows for two of its streams.
+func worse(a, b State) State {
+	rank := map[State]int{StateConnected: 0, StateConnecting: 1, StatePaused: 2, StateStalled: 3}
+	if rank[b] > rank[a] {
+		return b
+	}
+	return a
+}
+
+func (s *Sink) streamStatus(c *cursor, now time.Time) StreamStatus {
+	pos := c.position.Load()
+	end := c.stream.Committed()
+	ss := StreamStatus{Stream: c.name, CommittedOffset: pos, EndOffset: end}
+	if end > pos {
+		ss.LagRecords = end - pos
+		from := max(pos, c.stream.FirstOffset())
+		if recs, err := c.stream.Read(from, 1, 1); err == nil && len(recs) == 1 {
+			ss.LagSeconds = max(0, now.Sub(time.UnixMilli(recs[0].Timestamp)).Seconds())
+		}
+	}
+	if ns := c.lastSuccess.Load(); ns != 0 {
+		t := time.Unix(0, ns)
+		ss.LastSuccess = &t
+	}
+	if ss.LagRecords == 0 {
+		c.progressAt.Store(now.UnixNano())
+	}
+	stalled := ss.LagRecords > 0 && now.Sub(time.Unix(0, c.progressAt.Load())) > s.cfg.StallAfter
+	switch {
+	case s.paused.Load():
+		ss.State = StatePaused
+	case stalled:
+		ss.State = StateStalled
+	case s.connected.Load():
+		ss.State = StateConnected
+	default:
+		ss.State = StateConnecting
+	}
+	return ss
+}
+
+// monitor keeps the stall clocks and the gauges current, and logs a
+// stream's entering and leaving the stalled state.
+func (s *Sink) monitor(ctx context.Context) {
+	tick := min(time.Second, max(s.cfg.StallAfter/4, 10*time.Millisecond))
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	last := map[string]State{}
+	for {
+		now := time.Now()
+		for _, c := range s.cursors {
+			ss := s.streamStatus(c, now)
+			c.m.set(ss)
+			if prev := last[c.name]; prev != ss.State {
+				if ss.State == StateStalled {
+					s.log.Warn("sink stalled: records to send and nothing acknowledged", attrStream, c.name,
+						attrLag, ss.LagRecords, attrStallAfter, s.cfg.StallAfter)
+				} else if prev == StateStalled {
+					s.log.Info("sink no longer stalled", attrStream, c.name, attrState, string(ss.State))
+				}
+				last[c.name] = ss.State
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,260 @@
+package edge
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/peatmq/peat/edge/sink"
+	"github.com/peatmq/peat/edge/sink/kafkasink"
+	"github.com/peatmq/peat/edge/sink/mqttsink"
+	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt"
+)
+
+// sinkSet is the node's running sinks: started after the broker, stopped
+// before it.
+type sinkSet struct {
+	list   []*sink.Sink
+	kinds  map[string]string // sink name -> kind
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// startSinks builds every configured sink over the open store and runs
+// each on its own goroutine. A sink that cannot be built (a password file
+// that cannot be read, a bad CA file) fails the start.
+func (n *Node) startSinks(store *logstore.Store, broker *mqtt.Broker) error {
+	if len(n.cfg.Sinks) == 0 {
+		return nil
+	}
+	metrics := sink.NewMetrics(n.reg)
+	node, _ := os.Hostname()
+	set := &sinkSet{kinds: map[string]string{}}
+	for i, sc := range n.cfg.Sinks {
+		s, err := n.buildSink(sc, store, broker, metrics, node)
+		if err != nil {
+			return fmt.Errorf("sinks[%d] (%s): %w", i, sc.Name, err)
+		}
+		set.list = append(set.list, s)
+		set.kinds[sc.Name] = "mqtt"
+		if sc.Kafka != nil {
+			set.kinds[sc.Name] = "kafka"
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	set.cancel = cancel
+	for _, s := range set.list {
+		set.wg.Add(1)
+		go func() { // owned by the set: stopSinks cancels and waits
+			defer set.wg.Done()
+			s.Run(ctx)
+		}()
+	}
+	n.sinks.Store(set)
+	return nil
+}
+
+// stopSinks stops the sinks and waits for them; their positions are
+// already durable (each is committed as it moves).
+func (n *Node) stopSinks() {
+	set := n.sinks.Swap(nil)
+	if set == nil {
+		return
+	}
+	set.cancel()
+	set.wg.Wait()
+}
+
+func (n *Node) buildSink(sc SinkConfig, store *logstore.Store, broker *mqtt.Broker, metrics *sink.Metrics, node string) (*sink.Sink, error) {
+	var streams []sink.Stream
+	if slices.Equal(sc.Streams, []string{"*"}) {
+		for _, st := range store.Streams() {
+			streams = append(streams, st)
+		}
+	} else {
+		for _, name := range sc.Streams {
+			st := store.Stream(name)
+			if st == nil {
+				return nil, fmt.Errorf("no stream named %q", name)
+			}
+			streams = append(streams, st)
+		}
+	}
+	start, err := sink.ParseStart(sc.Start)
+	if err != nil {
+		return nil, err
+	}
+	up, err := buildUpstream(sc, node)
+	if err != nil {
+		return nil, err
+	}
+	return sink.New(sink.Config{
+		Name: sc.Name, Streams: streams, Filter: sc.Filter, Start: start,
+		Upstream: up, Positions: brokerPositions{broker},
+		BackoffMin: time.Duration(sc.Backoff.Min), BackoffMax: time.Duration(sc.Backoff.Max),
+		StallAfter: time.Duration(sc.StallAfter), MaxRate: sc.MaxRate,
+		Logger: n.log.With(attrComponent, "sink"), Metrics: metrics,
+	})
+}
+
+// buildUpstream reads the files a sink's upstream needs (passwords,
+// certificates) and builds it.
+func buildUpstream(sc SinkConfig, node string) (sink.Upstream, error) {
+	if k := sc.Kafka; k != nil {
+		return buildKafka(sc.Name, k, node)
+	}
+	m := sc.MQTT
+	mc := mqttsink.Config{
+		URL: m.URL, ClientID: m.ClientID, Version: byte(m.Version), QoS: byte(m.QoS), Window: m.Window,
+		Username: m.Username, Topic: m.Topic, Node: node, Properties: m.Properties,
+		Keepalive: time.Duration(m.Keepalive),
+	}
+	var err error
+	if m.PasswordFile != "" {
+		if mc.Password, err = readPassword(m.PasswordFile); err != nil {
+			return nil, fmt.Errorf("mqtt.password_file: %w", err)
+		}
+	}
+	if mc.TLS, err = clientTLS(m.TLS); err != nil {
+		return nil, fmt.Errorf("mqtt.tls: %w", err)
+	}
+	return mqttsink.New(mc)
+}
+
+func buildKafka(name string, k *SinkKafkaConfig, node string) (sink.Upstream, error) {
+	kc := kafkasink.Config{
+		Brokers: k.Brokers, Topic: k.Topic, Key: k.Key, Site: k.Site, SinkName: name, Node: node,
+		ExactlyOnce: k.ExactlyOnce, Window: k.Window, Timeout: time.Duration(k.Timeout),
+	}
+	if kc.Site == "" {
+		kc.Site = node
+	}
+	if k.TLS.Enabled {
+		tc, err := clientTLS(k.TLS.SinkTLSConfig)
+		if err != nil {
+			return nil, fmt.Errorf("kafka.tls: %w", err)
+		}
+		kc.TLS = tc
+	}
+	if sa := k.SASL; sa.Mechanism != "" {
+		pass, err := readPassword(sa.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("kafka.sasl.password_file: %w", err)
+		}
+		switch sa.Mechanism {
+		case "plain":
+			kc.SASL = plain.Auth{User: sa.Username, Pass: pass}.AsMechanism()
+		case "scram-sha-256":
+			kc.SASL = scram.Auth{User: sa.Username, Pass: pass}.AsSha256Mechanism()
+		case "scram-sha-512":
+			kc.SASL = scram.Auth{User: sa.Username, Pass: pass}.AsSha512Mechanism()
+		}
+	}
+	return kafkasink.New(kc)
+}
+
+// readPassword is a password file's first line.
+func readPassword(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimRight(line, "\r"), nil
+}
+
+// clientTLS is the TLS client config of a tls block: the system roots
+// unless ca_file is set.
+func clientTLS(t SinkTLSConfig) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("ca_file %s: no PEM certificate in it", t.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("cert_file, key_file: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// sinkRoutes adds the sinks' API to the node's mux.
+func (n *Node) sinkRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /api/v1/sinks", n.handleSinks)
+	mux.HandleFunc("GET /api/v1/sinks/{name}", n.handleSink)
+	mux.HandleFunc("POST /api/v1/sinks/{name}/pause", n.handleSinkPause(true))
+	mux.HandleFunc("POST /api/v1/sinks/{name}/resume", n.handleSinkPause(false))
+}
+
+func (n *Node) handleSinks(w http.ResponseWriter, _ *http.Request) {
+	out := []sink.Status{}
+	if set := n.sinks.Load(); set != nil {
+		for _, s := range set.list {
+			out = append(out, set.status(s))
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (set *sinkSet) status(s *sink.Sink) sink.Status {
+	st := s.Status()
+	st.Kind = set.kinds[s.Name()]
+	return st
+}
+
+// sinkNamed finds a sink for a handler, or writes the 404.
+func (n *Node) sinkNamed(w http.ResponseWriter, r *http.Request) (*sinkSet, *sink.Sink) {
+	name := r.PathValue("name")
+	if set := n.sinks.Load(); set != nil {
+		for _, s := range set.list {
+			if s.Name() == name {
+				return set, s
+			}
+		}
+	}
+	writeError(w, http.StatusNotFound, fmt.Sprintf("no sink named %q", name))
+	return nil, nil
+}
+
+func (n *Node) handleSink(w http.ResponseWriter, r *http.Request) {
+	if set, s := n.sinkNamed(w, r); s != nil {
+		writeJSON(w, http.StatusOK, set.status(s))
+	}
+}
+
+// handleSinkPause pauses or resumes a sink until the node restarts.
+func (n *Node) handleSinkPause(pause bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		set, s := n.sinkNamed(w, r)
+		if s == nil {
+			return
+		}
+		if pause {
+			s.Pause()
+		} else {
+			s.Resume()
+		}
+		writeJSON(w, http.StatusOK, set.status(s))
+	}
+}
