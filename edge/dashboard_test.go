@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -84,8 +85,9 @@ func TestDashboard_EverySeriesExists(t *testing.T) {
 	}
 	walk(d.Panels)
 
-	// A node with traffic: a subscriber, and a group behind.
-	n := startNode(t, testConfig(t))
+	// A node with traffic: a subscriber, a group behind, and a sink whose
+	// upstream (a closed port) is down.
+	n := startNode(t, sinkConfig(t, closedAddr(t)))
 	sub := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + n.MQTTAddr().String()).SetClientID("sub").SetAutoReconnect(false))
 	if tok := sub.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
 		t.Fatal(tok.Error())
@@ -127,4 +129,16 @@ func TestDashboard_EverySeriesExists(t *testing.T) {
 	if checked < 15 {
 		t.Errorf("only %d series names found in the dashboard's queries", checked)
 	}
+}
+
+// closedAddr is a loopback address nothing listens on.
+func closedAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }

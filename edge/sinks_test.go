@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/peatmq/peat/edge/sink"
+	"github.com/peatmq/peat/edge/status"
 	"github.com/peatmq/peat/edge/sink/sinktest"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
@@ -442,11 +443,35 @@ func TestNode_StalledSinkKeepsTheNodeReady(t *testing.T) {
 	if st.LagRecords != 5 || st.LagSeconds <= 0 {
 		t.Errorf("stalled stream status %+v, want 5 records of lag and their age", st)
 	}
+	// The status document, its alarm and the page say so too.
+	doc := getStatus(t, n)
+	if len(doc.Sinks) != 1 || doc.Sinks[0].State != "stalled" || doc.Sinks[0].LagRecords != 5 || doc.Sinks[0].Kind != "mqtt" {
+		t.Errorf("status sinks %+v, want cloud stalled with 5 records of lag", doc.Sinks)
+	}
+	if !hasAlarm(doc, status.AlarmSinkStalled) {
+		t.Errorf("status alarms %+v, want %s", doc.Alarms, status.AlarmSinkStalled)
+	}
+	if _, _, page := get(t, http.MethodGet, "http://"+n.HTTPAddr().String()+"/"); !strings.Contains(string(page), `data-sink="cloud"`) ||
+		!strings.Contains(string(page), `sink &#34;cloud&#34; stalled`) {
+		t.Errorf("the status page shows neither the sink nor its alarm")
+	}
 	px.SetMode(sinktest.ModePass)
 	sinktest.WaitFor(t, "caught up after the black hole", time.Minute, func() bool {
 		st := sinkStatuses(t, n)
 		return st[0].State == sink.StateConnected && st[0].Streams[0].CommittedOffset == 10
 	})
+	if doc := getStatus(t, n); hasAlarm(doc, status.AlarmSinkStalled) || doc.Sinks[0].State != "connected" {
+		t.Errorf("after catching up: sinks %+v, alarms %+v; want connected, no alarm", doc.Sinks, doc.Alarms)
+	}
+}
+
+func hasAlarm(doc status.Status, id string) bool {
+	for _, a := range doc.Alarms {
+		if a.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // A commit published to $offsets/$sink.<name>/<stream> moves the sink: it

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/peatmq/peat/edge/sink"
 	"github.com/peatmq/peat/edge/status"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
@@ -119,8 +120,51 @@ func (n *Node) Status() (*status.Status, error) {
 	sp := store.Space()
 	st.Disk = status.Disk{Dir: sp.Dir, Known: sp.Known, FreeBytes: sp.Free, SizeBytes: sp.Size,
 		ReserveBytes: sp.Reserve, Refusing: sp.Refusing}
-	st.Alarms = n.alarms(sp)
+	st.Sinks = n.sinkSummaries()
+	st.Alarms = append(n.alarms(sp), sinkAlarms(st.Sinks)...)
 	return st, nil
+}
+
+// sinkSummaries sums up each sink over its streams.
+func (n *Node) sinkSummaries() []status.Sink {
+	out := []status.Sink{}
+	set := n.sinks.Load()
+	if set == nil {
+		return out
+	}
+	for _, s := range set.list {
+		st := set.status(s)
+		sum := status.Sink{Name: st.Name, Kind: st.Kind, Upstream: st.Upstream, State: string(st.State), LastError: st.LastError}
+		for _, ss := range st.Streams {
+			sum.LagRecords += ss.LagRecords
+			sum.LagSeconds = max(sum.LagSeconds, ss.LagSeconds)
+			if ss.LastSuccess != nil && (sum.LastSuccess == nil || ss.LastSuccess.After(*sum.LastSuccess)) {
+				at := *ss.LastSuccess
+				sum.LastSuccess = &at
+			}
+		}
+		out = append(out, sum)
+	}
+	return out
+}
+
+// sinkAlarms warns of each stalled sink. A warning, not critical: the log
+// keeps what the sink has not sent until retention drops it (then the
+// sink counts it lost).
+func sinkAlarms(sinks []status.Sink) []status.Alarm {
+	var out []status.Alarm
+	for _, s := range sinks {
+		if s.State != string(sink.StateStalled) {
+			continue
+		}
+		msg := fmt.Sprintf("sink %q stalled: %s records for %s not acknowledged, the oldest %s old", s.Name,
+			status.FormatCount(float64(s.LagRecords)), s.Upstream, status.FormatDuration(s.LagSeconds))
+		if s.LastError != "" {
+			msg += "; last error: " + s.LastError
+		}
+		out = append(out, status.Alarm{ID: status.AlarmSinkStalled, Severity: status.SeverityWarning, Message: msg})
+	}
+	return out
 }
 
 func streamStatus(s *logstore.Stream, now time.Time) status.Stream {

@@ -19,10 +19,10 @@
 //	history     per-interval rates and the largest group lag, for sparklines
 //
 // New parts are added beside these, never by changing them: sinks (state,
-// lag, last success, last error) and the cluster (members, controller,
-// leaders, ISR) will be top-level "sinks" and "cluster" fields, and their
-// problems new alarm IDs (sink_stalled, stream_under_replicated), which
-// the page, `peat status` and `peat check` already show by severity.
+// lag, last success, last error) are the top-level "sinks" field, a
+// stalled one the alarm sink_stalled; the cluster (members, controller,
+// leaders, ISR) will be a "cluster" field and stream_under_replicated.
+// The page, `peat status` and `peat check` show every alarm by severity.
 //
 // # The page
 //

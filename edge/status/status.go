@@ -14,6 +14,7 @@ type Status struct {
 	Streams   []Stream   `json:"streams"`
 	Groups    []Group    `json:"groups"`
 	Sessions  Sessions   `json:"sessions"`
+	Sinks     []Sink     `json:"sinks"`
 	Disk      Disk       `json:"disk"`
 	Alarms    []Alarm    `json:"alarms"`
 	History   History    `json:"history"`
@@ -111,6 +112,20 @@ type Disk struct {
 	Refusing     bool   `json:"refusing"`      // publishes are refused for lack of space
 }
 
+// Sink is an upstream sink at a glance: its worst stream's state, its lag
+// summed over its streams and its oldest unsent record's age. GET
+// /api/v1/sinks has each stream.
+type Sink struct {
+	Name        string     `json:"name"`
+	Kind        string     `json:"kind"` // mqtt, kafka
+	Upstream    string     `json:"upstream"`
+	State       string     `json:"state"` // connecting, connected, stalled, paused
+	LagRecords  uint64     `json:"lag_records"`
+	LagSeconds  float64    `json:"lag_seconds"`
+	LastSuccess *time.Time `json:"last_success,omitempty"` // the last acknowledgement, any stream
+	LastError   string     `json:"last_error,omitempty"`
+}
+
 // Alarm is a condition an operator must act on.
 type Alarm struct {
 	ID       string `json:"id"`       // stable, for scripts: one of the Alarm* constants
@@ -118,9 +133,9 @@ type Alarm struct {
 	Message  string `json:"message"`  // what is wrong and what to do
 }
 
-// Alarm IDs. Sinks and the cluster will add theirs (sink_stalled,
-// stream_under_replicated).
+// Alarm IDs. The cluster will add its own (stream_under_replicated).
 const (
+	AlarmSinkStalled    = "sink_stalled"    // a sink has records to send and nothing acknowledged for its stall_after
 	AlarmDiskReserve    = "disk_reserve"    // free space below the reserve: publishes refused
 	AlarmDiskLow        = "disk_low"        // free space below twice the reserve
 	AlarmCorruptRecords = "corrupt_records" // stored records failed their checksum since start

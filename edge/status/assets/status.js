@@ -91,6 +91,31 @@
     });
   }
 
+  function sinks(doc) {
+    var body = document.querySelector("#sinks tbody");
+    body.textContent = "";
+    if (!doc.sinks.length) {
+      var tr = document.createElement("tr");
+      tr.className = "empty";
+      cell(tr, "No sinks.").colSpan = 7;
+      body.appendChild(tr);
+      return;
+    }
+    doc.sinks.forEach(function (s) {
+      var tr = document.createElement("tr");
+      tr.dataset.sink = s.name;
+      cell(tr, s.name);
+      cell(tr, s.kind);
+      cell(tr, s.upstream);
+      var st = cell(tr, s.state, "state " + s.state);
+      st.dataset.field = "state";
+      cell(tr, num(s.lag_records), "n").dataset.field = "lag_records";
+      cell(tr, dur(s.lag_seconds), "n");
+      cell(tr, s.last_error || "");
+      body.appendChild(tr);
+    });
+  }
+
   function alarms(doc) {
     var sec = document.getElementById("alarms");
     sec.textContent = "";
@@ -136,6 +161,7 @@
     alarms(doc);
     streams(doc);
     groups(doc);
+    sinks(doc);
     document.body.classList.remove("stale");
   }
 
