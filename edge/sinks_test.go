@@ -17,8 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/peatmq/peat/edge/sink"
-	"github.com/peatmq/peat/edge/status"
 	"github.com/peatmq/peat/edge/sink/sinktest"
+	"github.com/peatmq/peat/edge/status"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
