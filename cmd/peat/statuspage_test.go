@@ -148,6 +148,10 @@ func TestStatusPage_InABrowser(t *testing.T) {
     retention: {max_age: 7d, max_bytes: 1GiB}
   - name: default
     filters: ["#"]
+sinks:
+  - name: cloud
+    streams: [telemetry]
+    mqtt: {url: "mqtt://127.0.0.1:1", client_id: site-a}
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +170,7 @@ func TestStatusPage_InABrowser(t *testing.T) {
 		`<tr data-stream="default"><td>default</td><td>#</td>`,
 		`<tr data-group="billing" data-stream="telemetry">`,
 		`data-field="lag_records">30<`,
+		`<tr data-sink="cloud"><td>cloud</td><td>mqtt</td><td>mqtt://127.0.0.1:1</td>`, // its upstream is down
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page's HTML lacks %s", want)
