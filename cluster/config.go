@@ -43,7 +43,13 @@ type Config struct {
 	BootstrapExpect int
 
 	MQTTAddr string // advertised in the tags, for clients sent to another node
-	Version  string // Peat's version, advertised in the tags
+
+	// ClusterAddr is where this node's Server answers replication fetches
+	// and controller commands, advertised in the tags; others reach it
+	// with Dial. Empty: the node can neither take commands nor lead.
+	ClusterAddr string
+	Dial        Dialer // nil: TCPDialer
+	Version     string // Peat's version, advertised in the tags
 
 	SnapshotDir string // Raft's snapshots (raft's file snapshot store)
 

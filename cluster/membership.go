@@ -20,6 +20,7 @@ const (
 	tagRaft    = "raft"  // Raft's address
 	tagVersion = "ver"   // Peat's version
 	tagEpoch   = "epoch" // broker epoch, decimal; new on every start
+	tagCluster = "cl"    // the replication and command address (Server)
 
 	roleVoter  = "voter"
 	roleBroker = "broker"
@@ -32,16 +33,18 @@ type Member struct {
 	Voter    bool
 	MQTTAddr string
 	RaftAddr string
-	Version  string
-	Epoch    uint64 // 0 when the tag is missing or bad
-	Tags     map[string]string
+	// ClusterAddr is where its Server answers fetches and commands.
+	ClusterAddr string
+	Version     string
+	Epoch       uint64 // 0 when the tag is missing or bad
+	Tags        map[string]string
 }
 
 func memberOf(m serf.Member) Member {
 	e, _ := strconv.ParseUint(m.Tags[tagEpoch], 10, 64)
 	return Member{
 		ID: m.Name, Status: m.Status.String(), Voter: m.Tags[tagRole] == roleVoter,
-		MQTTAddr: m.Tags[tagMQTT], RaftAddr: m.Tags[tagRaft], Version: m.Tags[tagVersion],
+		MQTTAddr: m.Tags[tagMQTT], RaftAddr: m.Tags[tagRaft], ClusterAddr: m.Tags[tagCluster], Version: m.Tags[tagVersion],
 		Epoch: e, Tags: m.Tags,
 	}
 }
@@ -61,6 +64,9 @@ func (n *Node) tags() map[string]string {
 	}
 	if n.cfg.Version != "" {
 		t[tagVersion] = n.cfg.Version
+	}
+	if n.cfg.ClusterAddr != "" {
+		t[tagCluster] = n.cfg.ClusterAddr
 	}
 	return t
 }

@@ -5,11 +5,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/peatmq/peat/cluster/faultnet"
 	"github.com/peatmq/peat/logstore"
 )
 
@@ -38,11 +40,28 @@ type site struct {
 	nodes  []*Node
 	dirs   []string
 	stores map[*Node]*logstore.Store
+
+	// With servers set, each node gets a Server (replication and
+	// commands) on loopback TCP, or on fnet when that is set.
+	servers map[*Node]*Server
+	fnet    *faultnet.Network
 }
 
 func startSite(tb testing.TB, n int) *site {
 	tb.Helper()
-	s := &site{tb: tb, stores: map[*Node]*logstore.Store{}}
+	return startSiteOf(&site{tb: tb, stores: map[*Node]*logstore.Store{}}, n)
+}
+
+// startServingSite is startSite with a Server on every node, over fnet
+// when it is not nil, else over loopback TCP.
+func startServingSite(tb testing.TB, n int, fnet *faultnet.Network) *site {
+	tb.Helper()
+	return startSiteOf(&site{tb: tb, stores: map[*Node]*logstore.Store{}, servers: map[*Node]*Server{}, fnet: fnet}, n)
+}
+
+func startSiteOf(s *site, n int) *site {
+	tb := s.tb
+	tb.Helper()
 	for i := range n {
 		id := fmt.Sprintf("n%d", i+1)
 		dir := tb.TempDir()
@@ -73,7 +92,21 @@ func (s *site) openVoter(id, dir, serfAddr, raftAddr string, join []string, expe
 	cfg.MQTTAddr = "127.0.0.1:1883"
 	cfg.Version = "test"
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	st := openStore(s.tb, dir+"/store")
+	var ln net.Listener
+	if s.servers != nil {
+		var err error
+		if s.fnet != nil {
+			ln, err = s.fnet.Listen(id)
+			cfg.Dial = s.fnet.Dialer(id)
+		} else {
+			ln, err = net.Listen("tcp", "127.0.0.1:0")
+		}
+		if err != nil {
+			s.tb.Fatal(err)
+		}
+		cfg.ClusterAddr = ln.Addr().String()
+	}
+	st := s.openStore(dir + "/store")
 	node, err := Open(cfg, st)
 	if err != nil {
 		s.tb.Fatalf("Open %s: %v", id, err)
@@ -87,7 +120,34 @@ func (s *site) openVoter(id, dir, serfAddr, raftAddr string, join []string, expe
 			s.tb.Logf("log of %s:\n%s", id, logs)
 		}
 	})
+	if ln != nil {
+		srv := Serve(ln, cfg.Logger)
+		srv.ServeNode(node)
+		s.servers[node] = srv
+		s.tb.Cleanup(func() { _ = srv.Close() }) // before the node closes
+	}
 	return node
+}
+
+// openStore opens the node's store: with servers, a replica store
+// (ManualCommit) holding stream "s" besides "default".
+func (s *site) openStore(dir string) *logstore.Store {
+	if s.servers == nil {
+		return openStore(s.tb, dir)
+	}
+	st, err := logstore.Open(logstore.Config{
+		Dir:               dir,
+		Profile:           logstore.ProfilePiZero,
+		Streams:           []logstore.StreamConfig{{Name: "s", Filters: []string{"s/#"}}, {Name: "default", Filters: []string{"#"}}},
+		RetentionInterval: time.Hour,
+		MinFreeBytes:      -1,
+		ManualCommit:      true,
+	})
+	if err != nil {
+		s.tb.Fatalf("logstore.Open: %v", err)
+	}
+	s.tb.Cleanup(func() { _ = st.Close() })
+	return st
 }
 
 // eventually polls cond until it holds, failing after a generous deadline
@@ -127,6 +187,9 @@ func (s *site) controller(live []*Node) *Node {
 // kill stops a node as a crash would (no leave) and closes its store.
 func (s *site) kill(n *Node) {
 	s.tb.Helper()
+	if srv := s.servers[n]; srv != nil {
+		_ = srv.Close()
+	}
 	if err := n.Close(); err != nil {
 		s.tb.Fatal(err)
 	}

@@ -20,6 +20,7 @@ type Server struct {
 	log    *slog.Logger
 	ctx    context.Context
 	cancel context.CancelFunc
+	node   *Node // answers commands; nil: NotController
 	wg     sync.WaitGroup
 
 	mu struct {
@@ -42,6 +43,14 @@ func Serve(ln net.Listener, log *slog.Logger) *Server {
 	s.wg.Add(1)
 	go s.accept()
 	return s
+}
+
+// ServeNode answers controller commands (Node.Submit) with n. Call it
+// before the node's address is advertised.
+func (s *Server) ServeNode(n *Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.node = n
 }
 
 // Addr is the address followers dial.
@@ -166,6 +175,19 @@ func (s *Server) handle(kind byte, body, out []byte) (byte, []byte, error) {
 			resp.Code = wire.NotLeader
 		}
 		return wire.KindEpochResponse, resp.AppendTo(out), nil
+	case wire.KindCommandRequest:
+		var req wire.CommandRequest
+		if err := req.Decode(body); err != nil {
+			return 0, nil, err
+		}
+		s.mu.Lock()
+		n := s.node
+		s.mu.Unlock()
+		resp := wire.CommandResponse{Code: wire.NotController}
+		if n != nil {
+			resp = n.handleCommand(s.ctx, &req)
+		}
+		return wire.KindCommandResponse, resp.AppendTo(out), nil
 	}
 	return 0, nil, fmt.Errorf("unknown frame kind %d", kind)
 }

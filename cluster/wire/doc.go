@@ -15,6 +15,8 @@
 //	2 FetchResponse   [code, leader epoch, high watermark, log start, log end, base, [record, ...]]
 //	3 EpochRequest    [stream, replica id, leader epoch, epoch]
 //	4 EpochResponse   [code, epoch, end offset]
+//	5 CommandRequest  [from, broker epoch, raft term, command]
+//	6 CommandResponse [code, refusal, controller id, message]
 //
 // A record is a bin holding the leader's stored record value unchanged
 // (logstore.ReadRaw, checked again by logstore.AppendReplica against its

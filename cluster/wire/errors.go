@@ -15,6 +15,8 @@ const (
 	OffsetOutOfRange        // the offset is below the log start or above the log end
 	CorruptRecord           // the leader found a damaged record at the offset
 	Unknown                 // anything else
+	NotController           // this node is not the controller (or is behind the requester's term)
+	Refused                 // the controller's state machine refused the command
 )
 
 var codeText = [...]string{
@@ -26,6 +28,8 @@ var codeText = [...]string{
 	OffsetOutOfRange:   "offset out of range",
 	CorruptRecord:      "corrupt record",
 	Unknown:            "unknown error",
+	NotController:      "not the controller",
+	Refused:            "command refused",
 }
 
 func (c Code) Error() string {
@@ -40,7 +44,7 @@ func (c Code) Error() string {
 // epoch codes) or just waited.
 func (c Code) Retriable() bool {
 	switch c {
-	case NotLeader, FencedLeaderEpoch, UnknownLeaderEpoch, UnknownStream:
+	case NotLeader, FencedLeaderEpoch, UnknownLeaderEpoch, UnknownStream, NotController:
 		return true
 	}
 	return false

@@ -224,3 +224,112 @@ func (m *EpochResponse) Decode(b []byte) error {
 	*m = EpochResponse{Code: Code(u[0]), Epoch: uint32(u[1]), EndOffset: u[2]}
 	return nil
 }
+
+// Command frame kinds: a node that is not the controller submits a
+// controller command (cluster.EncodeCommand's bytes) to the one it
+// believes is.
+const (
+	KindCommandRequest  byte = 5
+	KindCommandResponse byte = 6
+)
+
+// CommandRequest carries one controller command from node From, running
+// in BrokerEpoch, that knows the controller's Raft term Term. A receiver
+// that is not the controller, or is in an older term than Term (a deposed
+// controller that has not heard yet), answers NotController.
+type CommandRequest struct {
+	From        string
+	BrokerEpoch uint64
+	Term        uint64
+	Command     []byte
+}
+
+// CommandResponse is None when the command is committed and applied;
+// NotController with the receiver's idea of the controller's id; Refused
+// with Refusal, the index of the state machine's reason (the cluster
+// package's table), and Message; or Unknown with Message.
+type CommandResponse struct {
+	Code       Code
+	Refusal    uint8
+	Controller string
+	Message    string
+}
+
+// AppendTo appends the request's body to dst.
+func (m *CommandRequest) AppendTo(dst []byte) []byte {
+	e := newEncoder(dst)
+	e.array(4)
+	e.str(m.From)
+	e.uint(m.BrokerEpoch)
+	e.uint(m.Term)
+	e.bin(m.Command)
+	return e.bytes()
+}
+
+// Decode reads a body AppendTo wrote; the command is copied.
+func (m *CommandRequest) Decode(b []byte) error {
+	d := newDecoder(b)
+	var v CommandRequest
+	err := d.array(4)
+	if err == nil {
+		v.From, err = d.str()
+	}
+	if err == nil {
+		v.BrokerEpoch, err = d.uint(math.MaxUint64)
+	}
+	if err == nil {
+		v.Term, err = d.uint(math.MaxUint64)
+	}
+	if err == nil {
+		v.Command, err = d.raw(false)
+		v.Command = append([]byte(nil), v.Command...)
+	}
+	if err == nil {
+		err = d.end()
+	}
+	if err != nil {
+		return fmt.Errorf("command request: %w", err)
+	}
+	*m = v
+	return nil
+}
+
+// AppendTo appends the response's body to dst.
+func (m *CommandResponse) AppendTo(dst []byte) []byte {
+	e := newEncoder(dst)
+	e.array(4)
+	e.uint(uint64(m.Code))
+	e.uint(uint64(m.Refusal))
+	e.str(m.Controller)
+	e.str(m.Message)
+	return e.bytes()
+}
+
+// Decode reads a body AppendTo wrote.
+func (m *CommandResponse) Decode(b []byte) error {
+	d := newDecoder(b)
+	var v CommandResponse
+	var code, refusal uint64
+	err := d.array(4)
+	if err == nil {
+		code, err = d.uint(math.MaxUint8)
+	}
+	if err == nil {
+		refusal, err = d.uint(math.MaxUint8)
+	}
+	if err == nil {
+		v.Controller, err = d.str()
+	}
+	if err == nil {
+		v.Message, err = d.str()
+	}
+	if err == nil {
+		err = d.end()
+	}
+	if err != nil {
+		return fmt.Errorf("command response: %w", err)
+	}
+	v.Code, v.Refusal = Code(code), uint8(refusal)
+	*m = v
+	return nil
+}

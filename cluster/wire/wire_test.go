@@ -24,6 +24,9 @@ func TestMessages_RoundTrip(t *testing.T) {
 		{&FetchResponse{Code: FencedLeaderEpoch, LeaderEpoch: 8}, &FetchResponse{}},
 		{&EpochRequest{"s", "n3", 9, 4}, &EpochRequest{}},
 		{&EpochResponse{None, 4, 77}, &EpochResponse{}},
+		{&CommandRequest{"n2", 1733300000000, 12, []byte{6, 0x94, 1}}, &CommandRequest{}},
+		{&CommandResponse{Refused, 5, "n1", "stale stream version"}, &CommandResponse{}},
+		{&CommandResponse{Code: NotController, Controller: "n3"}, &CommandResponse{}},
 	} {
 		b := tc.in.AppendTo([]byte("prefix"))
 		if !bytes.HasPrefix(b, []byte("prefix")) {
