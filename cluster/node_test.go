@@ -45,6 +45,7 @@ type site struct {
 	// commands) on loopback TCP, or on fnet when that is set.
 	servers map[*Node]*Server
 	fnet    *faultnet.Network
+	reps    map[*Node]*Replicator
 }
 
 func startSite(tb testing.TB, n int) *site {
@@ -187,6 +188,9 @@ func (s *site) controller(live []*Node) *Node {
 // kill stops a node as a crash would (no leave) and closes its store.
 func (s *site) kill(n *Node) {
 	s.tb.Helper()
+	if r := s.reps[n]; r != nil {
+		r.Close()
+	}
 	if srv := s.servers[n]; srv != nil {
 		_ = srv.Close()
 	}

@@ -32,7 +32,8 @@ type Leader struct {
 
 	mu struct {
 		sync.Mutex
-		tr *hwTracker
+		tr     *hwTracker
+		minISR int // below it, the watermark does not move (min_insync_replicas)
 	}
 	stop chan struct{}
 	done chan struct{}
@@ -76,6 +77,25 @@ func (l *Leader) run() {
 	}
 }
 
+// SetMinInsync sets min_insync_replicas: while the ISR is smaller the
+// leader commits nothing, so acks=all answers nothing, even a leader
+// alone in its ISR (a deposed one cannot commit on its own). 0 or 1: no
+// minimum.
+func (l *Leader) SetMinInsync(n int) {
+	l.mu.Lock()
+	l.mu.minISR = n
+	l.mu.Unlock()
+	l.advance()
+}
+
+// InSync reports whether the ISR has at least min_insync_replicas
+// members: when it does not, a producer's append is to be refused.
+func (l *Leader) InSync() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.mu.tr.isr) >= l.mu.minISR
+}
+
 // SetISR applies an ISR change the controller committed.
 func (l *Leader) SetISR(isr []string) {
 	l.mu.Lock()
@@ -103,8 +123,9 @@ func (l *Leader) Joiners() []ISRMember {
 func (l *Leader) advance() {
 	l.mu.Lock()
 	hw := l.mu.tr.hw(l.stream.NextOffset())
+	short := len(l.mu.tr.isr) < l.mu.minISR
 	l.mu.Unlock()
-	if hw <= l.stream.Committed() {
+	if short || hw <= l.stream.Committed() {
 		return
 	}
 	if err := l.stream.SetHighWatermark(context.Background(), hw); err != nil && !errors.Is(err, logstore.ErrClosed) {

@@ -1,0 +1,225 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/peatmq/peat/logstore"
+)
+
+// Replicator defaults.
+const (
+	// DefaultReplicaLagMax is replica_lag_max: how long an ISR member may
+	// stay behind before its leader asks the controller to drop it.
+	DefaultReplicaLagMax = 10 * time.Second
+	replicatorRetry      = 500 * time.Millisecond
+)
+
+// ReplicatorConfig configures a node's replication manager.
+type ReplicatorConfig struct {
+	Node   *Node
+	Server *Server // serves the streams this node leads
+	// Stream returns this node's replica of a stream (a store with
+	// ManualCommit), nil when the node holds none.
+	Stream func(name string) *logstore.Stream
+	// LagMax is replica_lag_max; 0: DefaultReplicaLagMax.
+	LagMax time.Duration
+	// MinInsyncReplicas: a leader whose ISR is smaller commits nothing
+	// (acks=all is never answered); 0 or 1: no minimum.
+	MinInsyncReplicas int
+	FetchMaxWait      time.Duration // 0: DefaultFetchMaxWait
+	Log               *slog.Logger
+}
+
+// Replicator drives replication from the controller's state: for every
+// stream this node holds a replica of, a Leader while the state names it
+// leader, else a Fetcher from the leader the state names, each replaced
+// when the leader or leader epoch changes. One goroutine watches the
+// state; each role runs in its own, and Close stops and waits for all.
+type Replicator struct {
+	cfg  ReplicatorConfig
+	log  *slog.Logger
+	stop chan struct{}
+	done chan struct{}
+	kick chan struct{} // cap 1: a role ended, look again
+
+	roles map[string]*role // by stream; only the watching goroutine touches it
+}
+
+// role is what this node runs for one stream.
+type role struct {
+	leader   bool
+	leaderID string
+	epoch    uint32
+	addr     string // the leader's cluster address, for a follower
+
+	l      *Leader
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (r *role) same(o *role) bool {
+	return r.leader == o.leader && r.leaderID == o.leaderID && r.epoch == o.epoch && r.addr == o.addr
+}
+
+// StartReplicator starts the manager; Close stops it.
+func StartReplicator(cfg ReplicatorConfig) *Replicator {
+	if cfg.LagMax <= 0 {
+		cfg.LagMax = DefaultReplicaLagMax
+	}
+	if cfg.FetchMaxWait <= 0 {
+		cfg.FetchMaxWait = DefaultFetchMaxWait
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &Replicator{cfg: cfg, log: log.With(slog.String("node", cfg.Node.ID())), stop: make(chan struct{}),
+		done: make(chan struct{}), kick: make(chan struct{}, 1), roles: map[string]*role{}}
+	go r.run()
+	return r
+}
+
+// Close stops every Leader and Fetcher and waits for them; idempotent.
+func (r *Replicator) Close() {
+	select {
+	case <-r.stop:
+	default:
+		close(r.stop)
+	}
+	<-r.done
+}
+
+func (r *Replicator) run() {
+	defer close(r.done)
+	defer func() {
+		for name, ro := range r.roles {
+			r.end(name, ro)
+		}
+	}()
+	// Addresses come from Serf's tags, which may lag the state: look
+	// again now and then as well as on every change.
+	tick := time.NewTicker(replicatorRetry)
+	defer tick.Stop()
+	for {
+		st, changed := r.cfg.Node.State()
+		r.sync(st)
+		select {
+		case <-r.stop:
+			return
+		case <-changed:
+		case <-r.kick:
+		case <-tick.C:
+		}
+	}
+}
+
+// sync brings the running roles in line with st.
+func (r *Replicator) sync(st *State) {
+	self := r.cfg.Node.ID()
+	for name, ro := range r.roles {
+		if want := r.want(st, name); want == nil || !want.same(ro) || ended(ro) {
+			r.end(name, ro)
+			delete(r.roles, name)
+		}
+	}
+	for _, name := range st.streamNames() {
+		s := st.Streams[name]
+		want := r.want(st, name)
+		if want == nil {
+			continue
+		}
+		if ro := r.roles[name]; ro != nil {
+			if ro.leader {
+				ro.l.SetISR(s.ISR) // committed by the controller: now the watermark may use it
+			}
+			continue
+		}
+		stream := r.cfg.Stream(name)
+		r.log.Info("cluster: replica role", slog.String("stream", name), slog.Bool("leader", want.leader),
+			slog.String("leader_id", want.leaderID), slog.Uint64("leader_epoch", uint64(want.epoch)))
+		ctx, cancel := context.WithCancel(context.Background())
+		want.cancel, want.done = cancel, make(chan struct{})
+		if want.leader {
+			want.l = NewLeader(self, stream, want.epoch, s.ISR, r.log)
+			want.l.SetMinInsync(r.cfg.MinInsyncReplicas)
+			r.cfg.Server.Lead(want.l)
+			go r.maintainISR(ctx, want, name)
+		} else {
+			go r.follow(ctx, want, stream)
+		}
+		r.roles[name] = want
+	}
+}
+
+// want is the role the state gives this node for stream name, nil for
+// none (no replica here, no leader, or the leader's address unknown yet).
+func (r *Replicator) want(st *State, name string) *role {
+	s := st.Streams[name]
+	self := r.cfg.Node.ID()
+	if s == nil || !slices.Contains(s.Replicas, self) || s.Leader == "" || r.cfg.Stream(name) == nil {
+		return nil
+	}
+	if s.Leader == self {
+		return &role{leader: true, leaderID: self, epoch: s.LeaderEpoch}
+	}
+	addr := r.cfg.Node.memberAddr(s.Leader)
+	if addr == "" {
+		return nil
+	}
+	return &role{leaderID: s.Leader, epoch: s.LeaderEpoch, addr: addr}
+}
+
+func ended(ro *role) bool {
+	select {
+	case <-ro.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// end stops a role and waits for it: a leader stops serving before its
+// Leader closes, so that no fetch reaches a closed one.
+func (r *Replicator) end(name string, ro *role) {
+	if ro.leader {
+		r.cfg.Server.Resign(name)
+		ro.l.Close()
+	}
+	ro.cancel()
+	<-ro.done
+}
+
+func (r *Replicator) nudge() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// follow runs Fetchers from the leader until ctx ends; a fetcher fenced
+// by the leader (it moved on, or is not the leader any more) is started
+// again after a pause, by then usually under a new state.
+func (r *Replicator) follow(ctx context.Context, ro *role, stream *logstore.Stream) {
+	defer close(ro.done)
+	for ctx.Err() == nil {
+		f := &Fetcher{Self: r.cfg.Node.ID(), BrokerEpoch: r.cfg.Node.Epoch(), Stream: stream, LeaderAddr: ro.addr,
+			LeaderEpoch: ro.epoch, Dial: r.cfg.Node.dialer(), MaxWait: r.cfg.FetchMaxWait, Log: r.log}
+		err := f.Run(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		r.log.Info("cluster: fetcher stopped", slog.String("stream", stream.Name()), slog.Any("err", err))
+		if errors.Is(err, errLocal) {
+			return // the replica refuses: nothing a retry cures
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(replicatorRetry):
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package cluster
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/peatmq/peat/cluster/faultnet"
+	"github.com/peatmq/peat/logstore"
+)
+
+// replicate starts a Replicator on every node of s (stopped before the
+// node at cleanup, or by kill).
+func (s *site) replicate(lagMax time.Duration, minISR int) {
+	s.tb.Helper()
+	s.reps = map[*Node]*Replicator{}
+	for _, n := range s.nodes {
+		st := s.stores[n]
+		r := StartReplicator(ReplicatorConfig{Node: n, Server: s.servers[n], LagMax: lagMax, MinInsyncReplicas: minISR,
+			FetchMaxWait: 200 * time.Millisecond, Log: n.log,
+			Stream: func(name string) *logstore.Stream {
+				if name != "s" {
+					return nil
+				}
+				return st.Stream(name)
+			}})
+		s.reps[n] = r
+		s.tb.Cleanup(r.Close)
+	}
+}
+
+func (s *site) node(id string) *Node {
+	for _, n := range s.nodes {
+		if n.ID() == id {
+			return n
+		}
+	}
+	s.tb.Fatalf("no node %s", id)
+	return nil
+}
+
+func (s *site) stream(n *Node) *logstore.Stream { return s.stores[n].Stream("s") }
+
+// streamState is stream "s" as n's state has it.
+func streamState(n *Node) *Stream {
+	st, _ := n.State()
+	if s := st.Streams["s"]; s != nil {
+		return s
+	}
+	return &Stream{}
+}
+
+// createStream creates "s" on every node and waits until each knows.
+func (s *site) createStream(live []*Node) *Node {
+	s.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ids := make([]string, len(live))
+	for i, n := range live {
+		ids[i] = n.ID()
+	}
+	if err := live[len(live)-1].Submit(ctx, CreateStream{Name: "s", Replicas: ids}); err != nil {
+		s.tb.Fatal(err)
+	}
+	for _, n := range live {
+		eventually(s.tb, n.ID()+" knows the stream", func() bool { return streamState(n).Leader != "" })
+	}
+	return s.node(streamState(live[0]).Leader)
+}
+
+// converged waits until every node in live holds n records, all
+// committed, and the same ones.
+func (s *site) converged(live []*Node, n uint64) {
+	s.tb.Helper()
+	for _, m := range live {
+		eventually(s.tb, m.ID()+" holds and commits every record", func() bool {
+			st := s.stream(m)
+			return st.NextOffset() == n && st.Committed() == n
+		})
+	}
+	for _, m := range live[1:] {
+		sameLog(s.tb, s.stream(live[0]), s.stream(m))
+	}
+}
+
+func TestReplicator_FollowsTheStateThroughAFailover(t *testing.T) {
+	s := startServingSite(t, 3, nil)
+	s.controller(s.nodes)
+	s.registered(s.nodes)
+	s.replicate(time.Minute, 0)
+	leader := s.createStream(s.nodes)
+	if epoch := streamState(leader).LeaderEpoch; epoch == 0 {
+		t.Fatal("no leader epoch")
+	}
+
+	appendRecs(t, s.stream(leader), 50, "a")
+	s.converged(s.nodes, 50)
+	if e, _, _ := s.stream(s.nodes[0]).LatestEpoch(); e != streamState(leader).LeaderEpoch {
+		t.Fatalf("records carry epoch %d, want the controller's leader epoch %d", e, streamState(leader).LeaderEpoch)
+	}
+
+	// The leader dies: the controller elects another from the ISR, whose
+	// Replicator starts leading in the new epoch and the other follows it.
+	s.kill(leader)
+	live := without(s.nodes, leader)
+	var next *Node
+	eventually(t, "a new leader among the survivors", func() bool {
+		st := streamState(live[0])
+		if st.Leader == "" || st.Leader == leader.ID() {
+			return false
+		}
+		next = s.node(st.Leader)
+		return streamState(live[1]).Leader == next.ID()
+	})
+	eventually(t, "the new leader serves the stream", func() bool { return s.servers[next].leader("s") != nil })
+	appendRecs(t, s.stream(next), 30, "b")
+	// The dead member stays in the ISR until the controller's failure
+	// report takes it out; then the two survivors commit.
+	s.converged(live, 80)
+	if e, _, _ := s.stream(live[0]).LatestEpoch(); e != streamState(next).LeaderEpoch {
+		t.Fatalf("new records carry epoch %d, want %d", e, streamState(next).LeaderEpoch)
+	}
+}
+
+func TestReplicator_StopsEverything(t *testing.T) {
+	noLeak(t, func(t *testing.T) {
+		s := startServingSite(t, 1, faultnet.New())
+		n := s.nodes[0]
+		s.controller(s.nodes)
+		s.registered(s.nodes)
+		s.replicate(time.Minute, 0)
+		s.createStream(s.nodes)
+		eventually(t, "leading", func() bool { return s.servers[n].leader("s") != nil })
+		appendRecs(t, s.stream(n), 3, "a")
+		eventually(t, "committed", func() bool { return s.stream(n).Committed() == 3 })
+		s.kill(n)
+		if s.servers[n].leader("s") != nil {
+			t.Fatal("still serving the stream after Close")
+		}
+	})
+}
