@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -138,4 +139,42 @@ func TestReplicator_StopsEverything(t *testing.T) {
 			t.Fatal("still serving the stream after Close")
 		}
 	})
+}
+
+func TestReplicator_ISRShrinksOnLagAndExpandsOnCatchUp(t *testing.T) {
+	fnet := faultnet.New()
+	s := startServingSite(t, 3, fnet)
+	ctl := s.controller(s.nodes)
+	s.registered(s.nodes)
+	s.replicate(time.Second, 0)
+	leader := s.createStream(s.nodes)
+	var f *Node // a follower that is not the controller: the leader still reaches the controller
+	for _, n := range s.nodes {
+		if n != leader && n != ctl {
+			f = n
+		}
+	}
+	appendRecs(t, s.stream(leader), 20, "a")
+	s.converged(s.nodes, 20)
+
+	fnet.Partition(f.ID(), leader.ID())
+	appendRecs(t, s.stream(leader), 20, "b")
+	// The watermark waits for the lagging follower until the controller
+	// has committed the ISR without it: whenever the leader's watermark
+	// has moved, its own copy of the state already lacks the follower.
+	eventually(t, "the leader commits without the partitioned follower", func() bool {
+		committed := s.stream(leader).Committed()
+		if committed > 20 && streamState(leader).InISR(f.ID()) {
+			t.Fatalf("watermark %d with %s still in the committed ISR %v", committed, f.ID(), streamState(leader).ISR)
+		}
+		return committed == 40
+	})
+	if isr := streamState(ctl).ISR; len(isr) != 2 || slices.Contains(isr, f.ID()) {
+		t.Fatalf("controller's ISR %v, want the two others", isr)
+	}
+
+	fnet.Heal(f.ID(), leader.ID())
+	eventually(t, f.ID()+" rejoins the ISR after catching up", func() bool { return streamState(ctl).InISR(f.ID()) })
+	appendRecs(t, s.stream(leader), 5, "c")
+	s.converged(s.nodes, 45)
 }
