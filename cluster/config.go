@@ -49,7 +49,12 @@ type Config struct {
 	// with Dial. Empty: the node can neither take commands nor lead.
 	ClusterAddr string
 	Dial        Dialer // nil: TCPDialer
-	Version     string // Peat's version, advertised in the tags
+
+	// RaftListener, when set, carries Raft instead of a TCP listener on
+	// RaftAddr (which is then not used), and Raft dials with Dial: tests
+	// run Raft over faultnet to partition a node from the controller.
+	RaftListener net.Listener
+	Version      string // Peat's version, advertised in the tags
 
 	SnapshotDir string // Raft's snapshots (raft's file snapshot store)
 
@@ -95,6 +100,9 @@ func (c Config) Validate() error {
 		bad("NodeID", "empty")
 	}
 	for _, a := range []struct{ field, addr string }{{"SerfAddr", c.SerfAddr}, {"RaftAddr", c.RaftAddr}} {
+		if a.field == "RaftAddr" && c.RaftListener != nil {
+			continue
+		}
 		if err := checkAddr(a.addr); err != nil {
 			bad(a.field, "%v", err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -40,8 +41,10 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("cluster: raft snapshots in %s: %w", n.cfg.SnapshotDir, err)
 	}
-	trans, err := raft.NewTCPTransportWithLogger(n.cfg.RaftAddr, nil, raftMaxPool, raftConnTimeout, logger)
-	if err != nil {
+	var trans *raft.NetworkTransport
+	if n.cfg.RaftListener != nil {
+		trans = raft.NewNetworkTransportWithLogger(streamLayer{n.cfg.RaftListener, n.dialer()}, raftMaxPool, raftConnTimeout, logger)
+	} else if trans, err = raft.NewTCPTransportWithLogger(n.cfg.RaftAddr, nil, raftMaxPool, raftConnTimeout, logger); err != nil {
 		return fmt.Errorf("cluster: raft transport on %s: %w", n.cfg.RaftAddr, err)
 	}
 	logs, err := raft.NewLogCache(raftLogCacheSize, n.store)
@@ -62,6 +65,18 @@ func (n *Node) startRaft() error {
 	n.snaps, n.trans, n.raft = snaps, trans, r
 	n.mu.bootstrapped = has
 	return nil
+}
+
+// streamLayer carries Raft over a listener and a Dialer (faultnet in tests).
+type streamLayer struct {
+	net.Listener
+	dial Dialer
+}
+
+func (s streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return s.dial(ctx, string(addr))
 }
 
 // watchLeadership runs leaderLoop while this node's Raft server leads.

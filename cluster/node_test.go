@@ -99,6 +99,9 @@ func (s *site) openVoter(id, dir, serfAddr, raftAddr string, join []string, expe
 		if s.fnet != nil {
 			ln, err = s.fnet.Listen(id)
 			cfg.Dial = s.fnet.Dialer(id)
+			if err == nil {
+				cfg.RaftListener, err = s.fnet.Listen(id + "/raft")
+			}
 		} else {
 			ln, err = net.Listen("tcp", "127.0.0.1:0")
 		}

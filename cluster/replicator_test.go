@@ -178,3 +178,93 @@ func TestReplicator_ISRShrinksOnLagAndExpandsOnCatchUp(t *testing.T) {
 	appendRecs(t, s.stream(leader), 5, "c")
 	s.converged(s.nodes, 45)
 }
+
+// partition cuts node a off from every other node of s: replication,
+// commands and Raft (Serf still sees it alive, so nothing reports it
+// failed: only an election deposes it).
+func (s *site) partition(a *Node, heal bool) {
+	for _, n := range s.nodes {
+		if n == a {
+			continue
+		}
+		for _, l := range [][2]string{{a.ID(), n.ID()}, {a.ID(), n.ID() + "/raft"}, {n.ID(), a.ID() + "/raft"}} {
+			if heal {
+				s.fnet.Heal(l[0], l[1])
+			} else {
+				s.fnet.Partition(l[0], l[1])
+			}
+		}
+	}
+}
+
+func TestReplicator_DeposedLeaderNeverCommits(t *testing.T) {
+	fnet := faultnet.New()
+	s := startServingSite(t, 3, fnet)
+	s.controller(s.nodes)
+	s.registered(s.nodes)
+	s.replicate(time.Second, 2)
+	old := s.createStream(s.nodes)
+	appendRecs(t, s.stream(old), 10, "a")
+	s.converged(s.nodes, 10)
+	oldEpoch := streamState(old).LeaderEpoch
+
+	// The leader is cut off from everyone; it still takes appends (a
+	// client connected to it), which nobody fetches and which it can
+	// never commit: its ISR cannot shrink without the controller.
+	s.partition(old, false)
+	appendRecs(t, s.stream(old), 10, "lost")
+	rest := without(s.nodes, old)
+	ctl := s.controller(rest)
+	next := rest[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := ctl.Submit(ctx, ElectLeader{Name: "s", Preferred: next.ID()}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new leader serves the stream", func() bool { return s.servers[next].leader("s") != nil })
+	appendRecs(t, s.stream(next), 10, "new")
+	// The new leader drops the unreachable old one from its ISR and
+	// commits with the other follower.
+	s.converged(rest, 20)
+	if st := streamState(old); st.Leader != old.ID() || st.LeaderEpoch != oldEpoch {
+		t.Fatalf("the partitioned node heard of the election (%+v): the test deposes nothing", st)
+	}
+	if c, end := s.stream(old).Committed(), s.stream(old).NextOffset(); c != 10 || end != 20 {
+		t.Fatalf("deposed leader: watermark %d, log end %d; want 10 (nothing committed while cut off) and 20", c, end)
+	}
+
+	// Healed, it learns it was deposed, truncates to the new leader's
+	// epoch end and follows: every replica holds the committed records.
+	s.partition(old, true)
+	eventually(t, "the old leader rejoins the ISR", func() bool { return streamState(ctl).InISR(old.ID()) })
+	s.converged(s.nodes, 20)
+	vals, err := s.stream(old).ReadRaw(10, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := s.stream(next).ReadRaw(10, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vals) != 10 || !slices.EqualFunc(vals, want, func(a, b []byte) bool { return string(a) == string(b) }) {
+		t.Fatal("the old leader kept records the new leader does not have")
+	}
+}
+
+func TestLeader_MinInsyncReplicasHoldsTheWatermark(t *testing.T) {
+	ls := openReplica(t)
+	l := NewLeader("L", ls, 1, []string{"L"}, nil)
+	t.Cleanup(l.Close)
+	l.SetMinInsync(2)
+	appendRecs(t, ls, 5, "a")
+	if l.InSync() {
+		t.Fatal("InSync with one member and min_insync_replicas 2")
+	}
+	// A lone leader (say, deposed and alone in its ISR) commits nothing.
+	l.SetISR([]string{"L"})
+	if c := ls.Committed(); c != 0 {
+		t.Fatalf("watermark %d with the ISR below min_insync_replicas, want 0", c)
+	}
+	l.SetMinInsync(1)
+	eventually(t, "committed once the minimum is met", func() bool { return ls.Committed() == 5 })
+}
