@@ -34,6 +34,9 @@ type Leader struct {
 		sync.Mutex
 		tr     *hwTracker
 		minISR int // below it, the watermark does not move (min_insync_replicas)
+		// current, when set, says whether this leader may still commit
+		// (see SetCurrent); false holds the watermark.
+		current func() bool
 	}
 	stop chan struct{}
 	done chan struct{}
@@ -88,6 +91,17 @@ func (l *Leader) SetMinInsync(n int) {
 	l.advance()
 }
 
+// SetCurrent installs the check, made before every move of the
+// watermark, that this leader is still the controller's leader: a leader
+// the controller deposed, or that cannot know (cut off from it for longer
+// than a lease), commits nothing more, whatever its ISR.
+func (l *Leader) SetCurrent(current func() bool) {
+	l.mu.Lock()
+	l.mu.current = current
+	l.mu.Unlock()
+	l.advance()
+}
+
 // InSync reports whether the ISR has at least min_insync_replicas
 // members: when it does not, a producer's append is to be refused.
 func (l *Leader) InSync() bool {
@@ -124,8 +138,9 @@ func (l *Leader) advance() {
 	l.mu.Lock()
 	hw := l.mu.tr.hw(l.stream.NextOffset())
 	short := len(l.mu.tr.isr) < l.mu.minISR
+	current := l.mu.current
 	l.mu.Unlock()
-	if short || hw <= l.stream.Committed() {
+	if short || hw <= l.stream.Committed() || current != nil && !current() {
 		return
 	}
 	if err := l.stream.SetHighWatermark(context.Background(), hw); err != nil && !errors.Is(err, logstore.ErrClosed) {

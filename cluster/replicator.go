@@ -146,12 +146,32 @@ func (r *Replicator) sync(st *State) {
 		if want.leader {
 			want.l = NewLeader(self, stream, want.epoch, s.ISR, r.log)
 			want.l.SetMinInsync(r.cfg.MinInsyncReplicas)
+			want.l.SetCurrent(r.currentLeader(name, want.epoch))
 			r.cfg.Server.Lead(want.l)
 			go r.maintainISR(ctx, want, name)
 		} else {
 			go r.follow(ctx, want, stream)
 		}
 		r.roles[name] = want
+	}
+}
+
+// currentLeader is a Leader's fence: it commits only while this node's
+// copy of the state still names it leader in epoch, and this node is the
+// controller or heard from it within the controller's heartbeat timeout.
+// The controller deposes a leader only after Serf's failure detection
+// (1.5 s at least with the defaults) or an election it commits; a leader
+// cut off from it stops committing after the heartbeat timeout (1 s), and
+// one that hears the new state stops at once.
+func (r *Replicator) currentLeader(name string, epoch uint32) func() bool {
+	n := r.cfg.Node
+	return func() bool {
+		st, _ := n.State()
+		s := st.Streams[name]
+		if s == nil || s.Leader != n.ID() || s.LeaderEpoch != epoch {
+			return false
+		}
+		return n.IsController() || time.Since(n.raft.LastContact()) < n.cfg.HeartbeatTimeout
 	}
 }
 

@@ -268,3 +268,62 @@ func TestLeader_MinInsyncReplicasHoldsTheWatermark(t *testing.T) {
 	l.SetMinInsync(1)
 	eventually(t, "committed once the minimum is met", func() bool { return ls.Committed() == 5 })
 }
+
+func TestReplicator_LeaderCutOffFromTheControllerStopsCommitting(t *testing.T) {
+	fnet := faultnet.New()
+	s := startServingSite(t, 3, fnet)
+	ctl := s.controller(s.nodes)
+	s.registered(s.nodes)
+	s.replicate(time.Minute, 2)
+	// The stream's leader is the first replica: make it a non-controller.
+	replicas := []string{}
+	for _, n := range s.nodes {
+		if n != ctl {
+			replicas = append(replicas, n.ID())
+		}
+	}
+	replicas = append(replicas, ctl.ID())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := ctl.Submit(ctx, CreateStream{Name: "s", Replicas: replicas}); err != nil {
+		t.Fatal(err)
+	}
+	l := s.node(replicas[0])
+	eventually(t, l.ID()+" leads", func() bool { return s.servers[l].leader("s") != nil })
+	appendRecs(t, s.stream(l), 10, "a")
+	s.converged(s.nodes, 10)
+
+	// Only its Raft links are cut: its followers still fetch from it, but
+	// it cannot know whether the controller has moved on.
+	for _, n := range s.nodes {
+		if n != l {
+			fnet.Partition(l.ID(), n.ID()+"/raft")
+			fnet.Partition(n.ID(), l.ID()+"/raft")
+		}
+	}
+	eventually(t, l.ID()+" has not heard from the controller for a heartbeat timeout", func() bool {
+		return time.Since(l.raft.LastContact()) > 2*l.cfg.HeartbeatTimeout
+	})
+	appendRecs(t, s.stream(l), 10, "b")
+	leader := s.servers[l].leader("s")
+	eventually(t, "both followers fetched everything and told the leader", func() bool {
+		leader.mu.Lock()
+		defer leader.mu.Unlock()
+		for _, id := range replicas[1:] {
+			if r := leader.mu.tr.replicas[id]; r == nil || r.end != 20 {
+				return false
+			}
+		}
+		return true
+	})
+	if c := s.stream(l).Committed(); c != 10 {
+		t.Fatalf("watermark %d while cut off from the controller, want 10", c)
+	}
+	for _, n := range s.nodes {
+		if n != l {
+			fnet.Heal(l.ID(), n.ID()+"/raft")
+			fnet.Heal(n.ID(), l.ID()+"/raft")
+		}
+	}
+	s.converged(s.nodes, 20)
+}
