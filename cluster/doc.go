@@ -1,8 +1,9 @@
 // Package cluster holds a site's replication (DESIGN.md, "Cluster"). What
 // exists so far: membership, the controller and the state it agrees on,
-// and the replica fetch between a stream's leader and a follower. It is a
-// tested package that nothing wires in yet: Peat still runs as a single
-// node, and the pieces are not yet driven by the controller's state (see
+// commands submitted to the controller from any node, the replica fetch
+// between a stream's leader and a follower, and the Replicator that runs
+// them from the controller's state and keeps the ISR. It is a tested
+// package that nothing wires in yet: Peat still runs as a single node (see
 // "What is left").
 //
 // # Membership (membership.go)
@@ -134,21 +135,65 @@
 // delays, cuts, partitions and drops links (tc netem is not available on
 // the machines here).
 //
+// # Commands from any node (submit.go)
+//
+// Node.Submit has a command committed wherever the controller runs: applied
+// locally on the controller, else sent as a CommandRequest frame (cluster/
+// wire) to the Server of the node Raft names leader, at the cluster
+// address its Serf tags advertise. The receiver applies it only if it is
+// the controller in at least the submitter's Raft term (a deposed
+// controller answers NotController, naming the one it knows) and the
+// submitter's broker epoch is not older than the state's. NotController,
+// no known controller and lost connections are retried with backoff until
+// the context ends; the state machine's refusal comes back as the same
+// typed error (ErrStaleVersion, ...), by an index into a table.
+//
+// # The Replicator (replicator.go, isr.go)
+//
+// One goroutine per node watches the state (the FSM every node applies):
+// for each stream it holds a replica of, it runs a Leader (NewLeader sets
+// the stream's leader epoch in logstore before any append) while the
+// state names it leader, else a Fetcher from the leader the state names,
+// which truncates to that leader's epoch end first. A change of leader or
+// leader epoch stops the role and starts the new one; an ISR change the
+// controller committed is handed to the Leader (SetISR), never earlier:
+// the watermark never moves on a smaller ISR before the controller agreed.
+// Every quarter of LagMax (replica_lag_max) a leader proposes AlterISR
+// through Submit, dropping followers not caught up for LagMax and adding
+// those caught up in their current broker epoch; the compare-and-set on
+// leader epoch and version refuses a deposed leader's proposals.
+//
+// A leader commits (moves its watermark) only while:
+//
+//   - its ISR has at least MinInsyncReplicas members (a leader alone in
+//     its ISR commits nothing when the minimum is 2);
+//   - this node's copy of the state still names it leader in its epoch;
+//   - this node is the controller, or heard from it within the Raft
+//     heartbeat timeout (1 s). The controller deposes a leader only after
+//     an election it commits, for a failure Serf needs at least 1.5 s to
+//     declare (the defaults); a leader cut off from it has stopped
+//     committing by then. An asymmetric partition where Serf declares a
+//     node failed while its Raft still hears the controller is not
+//     covered by this argument.
+//
+// Tests run Raft too over faultnet (Config.RaftListener) to partition a
+// leader from the site: it never commits what it takes while cut off, a
+// new leader from the ISR takes over, and after healing the old leader
+// truncates to the new leader's epoch end and every replica holds the same
+// committed records.
+//
 // # What is left
 //
-//   - Driving replication from the controller's state: a node starting a
-//     Leader or Fetcher for each stream it holds a replica of as the State
-//     changes, and proposing Laggards and Joiners as AlterISR (which needs
-//     commands forwarded to the controller from other nodes: only the
-//     controller applies them today).
-//   - acks (all, leader) and min_insync_replicas: a lone leader in its ISR
-//     advances its watermark on its own, so until min_insync_replicas
-//     refuses such appends a deposed leader alone in its ISR could still
-//     commit; produce forwarding; the mqtt.Log implementation over the
+//   - acks (all, leader) on the produce path: Leader.InSync tells a
+//     producer's append to be refused below min_insync_replicas, and the
+//     watermark is the acknowledgement, but nothing answers PUBACKs from
+//     it yet; produce forwarding; the mqtt.Log implementation over the
 //     cluster; group offsets and session cursors replicated with their
 //     stream; observers (a node without a replica fetching for its
-//     subscribers).
-//   - The edge wiring: a `cluster:` config section, /api/v1/cluster,
+//     subscribers); creating streams from the configuration (CreateStream
+//     through Submit works from any node).
+//   - The edge wiring: a `cluster:` config section (ClusterAddr, LagMax,
+//     MinInsyncReplicas come from it), /api/v1/cluster,
 //     metrics, scripts/site.sh, Serf's keyring and mutual TLS on the
 //     replication transport, and the fault tests with real processes.
 package cluster
