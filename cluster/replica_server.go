@@ -45,8 +45,8 @@ func Serve(ln net.Listener, log *slog.Logger) *Server {
 	return s
 }
 
-// ServeNode answers controller commands (Node.Submit) with n. Call it
-// before the node's address is advertised.
+// ServeNode answers controller commands (Node.Submit) with n. Until it is
+// called they are answered NotController, which submitters retry.
 func (s *Server) ServeNode(n *Node) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

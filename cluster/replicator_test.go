@@ -125,18 +125,19 @@ func TestReplicator_FollowsTheStateThroughAFailover(t *testing.T) {
 
 func TestReplicator_StopsEverything(t *testing.T) {
 	noLeak(t, func(t *testing.T) {
-		s := startServingSite(t, 1, faultnet.New())
-		n := s.nodes[0]
+		s := startServingSite(t, 2, faultnet.New())
 		s.controller(s.nodes)
 		s.registered(s.nodes)
 		s.replicate(time.Minute, 0)
-		s.createStream(s.nodes)
-		eventually(t, "leading", func() bool { return s.servers[n].leader("s") != nil })
-		appendRecs(t, s.stream(n), 3, "a")
-		eventually(t, "committed", func() bool { return s.stream(n).Committed() == 3 })
-		s.kill(n)
-		if s.servers[n].leader("s") != nil {
-			t.Fatal("still serving the stream after Close")
+		leader := s.createStream(s.nodes)
+		eventually(t, "leading", func() bool { return s.servers[leader].leader("s") != nil })
+		appendRecs(t, s.stream(leader), 3, "a")
+		s.converged(s.nodes, 3) // a leader and a follower, with a fetch parked
+		for _, n := range s.nodes {
+			s.kill(n)
+			if s.servers[n].leader("s") != nil {
+				t.Fatal("still serving the stream after Close")
+			}
 		}
 	})
 }
