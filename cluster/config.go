@@ -107,6 +107,11 @@ func (c Config) Validate() error {
 			bad(a.field, "%v", err)
 		}
 	}
+	if c.ClusterAddr != "" && c.Dial == nil {
+		if err := checkAddr(c.ClusterAddr); err != nil {
+			bad("ClusterAddr", "%v", err) // dialled over TCP by the others
+		}
+	}
 	switch {
 	case c.BootstrapExpect < 0:
 		bad("BootstrapExpect", "%d is negative", c.BootstrapExpect)

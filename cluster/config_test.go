@@ -10,6 +10,7 @@ func validConfig() Config {
 	c := DefaultConfig()
 	c.NodeID, c.SerfAddr, c.RaftAddr, c.SnapshotDir = "n1", "10.0.0.1:7946", "10.0.0.1:7947", "/data/raft"
 	c.BootstrapExpect = 3
+	c.ClusterAddr = "10.0.0.1:7948"
 	return c
 }
 
@@ -26,6 +27,7 @@ func TestConfig_Validate(t *testing.T) {
 		{"unspecified address", func(c *Config) { c.SerfAddr = "0.0.0.0:7946" }, []string{"SerfAddr:", "specific IP"}},
 		{"a host name", func(c *Config) { c.RaftAddr = "pi1:7947" }, []string{"RaftAddr:"}},
 		{"no port", func(c *Config) { c.RaftAddr = "10.0.0.1" }, []string{"RaftAddr:"}},
+		{"cluster address unspecified", func(c *Config) { c.ClusterAddr = "0.0.0.0:7948" }, []string{"ClusterAddr:", "specific IP"}},
 		{"a non-voter bootstraps", func(c *Config) { c.Voter = false }, []string{"BootstrapExpect: only a voter"}},
 		{"negative expect", func(c *Config) { c.BootstrapExpect = -1 }, []string{"BootstrapExpect: -1"}},
 		{"probe timeout not below the interval", func(c *Config) { c.ProbeTimeout = c.ProbeInterval }, []string{"ProbeTimeout:"}},
