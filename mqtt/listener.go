@@ -182,11 +182,7 @@ func (l *guardListener) upgrade(gc *guardConn) error {
 	if !ok {
 		return nil
 	}
-	reason, err := wc.upgrade(l.cfg.ws, gc.deadline)
-	if reason != "" {
-		l.count(reason)
-	}
-	return err
+	return wc.upgrade(l.cfg.ws, gc.deadline, l.count)
 }
 
 func (l *guardListener) leavePending(gc *guardConn) {

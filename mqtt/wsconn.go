@@ -143,18 +143,26 @@ func (c *wsConn) SetDeadline(t time.Time) error {
 
 // upgrade reads the HTTP upgrade request under the connection's deadline
 // (the guard's connect deadline), checks its origin, and answers 101, or
-// an HTTP error and the reason to count. On success the connection
-// speaks WebSocket, and its read deadline is set to deadline again
-// (gorilla clears it).
-func (c *wsConn) upgrade(cfg *wsConfig, deadline time.Time) (reason string, err error) {
+// counts the refusal (before the client can see it) and answers an HTTP
+// error. On success the connection speaks WebSocket, and its read
+// deadline is set to deadline again (gorilla clears it).
+func (c *wsConn) upgrade(cfg *wsConfig, deadline time.Time, count func(reason string)) error {
 	br := bufio.NewReaderSize(&io.LimitedReader{R: c.Conn, N: wsMaxRequest}, 4096)
 	req, err := http.ReadRequest(br)
 	if err != nil {
-		return c.readFailed(err)
+		reason, err := c.readFailed(err)
+		if reason != "" {
+			count(reason)
+		}
+		if reason == ReasonWebSocketHandshake {
+			c.httpError(http.StatusBadRequest, "bad request")
+		}
+		return err
 	}
 	if !cfg.originAllowed(req) {
+		count(ReasonWebSocketOrigin)
 		c.httpError(http.StatusForbidden, "origin not allowed")
-		return ReasonWebSocketOrigin, fmt.Errorf("%w: %q", ErrWebSocketOrigin, req.Header.Get("Origin"))
+		return fmt.Errorf("%w: %q", ErrWebSocketOrigin, req.Header.Get("Origin"))
 	}
 	var status int
 	var why error
@@ -162,14 +170,15 @@ func (c *wsConn) upgrade(cfg *wsConfig, deadline time.Time) (reason string, err 
 	up.Error = func(_ http.ResponseWriter, _ *http.Request, s int, e error) { status, why = s, e }
 	ws, err := up.Upgrade(&hijackWriter{conn: c.Conn, br: br}, req, nil)
 	if err != nil {
+		count(ReasonWebSocketHandshake)
 		if status != 0 {
 			c.httpError(status, why.Error())
 		}
-		return ReasonWebSocketHandshake, fmt.Errorf("%w: %w", ErrWebSocketHandshake, err)
+		return fmt.Errorf("%w: %w", ErrWebSocketHandshake, err)
 	}
 	c.ws = ws
 	_ = c.Conn.SetReadDeadline(deadline)
-	return "", nil
+	return nil
 }
 
 // readFailed sorts out why the upgrade request could not be read.
@@ -183,7 +192,6 @@ func (c *wsConn) readFailed(err error) (string, error) {
 	case errors.Is(err, io.EOF):
 		return "", err // gone before asking anything: not a refusal
 	}
-	c.httpError(http.StatusBadRequest, "bad request")
 	return ReasonWebSocketHandshake, fmt.Errorf("%w: %w", ErrWebSocketHandshake, err)
 }
 
