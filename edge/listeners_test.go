@@ -8,9 +8,11 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/mochi-mqtt/server/v2/packets"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/peatmq/peat/mqtt"
+	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
 func TestConfig_Listeners(t *testing.T) {
@@ -209,4 +211,37 @@ func closedCount(tb testing.TB, n *Node, reason string) float64 {
 		tb.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// cert_identity belongs to a listener: the same client certificate names
+// its user on the listener that says so, and nobody on another that only
+// verifies certificates.
+func TestNode_CertIdentityPerListener(t *testing.T) {
+	p := newTestPKI(t, "sensor-1")
+	dir := t.TempDir()
+	cfg := testConfig(t)
+	cfg.MQTT.Listen = ""
+	cfg.MQTT.Listeners = []ListenerConfig{
+		{Name: "certs", Listen: "127.0.0.1:0", TLS: TLSConfig{CertFile: p.certFile, KeyFile: p.keyFile,
+			ClientCAFile: p.caFile, ClientAuth: "require", CertIdentity: true}},
+		{Name: "passwords", Listen: "127.0.0.1:0", TLS: TLSConfig{CertFile: p.certFile, KeyFile: p.keyFile,
+			ClientCAFile: p.caFile, ClientAuth: "request"}},
+	}
+	cfg.Auth.UsersFile = writeAuthFile(t, dir, "users", userLine(t, "alice", "pw-a"))
+	n := startNode(t, cfg)
+	dial := func(name string) *mqtttest.Raw {
+		conn, err := tls.Dial("tcp", n.MQTTListenerAddr(name).String(),
+			&tls.Config{RootCAs: p.pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{p.client}})
+		if err != nil {
+			t.Fatalf("TLS dial %s: %v", name, err)
+		}
+		return mqtttest.Handshake(t, conn, mqtttest.Connect{ClientID: "dev", Version: 5, Clean: true, Keepalive: 60})
+	}
+	if c := dial("certs"); c.Connack.ReasonCode != 0 {
+		t.Fatalf("certificate on the cert_identity listener: CONNACK %#x, want 0", c.Connack.ReasonCode)
+	}
+	if c := dial("passwords"); c.Connack.ReasonCode != packets.ErrBadUsernameOrPassword.Code &&
+		c.Connack.ReasonCode != packets.ErrNotAuthorized.Code {
+		t.Fatalf("certificate alone on the other listener: CONNACK %#x, want a refusal", c.Connack.ReasonCode)
+	}
 }
