@@ -58,18 +58,21 @@ type HTTPConfig struct {
 
 // MQTTConfig is the YAML face of mqtt.Config.
 type MQTTConfig struct {
-	Listen          string   `yaml:"listen"`
-	MaxPayloadBytes ByteSize `yaml:"max_payload_bytes"`
-	Window          int      `yaml:"window"`
-	SendWindow      int      `yaml:"send_window"`
-	QueueDepth      int      `yaml:"queue_depth"`
-	QoS0MaxLag      int      `yaml:"qos0_max_lag"`
-	ReadBatch       int      `yaml:"read_batch"`
-	ReadBatchBytes  ByteSize `yaml:"read_batch_bytes"`
-	BufferBytes     ByteSize `yaml:"buffer_bytes"`
-	WritesPending   int      `yaml:"writes_pending"`
-	TopicAliases    int      `yaml:"topic_aliases"`
-	GroupStart      string   `yaml:"group_start"`
+	// Listen is one MQTT listener, with TLS and AllowPlaintext below;
+	// Listeners is the long form, for several (config_listeners.go).
+	Listen          string           `yaml:"listen"`
+	Listeners       []ListenerConfig `yaml:"listeners"`
+	MaxPayloadBytes ByteSize         `yaml:"max_payload_bytes"`
+	Window          int              `yaml:"window"`
+	SendWindow      int              `yaml:"send_window"`
+	QueueDepth      int              `yaml:"queue_depth"`
+	QoS0MaxLag      int              `yaml:"qos0_max_lag"`
+	ReadBatch       int              `yaml:"read_batch"`
+	ReadBatchBytes  ByteSize         `yaml:"read_batch_bytes"`
+	BufferBytes     ByteSize         `yaml:"buffer_bytes"`
+	WritesPending   int              `yaml:"writes_pending"`
+	TopicAliases    int              `yaml:"topic_aliases"`
+	GroupStart      string           `yaml:"group_start"`
 
 	ConnectTimeout        Duration `yaml:"connect_timeout"`
 	MaxConnectBytes       ByteSize `yaml:"max_connect_bytes"`
@@ -216,6 +219,7 @@ func (c Config) StoreConfig() logstore.Config {
 func (c Config) BrokerConfig() mqtt.Config {
 	m := mqtt.DefaultConfig()
 	m.Listen = c.MQTT.Listen
+	m.Listeners = c.brokerListeners()
 	m.MaxPayload = int(c.MQTT.MaxPayloadBytes)
 	m.Window = c.MQTT.Window
 	m.SendWindow = c.MQTT.SendWindow

@@ -203,7 +203,7 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	n.mu.broker = broker
 	if err := broker.Start(); err != nil {
-		return fmt.Errorf("start MQTT on %s: %w", n.cfg.MQTT.Listen, err)
+		return fmt.Errorf("start MQTT: %w", err) // the error names the address
 	}
 	n.broker.Store(broker)
 
@@ -357,8 +357,8 @@ func (n *Node) shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// MQTTAddr is the MQTT listener's address, nil before Start and after
-// Close.
+// MQTTAddr is the first MQTT listener's address, nil before Start and
+// after Close.
 func (n *Node) MQTTAddr() net.Addr {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -366,6 +366,18 @@ func (n *Node) MQTTAddr() net.Addr {
 		return nil
 	}
 	return n.mu.broker.Addr()
+}
+
+// MQTTListenerAddr is the address of the MQTT listener named name
+// (mqtt.listeners[].name; "mqtt" for mqtt.listen), nil when there is
+// none, before Start and after Close.
+func (n *Node) MQTTListenerAddr(name string) net.Addr {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.broker == nil || n.mu.closed {
+		return nil
+	}
+	return n.mu.broker.ListenerAddr(name)
 }
 
 // HTTPAddr is the HTTP listener's address, nil before Start, after Close,

@@ -41,11 +41,18 @@ const (
 	ReasonMalformed       = "malformed"         // a malformed packet the guard recognises
 	ReasonReceiveMaximum  = "receive_maximum"   // an MQTT 5 client above the Receive Maximum Peat announced
 	ReasonTLSHandshake    = "tls_handshake"     // a failed TLS handshake: no TLS, or a client certificate refused
+	// ReasonWebSocketOrigin: a WebSocket upgrade from a page of an origin
+	// the listener does not allow (answered 403).
+	ReasonWebSocketOrigin = "websocket_origin"
+	// ReasonWebSocketHandshake: a connection to a WebSocket listener that
+	// is no WebSocket upgrade (answered 400).
+	ReasonWebSocketHandshake = "websocket_handshake"
 )
 
 // closeReasons are the reasons of Closed, shown at 0 from the start.
 var closeReasons = []string{ReasonConnectTimeout, ReasonConnectTooLarge, ReasonTooManyPending,
-	ReasonPacketTooLarge, ReasonTopicInvalid, ReasonMalformed, ReasonReceiveMaximum, ReasonTLSHandshake}
+	ReasonPacketTooLarge, ReasonTopicInvalid, ReasonMalformed, ReasonReceiveMaximum, ReasonTLSHandshake,
+	ReasonWebSocketOrigin, ReasonWebSocketHandshake}
 
 // NewMetrics creates the collectors and registers them with reg when reg is
 // not nil.
