@@ -116,6 +116,9 @@ type StreamConfig struct {
 	// LingerQoS0 is the same for QoS 0 publishes, whose publishers wait for
 	// nothing (logstore.StreamConfig.LingerQoS0).
 	LingerQoS0 Duration `yaml:"qos0_linger"`
+	// Mirror: a copy of another Peat's stream, written only by its Peat
+	// sink through $mirror/<name> (edge/mirror); it takes no filters.
+	Mirror bool `yaml:"mirror"`
 }
 
 // RetentionConfig bounds what a stream keeps; zero means no bound.
@@ -206,6 +209,7 @@ func (c Config) StoreConfig() logstore.Config {
 			SyncInterval: time.Duration(s.SyncInterval),
 			Linger:       time.Duration(s.Linger),
 			LingerQoS0:   time.Duration(s.LingerQoS0),
+			Mirror:       s.Mirror,
 		}
 	}
 	return sc
