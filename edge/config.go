@@ -179,6 +179,16 @@ func defaultStream(name string, filters ...string) StreamConfig {
 	}
 }
 
+// hasMirrors reports whether a stream is a mirror (edge/mirror).
+func (c Config) hasMirrors() bool {
+	for _, s := range c.Streams {
+		if s.Mirror {
+			return true
+		}
+	}
+	return false
+}
+
 // Profile is the storage profile the node runs with: the configured one, or
 // the platform's default when none is set.
 func (c Config) Profile() logstore.Profile {

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/peatmq/peat/edge/auth"
+	"github.com/peatmq/peat/edge/mirror"
 	"github.com/peatmq/peat/edge/status"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
@@ -77,6 +78,7 @@ type Node struct {
 		closeErr        error
 		store           *logstore.Store
 		broker          *mqtt.Broker
+		mirror          *mirror.Hook // nil without mirror streams
 		http            *http.Server
 		httpAddr        net.Addr
 		httpDone        chan struct{} // closed when the HTTP serve goroutine returns
@@ -202,6 +204,12 @@ func (n *Node) start(ctx context.Context) error {
 		return fmt.Errorf("set up MQTT: %w", err)
 	}
 	n.mu.broker = broker
+	if n.cfg.hasMirrors() {
+		n.mu.mirror = mirror.NewHook(store, n.log.With(attrComponent, "mirror"))
+		if err := broker.Server().AddHook(n.mu.mirror, nil); err != nil {
+			return fmt.Errorf("set up mirror streams: %w", err)
+		}
+	}
 	if err := broker.Start(); err != nil {
 		return fmt.Errorf("start MQTT on %s: %w", n.cfg.MQTT.Listen, err)
 	}
@@ -339,6 +347,9 @@ func (n *Node) shutdown(ctx context.Context) error {
 		if err := n.mu.broker.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("stop MQTT: %w", err))
 		}
+	}
+	if n.mu.mirror != nil {
+		_ = n.mu.mirror.Stop() // mochi stops it too, unless its close timed out
 	}
 	if n.mu.store != nil {
 		n.store.Store(nil)

@@ -251,7 +251,7 @@ func parseAgo(s string) (time.Duration, error) {
 }
 
 // streamsReached returns the streams that some topic matching filter is
-// routed to, in the order of l.Streams(): logstore's Router over the
+// routed to (and the mirror streams), in the order of l.Streams(): logstore's Router over the
 // streams' filters, which routes as l.Route does (most specific filter
 // wins; the single-node store is that Router).
 func streamsReached(l Log, filter string) ([]Stream, error) {
@@ -265,9 +265,16 @@ func streamsReached(l Log, filter string) ([]Stream, error) {
 		return nil, fmt.Errorf("route the log's streams: %w", err)
 	}
 	reached := r.Reach(filter)
-	out := make([]Stream, len(reached))
-	for i, s := range reached {
-		out[i] = streams[s]
+	out := make([]Stream, 0, len(reached))
+	for _, s := range reached {
+		out = append(out, streams[s])
+	}
+	// A stream without filters is a mirror (edge/mirror): no publish
+	// routes into it, and it may hold any topic, so every filter reads it.
+	for i, s := range filters {
+		if len(s) == 0 {
+			out = append(out, streams[i])
+		}
 	}
 	return out, nil
 }
