@@ -170,6 +170,7 @@ func (h *Hook) write(st *logstore.Stream, q chan item) {
 		for _, it := range batch {
 			in = append(in, it.in)
 		}
+		next := st.NextOffset()
 		res, errs := Apply(h.ctx, st, in)
 		if h.ctx.Err() != nil {
 			return
@@ -186,23 +187,24 @@ func (h *Hook) write(st *logstore.Stream, q chan item) {
 			}
 			_ = it.cl.WritePacket(ack)
 		}
-		if gap := gaps(res, in); gap != "" {
+		if gap := gaps(next, res, in); gap != "" {
 			h.log.Warn("mirror gap marked: the source dropped records before they were sent", slog.String("stream", st.Name()), slog.String("offsets", gap))
 		}
 	}
 }
 
-// gaps names the offsets marked missing in one Apply, "" when none.
-func gaps(res []Result, in []Incoming) string {
+// gaps names the offsets an Apply from log end next marked missing (or
+// started the log after), "" when none.
+func gaps(next uint64, res []Result, in []Incoming) string {
 	var out []string
-	prev := uint64(0)
 	for i, r := range res {
-		if r == Appended && i > 0 && res[i-1] == Appended && in[i].Offset > prev+1 {
-			out = append(out, fmt.Sprintf("%d..%d", prev+1, in[i].Offset-1))
+		if r != Appended {
+			continue
 		}
-		if r == Appended {
-			prev = in[i].Offset
+		if in[i].Offset > next {
+			out = append(out, fmt.Sprintf("%d..%d", next, in[i].Offset-1))
 		}
+		next = in[i].Offset + 1
 	}
 	return strings.Join(out, ", ")
 }

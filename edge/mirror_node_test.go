@@ -1,0 +1,103 @@
+package edge
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	pahov5 "github.com/eclipse/paho.golang/paho"
+
+	"github.com/peatmq/peat/edge/mirror"
+)
+
+// mirrorProps are the peat-* properties a Peat sink sends with the record
+// at off of a source whose log starts at first.
+func mirrorProps(off, first uint64) pahov5.UserProperties {
+	vals := map[string]string{
+		mirror.PropStream: "default", mirror.PropOffset: strconv.FormatUint(off, 10), mirror.PropTime: "1700000000000",
+		mirror.PropTopic: "sensors/a", mirror.PropClient: "dev", mirror.PropQoS: "1", mirror.PropExpiry: "0",
+		mirror.PropFirst: strconv.FormatUint(first, 10),
+	}
+	var u pahov5.UserProperties
+	for _, k := range mirror.Props {
+		u.Add(k, vals[k])
+	}
+	return u
+}
+
+// A node with a mirror stream: ordinary publishes never land in it; a
+// $mirror publish is refused for a stream that is not a mirror, without
+// the sink's properties, and after records the source still has; the next
+// offset is appended and a resend acknowledged without a second record.
+func TestNode_MirrorStreamTakesOnlyItsSourcesNextRecords(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Streams = append(cfg.Streams, StreamConfig{Name: "site-a.default", Mirror: true, Durability: "fsync"})
+	n := startNode(t, cfg)
+	conn, err := net.Dial("tcp", n.MQTTAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := pahov5.NewClient(pahov5.ClientConfig{Conn: conn})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Connect(ctx, &pahov5.Connect{ClientID: "site-a", CleanStart: true, KeepAlive: 30}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(&pahov5.Disconnect{})
+	publish := func(topic string, props pahov5.UserProperties) byte {
+		t.Helper()
+		resp, err := c.Publish(ctx, &pahov5.Publish{Topic: topic, QoS: 1, Payload: []byte("x"),
+			Properties: &pahov5.PublishProperties{User: props}})
+		if resp == nil {
+			t.Fatalf("publish to %s: %v", topic, err)
+		}
+		return resp.ReasonCode
+	}
+	mirrorNext := func() uint64 { return n.Store().Stream("site-a.default").NextOffset() }
+
+	if code := publish("sensors/a", nil); code != 0 {
+		t.Fatalf("ordinary publish: reason %#x", code)
+	}
+	if code := publish("$mirror/default", mirrorProps(0, 0)); code != 0x90 {
+		t.Errorf("$mirror to a stream that is not a mirror: reason %#x, want 0x90", code)
+	}
+	if code := publish("$mirror/site-a.default", nil); code != 0x83 {
+		t.Errorf("$mirror without the sink's properties: reason %#x, want 0x83", code)
+	}
+	for _, off := range []uint64{0, 1, 1} {
+		if code := publish("$mirror/site-a.default", mirrorProps(off, 0)); code != 0 {
+			t.Fatalf("$mirror offset %d: reason %#x", off, code)
+		}
+	}
+	if code := publish("$mirror/site-a.default", mirrorProps(5, 0)); code != 0x80 {
+		t.Errorf("$mirror offset 5 while the source still has 2..4: reason %#x, want 0x80", code)
+	}
+	if got := mirrorNext(); got != 2 {
+		t.Fatalf("the mirror ends at %d, want 2 (offsets 0 and 1, once each)", got)
+	}
+	if got := n.Store().Stream("default").NextOffset(); got != 1 {
+		t.Fatalf("default holds %d records, want the one ordinary publish", got)
+	}
+	recs, err := n.Store().Stream("site-a.default").Read(0, 0, 0)
+	if err != nil || len(recs) != 2 || recs[1].Topic != "sensors/a" || recs[1].ClientID != "dev" || recs[1].Timestamp != 1700000000000 {
+		t.Fatalf("mirror holds %+v (%v)", recs, err)
+	}
+}
+
+// A mirror stream takes no filters (its records come from its source);
+// any other stream needs one.
+func TestValidate_MirrorStreamTakesNoFilters(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Streams = append(cfg.Streams, defaultStream("site-a.default"))
+	cfg.Streams[1].Mirror = true
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("a mirror without filters: %v", err)
+	}
+	cfg.Streams[1].Filters = []string{"site-a/#"}
+	wantProblems(t, cfg.Validate(), []string{"streams[1].filters: ", "mirror"})
+	cfg.Streams[1].Mirror = false
+	cfg.Streams[1].Filters = nil
+	wantProblems(t, cfg.Validate(), []string{"streams[1].filters: ", "at least one"})
+}
