@@ -75,10 +75,16 @@ sinks:
 	if s := cfg.Sinks[0]; s.MQTT.Topic != "site-a/{topic}" || !s.MQTT.Properties || s.Filter != "sensors/#" || s.MQTT.TLS.CAFile == "" {
 		t.Fatalf("parsed %+v %+v", s, s.MQTT)
 	}
-	// A kind that is not built is refused, not ignored.
-	if _, err := Parse([]byte("sinks:\n  - name: hq\n    peat: {url: mqtts://hq.example:8883}\n")); err == nil ||
-		!strings.Contains(err.Error(), "sinks[0].peat") {
-		t.Fatalf("a peat sink: err %v, want sinks[0].peat refused", err)
+	// The issue's peat sink, with the client id every sink needs.
+	cfg, err = Parse([]byte("sinks:\n  - name: hq\n    peat: {url: mqtts://hq.example:8883, mirror_as: \"site-a.{stream}\", client_id: site-a}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	if p := cfg.Sinks[0].Peat; p.MirrorAs != "site-a.{stream}" || p.Window != 64 || p.Keepalive != Duration(30*time.Second) {
+		t.Fatalf("parsed peat %+v", p)
 	}
 	cfg, err = Parse([]byte(`
 sinks:
@@ -362,8 +368,11 @@ func TestConfig_ExampleSinkIsValid(t *testing.T) {
 	if s.Name != "cloud" || s.MQTT == nil || s.MQTT.URL != "mqtts://cloud.example:8883" || !s.MQTT.Properties {
 		t.Fatalf("example parsed as %+v %+v", s, s.MQTT)
 	}
-	if len(cfg.Sinks) != 2 || cfg.Sinks[1].Kafka == nil || !cfg.Sinks[1].Kafka.ExactlyOnce {
+	if len(cfg.Sinks) != 3 || cfg.Sinks[1].Kafka == nil || !cfg.Sinks[1].Kafka.ExactlyOnce {
 		t.Fatalf("want the kafka example as the second sink, got %+v", cfg.Sinks)
+	}
+	if p := cfg.Sinks[2].Peat; p == nil || p.MirrorAs != "site-a.{stream}" || p.URL != "mqtts://hq.example:8883" {
+		t.Fatalf("want the peat example as the third sink, got %+v", cfg.Sinks[2])
 	}
 }
 
