@@ -80,9 +80,24 @@ func TestNode_MirrorStreamTakesOnlyItsSourcesNextRecords(t *testing.T) {
 	if got := n.Store().Stream("default").NextOffset(); got != 1 {
 		t.Fatalf("default holds %d records, want the one ordinary publish", got)
 	}
+	// The source's retention dropped 2..4 before they were sent.
+	if code := publish("$mirror/site-a.default", mirrorProps(5, 5)); code != 0 {
+		t.Fatalf("$mirror offset 5 after the source dropped 2..4: reason %#x", code)
+	}
 	recs, err := n.Store().Stream("site-a.default").Read(0, 0, 0)
-	if err != nil || len(recs) != 2 || recs[1].Topic != "sensors/a" || recs[1].ClientID != "dev" || recs[1].Timestamp != 1700000000000 {
-		t.Fatalf("mirror holds %+v (%v)", recs, err)
+	if err != nil || len(recs) != 6 {
+		t.Fatalf("mirror holds %d records (%v), want 6", len(recs), err)
+	}
+	for i, r := range recs {
+		gap := i >= 2 && i <= 4
+		switch {
+		case r.Offset != uint64(i):
+			t.Fatalf("record %d at offset %d", i, r.Offset)
+		case gap && (r.Topic != mirror.GapTopic || r.UserProperties[0].Value != "2-5"):
+			t.Fatalf("offset %d: %+v, want a gap marker 2-5", i, r)
+		case !gap && (r.Topic != "sensors/a" || r.ClientID != "dev" || r.Timestamp != 1700000000000):
+			t.Fatalf("offset %d: %+v, want the source's record", i, r)
+		}
 	}
 }
 
