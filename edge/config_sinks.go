@@ -60,6 +60,7 @@ type SinkPeatConfig struct {
 	URL          string        `yaml:"url"`
 	ClientID     string        `yaml:"client_id"`
 	MirrorAs     string        `yaml:"mirror_as"`
+	Topic        string        `yaml:"topic"`
 	Window       int           `yaml:"window"`
 	Username     string        `yaml:"username"`
 	PasswordFile string        `yaml:"password_file"`
@@ -181,6 +182,9 @@ func applySinkDefaults(cfg *Config, present map[string]bool) {
 			}
 			if !present[mp+".window"] {
 				m.Window = defM.Window
+			}
+			if !present[mp+".topic"] {
+				m.Topic = defM.Topic
 			}
 			if !present[mp+".keepalive"] {
 				m.Keepalive = defM.Keepalive
@@ -336,7 +340,7 @@ func (m *SinkPeatConfig) validate(p string) []problem {
 	probs := (&SinkMQTTConfig{
 		URL: m.URL, ClientID: m.ClientID, Version: 5, QoS: 1, Window: m.Window,
 		Username: m.Username, PasswordFile: m.PasswordFile, TLS: m.TLS,
-		Topic: mqttsink.DefaultTopic, Keepalive: m.Keepalive,
+		Topic: m.Topic, Keepalive: m.Keepalive,
 	}).validate(p)
 	if err := peatsink.CheckMirrorAs(m.MirrorAs); err != nil {
 		probs = append(probs, problem{p + ".mirror_as", err.Error()})

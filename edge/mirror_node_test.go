@@ -27,13 +27,14 @@ func mirrorProps(off, first uint64) pahov5.UserProperties {
 	return u
 }
 
-// A node with a mirror stream: ordinary publishes never land in it; a
+// A node with a mirror stream: ordinary publishes to its filters are
+// refused; a
 // $mirror publish is refused for a stream that is not a mirror, without
 // the sink's properties, and after records the source still has; the next
 // offset is appended and a resend acknowledged without a second record.
 func TestNode_MirrorStreamTakesOnlyItsSourcesNextRecords(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.Streams = append(cfg.Streams, StreamConfig{Name: "site-a.default", Mirror: true, Durability: "fsync"})
+	cfg.Streams = append(cfg.Streams, StreamConfig{Name: "site-a.default", Mirror: true, Filters: []string{"site-a/#"}, Durability: "fsync"})
 	n := startNode(t, cfg)
 	conn, err := net.Dial("tcp", n.MQTTAddr().String())
 	if err != nil {
@@ -59,6 +60,9 @@ func TestNode_MirrorStreamTakesOnlyItsSourcesNextRecords(t *testing.T) {
 
 	if code := publish("sensors/a", nil); code != 0 {
 		t.Fatalf("ordinary publish: reason %#x", code)
+	}
+	if code := publish("site-a/x", nil); code != 0x90 {
+		t.Errorf("ordinary publish to the mirror's filter: reason %#x, want 0x90", code)
 	}
 	if code := publish("$mirror/default", mirrorProps(0, 0)); code != 0x90 {
 		t.Errorf("$mirror to a stream that is not a mirror: reason %#x, want 0x90", code)
@@ -101,18 +105,15 @@ func TestNode_MirrorStreamTakesOnlyItsSourcesNextRecords(t *testing.T) {
 	}
 }
 
-// A mirror stream takes no filters (its records come from its source);
-// any other stream needs one.
-func TestValidate_MirrorStreamTakesNoFilters(t *testing.T) {
+// A mirror stream may have no filters (its records come from its
+// source); any other stream needs one.
+func TestValidate_MirrorStreamNeedsNoFilters(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Streams = append(cfg.Streams, defaultStream("site-a.default"))
 	cfg.Streams[1].Mirror = true
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("a mirror without filters: %v", err)
 	}
-	cfg.Streams[1].Filters = []string{"site-a/#"}
-	wantProblems(t, cfg.Validate(), []string{"streams[1].filters: ", "mirror"})
 	cfg.Streams[1].Mirror = false
-	cfg.Streams[1].Filters = nil
 	wantProblems(t, cfg.Validate(), []string{"streams[1].filters: ", "at least one"})
 }

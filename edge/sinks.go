@@ -141,7 +141,7 @@ func buildUpstream(sc SinkConfig, store *logstore.Store, node string) (sink.Upst
 
 func buildPeat(p *SinkPeatConfig, store *logstore.Store, node string) (sink.Upstream, error) {
 	pc := peatsink.Config{
-		URL: p.URL, ClientID: p.ClientID, MirrorAs: p.MirrorAs, Window: p.Window,
+		URL: p.URL, ClientID: p.ClientID, MirrorAs: p.MirrorAs, Topic: p.Topic, Window: p.Window,
 		Username: p.Username, Node: node, Keepalive: time.Duration(p.Keepalive),
 		First: func(name string) uint64 {
 			if st := store.Stream(name); st != nil {

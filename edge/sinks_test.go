@@ -190,7 +190,7 @@ func TestValidate_SinkProblemsNameTheirField(t *testing.T) {
 	}
 	peat := func(mut func(s *SinkConfig, p *SinkPeatConfig)) func(s *SinkConfig) {
 		return func(s *SinkConfig) {
-			p := SinkPeatConfig{URL: "mqtt://hq:1883", ClientID: "site-a", MirrorAs: "site-a.{stream}", Window: 64,
+			p := SinkPeatConfig{URL: "mqtt://hq:1883", ClientID: "site-a", MirrorAs: "site-a.{stream}", Topic: "{topic}", Window: 64,
 				Keepalive: Duration(30 * time.Second)}
 			s.MQTT, s.Peat = nil, &p
 			mut(s, &p)
@@ -206,6 +206,7 @@ func TestValidate_SinkProblemsNameTheirField(t *testing.T) {
 		{"peat.client_id", peat(func(_ *SinkConfig, p *SinkPeatConfig) { p.ClientID = "" }), []string{"sinks[0].peat.client_id: "}},
 		{"peat.mirror_as topic", peat(func(_ *SinkConfig, p *SinkPeatConfig) { p.MirrorAs = "{topic}" }), []string{"sinks[0].peat.mirror_as: ", "{topic}"}},
 		{"peat.mirror_as level", peat(func(_ *SinkConfig, p *SinkPeatConfig) { p.MirrorAs = "a/{stream}" }), []string{"sinks[0].peat.mirror_as: ", "one topic level"}},
+		{"peat.topic", peat(func(_ *SinkConfig, p *SinkPeatConfig) { p.Topic = "a/#" }), []string{"sinks[0].peat.topic: "}},
 		{"peat.window", peat(func(_ *SinkConfig, p *SinkPeatConfig) { p.Window = 0 }), []string{"sinks[0].peat.window: "}},
 		{"peat filter", peat(func(s *SinkConfig, _ *SinkPeatConfig) { s.Filter = "a/#" }), []string{"sinks[0].filter: ", "whole streams"}},
 		{"peat start", peat(func(s *SinkConfig, _ *SinkPeatConfig) { s.Start = "latest" }), []string{"sinks[0].start: ", "earliest"}},

@@ -251,7 +251,7 @@ func parseAgo(s string) (time.Duration, error) {
 }
 
 // streamsReached returns the streams that some topic matching filter is
-// routed to, and the mirror streams, in the order of l.Streams(): logstore's Router over the
+// routed to, in the order of l.Streams(): logstore's Router over the
 // streams' filters, which routes as l.Route does (most specific filter
 // wins; the single-node store is that Router).
 func streamsReached(l Log, filter string) ([]Stream, error) {
@@ -264,18 +264,10 @@ func streamsReached(l Log, filter string) ([]Stream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("route the log's streams: %w", err)
 	}
-	reached := r.Reach(filter) // increasing
-	out := make([]Stream, 0, len(reached))
-	for i, s := range streams {
-		// A stream without filters is a mirror (edge/mirror): no publish
-		// routes into it, and it may hold any topic, so every filter
-		// reads it.
-		if len(reached) > 0 && reached[0] == i {
-			reached = reached[1:]
-			out = append(out, s)
-		} else if len(filters[i]) == 0 {
-			out = append(out, s)
-		}
+	reached := r.Reach(filter)
+	out := make([]Stream, len(reached))
+	for i, s := range reached {
+		out[i] = streams[s]
 	}
 	return out, nil
 }

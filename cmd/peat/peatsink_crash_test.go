@@ -14,16 +14,19 @@ import (
 // second `peat serve` (hq) through a Peat sink, kills the site (kill -9)
 // mid-drain and restarts it, then kills hq mid-drain and restarts it on
 // the same port: at the end, $replay on hq gives the site's records at
-// the site's offsets, with their topics, payloads and timestamps, each
-// once.
+// the site's offsets, with their payloads and timestamps and their topics
+// under site-a/, each once (hq has a stream of its own beside the mirror).
 func TestCrash_PeatSinkMirrorAcrossKill9(t *testing.T) {
 	const n = 3000
 	dir := t.TempDir()
 	hqConfig := filepath.Join(dir, "hq.yaml")
 	if err := os.WriteFile(hqConfig, []byte(`
 streams:
+  - name: default
+    filters: ["#"]
   - name: site-a.default
     mirror: true
+    filters: ["site-a/#"]
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +39,7 @@ streams:
 sinks:
   - name: hq
     max_rate: 1000
-    peat: {url: "mqtt://%s", client_id: site-a, mirror_as: "site-a.{stream}", window: 16}
+    peat: {url: "mqtt://%s", client_id: site-a, mirror_as: "site-a.{stream}", topic: "site-a/{topic}", window: 16}
     backoff: {min: 50ms, max: 200ms}
 `, hqAddr)), 0o600); err != nil {
 		t.Fatal(err)
@@ -81,7 +84,7 @@ sinks:
 	if code != exitOK || len(src) != n {
 		t.Fatalf("peat replay on the site: exit %d, %d lines, want %d; stderr:\n%s", code, len(src), n, stderr)
 	}
-	code, dst, stderr := runReplayCmd(t, hqAddr, "sensors/#")
+	code, dst, stderr := runReplayCmd(t, hqAddr, "site-a/sensors/#")
 	if code != exitOK {
 		t.Fatalf("peat replay on hq: exit %d; stderr:\n%s", code, stderr)
 	}
@@ -89,6 +92,7 @@ sinks:
 		t.Fatalf("hq's mirror has %d records, the site %d", len(dst), len(src))
 	}
 	for i := range src {
+		src[i].topic = "site-a/" + src[i].topic
 		if src[i] != dst[i] {
 			t.Fatalf("record %d: site %+v, hq %+v", i, src[i], dst[i])
 		}

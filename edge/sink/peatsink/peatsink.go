@@ -24,7 +24,10 @@ type Config struct {
 	ClientID string
 	// MirrorAs names the mirror stream on the upstream: {stream} and
 	// {node} are replaced.
-	MirrorAs  string
+	MirrorAs string
+	// Topic is each record's topic in the mirror: {topic} (its own),
+	// {stream}, {node}; "" keeps the record's topic.
+	Topic     string
 	Window    int
 	Username  string
 	Password  string
@@ -62,7 +65,13 @@ func New(cfg Config) (*mqttsink.Upstream, error) {
 	if cfg.First == nil {
 		return nil, errors.New("peatsink: First is required")
 	}
-	first := cfg.First
+	if cfg.Topic == "" {
+		cfg.Topic = mqttsink.DefaultTopic
+	}
+	if err := mqttsink.CheckTopic(cfg.Topic); err != nil {
+		return nil, fmt.Errorf("peatsink: topic %w", err)
+	}
+	first, tmpl, node := cfg.First, cfg.Topic, cfg.Node
 	return mqttsink.New(mqttsink.Config{
 		URL: cfg.URL, ClientID: cfg.ClientID, Version: 5, QoS: 1, Window: cfg.Window,
 		Username: cfg.Username, Password: cfg.Password, TLS: cfg.TLS,
@@ -70,7 +79,7 @@ func New(cfg Config) (*mqttsink.Upstream, error) {
 		Keepalive: cfg.Keepalive,
 		Extra: func(stream string, r *logstore.Record) []packets.UserProperty {
 			return []packets.UserProperty{
-				{Key: mirror.PropTopic, Val: r.Topic},
+				{Key: mirror.PropTopic, Val: topicOf(tmpl, stream, node, r.Topic)},
 				{Key: mirror.PropClient, Val: r.ClientID},
 				{Key: mirror.PropQoS, Val: strconv.Itoa(int(r.QoS))},
 				{Key: mirror.PropExpiry, Val: strconv.FormatUint(uint64(r.MessageExpiry), 10)},
@@ -78,4 +87,14 @@ func New(cfg Config) (*mqttsink.Upstream, error) {
 			}
 		},
 	})
+}
+
+// topicOf is a record's topic in the mirror.
+func topicOf(tmpl, stream, node, topic string) string {
+	if tmpl == mqttsink.DefaultTopic {
+		return topic
+	}
+	t := strings.ReplaceAll(tmpl, "{stream}", stream)
+	t = strings.ReplaceAll(t, "{node}", node)
+	return strings.ReplaceAll(t, "{topic}", topic)
 }
