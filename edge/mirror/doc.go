@@ -1,14 +1,17 @@
 // Package mirror is the receiving side of the Peat sink (edge/sink/peatsink):
 // a mirror stream holds another Peat's stream at that stream's offsets.
 //
-// A mirror stream is configured with mirror: true and no filters, so no
-// ordinary publish routes into it (a mirror's offsets belong to its
-// source). Every $replay or subscription filter reads it, as it may hold
-// any topic (mqtt streamsReached). The sender publishes each record, MQTT
-// 5 and QoS 1, to $mirror/<mirror stream> with its original topic,
-// offset, timestamp, client, QoS, expiry and the source's log start in
-// user properties (Props, appended after the record's own); mochi checks
-// the publisher's ACL on that topic before Hook sees it.
+// A mirror stream is configured with mirror: true. Its filters say what
+// readers reach it by ($replay, $group), as for any stream, but a publish
+// they route to it is refused (mqtt ingest, PUBACK 0x90): a mirror's
+// offsets belong to its source. The sender's topic template (e.g.
+// "site-a/{topic}" beside filters ["site-a/#"]) puts the records under
+// them; a mirror without filters is written but reached by no filter (a
+// replay reads one stream, so it cannot be a catch-all). The sender
+// publishes each record, MQTT 5 and QoS 1, to $mirror/<mirror stream> with
+// its topic, offset, timestamp, client, QoS, expiry and the source's log
+// start in user properties (Props, appended after the record's own);
+// mochi checks the publisher's ACL on that topic before Hook sees it.
 //
 // Hook queues each publish to its stream's writer goroutine, which takes
 // whatever has queued meanwhile as one batch (one commit) and applies the

@@ -4,7 +4,8 @@
 //
 // It is the MQTT sink (edge/sink/mqttsink) with fixed settings: MQTT 5,
 // QoS 1, a persistent session, topic $mirror/<mirror_as> ({stream} and
-// {node} replaced), and after the record's own user properties the sink's:
+// {node} replaced), and after the record's own user properties the sink's
+// (peat-topic is the record's topic through the topic template):
 // peat-stream, peat-offset, peat-time, peat-topic, peat-client, peat-qos,
 // peat-expiry and peat-first (the source stream's log start when the record
 // is sent). So the sink framework (edge/sink) gives it what it gives every
