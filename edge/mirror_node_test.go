@@ -33,20 +33,39 @@ func mirrorProps(off, first uint64) pahov5.UserProperties {
 // the sink's properties, and after records the source still has; the next
 // offset is appended and a resend acknowledged without a second record.
 func TestNode_MirrorStreamTakesOnlyItsSourcesNextRecords(t *testing.T) {
+	dir := t.TempDir()
 	cfg := testConfig(t)
 	cfg.Streams = append(cfg.Streams, StreamConfig{Name: "site-a.default", Mirror: true, Filters: []string{"site-a/#"}, Durability: "fsync"})
+	cfg.Auth.UsersFile = writeAuthFile(t, dir, "users", userLine(t, "site-a", "pw-a")+userLine(t, "site-b", "pw-b"))
+	cfg.Auth.ACLFile = writeAuthFile(t, dir, "acl", `
+allow write user:site-a $mirror/site-a.default
+allow write user:site-a $mirror/default
+allow readwrite * site-a/#
+allow readwrite * sensors/#
+`)
 	n := startNode(t, cfg)
-	conn, err := net.Dial("tcp", n.MQTTAddr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := pahov5.NewClient(pahov5.ClientConfig{Conn: conn})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := c.Connect(ctx, &pahov5.Connect{ClientID: "site-a", CleanStart: true, KeepAlive: 30}); err != nil {
-		t.Fatal(err)
+	dial := func(user string) *pahov5.Client {
+		conn, err := net.Dial("tcp", n.MQTTAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := pahov5.NewClient(pahov5.ClientConfig{Conn: conn})
+		if _, err := c.Connect(ctx, &pahov5.Connect{ClientID: user, CleanStart: true, KeepAlive: 30,
+			Username: user, UsernameFlag: true, Password: []byte("pw-" + user[len(user)-1:]), PasswordFlag: true}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Disconnect(&pahov5.Disconnect{}) })
+		return c
 	}
-	defer c.Disconnect(&pahov5.Disconnect{})
+	c, other := dial("site-a"), dial("site-b")
+	// The ACL applies to $mirror/ as to any topic.
+	resp, _ := other.Publish(ctx, &pahov5.Publish{Topic: "$mirror/site-a.default", QoS: 1, Payload: []byte("x"),
+		Properties: &pahov5.PublishProperties{User: mirrorProps(0, 0)}})
+	if resp == nil || resp.ReasonCode != 0x87 {
+		t.Fatalf("$mirror publish of a user the ACL does not allow: %+v, want reason 0x87", resp)
+	}
 	publish := func(topic string, props pahov5.UserProperties) byte {
 		t.Helper()
 		resp, err := c.Publish(ctx, &pahov5.Publish{Topic: topic, QoS: 1, Payload: []byte("x"),
