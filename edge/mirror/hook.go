@@ -32,7 +32,7 @@ type Hook struct {
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	writers map[string]chan item
+	writers map[*logstore.Stream]chan item // by stream, not name: a stream removed and added again gets a new writer
 	stopped bool
 }
 
@@ -51,7 +51,7 @@ func NewHook(store *logstore.Store, log *slog.Logger) *Hook {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Hook{store: store, log: log, ctx: ctx, cancel: cancel, writers: map[string]chan item{}}
+	return &Hook{store: store, log: log, ctx: ctx, cancel: cancel, writers: map[*logstore.Stream]chan item{}}
 }
 
 // ID names the hook.
@@ -134,10 +134,10 @@ func (h *Hook) writer(st *logstore.Stream) chan item {
 	if h.stopped {
 		return nil
 	}
-	q, ok := h.writers[st.Name()]
+	q, ok := h.writers[st]
 	if !ok {
 		q = make(chan item, queueLen)
-		h.writers[st.Name()] = q
+		h.writers[st] = q
 		h.wg.Add(1)
 		go h.write(st, q)
 	}
