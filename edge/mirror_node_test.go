@@ -8,6 +8,7 @@ import (
 	"time"
 
 	pahov5 "github.com/eclipse/paho.golang/paho"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/peatmq/peat/edge/mirror"
 )
@@ -106,6 +107,11 @@ allow readwrite * sensors/#
 	// The source's retention dropped 2..4 before they were sent.
 	if code := publish("$mirror/site-a.default", mirrorProps(5, 5)); code != 0 {
 		t.Fatalf("$mirror offset 5 after the source dropped 2..4: reason %#x", code)
+	}
+	for result, want := range map[string]float64{"appended": 3, "duplicate": 1, "refused": 1, "gap": 3} {
+		if got := testutil.ToFloat64(n.mu.mirror.Records().WithLabelValues("site-a.default", result)); got != want {
+			t.Errorf("peat_mirror_records_total{result=%q} = %v, want %v", result, got, want)
+		}
 	}
 	recs, err := n.Store().Stream("site-a.default").Read(0, 0, 0)
 	if err != nil || len(recs) != 6 {

@@ -205,8 +205,12 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	n.mu.broker = broker
 	if n.cfg.hasMirrors() {
-		n.mu.mirror = mirror.NewHook(store, n.log.With(attrComponent, "mirror"))
-		if err := broker.Server().AddHook(n.mu.mirror, nil); err != nil {
+		h, err := mirror.NewHook(store, n.log.With(attrComponent, "mirror"), n.reg)
+		if err != nil {
+			return fmt.Errorf("set up mirror streams: %w", err)
+		}
+		n.mu.mirror = h
+		if err := broker.Server().AddHook(h, nil); err != nil {
 			return fmt.Errorf("set up mirror streams: %w", err)
 		}
 	}

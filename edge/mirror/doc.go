@@ -44,6 +44,9 @@
 // An empty mirror instead starts its log at N (ResetTo), as the source's
 // log start itself moved: no markers for what the mirror never held.
 //
+// peat_mirror_records_total{stream, result} counts appended, duplicate
+// and refused records, and gap offsets; each gap is also logged at WARN.
+//
 // Limits: one source per mirror stream (two sources under one mirror_as
 // would be taken as resends of each other); a source stream recreated
 // from offset 0 is all resends to its old mirror; mirror streams are

@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/peatmq/peat/logstore"
 )
@@ -24,8 +26,9 @@ const queueLen = 1024
 // once its record is durable (or known to be).
 type Hook struct {
 	mochi.HookBase
-	store *logstore.Store
-	log   *slog.Logger
+	store   *logstore.Store
+	log     *slog.Logger
+	records *prometheus.CounterVec // stream, result
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -45,13 +48,37 @@ type item struct {
 
 var _ mochi.Hook = (*Hook)(nil)
 
-// NewHook returns the hook over store's mirror streams.
-func NewHook(store *logstore.Store, log *slog.Logger) *Hook {
+// Records is peat_mirror_records_total, by stream and result.
+func (h *Hook) Records() *prometheus.CounterVec { return h.records }
+
+// Results counted in peat_mirror_records_total.
+const (
+	resultAppended  = "appended"
+	resultDuplicate = "duplicate"
+	resultRefused   = "refused"
+	resultGap       = "gap" // offsets the source dropped before sending: markers, or the log start moved
+)
+
+// NewHook returns the hook over store's mirror streams; its metrics go to
+// reg when it is not nil.
+func NewHook(store *logstore.Store, log *slog.Logger, reg prometheus.Registerer) (*Hook, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	records := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "peat_mirror_records_total",
+		Help: "Records received for mirror streams, by result: appended, duplicate (a resend, acknowledged), refused, gap (offsets the source dropped before sending)."},
+		[]string{"stream", "result"})
+	if reg != nil {
+		if err := reg.Register(records); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, err
+			}
+			records = are.ExistingCollector.(*prometheus.CounterVec) // a node started again
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Hook{store: store, log: log, ctx: ctx, cancel: cancel, writers: map[*logstore.Stream]chan item{}}
+	return &Hook{store: store, log: log, records: records, ctx: ctx, cancel: cancel, writers: map[*logstore.Stream]chan item{}}, nil
 }
 
 // ID names the hook.
@@ -177,6 +204,7 @@ func (h *Hook) write(st *logstore.Stream, q chan item) {
 		}
 		for i, it := range batch {
 			code := packets.CodeSuccess
+			h.records.WithLabelValues(st.Name(), [...]string{Appended: resultAppended, Duplicate: resultDuplicate, Refused: resultRefused}[res[i]]).Inc()
 			if res[i] == Refused {
 				code = packets.Code{Code: packets.ErrUnspecifiedError.Code, Reason: errs[i].Error()}
 				h.log.Warn("mirror record refused", slog.String("stream", st.Name()), slog.Uint64("offset", it.in.Offset), slog.Any("err", errs[i]))
@@ -187,7 +215,8 @@ func (h *Hook) write(st *logstore.Stream, q chan item) {
 			}
 			_ = it.cl.WritePacket(ack)
 		}
-		if gap := gaps(next, res, in); gap != "" {
+		if gap, missing := gaps(next, res, in); gap != "" {
+			h.records.WithLabelValues(st.Name(), resultGap).Add(float64(missing))
 			h.log.Warn("mirror gap marked: the source dropped records before they were sent", slog.String("stream", st.Name()), slog.String("offsets", gap))
 		}
 	}
@@ -195,18 +224,20 @@ func (h *Hook) write(st *logstore.Stream, q chan item) {
 
 // gaps names the offsets an Apply from log end next marked missing (or
 // started the log after), "" when none.
-func gaps(next uint64, res []Result, in []Incoming) string {
+func gaps(next uint64, res []Result, in []Incoming) (string, uint64) {
 	var out []string
+	var missing uint64
 	for i, r := range res {
 		if r != Appended {
 			continue
 		}
 		if in[i].Offset > next {
 			out = append(out, fmt.Sprintf("%d..%d", next, in[i].Offset-1))
+			missing += in[i].Offset - next
 		}
 		next = in[i].Offset + 1
 	}
-	return strings.Join(out, ", ")
+	return strings.Join(out, ", "), missing
 }
 
 // incoming reads a mirror publish: the record as it was in the source,
