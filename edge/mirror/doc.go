@@ -41,8 +41,10 @@
 // on it), and a marker says why an offset is empty where a hole could be a
 // bug. $ topics match no wildcard filter, so $replay readers see the
 // missing offsets as in the source; tools reading the log see the markers.
-// An empty mirror instead starts its log at N (ResetTo), as the source's
-// log start itself moved: no markers for what the mirror never held.
+// A gap of k offsets costs k small records (written 4,096 to a commit),
+// no more than the source once held. An empty mirror instead starts its
+// log at N (ResetTo), as the source's log start itself moved: no markers
+// for what the mirror never held.
 //
 // peat_mirror_records_total{stream, result} counts appended, duplicate
 // and refused records, and gap offsets; each gap is also logged at WARN.
