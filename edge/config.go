@@ -119,6 +119,9 @@ type StreamConfig struct {
 	// LingerQoS0 is the same for QoS 0 publishes, whose publishers wait for
 	// nothing (logstore.StreamConfig.LingerQoS0).
 	LingerQoS0 Duration `yaml:"qos0_linger"`
+	// Mirror: a copy of another Peat's stream, written only by its Peat
+	// sink through $mirror/<name> (edge/mirror); it takes no filters.
+	Mirror bool `yaml:"mirror"`
 }
 
 // RetentionConfig bounds what a stream keeps; zero means no bound.
@@ -179,6 +182,16 @@ func defaultStream(name string, filters ...string) StreamConfig {
 	}
 }
 
+// hasMirrors reports whether a stream is a mirror (edge/mirror).
+func (c Config) hasMirrors() bool {
+	for _, s := range c.Streams {
+		if s.Mirror {
+			return true
+		}
+	}
+	return false
+}
+
 // Profile is the storage profile the node runs with: the configured one, or
 // the platform's default when none is set.
 func (c Config) Profile() logstore.Profile {
@@ -209,6 +222,7 @@ func (c Config) StoreConfig() logstore.Config {
 			SyncInterval: time.Duration(s.SyncInterval),
 			Linger:       time.Duration(s.Linger),
 			LingerQoS0:   time.Duration(s.LingerQoS0),
+			Mirror:       s.Mirror,
 		}
 	}
 	return sc

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/peatmq/peat/edge/auth"
+	"github.com/peatmq/peat/edge/mirror"
 	"github.com/peatmq/peat/edge/status"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
@@ -77,6 +78,7 @@ type Node struct {
 		closeErr        error
 		store           *logstore.Store
 		broker          *mqtt.Broker
+		mirror          *mirror.Hook // nil without mirror streams
 		http            *http.Server
 		httpAddr        net.Addr
 		httpDone        chan struct{} // closed when the HTTP serve goroutine returns
@@ -202,6 +204,16 @@ func (n *Node) start(ctx context.Context) error {
 		return fmt.Errorf("set up MQTT: %w", err)
 	}
 	n.mu.broker = broker
+	if n.cfg.hasMirrors() {
+		h, err := mirror.NewHook(store, n.log.With(attrComponent, "mirror"), n.reg)
+		if err != nil {
+			return fmt.Errorf("set up mirror streams: %w", err)
+		}
+		n.mu.mirror = h
+		if err := broker.Server().AddHook(h, nil); err != nil {
+			return fmt.Errorf("set up mirror streams: %w", err)
+		}
+	}
 	if err := broker.Start(); err != nil {
 		return fmt.Errorf("start MQTT: %w", err) // the error names the address
 	}
@@ -339,6 +351,9 @@ func (n *Node) shutdown(ctx context.Context) error {
 		if err := n.mu.broker.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("stop MQTT: %w", err))
 		}
+	}
+	if n.mu.mirror != nil {
+		_ = n.mu.mirror.Stop() // mochi stops it too, unless its close timed out
 	}
 	if n.mu.store != nil {
 		n.store.Store(nil)

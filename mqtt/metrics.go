@@ -24,6 +24,7 @@ const (
 	ReasonClientClosed = "client_closed"  // the subscriber disconnected before delivery
 	ReasonReadOnly     = "reserved_topic" // a publish to a reserved topic
 	ReasonBadCommit    = "bad_commit"     // a publish to $offsets/<group>/<stream> that is not a valid commit
+	ReasonMirror       = "mirror"         // a publish routed to a mirror stream, which only its source writes (edge/mirror)
 	ReasonExpired      = "expired"        // a record whose Message Expiry Interval passed before it was sent (expiry.go)
 	// ReasonNotAuthorized: a record a subscription matched that the
 	// subscriber's ACL does not let it read (a subscription to # beside a
