@@ -202,6 +202,12 @@ func (h *Hook) write(st *logstore.Stream, q chan item) {
 		if h.ctx.Err() != nil {
 			return
 		}
+		// Counted and logged before the PUBACKs go: a sender that got
+		// them finds the metrics already saying what was done.
+		if gap, missing := gaps(next, res, in); gap != "" {
+			h.records.WithLabelValues(st.Name(), resultGap).Add(float64(missing))
+			h.log.Warn("mirror gap marked: the source dropped records before they were sent", slog.String("stream", st.Name()), slog.String("offsets", gap))
+		}
 		for i, it := range batch {
 			code := packets.CodeSuccess
 			h.records.WithLabelValues(st.Name(), [...]string{Appended: resultAppended, Duplicate: resultDuplicate, Refused: resultRefused}[res[i]]).Inc()
@@ -214,10 +220,6 @@ func (h *Hook) write(st *logstore.Stream, q chan item) {
 				ack.Properties.ReasonString = code.Reason
 			}
 			_ = it.cl.WritePacket(ack)
-		}
-		if gap, missing := gaps(next, res, in); gap != "" {
-			h.records.WithLabelValues(st.Name(), resultGap).Add(float64(missing))
-			h.log.Warn("mirror gap marked: the source dropped records before they were sent", slog.String("stream", st.Name()), slog.String("offsets", gap))
 		}
 	}
 }
