@@ -75,9 +75,11 @@ func loadTLS(c *TLSConfig) (*siteTLS, error) {
 	// On a LAN nodes are dialled by IP, which node certificates need not
 	// name: the client checks the chain to the site's CA, not the name.
 	client := &tls.Config{
-		MinVersion:         tls.VersionTLS13,
-		Certificates:       []tls.Certificate{cert},
-		InsecureSkipVerify: true, // replaced by VerifyConnection below
+		MinVersion: tls.VersionTLS13,
+		// Always presented (Go's default sends none when the server's CA
+		// list does not name its issuer): the server decides, and says why.
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil },
+		InsecureSkipVerify:   true, // replaced by VerifyConnection below
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
 				return errors.New("cluster: peer sent no certificate")
