@@ -204,7 +204,13 @@
 // certificates. Both sides check the peer's chain against the site's CA
 // file only; host names are not checked (nodes are dialled by LAN IP,
 // which their certificates need not name). Raft runs on a
-// raft.StreamLayer over a TLS listener and dialer. A foreign certificate
+// raft.StreamLayer over a TLS listener and dialer. With VerifyNodeID a
+// dialled node's certificate must also name (DNS name or common name)
+// the member advertising that address, and a connecting peer's must
+// name some member: a site certificate issued to an MQTT client opens
+// nothing, and a node cannot answer for another's address. (A connecting
+// peer is not tied to one member: source addresses prove nothing.) A
+// foreign certificate
 // fails the handshake: Raft never reaches the node, its fetches and
 // submits are refused, and the Server logs the refusal with the peer's
 // address. An unreadable or invalid keyring, CA, certificate or key, or

@@ -102,6 +102,9 @@ func Open(cfg Config, kv KV) (*Node, error) {
 		n.shutdownRaft()
 		return nil, err
 	}
+	if n.tls != nil {
+		n.tls.serf.Store(n.serf) // names are checked against its members from now on
+	}
 	n.wg.Add(2)
 	go n.eventLoop()
 	go n.watchLeadership()

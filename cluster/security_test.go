@@ -400,3 +400,59 @@ func TestTLS_BadFilesFailOpen(t *testing.T) {
 		})
 	}
 }
+
+func TestTLS_VerifyNodeIDRefusesCertificatesNamingAnotherNode(t *testing.T) {
+	dir := t.TempDir()
+	siteCA := newCA(t, "site")
+	siteCAFile := writeFile(t, filepath.Join(dir, "site-ca.pem"), siteCA.pem)
+	s := &site{tb: t, stores: map[*Node]*logstore.Store{}, servers: map[*Node]*Server{}}
+	s.configure = func(id string, cfg *Config) {
+		name := id
+		if id == "n4" {
+			name = "n1" // a site certificate, but n1's
+		}
+		cert, key := siteCA.issue(t, dir, name)
+		cfg.TLS = &TLSConfig{CAFile: siteCAFile, CertFile: cert, KeyFile: key, VerifyNodeID: true}
+	}
+	startSiteOf(s, 3)
+	ctl := s.controller(s.nodes)
+	s.registered(s.nodes)
+	s.createStream(s.nodes) // Submit from a follower over the checked transport
+
+	// A certificate from the site's CA that names no node (an MQTT
+	// client's, say) opens no cluster connection.
+	cert, key := siteCA.issue(t, dir, "sensor-7")
+	sensor, err := loadTLS(&TLSConfig{CAFile: siteCAFile, CertFile: cert, KeyFile: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := sensor.dialer(TCPDialer)(ctx, ctl.memberAddr(ctl.ID()))
+	if err == nil {
+		req := wire.CommandRequest{From: "sensor-7", Command: mustEncode(t, CreateStream{Name: "x", Replicas: []string{"n1"}})}
+		var resp wire.CommandResponse
+		err = (&fetchConn{conn: conn, wait: 5 * time.Second}).roundTrip(wire.KindCommandRequest, req.AppendTo(nil), wire.KindCommandResponse, &resp)
+		conn.Close()
+	}
+	if err == nil {
+		t.Fatal("a certificate naming no member was answered")
+	}
+
+	// A node whose certificate names another node is not reached by Raft:
+	// the controller dials n4's address and finds n1's name.
+	n4 := s.openVoter("n4", t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", []string{s.nodes[0].SerfAddr()}, 0, false)
+	eventually(t, "the controller adds n4 to Raft", func() bool {
+		f := ctl.raft.GetConfiguration()
+		return f.Error() == nil && slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return s.ID == "n4" })
+	})
+	time.Sleep(3 * time.Second) // three heartbeat timeouts: a wait for what must not come
+	if c := n4.Controller(); c != "" {
+		t.Fatalf("n4 learned of controller %s over Raft", c)
+	}
+	for _, n := range s.nodes {
+		if st, _ := n.State(); st.Streams["x"] != nil {
+			t.Fatalf("%s's state has the sensor's stream", n.ID())
+		}
+	}
+}

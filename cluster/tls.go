@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/hashicorp/serf/serf"
 )
 
 // TLSConfig is the mutual TLS of Raft and the cluster transport (Submit,
@@ -21,11 +24,21 @@ type TLSConfig struct {
 	CAFile   string // the site's CA (PEM); the only root peers are checked against
 	CertFile string // this node's certificate (PEM), for both client and server use
 	KeyFile  string // its private key (PEM)
+
+	// VerifyNodeID also checks names (a DNS name or the common name): a
+	// dialled node's certificate must name the member that advertises the
+	// address dialled, and a connecting peer's must name a member of the
+	// site. A certificate the site's CA issued to something else (an MQTT
+	// client, say) then opens nothing, and a node cannot answer for
+	// another's address.
+	VerifyNodeID bool
 }
 
 // siteTLS holds the loaded certificates: a client and a server config.
 type siteTLS struct {
 	server, client *tls.Config
+	verifyID       bool
+	serf           atomic.Pointer[serf.Serf] // set once Serf runs; until then names cannot be checked
 }
 
 // loadTLS reads the files; a missing or bad one is an error naming the
@@ -66,15 +79,28 @@ func loadTLS(c *TLSConfig) (*siteTLS, error) {
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 		return nil, fmt.Errorf("cluster: TLS.CertFile %s is not signed by TLS.CAFile %s: %w", c.CertFile, c.CAFile, err)
 	}
-	server := &tls.Config{
+	t := &siteTLS{verifyID: c.VerifyNodeID}
+	t.server = &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{cert},
 		ClientCAs:    roots,
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 	}
+	if c.VerifyNodeID {
+		// Runs after the chain is verified.
+		t.server.VerifyConnection = func(cs tls.ConnectionState) error {
+			name := certNames(cs.PeerCertificates[0])
+			for _, m := range t.members() {
+				if slices.Contains(name, m.Name) {
+					return nil
+				}
+			}
+			return fmt.Errorf("cluster: peer certificate names %v, no member of the site", name)
+		}
+	}
 	// On a LAN nodes are dialled by IP, which node certificates need not
 	// name: the client checks the chain to the site's CA, not the name.
-	client := &tls.Config{
+	t.client = &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		// Always presented (Go's default sends none when the server's CA
 		// list does not name its issuer): the server decides, and says why.
@@ -93,7 +119,7 @@ func loadTLS(c *TLSConfig) (*siteTLS, error) {
 			return err
 		},
 	}
-	return &siteTLS{server: server, client: client}, nil
+	return t, nil
 }
 
 func pool(ders [][]byte) *x509.CertPool {
@@ -124,6 +150,12 @@ func (t *siteTLS) dialer(base Dialer) Dialer {
 		if err := conn.HandshakeContext(hctx); err != nil {
 			raw.Close()
 			return nil, fmt.Errorf("cluster: tls to %s: %w", addr, err)
+		}
+		if t.verifyID {
+			if err := t.checkNamesAddr(conn.ConnectionState().PeerCertificates[0], addr); err != nil {
+				conn.Close()
+				return nil, err
+			}
 		}
 		return conn, nil
 	}
@@ -157,4 +189,30 @@ func (n *Node) tlsRaftTransport(logger hclog.Logger) (*raft.NetworkTransport, er
 	}
 	sl := streamLayer{tls.NewListener(ln, n.tls.server), n.tls.dialer(base)}
 	return raft.NewNetworkTransportWithLogger(sl, raftMaxPool, raftConnTimeout, logger), nil
+}
+
+func (t *siteTLS) members() []serf.Member {
+	if s := t.serf.Load(); s != nil {
+		return s.Members()
+	}
+	return nil
+}
+
+// checkNamesAddr reports whether cert names the member advertising addr
+// (as its cluster or Raft address).
+func (t *siteTLS) checkNamesAddr(cert *x509.Certificate, addr string) error {
+	for _, m := range t.members() {
+		if m.Tags[tagCluster] == addr || m.Tags[tagRaft] == addr {
+			if names := certNames(cert); !slices.Contains(names, m.Name) {
+				return fmt.Errorf("cluster: %s is %s's address, its certificate names %v", addr, m.Name, names)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("cluster: no member advertises %s", addr)
+}
+
+// certNames is what a certificate can name a node by.
+func certNames(c *x509.Certificate) []string {
+	return append(slices.Clone(c.DNSNames), c.Subject.CommonName)
 }
