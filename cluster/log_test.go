@@ -2,9 +2,12 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,7 +62,7 @@ func logStreams(tb testing.TB, specs []string) []logstore.StreamConfig {
 // openLogNode opens a node in dir: its store (ManualCommit) with specs'
 // streams, Raft and Serf (bootstrapping alone when expect is 1, joining
 // join otherwise), a Server, a Replicator and the Log.
-func openLogNode(tb testing.TB, id, dir string, join []string, expect int, minFree int64, specs []string) *logNode {
+func openLogNode(tb testing.TB, id, dir string, join []string, expect int, minFree int64, specs []string, minISR int) *logNode {
 	tb.Helper()
 	st, err := logstore.Open(logstore.Config{
 		Dir: dir + "/store", Profile: logstore.ProfilePiZero, Streams: logStreams(tb, specs),
@@ -84,7 +87,8 @@ func openLogNode(tb testing.TB, id, dir string, join []string, expect int, minFr
 	}
 	srv := Serve(ln, nil)
 	srv.ServeNode(node)
-	rep := StartReplicator(ReplicatorConfig{Node: node, Server: srv, Stream: st.Stream, FetchMaxWait: 200 * time.Millisecond})
+	rep := StartReplicator(ReplicatorConfig{Node: node, Server: srv, Stream: st.Stream, FetchMaxWait: 200 * time.Millisecond,
+		MinInsyncReplicas: minISR})
 	return &logNode{node: node, store: st, srv: srv, rep: rep, log: NewLog(node, st, rep, slog.New(slog.DiscardHandler))}
 }
 
@@ -115,7 +119,7 @@ func createStreams(tb testing.TB, n *logNode, replicas []string, names ...string
 func openSoloLog(minFree int64) logtest.Open {
 	return func(t *testing.T, dir string, specs ...string) (mqtt.Log, func() error) {
 		t.Helper()
-		n := openLogNode(t, "n1", dir, nil, 1, minFree, specs)
+		n := openLogNode(t, "n1", dir, nil, 1, minFree, specs, 0)
 		var names []string
 		for _, sc := range logStreams(t, specs) {
 			names = append(names, sc.Name)
@@ -164,4 +168,215 @@ func TestLog_Contract(t *testing.T) {
 			}
 		},
 	})
+}
+
+// startLogSite starts n voters, each with stream "s" (filter "s/#") in its
+// store and min_insync_replicas minISR, and waits until they agree on a
+// controller and it has registered them all. Nodes not killed close at
+// cleanup.
+func startLogSite(t *testing.T, n, minISR int) (nodes []*logNode, kill func(*logNode)) {
+	t.Helper()
+	closed := map[*logNode]bool{}
+	for i := range n {
+		var join []string
+		if i > 0 {
+			join = []string{nodes[0].node.SerfAddr()}
+		}
+		ln := openLogNode(t, fmt.Sprintf("n%d", i+1), t.TempDir(), join, n, -1, []string{"s=s/#"}, minISR)
+		nodes = append(nodes, ln)
+	}
+	kill = func(ln *logNode) {
+		if !closed[ln] {
+			closed[ln] = true
+			if err := ln.close(); err != nil {
+				t.Errorf("close %s: %v", ln.node.ID(), err)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		for _, ln := range nodes {
+			kill(ln)
+		}
+	})
+	eventually(t, "one controller that has registered every node", func() bool {
+		id := nodes[0].node.Controller()
+		for _, ln := range nodes {
+			if ln.node.Controller() != id || id == "" {
+				return false
+			}
+			st, _ := ln.node.State()
+			for _, m := range nodes {
+				if b := st.Brokers[m.node.ID()]; b == nil || !b.Alive || b.Epoch != m.node.Epoch() {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return nodes, kill
+}
+
+// roles orders a site's nodes: the controller, then the others.
+func roles(t *testing.T, nodes []*logNode) (ctl *logNode, others []*logNode) {
+	t.Helper()
+	for _, ln := range nodes {
+		if ln.node.IsController() {
+			ctl = ln
+		} else {
+			others = append(others, ln)
+		}
+	}
+	if ctl == nil {
+		t.Fatal("no controller")
+	}
+	return ctl, others
+}
+
+// appendResult appends recs to s and waits for done.
+func logAppend(t *testing.T, s mqtt.Stream, recs ...*logstore.Record) (uint64, error) {
+	t.Helper()
+	type res struct {
+		first uint64
+		err   error
+	}
+	ch := make(chan res, 1)
+	s.AppendAsync(recs, func(first uint64, err error) { ch <- res{first, err} })
+	select {
+	case r := <-ch:
+		return r.first, r.err
+	case <-time.After(time.Minute):
+		t.Fatalf("append to %s: done not called", s.Name())
+		return 0, nil
+	}
+}
+
+func logRecs(n int, prefix string) []*logstore.Record {
+	out := make([]*logstore.Record, n)
+	for i := range out {
+		out[i] = &logstore.Record{Topic: fmt.Sprintf("s/%s/%d", prefix, i), QoS: 1, Payload: []byte(prefix)}
+	}
+	return out
+}
+
+// committedRecs waits until s has committed n records and returns them.
+func committedRecs(t *testing.T, who string, s mqtt.Stream, n uint64) []*logstore.Record {
+	t.Helper()
+	eventually(t, who+" commits every record", func() bool { return s.Committed() >= n })
+	got, err := s.Read(0, int(n), 0)
+	if err != nil {
+		t.Fatalf("%s: Read: %v", who, err)
+	}
+	return got
+}
+
+// TestLog_ThreeNodes: appends are taken on the stream's leader and
+// answered once committed, reads on the followers return the same records
+// at the same offsets, a follower refuses appends, state writes and
+// claims, and after the leader dies the new leader's StateMoved fires and
+// it takes appends from where the old one stopped.
+func TestLog_ThreeNodes(t *testing.T) {
+	nodes, kill := startLogSite(t, 3, 2)
+	ctl, others := roles(t, nodes)
+	leader, follower := others[0], others[1]
+	// The leader is the first replica; the controller is next in line.
+	replicas := []string{leader.node.ID(), ctl.node.ID(), follower.node.ID()}
+	for _, ln := range nodes {
+		createStreams(t, ln, replicas, "s")
+	}
+	ls := leader.log.Route("s/x")
+	var want []*logstore.Record
+	for i := range 5 {
+		batch := logRecs(4, strconv.Itoa(i))
+		first, err := logAppend(t, ls, batch...)
+		if err != nil || first != uint64(len(want)) {
+			t.Fatalf("append %d at the leader: first %d err %v, want %d nil", i, first, err, len(want))
+		}
+		if c := ls.Committed(); c < first+4 {
+			t.Fatalf("append %d answered with Committed %d, want at least %d", i, c, first+4)
+		}
+		want = append(want, batch...)
+	}
+	for _, ln := range []*logNode{ctl, follower} {
+		s := ln.log.Route("s/x")
+		got := committedRecs(t, ln.node.ID(), s, uint64(len(want)))
+		if len(got) != len(want) {
+			t.Fatalf("%s reads %d records, want %d", ln.node.ID(), len(got), len(want))
+		}
+		for i, r := range got {
+			if r.Offset != uint64(i) || r.Topic != want[i].Topic || string(r.Payload) != string(want[i].Payload) {
+				t.Fatalf("%s offset %d: %d %s %q, want %d %s %q", ln.node.ID(), i, r.Offset, r.Topic, r.Payload, i, want[i].Topic, want[i].Payload)
+			}
+		}
+		if _, err := logAppend(t, s, logRecs(1, "f")...); !errors.Is(err, mqtt.ErrLeaderUnavailable) {
+			t.Fatalf("append on follower %s: %v, want ErrLeaderUnavailable", ln.node.ID(), err)
+		}
+		if err := s.WriteState(map[string][]byte{"g/x": []byte("1")}, nil); !errors.Is(err, mqtt.ErrLeaderUnavailable) {
+			t.Fatalf("WriteState on follower %s: %v, want ErrLeaderUnavailable", ln.node.ID(), err)
+		}
+		if ok, h := s.Claim("g/x", "c1"); ok || h != "" {
+			t.Fatalf("Claim on follower %s = %v %q, want refused", ln.node.ID(), ok, h)
+		}
+	}
+	if err := ls.WriteState(map[string][]byte{"g/x": []byte("1")}, nil); err != nil {
+		t.Fatalf("WriteState on the leader: %v", err)
+	}
+	if ok, _ := ls.Claim("g/x", "c1"); !ok {
+		t.Fatal("Claim on the leader refused")
+	}
+
+	next := ctl.log.Route("s/x")
+	moved := next.StateMoved()
+	kill(leader)
+	select {
+	case <-moved:
+	case <-time.After(time.Minute):
+		t.Fatal("StateMoved did not fire on the new leader")
+	}
+	var first uint64
+	var err error
+	eventually(t, "the new leader takes appends", func() bool {
+		first, err = logAppend(t, next, logRecs(1, "after")...)
+		return err == nil
+	})
+	if first != uint64(len(want)) {
+		t.Fatalf("first append at the new leader at %d, want %d", first, len(want))
+	}
+	if ok, _ := next.Claim("g/x", "c2"); !ok {
+		t.Fatal("the new leader refused a claim the dead leader held: claims live with the leader")
+	}
+	got := committedRecs(t, follower.node.ID(), follower.log.Route("s/x"), uint64(len(want))+1)
+	if got[len(want)].Topic != "s/after/0" {
+		t.Fatalf("the follower reads %s at %d, want the new leader's record", got[len(want)].Topic, len(want))
+	}
+}
+
+// TestLog_MinInsyncReplicas: with min_insync_replicas 3, the leader
+// refuses appends with ErrNotEnoughReplicas once a follower's failure has
+// taken it out of the ISR.
+func TestLog_MinInsyncReplicas(t *testing.T) {
+	nodes, kill := startLogSite(t, 3, 3)
+	ctl, others := roles(t, nodes)
+	replicas := []string{ctl.node.ID(), others[0].node.ID(), others[1].node.ID()}
+	for _, ln := range nodes {
+		createStreams(t, ln, replicas, "s")
+	}
+	s := ctl.log.Route("s/x")
+	if _, err := logAppend(t, s, logRecs(3, "a")...); err != nil {
+		t.Fatalf("append with the full ISR: %v", err)
+	}
+	kill(others[1])
+	eventually(t, "the ISR loses the dead follower", func() bool {
+		st, _ := ctl.node.State()
+		return len(st.Streams["s"].ISR) == 2
+	})
+	eventually(t, "the leader refuses below min_insync_replicas", func() bool {
+		_, err := logAppend(t, s, logRecs(1, "b")...)
+		if err != nil && !errors.Is(err, mqtt.ErrNotEnoughReplicas) {
+			t.Fatalf("append below min_insync_replicas: %v, want ErrNotEnoughReplicas", err)
+		}
+		return err != nil
+	})
+	if c := s.Committed(); c != 3 {
+		t.Fatalf("Committed %d below min_insync_replicas, want 3", c)
+	}
 }
