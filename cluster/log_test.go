@@ -280,8 +280,20 @@ func TestLog_ThreeNodes(t *testing.T) {
 	leader, follower := others[0], others[1]
 	// The leader is the first replica; the controller is next in line.
 	replicas := []string{leader.node.ID(), ctl.node.ID(), follower.node.ID()}
+	// The store holds "s" everywhere; the Log shows it once the
+	// controller's state does.
+	for _, ln := range nodes {
+		if ln.log.Stream("s") != nil || ln.log.Route("s/x") != nil || len(ln.log.Streams()) != 0 {
+			t.Fatalf("%s shows a stream the controller has not created", ln.node.ID())
+		}
+	}
+	events, cancel := follower.log.WatchStreams()
+	defer cancel()
 	for _, ln := range nodes {
 		createStreams(t, ln, replicas, "s")
+	}
+	if ev := logEvent(t, events); ev.Kind != logstore.StreamAdded || ev.Stream != follower.log.Stream("s") {
+		t.Fatalf("first event %v %v, want the created stream added", ev.Kind, ev.Stream)
 	}
 	ls := leader.log.Route("s/x")
 	var want []*logstore.Record
@@ -347,6 +359,38 @@ func TestLog_ThreeNodes(t *testing.T) {
 	got := committedRecs(t, follower.node.ID(), follower.log.Route("s/x"), uint64(len(want))+1)
 	if got[len(want)].Topic != "s/after/0" {
 		t.Fatalf("the follower reads %s at %d, want the new leader's record", got[len(want)].Topic, len(want))
+	}
+
+	// Reassigned away from the follower, the stream leaves its Log and
+	// behaves as closed there.
+	old := follower.log.Stream("s")
+	ctx, cancelSubmit := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelSubmit()
+	if err := ctl.node.Submit(ctx, AssignReplicas{Name: "s", Replicas: []string{ctl.node.ID()}}); err != nil {
+		t.Fatalf("AssignReplicas: %v", err)
+	}
+	if ev := logEvent(t, events); ev.Kind != logstore.StreamRemoved || ev.Stream != old {
+		t.Fatalf("event %v %v, want the stream removed", ev.Kind, ev.Stream)
+	}
+	if follower.log.Stream("s") != nil || follower.log.Route("s/x") != nil {
+		t.Fatal("the follower's Log still shows a stream it holds no replica of")
+	}
+	if _, err := old.Read(0, 1, 0); !errors.Is(err, logstore.ErrClosed) {
+		t.Fatalf("Read of the removed stream: %v, want ErrClosed", err)
+	}
+	if _, err := logAppend(t, old, logRecs(1, "x")...); !errors.Is(err, logstore.ErrClosed) {
+		t.Fatalf("append to the removed stream: %v, want ErrClosed", err)
+	}
+}
+
+func logEvent(t *testing.T, events <-chan mqtt.StreamEvent) mqtt.StreamEvent {
+	t.Helper()
+	select {
+	case ev := <-events:
+		return ev
+	case <-time.After(time.Minute):
+		t.Fatal("no stream event")
+		return mqtt.StreamEvent{}
 	}
 }
 
