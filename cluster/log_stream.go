@@ -130,12 +130,8 @@ func (s *stream) wake() {
 func (s *stream) run(u <-chan struct{}) {
 	defer close(s.done)
 	for {
-		ld, repChanged := s.l.rep.Leading(s.name)
-		if ld != nil && ld.Stream() != s.st {
-			ld = nil
-		}
-		s.noteLeader(ld)
-		s.answer(ld, false)
+		_, repChanged := s.l.rep.Leading(s.name) // before looking: a change from now on closes it
+		s.answer(s.noteLeader(), false)
 		select {
 		case <-s.stop:
 			s.drain()
@@ -160,11 +156,20 @@ func (s *stream) run(u <-chan struct{}) {
 // noteLeader fires StateMoved when this node has become the stream's
 // leader (mqtt reloads the state this leader now serves), and drops the
 // claims of an earlier leadership.
-func (s *stream) noteLeader(ld *Leader) {
+//
+// Whoever looks first (run, Claim, StateMoved) notes the change, under mu
+// and from the Replicator's current answer, so a stale look never undoes
+// a newer one.
+func (s *stream) noteLeader() *Leader {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.noteLeaderLocked()
+}
+
+func (s *stream) noteLeaderLocked() *Leader {
+	ld := s.leading()
 	if ld == s.mu.leader {
-		return
+		return ld
 	}
 	if ld != nil {
 		close(s.mu.moved)
@@ -172,6 +177,7 @@ func (s *stream) noteLeader(ld *Leader) {
 	}
 	s.mu.leader = ld
 	clear(s.mu.claims)
+	return ld
 }
 
 // answer calls done for the appends at the head of the queue that are
@@ -311,17 +317,17 @@ func (s *stream) LoadState(prefix string, fn func(key string, val []byte) error)
 func (s *stream) StateMoved() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.noteLeaderLocked() // a move already made closes the channel the caller held, not this one
 	return s.mu.moved
 }
 
 // Claim is decided by the stream's leader, for as long as it leads: a
 // node that does not lead the stream grants nothing and names no holder.
 func (s *stream) Claim(key, holder string) (ok bool, current string) {
-	ld := s.leading()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ld == nil || ld != s.mu.leader {
-		return false, "" // not (yet) seen as leader by run: claims would be dropped
+	if s.noteLeaderLocked() == nil {
+		return false, ""
 	}
 	if h, held := s.mu.claims[key]; held && h != holder {
 		return false, h
