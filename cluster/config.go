@@ -72,6 +72,15 @@ type Config struct {
 	ApplyTimeout      time.Duration // a controller command's deadline
 
 	Logger *slog.Logger // nil = discard; Serf's and Raft's logs are bridged into it
+
+	// KeyringFile is Serf's keyring (keyring.go): gossip is encrypted with
+	// its first key and accepted under any of them; key changes made
+	// through InstallKey, UseKey and RemoveKey are written back to it.
+	// Empty: gossip in the clear.
+	KeyringFile string
+	// TLS, when set, puts Raft and the cluster transport under mutual TLS
+	// with the site's CA (tls.go). Nil: plain TCP.
+	TLS *TLSConfig
 }
 
 // DefaultConfig is a voter with the default timings; NodeID, the addresses

@@ -42,7 +42,11 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("cluster: raft snapshots in %s: %w", n.cfg.SnapshotDir, err)
 	}
 	var trans *raft.NetworkTransport
-	if n.cfg.RaftListener != nil {
+	if n.tls != nil {
+		if trans, err = n.tlsRaftTransport(logger); err != nil {
+			return err
+		}
+	} else if n.cfg.RaftListener != nil {
 		trans = raft.NewNetworkTransportWithLogger(streamLayer{n.cfg.RaftListener, n.dialer()}, raftMaxPool, raftConnTimeout, logger)
 	} else if trans, err = raft.NewTCPTransportWithLogger(n.cfg.RaftAddr, nil, raftMaxPool, raftConnTimeout, logger); err != nil {
 		return fmt.Errorf("cluster: raft transport on %s: %w", n.cfg.RaftAddr, err)

@@ -83,6 +83,7 @@ func (n *Node) startSerf() error {
 	ml.ProbeTimeout = n.cfg.ProbeTimeout
 	ml.SuspicionMult = n.cfg.SuspicionMult
 	ml.Logger = logger
+	ml.Keyring = n.keyring // with GossipVerifyIncoming (the default): no clear-text gossip accepted
 
 	sc := serf.DefaultConfig()
 	sc.NodeName = n.cfg.NodeID
@@ -90,6 +91,7 @@ func (n *Node) startSerf() error {
 	sc.EventCh = n.events
 	sc.MemberlistConfig = ml
 	sc.Logger = logger
+	sc.KeyringFile = n.cfg.KeyringFile // Serf rewrites it on every key change
 	s, err := serf.Create(sc)
 	if err != nil {
 		return fmt.Errorf("cluster: start serf on %s: %w", n.cfg.SerfAddr, err)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	"github.com/hashicorp/serf/serf"
 
@@ -26,9 +27,11 @@ import (
 // eventLoop drains Serf's events; watchLeadership starts and stops
 // leaderLoop as Raft leadership comes and goes.
 type Node struct {
-	cfg   Config
-	log   *slog.Logger
-	epoch uint64
+	cfg     Config
+	log     *slog.Logger
+	epoch   uint64
+	tls     *siteTLS            // nil: plain TCP
+	keyring *memberlist.Keyring // nil: gossip in the clear
 
 	fsm       *FSM
 	store     *RaftStore
@@ -76,6 +79,16 @@ func Open(cfg Config, kv KV) (*Node, error) {
 	n.log = n.log.With(slog.String("node", cfg.NodeID))
 	n.mu.reaped = map[string]bool{}
 	var err error
+	if cfg.TLS != nil {
+		if n.tls, err = loadTLS(cfg.TLS); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.KeyringFile != "" {
+		if n.keyring, err = loadKeyring(cfg.KeyringFile); err != nil {
+			return nil, err
+		}
+	}
 	if n.epoch, err = nextBrokerEpoch(kv, time.Now()); err != nil {
 		return nil, err
 	}
@@ -88,6 +101,9 @@ func Open(cfg Config, kv KV) (*Node, error) {
 	if err := n.startSerf(); err != nil {
 		n.shutdownRaft()
 		return nil, err
+	}
+	if n.tls != nil {
+		n.tls.serf.Store(n.serf) // names are checked against its members from now on
 	}
 	n.wg.Add(2)
 	go n.eventLoop()

@@ -46,6 +46,10 @@ type site struct {
 	servers map[*Node]*Server
 	fnet    *faultnet.Network
 	reps    map[*Node]*Replicator
+
+	// configure, when set, edits each node's Config before Open (keys,
+	// certificates).
+	configure func(id string, cfg *Config)
 }
 
 func startSite(tb testing.TB, n int) *site {
@@ -110,6 +114,9 @@ func (s *site) openVoter(id, dir, serfAddr, raftAddr string, join []string, expe
 		}
 		cfg.ClusterAddr = ln.Addr().String()
 	}
+	if s.configure != nil {
+		s.configure(id, &cfg)
+	}
 	st := s.openStore(dir + "/store")
 	node, err := Open(cfg, st)
 	if err != nil {
@@ -125,7 +132,7 @@ func (s *site) openVoter(id, dir, serfAddr, raftAddr string, join []string, expe
 		}
 	})
 	if ln != nil {
-		srv := Serve(ln, cfg.Logger)
+		srv := Serve(node.ClusterListener(ln), cfg.Logger)
 		srv.ServeNode(node)
 		s.servers[node] = srv
 		s.tb.Cleanup(func() { _ = srv.Close() }) // before the node closes

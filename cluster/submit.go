@@ -104,10 +104,14 @@ func (n *Node) memberAddr(id string) string {
 }
 
 func (n *Node) dialer() Dialer {
-	if n.cfg.Dial != nil {
-		return n.cfg.Dial
+	d := n.cfg.Dial
+	if d == nil {
+		d = TCPDialer
 	}
-	return TCPDialer
+	if n.tls != nil {
+		return n.tls.dialer(d)
+	}
+	return d
 }
 
 // submitTo sends one command to addr and returns its answer as an error.

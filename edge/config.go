@@ -58,18 +58,21 @@ type HTTPConfig struct {
 
 // MQTTConfig is the YAML face of mqtt.Config.
 type MQTTConfig struct {
-	Listen          string   `yaml:"listen"`
-	MaxPayloadBytes ByteSize `yaml:"max_payload_bytes"`
-	Window          int      `yaml:"window"`
-	SendWindow      int      `yaml:"send_window"`
-	QueueDepth      int      `yaml:"queue_depth"`
-	QoS0MaxLag      int      `yaml:"qos0_max_lag"`
-	ReadBatch       int      `yaml:"read_batch"`
-	ReadBatchBytes  ByteSize `yaml:"read_batch_bytes"`
-	BufferBytes     ByteSize `yaml:"buffer_bytes"`
-	WritesPending   int      `yaml:"writes_pending"`
-	TopicAliases    int      `yaml:"topic_aliases"`
-	GroupStart      string   `yaml:"group_start"`
+	// Listen is one MQTT listener, with TLS and AllowPlaintext below;
+	// Listeners is the long form, for several (config_listeners.go).
+	Listen          string           `yaml:"listen"`
+	Listeners       []ListenerConfig `yaml:"listeners"`
+	MaxPayloadBytes ByteSize         `yaml:"max_payload_bytes"`
+	Window          int              `yaml:"window"`
+	SendWindow      int              `yaml:"send_window"`
+	QueueDepth      int              `yaml:"queue_depth"`
+	QoS0MaxLag      int              `yaml:"qos0_max_lag"`
+	ReadBatch       int              `yaml:"read_batch"`
+	ReadBatchBytes  ByteSize         `yaml:"read_batch_bytes"`
+	BufferBytes     ByteSize         `yaml:"buffer_bytes"`
+	WritesPending   int              `yaml:"writes_pending"`
+	TopicAliases    int              `yaml:"topic_aliases"`
+	GroupStart      string           `yaml:"group_start"`
 
 	ConnectTimeout        Duration `yaml:"connect_timeout"`
 	MaxConnectBytes       ByteSize `yaml:"max_connect_bytes"`
@@ -116,6 +119,9 @@ type StreamConfig struct {
 	// LingerQoS0 is the same for QoS 0 publishes, whose publishers wait for
 	// nothing (logstore.StreamConfig.LingerQoS0).
 	LingerQoS0 Duration `yaml:"qos0_linger"`
+	// Mirror: a copy of another Peat's stream, written only by its Peat
+	// sink through $mirror/<name> (edge/mirror); it takes no filters.
+	Mirror bool `yaml:"mirror"`
 }
 
 // RetentionConfig bounds what a stream keeps; zero means no bound.
@@ -176,6 +182,16 @@ func defaultStream(name string, filters ...string) StreamConfig {
 	}
 }
 
+// hasMirrors reports whether a stream is a mirror (edge/mirror).
+func (c Config) hasMirrors() bool {
+	for _, s := range c.Streams {
+		if s.Mirror {
+			return true
+		}
+	}
+	return false
+}
+
 // Profile is the storage profile the node runs with: the configured one, or
 // the platform's default when none is set.
 func (c Config) Profile() logstore.Profile {
@@ -206,6 +222,7 @@ func (c Config) StoreConfig() logstore.Config {
 			SyncInterval: time.Duration(s.SyncInterval),
 			Linger:       time.Duration(s.Linger),
 			LingerQoS0:   time.Duration(s.LingerQoS0),
+			Mirror:       s.Mirror,
 		}
 	}
 	return sc
@@ -216,6 +233,7 @@ func (c Config) StoreConfig() logstore.Config {
 func (c Config) BrokerConfig() mqtt.Config {
 	m := mqtt.DefaultConfig()
 	m.Listen = c.MQTT.Listen
+	m.Listeners = c.brokerListeners()
 	m.MaxPayload = int(c.MQTT.MaxPayloadBytes)
 	m.Window = c.MQTT.Window
 	m.SendWindow = c.MQTT.SendWindow

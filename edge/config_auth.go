@@ -46,10 +46,21 @@ type TLSConfig struct {
 // enabled reports whether the listener serves TLS.
 func (t TLSConfig) enabled() bool { return t.CertFile != "" }
 
-// hasAuth reports whether clients are authenticated: by password, or by a
-// certificate every client must present.
-func (c Config) hasAuth() bool {
-	return c.Auth.UsersFile != "" || (c.MQTT.TLS.CertIdentity && c.MQTT.TLS.ClientAuth == "require")
+// hasAuth reports whether clients of listener l are authenticated: by
+// password, or by a certificate every client must present.
+func (c Config) hasAuth(l mqttListener) bool {
+	return c.Auth.UsersFile != "" || (l.tls.CertIdentity && l.tls.ClientAuth == "require")
+}
+
+// certIdentity reports whether some listener takes user names from
+// client certificates.
+func (c Config) certIdentity() bool {
+	for _, l := range c.mqttListeners() {
+		if l.tls.CertIdentity {
+			return true
+		}
+	}
+	return false
 }
 
 // validateSecurity adds the problems of the auth and TLS fields, and
@@ -60,38 +71,50 @@ func (c Config) validateSecurity(add func(path, format string, args ...any)) {
 	if c.Auth.MaxConcurrentHashes < 0 {
 		add("auth.max_concurrent_hashes", "must be 0 (automatic) or positive, got %d", c.Auth.MaxConcurrentHashes)
 	}
-	t := c.MQTT.TLS
-	switch t.ClientAuth {
-	case "", "none", "request", "require":
-	default:
-		add("mqtt.tls.client_auth", "must be none, request or require, got %q", t.ClientAuth)
+	anyAuth := false
+	for _, l := range c.mqttListeners() {
+		c.validateListenerSecurity(l, add)
+		anyAuth = anyAuth || c.hasAuth(l)
 	}
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		add("mqtt.tls", "cert_file and key_file go together")
-	}
-	if t.ClientCAFile != "" && !t.enabled() {
-		add("mqtt.tls.client_ca_file", "needs mqtt.tls.cert_file and key_file (TLS)")
-	}
-	if (t.ClientAuth == "request" || t.ClientAuth == "require") && t.ClientCAFile == "" {
-		add("mqtt.tls.client_auth", "%s needs mqtt.tls.client_ca_file to verify client certificates", t.ClientAuth)
-	}
-	if t.CertIdentity && (t.ClientAuth == "" || t.ClientAuth == "none") {
-		add("mqtt.tls.cert_identity", "needs mqtt.tls.client_auth request or require")
-	}
-	if c.Auth.ACLFile != "" && !c.hasAuth() && !c.Auth.AllowAnonymous {
+	if c.Auth.ACLFile != "" && !anyAuth && !c.Auth.AllowAnonymous {
 		add("auth.acl_file", "without auth.users_file every client is anonymous, and anonymous clients are refused: "+
 			"set auth.users_file, or auth.allow_anonymous: true to apply the ACL to anonymous clients")
 	}
-	if c.MQTT.Listen == "" || checkHostPort(c.MQTT.Listen) != "" || loopback(c.MQTT.Listen) {
+}
+
+// validateListenerSecurity checks one listener's TLS fields and the
+// fail-safe rules: a listener reachable from the network needs auth and
+// TLS, or an explicit opt-out.
+func (c Config) validateListenerSecurity(l mqttListener, add func(path, format string, args ...any)) {
+	t := l.tls
+	switch t.ClientAuth {
+	case "", "none", "request", "require":
+	default:
+		add(l.field("tls.client_auth"), "must be none, request or require, got %q", t.ClientAuth)
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		add(l.field("tls"), "cert_file and key_file go together")
+	}
+	if t.ClientCAFile != "" && !t.enabled() {
+		add(l.field("tls.client_ca_file"), "needs %s and key_file (TLS)", l.field("tls.cert_file"))
+	}
+	if (t.ClientAuth == "request" || t.ClientAuth == "require") && t.ClientCAFile == "" {
+		add(l.field("tls.client_auth"), "%s needs %s to verify client certificates", t.ClientAuth, l.field("tls.client_ca_file"))
+	}
+	if t.CertIdentity && (t.ClientAuth == "" || t.ClientAuth == "none") {
+		add(l.field("tls.cert_identity"), "needs %s request or require", l.field("tls.client_auth"))
+	}
+	if l.listen == "" || checkHostPort(l.listen) != "" || loopback(l.listen) {
 		return
 	}
-	if !c.hasAuth() && !c.Auth.AllowAnonymous {
-		add("mqtt.listen", "%q is reachable from the network and nobody is authenticated: set auth.users_file "+
-			"(write it with `peat passwd`), or set auth.allow_anonymous: true to let any client in", c.MQTT.Listen)
+	if !c.hasAuth(l) && !c.Auth.AllowAnonymous {
+		add(l.field("listen"), "%q is reachable from the network and nobody is authenticated: set auth.users_file "+
+			"(write it with `peat passwd`), or set auth.allow_anonymous: true to let any client in", l.listen)
 	}
-	if !t.enabled() && !c.MQTT.AllowPlaintext {
-		add("mqtt.listen", "%q is reachable from the network without TLS: set mqtt.tls.cert_file and "+
-			"mqtt.tls.key_file, or set mqtt.allow_plaintext: true to send passwords and messages in the clear", c.MQTT.Listen)
+	if !t.enabled() && !l.allowPlaintext {
+		add(l.field("listen"), "%q is reachable from the network without TLS: set %s and "+
+			"%s, or set %s: true to send passwords and messages in the clear",
+			l.listen, l.field("tls.cert_file"), l.field("tls.key_file"), l.field("allow_plaintext"))
 	}
 }
 
@@ -115,14 +138,14 @@ func loopback(addr string) bool {
 // certificate identity). A file that cannot be read or holds a bad line
 // fails the start, naming the field.
 func (c Config) newAuth() (*auth.Auth, error) {
-	if c.Auth.UsersFile == "" && c.Auth.ACLFile == "" && !c.MQTT.TLS.CertIdentity {
+	if c.Auth.UsersFile == "" && c.Auth.ACLFile == "" && !c.certIdentity() {
 		return nil, nil
 	}
 	a, err := auth.New(auth.Config{
 		UsersFile:           c.Auth.UsersFile,
 		ACLFile:             c.Auth.ACLFile,
 		AllowAnonymous:      c.Auth.AllowAnonymous,
-		CertIdentity:        c.MQTT.TLS.CertIdentity,
+		CertIdentity:        c.certIdentity(),
 		MaxConcurrentHashes: c.Auth.MaxConcurrentHashes,
 	})
 	if err != nil {
@@ -131,12 +154,20 @@ func (c Config) newAuth() (*auth.Auth, error) {
 	return a, nil
 }
 
-// mqttAuth adapts edge/auth to the broker's Auth interface.
-type mqttAuth struct{ a *auth.Auth }
+// mqttAuth adapts edge/auth to the broker's Auth interface. certIdentity
+// names the listeners whose client certificates name users: a
+// certificate shown to another listener identifies nobody.
+type mqttAuth struct {
+	a            *auth.Auth
+	certIdentity map[string]bool
+}
 
 var _ mqtt.Auth = mqttAuth{}
 
 func (m mqttAuth) Authenticate(l mqtt.Login) (mqtt.Access, string, bool) {
+	if !m.certIdentity[l.Listener] {
+		l.CertNames = nil
+	}
 	acc, why, ok := m.a.Authenticate(l.ClientID, l.Username, l.Password, l.CertNames)
 	if !ok {
 		return nil, why, false
@@ -144,24 +175,24 @@ func (m mqttAuth) Authenticate(l mqtt.Login) (mqtt.Access, string, bool) {
 	return acc, "", true
 }
 
-// mqttTLS builds the MQTT listener's TLS configuration, nil without TLS.
-func (c Config) mqttTLS() (*tls.Config, *keyPair, error) {
-	t := c.MQTT.TLS
+// mqttTLS builds a listener's TLS configuration, nil without TLS.
+func (l mqttListener) mqttTLS() (*tls.Config, *keyPair, error) {
+	t := l.tls
 	if !t.enabled() {
 		return nil, nil, nil
 	}
 	cfg, kp, err := serverTLS(t.CertFile, t.KeyFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("mqtt.tls: %w", err)
+		return nil, nil, fmt.Errorf("%s: %w", l.field("tls"), err)
 	}
 	if t.ClientCAFile != "" {
 		pem, err := os.ReadFile(t.ClientCAFile)
 		if err != nil {
-			return nil, nil, fmt.Errorf("mqtt.tls.client_ca_file: %w", err)
+			return nil, nil, fmt.Errorf("%s: %w", l.field("tls.client_ca_file"), err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, nil, fmt.Errorf("mqtt.tls.client_ca_file: %s holds no PEM certificate", t.ClientCAFile)
+			return nil, nil, fmt.Errorf("%s: %s holds no PEM certificate", l.field("tls.client_ca_file"), t.ClientCAFile)
 		}
 		cfg.ClientCAs = pool
 	}

@@ -9,11 +9,12 @@ import (
 	"github.com/peatmq/peat/edge/sink"
 	"github.com/peatmq/peat/edge/sink/kafkasink"
 	"github.com/peatmq/peat/edge/sink/mqttsink"
+	"github.com/peatmq/peat/edge/sink/peatsink"
 	"github.com/peatmq/peat/logstore"
 )
 
 // SinkConfig is one upstream a node sends streams to (edge/sink). Exactly
-// one kind block is set: mqtt or kafka.
+// one kind block is set: mqtt, kafka or peat.
 type SinkConfig struct {
 	Name string `yaml:"name"`
 	// Streams are the stream names sent; ["*"] is every stream the node
@@ -26,6 +27,7 @@ type SinkConfig struct {
 	Start      string           `yaml:"start"`
 	MQTT       *SinkMQTTConfig  `yaml:"mqtt"`
 	Kafka      *SinkKafkaConfig `yaml:"kafka"`
+	Peat       *SinkPeatConfig  `yaml:"peat"`
 	Backoff    BackoffConfig    `yaml:"backoff"`
 	StallAfter Duration         `yaml:"stall_after"`
 	MaxRate    float64          `yaml:"max_rate"`
@@ -49,6 +51,20 @@ type SinkMQTTConfig struct {
 	TLS          SinkTLSConfig `yaml:"tls"`
 	Topic        string        `yaml:"topic"`
 	Properties   bool          `yaml:"properties"`
+	Keepalive    Duration      `yaml:"keepalive"`
+}
+
+// SinkPeatConfig is another Peat that mirrors the streams
+// (edge/sink/peatsink): each into its mirror stream named MirrorAs there.
+type SinkPeatConfig struct {
+	URL          string        `yaml:"url"`
+	ClientID     string        `yaml:"client_id"`
+	MirrorAs     string        `yaml:"mirror_as"`
+	Topic        string        `yaml:"topic"`
+	Window       int           `yaml:"window"`
+	Username     string        `yaml:"username"`
+	PasswordFile string        `yaml:"password_file"`
+	TLS          SinkTLSConfig `yaml:"tls"`
 	Keepalive    Duration      `yaml:"keepalive"`
 }
 
@@ -160,6 +176,20 @@ func applySinkDefaults(cfg *Config, present map[string]bool) {
 				m.Keepalive = defM.Keepalive
 			}
 		}
+		if m, mp := s.Peat, p+".peat"; m != nil {
+			if !present[mp+".mirror_as"] {
+				m.MirrorAs = peatsink.DefaultMirrorAs
+			}
+			if !present[mp+".window"] {
+				m.Window = defM.Window
+			}
+			if !present[mp+".topic"] {
+				m.Topic = defM.Topic
+			}
+			if !present[mp+".keepalive"] {
+				m.Keepalive = defM.Keepalive
+			}
+		}
 		if k, kp := s.Kafka, p+".kafka"; k != nil {
 			defK := defaultSinkKafka()
 			if !present[kp+".topic"] {
@@ -231,11 +261,27 @@ func (c Config) validateSinks() []problem {
 		if s.MaxRate < 0 {
 			add(p+".max_rate", "must be 0 (no limit) or positive, got %v", s.MaxRate)
 		}
+		kinds := 0
+		for _, set := range []bool{s.MQTT != nil, s.Kafka != nil, s.Peat != nil} {
+			if set {
+				kinds++
+			}
+		}
 		switch {
-		case s.MQTT == nil && s.Kafka == nil:
-			add(p, "needs an upstream: mqtt or kafka")
-		case s.MQTT != nil && s.Kafka != nil:
-			add(p, "has both mqtt and kafka; one sink sends to one upstream")
+		case kinds == 0:
+			add(p, "needs an upstream: mqtt, kafka or peat")
+		case kinds > 1:
+			add(p, "has more than one of mqtt, kafka and peat; one sink sends to one upstream")
+		case s.Peat != nil:
+			// A mirror holds every record of its source at its offset: a
+			// record skipped on purpose would be refused there as lost.
+			if s.Filter != "" {
+				add(p+".filter", "a peat sink mirrors whole streams: no filter")
+			}
+			if s.Start != "earliest" {
+				add(p+".start", "a peat sink mirrors whole streams: start must be earliest, got %q", s.Start)
+			}
+			probs = append(probs, s.Peat.validate(p+".peat")...)
 		case s.MQTT != nil:
 			probs = append(probs, s.MQTT.validate(p+".mqtt")...)
 		default:
@@ -286,6 +332,18 @@ func (m *SinkMQTTConfig) validate(p string) []problem {
 	}
 	if m.Keepalive < Duration(time.Second) || m.Keepalive > Duration(65535*time.Second) {
 		add(p+".keepalive", "must be from 1s to 65535s, got %v", m.Keepalive)
+	}
+	return probs
+}
+
+func (m *SinkPeatConfig) validate(p string) []problem {
+	probs := (&SinkMQTTConfig{
+		URL: m.URL, ClientID: m.ClientID, Version: 5, QoS: 1, Window: m.Window,
+		Username: m.Username, PasswordFile: m.PasswordFile, TLS: m.TLS,
+		Topic: m.Topic, Keepalive: m.Keepalive,
+	}).validate(p)
+	if err := peatsink.CheckMirrorAs(m.MirrorAs); err != nil {
+		probs = append(probs, problem{p + ".mirror_as", err.Error()})
 	}
 	return probs
 }

@@ -63,7 +63,11 @@
 // network (any address but loopback or localhost) that would let anyone
 // in, unless auth.allow_anonymous says so, or would run without TLS,
 // unless mqtt.allow_plaintext (http.allow_plaintext) says so; each error
-// names the fields to set. Node.Reload (SIGHUP in cmd/peat) reads users,
+// names the fields to set. mqtt.listen, mqtt.tls and mqtt.allow_plaintext
+// are the short form of one MQTT listener; mqtt.listeners lists several
+// (config_listeners.go), and every check applies to each, named by its
+// path (mqtt.listeners[1].listen). cert_identity is a listener's: a
+// certificate shown to a listener without it names no user. Node.Reload (SIGHUP in cmd/peat) reads users,
 // ACL, tokens and the listeners' certificates again and keeps what is in
 // force when a file is bad.
 // With http.tokens_file every path but /healthz and /readyz needs

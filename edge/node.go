@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/peatmq/peat/edge/auth"
+	"github.com/peatmq/peat/edge/mirror"
 	"github.com/peatmq/peat/edge/status"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
@@ -77,6 +78,7 @@ type Node struct {
 		closeErr        error
 		store           *logstore.Store
 		broker          *mqtt.Broker
+		mirror          *mirror.Hook // nil without mirror streams
 		http            *http.Server
 		httpAddr        net.Addr
 		httpDone        chan struct{} // closed when the HTTP serve goroutine returns
@@ -202,8 +204,18 @@ func (n *Node) start(ctx context.Context) error {
 		return fmt.Errorf("set up MQTT: %w", err)
 	}
 	n.mu.broker = broker
+	if n.cfg.hasMirrors() {
+		h, err := mirror.NewHook(store, n.log.With(attrComponent, "mirror"), n.reg)
+		if err != nil {
+			return fmt.Errorf("set up mirror streams: %w", err)
+		}
+		n.mu.mirror = h
+		if err := broker.Server().AddHook(h, nil); err != nil {
+			return fmt.Errorf("set up mirror streams: %w", err)
+		}
+	}
 	if err := broker.Start(); err != nil {
-		return fmt.Errorf("start MQTT on %s: %w", n.cfg.MQTT.Listen, err)
+		return fmt.Errorf("start MQTT: %w", err) // the error names the address
 	}
 	n.broker.Store(broker)
 
@@ -340,6 +352,9 @@ func (n *Node) shutdown(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stop MQTT: %w", err))
 		}
 	}
+	if n.mu.mirror != nil {
+		_ = n.mu.mirror.Stop() // mochi stops it too, unless its close timed out
+	}
 	if n.mu.store != nil {
 		n.store.Store(nil)
 		if err := n.mu.store.Close(); err != nil {
@@ -357,8 +372,8 @@ func (n *Node) shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// MQTTAddr is the MQTT listener's address, nil before Start and after
-// Close.
+// MQTTAddr is the first MQTT listener's address, nil before Start and
+// after Close.
 func (n *Node) MQTTAddr() net.Addr {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -366,6 +381,18 @@ func (n *Node) MQTTAddr() net.Addr {
 		return nil
 	}
 	return n.mu.broker.Addr()
+}
+
+// MQTTListenerAddr is the address of the MQTT listener named name
+// (mqtt.listeners[].name; "mqtt" for mqtt.listen), nil when there is
+// none, before Start and after Close.
+func (n *Node) MQTTListenerAddr(name string) net.Addr {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.broker == nil || n.mu.closed {
+		return nil
+	}
+	return n.mu.broker.ListenerAddr(name)
 }
 
 // HTTPAddr is the HTTP listener's address, nil before Start, after Close,

@@ -25,18 +25,30 @@ func (n *Node) secureBroker(bc *mqtt.Config) error {
 	if err != nil {
 		return err
 	}
+	ls := n.cfg.mqttListeners()
 	if a != nil {
 		n.auth.Store(a)
-		bc.Auth = mqttAuth{a}
+		ma := mqttAuth{a: a, certIdentity: map[string]bool{}}
+		for _, l := range ls {
+			ma.certIdentity[l.name] = l.tls.CertIdentity
+		}
+		bc.Auth = ma
 		users, rules := a.Counts()
 		n.log.Info("auth loaded", attrUsers, users, attrACLRules, rules)
 	}
-	var kp *keyPair
-	if bc.TLS, kp, err = n.cfg.mqttTLS(); err != nil {
-		return err
-	}
-	if kp != nil {
-		n.keyPairs.add(kp)
+	for i, l := range ls {
+		tc, kp, err := l.mqttTLS()
+		if err != nil {
+			return err
+		}
+		if kp != nil {
+			n.keyPairs.add(kp)
+		}
+		if len(bc.Listeners) == 0 { // the short form: mqtt.listen
+			bc.TLS = tc
+		} else {
+			bc.Listeners[i].TLS = tc
+		}
 	}
 	return nil
 }
@@ -97,9 +109,18 @@ func (n *Node) logAuth() {
 	switch {
 	case n.auth.Load() == nil && !n.cfg.Auth.AllowAnonymous:
 		n.log.Info("no auth configured: every client may publish and read; MQTT is served on loopback only",
-			slog.String("mqtt.listen", n.cfg.MQTT.Listen))
+			slog.Any("mqtt_listeners", n.listenAddrs()))
 	case n.auth.Load() == nil:
 		n.log.Warn("auth.allow_anonymous without users or ACL: every client that reaches the listener may publish and read",
-			slog.String("mqtt.listen", n.cfg.MQTT.Listen))
+			slog.Any("mqtt_listeners", n.listenAddrs()))
 	}
+}
+
+// listenAddrs are the configured MQTT listener addresses, for log lines.
+func (n *Node) listenAddrs() []string {
+	var out []string
+	for _, l := range n.cfg.mqttListeners() {
+		out = append(out, l.listen)
+	}
+	return out
 }

@@ -17,7 +17,8 @@ type Override struct {
 // Overrides lists every value the environment can set, in a fixed order.
 var Overrides = []Override{
 	{"data_dir", "PEAT_DATA_DIR", func(c *Config, v string) { c.DataDir = v }},
-	{"mqtt.listen", "PEAT_MQTT_LISTEN", func(c *Config, v string) { c.MQTT.Listen = v }},
+	// The first MQTT listener's: mqtt.listen, or mqtt.listeners[0].listen.
+	{"mqtt.listen", "PEAT_MQTT_LISTEN", func(c *Config, v string) { c.setListen(v) }},
 	{"http.listen", "PEAT_HTTP_LISTEN", func(c *Config, v string) { c.HTTP.Listen = v }},
 	{"storage.profile", "PEAT_STORAGE_PROFILE", func(c *Config, v string) { c.Storage.Profile = v }},
 	{"log.level", "PEAT_LOG_LEVEL", func(c *Config, v string) { c.Log.Level = v }},
@@ -30,7 +31,7 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) {
 	for _, o := range Overrides {
 		if v, ok := lookup(o.Env); ok {
 			o.set(c, v)
-			c.setSource(o.Path, o.Env)
+			c.setSource(c.sourcePath(o.Path), o.Env)
 		}
 	}
 }
@@ -41,7 +42,7 @@ func (c *Config) Set(path, value, source string) error {
 	for _, o := range Overrides {
 		if o.Path == path {
 			o.set(c, value)
-			c.setSource(path, source)
+			c.setSource(c.sourcePath(path), source)
 			return nil
 		}
 	}
@@ -51,6 +52,15 @@ func (c *Config) Set(path, value, source string) error {
 	}
 	sort.Strings(paths)
 	return fmt.Errorf("%w: %s cannot be overridden (only %v)", ErrConfig, path, paths)
+}
+
+// sourcePath is the YAML path an override of path set: mqtt.listen is
+// the first listener's address.
+func (c *Config) sourcePath(path string) string {
+	if path == "mqtt.listen" {
+		return c.listenPath()
+	}
+	return path
 }
 
 // setSource records where the value at path came from.

@@ -18,6 +18,7 @@ import (
 	"github.com/peatmq/peat/edge/sink"
 	"github.com/peatmq/peat/edge/sink/kafkasink"
 	"github.com/peatmq/peat/edge/sink/mqttsink"
+	"github.com/peatmq/peat/edge/sink/peatsink"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
@@ -50,6 +51,9 @@ func (n *Node) startSinks(store *logstore.Store, broker *mqtt.Broker) error {
 		set.kinds[sc.Name] = "mqtt"
 		if sc.Kafka != nil {
 			set.kinds[sc.Name] = "kafka"
+		}
+		if sc.Peat != nil {
+			set.kinds[sc.Name] = "peat"
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -95,7 +99,7 @@ func (n *Node) buildSink(sc SinkConfig, store *logstore.Store, broker *mqtt.Brok
 	if err != nil {
 		return nil, err
 	}
-	up, err := buildUpstream(sc, node)
+	up, err := buildUpstream(sc, store, node)
 	if err != nil {
 		return nil, err
 	}
@@ -110,9 +114,12 @@ func (n *Node) buildSink(sc SinkConfig, store *logstore.Store, broker *mqtt.Brok
 
 // buildUpstream reads the files a sink's upstream needs (passwords,
 // certificates) and builds it.
-func buildUpstream(sc SinkConfig, node string) (sink.Upstream, error) {
+func buildUpstream(sc SinkConfig, store *logstore.Store, node string) (sink.Upstream, error) {
 	if k := sc.Kafka; k != nil {
 		return buildKafka(sc.Name, k, node)
+	}
+	if p := sc.Peat; p != nil {
+		return buildPeat(p, store, node)
 	}
 	m := sc.MQTT
 	mc := mqttsink.Config{
@@ -130,6 +137,29 @@ func buildUpstream(sc SinkConfig, node string) (sink.Upstream, error) {
 		return nil, fmt.Errorf("mqtt.tls: %w", err)
 	}
 	return mqttsink.New(mc)
+}
+
+func buildPeat(p *SinkPeatConfig, store *logstore.Store, node string) (sink.Upstream, error) {
+	pc := peatsink.Config{
+		URL: p.URL, ClientID: p.ClientID, MirrorAs: p.MirrorAs, Topic: p.Topic, Window: p.Window,
+		Username: p.Username, Node: node, Keepalive: time.Duration(p.Keepalive),
+		First: func(name string) uint64 {
+			if st := store.Stream(name); st != nil {
+				return st.FirstOffset()
+			}
+			return 0
+		},
+	}
+	var err error
+	if p.PasswordFile != "" {
+		if pc.Password, err = readPassword(p.PasswordFile); err != nil {
+			return nil, fmt.Errorf("peat.password_file: %w", err)
+		}
+	}
+	if pc.TLS, err = clientTLS(p.TLS); err != nil {
+		return nil, fmt.Errorf("peat.tls: %w", err)
+	}
+	return peatsink.New(pc)
 }
 
 func buildKafka(name string, k *SinkKafkaConfig, node string) (sink.Upstream, error) {

@@ -75,10 +75,16 @@ sinks:
 	if s := cfg.Sinks[0]; s.MQTT.Topic != "site-a/{topic}" || !s.MQTT.Properties || s.Filter != "sensors/#" || s.MQTT.TLS.CAFile == "" {
 		t.Fatalf("parsed %+v %+v", s, s.MQTT)
 	}
-	// A kind that is not built is refused, not ignored.
-	if _, err := Parse([]byte("sinks:\n  - name: hq\n    peat: {url: mqtts://hq.example:8883}\n")); err == nil ||
-		!strings.Contains(err.Error(), "sinks[0].peat") {
-		t.Fatalf("a peat sink: err %v, want sinks[0].peat refused", err)
+	// The issue's peat sink, with the client id every sink needs.
+	cfg, err = Parse([]byte("sinks:\n  - name: hq\n    peat: {url: mqtts://hq.example:8883, mirror_as: \"site-a.{stream}\", client_id: site-a}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	if p := cfg.Sinks[0].Peat; p.MirrorAs != "site-a.{stream}" || p.Window != 64 || p.Keepalive != Duration(30*time.Second) {
+		t.Fatalf("parsed peat %+v", p)
 	}
 	cfg, err = Parse([]byte(`
 sinks:
@@ -132,7 +138,7 @@ func TestValidate_SinkProblemsNameTheirField(t *testing.T) {
 		{"backoff.max", func(s *SinkConfig) { s.Backoff.Max = Duration(time.Millisecond) }, []string{"sinks[0].backoff.max: "}},
 		{"stall_after", func(s *SinkConfig) { s.StallAfter = 0 }, []string{"sinks[0].stall_after: "}},
 		{"max_rate", func(s *SinkConfig) { s.MaxRate = -1 }, []string{"sinks[0].max_rate: "}},
-		{"no kind", func(s *SinkConfig) { s.MQTT = nil }, []string{"sinks[0]: ", "mqtt or kafka"}},
+		{"no kind", func(s *SinkConfig) { s.MQTT = nil }, []string{"sinks[0]: ", "mqtt, kafka or peat"}},
 		{"mqtt.url", func(s *SinkConfig) { s.MQTT.URL = "http://x" }, []string{"sinks[0].mqtt.url: ", "mqtt://"}},
 		{"mqtt.client_id", func(s *SinkConfig) { s.MQTT.ClientID = "" }, []string{"sinks[0].mqtt.client_id: "}},
 		{"mqtt.version", func(s *SinkConfig) { s.MQTT.Version = 3 }, []string{"sinks[0].mqtt.version: "}},
@@ -165,7 +171,7 @@ func TestValidate_SinkProblemsNameTheirField(t *testing.T) {
 		mutate func(s *SinkConfig)
 		want   []string
 	}{
-		{"both kinds", func(s *SinkConfig) { k := defaultSinkKafka(); s.Kafka = &k }, []string{"sinks[0]: ", "both"}},
+		{"both kinds", func(s *SinkConfig) { k := defaultSinkKafka(); s.Kafka = &k }, []string{"sinks[0]: ", "more than one"}},
 		{"kafka.brokers", kafka(func(k *SinkKafkaConfig) { k.Brokers = nil }), []string{"sinks[0].kafka.brokers: "}},
 		{"kafka.brokers[0]", kafka(func(k *SinkKafkaConfig) { k.Brokers = []string{"k1"} }), []string{"sinks[0].kafka.brokers[0]: ", "host:port"}},
 		{"kafka.topic", kafka(func(k *SinkKafkaConfig) { k.Topic = "e.{topic}" }), []string{"sinks[0].kafka.topic: ", "{topic}"}},
@@ -182,6 +188,42 @@ func TestValidate_SinkProblemsNameTheirField(t *testing.T) {
 			wantProblems(t, cfg.Validate(), tc.want)
 		})
 	}
+	peat := func(mut func(s *SinkConfig, p *SinkPeatConfig)) func(s *SinkConfig) {
+		return func(s *SinkConfig) {
+			p := SinkPeatConfig{URL: "mqtt://hq:1883", ClientID: "site-a", MirrorAs: "site-a.{stream}", Topic: "{topic}", Window: 64,
+				Keepalive: Duration(30 * time.Second)}
+			s.MQTT, s.Peat = nil, &p
+			mut(s, &p)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(s *SinkConfig)
+		want   []string
+	}{
+		{"peat and mqtt", func(s *SinkConfig) { s.Peat = &SinkPeatConfig{} }, []string{"sinks[0]: ", "more than one"}},
+		{"peat.url", peat(func(_ *SinkConfig, p *SinkPeatConfig) { p.URL = "kafka://x" }), []string{"sinks[0].peat.url: "}},
+		{"peat.client_id", peat(func(_ *SinkConfig, p *SinkPeatConfig) { p.ClientID = "" }), []string{"sinks[0].peat.client_id: "}},
+		{"peat.mirror_as topic", peat(func(_ *SinkConfig, p *SinkPeatConfig) { p.MirrorAs = "{topic}" }), []string{"sinks[0].peat.mirror_as: ", "{topic}"}},
+		{"peat.mirror_as level", peat(func(_ *SinkConfig, p *SinkPeatConfig) { p.MirrorAs = "a/{stream}" }), []string{"sinks[0].peat.mirror_as: ", "one topic level"}},
+		{"peat.topic", peat(func(_ *SinkConfig, p *SinkPeatConfig) { p.Topic = "a/#" }), []string{"sinks[0].peat.topic: "}},
+		{"peat.window", peat(func(_ *SinkConfig, p *SinkPeatConfig) { p.Window = 0 }), []string{"sinks[0].peat.window: "}},
+		{"peat filter", peat(func(s *SinkConfig, _ *SinkPeatConfig) { s.Filter = "a/#" }), []string{"sinks[0].filter: ", "whole streams"}},
+		{"peat start", peat(func(s *SinkConfig, _ *SinkPeatConfig) { s.Start = "latest" }), []string{"sinks[0].start: ", "earliest"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := good()
+			tc.mutate(&cfg.Sinks[0])
+			wantProblems(t, cfg.Validate(), tc.want)
+		})
+	}
+	t.Run("peat is valid", func(t *testing.T) {
+		cfg := good()
+		peat(func(*SinkConfig, *SinkPeatConfig) {})(&cfg.Sinks[0])
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("duplicate name", func(t *testing.T) {
 		cfg := good()
 		cfg.Sinks = append(cfg.Sinks, cfg.Sinks[0])
@@ -327,8 +369,11 @@ func TestConfig_ExampleSinkIsValid(t *testing.T) {
 	if s.Name != "cloud" || s.MQTT == nil || s.MQTT.URL != "mqtts://cloud.example:8883" || !s.MQTT.Properties {
 		t.Fatalf("example parsed as %+v %+v", s, s.MQTT)
 	}
-	if len(cfg.Sinks) != 2 || cfg.Sinks[1].Kafka == nil || !cfg.Sinks[1].Kafka.ExactlyOnce {
+	if len(cfg.Sinks) != 3 || cfg.Sinks[1].Kafka == nil || !cfg.Sinks[1].Kafka.ExactlyOnce {
 		t.Fatalf("want the kafka example as the second sink, got %+v", cfg.Sinks)
+	}
+	if p := cfg.Sinks[2].Peat; p == nil || p.MirrorAs != "site-a.{stream}" || p.URL != "mqtts://hq.example:8883" {
+		t.Fatalf("want the peat example as the third sink, got %+v", cfg.Sinks[2])
 	}
 }
 

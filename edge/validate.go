@@ -39,11 +39,12 @@ func (c Config) Validate() error {
 			add("http.listen", "%s", msg)
 		}
 	}
-	if c.MQTT.Listen == "" {
-		add("mqtt.listen", "must not be empty")
-	} else if msg := checkHostPort(c.MQTT.Listen); msg != "" {
-		add("mqtt.listen", "%s", msg)
+	if c.MQTT.Listen != "" {
+		if msg := checkHostPort(c.MQTT.Listen); msg != "" {
+			add("mqtt.listen", "%s", msg)
+		}
 	}
+	c.validateListeners(add)
 	if len(c.Streams) == 0 {
 		add("streams", "must list at least one stream")
 	}

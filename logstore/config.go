@@ -52,6 +52,11 @@ type StreamConfig struct {
 	// at most LingerQoS0, and a commit (with its fsync) is shared by every
 	// QoS 0 publish that arrives meanwhile. 0 commits at once.
 	LingerQoS0 time.Duration
+	// Mirror marks a copy of another node's stream (edge/mirror): its
+	// offsets are the source's, so publishes its filters route to it are
+	// refused (mqtt ingest); the filters say what readers reach it by, and
+	// may be left out.
+	Mirror bool
 }
 
 // Config configures a Store.
@@ -137,7 +142,7 @@ func (c Config) Validate() error {
 		} else {
 			names[sc.Name] = i
 		}
-		if len(sc.Filters) == 0 {
+		if !sc.Mirror && len(sc.Filters) == 0 {
 			add(p+".filters", "at least one topic filter is required")
 		}
 		for k, f := range sc.Filters {

@@ -173,3 +173,8 @@ func checkValue(off uint64, v []byte) error {
 	}
 	return nil
 }
+
+// EncodeValue is the stored value of r at r.Offset, as AppendReplica takes
+// it: a mirror (edge/mirror) writes records at its source's offsets
+// through AppendReplica, which appends only at the log end.
+func EncodeValue(r *Record) []byte { return encodeRecord(nil, r) }

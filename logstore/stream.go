@@ -97,6 +97,9 @@ func (s *Stream) Config() StreamConfig {
 	return c
 }
 
+// Mirror reports whether the stream is a mirror (StreamConfig.Mirror).
+func (s *Stream) Mirror() bool { return s.cfg.Mirror }
+
 // Filters returns the topic filters the stream captures.
 func (s *Stream) Filters() []string { return append([]string(nil), s.cfg.Filters...) }
 

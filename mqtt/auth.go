@@ -2,7 +2,6 @@ package mqtt
 
 import (
 	"bytes"
-	"crypto/tls"
 	"log/slog"
 	"strings"
 
@@ -27,6 +26,9 @@ type Login struct {
 	Username string
 	Password []byte
 	Remote   string // the remote address, for logs
+	// Listener is the name of the listener the client came through
+	// (Listener.Name; DefaultListenerName for Config.Listen).
+	Listener string
 	// CertNames are the names of the client's verified TLS certificate
 	// (the subject's CN first, then the DNS and email SANs); empty without
 	// one.
@@ -136,6 +138,7 @@ func (h *authHook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bo
 		Username:  string(pk.Connect.Username),
 		Password:  bytes.Clone(pk.Connect.Password),
 		Remote:    cl.Net.Remote,
+		Listener:  cl.Net.Listener,
 		CertNames: cc.certNames(),
 	}
 	acc, why, ok := h.auth.Authenticate(l)
@@ -224,14 +227,10 @@ func accessOf(cl *mochi.Client) Access {
 // TLS or without a client certificate.
 func (c *corkConn) certNames() []string {
 	gc, ok := c.Conn.(*guardConn)
-	if !ok {
+	if !ok || gc.tc == nil {
 		return nil
 	}
-	tc, ok := gc.Conn.(*tls.Conn)
-	if !ok {
-		return nil
-	}
-	st := tc.ConnectionState()
+	st := gc.tc.ConnectionState()
 	if len(st.VerifiedChains) == 0 || len(st.PeerCertificates) == 0 {
 		return nil
 	}

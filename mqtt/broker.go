@@ -50,19 +50,18 @@ type Broker struct {
 
 	mu struct {
 		sync.Mutex
-		ln      net.Listener   // nil until Start
-		gl      *guardListener // mochi's listener on ln
-		started bool
-		closed  bool
+		listeners []*guardListener // bound by Start, in Config.listeners order
+		started   bool
+		closed    bool
 	}
 	closeOnce sync.Once
 	closeErr  error
 }
 
 // New builds a broker on log: a mochi server with Peat's hooks, capabilities
-// sized by cfg, and (once started) one TCP listener on cfg.Listen. An empty
-// cfg.Listen means no listener (clients can still be attached through
-// Server(), as tests do).
+// sized by cfg, and (once started) its listeners: cfg.Listen's, then
+// cfg.Listeners. With none, clients can still be attached through
+// Server(), as tests do.
 func New(cfg Config, log Log) (*Broker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -140,8 +139,8 @@ func New(cfg Config, log Log) (*Broker, error) {
 	return b, nil
 }
 
-// Start binds the listener and starts serving; it returns once the listener
-// is bound.
+// Start binds the listeners and starts serving; it returns once every
+// listener is bound, or none (an address in use fails the whole start).
 func (b *Broker) Start() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -151,43 +150,81 @@ func (b *Broker) Start() error {
 	case b.mu.started:
 		return ErrStarted
 	}
-	if b.cfg.Listen != "" {
-		ln, err := net.Listen("tcp", b.cfg.Listen)
+	for _, l := range b.cfg.listeners() {
+		gl, err := b.bind(l)
 		if err != nil {
-			return fmt.Errorf("mqtt listen on %s: %w", b.cfg.Listen, err)
+			b.closeUnserved()
+			return err
 		}
-		gl := newGuardListener("tcp", ln, guardConfig{
-			connectTimeout: b.cfg.ConnectTimeout,
-			maxConnect:     b.cfg.MaxConnectSize,
-			maxPacket:      int(b.srv.Options.Capabilities.MaximumPacketSize),
-			maxPending:     b.cfg.MaxPendingConnections,
-			tls:            b.cfg.TLS,
-		}, b.m, b.conns)
+		b.mu.listeners = append(b.mu.listeners, gl)
+	}
+	for _, gl := range b.mu.listeners {
 		if err := b.srv.AddListener(gl); err != nil {
-			_ = ln.Close()
-			return fmt.Errorf("mqtt add listener %s: %w", b.cfg.Listen, err)
+			b.closeUnserved()
+			return fmt.Errorf("mqtt add listener %s: %w", gl.id, err)
 		}
-		b.mu.ln, b.mu.gl = ln, gl
 	}
 	if err := b.srv.Serve(); err != nil {
 		return fmt.Errorf("mqtt serve: %w", err)
 	}
 	b.mu.started = true
-	if b.mu.ln != nil {
-		b.logger.Info("mqtt listening", slog.String(attrAddr, b.mu.ln.Addr().String()))
+	for _, gl := range b.mu.listeners {
+		b.logger.Info("mqtt listening", slog.String(attrListener, gl.id), slog.String(attrProtocol, gl.describe()),
+			slog.String(attrAddr, gl.ln.Addr().String()))
 	}
 	return nil
 }
 
-// Addr is the bound listener address, nil before Start or without a
-// listener.
+// bind binds l's address and puts the connection guard on it.
+func (b *Broker) bind(l Listener) (*guardListener, error) {
+	ln, err := net.Listen("tcp", l.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("mqtt listen on %s (listener %s): %w", l.Listen, l.Name, err)
+	}
+	gc := guardConfig{
+		connectTimeout: b.cfg.ConnectTimeout,
+		maxConnect:     b.cfg.MaxConnectSize,
+		maxPacket:      int(b.srv.Options.Capabilities.MaximumPacketSize),
+		maxPending:     b.cfg.MaxPendingConnections,
+		tls:            l.TLS,
+	}
+	if l.websocket() {
+		gc.ws = newWSConfig(l, b.cfg.BufferSize)
+	}
+	return newGuardListener(l.Name, ln, gc, b.m, b.conns), nil
+}
+
+// closeUnserved closes the bound listeners after a failed Start; mochi
+// never served them.
+func (b *Broker) closeUnserved() {
+	for _, gl := range b.mu.listeners {
+		_ = gl.ln.Close()
+	}
+	b.mu.listeners = nil
+}
+
+// Addr is the address of the first listener, nil before Start or
+// without a listener.
 func (b *Broker) Addr() net.Addr {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.mu.ln == nil {
+	if len(b.mu.listeners) == 0 {
 		return nil
 	}
-	return b.mu.ln.Addr()
+	return b.mu.listeners[0].ln.Addr()
+}
+
+// ListenerAddr is the bound address of the listener named name, nil
+// before Start or when there is none.
+func (b *Broker) ListenerAddr(name string) net.Addr {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, gl := range b.mu.listeners {
+		if gl.id == name {
+			return gl.ln.Addr()
+		}
+	}
+	return nil
 }
 
 // Server is the mochi server, for tests and the delivery hook.
@@ -223,13 +260,13 @@ func (b *Broker) Close(ctx context.Context) error {
 		// waited for no longer than ctx allows, like the client goroutines.
 		b.disconnectClients(ctx)
 		b.mu.Lock()
-		gl := b.mu.gl
+		gls := b.mu.listeners
 		b.mu.Unlock()
 		clientsDone := make(chan struct{})
 		go func() { // ends when mochi has closed and the last client goroutine has ended
 			_ = b.srv.Close()
 			b.srv.Listeners.ClientsWg.Wait()
-			if gl != nil {
+			for _, gl := range gls {
 				gl.wait()
 			}
 			close(clientsDone)

@@ -39,8 +39,12 @@ const (
 // Config is the MQTT front-end's configuration. YAML lives in edge; this is a
 // plain struct.
 type Config struct {
-	// Listen is the TCP address of the MQTT listener.
+	// Listen is the TCP address of an MQTT listener named "mqtt", served
+	// with TLS when TLS is set; it comes before Listeners. Empty: none.
 	Listen string
+	// Listeners are more addresses to serve, each with its own protocol
+	// (MQTT or WebSocket) and TLS (listeners.go).
+	Listeners []Listener
 	// MaxPayload is the largest payload accepted, in bytes; larger publishes
 	// are refused with a reason (v5) or a disconnect (v3).
 	MaxPayload int
@@ -100,8 +104,8 @@ type Config struct {
 	// subscriptions (the filters inside $replay/ and $group/ included) and
 	// every record delivered; nil allows everyone everything.
 	Auth Auth
-	// TLS, when set, is the listener's TLS: the connection guard
-	// (connguard.go) runs in front of it, so the handshake counts
+	// TLS, when set, is the TLS of Listen's listener: the connection
+	// guard (connguard.go) runs in front of it, so the handshake counts
 	// against connect_timeout and max_pending_connections.
 	TLS *tls.Config
 
@@ -147,6 +151,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("listen: %q is not host:port: %w", c.Listen, err))
 		}
 	}
+	errs = append(errs, c.validateListeners()...)
 	positive := []struct {
 		name string
 		v    int

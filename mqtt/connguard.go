@@ -34,6 +34,9 @@ type guardConn struct {
 	net.Conn
 	l *guardListener
 
+	tc       *tls.Conn // the TLS connection beneath, nil without TLS
+	deadline time.Time // the connect deadline: CONNECT (and TLS, WebSocket) by then
+
 	fr       framer
 	deferred *refusal // refused packet mochi has not reached yet
 	failed   error    // the refusal given to mochi; later reads repeat it
@@ -76,7 +79,7 @@ func (c *guardConn) Read(p []byte) (int, error) {
 		c.failed = fmt.Errorf("%w (%v): %w", ErrConnectTimeout, c.l.cfg.connectTimeout, err)
 		return n, c.failed
 	}
-	if tc, ok := c.Conn.(*tls.Conn); ok && err != nil && !errors.Is(err, io.EOF) && !tc.ConnectionState().HandshakeComplete {
+	if c.tc != nil && err != nil && !errors.Is(err, io.EOF) && !c.tc.ConnectionState().HandshakeComplete {
 		// A client that speaks no TLS, or a certificate that is missing or
 		// not signed by client_ca_file.
 		c.l.count(ReasonTLSHandshake)

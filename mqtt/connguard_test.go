@@ -192,7 +192,7 @@ func TestGuard_PendingConnectionsBounded(t *testing.T) {
 		c.MaxPendingConnections = 2
 		c.Metrics = m
 	})
-	gl := b.mu.gl
+	gl := b.mu.listeners[0]
 	silent1 := dialTCP(t, b)
 	dialTCP(t, b)
 	waitFor(t, "two pending connections", func() bool { return gl.pending() == 2 })
@@ -294,7 +294,7 @@ func TestGuard_CloseEndsPendingConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	silent := dialTCP(t, b)
-	waitFor(t, "a pending connection", func() bool { return b.mu.gl.pending() == 1 })
+	waitFor(t, "a pending connection", func() bool { return b.mu.listeners[0].pending() == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	if err := b.Close(ctx); err != nil {

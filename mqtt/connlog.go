@@ -150,6 +150,10 @@ func connEnd(err, cause error, connacked bool) (slog.Level, string, string) {
 		return slog.LevelInfo, "closed connection: no CONNECT in time", ReasonConnectTimeout
 	case errors.Is(err, ErrTLSHandshake):
 		return slog.LevelWarn, verb + "TLS handshake failed", ReasonTLSHandshake
+	case errors.Is(err, ErrWebSocketOrigin):
+		return slog.LevelWarn, "refused WebSocket connection: origin not allowed", ReasonWebSocketOrigin
+	case errors.Is(err, ErrWebSocketHandshake):
+		return slog.LevelWarn, "refused WebSocket connection: no WebSocket upgrade", ReasonWebSocketHandshake
 	case errors.Is(err, ErrConnectTooLarge):
 		return slog.LevelWarn, verb + "CONNECT too large", ReasonConnectTooLarge
 	case errors.Is(err, ErrPacketTooLarge):

@@ -7,7 +7,9 @@
 //
 // New builds the mochi server with capabilities sized for small boards
 // (Config), an auth hook, the ingest hook and the delivery hook, in that
-// order; Start binds the one TCP listener; Close stops it all.
+// order; Start binds the listeners (Config.Listen's, then
+// Config.Listeners: MQTT or WebSocket, each with its own TLS); Close
+// stops it all.
 //
 // # Authentication and ACLs (auth.go)
 //
@@ -107,9 +109,9 @@
 // subscribers only through the log, once. Closing the broker does not fire
 // wills.
 //
-// # Connections (listener.go, connguard.go, connframe.go, connlog.go)
+// # Connections (listener.go, connguard.go, connframe.go, connlog.go, wsconn.go)
 //
-// Peat serves mochi through a listener of its own. With Config.TLS each
+// Peat serves mochi through a listener of its own, one per address. With TLS each
 // accepted connection is a TLS server connection inside the guard: the
 // guard's deadline and pending count cover the handshake, and its framing
 // checks read the decrypted bytes. Each connection's bytes pass a guard on
@@ -124,7 +126,21 @@
 // too, mochi having handled every packet before it. MQTT 5 clients are
 // told why (CONNACK or DISCONNECT with the reason code), MQTT 3.1.1
 // clients are disconnected; each refusal is counted in
-// peat_mqtt_closed_connections_total{reason}. How each connection ended is
+// peat_mqtt_closed_connections_total{reason}.
+//
+// A WebSocket listener (MQTT over WebSocket, subprotocol "mqtt") is the
+// same guard listener with one more step: on its connection goroutine,
+// after TLS and before mochi reads, the HTTP upgrade request is read
+// (at most 16 KiB, under the connect deadline and in the pending count),
+// its Origin checked, and gorilla/websocket's Upgrader answers 101 on the
+// hijacked connection (no http.Server: mochi's own WebSocket listener
+// allows every origin and sits outside the guard). A page of another
+// origin gets 403 (reason websocket_origin), a request that is no
+// upgrade 400 (websocket_handshake), both logged like other refusals. A
+// request without Origin is no browser's and is not checked. wsConn then
+// turns binary messages into the byte stream the guard's framer and
+// mochi read (a packet may span messages), each write into one binary
+// message, and a text message into a malformed-packet close. How each connection ended is
 // logged once, with the remote address and client id, at INFO for a
 // client going away or its keepalive lapsing and at WARN for what a client
 // did wrong, at most a few lines per cause per 10 s (the next line says

@@ -43,6 +43,12 @@ var (
 	// ErrMalformed: a packet MQTT calls malformed (ill-formed UTF-8 or
 	// U+0000 in a topic name, a topic running past its packet, QoS 3).
 	ErrMalformed = errors.New("mqtt: malformed packet")
+	// ErrWebSocketOrigin: a WebSocket upgrade from a browser page whose
+	// origin the listener does not allow (HTTP 403).
+	ErrWebSocketOrigin = errors.New("mqtt: WebSocket origin not allowed")
+	// ErrWebSocketHandshake: a connection to a WebSocket listener that is
+	// no WebSocket upgrade (HTTP 400).
+	ErrWebSocketHandshake = errors.New("mqtt: WebSocket handshake failed")
 	// ErrTooManyPending: more connections awaiting their CONNACK than
 	// Config.MaxPendingConnections.
 	ErrTooManyPending = errors.New("mqtt: too many connections awaiting CONNACK")

@@ -28,7 +28,15 @@ var (
 	codeNotSaved  = packets.Code{Code: packets.ErrUnspecifiedError.Code, Reason: "not stored"}
 	codeReserved  = packets.Code{Code: packets.ErrTopicNameInvalid.Code, Reason: "reserved topic: $replay/ and $group/ are read-only"}
 	codeBadOffset = packets.Code{Code: packets.ErrPayloadFormatInvalid.Code, Reason: "an $offsets commit's payload must be a decimal offset"}
+	codeMirror    = packets.Code{Code: packets.ErrTopicNameInvalid.Code, Reason: "the stream of this topic is a mirror: only its source writes it, through $mirror/"}
 )
+
+// isMirror reports whether st is a mirror stream (edge/mirror): its
+// offsets are its source's, so no publish may append to it.
+func isMirror(st Stream) bool {
+	m, ok := st.(interface{ Mirror() bool })
+	return ok && m.Mirror()
+}
 
 // reservedPrefixes are topics of the replay protocol, closed to publishers.
 var reservedPrefixes = []string{"$replay/", "$group/"}
@@ -336,6 +344,8 @@ func (h *ingest) routePublish(c *ingestConn, pk *packets.Packet, st Stream) erro
 		return packets.ErrReceiveMaximum
 	}
 	switch {
+	case st != nil && isMirror(st):
+		c.refuse(pk, codeMirror, ReasonMirror)
 	case st != nil && len(pk.Payload) > h.cfg.MaxPayload:
 		c.refuse(pk, h.tooBig, ReasonTooLarge)
 	case st != nil:
@@ -355,7 +365,7 @@ func (h *ingest) stream(name string) Stream { return h.log.Stream(name) }
 // mochi treats those as QoS 0; nothing is acked.
 func (h *ingest) publishInline(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	st := h.log.Route(pk.TopicName)
-	if st == nil || reservedTopic(pk.TopicName) {
+	if st == nil || reservedTopic(pk.TopicName) || isMirror(st) {
 		return pk, nil
 	}
 	rec := recordOf(cl.ID, &pk)

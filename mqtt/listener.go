@@ -23,6 +23,9 @@ type guardConfig struct {
 	// deadline and the pending count cover the handshake, and the framing
 	// checks read the decrypted packets.
 	tls *tls.Config
+	// ws, when set, makes this a WebSocket listener: each connection
+	// (after TLS) must upgrade within the same deadline (wsconn.go).
+	ws *wsConfig
 }
 
 // guardListener is Peat's mochi listener on a net.Listener, in place of
@@ -63,9 +66,27 @@ func newGuardListener(id string, ln net.Listener, cfg guardConfig, m *Metrics, l
 }
 
 // ID, Address and Protocol describe the listener to mochi.
-func (l *guardListener) ID() string       { return l.id }
-func (l *guardListener) Address() string  { return l.ln.Addr().String() }
-func (l *guardListener) Protocol() string { return l.ln.Addr().Network() }
+func (l *guardListener) ID() string      { return l.id }
+func (l *guardListener) Address() string { return l.ln.Addr().String() }
+func (l *guardListener) Protocol() string {
+	if l.cfg.ws != nil {
+		return "ws"
+	}
+	return l.ln.Addr().Network()
+}
+
+// describe is the listener's protocol as a URL scheme, for log lines.
+func (l *guardListener) describe() string {
+	switch {
+	case l.cfg.ws != nil && l.cfg.tls != nil:
+		return "wss"
+	case l.cfg.ws != nil:
+		return "ws"
+	case l.cfg.tls != nil:
+		return "mqtts"
+	}
+	return "mqtt"
+}
 
 // Init is mochi's; the listener logs through its own connLog.
 func (l *guardListener) Init(*slog.Logger) error { return nil }
@@ -103,6 +124,11 @@ func (l *guardListener) Serve(establish listeners.EstablishFn) {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
+			if err := l.upgrade(gc); err != nil {
+				_ = gc.Close()
+				l.logs.ended(gc, err)
+				return
+			}
 			err := establish(l.id, &corkConn{Conn: gc})
 			l.logs.ended(gc, err)
 		}()
@@ -120,9 +146,13 @@ func acceptRetryable(err error) bool {
 // admit puts nc under guard, or closes it when maxPending connections
 // already await their CONNACK or the listener is closing.
 func (l *guardListener) admit(nc net.Conn) (*guardConn, bool) {
-	gc := &guardConn{Conn: nc, l: l}
+	gc := &guardConn{Conn: nc, l: l, deadline: time.Now().Add(l.cfg.connectTimeout)}
 	if l.cfg.tls != nil {
-		gc.Conn = tls.Server(nc, l.cfg.tls) // handshakes on the first read, under nc's deadline
+		gc.tc = tls.Server(nc, l.cfg.tls) // handshakes on the first read, under nc's deadline
+		gc.Conn = gc.tc
+	}
+	if l.cfg.ws != nil {
+		gc.Conn = &wsConn{Conn: gc.Conn}
 	}
 	gc.fr.maxConnect, gc.fr.maxPacket = l.cfg.maxConnect, l.cfg.maxPacket
 	l.mu.Lock()
@@ -140,8 +170,19 @@ func (l *guardListener) admit(nc net.Conn) (*guardConn, bool) {
 		_ = nc.Close()
 		return nil, false
 	}
-	_ = nc.SetReadDeadline(time.Now().Add(l.cfg.connectTimeout))
+	_ = nc.SetReadDeadline(gc.deadline)
 	return gc, true
+}
+
+// upgrade makes a connection to a WebSocket listener speak WebSocket,
+// before mochi reads it; on other listeners it does nothing. A refusal
+// is counted; the caller closes the connection and logs why.
+func (l *guardListener) upgrade(gc *guardConn) error {
+	wc, ok := gc.Conn.(*wsConn)
+	if !ok {
+		return nil
+	}
+	return wc.upgrade(l.cfg.ws, gc.deadline, l.count)
 }
 
 func (l *guardListener) leavePending(gc *guardConn) {

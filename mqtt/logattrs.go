@@ -15,6 +15,9 @@ const (
 	attrReason = "reason"
 	attrErr    = "err"
 	attrAddr   = "addr"
+	// attrListener and attrProtocol name a listener and what it serves.
+	attrListener = "listener"
+	attrProtocol = "protocol"
 	// attrPart names the part of the front-end a line comes from (mochi,
 	// ingest, conn); the node already tags the whole front-end component=mqtt.
 	attrPart = "part"

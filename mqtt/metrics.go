@@ -24,6 +24,7 @@ const (
 	ReasonClientClosed = "client_closed"  // the subscriber disconnected before delivery
 	ReasonReadOnly     = "reserved_topic" // a publish to a reserved topic
 	ReasonBadCommit    = "bad_commit"     // a publish to $offsets/<group>/<stream> that is not a valid commit
+	ReasonMirror       = "mirror"         // a publish routed to a mirror stream, which only its source writes (edge/mirror)
 	ReasonExpired      = "expired"        // a record whose Message Expiry Interval passed before it was sent (expiry.go)
 	// ReasonNotAuthorized: a record a subscription matched that the
 	// subscriber's ACL does not let it read (a subscription to # beside a
@@ -41,11 +42,18 @@ const (
 	ReasonMalformed       = "malformed"         // a malformed packet the guard recognises
 	ReasonReceiveMaximum  = "receive_maximum"   // an MQTT 5 client above the Receive Maximum Peat announced
 	ReasonTLSHandshake    = "tls_handshake"     // a failed TLS handshake: no TLS, or a client certificate refused
+	// ReasonWebSocketOrigin: a WebSocket upgrade from a page of an origin
+	// the listener does not allow (answered 403).
+	ReasonWebSocketOrigin = "websocket_origin"
+	// ReasonWebSocketHandshake: a connection to a WebSocket listener that
+	// is no WebSocket upgrade (answered 400).
+	ReasonWebSocketHandshake = "websocket_handshake"
 )
 
 // closeReasons are the reasons of Closed, shown at 0 from the start.
 var closeReasons = []string{ReasonConnectTimeout, ReasonConnectTooLarge, ReasonTooManyPending,
-	ReasonPacketTooLarge, ReasonTopicInvalid, ReasonMalformed, ReasonReceiveMaximum, ReasonTLSHandshake}
+	ReasonPacketTooLarge, ReasonTopicInvalid, ReasonMalformed, ReasonReceiveMaximum, ReasonTLSHandshake,
+	ReasonWebSocketOrigin, ReasonWebSocketHandshake}
 
 // NewMetrics creates the collectors and registers them with reg when reg is
 // not nil.

@@ -3,7 +3,7 @@
 # QoS 1 records while its upstream is down, then the upstream comes back
 # and the backlog drains. Two edges, each a fresh process pinned to CPU 0:
 #
-#   peat       Peat (server profile, interval durability) with an MQTT sink
+#   peat       Peat (PROFILE, default server; interval durability) with an MQTT sink
 #              to the upstream: the log is the buffer
 #   mosquitto  Debian's Mosquitto bridging `#` out at QoS 1 (cleansession
 #              false, max_queued_messages 0 so it drops nothing): the
@@ -13,7 +13,7 @@
 # subscriber session ("counter"): it is started once to create the
 # session, stopped (the outage), and started again after the pile-up, and
 # the counter then receives every record. Reported per edge: RSS idle,
-# at the end of the pile-up and its peak, the drain time and rate (from
+# after each quarter of the pile-up and its peak, the drain time and rate (from
 # the upstream's restart to the counter's last record), and the edge's CPU
 # per record drained. Loopback only; REPS repetitions.
 #
@@ -31,6 +31,7 @@ read -r -a edges <<<"${EDGES:-peat mosquitto}"
 PUBS=10
 PAYLOAD=${PAYLOAD:-64}
 DRAIN_LIMIT=${DRAIN_LIMIT:-600} # seconds a drain may take before the run fails
+PROFILE=${PROFILE:-server}     # Peat's storage profile
 
 work=$(mktemp -d)
 UP_PID="" EDGE_PID="" SAMPLER=""
@@ -82,7 +83,7 @@ edge_start() {
 			      qos: 1
 			    backoff: {min: 100ms, max: 500ms}
 		EOF
-		$pin_broker "$work/peat" serve --config "$work/edge.yaml" --data "$work/edge-data-$RANDOM" --profile server \
+		$pin_broker "$work/peat" serve --config "$work/edge.yaml" --data "$work/edge-data-$RANDOM" --profile "$PROFILE" \
 			--mqtt "127.0.0.1:$EDGE_PORT" --http "127.0.0.1:$((EDGE_PORT + 1))" >"$work/edge.log" 2>&1 &
 		;;
 	mosquitto)
@@ -96,7 +97,7 @@ edge_start() {
 	echo "edge $1 did not start" >&2; cat "$work/edge.log" >&2; exit 1
 }
 
-echo "| edge | records | RSS idle MB | RSS after pile-up MB | RSS peak MB | drain s | drained rec/s | edge CPU µs/rec drained |"
+echo "| edge | records | RSS idle MB | RSS after each quarter of the pile-up MB | RSS peak MB | drain s | drained rec/s | edge CPU µs/rec drained |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 for rep in $(seq "$REPS"); do
 	for edge in "${edges[@]}"; do
@@ -119,10 +120,16 @@ for rep in $(seq "$REPS"); do
 		) >"$work/rss.txt" &
 		SAMPLER=$!
 
-		$pin_load "$work/peat-bench" fanin --addr "127.0.0.1:$EDGE_PORT" --publishers $PUBS --subscribers 0 \
-			--qos 1 --payload "$PAYLOAD" --count $((COUNT / PUBS)) --label "$edge" >"$work/fanin.json"
-		sleep 1
-		piled=$(rss_kb "$EDGE_PID")
+		# The pile-up in quarters, RSS after each: a buffer that lives in
+		# memory grows with every quarter, the log does not.
+		quarters=""
+		for q in 1 2 3 4; do
+			$pin_load "$work/peat-bench" fanin --addr "127.0.0.1:$EDGE_PORT" --publishers $PUBS --subscribers 0 \
+				--qos 1 --payload "$PAYLOAD" --count $((COUNT / PUBS / 4)) --label "$edge" >"$work/fanin.json"
+			sleep 1
+			quarters="$quarters$(awk -v k="$(rss_kb "$EDGE_PID")" 'BEGIN {printf "%.1f", k/1024}')"
+			[ "$q" -lt 4 ] && quarters="$quarters / "
+		done
 
 		c0=$(cpu_ticks "$EDGE_PID")
 		t0=$(date +%s.%N)
@@ -140,10 +147,10 @@ for rep in $(seq "$REPS"); do
 		kill "$EDGE_PID"; wait "$EDGE_PID" 2>/dev/null || true; EDGE_PID=""
 		upstream_stop
 
-		awk -v e="$edge" -v n="$COUNT" -v i="$idle" -v p="$piled" -v k="$peak" -v t0="$t0" -v t1="$t1" \
+		awk -v e="$edge" -v n="$COUNT" -v i="$idle" -v q="$quarters" -v k="$peak" -v t0="$t0" -v t1="$t1" \
 			-v c0="$c0" -v c1="$c1" -v tick="$tick" 'BEGIN {
 			d = t1 - t0
-			printf "| %s | %d | %.1f | %.1f | %.1f | %.1f | %.0f | %.1f |\n", e, n, i/1024, p/1024, k/1024, d, n/d, (c1-c0)/tick*1e6/n
+			printf "| %s | %d | %.1f | %s | %.1f | %.1f | %.0f | %.1f |\n", e, n, i/1024, q, k/1024, d, n/d, (c1-c0)/tick*1e6/n
 		}'
 	done
 done

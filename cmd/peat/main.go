@@ -172,7 +172,7 @@ var serveFlags = []struct {
 	name, path, help string
 }{
 	{"data", "data_dir", "data directory (default ./data; env PEAT_DATA_DIR)"},
-	{"mqtt", "mqtt.listen", "MQTT listen address host:port (default 127.0.0.1:1883; env PEAT_MQTT_LISTEN)"},
+	{"mqtt", "mqtt.listen", "MQTT listen address host:port, of the first listener with mqtt.listeners (default 127.0.0.1:1883; env PEAT_MQTT_LISTEN)"},
 	{"http", "http.listen", "HTTP listen address host:port, empty to disable (default 127.0.0.1:8080; env PEAT_HTTP_LISTEN)"},
 	{"profile", "storage.profile", "storage profile pi-zero, pi or server (default: pi on arm, server elsewhere; env PEAT_STORAGE_PROFILE)"},
 	{"log-level", "log.level", "log level debug, info, warn or error (env PEAT_LOG_LEVEL)"},

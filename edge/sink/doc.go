@@ -37,10 +37,10 @@
 // peat_sink_* metrics report them per stream.
 //
 // Kinds of upstream live in subpackages, one each, like litestream's
-// replica clients: mqttsink (any MQTT 3.1.1 or 5 broker) and kafkasink
-// (franz-go). A Conn may also be a Keeper (MQTT QoS 2: it completes its
+// replica clients: mqttsink (any MQTT 3.1.1 or 5 broker), kafkasink
+// (franz-go) and peatsink (another Peat, into mirror streams that keep the
+// source's offsets: edge/mirror). A Conn may also be a Keeper (MQTT QoS 2: it completes its
 // predecessor's deliveries, so the pump keeps its window) or a Resumer
 // (Kafka exactly-once: the upstream's own tail says where to resume, so
-// the position moves past what it already holds). A Peat-to-Peat upstream
-// is not built yet.
+// the position moves past what it already holds).
 package sink

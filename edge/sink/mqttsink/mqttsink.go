@@ -64,6 +64,9 @@ type Config struct {
 	// a connection that brought nothing back for a whole one is dead (a
 	// black hole is found within it).
 	Keepalive time.Duration
+	// Extra, when set, adds user properties after the peat ones (MQTT 5):
+	// the Peat sink's description of the record (edge/sink/peatsink).
+	Extra func(stream string, r *logstore.Record) []packets.UserProperty
 }
 
 // ParseURL checks an upstream URL; it returns host:port and whether TLS
@@ -533,6 +536,9 @@ func (c *conn) Send(ctx context.Context, d sink.Delivery) error {
 	}
 	if c.u.cfg.Version == 5 {
 		pk.Properties = properties(r, d.Stream, c.u.cfg.Properties)
+		if c.u.cfg.Extra != nil {
+			pk.Properties.User = append(pk.Properties.User, c.u.cfg.Extra(d.Stream, r)...)
+		}
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
