@@ -2,7 +2,8 @@
 // exists so far: membership, the controller and the state it agrees on,
 // commands submitted to the controller from any node, the replica fetch
 // between a stream's leader and a follower, and the Replicator that runs
-// them from the controller's state and keeps the ISR. It is a tested
+// them from the controller's state and keeps the ISR, and the Log that
+// serves all of it to the MQTT front-end as an mqtt.Log. It is a tested
 // package that nothing wires in yet: Peat still runs as a single node (see
 // "What is left").
 //
@@ -161,7 +162,9 @@
 // Every quarter of LagMax (replica_lag_max) a leader proposes AlterISR
 // through Submit, dropping followers not caught up for LagMax and adding
 // those caught up in their current broker epoch; the compare-and-set on
-// leader epoch and version refuses a deposed leader's proposals.
+// leader epoch and version refuses a deposed leader's proposals. After
+// every pass it publishes the Leaders it runs (Leading), which the Log's
+// appends ask.
 //
 // A leader commits (moves its watermark) only while:
 //
@@ -181,6 +184,56 @@
 // new leader from the ISR takes over, and after healing the old leader
 // truncates to the new leader's epoch end and every replica holds the same
 // committed records.
+//
+// # The Log (log.go, log_stream.go)
+//
+// Log is mqtt.Log on one node. Its streams are those of the node's store
+// that the controller's state holds with this node among the replicas; one
+// goroutine follows both (a stream created through the controller, added
+// to or removed from the store, or reassigned away from this node comes or
+// goes at run time, with mqtt's StreamEvents). Filters, and so routing,
+// come from the store's stream configuration: the state names replicas,
+// not topics.
+//
+// The produce path is acks=all. An append is taken only where the
+// Replicator runs the stream's Leader (Replicator.Leading), and only while
+// the ISR has min_insync_replicas members, else it is refused with
+// mqtt.ErrNotEnoughReplicas (MQTT reason 0x97); on any other node it is
+// refused with mqtt.ErrLeaderUnavailable (0x80, "stream leader
+// unavailable"): produce forwarding is not done yet. A taken append is
+// written locally (the store runs with ManualCommit, so that only means
+// written), and its done is called, in call order, by the stream's
+// goroutine once the high watermark has passed it, that is once the ISR
+// holds it. If leadership moves first it is refused with
+// ErrLeaderUnavailable, if the ISR falls below the minimum with
+// ErrNotEnoughReplicas; the records may still commit under the next
+// leader, so a producer's retry can duplicate them (at least once). A
+// Leader admits appends until Close begins and Close waits until those are
+// written: no record of an ended leadership lands after the Fetcher that
+// follows it truncated the log.
+//
+// Reads, Committed and Changed serve the committed records of this node's
+// replica, on every replica; Changed is forwarded from the store's (the
+// forwarder takes the store's next channel before it tells, so no
+// advance is missed).
+//
+// Consumer state (group offsets, session cursors: Stream.WriteState) is
+// the simplest design that keeps the contract while it is not replicated:
+// it is written on the stream's leader only (any other node refuses with
+// ErrLeaderUnavailable) and kept in that node's store. StateMoved fires
+// when this node becomes the stream's leader, so mqtt reloads what this
+// node holds, which is the state of the last time it led, or none: a
+// failover loses the positions written since (consumers re-read from
+// older positions, at least once). Claims are decided by the leader,
+// in memory, and dropped when leadership moves. Log.State (durable
+// sessions) is this node's store's.
+//
+// TestLog_Contract runs mqtt's contract suite against the Log of a
+// one-node site; all of it passes (streams are added through the
+// controller and the store, removed through the store: the controller has
+// no command that deletes a stream). TestLog_ThreeNodes and
+// TestLog_MinInsyncReplicas check the produce and read paths on three
+// nodes.
 //
 // # Security (keyring.go, tls.go)
 //
@@ -219,14 +272,13 @@
 //
 // # What is left
 //
-//   - acks (all, leader) on the produce path: Leader.InSync tells a
-//     producer's append to be refused below min_insync_replicas, and the
-//     watermark is the acknowledgement, but nothing answers PUBACKs from
-//     it yet; produce forwarding; the mqtt.Log implementation over the
-//     cluster; group offsets and session cursors replicated with their
-//     stream; observers (a node without a replica fetching for its
-//     subscribers); creating streams from the configuration (CreateStream
-//     through Submit works from any node).
+//   - Produce forwarding (a node that does not lead a stream passes the
+//     append to its leader); acks=leader; group offsets and session
+//     cursors replicated with their stream (the leader's WriteState
+//     replicated to the ISR, applied on followers with StateMoved);
+//     observers (a node without a replica fetching for its subscribers);
+//     creating streams from the configuration (CreateStream through
+//     Submit works from any node) and a command that deletes a stream.
 //   - The edge wiring: a `cluster:` config section (ClusterAddr, LagMax,
 //     MinInsyncReplicas come from it), /api/v1/cluster,
 //     metrics, scripts/site.sh, the keyring and TLS settings, and the

@@ -38,9 +38,34 @@ type Leader struct {
 		// (see SetCurrent); false holds the watermark.
 		current func() bool
 	}
+	// appends counts the producers' appends Log has handed to the stream
+	// under this Leader: Close waits for them to be written, so no record
+	// of this epoch lands after a Fetcher has truncated the log.
+	appends struct {
+		sync.Mutex
+		closing bool
+		n       sync.WaitGroup
+	}
 	stop chan struct{}
 	done chan struct{}
 }
+
+// beginAppend admits a producer's append; false once Close has begun.
+func (l *Leader) beginAppend() bool {
+	l.appends.Lock()
+	defer l.appends.Unlock()
+	if l.appends.closing {
+		return false
+	}
+	l.appends.n.Add(1)
+	return true
+}
+
+// endAppend: an append beginAppend admitted was written or refused.
+func (l *Leader) endAppend() { l.appends.n.Done() }
+
+// Stream is the stream the leader leads.
+func (l *Leader) Stream() *logstore.Stream { return l.stream }
 
 // NewLeader makes self the leader of stream in leader epoch epoch (the
 // controller's), with the ISR isr; records appended from now on carry the
@@ -57,8 +82,13 @@ func NewLeader(self string, stream *logstore.Stream, epoch uint32, isr []string,
 	return l
 }
 
-// Close stops the leader's goroutine; it is idempotent.
+// Close refuses further appends, waits for those admitted to be written
+// and stops the leader's goroutine; it is idempotent.
 func (l *Leader) Close() {
+	l.appends.Lock()
+	l.appends.closing = true
+	l.appends.Unlock()
+	l.appends.n.Wait()
 	select {
 	case <-l.stop:
 	default:

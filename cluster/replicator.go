@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/peatmq/peat/logstore"
@@ -47,6 +48,15 @@ type Replicator struct {
 	kick chan struct{} // cap 1: a role ended, look again
 
 	roles map[string]*role // by stream; only the watching goroutine touches it
+
+	// leading is what Log's appends ask: the Leader this node runs per
+	// stream, and a channel closed after every pass of sync (a leader or
+	// ISR may have changed).
+	leading struct {
+		sync.Mutex
+		leaders map[string]*Leader
+		changed chan struct{}
+	}
 }
 
 // role is what this node runs for one stream.
@@ -55,6 +65,7 @@ type role struct {
 	leaderID string
 	epoch    uint32
 	addr     string // the leader's cluster address, for a follower
+	stream   *logstore.Stream
 
 	l      *Leader
 	cancel context.CancelFunc
@@ -62,7 +73,8 @@ type role struct {
 }
 
 func (r *role) same(o *role) bool {
-	return r.leader == o.leader && r.leaderID == o.leaderID && r.epoch == o.epoch && r.addr == o.addr
+	return r.leader == o.leader && r.leaderID == o.leaderID && r.epoch == o.epoch && r.addr == o.addr &&
+		r.stream == o.stream // a stream removed and added again locally is another replica
 }
 
 // StartReplicator starts the manager; Close stops it.
@@ -79,6 +91,8 @@ func StartReplicator(cfg ReplicatorConfig) *Replicator {
 	}
 	r := &Replicator{cfg: cfg, log: log.With(slog.String("node", cfg.Node.ID())), stop: make(chan struct{}),
 		done: make(chan struct{}), kick: make(chan struct{}, 1), roles: map[string]*role{}}
+	r.leading.leaders = map[string]*Leader{}
+	r.leading.changed = make(chan struct{})
 	go r.run()
 	return r
 }
@@ -99,6 +113,8 @@ func (r *Replicator) run() {
 		for name, ro := range r.roles {
 			r.end(name, ro)
 		}
+		clear(r.roles)
+		r.publish()
 	}()
 	// Addresses come from Serf's tags, which may lag the state: look
 	// again now and then as well as on every change.
@@ -154,6 +170,32 @@ func (r *Replicator) sync(st *State) {
 		}
 		r.roles[name] = want
 	}
+	r.publish()
+}
+
+// publish hands the running Leaders to Leading and wakes its watchers.
+func (r *Replicator) publish() {
+	leaders := map[string]*Leader{}
+	for name, ro := range r.roles {
+		if ro.leader {
+			leaders[name] = ro.l
+		}
+	}
+	r.leading.Lock()
+	r.leading.leaders = leaders
+	close(r.leading.changed)
+	r.leading.changed = make(chan struct{})
+	r.leading.Unlock()
+}
+
+// Leading returns the Leader this node runs for stream (nil when it does
+// not lead it), and a channel closed when the Replicator next looked at
+// the state: a leader, its ISR or min_insync_replicas standing may have
+// changed.
+func (r *Replicator) Leading(stream string) (*Leader, <-chan struct{}) {
+	r.leading.Lock()
+	defer r.leading.Unlock()
+	return r.leading.leaders[stream], r.leading.changed
 }
 
 // currentLeader is a Leader's fence: it commits only while this node's
@@ -184,13 +226,13 @@ func (r *Replicator) want(st *State, name string) *role {
 		return nil
 	}
 	if s.Leader == self {
-		return &role{leader: true, leaderID: self, epoch: s.LeaderEpoch}
+		return &role{leader: true, leaderID: self, epoch: s.LeaderEpoch, stream: r.cfg.Stream(name)}
 	}
 	addr := r.cfg.Node.memberAddr(s.Leader)
 	if addr == "" {
 		return nil
 	}
-	return &role{leaderID: s.Leader, epoch: s.LeaderEpoch, addr: addr}
+	return &role{leaderID: s.Leader, epoch: s.LeaderEpoch, addr: addr, stream: r.cfg.Stream(name)}
 }
 
 func ended(ro *role) bool {

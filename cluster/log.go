@@ -1,0 +1,315 @@
+package cluster
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt"
+)
+
+// Log is the site's log as the MQTT front-end of one node sees it: the
+// streams the controller's state holds with this node among their
+// replicas, on this node's store (opened with ManualCommit) and run by
+// its Replicator. An append is taken only on the stream's leader and
+// answered once the high watermark has passed it (acks=all); reads serve
+// committed records on every replica. Consumer state stays on this node
+// (see doc.go, "What is left").
+//
+// One goroutine, started by NewLog and stopped by Close, follows the
+// state and the store's streams; each visible stream has one more that
+// answers its appends and forwards its Changed.
+type Log struct {
+	node  *Node
+	store *logstore.Store
+	rep   *Replicator
+	log   *slog.Logger
+
+	view atomic.Pointer[logView] // what Route, Streams and Stream answer
+	stop chan struct{}
+	done chan struct{}
+
+	mu struct {
+		sync.Mutex
+		watchers map[*watcher]struct{}
+		closed   bool
+	}
+}
+
+// logView is one immutable set of visible streams.
+type logView struct {
+	streams []*stream // Streams order
+	byName  map[string]*stream
+	router  *logstore.Router
+}
+
+var _ mqtt.Log = (*Log)(nil)
+
+// NewLog serves store's streams as the controller's state and rep (this
+// node's Replicator, over the same store) have them. Close it before rep
+// and the store.
+func NewLog(node *Node, store *logstore.Store, rep *Replicator, log *slog.Logger) *Log {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	l := &Log{node: node, store: store, rep: rep, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	l.mu.watchers = map[*watcher]struct{}{}
+	l.view.Store(&logView{byName: map[string]*stream{}, router: mustRouter(nil)})
+	st, _ := node.State()
+	l.refresh(st) // the streams known now are there when NewLog returns
+	go l.run()
+	return l
+}
+
+func mustRouter(filters [][]string) *logstore.Router {
+	r, err := logstore.NewRouter(filters)
+	if err != nil { // the store has refused such filters already
+		r, _ = logstore.NewRouter(nil)
+	}
+	return r
+}
+
+// run follows the controller's state and the store's streams.
+func (l *Log) run() {
+	defer close(l.done)
+	events, cancel := l.store.Watch()
+	defer cancel()
+	for {
+		st, changed := l.node.State()
+		l.refresh(st)
+		select {
+		case <-l.stop:
+			return
+		case <-changed:
+		case _, ok := <-events:
+			if !ok {
+				events = nil
+			}
+		}
+	}
+}
+
+// refresh makes the visible streams those of the store that st has with
+// this node as a replica: streams already visible keep their place, new
+// ones follow in the store's order. A stream leaving is closed before its
+// Removed event is queued.
+func (l *Log) refresh(st *State) {
+	self := l.node.ID()
+	old := l.view.Load()
+	var want []*logstore.Stream
+	for _, s := range l.store.Streams() {
+		if cs := st.Streams[s.Name()]; cs != nil && slices.Contains(cs.Replicas, self) {
+			want = append(want, s)
+		}
+	}
+	keep := map[*logstore.Stream]bool{}
+	for _, s := range want {
+		keep[s] = true
+	}
+	var next []*stream
+	var events []mqtt.StreamEvent
+	var gone []*stream
+	for _, s := range old.streams {
+		if keep[s.st] {
+			next = append(next, s)
+			delete(keep, s.st)
+		} else {
+			gone = append(gone, s)
+		}
+	}
+	for _, s := range want {
+		if keep[s] {
+			ns := newStream(l, s)
+			next = append(next, ns)
+			events = append(events, mqtt.StreamEvent{Kind: logstore.StreamAdded, Stream: ns})
+		}
+	}
+	if len(gone) == 0 && len(events) == 0 {
+		return
+	}
+	for _, s := range gone {
+		s.close()
+		events = append(events, mqtt.StreamEvent{Kind: logstore.StreamRemoved, Stream: s})
+	}
+	v := &logView{streams: next, byName: map[string]*stream{}}
+	filters := make([][]string, len(next))
+	for i, s := range next {
+		v.byName[s.name] = s
+		filters[i] = s.st.Filters()
+	}
+	v.router = mustRouter(filters)
+	l.mu.Lock()
+	l.view.Store(v) // Close, after run ends, closes what this publishes
+	for w := range l.mu.watchers {
+		w.push(events...)
+	}
+	l.mu.Unlock()
+	for _, s := range gone {
+		<-s.done
+	}
+}
+
+// Route returns the visible stream capturing topic, or a nil interface.
+func (l *Log) Route(topic string) mqtt.Stream {
+	v := l.view.Load()
+	if i := v.router.Route(topic); i >= 0 {
+		return v.streams[i]
+	}
+	return nil
+}
+
+// Streams lists the visible streams.
+func (l *Log) Streams() []mqtt.Stream {
+	v := l.view.Load()
+	out := make([]mqtt.Stream, len(v.streams))
+	for i, s := range v.streams {
+		out[i] = s
+	}
+	return out
+}
+
+// Stream returns the named visible stream, or a nil interface.
+func (l *Log) Stream(name string) mqtt.Stream {
+	if s := l.view.Load().byName[name]; s != nil {
+		return s
+	}
+	return nil
+}
+
+// State is this node's own consumer state (durable sessions): it is not
+// replicated (doc.go, "What is left").
+func (l *Log) State() mqtt.StateStore { return logState{l} }
+
+type logState struct{ l *Log }
+
+func (s logState) WriteState(puts map[string][]byte, dels []string) error {
+	if s.l.isClosed() {
+		return fmt.Errorf("cluster: write state: %w", logstore.ErrClosed)
+	}
+	return s.l.store.WriteState(puts, dels)
+}
+
+func (s logState) LoadState(prefix string, fn func(key string, val []byte) error) error {
+	if s.l.isClosed() {
+		return fmt.Errorf("cluster: load state: %w", logstore.ErrClosed)
+	}
+	return s.l.store.LoadState(prefix, fn)
+}
+
+func (l *Log) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.closed
+}
+
+// WatchStreams follows the visible streams (mqtt.Log's promises).
+func (l *Log) WatchStreams() (<-chan mqtt.StreamEvent, func()) {
+	w := newWatcher()
+	l.mu.Lock()
+	if l.mu.closed {
+		l.mu.Unlock()
+		w.cancel()
+		return w.out, w.cancel
+	}
+	for _, s := range l.view.Load().streams {
+		w.push(mqtt.StreamEvent{Kind: logstore.StreamAdded, Stream: s})
+	}
+	l.mu.watchers[w] = struct{}{}
+	l.mu.Unlock()
+	return w.out, func() {
+		l.mu.Lock()
+		delete(l.mu.watchers, w)
+		l.mu.Unlock()
+		w.cancel()
+	}
+}
+
+// Close stops following the state, closes every visible stream (their
+// queued appends are answered) and every watcher; idempotent. It closes
+// neither the Replicator nor the store.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.mu.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.mu.closed = true
+	ws := l.mu.watchers
+	l.mu.watchers = nil
+	l.mu.Unlock()
+	close(l.stop)
+	<-l.done
+	for _, s := range l.view.Load().streams {
+		s.close()
+		<-s.done
+	}
+	for w := range ws {
+		w.cancel()
+	}
+	return nil
+}
+
+// watcher queues stream events for one WatchStreams caller: the log never
+// waits for it.
+type watcher struct {
+	mu   sync.Mutex
+	q    []mqtt.StreamEvent
+	sig  chan struct{} // cap 1
+	out  chan mqtt.StreamEvent
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+func newWatcher() *watcher {
+	w := &watcher{sig: make(chan struct{}, 1), out: make(chan mqtt.StreamEvent), stop: make(chan struct{}), done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+func (w *watcher) push(evs ...mqtt.StreamEvent) {
+	w.mu.Lock()
+	w.q = append(w.q, evs...)
+	w.mu.Unlock()
+	select {
+	case w.sig <- struct{}{}:
+	default:
+	}
+}
+
+func (w *watcher) run() {
+	defer close(w.done)
+	defer close(w.out)
+	for {
+		w.mu.Lock()
+		var ev mqtt.StreamEvent
+		have := len(w.q) > 0
+		if have {
+			ev = w.q[0]
+			w.q = w.q[1:]
+		}
+		w.mu.Unlock()
+		if !have {
+			select {
+			case <-w.sig:
+				continue
+			case <-w.stop:
+				return
+			}
+		}
+		select {
+		case w.out <- ev:
+		case <-w.stop:
+			return
+		}
+	}
+}
+
+// cancel ends the watcher and returns once its channel is closed.
+func (w *watcher) cancel() {
+	w.once.Do(func() { close(w.stop) })
+	<-w.done
+}

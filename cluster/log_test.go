@@ -1,0 +1,426 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt"
+	"github.com/peatmq/peat/mqtt/mqtttest/logtest"
+)
+
+// logMaxAge is the streams' retention in the contract test: longer than
+// any record's age (the suite stamps records in 2023), so only the suite's
+// Expire drops records.
+const logMaxAge = 100 * 365 * 24 * time.Hour
+
+// logNode is one node of a site with everything Log needs.
+type logNode struct {
+	node  *Node
+	store *logstore.Store
+	srv   *Server
+	rep   *Replicator
+	log   *Log
+}
+
+// close closes the node's parts in order: Log, Replicator, Server, Node,
+// store.
+func (n *logNode) close() error {
+	err := n.log.Close()
+	n.rep.Close()
+	_ = n.srv.Close()
+	if cerr := n.node.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	if cerr := n.store.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// logStreams are the stream configurations of "name=filter[,filter]" specs.
+func logStreams(tb testing.TB, specs []string) []logstore.StreamConfig {
+	var out []logstore.StreamConfig
+	for _, spec := range specs {
+		name, filters, ok := strings.Cut(spec, "=")
+		if !ok {
+			tb.Fatalf("bad stream spec %q", spec)
+		}
+		out = append(out, logstore.StreamConfig{Name: name, Filters: strings.Split(filters, ","), MaxAge: logMaxAge})
+	}
+	return out
+}
+
+// openLogNode opens a node in dir: its store (ManualCommit) with specs'
+// streams, Raft and Serf (bootstrapping alone when expect is 1, joining
+// join otherwise), a Server, a Replicator and the Log.
+func openLogNode(tb testing.TB, id, dir string, join []string, expect int, minFree int64, specs []string, minISR int) *logNode {
+	tb.Helper()
+	st, err := logstore.Open(logstore.Config{
+		Dir: dir + "/store", Profile: logstore.ProfilePiZero, Streams: logStreams(tb, specs),
+		RetentionInterval: time.Hour, MinFreeBytes: minFree, ManualCommit: true,
+	})
+	if err != nil {
+		tb.Fatalf("logstore.Open: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.SerfAddr, cfg.RaftAddr, cfg.ClusterAddr = id, "127.0.0.1:0", "127.0.0.1:0", ln.Addr().String()
+	cfg.Join, cfg.BootstrapExpect = join, expect
+	cfg.SnapshotDir = dir + "/snapshots"
+	cfg.MQTTAddr, cfg.Version = "127.0.0.1:1883", "test"
+	node, err := Open(cfg, st)
+	if err != nil {
+		_ = st.Close()
+		tb.Fatalf("Open %s: %v", id, err)
+	}
+	srv := Serve(ln, nil)
+	srv.ServeNode(node)
+	rep := StartReplicator(ReplicatorConfig{Node: node, Server: srv, Stream: st.Stream, FetchMaxWait: 200 * time.Millisecond,
+		MinInsyncReplicas: minISR})
+	return &logNode{node: node, store: st, srv: srv, rep: rep, log: NewLog(node, st, rep, slog.New(slog.DiscardHandler))}
+}
+
+// createStreams has the controller create each stream of specs on
+// replicas, and waits until n's Log shows it and, when n is to lead it,
+// n leads it.
+func createStreams(tb testing.TB, n *logNode, replicas []string, names ...string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, name := range names {
+		if err := n.node.Submit(ctx, CreateStream{Name: name, Replicas: replicas}); err != nil {
+			tb.Fatalf("create %s: %v", name, err)
+		}
+	}
+	for _, name := range names {
+		eventually(tb, n.node.ID()+" serves "+name, func() bool {
+			s, _ := n.log.Stream(name).(*stream)
+			if s == nil {
+				return false
+			}
+			return replicas[0] != n.node.ID() || s.leading() != nil
+		})
+	}
+}
+
+// openSoloLog is logtest's Open on a one-node site.
+func openSoloLog(minFree int64) logtest.Open {
+	return func(t *testing.T, dir string, specs ...string) (mqtt.Log, func() error) {
+		t.Helper()
+		n := openLogNode(t, "n1", dir, nil, 1, minFree, specs, 0)
+		var names []string
+		for _, sc := range logStreams(t, specs) {
+			names = append(names, sc.Name)
+		}
+		createStreams(t, n, []string{"n1"}, names...)
+		logs[n.log] = n
+		var closed bool
+		return n.log, func() error {
+			if closed {
+				return nil
+			}
+			closed = true
+			return n.close()
+		}
+	}
+}
+
+// logs finds a test Log's node (the suite's hooks get the Log only).
+var logs = map[*Log]*logNode{}
+
+// TestLog_Contract runs mqtt/log.go's contract against the Log of a
+// one-node site: the node leads every stream, its ISR is itself.
+func TestLog_Contract(t *testing.T) {
+	logtest.TestLog(t, logtest.Suite{
+		Open:     openSoloLog(-1),
+		OpenFull: openSoloLog(math.MaxInt64),
+		Reopen:   true,
+		AddStream: func(t *testing.T, l mqtt.Log, spec string) {
+			n := logs[l.(*Log)]
+			sc := logStreams(t, []string{spec})[0]
+			if _, err := n.store.AddStream(sc); err != nil {
+				t.Fatalf("AddStream(%s): %v", spec, err)
+			}
+			createStreams(t, n, []string{"n1"}, sc.Name)
+		},
+		RemoveStream: func(t *testing.T, l mqtt.Log, name string) {
+			n := logs[l.(*Log)]
+			if err := n.store.RemoveStream(name); err != nil {
+				t.Fatalf("RemoveStream(%s): %v", name, err)
+			}
+			eventually(t, name+" leaves the log", func() bool { return l.Stream(name) == nil })
+		},
+		Expire: func(t *testing.T, s mqtt.Stream, before time.Time) {
+			if _, err := s.(*stream).st.ApplyRetention(context.Background(), before.Add(logMaxAge)); err != nil {
+				t.Fatalf("ApplyRetention: %v", err)
+			}
+		},
+	})
+}
+
+// startLogSite starts n voters, each with stream "s" (filter "s/#") in its
+// store and min_insync_replicas minISR, and waits until they agree on a
+// controller and it has registered them all. Nodes not killed close at
+// cleanup.
+func startLogSite(t *testing.T, n, minISR int) (nodes []*logNode, kill func(*logNode)) {
+	t.Helper()
+	closed := map[*logNode]bool{}
+	for i := range n {
+		var join []string
+		if i > 0 {
+			join = []string{nodes[0].node.SerfAddr()}
+		}
+		ln := openLogNode(t, fmt.Sprintf("n%d", i+1), t.TempDir(), join, n, -1, []string{"s=s/#"}, minISR)
+		nodes = append(nodes, ln)
+	}
+	kill = func(ln *logNode) {
+		if !closed[ln] {
+			closed[ln] = true
+			if err := ln.close(); err != nil {
+				t.Errorf("close %s: %v", ln.node.ID(), err)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		for _, ln := range nodes {
+			kill(ln)
+		}
+	})
+	eventually(t, "one controller that has registered every node", func() bool {
+		id := nodes[0].node.Controller()
+		for _, ln := range nodes {
+			if ln.node.Controller() != id || id == "" {
+				return false
+			}
+			st, _ := ln.node.State()
+			for _, m := range nodes {
+				if b := st.Brokers[m.node.ID()]; b == nil || !b.Alive || b.Epoch != m.node.Epoch() {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return nodes, kill
+}
+
+// roles orders a site's nodes: the controller, then the others.
+func roles(t *testing.T, nodes []*logNode) (ctl *logNode, others []*logNode) {
+	t.Helper()
+	for _, ln := range nodes {
+		if ln.node.IsController() {
+			ctl = ln
+		} else {
+			others = append(others, ln)
+		}
+	}
+	if ctl == nil {
+		t.Fatal("no controller")
+	}
+	return ctl, others
+}
+
+// appendResult appends recs to s and waits for done.
+func logAppend(t *testing.T, s mqtt.Stream, recs ...*logstore.Record) (uint64, error) {
+	t.Helper()
+	type res struct {
+		first uint64
+		err   error
+	}
+	ch := make(chan res, 1)
+	s.AppendAsync(recs, func(first uint64, err error) { ch <- res{first, err} })
+	select {
+	case r := <-ch:
+		return r.first, r.err
+	case <-time.After(time.Minute):
+		t.Fatalf("append to %s: done not called", s.Name())
+		return 0, nil
+	}
+}
+
+func logRecs(n int, prefix string) []*logstore.Record {
+	out := make([]*logstore.Record, n)
+	for i := range out {
+		out[i] = &logstore.Record{Topic: fmt.Sprintf("s/%s/%d", prefix, i), QoS: 1, Payload: []byte(prefix)}
+	}
+	return out
+}
+
+// committedRecs waits until s has committed n records and returns them.
+func committedRecs(t *testing.T, who string, s mqtt.Stream, n uint64) []*logstore.Record {
+	t.Helper()
+	eventually(t, who+" commits every record", func() bool { return s.Committed() >= n })
+	got, err := s.Read(0, int(n), 0)
+	if err != nil {
+		t.Fatalf("%s: Read: %v", who, err)
+	}
+	return got
+}
+
+// TestLog_ThreeNodes: appends are taken on the stream's leader and
+// answered once committed, reads on the followers return the same records
+// at the same offsets, a follower refuses appends, state writes and
+// claims, and after the leader dies the new leader's StateMoved fires and
+// it takes appends from where the old one stopped.
+func TestLog_ThreeNodes(t *testing.T) {
+	nodes, kill := startLogSite(t, 3, 2)
+	ctl, others := roles(t, nodes)
+	leader, follower := others[0], others[1]
+	// The leader is the first replica; the controller is next in line.
+	replicas := []string{leader.node.ID(), ctl.node.ID(), follower.node.ID()}
+	// The store holds "s" everywhere; the Log shows it once the
+	// controller's state does.
+	for _, ln := range nodes {
+		if ln.log.Stream("s") != nil || ln.log.Route("s/x") != nil || len(ln.log.Streams()) != 0 {
+			t.Fatalf("%s shows a stream the controller has not created", ln.node.ID())
+		}
+	}
+	events, cancel := follower.log.WatchStreams()
+	defer cancel()
+	for _, ln := range nodes {
+		createStreams(t, ln, replicas, "s")
+	}
+	if ev := logEvent(t, events); ev.Kind != logstore.StreamAdded || ev.Stream != follower.log.Stream("s") {
+		t.Fatalf("first event %v %v, want the created stream added", ev.Kind, ev.Stream)
+	}
+	ls := leader.log.Route("s/x")
+	var want []*logstore.Record
+	for i := range 5 {
+		batch := logRecs(4, strconv.Itoa(i))
+		first, err := logAppend(t, ls, batch...)
+		if err != nil || first != uint64(len(want)) {
+			t.Fatalf("append %d at the leader: first %d err %v, want %d nil", i, first, err, len(want))
+		}
+		if c := ls.Committed(); c < first+4 {
+			t.Fatalf("append %d answered with Committed %d, want at least %d", i, c, first+4)
+		}
+		want = append(want, batch...)
+	}
+	for _, ln := range []*logNode{ctl, follower} {
+		s := ln.log.Route("s/x")
+		got := committedRecs(t, ln.node.ID(), s, uint64(len(want)))
+		if len(got) != len(want) {
+			t.Fatalf("%s reads %d records, want %d", ln.node.ID(), len(got), len(want))
+		}
+		for i, r := range got {
+			if r.Offset != uint64(i) || r.Topic != want[i].Topic || string(r.Payload) != string(want[i].Payload) {
+				t.Fatalf("%s offset %d: %d %s %q, want %d %s %q", ln.node.ID(), i, r.Offset, r.Topic, r.Payload, i, want[i].Topic, want[i].Payload)
+			}
+		}
+		if _, err := logAppend(t, s, logRecs(1, "f")...); !errors.Is(err, mqtt.ErrLeaderUnavailable) {
+			t.Fatalf("append on follower %s: %v, want ErrLeaderUnavailable", ln.node.ID(), err)
+		}
+		if err := s.WriteState(map[string][]byte{"g/x": []byte("1")}, nil); !errors.Is(err, mqtt.ErrLeaderUnavailable) {
+			t.Fatalf("WriteState on follower %s: %v, want ErrLeaderUnavailable", ln.node.ID(), err)
+		}
+		if ok, h := s.Claim("g/x", "c1"); ok || h != "" {
+			t.Fatalf("Claim on follower %s = %v %q, want refused", ln.node.ID(), ok, h)
+		}
+	}
+	if err := ls.WriteState(map[string][]byte{"g/x": []byte("1")}, nil); err != nil {
+		t.Fatalf("WriteState on the leader: %v", err)
+	}
+	if ok, _ := ls.Claim("g/x", "c1"); !ok {
+		t.Fatal("Claim on the leader refused")
+	}
+
+	next := ctl.log.Route("s/x")
+	moved := next.StateMoved()
+	kill(leader)
+	select {
+	case <-moved:
+	case <-time.After(time.Minute):
+		t.Fatal("StateMoved did not fire on the new leader")
+	}
+	var first uint64
+	var err error
+	eventually(t, "the new leader takes appends", func() bool {
+		first, err = logAppend(t, next, logRecs(1, "after")...)
+		return err == nil
+	})
+	if first != uint64(len(want)) {
+		t.Fatalf("first append at the new leader at %d, want %d", first, len(want))
+	}
+	if ok, _ := next.Claim("g/x", "c2"); !ok {
+		t.Fatal("the new leader refused a claim the dead leader held: claims live with the leader")
+	}
+	got := committedRecs(t, follower.node.ID(), follower.log.Route("s/x"), uint64(len(want))+1)
+	if got[len(want)].Topic != "s/after/0" {
+		t.Fatalf("the follower reads %s at %d, want the new leader's record", got[len(want)].Topic, len(want))
+	}
+
+	// Reassigned away from the follower, the stream leaves its Log and
+	// behaves as closed there.
+	old := follower.log.Stream("s")
+	ctx, cancelSubmit := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelSubmit()
+	if err := ctl.node.Submit(ctx, AssignReplicas{Name: "s", Replicas: []string{ctl.node.ID()}}); err != nil {
+		t.Fatalf("AssignReplicas: %v", err)
+	}
+	if ev := logEvent(t, events); ev.Kind != logstore.StreamRemoved || ev.Stream != old {
+		t.Fatalf("event %v %v, want the stream removed", ev.Kind, ev.Stream)
+	}
+	if follower.log.Stream("s") != nil || follower.log.Route("s/x") != nil {
+		t.Fatal("the follower's Log still shows a stream it holds no replica of")
+	}
+	if _, err := old.Read(0, 1, 0); !errors.Is(err, logstore.ErrClosed) {
+		t.Fatalf("Read of the removed stream: %v, want ErrClosed", err)
+	}
+	if _, err := logAppend(t, old, logRecs(1, "x")...); !errors.Is(err, logstore.ErrClosed) {
+		t.Fatalf("append to the removed stream: %v, want ErrClosed", err)
+	}
+}
+
+func logEvent(t *testing.T, events <-chan mqtt.StreamEvent) mqtt.StreamEvent {
+	t.Helper()
+	select {
+	case ev := <-events:
+		return ev
+	case <-time.After(time.Minute):
+		t.Fatal("no stream event")
+		return mqtt.StreamEvent{}
+	}
+}
+
+// TestLog_MinInsyncReplicas: with min_insync_replicas 3, the leader
+// refuses appends with ErrNotEnoughReplicas once a follower's failure has
+// taken it out of the ISR.
+func TestLog_MinInsyncReplicas(t *testing.T) {
+	nodes, kill := startLogSite(t, 3, 3)
+	ctl, others := roles(t, nodes)
+	replicas := []string{ctl.node.ID(), others[0].node.ID(), others[1].node.ID()}
+	for _, ln := range nodes {
+		createStreams(t, ln, replicas, "s")
+	}
+	s := ctl.log.Route("s/x")
+	if _, err := logAppend(t, s, logRecs(3, "a")...); err != nil {
+		t.Fatalf("append with the full ISR: %v", err)
+	}
+	kill(others[1])
+	eventually(t, "the ISR loses the dead follower", func() bool {
+		st, _ := ctl.node.State()
+		return len(st.Streams["s"].ISR) == 2
+	})
+	eventually(t, "the leader refuses below min_insync_replicas", func() bool {
+		_, err := logAppend(t, s, logRecs(1, "b")...)
+		if err != nil && !errors.Is(err, mqtt.ErrNotEnoughReplicas) {
+			t.Fatalf("append below min_insync_replicas: %v, want ErrNotEnoughReplicas", err)
+		}
+		return err != nil
+	})
+	if c := s.Committed(); c != 3 {
+		t.Fatalf("Committed %d below min_insync_replicas, want 3", c)
+	}
+}
