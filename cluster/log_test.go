@@ -97,6 +97,17 @@ func openLogNode(tb testing.TB, id, dir string, join []string, expect int, minFr
 // n leads it.
 func createStreams(tb testing.TB, n *logNode, replicas []string, names ...string) {
 	tb.Helper()
+	// The controller registers brokers as it reconciles with Serf; a
+	// stream naming one it has not registered yet is refused.
+	eventually(tb, "the controller to register "+strings.Join(replicas, ", "), func() bool {
+		st, _ := n.node.State()
+		for _, id := range replicas {
+			if b := st.Brokers[id]; b == nil || !b.Alive {
+				return false
+			}
+		}
+		return true
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, name := range names {
