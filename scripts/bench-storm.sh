@@ -39,8 +39,8 @@ bench_build
 "$work/peat-bench" storm-users -file "$work/users" -n $((CLIENTS + WATCHERS))
 printf 'auth:\n  users_file: %s\n  max_concurrent_hashes: %s\n' "$work/users" "$MAX_HASHES" >"$work/storm.yaml"
 
-echo "| profile | round | all connected (s) | refused | ping p50 / p99 / max (ms) | p99 before (ms) |"
-echo "|---|---|---|---|---|---|"
+echo "| profile | round | all connected (s) | attempts refused (retried) | never connected | ping p50 / p99 / max (ms) | p99 before (ms) |"
+echo "|---|---|---|---|---|---|---|"
 for profile in $PROFILES; do
 	for _ in 1 2 3; do
 		pick_port
@@ -63,7 +63,7 @@ for profile in $PROFILES; do
 import json, sys
 r = json.load(open(sys.argv[1]))
 for i, x in enumerate(r["rounds"]):
-    print(f"| {sys.argv[2]} | {i + 1} | {x['connect_all_s']} | {x['refused']} | "
+    print(f"| {sys.argv[2]} | {i + 1} | {x['connect_all_s']} | {x['refused']} | {x.get('unconnected', 0)} | "
           f"{x['ping_p50_ms']} / {x['ping_p99_ms']} / {x['ping_max_ms']} | {r['baseline_ping_p99_ms']} |")
 PY
 done

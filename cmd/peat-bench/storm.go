@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -34,11 +35,15 @@ type stormConfig struct {
 	PID      int
 }
 
+// stormGiveUp is how long a refused sensor keeps trying in one round.
+const stormGiveUp = time.Minute
+
 // stormRound is one storm: how long until every client had its CONNACK,
 // and the watchers' PINGRESP latency meanwhile, in ms.
 type stormRound struct {
 	ConnectAllSeconds float64 `json:"connect_all_s"`
-	Refused           int     `json:"refused"`
+	Refused           int     `json:"refused"`     // connection attempts refused (each retried)
+	Unconnected       int     `json:"unconnected"` // sensors still without a CONNACK when they gave up
 	PingP50           float64 `json:"ping_p50_ms"`
 	PingP99           float64 `json:"ping_p99_ms"`
 	PingMax           float64 `json:"ping_max_ms"`
@@ -200,12 +205,22 @@ func runStorm(cfg stormConfig) (*stormResult, error) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c, err := dial(cfg.Addr, fmt.Sprintf("storm-%d", i), stormLogin(cfg, i))
-				if err != nil {
+				// A refused sensor tries again, as real ones do, after a
+				// growing pause with jitter (the broker closes connections
+				// beyond mqtt.max_pending_connections at once).
+				for attempt := 0; ; attempt++ {
+					c, err := dial(cfg.Addr, fmt.Sprintf("storm-%d", i), stormLogin(cfg, i))
+					if err == nil {
+						conns[i] = c
+						return
+					}
 					refused.Add(1)
-					return
+					if time.Since(start) > stormGiveUp {
+						return
+					}
+					pause := min(time.Duration(50<<min(attempt, 5))*time.Millisecond, 2*time.Second)
+					time.Sleep(pause/2 + time.Duration(rand.Int64N(int64(pause/2)+1)))
 				}
-				conns[i] = c
 			}()
 		}
 		wg.Wait()
@@ -213,7 +228,7 @@ func runStorm(cfg stormConfig) (*stormResult, error) {
 		time.Sleep(2 * cfg.Ping) // a ping held up by the storm is answered and counted
 		lat := collect()
 		res.Rounds = append(res.Rounds, stormRound{
-			ConnectAllSeconds: round(took.Seconds()), Refused: int(refused.Load()),
+			ConnectAllSeconds: round(took.Seconds()), Refused: int(refused.Load()), Unconnected: unconnected(conns),
 			PingP50: round(lat.quantile(0.5)), PingP99: round(lat.quantile(0.99)), PingMax: round(lat.quantile(1)),
 		})
 		for _, c := range conns {
@@ -225,4 +240,14 @@ func runStorm(cfg stormConfig) (*stormResult, error) {
 		collect()
 	}
 	return res, nil
+}
+
+func unconnected(conns []*conn) int {
+	n := 0
+	for _, c := range conns {
+		if c == nil {
+			n++
+		}
+	}
+	return n
 }
