@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -215,8 +216,8 @@ func runStorm(cfg stormConfig) (*stormResult, error) {
 						return
 					}
 					refused.Add(1)
-					if time.Since(start) > stormGiveUp {
-						return
+					if errors.Is(err, errConnackRefused) || time.Since(start) > stormGiveUp {
+						return // its login is refused, or the broker never let it in
 					}
 					pause := min(time.Duration(50<<min(attempt, 5))*time.Millisecond, 2*time.Second)
 					time.Sleep(pause/2 + time.Duration(rand.Int64N(int64(pause/2)+1)))

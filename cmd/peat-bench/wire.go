@@ -40,6 +40,10 @@ type dialOptions struct {
 var defaultDial = dialOptions{clean: true, keepalive: 60, readBuf: 64 << 10}
 
 // dial connects as clientID and waits for a successful CONNACK.
+// errConnackRefused is a CONNACK that refused the client (bad credentials,
+// not authorized): trying again with the same login cannot succeed.
+var errConnackRefused = errors.New("refused by CONNACK")
+
 func dial(addr, clientID string, o dialOptions) (*conn, error) {
 	nc, err := net.DialTimeout("tcp", addr, 10*time.Second)
 	if err != nil {
@@ -76,7 +80,7 @@ func dial(addr, clientID string, o dialOptions) (*conn, error) {
 	}
 	if ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
 		nc.Close()
-		return nil, fmt.Errorf("connect %s refused: type %d code %#x", clientID, ack.FixedHeader.Type, ack.ReasonCode)
+		return nil, fmt.Errorf("connect %s: type %d code %#x: %w", clientID, ack.FixedHeader.Type, ack.ReasonCode, errConnackRefused)
 	}
 	return c, nil
 }
