@@ -266,7 +266,8 @@ func (r *Replicator) nudge() {
 // by the leader (it moved on, or is not the leader any more) is started
 // again after a pause, by then usually under a new state.
 func (r *Replicator) follow(ctx context.Context, ro *role, stream *logstore.Stream) {
-	defer close(ro.done)
+	defer r.nudge()      // second: the loop looks again at once, not at its next tick
+	defer close(ro.done) // first: ended(ro) holds when it looks
 	for ctx.Err() == nil {
 		f := &Fetcher{Self: r.cfg.Node.ID(), BrokerEpoch: r.cfg.Node.Epoch(), Stream: stream, LeaderAddr: ro.addr,
 			LeaderEpoch: ro.epoch, Dial: r.cfg.Node.dialer(), MaxWait: r.cfg.FetchMaxWait, Log: r.log}
