@@ -42,13 +42,13 @@ type Store struct {
 		sync.RWMutex
 		closed bool
 	}
-	// changes serializes AddStream and RemoveStream and guards the
-	// watchers (streams_runtime.go). It is taken before writeMu.
+	// changes serializes AddStream and RemoveStream, and their events to
+	// the watchers (streams_runtime.go). It is taken before writeMu.
 	changes struct {
 		sync.Mutex
-		closed   bool // Close began: no more changes or watchers
-		watchers map[*watcher]struct{}
+		closed bool // Close began: no more changes
 	}
+	watchers Watchers[StreamEvent] // Watch (streams_watch.go)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -256,6 +256,7 @@ func (st *Store) Close() error {
 		st.changes.closed = true // no stream or watcher starts after wg.Wait begins
 		st.changes.Unlock()
 		close(st.stopping)
+		st.watchers.Close()
 		st.cancel()
 		st.wg.Wait()
 		st.life.Lock()

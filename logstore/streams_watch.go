@@ -1,7 +1,5 @@
 package logstore
 
-import "sync"
-
 // StreamEventKind says what happened to a stream.
 type StreamEventKind int
 
@@ -39,92 +37,14 @@ type StreamEvent struct {
 // never reads must cancel). The channel is closed after cancel (idempotent,
 // it returns once the watcher's goroutine has) or Close.
 func (st *Store) Watch() (events <-chan StreamEvent, cancel func()) {
-	ch := make(chan StreamEvent)
-	st.changes.Lock()
+	st.changes.Lock() // no AddStream or RemoveStream between the snapshot and the watch
 	defer st.changes.Unlock()
-	if st.changes.closed {
-		close(ch)
-		return ch, func() {}
-	}
-	w := &watcher{ch: ch, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	var initial []StreamEvent
 	for _, s := range st.set.Load().streams {
-		w.queue = append(w.queue, StreamEvent{Kind: StreamAdded, Stream: s})
+		initial = append(initial, StreamEvent{Kind: StreamAdded, Stream: s})
 	}
-	w.wake <- struct{}{}
-	if st.changes.watchers == nil {
-		st.changes.watchers = map[*watcher]struct{}{}
-	}
-	st.changes.watchers[w] = struct{}{}
-	st.wg.Add(1)
-	go w.run(st)
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			close(w.stop)
-			<-w.done
-		})
-	}
-}
-
-// watcher is one Watch: a queue the store appends to under changes, and
-// a goroutine that hands it to ch.
-type watcher struct {
-	mu    sync.Mutex
-	queue []StreamEvent
-	ch    chan StreamEvent
-	wake  chan struct{}
-	stop  chan struct{}
-	done  chan struct{}
+	return st.watchers.Watch(initial)
 }
 
 // publish queues ev for every watcher. The caller holds st.changes.
-func (st *Store) publish(ev StreamEvent) {
-	for w := range st.changes.watchers {
-		w.mu.Lock()
-		w.queue = append(w.queue, ev)
-		w.mu.Unlock()
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// run hands the queue to ch until cancel or Close, then closes ch.
-func (w *watcher) run(st *Store) {
-	defer st.wg.Done()
-	defer close(w.done)
-	defer close(w.ch)
-	defer func() {
-		st.changes.Lock()
-		delete(st.changes.watchers, w)
-		st.changes.Unlock()
-	}()
-	for {
-		select {
-		case <-w.stop:
-			return
-		case <-st.stopping:
-			return
-		case <-w.wake:
-		}
-		for {
-			w.mu.Lock()
-			if len(w.queue) == 0 {
-				w.queue = nil
-				w.mu.Unlock()
-				break
-			}
-			ev := w.queue[0]
-			w.queue = w.queue[1:]
-			w.mu.Unlock()
-			select {
-			case w.ch <- ev:
-			case <-w.stop:
-				return
-			case <-st.stopping:
-				return
-			}
-		}
-	}
-}
+func (st *Store) publish(ev StreamEvent) { st.watchers.Publish(ev) }

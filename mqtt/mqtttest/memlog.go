@@ -24,13 +24,11 @@ type MemLog struct {
 	set   atomic.Pointer[memSet]
 	state *MemState
 
-	changes struct { // serializes AddStream and RemoveStream; guards watchers
+	changes struct { // serializes AddStream and RemoveStream, and their events
 		sync.Mutex
-		closed   bool
-		watchers map[*memWatcher]struct{}
+		closed bool
 	}
-	closing chan struct{}  // closed by Close: watchers end
-	wg      sync.WaitGroup // watcher goroutines
+	watchers logstore.Watchers[MemEvent]
 }
 
 // NewMemLog builds a MemLog from "name=filter,filter" specs, e.g.
@@ -38,7 +36,7 @@ type MemLog struct {
 // It closes at test cleanup.
 func NewMemLog(tb testing.TB, specs ...string) *MemLog {
 	tb.Helper()
-	l := &MemLog{state: &MemState{}, closing: make(chan struct{})}
+	l := &MemLog{state: &MemState{}}
 	l.state.mu.m = map[string][]byte{}
 	var streams []*MemStream
 	for _, spec := range specs {
@@ -105,12 +103,9 @@ func (l *MemLog) Lookup(name string) *MemStream { return l.set.Load().byName[nam
 // and the state. It is idempotent.
 func (l *MemLog) Close() {
 	l.changes.Lock()
-	if !l.changes.closed {
-		l.changes.closed = true
-		close(l.closing)
-	}
+	l.changes.closed = true
 	l.changes.Unlock()
-	l.wg.Wait() // watchers end on closed
+	l.watchers.Close()
 	for _, s := range l.set.Load().streams {
 		s.Close()
 	}

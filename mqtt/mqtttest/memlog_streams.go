@@ -3,7 +3,6 @@ package mqtttest
 import (
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/peatmq/peat/logstore"
 )
@@ -93,88 +92,14 @@ func (l *MemLog) RemoveStream(name string) error {
 // Added event per stream, then one per change; events queue, unbounded,
 // until read. The channel closes after cancel (idempotent) or Close.
 func (l *MemLog) Watch() (<-chan MemEvent, func()) {
-	ch := make(chan MemEvent)
-	l.changes.Lock()
+	l.changes.Lock() // no AddStream or RemoveStream between the snapshot and the watch
 	defer l.changes.Unlock()
-	if l.changes.closed {
-		close(ch)
-		return ch, func() {}
-	}
-	w := &memWatcher{ch: ch, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	var initial []MemEvent
 	for _, s := range l.set.Load().streams {
-		w.queue = append(w.queue, MemEvent{Kind: logstore.StreamAdded, Stream: s})
+		initial = append(initial, MemEvent{Kind: logstore.StreamAdded, Stream: s})
 	}
-	w.wake <- struct{}{}
-	if l.changes.watchers == nil {
-		l.changes.watchers = map[*memWatcher]struct{}{}
-	}
-	l.changes.watchers[w] = struct{}{}
-	l.wg.Add(1)
-	go w.run(l)
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			close(w.stop)
-			<-w.done
-		})
-	}
-}
-
-type memWatcher struct {
-	mu    sync.Mutex
-	queue []MemEvent
-	ch    chan MemEvent
-	wake  chan struct{}
-	stop  chan struct{}
-	done  chan struct{}
+	return l.watchers.Watch(initial)
 }
 
 // publish queues ev for every watcher; the caller holds l.changes.
-func (l *MemLog) publish(ev MemEvent) {
-	for w := range l.changes.watchers {
-		w.mu.Lock()
-		w.queue = append(w.queue, ev)
-		w.mu.Unlock()
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func (w *memWatcher) run(l *MemLog) {
-	defer l.wg.Done()
-	defer close(w.done)
-	defer close(w.ch)
-	defer func() {
-		l.changes.Lock()
-		delete(l.changes.watchers, w)
-		l.changes.Unlock()
-	}()
-	for {
-		select {
-		case <-w.stop:
-			return
-		case <-l.closing:
-			return
-		case <-w.wake:
-		}
-		for {
-			w.mu.Lock()
-			if len(w.queue) == 0 {
-				w.mu.Unlock()
-				break
-			}
-			ev := w.queue[0]
-			w.queue = w.queue[1:]
-			w.mu.Unlock()
-			select {
-			case w.ch <- ev:
-			case <-w.stop:
-				return
-			case <-l.closing:
-				return
-			}
-		}
-	}
-}
+func (l *MemLog) publish(ev MemEvent) { l.watchers.Publish(ev) }
