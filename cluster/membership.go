@@ -83,6 +83,7 @@ func (n *Node) startSerf() error {
 	ml.ProbeTimeout = n.cfg.ProbeTimeout
 	ml.SuspicionMult = n.cfg.SuspicionMult
 	ml.Logger = logger
+	ml.Label = n.cfg.Site  // packets of another site are dropped unread
 	ml.Keyring = n.keyring // with GossipVerifyIncoming (the default): no clear-text gossip accepted
 
 	sc := serf.DefaultConfig()

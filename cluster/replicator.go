@@ -29,7 +29,8 @@ type ReplicatorConfig struct {
 	// LagMax is replica_lag_max; 0: DefaultReplicaLagMax.
 	LagMax time.Duration
 	// MinInsyncReplicas: a leader whose ISR is smaller commits nothing
-	// (acks=all is never answered); 0 or 1: no minimum.
+	// (acks=all is never answered); 1: no minimum; 0: the default, 2 for
+	// a stream of 3 or more replicas, else 1 (minInsync).
 	MinInsyncReplicas int
 	FetchMaxWait      time.Duration // 0: DefaultFetchMaxWait
 	Log               *slog.Logger
@@ -161,7 +162,7 @@ func (r *Replicator) sync(st *State) {
 		want.cancel, want.done = cancel, make(chan struct{})
 		if want.leader {
 			want.l = NewLeader(self, stream, want.epoch, s.ISR, r.log)
-			want.l.SetMinInsync(r.cfg.MinInsyncReplicas)
+			want.l.SetMinInsync(minInsync(r.cfg.MinInsyncReplicas, len(s.Replicas)))
 			want.l.SetCurrent(r.currentLeader(name, want.epoch))
 			r.cfg.Server.Lead(want.l)
 			go r.maintainISR(ctx, want, name)
@@ -171,6 +172,21 @@ func (r *Replicator) sync(st *State) {
 		r.roles[name] = want
 	}
 	r.publish()
+}
+
+// minInsync is the min_insync_replicas a stream of replicas replicas
+// runs with: the configured one, else 2 from 3 replicas on (one replica
+// may be lost with every acknowledged record on two), else 1 (a stream of
+// 2 keeps taking publishes with one replica down, as Kafka's default).
+func minInsync(configured, replicas int) int {
+	switch {
+	case configured > 0:
+		return configured
+	case replicas >= 3:
+		return 2
+	default:
+		return 1
+	}
 }
 
 // publish hands the running Leaders to Leading and wakes its watchers.

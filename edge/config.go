@@ -31,6 +31,9 @@ type Config struct {
 	Streams []StreamConfig `yaml:"streams"`
 	// Sinks send streams upstream (config_sinks.go); none by default.
 	Sinks []SinkConfig `yaml:"sinks"`
+	// Cluster makes the node one of a site's (config_cluster.go); off by
+	// default.
+	Cluster ClusterConfig `yaml:"cluster"`
 
 	// sources records, by YAML path, where a value came from when it was
 	// not the defaults or the file ("PEAT_DATA_DIR", "flag --data"), so a
@@ -165,6 +168,7 @@ func DefaultConfig() Config {
 			MappedLimit:       0,
 		},
 		Streams: []StreamConfig{defaultStream(logstore.DefaultStreamName, DefaultStreamFilter)},
+		Cluster: defaultCluster(),
 	}
 }
 
@@ -211,6 +215,9 @@ func (c Config) StoreConfig() logstore.Config {
 	sc.ReclaimInterval = time.Duration(c.Storage.ReclaimInterval)
 	sc.MinFreeBytes = int64(c.Storage.MinFreeBytes)
 	sc.MappedLimit = int64(c.Storage.MappedLimit)
+	// In a site a record is committed when the ISR holds it: replication
+	// moves the store's commit point, not its own fsync.
+	sc.ManualCommit = c.Cluster.Enabled()
 	sc.Streams = make([]logstore.StreamConfig, len(c.Streams))
 	for i, s := range c.Streams {
 		sc.Streams[i] = logstore.StreamConfig{

@@ -1,0 +1,223 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/peatmq/peat/logstore"
+)
+
+// SiteConfig is one node's part in a site as `peat serve` runs it: the
+// Node, the Server on TransportListen, the Replicator and the Log, and
+// the streams of the node's configuration, which the controller creates.
+type SiteConfig struct {
+	Node Config // Node.ClusterAddr is set from TransportListen
+
+	// TransportListen is where the Server answers replica fetches and
+	// controller commands (host:port with a specific IP; port 0 picks one).
+	TransportListen string
+
+	// Store is the node's log, opened with ManualCommit.
+	Store *logstore.Store
+
+	// Streams are created through the controller once enough brokers are
+	// alive. Every node of a site must configure the same streams: a
+	// replica whose store lacks the stream never serves it.
+	Streams []SiteStream
+
+	// ReplicationFactor is how many replicas a new stream gets; 0: the
+	// number of voters, at most 3.
+	ReplicationFactor int
+	// MinInsyncReplicas: a leader whose ISR is smaller commits nothing; 0:
+	// 2 for a stream of 3 or more replicas, else 1.
+	MinInsyncReplicas int
+	LagMax            time.Duration // replica_lag_max; 0: DefaultReplicaLagMax
+
+	Logger *slog.Logger
+}
+
+// SiteStream is a stream of the configuration.
+type SiteStream struct {
+	Name            string
+	UncleanElection bool
+}
+
+// Site is a running node of a site. Close stops it.
+type Site struct {
+	Node       *Node
+	Server     *Server
+	Replicator *Replicator
+	Log        *Log
+
+	cfg  SiteConfig
+	log  *slog.Logger
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// StartSite opens the node and everything that serves its streams. On
+// error what it opened is closed again; the store stays open (the
+// caller's).
+func StartSite(cfg SiteConfig) (*Site, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Store == nil {
+		return nil, errors.New("cluster: no store")
+	}
+	if cfg.ReplicationFactor < 0 || cfg.ReplicationFactor > 5 {
+		return nil, fmt.Errorf("cluster: replication factor %d: want 1 to 5, or 0 for the default", cfg.ReplicationFactor)
+	}
+	if cfg.MinInsyncReplicas < 0 || (cfg.ReplicationFactor > 0 && cfg.MinInsyncReplicas > cfg.ReplicationFactor) {
+		return nil, fmt.Errorf("cluster: min_insync_replicas %d: want 0 to the replication factor %d",
+			cfg.MinInsyncReplicas, cfg.ReplicationFactor)
+	}
+	if err := checkAddr(cfg.TransportListen); err != nil {
+		return nil, fmt.Errorf("cluster: transport address: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.TransportListen)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: transport: %w", err)
+	}
+	cfg.Node.ClusterAddr = ln.Addr().String()
+	if cfg.Node.Logger == nil {
+		cfg.Node.Logger = log
+	}
+	node, err := Open(cfg.Node, cfg.Store)
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	srv := Serve(node.ClusterListener(ln), log.With(slog.String("component", "cluster-server")))
+	srv.ServeNode(node)
+	rep := StartReplicator(ReplicatorConfig{
+		Node: node, Server: srv, Stream: cfg.Store.Stream, LagMax: cfg.LagMax,
+		MinInsyncReplicas: cfg.MinInsyncReplicas, Log: log,
+	})
+	s := &Site{
+		Node: node, Server: srv, Replicator: rep,
+		Log: NewLog(node, cfg.Store, rep, log.With(slog.String("component", "cluster-log"))),
+		cfg: cfg, log: log, stop: make(chan struct{}),
+	}
+	s.wg.Add(1)
+	go s.createStreams()
+	return s, nil
+}
+
+// Close stops serving: the Log, the Replicator, the Server, then the
+// Node, which to the others has failed (a restart comes back in a new
+// broker epoch and catches up before it rejoins the ISR).
+func (s *Site) Close() error {
+	close(s.stop)
+	s.wg.Wait()
+	lerr := s.Log.Close()
+	s.Replicator.Close()
+	serr := s.Server.Close()
+	return errors.Join(lerr, serr, s.Node.Close())
+}
+
+// siteRetry paces createStreams while the controller or brokers are
+// missing; state changes wake it sooner.
+const siteRetry = time.Second
+
+// createStreams has the controller create each configured stream that
+// its state lacks, once ReplicationFactor brokers are alive. Nodes race
+// harmlessly: the first creation wins, a later one with other replicas is
+// refused with ErrStreamExists.
+func (s *Site) createStreams() {
+	defer s.wg.Done()
+	waiting := ""
+	for {
+		st, changed := s.Node.State()
+		missing, err := s.createMissing(st)
+		if err != nil && err.Error() != waiting {
+			waiting = err.Error()
+			s.log.Info("cluster: streams not created yet", slog.String("reason", waiting))
+		}
+		if !missing {
+			if waiting != "" {
+				s.log.Info("cluster: every configured stream exists")
+			}
+			waiting = ""
+		}
+		t := time.NewTimer(siteRetry)
+		select {
+		case <-s.stop:
+			t.Stop()
+			return
+		case <-changed:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// createMissing submits a CreateStream for each configured stream st
+// lacks; missing reports whether any was.
+func (s *Site) createMissing(st *State) (missing bool, err error) {
+	var alive []string
+	for id, b := range st.Brokers {
+		if b.Alive {
+			alive = append(alive, id)
+		}
+	}
+	slices.Sort(alive)
+	for _, want := range s.cfg.Streams {
+		if st.Streams[want.Name] != nil {
+			continue
+		}
+		missing = true
+		rf, err := s.replicationFactor()
+		if err != nil {
+			return true, err
+		}
+		if len(alive) < rf {
+			return true, fmt.Errorf("%d of %d brokers alive for replication factor %d", len(alive), rf, rf)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = s.Node.Submit(ctx, CreateStream{Name: want.Name, Replicas: pickReplicas(want.Name, alive, rf),
+			UncleanElection: want.UncleanElection})
+		cancel()
+		if err != nil && !errors.Is(err, ErrStreamExists) {
+			return true, fmt.Errorf("create %s: %w", want.Name, err)
+		}
+	}
+	return missing, nil
+}
+
+// replicationFactor is the configured one, else the voters up to 3.
+func (s *Site) replicationFactor() (int, error) {
+	if s.cfg.ReplicationFactor > 0 {
+		return s.cfg.ReplicationFactor, nil
+	}
+	voters, _, err := s.Node.Quorum()
+	if err != nil {
+		return 0, err
+	}
+	if len(voters) == 0 {
+		return 0, errors.New("no controller quorum yet")
+	}
+	return min(3, len(voters)), nil
+}
+
+// pickReplicas takes rf of the alive brokers (sorted), starting at a
+// place the stream's name decides, so that streams' leaders (the first
+// replica) spread over the site.
+func pickReplicas(name string, alive []string, rf int) []string {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	start := int(h.Sum32() % uint32(len(alive)))
+	out := make([]string, 0, rf)
+	for i := range rf {
+		out = append(out, alive[(start+i)%len(alive)])
+	}
+	return out
+}
