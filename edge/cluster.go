@@ -28,7 +28,34 @@ func (n *Node) startSite(store *logstore.Store) (mqtt.Log, error) {
 	n.log.Info("cluster node started", "node_id", sc.Node.NodeID, "site", sc.Node.Site,
 		"serf", site.Node.SerfAddr(), "raft", site.Node.RaftAddr(), "transport", site.Server.Addr(),
 		"broker_epoch", site.Node.Epoch(), "voter", sc.Node.Voter)
-	return site.Log, nil
+	return siteLog{site.Log, store}, nil
+}
+
+// siteLog is the site's log, except that a topic a configured stream
+// captures is never passed through unstored: until the controller has
+// the stream and this node serves it (a site still forming, a node
+// without a replica), its publishes are refused, not acknowledged.
+type siteLog struct {
+	*cluster.Log
+	store *logstore.Store
+}
+
+func (l siteLog) Route(topic string) mqtt.Stream {
+	if s := l.Log.Route(topic); s != nil {
+		return s
+	}
+	if s := l.store.Route(topic); s != nil {
+		return notServed{s}
+	}
+	return nil
+}
+
+// notServed is a configured stream the site does not serve on this node.
+type notServed struct{ *logstore.Stream }
+
+func (s notServed) AppendAsync(_ []*logstore.Record, done func(uint64, error)) {
+	done(0, fmt.Errorf("stream %s is not served by this node yet (the site is forming, or it holds no replica): %w",
+		s.Name(), mqtt.ErrLeaderUnavailable))
 }
 
 // stopSite closes the site's part of the node, after the broker and

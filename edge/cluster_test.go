@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	paho "github.com/eclipse/paho.mqtt.golang"
+
 	"github.com/peatmq/peat/cluster"
 	"github.com/peatmq/peat/logstore"
 )
@@ -133,5 +135,25 @@ func TestClusterConfig_Validate(t *testing.T) {
 	}
 	if !slices.Equal(sc.Streams, []cluster.SiteStream{{Name: logstore.DefaultStreamName}}) {
 		t.Fatalf("site streams %v, want the configured ones", sc.Streams)
+	}
+}
+
+// A node whose site has not formed yet (it waits for two more voters)
+// refuses publishes its configured streams capture instead of passing
+// them through unstored.
+func TestCluster_FormingSiteRefusesPublishes(t *testing.T) {
+	n := startNode(t, siteConfig(t, "n1", 3))
+	c := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + n.MQTTAddr().String()).
+		SetClientID("early").SetAutoReconnect(false))
+	if tok := c.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	defer c.Disconnect(0)
+	tok := c.Publish("sensors/t", 1, false, "x")
+	if tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
+		t.Fatal("a publish was acknowledged before the site had its stream")
+	}
+	if got := n.Store().Stream(logstore.DefaultStreamName).Committed(); got != 0 {
+		t.Fatalf("%d records committed", got)
 	}
 }
