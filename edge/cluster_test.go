@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -156,4 +157,49 @@ func TestCluster_FormingSiteRefusesPublishes(t *testing.T) {
 	if got := n.Store().Stream(logstore.DefaultStreamName).Committed(); got != 0 {
 		t.Fatalf("%d records committed", got)
 	}
+}
+
+// A node stopped gracefully hands its streams over at once: with failure
+// detection slowed to about a minute, the stream still has a new leader,
+// and takes publishes, within seconds of the old leader's Close.
+func TestCluster_GracefulStopHandsOver(t *testing.T) {
+	slow := func(c *Config) {
+		c.Cluster.ProbeInterval = Duration(5 * time.Second)
+		c.Cluster.ProbeTimeout = Duration(2 * time.Second)
+		c.Cluster.SuspicionMult = 10
+	}
+	cfgs := []Config{siteConfig(t, "n1", 3)}
+	slow(&cfgs[0])
+	first := startNode(t, cfgs[0])
+	nodes := []*Node{first}
+	for _, id := range []string{"n2", "n3"} {
+		c := siteConfig(t, id, 3, first.site.Load().Node.SerfAddr())
+		slow(&c)
+		nodes = append(nodes, startNode(t, c))
+	}
+	waitFor(t, "a full ISR", func() bool {
+		st, _ := first.site.Load().Node.State()
+		s := st.Streams[logstore.DefaultStreamName]
+		return s != nil && len(s.ISR) == 3
+	})
+	leader, others := streamLeader(t, nodes)
+	old := leader.cfg.Cluster.NodeID
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := leader.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second) // Serf alone would take about a minute
+	for {
+		st, _ := others[0].site.Load().Node.State()
+		if s := st.Streams[logstore.DefaultStreamName]; s.Leader != "" && s.Leader != old && !slices.Contains(s.ISR, old) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new leader 15 s after %s stopped: %+v", old, st.Streams[logstore.DefaultStreamName])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	next, _ := streamLeader(t, others)
+	publishQoS1(t, next.MQTTAddr(), "sensors/t", 5)
 }
