@@ -61,6 +61,11 @@ type Config struct {
 
 	SnapshotDir string // Raft's snapshots (raft's file snapshot store)
 
+	// SerfSnapshot is Serf's snapshot file: the members this node knew,
+	// which it rejoins after a restart even when no address of Join
+	// answers. Empty: none kept.
+	SerfSnapshot string
+
 	ProbeInterval time.Duration // Serf failure detection, see DefaultProbeInterval
 	ProbeTimeout  time.Duration
 	SuspicionMult int

@@ -93,6 +93,7 @@ func (n *Node) startSerf() error {
 	sc.MemberlistConfig = ml
 	sc.Logger = logger
 	sc.KeyringFile = n.cfg.KeyringFile // Serf rewrites it on every key change
+	sc.SnapshotPath = n.cfg.SerfSnapshot
 	s, err := serf.Create(sc)
 	if err != nil {
 		return fmt.Errorf("cluster: start serf on %s: %w", n.cfg.SerfAddr, err)

@@ -107,8 +107,9 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 		Log: NewLog(node, cfg.Store, rep, log.With(slog.String("component", "cluster-log"))),
 		cfg: cfg, log: log, stop: make(chan struct{}),
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.createStreams()
+	go s.rejoin()
 	return s, nil
 }
 
@@ -224,6 +225,44 @@ func (s *Site) createMissing(st *State) (missing bool, err error) {
 	}
 	return missing, nil
 }
+
+// rejoin joins cfg.Node.Join again while this node sees no other alive
+// member (Consul's retry_join): a node restarted while the members it
+// names were down, or before them, finds the site once one is back.
+// Serf's own reconnects try failed members only, and only members it
+// knew.
+func (s *Site) rejoin() {
+	defer s.wg.Done()
+	// Every node may list the whole site, itself included.
+	join := slices.DeleteFunc(slices.Clone(s.cfg.Node.Join), func(a string) bool { return a == s.Node.SerfAddr() })
+	if len(join) == 0 {
+		return
+	}
+	t := time.NewTicker(rejoinInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		alone := true
+		for _, m := range s.Node.Members() {
+			if m.ID != s.Node.ID() && m.Status == "alive" {
+				alone = false
+				break
+			}
+		}
+		if alone {
+			if n, err := s.Node.Join(join); err == nil && n > 0 {
+				s.log.Info("cluster: rejoined the site", slog.Any("join", join))
+			}
+		}
+	}
+}
+
+// rejoinInterval paces rejoin.
+const rejoinInterval = 2 * time.Second
 
 // replicationFactor is the configured one, else the voters up to 3.
 func (s *Site) replicationFactor() (int, error) {

@@ -14,7 +14,7 @@ import (
 func (n *Node) startSite(store *logstore.Store) (mqtt.Log, error) {
 	sc := n.cfg.SiteConfig()
 	sc.Store = store
-	sc.Logger = n.log.With(attrComponent, "cluster")
+	sc.Logger = n.log // the cluster's parts name themselves (component=raft, serf, ...)
 	if b := n.build.Load(); b != nil {
 		sc.Node.Version = b.Version
 	}

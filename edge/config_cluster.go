@@ -207,6 +207,7 @@ func (c Config) SiteConfig() cluster.SiteConfig {
 	nc.Voter = cc.Voter
 	nc.BootstrapExpect = cc.Expect
 	nc.SnapshotDir = filepath.Join(c.DataDir, "raft-snapshots")
+	nc.SerfSnapshot = filepath.Join(c.DataDir, "serf.snapshot")
 	nc.ProbeInterval = time.Duration(cc.ProbeInterval)
 	nc.ProbeTimeout = time.Duration(cc.ProbeTimeout)
 	nc.SuspicionMult = cc.SuspicionMult
