@@ -32,8 +32,11 @@ type ReplicatorConfig struct {
 	// (acks=all is never answered); 1: no minimum; 0: the default, 2 for
 	// a stream of 3 or more replicas, else 1 (minInsync).
 	MinInsyncReplicas int
-	FetchMaxWait      time.Duration // 0: DefaultFetchMaxWait
-	Log               *slog.Logger
+	// MinInsyncFor, when set, gives a stream's own minimum (0: the one
+	// above).
+	MinInsyncFor func(stream string) int
+	FetchMaxWait time.Duration // 0: DefaultFetchMaxWait
+	Log          *slog.Logger
 }
 
 // Replicator drives replication from the controller's state: for every
@@ -162,7 +165,7 @@ func (r *Replicator) sync(st *State) {
 		want.cancel, want.done = cancel, make(chan struct{})
 		if want.leader {
 			want.l = NewLeader(self, stream, want.epoch, s.ISR, r.log)
-			want.l.SetMinInsync(minInsync(r.cfg.MinInsyncReplicas, len(s.Replicas)))
+			want.l.SetMinInsync(minInsync(r.minInsyncConfigured(name), len(s.Replicas)))
 			want.l.SetCurrent(r.currentLeader(name, want.epoch))
 			r.cfg.Server.Lead(want.l)
 			go r.maintainISR(ctx, want, name)
@@ -172,6 +175,17 @@ func (r *Replicator) sync(st *State) {
 		r.roles[name] = want
 	}
 	r.publish()
+}
+
+// minInsyncConfigured is the stream's min_insync_replicas setting, else
+// the node's; 0: the default.
+func (r *Replicator) minInsyncConfigured(stream string) int {
+	if r.cfg.MinInsyncFor != nil {
+		if n := r.cfg.MinInsyncFor(stream); n > 0 {
+			return n
+		}
+	}
+	return r.cfg.MinInsyncReplicas
 }
 
 // minInsync is the min_insync_replicas a stream of replicas replicas

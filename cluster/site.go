@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,10 +44,13 @@ type SiteConfig struct {
 	Logger *slog.Logger
 }
 
-// SiteStream is a stream of the configuration.
+// SiteStream is a stream of the configuration; zero fields take the
+// site's settings.
 type SiteStream struct {
-	Name            string
-	UncleanElection bool
+	Name              string
+	ReplicationFactor int
+	MinInsyncReplicas int
+	UncleanElection   bool
 }
 
 // Site is a running node of a site. Close stops it.
@@ -100,7 +104,7 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 	srv.ServeNode(node)
 	rep := StartReplicator(ReplicatorConfig{
 		Node: node, Server: srv, Stream: cfg.Store.Stream, LagMax: cfg.LagMax,
-		MinInsyncReplicas: cfg.MinInsyncReplicas, Log: log,
+		MinInsyncReplicas: cfg.MinInsyncReplicas, MinInsyncFor: minInsyncFor(cfg.Streams), Log: log,
 	})
 	s := &Site{
 		Node: node, Server: srv, Replicator: rep,
@@ -208,7 +212,7 @@ func (s *Site) createMissing(st *State) (missing bool, err error) {
 			continue
 		}
 		missing = true
-		rf, err := s.replicationFactor()
+		rf, err := s.replicationFactor(want)
 		if err != nil {
 			return true, err
 		}
@@ -264,10 +268,11 @@ func (s *Site) rejoin() {
 // rejoinInterval paces rejoin.
 const rejoinInterval = 2 * time.Second
 
-// replicationFactor is the configured one, else the voters up to 3.
-func (s *Site) replicationFactor() (int, error) {
-	if s.cfg.ReplicationFactor > 0 {
-		return s.cfg.ReplicationFactor, nil
+// replicationFactor is the stream's, else the site's, else the voters
+// up to 3.
+func (s *Site) replicationFactor(st SiteStream) (int, error) {
+	if rf := cmp.Or(st.ReplicationFactor, s.cfg.ReplicationFactor); rf > 0 {
+		return rf, nil
 	}
 	voters, _, err := s.Node.Quorum()
 	if err != nil {
@@ -277,6 +282,15 @@ func (s *Site) replicationFactor() (int, error) {
 		return 0, errors.New("no controller quorum yet")
 	}
 	return min(3, len(voters)), nil
+}
+
+// minInsyncFor is the streams' own min_insync_replicas, 0 where unset.
+func minInsyncFor(streams []SiteStream) func(string) int {
+	m := map[string]int{}
+	for _, s := range streams {
+		m[s.Name] = s.MinInsyncReplicas
+	}
+	return func(name string) int { return m[name] }
 }
 
 // pickReplicas takes rf of the alive brokers (sorted), starting at a

@@ -111,6 +111,8 @@ func TestClusterConfig_Validate(t *testing.T) {
 		{"half of tls", func(c *Config) { c.Cluster.TLS.CertFile = "x.pem" }, "cluster.tls"},
 		{"same port twice", func(c *Config) { c.Cluster.RaftListen = "127.0.0.1:7946"; c.Cluster.Listen = "127.0.0.1:7946" }, "cluster.raft_listen"},
 		{"sinks", func(c *Config) { c.Sinks = []SinkConfig{{Name: "x"}} }, "sinks: not supported in a cluster"},
+		{"stream min isr above its factor", func(c *Config) { c.Streams[0].ReplicationFactor, c.Streams[0].MinInsyncReplicas = 1, 2 }, "streams[0].min_insync_replicas"},
+		{"stream settings on one node", func(c *Config) { c.Cluster.NodeID, c.Cluster.Listen = "", ""; c.Streams[0].ReplicationFactor = 2 }, "streams[0].replication_factor: replication settings need a cluster"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := siteConfig(t, "n1", 1)
@@ -202,4 +204,63 @@ func TestCluster_GracefulStopHandsOver(t *testing.T) {
 	}
 	next, _ := streamLeader(t, others)
 	publishQoS1(t, next.MQTTAddr(), "sensors/t", 5)
+}
+
+// A stream's own replication settings win over the site's: two replicas,
+// both needed for an acknowledgement, so with one of them stopped the
+// stream refuses publishes while the site's default stream takes them.
+func TestCluster_StreamReplicationSettings(t *testing.T) {
+	withStreams := func(c *Config) {
+		two := defaultStream("two", "two/#")
+		two.ReplicationFactor, two.MinInsyncReplicas = 2, 2
+		c.Streams = []StreamConfig{two, defaultStream(logstore.DefaultStreamName, "#")}
+	}
+	c1 := siteConfig(t, "n1", 3)
+	withStreams(&c1)
+	first := startNode(t, c1)
+	nodes := []*Node{first}
+	for _, id := range []string{"n2", "n3"} {
+		c := siteConfig(t, id, 3, first.site.Load().Node.SerfAddr())
+		withStreams(&c)
+		nodes = append(nodes, startNode(t, c))
+	}
+	var two *cluster.Stream
+	waitFor(t, "both streams with full ISRs", func() bool {
+		st, _ := first.site.Load().Node.State()
+		d, tw := st.Streams[logstore.DefaultStreamName], st.Streams["two"]
+		if d == nil || tw == nil || len(d.ISR) != 3 || len(tw.ISR) != len(tw.Replicas) {
+			return false
+		}
+		two = tw
+		return true
+	})
+	if len(two.Replicas) != 2 {
+		t.Fatalf("stream two has replicas %v, want 2", two.Replicas)
+	}
+	byID := map[string]*Node{}
+	for _, n := range nodes {
+		byID[n.cfg.Cluster.NodeID] = n
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := byID[two.Replicas[1]].Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lead := byID[two.Replicas[0]]
+	waitFor(t, "the ISR of two to shrink", func() bool {
+		st, _ := lead.site.Load().Node.State()
+		return len(st.Streams["two"].ISR) == 1 && st.Streams["two"].Leader == lead.cfg.Cluster.NodeID
+	})
+	c := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + lead.MQTTAddr().String()).
+		SetClientID("two-pub").SetAutoReconnect(false))
+	if tok := c.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	defer c.Disconnect(0)
+	if tok := c.Publish("two/x", 1, false, "x"); tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
+		t.Fatal("stream two acknowledged a publish with 1 in-sync replica; its min_insync_replicas is 2")
+	}
+	// The default stream (3 replicas, minimum 2) still takes publishes.
+	st, _ := lead.site.Load().Node.State()
+	publishQoS1(t, byID[st.Streams[logstore.DefaultStreamName].Leader].MQTTAddr(), "other/x", 3)
 }

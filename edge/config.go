@@ -125,6 +125,11 @@ type StreamConfig struct {
 	// Mirror: a copy of another Peat's stream, written only by its Peat
 	// sink through $mirror/<name> (edge/mirror); it takes no filters.
 	Mirror bool `yaml:"mirror"`
+
+	// In a cluster only (config_cluster.go); 0 / false: the cluster's.
+	ReplicationFactor     int  `yaml:"replication_factor"`
+	MinInsyncReplicas     int  `yaml:"min_insync_replicas"`
+	UncleanLeaderElection bool `yaml:"unclean_leader_election"`
 }
 
 // RetentionConfig bounds what a stream keeps; zero means no bound.

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"cmp"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -105,6 +106,7 @@ func (c ClusterConfig) secured() bool { return c.KeyringFile != "" && c.TLS.Cert
 // validateCluster checks the cluster section, and what a site rules out.
 func (c Config) validateCluster(add func(path, format string, args ...any)) {
 	cc := c.Cluster
+	c.validateStreamReplication(add)
 	if !cc.Enabled() {
 		if cc.Listen != "" || len(cc.Join) > 0 {
 			add("cluster.node_id", "must be set when cluster.listen or cluster.join is (it turns the cluster on)")
@@ -182,6 +184,31 @@ func (c Config) validateCluster(add func(path, format string, args ...any)) {
 	}
 }
 
+// validateStreamReplication checks the streams' cluster fields, which
+// mean nothing on a single node.
+func (c Config) validateStreamReplication(add func(path, format string, args ...any)) {
+	for i, s := range c.Streams {
+		p := "streams[" + strconv.Itoa(i) + "]."
+		set := s.ReplicationFactor != 0 || s.MinInsyncReplicas != 0 || s.UncleanLeaderElection
+		if !c.Cluster.Enabled() {
+			if set {
+				add(p+"replication_factor", "replication settings need a cluster (cluster.node_id)")
+			}
+			continue
+		}
+		if s.ReplicationFactor < 0 || s.ReplicationFactor > 5 {
+			add(p+"replication_factor", "must be 1 to 5, or 0 for cluster.replication_factor, got %d", s.ReplicationFactor)
+		}
+		rf := cmp.Or(s.ReplicationFactor, c.Cluster.ReplicationFactor)
+		switch minISR := cmp.Or(s.MinInsyncReplicas, c.Cluster.MinInsyncReplicas); {
+		case s.MinInsyncReplicas < 0:
+			add(p+"min_insync_replicas", "must not be negative, got %d", s.MinInsyncReplicas)
+		case rf > 0 && minISR > rf:
+			add(p+"min_insync_replicas", "%d is above the replication factor %d: every publish would be refused", minISR, rf)
+		}
+	}
+}
+
 // checkSiteAddr accepts host:port with a specific IP, which other nodes dial.
 func checkSiteAddr(addr string) string {
 	if msg := checkHostPort(addr); msg != "" {
@@ -224,7 +251,8 @@ func (c Config) SiteConfig() cluster.SiteConfig {
 		LagMax:            time.Duration(cc.ReplicaLagMax),
 	}
 	for _, s := range c.Streams {
-		sc.Streams = append(sc.Streams, cluster.SiteStream{Name: s.Name})
+		sc.Streams = append(sc.Streams, cluster.SiteStream{Name: s.Name, ReplicationFactor: s.ReplicationFactor,
+			MinInsyncReplicas: s.MinInsyncReplicas, UncleanElection: s.UncleanLeaderElection})
 	}
 	return sc
 }
