@@ -114,7 +114,7 @@ func New(cfg Config, logger *slog.Logger) (*Node, error) {
 		history:      status.NewRing(historySamples),
 		httpDenied:   newHTTPDenied(reg),
 	}
-	reg.MustRegister(nodeCollector{n})
+	reg.MustRegister(nodeCollector{n}, cluster.NewCollector(n.site.Load))
 	n.mu.prevMemLimit = -1
 	return n, nil
 }
@@ -207,6 +207,7 @@ func (n *Node) start(ctx context.Context) error {
 		if log, err = n.startSite(store); err != nil {
 			return err
 		}
+		cluster.WatchControllers(n.mu.site) // peat_cluster_controller_changes_total
 	}
 	broker, err := mqtt.New(bc, log)
 	if err != nil {

@@ -122,6 +122,7 @@ func (n *Node) Status() (*status.Status, error) {
 		ReserveBytes: sp.Reserve, Refusing: sp.Refusing}
 	st.Sinks = n.sinkSummaries()
 	st.Alarms = append(n.alarms(sp), sinkAlarms(st.Sinks)...)
+	st.Cluster = n.clusterStatus()
 	return st, nil
 }
 

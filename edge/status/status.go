@@ -1,6 +1,10 @@
 package status
 
-import "time"
+import (
+	"time"
+
+	"github.com/peatmq/peat/cluster"
+)
 
 // Status is the document GET /api/v1/status serves and the status page
 // shows: one node at a glance. New parts (sinks, cluster) are added as new
@@ -18,6 +22,9 @@ type Status struct {
 	Disk      Disk       `json:"disk"`
 	Alarms    []Alarm    `json:"alarms"`
 	History   History    `json:"history"`
+	// Cluster is the node's view of its site (GET /api/v1/cluster);
+	// omitted outside one.
+	Cluster *cluster.SiteStatus `json:"cluster,omitempty"`
 }
 
 // Node says which node answered and for how long it has run.
