@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/peatmq/peat/cluster"
+	"github.com/peatmq/peat/edge/status"
 	"github.com/peatmq/peat/logstore"
 )
 
@@ -151,6 +152,9 @@ func TestCluster_StatusAPI(t *testing.T) {
 	if doc.Cluster == nil || doc.Cluster.NodeID != others[0].cfg.Cluster.NodeID || len(doc.Cluster.Members) != 3 {
 		t.Fatalf("/api/v1/status cluster block: %+v", doc.Cluster)
 	}
+	if len(doc.Alarms) != 0 {
+		t.Fatalf("alarms on a healthy site: %+v", doc.Alarms)
+	}
 
 	// A follower stops.
 	gone := others[0]
@@ -180,6 +184,13 @@ func TestCluster_StatusAPI(t *testing.T) {
 	}
 	if s := streamOf(clusterView(t, leader), logstore.DefaultStreamName); s == nil || !s.UnderReplicated {
 		t.Errorf("the stream is not reported under-replicated: %+v", s)
+	}
+	doc = getStatus(t, leader)
+	if len(doc.Alarms) != 1 || doc.Alarms[0].ID != status.AlarmUnderReplicated || !strings.Contains(doc.Alarms[0].Message, "default") {
+		t.Errorf("alarms with a replica gone: %+v, want stream_under_replicated naming the stream", doc.Alarms)
+	}
+	if _, _, page := get(t, "GET", "http://"+leader.HTTPAddr().String()+"/"); !strings.Contains(string(page), "stream default is under-replicated") {
+		t.Errorf("the status page does not show the under-replicated stream")
 	}
 }
 
@@ -233,6 +244,9 @@ func TestCluster_ReadyzWhileNotCaughtUp(t *testing.T) {
 	}
 	if st := clusterView(t, cut); st.Ready || st.NotReady == "" {
 		t.Errorf("/api/v1/cluster: ready %v, reason %q", st.Ready, st.NotReady)
+	}
+	if doc := getStatus(t, cut); !slices.ContainsFunc(doc.Alarms, func(a status.Alarm) bool { return a.ID == status.AlarmNotCaughtUp }) {
+		t.Errorf("no not_caught_up alarm in the status document: %+v", doc.Alarms)
 	}
 	closeNode(t, cut)
 

@@ -123,6 +123,7 @@ func (n *Node) Status() (*status.Status, error) {
 	st.Sinks = n.sinkSummaries()
 	st.Alarms = append(n.alarms(sp), sinkAlarms(st.Sinks)...)
 	st.Cluster = n.clusterStatus()
+	st.Alarms = append(st.Alarms, clusterAlarms(st.Cluster)...)
 	return st, nil
 }
 

@@ -140,12 +140,15 @@ type Alarm struct {
 	Message  string `json:"message"`  // what is wrong and what to do
 }
 
-// Alarm IDs. The cluster will add its own (stream_under_replicated).
+// Alarm IDs.
 const (
-	AlarmSinkStalled    = "sink_stalled"    // a sink has records to send and nothing acknowledged for its stall_after
-	AlarmDiskReserve    = "disk_reserve"    // free space below the reserve: publishes refused
-	AlarmDiskLow        = "disk_low"        // free space below twice the reserve
-	AlarmCorruptRecords = "corrupt_records" // stored records failed their checksum since start
+	AlarmUnderReplicated = "stream_under_replicated" // a site stream's ISR is smaller than its replicas
+	AlarmStreamOffline   = "stream_offline"          // a site stream has no leader: its publishes are refused
+	AlarmNotCaughtUp     = "not_caught_up"           // this site node is outside an ISR, or knows no controller (/readyz 503)
+	AlarmSinkStalled     = "sink_stalled"            // a sink has records to send and nothing acknowledged for its stall_after
+	AlarmDiskReserve     = "disk_reserve"            // free space below the reserve: publishes refused
+	AlarmDiskLow         = "disk_low"                // free space below twice the reserve
+	AlarmCorruptRecords  = "corrupt_records"         // stored records failed their checksum since start
 )
 
 // Severities: critical means data is refused or lost now; warning means it
