@@ -323,7 +323,7 @@
 // stream's leader epoch: every change of leader since its creation, as
 // the agreed state counts them, the same on every node and across
 // restarts) and peat_cluster_controller_changes_total. The last is this
-// node's own count: WatchControllers registers a raft observer of leader
+// node's own count: StartSite registers a raft observer of leader
 // changes and counts each new (controller, Raft term), so a follower
 // that loses the leader for a heartbeat and hears it again in the same
 // term counts nothing; it starts at the first controller this run knows.

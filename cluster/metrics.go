@@ -1,33 +1,17 @@
 package cluster
 
 import (
-	"sync"
-	"sync/atomic"
-
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// controllerWatch counts the controllers a node learns of.
-type controllerWatch struct {
-	changes atomic.Uint64
-}
-
-// watches holds each watched Node's count (Site has no field for it; an
-// entry goes when its Node closes).
-var watches sync.Map // *Node -> *controllerWatch
-
-// WatchControllers starts counting, for ControllerChanges, the
-// controllers this node learns of, until the node closes; call it once,
-// right after StartSite. A count is (controller, Raft term): a follower
-// that loses the leader for a moment and hears it again in the same term
-// counts nothing, a controller elected again in a new term counts once.
-func WatchControllers(s *Site) {
+// watchControllers counts, for ControllerChanges, the controllers this
+// node learns of, until the node closes. A count is (controller, Raft
+// term): a follower that loses the leader for a moment and hears it again
+// in the same term counts nothing, a controller elected again in a new
+// term counts once.
+func (s *Site) watchControllers() {
 	n := s.Node
-	w := &controllerWatch{}
-	if _, loaded := watches.LoadOrStore(n, w); loaded {
-		return
-	}
 	// Raft drops an observation when the channel is full rather than
 	// block; leadership changes are rare and the buffer generous.
 	ch := make(chan raft.Observation, 64)
@@ -45,12 +29,11 @@ func WatchControllers(s *Site) {
 		term := n.raft.CurrentTerm()
 		if id != lastID || term != lastTerm {
 			lastID, lastTerm = id, term
-			w.changes.Add(1)
+			s.controllerChanges.Add(1)
 		}
 	}
 	note(n.Controller()) // one elected before the observer was registered
 	go func() {
-		defer watches.Delete(n)
 		defer n.raft.DeregisterObserver(obs)
 		for {
 			select {
@@ -64,13 +47,8 @@ func WatchControllers(s *Site) {
 }
 
 // ControllerChanges is how many controllers this node has learned of
-// since WatchControllers (the first one included); 0 when not watched.
-func (s *Site) ControllerChanges() uint64 {
-	if w, ok := watches.Load(s.Node); ok {
-		return w.(*controllerWatch).changes.Load()
-	}
-	return 0
-}
+// since it started (the first one included).
+func (s *Site) ControllerChanges() uint64 { return s.controllerChanges.Load() }
 
 // Collector reports a site node's metrics at scrape time from Status, so
 // nothing is counted twice and a series goes when its stream or replica

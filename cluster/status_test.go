@@ -72,7 +72,6 @@ func startSites(t *testing.T, n int) []*Site {
 			_ = store.Close()
 			t.Fatal(err)
 		}
-		WatchControllers(s)
 		t.Cleanup(func() {
 			_ = s.Close()
 			_ = store.Close()

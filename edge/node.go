@@ -207,7 +207,6 @@ func (n *Node) start(ctx context.Context) error {
 		if log, err = n.startSite(store); err != nil {
 			return err
 		}
-		cluster.WatchControllers(n.mu.site) // peat_cluster_controller_changes_total
 	}
 	broker, err := mqtt.New(bc, log)
 	if err != nil {
