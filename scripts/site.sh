@@ -20,7 +20,8 @@
 #
 # The binary is bin/peat (built with `make build` when missing), or PEAT_BIN.
 # SITE_EXTRA names a YAML file appended to every node's config (streams,
-# mqtt settings: each node lists the same streams). `up` waits WAIT seconds
+# mqtt settings: each node lists the same streams). PEAT_WRAP is a command
+# each node runs under (taskset -c 0, qemu-aarch64-static). `up` waits WAIT seconds
 # (120) for: a controller (a node logged "cluster: controller"), every
 # configured stream with a replica role on every node, and the stream's
 # leader not having shrunk its ISR since it took the role (read from the
@@ -104,7 +105,8 @@ start_node() { # DIR K
 	if running "$d"; then return 0; fi
 	# setsid: the node keeps running after this shell, and a Ctrl-C here
 	# does not reach it.
-	setsid "$PEAT_BIN" serve --config "$d/peat.yaml" --log-format text >>"$d/peat.log" 2>&1 </dev/null &
+	# shellcheck disable=SC2086 # PEAT_WRAP is a command and its words
+	setsid ${PEAT_WRAP:-} "$PEAT_BIN" serve --config "$d/peat.yaml" --log-format text >>"$d/peat.log" 2>&1 </dev/null &
 	echo $! >"$d/pid"
 }
 
