@@ -48,4 +48,39 @@
 // (no offset holds another record on another replica), that offsets run
 // from 0 with no gap, that every acknowledged message is there, and that
 // a message acknowledged on its first attempt is there exactly once.
+//
+// # The tests (fault_test.go)
+//
+//   - TestSite_LeaderKill: -sitetest.rounds (20) kill -9 of the stream's
+//     leader under load; each round a new leader in a higher epoch, an
+//     acknowledgement of a message sent after the kill, the killed node
+//     restarted and back in the ISR; then the checks.
+//   - TestSite_FollowerKill: three kill -9 of a follower and restarts;
+//     the leader keeps its epoch, the follower rejoins the ISR, the
+//     replicas are identical (a follower that kept records past the
+//     leader's epoch end would differ at that offset).
+//   - TestSite_ControllerKill: three streams whose leaders spread over the
+//     nodes, two kill -9 of the controller: another node becomes
+//     controller, streams led elsewhere keep their leader and epoch and
+//     acknowledge messages sent after the kill.
+//   - TestSite_RollingRestart: SIGTERM and restart of each node in turn
+//     under load: nothing acknowledged lost.
+//   - TestSite_ConsumerGroupFailover: a $group consumer on the leader,
+//     which is killed; it moves on and ends with every offset (no gap).
+//
+// What they showed (2026-12-04, a loaded 2-core machine, make
+// test-cluster in 3 min 15 s): acknowledgements resumed 2.5-3.8 s after a
+// leader's kill -9 (median 2.8 s over 20 kills), the failure detection of
+// the default timings plus an election. A controller's kill -9 also
+// pauses the streams it does not lead for 2.3-2.9 s: with three replicas
+// on three nodes the controller is a follower of every stream, and acks
+// all waits until the ISR drops it, as for any follower's death. Without
+// produce forwarding every producer homed on a node that does not lead
+// the stream is refused (0x80 or a 3.1.1 disconnect) and moves on until
+// it reaches the leader; with it (branch fwd, tried before its merge) the
+// follower kill and rolling restart ran without a single refusal, and
+// only the leader kill still moves producers (their node died, or the
+// stream had no leader for a moment). Retried messages were stored twice
+// now and then (up to 68 of 37,000 in 20 rounds): at least once, as
+// documented; no first-attempt message ever was.
 package sitetest
