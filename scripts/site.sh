@@ -24,8 +24,10 @@
 # each node runs under (taskset -c 0, qemu-aarch64-static). `up` waits WAIT seconds
 # (120) for: a controller (a node logged "cluster: controller"), every
 # configured stream with a replica role on every node, and the stream's
-# leader not having shrunk its ISR since it took the role (read from the
-# logs: "cluster: replica role" and "cluster: proposing ISR" lines).
+# ISR full: on a fresh site the leader has not shrunk it since it took the
+# role; when `up` started nodes of an existing site again, the leader has
+# proposed an ISR of every node since (read from the logs: "cluster:
+# replica role" and "cluster: proposing ISR" lines).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 PEAT_BIN=${PEAT_BIN:-$root/bin/peat}
@@ -39,6 +41,7 @@ port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # pick_base sets BASE to a port with the next four free too (MQTT, HTTP,
 # Serf, Raft, transport), below the usual ephemeral range, not in USED.
 USED=" "
+RESTARTED="" # when up started nodes of an existing site again
 pick_base() {
 	local k ok
 	for _ in $(seq 100); do
@@ -97,7 +100,16 @@ nodes() { # DIR: the node directories, in order
 	done | sort -V
 }
 
-running() { [ -f "$1/pid" ] && kill -0 "$(cat "$1/pid")" 2>/dev/null; }
+# running NODEDIR: its process is alive. A killed node whose parent (an
+# earlier site.sh) is gone may stay a zombie until init reaps it, which
+# kill -0 still finds: read the state from /proc.
+running() {
+	local pid state
+	[ -f "$1/pid" ] || return 1
+	pid=$(cat "$1/pid")
+	state=$(sed -n 's/^[0-9]* (.*) \([A-Z]\).*/\1/p' "/proc/$pid/stat" 2>/dev/null) || return 1
+	[ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
 
 start_node() { # DIR K
 	local d=$1/$2
@@ -160,9 +172,12 @@ ready() {
 			/msg="cluster: replica role"/ && index($0, s) { isr = "" }
 			/msg="cluster: proposing ISR"/ && index($0, s) { isr = $0 }
 			END { print isr }')
-		if [ -n "$isr" ]; then
-			# isr="[{ID:node2 Epoch:...} {ID:node3 Epoch:...}]"
+		# A fresh site starts with every replica in the ISR; a node started
+		# again rejoins it when the leader proposes it back, after RESTARTED.
+		if [ -n "$isr" ] || [ -n "$RESTARTED" ]; then
+			# time=... msg="cluster: proposing ISR" ... isr="[{ID:node2 Epoch:...} {ID:node3 Epoch:...}]"
 			[ "$(grep -o 'ID:' <<<"$isr" | wc -l)" -eq "$(nodes "$dir" | wc -l)" ] || return 1
+			[ -z "$RESTARTED" ] || [[ ! ${isr#time=} < $RESTARTED ]] || return 1
 		fi
 	done
 }
@@ -187,6 +202,10 @@ up() {
 	elif [ "$(nodes "$dir" | wc -l)" -ne "$n" ]; then
 		die "$dir holds a site of $(nodes "$dir" | wc -l) nodes, not $n"
 	fi
+	RESTARTED=""
+	for k in $(nodes "$dir"); do
+		if [ -s "$dir/$k/peat.log" ] && ! running "$dir/$k"; then RESTARTED=$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ); fi
+	done
 	for k in $(nodes "$dir"); do start_node "$dir" "$k"; done
 	local deadline=$((SECONDS + WAIT))
 	until ready "$dir"; do
