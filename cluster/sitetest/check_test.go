@@ -2,6 +2,7 @@ package sitetest
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,17 +82,44 @@ func (nd *node) read(tb testing.TB, st streamSpec, end uint64) replica {
 func (s *site) check(st streamSpec, loads ...*load) replica {
 	s.t.Helper()
 	end := s.settle(st.name)
-	var first replica
+	var replicas []replica
 	for _, nd := range s.nodes {
-		r := nd.read(s.t, st, end)
-		if first == nil {
-			first = r
-			continue
+		replicas = append(replicas, nd.read(s.t, st, end))
+	}
+	msgs := map[string]msgState{}
+	for _, l := range loads {
+		l.ledger.mu.Lock()
+		for p, m := range l.ledger.mu.msgs {
+			msgs[p] = *m
 		}
-		for off := range r {
+		l.ledger.mu.Unlock()
+	}
+	problems, dups := judge(replicas, msgs)
+	for _, p := range problems {
+		s.t.Errorf("%s: %s", st.name, p)
+	}
+	s.t.Logf("%s: %d records, identical on %d replicas; %d retried messages stored more than once (at least once)",
+		st.name, end, len(s.nodes), dups)
+	return replicas[0]
+}
+
+// judge compares replicas (of equal length) offset by offset and with
+// what the producers know of each message; it returns what is wrong and
+// how many messages are stored more than once.
+func judge(replicas []replica, msgs map[string]msgState) (problems []string, dups int) {
+	if len(replicas) == 0 {
+		return []string{"no replica read"}, 0
+	}
+	first := replicas[0]
+	for i, r := range replicas[1:] {
+		if len(r) != len(first) {
+			problems = append(problems, fmt.Sprintf("replica %d holds %d records, replica 0 %d", i+1, len(r), len(first)))
+		}
+		for off := range min(len(r), len(first)) {
 			if r[off] != first[off] {
-				s.t.Fatalf("offset %d of %s: %q on %s, %q on %s: the replicas diverge",
-					off, st.name, first[off], s.nodes[0].id, r[off], nd.id)
+				problems = append(problems, fmt.Sprintf("offset %d: %q on replica 0, %q on replica %d: the replicas diverge",
+					off, first[off], r[off], i+1))
+				break
 			}
 		}
 	}
@@ -99,22 +127,16 @@ func (s *site) check(st streamSpec, loads ...*load) replica {
 	for _, p := range first {
 		count[p]++
 	}
-	dups := 0
-	for _, l := range loads {
-		l.ledger.mu.Lock()
-		for p, m := range l.ledger.mu.msgs {
-			switch {
-			case m.acked && count[p] == 0:
-				s.t.Errorf("%s was acknowledged (after %d attempts) and is on no replica of %s", p, m.attempts, st.name)
-			case m.first && count[p] != 1:
-				s.t.Errorf("%s was acknowledged on its first attempt and is %d times in %s", p, count[p], st.name)
-			case count[p] > 1:
-				dups++
-			}
+	for p, m := range msgs {
+		switch {
+		case m.acked && count[p] == 0:
+			problems = append(problems, fmt.Sprintf("%s was acknowledged (after %d attempts) and is on no replica", p, m.attempts))
+		case m.first && count[p] != 1:
+			problems = append(problems, fmt.Sprintf("%s was acknowledged on its first attempt and is stored %d times", p, count[p]))
+		case count[p] > 1:
+			dups++
 		}
-		l.ledger.mu.Unlock()
 	}
-	s.t.Logf("%s: %d records, identical on %d replicas; %d retried messages stored more than once (at least once)",
-		st.name, end, len(s.nodes), dups)
-	return first
+	slices.Sort(problems)
+	return problems, dups
 }

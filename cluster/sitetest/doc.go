@@ -2,8 +2,8 @@
 // serve` processes on loopback, three voters with `expect: 3`, real kill -9
 // and SIGTERM, and MQTT clients that act as sensors and consumers do. They
 // run for minutes, so only with PEAT_SITETEST=1 (`make test-cluster`, which
-// .ci/run runs after `make test`); without it the package's tests exit at
-// once.
+// .ci/run runs after `make test`); without it they skip, and only
+// TestJudge, the checks' own test, runs (in `make test`).
 //
 // # The site (site_test.go)
 //
@@ -38,7 +38,7 @@
 // a node that does not lead the stream is refused with 0x80, and the
 // producers end up on the leader).
 //
-// # Checks (check_test.go)
+// # Checks (check_test.go, judge_test.go)
 //
 // Once the load has stopped and every node runs, the test waits until
 // every node reports the same committed offset for each stream (GET

@@ -18,6 +18,7 @@ import (
 // publishing resumes after every kill under a new leader in a higher
 // epoch.
 func TestSite_LeaderKill(t *testing.T) {
+	needSite(t)
 	st := streamSpec{"load", "load/#"}
 	s := newSite(t, 3, st)
 	l := startLoad(t, s, "lk", st.topic(), 2)
@@ -53,6 +54,7 @@ func TestSite_LeaderKill(t *testing.T) {
 // replica diverges (a follower's log past the leader's epoch end would
 // show as a different record at some offset).
 func TestSite_FollowerKill(t *testing.T) {
+	needSite(t)
 	st := streamSpec{"load", "load/#"}
 	s := newSite(t, 3, st)
 	l := startLoad(t, s, "fk", st.topic(), 2)
@@ -93,6 +95,7 @@ func TestSite_FollowerKill(t *testing.T) {
 // streams led elsewhere keep their leader and epoch (no failover) and
 // keep acknowledging, and nothing acknowledged is lost on any stream.
 func TestSite_ControllerKill(t *testing.T) {
+	needSite(t)
 	// Names whose hash starts their replica lists on three different
 	// nodes (cluster.pickReplicas), so leaders spread.
 	streams := []streamSpec{{"cg", "cg/#"}, {"a", "a/#"}, {"c", "c/#"}}
@@ -123,6 +126,8 @@ func TestSite_ControllerKill(t *testing.T) {
 		if next == ctrl {
 			t.Fatalf("round %d: %s is still the controller after its kill", round, ctrl.id)
 		}
+		t.Logf("round %d: kill -9 %s (controller): %s is controller %v later", round, ctrl.id, next.id,
+			time.Since(killAt).Round(time.Millisecond))
 		for _, st := range streams {
 			gap := loads[st.name].waitResumed(killAt, 20)
 			ld := leaders[st.name]
@@ -138,7 +143,6 @@ func TestSite_ControllerKill(t *testing.T) {
 			t.Logf("round %d: %s kept its leader %s: acknowledgements resumed %v after the controller's kill (messages sent after it)",
 				round, st.name, ld.id, gap.Round(time.Millisecond))
 		}
-		t.Logf("round %d: kill -9 %s (controller); %s took over", round, ctrl.id, next.id)
 		restartAt := time.Now()
 		ctrl.start()
 		ctrl.waitServing()
@@ -156,6 +160,7 @@ func TestSite_ControllerKill(t *testing.T) {
 // hands its streams over), started again and back in the ISR before the
 // next: nothing acknowledged is lost.
 func TestSite_RollingRestart(t *testing.T) {
+	needSite(t)
 	st := streamSpec{"load", "load/#"}
 	s := newSite(t, 3, st)
 	l := startLoad(t, s, "rr", st.topic(), 2)
@@ -180,6 +185,7 @@ func TestSite_RollingRestart(t *testing.T) {
 // moves to another node, as a client with the site's addresses does, and
 // gets every offset: none is missing (some may come twice: at least once).
 func TestSite_ConsumerGroupFailover(t *testing.T) {
+	needSite(t)
 	st := streamSpec{"load", "load/#"}
 	s := newSite(t, 3, st)
 	ld := s.leader(st.name)
