@@ -16,6 +16,8 @@
 # restarted with `start` has the same addresses. Every node lists every
 # node's gossip address in cluster.join. Voters: the largest odd number up
 # to N (at most 5); with N even the last node is a broker (voter: false).
+# replication_factor is N up to 3 (the default would be the voters, 1 of
+# a two-node site).
 # `up` on a DIR that already holds a site starts its nodes again.
 #
 # The binary is bin/peat (built with `make build` when missing), or PEAT_BIN.
@@ -23,11 +25,11 @@
 # mqtt settings: each node lists the same streams). PEAT_WRAP is a command
 # each node runs under (taskset -c 0, qemu-aarch64-static). `up` waits WAIT seconds
 # (120) for: a controller (a node logged "cluster: controller"), every
-# configured stream with a replica role on every node, and the stream's
-# ISR full: on a fresh site the leader has not shrunk it since it took the
-# role; when `up` started nodes of an existing site again, the leader has
-# proposed an ISR of every node since (read from the logs: "cluster:
-# replica role" and "cluster: proposing ISR" lines).
+# configured stream with a replica role on as many nodes as it has
+# replicas, and its ISR full: on a fresh site the leader has not shrunk it
+# since it took the role; when `up` started nodes of an existing site
+# again, the leader has proposed an ISR of every replica since (read from
+# the logs: "cluster: replica role" and "cluster: proposing ISR" lines).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 PEAT_BIN=${PEAT_BIN:-$root/bin/peat}
@@ -88,6 +90,7 @@ write_configs() {
 			echo "  join: [$join]"
 			echo "  voter: $voter"
 			echo "  expect: $expect"
+			echo "  replication_factor: $(($n > 3 ? 3 : $n))"
 			if [ -n "${SITE_EXTRA:-}" ]; then cat "$SITE_EXTRA"; fi
 		} >"$d/peat.yaml"
 	done
@@ -162,11 +165,17 @@ leader_of() { # DIR STREAM: the node whose current role for STREAM is leader
 ready() {
 	local dir=$1 k s lead isr
 	grep -q 'msg="cluster: controller"' "$dir"/node*/peat.log 2>/dev/null || return 1
+	local n rf roles
+	n=$(nodes "$dir" | wc -l)
+	rf=$((n > 3 ? 3 : n))
 	for s in $(streams "$dir"); do
+		roles=0
 		for k in $(nodes "$dir"); do
 			# No grep -q in a pipe: its early exit would fail the pipe (pipefail).
-			[ "$(since_start "$dir/$k/peat.log" | grep 'msg="cluster: replica role"' | grep -c "stream=$s ")" -gt 0 ] || return 1
+			[ "$(since_start "$dir/$k/peat.log" | grep 'msg="cluster: replica role"' | grep -c "stream=$s ")" -gt 0 ] &&
+				roles=$((roles + 1))
 		done
+		[ "$roles" -ge "$rf" ] || return 1
 		lead=$(leader_of "$dir" "$s") || return 1
 		isr=$(since_start "$dir/$lead/peat.log" | awk -v s="stream=$s " '
 			/msg="cluster: replica role"/ && index($0, s) { isr = "" }
@@ -176,7 +185,7 @@ ready() {
 		# again rejoins it when the leader proposes it back, after RESTARTED.
 		if [ -n "$isr" ] || [ -n "$RESTARTED" ]; then
 			# time=... msg="cluster: proposing ISR" ... isr="[{ID:node2 Epoch:...} {ID:node3 Epoch:...}]"
-			[ "$(grep -o 'ID:' <<<"$isr" | wc -l)" -eq "$(nodes "$dir" | wc -l)" ] || return 1
+			[ "$(grep -o 'ID:' <<<"$isr" | wc -l)" -eq "$rf" ] || return 1
 			[ -z "$RESTARTED" ] || [[ ! ${isr#time=} < $RESTARTED ]] || return 1
 		fi
 	done
