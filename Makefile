@@ -5,7 +5,7 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 export CGO_ENABLED = 0
 
-.PHONY: all run build test test-deps vet fmt-check lint bench bench-fanin bench-memory bench-pi pi cross test-arm clean
+.PHONY: all run build test test-cluster test-deps vet fmt-check lint bench bench-fanin bench-memory bench-pi pi cross test-arm clean
 
 all: build
 
@@ -20,6 +20,10 @@ build:
 ## test: set up what the tests need, then vet, format check and the race-enabled test suite
 test: test-deps vet fmt-check
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m ./...
+
+## test-cluster: real-process fault tests of a three-node site (cluster/sitetest): leader, follower and controller kill -9, rolling restart, consumer group failover; a few minutes
+test-cluster: test-deps
+	PEAT_SITETEST=1 CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m -v ./cluster/sitetest/
 
 test-deps:
 	@./scripts/test-deps.sh
@@ -91,7 +95,7 @@ pi:
 ## cross: the same as pi
 cross: pi
 
-## test-arm: under qemu-user: logstore and MQTT publish/subscribe/restart tests on arm64, 1M-record storage integrity on armv7/armv6
+## test-arm: under qemu-user: logstore and MQTT publish/subscribe/restart tests on arm64, 1M-record storage integrity on armv7/armv6, a three-node arm64 site with a leader kill
 test-arm:
 	GO=$(GO) ./scripts/test-arm.sh
 

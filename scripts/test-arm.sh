@@ -7,7 +7,9 @@
 #   - armv7 (qemu-arm as a Cortex-A7: Pi 2) and armv6 (qemu-arm as an
 #     ARM1176: Pi 1, Pi Zero): the storage integrity test with 1,000,000
 #     records, with the storage profile the store picks there;
-#   - the peat binary of each of the three starts and prints its version.
+#   - the peat binary of each of the three starts and prints its version;
+#   - a three-node site of the arm64 binary (each node under qemu-aarch64):
+#     cluster/sitetest's leader kill -9 test, one round (step site).
 #
 # No -race: it needs cgo, and a C cross-compiler under emulation. Installs
 # Debian's qemu-user-static when it is missing (as root with apt-get), as
@@ -19,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 GO=${GO:-go}
-STEPS=${STEPS:-"arm64 armv7 armv6 version"}
+STEPS=${STEPS:-"arm64 armv7 armv6 version site"}
 RECORDS=${RECORDS:-1000000}
 
 # The arm64 MQTT tests: publishing (acks only when durable, in order),
@@ -103,6 +105,16 @@ version() {
 	done
 }
 
+# site: the arm64 peat binary as three nodes of a site under qemu-user, one
+# leader kill -9 round under QoS 1 load; the test itself runs natively.
+site() {
+	local bin=$work/peat-site-arm64
+	GOARCH=arm64 "$GO" build -o "$bin" ./cmd/peat
+	env -u GOARCH -u GOARM QEMU_CPU=cortex-a53 PEAT_SITETEST=1 "$GO" test -count=1 -timeout 20m -v \
+		-run '^TestSite_LeaderKill$' ./cluster/sitetest/ \
+		-args -sitetest.bin="$bin" -sitetest.exec=qemu-aarch64-static -sitetest.rounds=1 -sitetest.slow=4
+}
+
 for s in $STEPS; do
 	case $s in
 	arm64)
@@ -119,7 +131,8 @@ for s in $STEPS; do
 	armv7) step "armv7: integrity, $RECORDS records" integrity 7 cortex-a7 ;;
 	armv6) step "armv6: integrity, $RECORDS records" integrity 6 arm1176 ;;
 	version) step "peat version on arm64, armv7, armv6" version ;;
-	*) echo "test-arm: unknown step $s (want arm64, armv7, armv6, version)" >&2; exit 2 ;;
+	site) step "arm64: three-node site, leader kill -9" site ;;
+	*) echo "test-arm: unknown step $s (want arm64, armv7, armv6, version, site)" >&2; exit 2 ;;
 	esac
 done
 echo "test-arm: passed"

@@ -12,6 +12,7 @@ import (
 const (
 	baseMochi     = "mochi"
 	baseMosquitto = "mosquitto"
+	basePeatFsync = "peat-fsync" // W5: a site against one node
 )
 
 // compare writes the markdown tables of a bench.sh run, one section per
@@ -43,12 +44,19 @@ func compare(w io.Writer, res *results, limit float64) {
 	}
 	fmt.Fprintf(w, "\n### W5: 3 nodes, acks=all\n\n")
 	if res.hasTag("W5") {
+		fmt.Fprintf(w, "QoS 1 fan-in, window 16, against the stream's leader of a three-node site on this one machine, beside a single node with fsync in the same repetition.\n\n")
 		table(w, "system", res.bySystem("W5"), res.systems, []column{
 			col("acked/s", "acked_per_s"), col("delivered/s", "delivered_per_s"), total("lost", "lost"), total("dups", "dups"),
 			col("PUBACK p50 / p99 / p99.9 ms", "puback_p50_ms", "puback_p99_ms", "puback_p999_ms"),
-		}, []ratio{vs("acked/s vs mochi", "acked_per_s", baseMochi), vs("acked/s vs mosquitto", "acked_per_s", baseMosquitto)})
+		}, []ratio{vs("acked/s vs peat-fsync", "acked_per_s", basePeatFsync)})
 	} else {
-		fmt.Fprintln(w, "Not measured: Peat has no cluster yet (scripts/bench.sh, function w5, is where it goes).")
+		fmt.Fprintln(w, "Not measured.")
+	}
+	if res.hasTag("W5/failover") {
+		fmt.Fprintf(w, "\nLeader kill -9 under QoS 1 load (cluster/sitetest): time from the kill to the first acknowledgement of a message sent after it.\n\n")
+		table(w, "system", res.bySystem("W5/failover"), res.systems, []column{
+			col("kills", "kills"), col("resume median / max ms", "resume_median_ms", "resume_max_ms"),
+		}, nil)
 	}
 	if res.hasTag("W6") {
 		fmt.Fprintf(w, "\n### W6: many sensors, QoS 1 (%s connections at %s msg/s each, %s B)\n\n",

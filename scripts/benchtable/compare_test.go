@@ -136,7 +136,7 @@ func TestCompare_Tables(t *testing.T) {
 		// W3: 30,000 acks/s against 2,000 fsyncs/s one at a time.
 		"p50 0.50 ms, p99 4.00 ms, p99.9 9.00 ms (medians of 2 runs)",
 		"| peat-fsync | 2/2 | 30,000 | - / - / - | - | - / - | - | - | 15.00 |",
-		"### W5: 3 nodes, acks=all\n\nNot measured",
+		"### W5: 3 nodes, acks=all\n\nNot measured.",
 		"### W6: many sensors, QoS 1 (1,000 connections at 1 msg/s each, 32 B)",
 		"| peat-interval | 2/2 | - | 10,000 | 0 | - / - / - | 300 | - / - / 100 / - | - | 5.00 | - | 10.00 |",
 	} {
@@ -221,5 +221,28 @@ func TestKnees_RatioSkipsASweepBelowItsLowestRate(t *testing.T) {
 	}
 	if got := ratioCell(kn["slow"], kn, vs("", "found", "mochi")); got != "-" {
 		t.Errorf("ratio of a system that never carried the lowest rate: %s, want -", got)
+	}
+}
+
+// W5 compares the site with the single fsync node of the same repetition,
+// and shows the failover times.
+func TestCompare_W5(t *testing.T) {
+	var in strings.Builder
+	for rep := 1; rep <= 2; rep++ {
+		in.WriteString(line(t, "W5", rep, map[string]any{"label": "peat-fsync", "acked_per_s": 10000.0 * float64(rep), "lost": 0, "dups": 0}))
+		in.WriteString(line(t, "W5", rep, map[string]any{"label": "peat-site-3", "acked_per_s": 6000.0 * float64(rep), "lost": 0, "dups": 0}))
+	}
+	in.WriteString(line(t, "W5/failover", 1, map[string]any{"label": "peat-site-3", "kills": 10, "resume_median_ms": 2500.0, "resume_max_ms": 3100.0}))
+	var out bytes.Buffer
+	compare(&out, parse(t, in.String()), 10)
+	got := out.String()
+	for _, want := range []string{
+		"| peat-site-3 | 2/2 | 9,000 |", // median of 6,000 and 12,000
+		"| 0.60 |",                      // 6,000/10,000 and 12,000/20,000
+		"| peat-site-3 | 1/1 | 10.0 | 2,500 / 3,100 |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("tables lack %q\n%s", want, got)
+		}
 	}
 }

@@ -1,0 +1,206 @@
+package sitetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// msgState is what a producer knows of one message.
+type msgState struct {
+	attempts int  // times sent
+	acked    bool // a PUBACK with success came
+	first    bool // acknowledged on its first attempt
+}
+
+// ledger is every producer's messages, and what they met.
+type ledger struct {
+	mu struct {
+		sync.Mutex
+		msgs      map[string]*msgState
+		acks      int
+		refusals  int // PUBACK >= 0x80
+		lost      int // connection lost, closed (3.1.1 refusal) or no PUBACK in time
+		dialFails int
+		moves     int // connections to a node other than the producer's home
+		// acksAfter holds every acknowledgement in the order they came:
+		// when its message was (last) sent, and when the PUBACK came.
+		acksAfter []ackAt
+	}
+}
+
+type ackAt struct{ sent, acked time.Time }
+
+func newLedger() *ledger {
+	l := &ledger{}
+	l.mu.msgs = map[string]*msgState{}
+	return l
+}
+
+// load runs producers until stopped.
+type load struct {
+	t      testing.TB
+	ledger *ledger
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// startLoad starts perNode producers on each node (homes spread over the
+// site, every other one MQTT 3.1.1), publishing to topic.
+func startLoad(t testing.TB, s *site, name, topic string, perNode int) *load {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &load{t: t, ledger: newLedger(), cancel: cancel}
+	addrs := s.addrs()
+	for i := range perNode * len(addrs) {
+		version := byte(5)
+		if i%2 == 1 {
+			version = 4
+		}
+		p := producer{id: fmt.Sprintf("%s-p%d", name, i), addrs: addrs, home: i % len(addrs), version: version, topic: topic}
+		l.wg.Add(1)
+		go func() { // owned by l: ends on stop
+			defer l.wg.Done()
+			p.run(ctx, l.ledger)
+		}()
+	}
+	t.Cleanup(l.stop)
+	return l
+}
+
+// stop ends the producers and waits for them; idempotent.
+func (l *load) stop() {
+	l.cancel()
+	l.wg.Wait()
+}
+
+// acks is how many acknowledgements the producers had.
+func (l *load) acks() int {
+	l.ledger.mu.Lock()
+	defer l.ledger.mu.Unlock()
+	return l.ledger.mu.acks
+}
+
+// waitResumed waits until a message sent after since is acknowledged
+// (at least n of them), and returns how long after since the first came.
+func (l *load) waitResumed(since time.Time, n int) time.Duration {
+	l.t.Helper()
+	var first time.Duration
+	waitFor(l.t, wait(90*time.Second), fmt.Sprintf("%d acknowledgements of messages sent after %s", n, since.Format("15:04:05.000")), func() bool {
+		l.ledger.mu.Lock()
+		defer l.ledger.mu.Unlock()
+		count := 0
+		acks := l.ledger.mu.acksAfter
+		for i := len(acks) - 1; i >= 0 && acks[i].acked.After(since); i-- {
+			if acks[i].sent.After(since) {
+				first = acks[i].acked.Sub(since) // the earliest, once the loop ends
+				count++
+			}
+		}
+		return count >= n
+	})
+	return first
+}
+
+// summary says what the producers met.
+func (l *load) summary() string {
+	l.ledger.mu.Lock()
+	defer l.ledger.mu.Unlock()
+	retried := 0
+	for _, m := range l.ledger.mu.msgs {
+		if m.attempts > 1 {
+			retried++
+		}
+	}
+	return fmt.Sprintf("%d acknowledged, %d messages retried, %d refusals (PUBACK >= 0x80), %d connections lost or refused (3.1.1), "+
+		"%d failed dials, %d connections away from the producer's home node",
+		l.ledger.mu.acks, retried, l.ledger.mu.refusals, l.ledger.mu.lost, l.ledger.mu.dialFails, l.ledger.mu.moves)
+}
+
+// producer publishes QoS 1 messages one at a time, as a sensor does.
+type producer struct {
+	id      string
+	addrs   []string
+	home    int
+	version byte
+	topic   string
+}
+
+// ackWait is how long a producer waits for a PUBACK before it takes the
+// connection for lost (acks=all waits for the ISR; a failover is seconds).
+const ackWait = 15 * time.Second
+
+func (p *producer) run(ctx context.Context, l *ledger) {
+	cur := p.home
+	var c *conn
+	defer func() {
+		if c != nil {
+			c.close()
+		}
+	}()
+	seq := 0
+	payload := ""
+	backoff := func() {
+		if c != nil {
+			c.nc.Close()
+			c = nil
+		}
+		cur = (cur + 1) % len(p.addrs) // the next server of the list
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	for ctx.Err() == nil {
+		if c == nil {
+			var err error
+			c, err = dial(p.addrs[cur], p.id, p.version)
+			if err != nil {
+				l.mu.Lock()
+				l.mu.dialFails++
+				l.mu.Unlock()
+				c = nil
+				backoff()
+				continue
+			}
+			if cur != p.home {
+				l.mu.Lock()
+				l.mu.moves++
+				l.mu.Unlock()
+			}
+		}
+		if payload == "" {
+			seq++
+			payload = fmt.Sprintf("%s-%d", p.id, seq)
+		}
+		l.mu.Lock()
+		m := l.mu.msgs[payload]
+		if m == nil {
+			m = &msgState{}
+			l.mu.msgs[payload] = m
+		}
+		m.attempts++
+		l.mu.Unlock()
+		sent := time.Now()
+		err := c.publish(p.topic, []byte(payload), wait(ackWait))
+		l.mu.Lock()
+		switch {
+		case err == nil:
+			m.acked, m.first = true, m.attempts == 1
+			l.mu.acks++
+			l.mu.acksAfter = append(l.mu.acksAfter, ackAt{sent: sent, acked: time.Now()})
+			payload = ""
+		case errors.Is(err, errRefused):
+			l.mu.refusals++
+		default:
+			l.mu.lost++
+		}
+		l.mu.Unlock()
+		if err != nil {
+			backoff()
+		}
+	}
+}
