@@ -137,12 +137,24 @@ func TestLog_ForwardLeaderKilled(t *testing.T) {
 	leader, others, kill := fwdSite(t, 2, LogConfig{})
 	f := others[1].log.Route("s/x")
 	var waits []func(*testing.T) []fwdResult
-	for round := range 20 {
+	killed := make(chan struct{})
+	for round := 0; ; round++ {
 		waits = append(waits, asyncAppends(f, fmt.Sprintf("r%d", round), 25))
-		if round == 5 {
-			go kill(leader) // in flight: killed while appends are forwarded
+		switch {
+		case round == 3: // a few rounds answered first, then the kill with more in flight
+			waits[0](t)
+		case round == 4:
+			go func() { kill(leader); close(killed) }()
 		}
-		time.Sleep(20 * time.Millisecond) // paces the rounds across the kill; asserts nothing
+		if round > 4 {
+			waits[round](t) // one round at a time until the kill is over
+			select {
+			case <-killed:
+			default:
+				continue
+			}
+			break
+		}
 	}
 	acked := map[string]uint64{}
 	refused := 0
@@ -282,10 +294,14 @@ func TestLog_StateFailover(t *testing.T) {
 		t.Fatalf("the new leader still has the deleted g/gone = %x", got)
 	}
 	// The remaining follower writes through the new leader, which
-	// replicates to it.
-	if err := f.WriteState(map[string][]byte{"g/grp": offsetVal(9)}, nil); err != nil {
-		t.Fatalf("WriteState through the new leader: %v", err)
-	}
+	// replicates to it (refused until its copy of the state names it).
+	eventually(t, "a state write through the new leader", func() bool {
+		err := f.WriteState(map[string][]byte{"g/grp": offsetVal(9)}, nil)
+		if err != nil && !errors.Is(err, mqtt.ErrLeaderUnavailable) {
+			t.Fatalf("WriteState through the new leader: %v", err)
+		}
+		return err == nil
+	})
 	if got := loadKey(t, next, "g/grp"); string(got) != string(offsetVal(9)) {
 		t.Fatalf("the new leader's g/grp = %x, want %x", got, offsetVal(9))
 	}
