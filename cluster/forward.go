@@ -25,6 +25,10 @@ const (
 	fwdTimeout = 30 * time.Second
 	// rpcTimeout bounds a forwarded state write or claim.
 	rpcTimeout = 15 * time.Second
+	// fwdLocalWait bounds how long an append the leader committed waits
+	// for this replica's watermark before it is answered anyway (a
+	// replica that stopped fetching must not hold its producers).
+	fwdLocalWait = 10 * time.Second
 )
 
 // forwarder passes one stream's appends to its leader (leader, epoch at
@@ -101,10 +105,16 @@ func signal(c chan struct{}) {
 }
 
 // close fails what is queued or in flight and stops the goroutines
-// without waiting (wait: f.wg).
+// without waiting (wait: f.wg). Callers hold the stream's mu: the failing
+// runs on its own goroutine, since closing a TLS connection may wait to
+// send its close alert.
 func (f *forwarder) close() {
 	f.once.Do(func() { close(f.stop) })
-	f.fail(fmt.Errorf("cluster: append to %s: forwarding to %s ended: %w", f.s.name, f.leader, mqtt.ErrLeaderUnavailable))
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		f.fail(fmt.Errorf("cluster: append to %s: forwarding to %s ended: %w", f.s.name, f.leader, mqtt.ErrLeaderUnavailable))
+	}()
 }
 
 // fail answers every queued and unanswered append with err and marks f
@@ -239,7 +249,7 @@ func (f *forwarder) read(conn net.Conn) {
 			return
 		}
 		<-f.window
-		res := appendResult{err: produceErr(f.s.name, &resp)}
+		res := appendResult{err: produceErr(f.s.name, &resp), at: time.Now()}
 		if res.err == nil {
 			res.first, res.end = resp.First, resp.First+uint64(len(r.recs))
 			for i, rec := range r.recs { // as the leader's appender set them
@@ -270,8 +280,14 @@ func produceCode(err error) wire.Code {
 // produceErr turns the leader's answer into the error the local
 // producer would have had there (errors.Is on the same sentinels).
 func produceErr(stream string, resp *wire.ProduceResponse) error {
+	return codeErr("append to", stream, resp.Code, resp.Message)
+}
+
+// codeErr turns a leader's code for an operation (what) on stream into
+// the error a caller on the leader would have had.
+func codeErr(what, stream string, code wire.Code, msg string) error {
 	var base error
-	switch resp.Code {
+	switch code {
 	case wire.None:
 		return nil
 	case wire.NotEnoughReplicas:
@@ -283,9 +299,9 @@ func produceErr(stream string, resp *wire.ProduceResponse) error {
 	case wire.NotLeader, wire.FencedLeaderEpoch, wire.UnknownLeaderEpoch, wire.UnknownStream, wire.Timeout:
 		base = mqtt.ErrLeaderUnavailable
 	default:
-		return fmt.Errorf("cluster: append to %s: the leader refused: %w: %s", stream, resp.Code, resp.Message)
+		return fmt.Errorf("cluster: %s %s: the leader refused: %w: %s", what, stream, code, msg)
 	}
-	return fmt.Errorf("cluster: append to %s: the leader answered %s: %w", stream, resp.Message, base)
+	return fmt.Errorf("cluster: %s %s: the leader answered %q: %w", what, stream, msg, base)
 }
 
 // rpcConn is a follower's connection to a stream's leader for forwarded

@@ -60,6 +60,7 @@ type pendingAppend struct {
 type appendResult struct {
 	first, end uint64
 	err        error
+	at         time.Time // when a forwarded append was answered
 }
 
 var _ mqtt.Stream = (*stream)(nil)
@@ -314,8 +315,8 @@ func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 			switch {
 			case r.err != nil:
 				c.err = r.err
-			case r.end <= s.st.Committed() || s.l.acksLeader(s.name):
-				c.first = r.first
+			case r.end <= s.st.Committed() || s.l.acksLeader(s.name) || time.Since(r.at) > fwdLocalWait:
+				c.first = r.first // the run loop looks at least every replicatorRetry
 			case closing:
 				c.err = fmt.Errorf("cluster: append to %s: %w", s.name, logstore.ErrClosed)
 			default:

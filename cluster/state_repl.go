@@ -143,12 +143,7 @@ func (s *stream) forwardStateWrite(ctx context.Context, puts map[string][]byte, 
 	if err := s.rpc.call(ctx, s.l.node.dialer(), addr, wire.KindStateWriteRequest, req.AppendTo(nil), wire.KindStateWriteResponse, &resp); err != nil {
 		return fmt.Errorf("cluster: write state of %s through %s: %v: %w", s.name, leader, err, mqtt.ErrLeaderUnavailable)
 	}
-	return rpcErr("write state of", s.name, resp.Code, resp.Message)
-}
-
-// rpcErr turns a leader's code into the error the leader's caller got.
-func rpcErr(what, stream string, code wire.Code, msg string) error {
-	return produceErr(stream, &wire.ProduceResponse{Code: code, Message: msg}) // the same mapping
+	return codeErr("write state of", s.name, resp.Code, resp.Message)
 }
 
 // serveStateWrite is the leader's side of a forwarded state write.
