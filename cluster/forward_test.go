@@ -96,6 +96,11 @@ func TestLog_ForwardAppend(t *testing.T) {
 	if first, err = logAppend(t, f2, logRecs(2, "two")...); err != nil || first != 3 {
 		t.Fatalf("append on follower %s: first %d err %v, want 3 nil", others[1].node.ID(), first, err)
 	}
+	// The leader's refusal comes back as the error its own producer gets.
+	big := &logstore.Record{Topic: "s/big", QoS: 1, Payload: make([]byte, leader.store.MaxRecordBytes()+1)}
+	if _, err := logAppend(t, f1, big); !errors.Is(err, logstore.ErrRecordTooLarge) {
+		t.Fatalf("a record too large through a follower: %v, want ErrRecordTooLarge", err)
+	}
 
 	const n = 300
 	wait1, wait2 := asyncAppends(f1, "a", n), asyncAppends(f2, "b", n)
@@ -139,15 +144,26 @@ func TestLog_ForwardLeaderKilled(t *testing.T) {
 	var waits []func(*testing.T) []fwdResult
 	killed := make(chan struct{})
 	for round := 0; ; round++ {
-		waits = append(waits, asyncAppends(f, fmt.Sprintf("r%d", round), 25))
-		switch {
-		case round == 3: // a few rounds answered first, then the kill with more in flight
-			waits[0](t)
-		case round == 4:
-			go func() { kill(leader); close(killed) }()
+		n := 25
+		if round == 1 {
+			n = 300 // in flight when the leader dies
 		}
-		if round > 4 {
+		waits = append(waits, asyncAppends(f, fmt.Sprintf("r%d", round), n))
+		switch {
+		case round == 0:
+			waits[0](t)
+		case round == 1:
+			go func() {
+				// Its connections drop first, as in a crash, while its
+				// store still holds records not yet committed.
+				_ = leader.srv.Close()
+				kill(leader)
+				close(killed)
+			}()
+		default:
 			waits[round](t) // one round at a time until the kill is over
+		}
+		if round > 0 {
 			select {
 			case <-killed:
 			default:
@@ -359,5 +375,26 @@ func TestLog_ClaimAcrossNodes(t *testing.T) {
 	eventually(t, "the dead node's claim is released", func() bool {
 		ok, _ := other.log.Route("s/x").Claim("g/x", "c3")
 		return ok
+	})
+}
+
+// TestLog_ForwardStopsEverything: a site whose followers forwarded
+// appends, state writes and claims and followed the leader's state
+// leaves no goroutine behind once closed.
+func TestLog_ForwardStopsEverything(t *testing.T) {
+	noLeak(t, func(t *testing.T) {
+		t.Run("site", func(t *testing.T) {
+			_, others, _ := fwdSite(t, 2, LogConfig{})
+			f := others[0].log.Route("s/x")
+			if _, err := logAppend(t, f, logRecs(2, "x")...); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.WriteState(map[string][]byte{"g/x": offsetVal(1)}, nil); err != nil {
+				t.Fatal(err)
+			}
+			if ok, _ := f.Claim("g/x", "c"); !ok {
+				t.Fatal("claim refused")
+			}
+		})
 	})
 }

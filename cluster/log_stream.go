@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/peatmq/peat/cluster/wire"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
@@ -43,7 +44,8 @@ type stream struct {
 	}
 	stopOnce sync.Once
 	fwds     sync.WaitGroup // forwarders' goroutines
-	rpc      rpcConn        // forwarded state writes and claims
+	rpc      rpcConn        // forwarded state writes
+	claimRPC rpcConn        // forwarded claims: not queued behind a state write's ISR wait
 	rs       replState      // consumer-state versions, while leader
 	fs       followState    // consumer-state replication, while follower
 }
@@ -181,6 +183,7 @@ func (s *stream) forwardReq(recs []*logstore.Record) (*fwdReq, error) {
 	}
 	r := &fwdReq{recs: recs, body: make([][]byte, len(recs))}
 	now := time.Now().UnixMilli()
+	size := 0
 	for i, rec := range recs {
 		if rec != nil && rec.Timestamp == 0 {
 			rec.Timestamp = now // the broker clock of the node the producer reached
@@ -190,6 +193,9 @@ func (s *stream) forwardReq(recs []*logstore.Record) (*fwdReq, error) {
 			return nil, fmt.Errorf("cluster: append to %s: %w", s.name, err)
 		}
 		r.body[i] = b
+		if size += len(b); size > wire.MaxFrame-64<<10 { // a frame carries the whole append
+			return nil, fmt.Errorf("cluster: append to %s: %d bytes in one append: %w", s.name, size, logstore.ErrRecordTooLarge)
+		}
 	}
 	if f := s.mu.fwd; f == nil || !f.usable(leader, epoch, addr) {
 		if f != nil {
@@ -386,6 +392,7 @@ func (s *stream) drain() {
 	}
 	s.fwds.Wait()
 	s.rpc.close()
+	s.claimRPC.close()
 }
 
 // close makes the stream behave as closed (appends, reads and state fail

@@ -449,7 +449,7 @@ func (s *stream) claim(key, holder string, release bool) (bool, string) {
 	defer cancel()
 	req := wire.ClaimRequest{Stream: s.name, LeaderEpoch: epoch, Key: key, Holder: holder, Node: h.node, BrokerEpoch: h.epoch, Release: release}
 	var resp wire.ClaimResponse
-	if err := s.rpc.call(ctx, s.l.node.dialer(), addr, wire.KindClaimRequest, req.AppendTo(nil), wire.KindClaimResponse, &resp); err != nil || resp.Code != wire.None {
+	if err := s.claimRPC.call(ctx, s.l.node.dialer(), addr, wire.KindClaimRequest, req.AppendTo(nil), wire.KindClaimResponse, &resp); err != nil || resp.Code != wire.None {
 		s.l.log.Info("cluster: claim not decided", slog.String("stream", s.name), slog.String("leader", leader), slog.Any("err", err), slog.Any("code", resp.Code))
 		return false, ""
 	}
