@@ -77,11 +77,11 @@ func newForwarder(s *stream, leader string, epoch uint32, addr string) *forwarde
 	return f
 }
 
-// usable reports whether f still forwards to leader in epoch at addr.
-func (f *forwarder) usable(leader string, epoch uint32, addr string) bool {
+// usable reports whether f still forwards to leader in epoch.
+func (f *forwarder) usable(leader string, epoch uint32) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return !f.mu.failed && f.leader == leader && f.epoch == epoch && f.addr == addr
+	return !f.mu.failed && f.leader == leader && f.epoch == epoch
 }
 
 // add queues an append; false if f failed (the caller makes a new one).

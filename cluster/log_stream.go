@@ -177,8 +177,13 @@ func (s *stream) appendAsync(recs []*logstore.Record, done func(first uint64, er
 // forwardReq encodes recs for the leader the state names, and makes sure
 // mu.fwd forwards to it; it refuses when there is no other leader known.
 func (s *stream) forwardReq(recs []*logstore.Record) (*fwdReq, error) {
-	leader, epoch, addr := s.stateLeader()
-	if leader == "" || leader == s.l.node.ID() || addr == "" {
+	leader, epoch := s.stateLeaderID()
+	f := s.mu.fwd
+	var addr string
+	if f == nil || !f.usable(leader, epoch) {
+		addr = s.l.node.memberAddr(leader) // Serf's member list: only when the leader changes
+	}
+	if leader == "" || leader == s.l.node.ID() || f == nil && addr == "" {
 		return nil, fmt.Errorf("cluster: append to %s: no leader known to forward to: %w", s.name, mqtt.ErrLeaderUnavailable)
 	}
 	r := &fwdReq{recs: recs, body: make([][]byte, len(recs))}
@@ -197,9 +202,12 @@ func (s *stream) forwardReq(recs []*logstore.Record) (*fwdReq, error) {
 			return nil, fmt.Errorf("cluster: append to %s: %d bytes in one append: %w", s.name, size, logstore.ErrRecordTooLarge)
 		}
 	}
-	if f := s.mu.fwd; f == nil || !f.usable(leader, epoch, addr) {
+	if f == nil || !f.usable(leader, epoch) {
 		if f != nil {
 			f.close()
+		}
+		if addr == "" {
+			return nil, fmt.Errorf("cluster: append to %s: no address known for leader %s: %w", s.name, leader, mqtt.ErrLeaderUnavailable)
 		}
 		s.mu.fwd = newForwarder(s, leader, epoch, addr)
 	}
@@ -209,21 +217,32 @@ func (s *stream) forwardReq(recs []*logstore.Record) (*fwdReq, error) {
 // stateLeader is the stream's leader as this node's copy of the
 // controller's state names it, with its leader epoch and cluster address.
 func (s *stream) stateLeader() (id string, epoch uint32, addr string) {
-	st, _ := s.l.node.State()
-	cs := st.Streams[s.name]
-	if cs == nil || cs.Leader == "" {
+	id, epoch = s.stateLeaderID()
+	if id == "" {
 		return "", 0, ""
 	}
-	return cs.Leader, cs.LeaderEpoch, s.l.node.memberAddr(cs.Leader)
+	return id, epoch, s.l.node.memberAddr(id)
+}
+
+// stateLeaderID is stateLeader without the address (a look at Serf's
+// member list).
+func (s *stream) stateLeaderID() (id string, epoch uint32) {
+	st, _ := s.l.node.State()
+	if cs := st.Streams[s.name]; cs != nil {
+		return cs.Leader, cs.LeaderEpoch
+	}
+	return "", 0
 }
 
 // checkForwarder ends a forwarder whose leader the state no longer names:
-// its unanswered appends are refused (ErrLeaderUnavailable).
+// its unanswered appends are refused (ErrLeaderUnavailable). A leader
+// that moved to another address fails the connection, and the next
+// forwarder looks the address up again.
 func (s *stream) checkForwarder() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if f := s.mu.fwd; f != nil {
-		if leader, epoch, addr := s.stateLeader(); !f.usable(leader, epoch, addr) {
+		if leader, epoch := s.stateLeaderID(); !f.usable(leader, epoch) {
 			f.close()
 			s.mu.fwd = nil
 		}
