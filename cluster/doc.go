@@ -287,11 +287,13 @@
 // fires when this node becomes the leader, and mqtt loads the state again
 // (it does not fire on followers as they apply the leader's changes:
 // their consumers write through the leader and keep their own positions).
-// What a failover can lose: writes not yet answered (consumers then
-// re-read from the previous position: at least once); and, in a window,
-// writes a follower had not fetched when the ISR took it back on its
-// records alone (ISR membership counts records, not state) and it was
-// then elected. A follower restarting, or meeting a new leader, gets the
+// A replica outside the ISR is taken back (Leader.Joiners) only once it
+// has acknowledged the leader's latest state version as well as caught
+// up with its records, so whoever the controller can elect holds every
+// answered write. What a failover can lose: writes not yet answered
+// (consumers then re-read from the previous position: at least once),
+// and with acks=leader what the dead leader had answered. A follower
+// restarting, or meeting a new leader, gets the
 // whole state again; a Reset larger than logstore.MaxStateWrite entries
 // is written in several steps, so a crash part way leaves a mix of the
 // old and the new state on that follower until its next fetch.
@@ -312,7 +314,9 @@
 // connected elsewhere keep consuming until they reconnect, so right after
 // a failover a second consumer of the same group can be granted the
 // group alongside the first (both then commit; the larger offset does
-// not win, the last write does).
+// not win, the last write does). An Unclaim that cannot reach the leader
+// is lost: the claim then lasts until its node fails or restarts or the
+// leadership moves, though the same client id can always take it back.
 //
 // TestLog_Contract runs mqtt's contract suite against the Log of a
 // one-node site; all of it passes (streams are added through the
@@ -362,8 +366,8 @@
 //
 //   - Observers (a node without a replica of a stream fetching it for
 //     its subscribers and forwarding its producers); claims that survive
-//     a failover; ISR membership that waits for a follower's state as
-//     well as its records; sessions' properties and subscriptions
+//     a failover, and an Unclaim retried until the leader has it;
+//     sessions' properties and subscriptions
 //     (Log.State) replicated across the site; creating streams from the
 //     configuration (CreateStream through Submit works from any node)
 //     and a command that deletes a stream.

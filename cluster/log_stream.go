@@ -74,10 +74,7 @@ func newStream(l *Log, st *logstore.Stream) *stream {
 	s.mu.leader = s.leading()
 	s.mu.claims = map[string]claimHolder{}
 	s.rs.changed = make(chan struct{})
-	s.rs.leader = s.mu.leader
-	if s.mu.leader != nil {
-		s.rs.epoch = s.mu.leader.epoch
-	}
+	s.rs.reset(s.mu.leader)
 	s.fs.stop = make(chan struct{})
 	go s.run(st.Changed()) // taken before Changed can be called: no advance is missed
 	return s

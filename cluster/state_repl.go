@@ -45,7 +45,8 @@ type stateChange struct {
 	dels []string
 }
 
-// reset starts the versions of a new leadership (nil: none).
+// reset starts the versions of a new leadership (nil: none), and has its
+// Leader take a replica back into the ISR only once it holds the state.
 func (r *replState) reset(ld *Leader) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -55,8 +56,21 @@ func (r *replState) reset(ld *Leader) {
 	r.leader, r.seq, r.log, r.acked = ld, 0, nil, nil
 	if ld != nil {
 		r.epoch = ld.epoch
+		ld.setJoinable(func(id string) bool { return r.holds(ld, id) })
 	}
 	r.notifyLocked()
+}
+
+// holds reports whether replica id has acknowledged every state write of
+// leadership ld.
+func (r *replState) holds(ld *Leader, id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leader != ld {
+		return false
+	}
+	seq, ok := r.acked[id]
+	return ok && seq >= r.seq
 }
 
 func (r *replState) notifyLocked() {
@@ -187,7 +201,7 @@ func (s *stream) serveStateFetch(ctx context.Context, req *wire.StateFetchReques
 			return wire.StateFetchResponse{Code: wire.NotLeader}
 		}
 		same := req.Epoch == r.epoch && req.Seq <= r.seq
-		if same && req.Seq > r.acked[req.ReplicaID] {
+		if cur, ok := r.acked[req.ReplicaID]; same && (!ok || req.Seq > cur) {
 			if r.acked == nil {
 				r.acked = map[string]uint64{}
 			}
