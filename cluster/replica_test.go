@@ -281,7 +281,7 @@ func TestReplication_PartitionLagAndRejoin(t *testing.T) {
 		t.Fatalf("joiners = %v before F acknowledged the leader's state, want none", got)
 	}
 	rs.mu.Lock()
-	rs.acked = map[string]uint64{"F": 0}
+	rs.caught["F"] = true // as its state fetches would have it
 	rs.mu.Unlock()
 	if got := leader.Joiners(); len(got) != 1 || got[0].ID != "F" {
 		t.Fatalf("joiners = %v once F holds the state, want F", got)

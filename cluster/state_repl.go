@@ -36,6 +36,12 @@ type replState struct {
 	seq     uint64
 	log     []stateChange // the last writes, seq order
 	acked   map[string]uint64
+	// served is the seq each follower was last brought to; caught, that
+	// its last fetch acknowledged the seq it was served before (it keeps
+	// up: a rule that waited for the latest seq would never let a
+	// follower back while consumers commit all the time).
+	served  map[string]uint64
+	caught  map[string]bool
 	changed chan struct{} // closed when seq or an ack grows
 }
 
@@ -53,7 +59,7 @@ func (r *replState) reset(ld *Leader) {
 	if r.leader == ld {
 		return
 	}
-	r.leader, r.seq, r.log, r.acked = ld, 0, nil, nil
+	r.leader, r.seq, r.log, r.acked, r.served, r.caught = ld, 0, nil, nil, map[string]uint64{}, map[string]bool{}
 	if ld != nil {
 		r.epoch = ld.epoch
 		ld.setJoinable(func(id string) bool { return r.holds(ld, id) })
@@ -61,16 +67,12 @@ func (r *replState) reset(ld *Leader) {
 	r.notifyLocked()
 }
 
-// holds reports whether replica id has acknowledged every state write of
-// leadership ld.
+// holds reports whether replica id keeps up with the state writes of
+// leadership ld: its last fetch acknowledged what it was served before.
 func (r *replState) holds(ld *Leader, id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.leader != ld {
-		return false
-	}
-	seq, ok := r.acked[id]
-	return ok && seq >= r.seq
+	return r.leader == ld && r.caught[id]
 }
 
 func (r *replState) notifyLocked() {
@@ -208,6 +210,10 @@ func (s *stream) serveStateFetch(ctx context.Context, req *wire.StateFetchReques
 			r.acked[req.ReplicaID] = req.Seq
 			r.notifyLocked()
 		}
+		if served, ok := r.served[req.ReplicaID]; same && ok {
+			r.caught[req.ReplicaID] = req.Seq >= served
+		}
+		r.served[req.ReplicaID] = r.seq // what every answer below brings it to
 		resp := wire.StateFetchResponse{Epoch: r.epoch, Seq: r.seq}
 		switch {
 		case !same || len(r.log) > 0 && req.Seq+1 < r.log[0].seq || len(r.log) == 0 && req.Seq < r.seq:
