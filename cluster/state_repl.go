@@ -30,12 +30,12 @@ const (
 // are kept as changes, and each follower's state fetch acknowledges the
 // seq it holds.
 type replState struct {
-	mu      sync.Mutex
-	leader  *Leader
-	epoch   uint32
-	seq     uint64
-	log     []stateChange // the last writes, seq order
-	acked   map[string]uint64
+	mu     sync.Mutex
+	leader *Leader
+	epoch  uint32
+	seq    uint64
+	log    []stateChange // the last writes, seq order
+	acked  map[string]uint64
 	// served is the seq each follower was last brought to; caught, that
 	// its last fetch acknowledged the seq it was served before (it keeps
 	// up: a rule that waited for the latest seq would never let a
