@@ -63,11 +63,16 @@ type LogConfig struct {
 	AcksLeader func(stream string) bool
 }
 
-// NewLog serves store's streams as the controller's state and rep (this
-// node's Replicator, over the same store) have them, and answers the
-// other replicas' forwarded appends, state writes, state fetches and
+// NewLog is NewLogConfig with a logger alone: every stream acks=all.
+func NewLog(node *Node, store *logstore.Store, rep *Replicator, log *slog.Logger) *Log {
+	return NewLogConfig(node, store, rep, LogConfig{Log: log})
+}
+
+// NewLogConfig serves store's streams as the controller's state and rep
+// (this node's Replicator, over the same store) have them, and answers
+// the other replicas' forwarded appends, state writes, state fetches and
 // claims through rep's Server. Close it before rep and the store.
-func NewLog(node *Node, store *logstore.Store, rep *Replicator, cfg LogConfig) *Log {
+func NewLogConfig(node *Node, store *logstore.Store, rep *Replicator, cfg LogConfig) *Log {
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -95,7 +95,7 @@ func openLogNodeCfg(tb testing.TB, id, dir string, join []string, expect int, mi
 	srv.ServeNode(node)
 	rep := StartReplicator(ReplicatorConfig{Node: node, Server: srv, Stream: st.Stream, FetchMaxWait: 200 * time.Millisecond,
 		MinInsyncReplicas: minISR})
-	return &logNode{node: node, store: st, srv: srv, rep: rep, log: NewLog(node, st, rep, lcfg)}
+	return &logNode{node: node, store: st, srv: srv, rep: rep, log: NewLogConfig(node, st, rep, lcfg)}
 }
 
 // createStreams has the controller create each stream of specs on
