@@ -30,6 +30,9 @@ const (
 
 // Config configures one node of a site.
 type Config struct {
+	// Site names the site; gossip carries it (memberlist's label) and a
+	// member of another site is never heard. Empty: no label.
+	Site     string
 	NodeID   string   // unique in the site; Serf's node name and Raft's server id
 	SerfAddr string   // gossip address, host:port (TCP and UDP); port 0 picks one
 	RaftAddr string   // Raft's TCP address, host:port; port 0 picks one
@@ -57,6 +60,11 @@ type Config struct {
 	Version      string // Peat's version, advertised in the tags
 
 	SnapshotDir string // Raft's snapshots (raft's file snapshot store)
+
+	// SerfSnapshot is Serf's snapshot file: the members this node knew,
+	// which it rejoins after a restart even when no address of Join
+	// answers. Empty: none kept.
+	SerfSnapshot string
 
 	ProbeInterval time.Duration // Serf failure detection, see DefaultProbeInterval
 	ProbeTimeout  time.Duration
@@ -107,6 +115,9 @@ func (c Config) Validate() error {
 	}
 	if c.NodeID == "" {
 		bad("NodeID", "empty")
+	}
+	if len(c.Site) > 255 { // memberlist's limit on a label
+		bad("Site", "%d bytes, more than 255", len(c.Site))
 	}
 	for _, a := range []struct{ field, addr string }{{"SerfAddr", c.SerfAddr}, {"RaftAddr", c.RaftAddr}} {
 		if a.field == "RaftAddr" && c.RaftListener != nil {

@@ -327,6 +327,32 @@
 // TestLog_AcksLeader, TestLog_StateFailover and TestLog_ClaimAcrossNodes
 // the forwarding, acks=leader, state and claims.
 //
+// # A node of a site (site.go)
+//
+// StartSite is what `peat serve` runs with a `cluster:` section: the Node,
+// a Server on the transport address, the Replicator and the Log over the
+// node's store (ManualCommit). Every node has the controller create the
+// streams of its configuration once ReplicationFactor brokers are alive
+// (default: the voters, at most 3), on replicas picked from the sorted
+// alive brokers from a place the stream's name decides, so that leaders
+// spread; nodes race harmlessly (a second creation with other replicas
+// is refused with ErrStreamExists). min_insync_replicas defaults per
+// stream: 2 from 3 replicas on, else 1.
+//
+// While it sees no other alive member it joins its Join addresses again
+// every 2 s (Consul's retry_join): a node restarted while the others were
+// down finds them when they are back. Serf's snapshot file keeps the
+// members it knew as well, but is written only as events arrive, so a
+// kill -9 may lose its last lines.
+//
+// Close is a controlled shutdown (HandOver): the node reports itself
+// failed in its own broker epoch through the controller, which fences it
+// at once (out of every ISR, new leaders for its streams), and a
+// controller hands Raft's leadership to another voter; then everything
+// closes. Without it the streams it led would wait for Serf's failure
+// detection before taking publishes again, and acks=all would wait for a
+// follower that has gone.
+//
 // # Security (keyring.go, tls.go)
 //
 // Gossip is encrypted when Config.KeyringFile names Serf's keyring: a

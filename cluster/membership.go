@@ -83,6 +83,7 @@ func (n *Node) startSerf() error {
 	ml.ProbeTimeout = n.cfg.ProbeTimeout
 	ml.SuspicionMult = n.cfg.SuspicionMult
 	ml.Logger = logger
+	ml.Label = n.cfg.Site  // packets of another site are dropped unread
 	ml.Keyring = n.keyring // with GossipVerifyIncoming (the default): no clear-text gossip accepted
 
 	sc := serf.DefaultConfig()
@@ -92,6 +93,7 @@ func (n *Node) startSerf() error {
 	sc.MemberlistConfig = ml
 	sc.Logger = logger
 	sc.KeyringFile = n.cfg.KeyringFile // Serf rewrites it on every key change
+	sc.SnapshotPath = n.cfg.SerfSnapshot
 	s, err := serf.Create(sc)
 	if err != nil {
 		return fmt.Errorf("cluster: start serf on %s: %w", n.cfg.SerfAddr, err)

@@ -231,6 +231,10 @@ func (n *Node) Close() error {
 	return err
 }
 
+// Join asks Serf to join the members at addrs; it returns how many
+// answered.
+func (n *Node) Join(addrs []string) (int, error) { return n.serf.Join(addrs, true) }
+
 // Leave tells the site this node is going (the controller removes a voter
 // that left from the quorum), then closes it.
 func (n *Node) Leave() error {

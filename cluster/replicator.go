@@ -29,10 +29,14 @@ type ReplicatorConfig struct {
 	// LagMax is replica_lag_max; 0: DefaultReplicaLagMax.
 	LagMax time.Duration
 	// MinInsyncReplicas: a leader whose ISR is smaller commits nothing
-	// (acks=all is never answered); 0 or 1: no minimum.
+	// (acks=all is never answered); 1: no minimum; 0: the default, 2 for
+	// a stream of 3 or more replicas, else 1 (minInsync).
 	MinInsyncReplicas int
-	FetchMaxWait      time.Duration // 0: DefaultFetchMaxWait
-	Log               *slog.Logger
+	// MinInsyncFor, when set, gives a stream's own minimum (0: the one
+	// above).
+	MinInsyncFor func(stream string) int
+	FetchMaxWait time.Duration // 0: DefaultFetchMaxWait
+	Log          *slog.Logger
 }
 
 // Replicator drives replication from the controller's state: for every
@@ -161,7 +165,7 @@ func (r *Replicator) sync(st *State) {
 		want.cancel, want.done = cancel, make(chan struct{})
 		if want.leader {
 			want.l = NewLeader(self, stream, want.epoch, s.ISR, r.log)
-			want.l.SetMinInsync(r.cfg.MinInsyncReplicas)
+			want.l.SetMinInsync(minInsync(r.minInsyncConfigured(name), len(s.Replicas)))
 			want.l.SetCurrent(r.currentLeader(name, want.epoch))
 			r.cfg.Server.Lead(want.l)
 			go r.maintainISR(ctx, want, name)
@@ -171,6 +175,32 @@ func (r *Replicator) sync(st *State) {
 		r.roles[name] = want
 	}
 	r.publish()
+}
+
+// minInsyncConfigured is the stream's min_insync_replicas setting, else
+// the node's; 0: the default.
+func (r *Replicator) minInsyncConfigured(stream string) int {
+	if r.cfg.MinInsyncFor != nil {
+		if n := r.cfg.MinInsyncFor(stream); n > 0 {
+			return n
+		}
+	}
+	return r.cfg.MinInsyncReplicas
+}
+
+// minInsync is the min_insync_replicas a stream of replicas replicas
+// runs with: the configured one, else 2 from 3 replicas on (one replica
+// may be lost with every acknowledged record on two), else 1 (a stream of
+// 2 keeps taking publishes with one replica down, as Kafka's default).
+func minInsync(configured, replicas int) int {
+	switch {
+	case configured > 0:
+		return configured
+	case replicas >= 3:
+		return 2
+	default:
+		return 1
+	}
 }
 
 // publish hands the running Leaders to Leading and wakes its watchers.

@@ -31,6 +31,9 @@ type Config struct {
 	Streams []StreamConfig `yaml:"streams"`
 	// Sinks send streams upstream (config_sinks.go); none by default.
 	Sinks []SinkConfig `yaml:"sinks"`
+	// Cluster makes the node one of a site's (config_cluster.go); off by
+	// default.
+	Cluster ClusterConfig `yaml:"cluster"`
 
 	// sources records, by YAML path, where a value came from when it was
 	// not the defaults or the file ("PEAT_DATA_DIR", "flag --data"), so a
@@ -122,6 +125,11 @@ type StreamConfig struct {
 	// Mirror: a copy of another Peat's stream, written only by its Peat
 	// sink through $mirror/<name> (edge/mirror); it takes no filters.
 	Mirror bool `yaml:"mirror"`
+
+	// In a cluster only (config_cluster.go); 0 / false: the cluster's.
+	ReplicationFactor     int  `yaml:"replication_factor"`
+	MinInsyncReplicas     int  `yaml:"min_insync_replicas"`
+	UncleanLeaderElection bool `yaml:"unclean_leader_election"`
 }
 
 // RetentionConfig bounds what a stream keeps; zero means no bound.
@@ -165,6 +173,7 @@ func DefaultConfig() Config {
 			MappedLimit:       0,
 		},
 		Streams: []StreamConfig{defaultStream(logstore.DefaultStreamName, DefaultStreamFilter)},
+		Cluster: defaultCluster(),
 	}
 }
 
@@ -211,6 +220,9 @@ func (c Config) StoreConfig() logstore.Config {
 	sc.ReclaimInterval = time.Duration(c.Storage.ReclaimInterval)
 	sc.MinFreeBytes = int64(c.Storage.MinFreeBytes)
 	sc.MappedLimit = int64(c.Storage.MappedLimit)
+	// In a site a record is committed when the ISR holds it: replication
+	// moves the store's commit point, not its own fsync.
+	sc.ManualCommit = c.Cluster.Enabled()
 	sc.Streams = make([]logstore.StreamConfig, len(c.Streams))
 	for i, s := range c.Streams {
 		sc.Streams[i] = logstore.StreamConfig{

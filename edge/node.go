@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/peatmq/peat/cluster"
 	"github.com/peatmq/peat/edge/auth"
 	"github.com/peatmq/peat/edge/mirror"
 	"github.com/peatmq/peat/edge/status"
@@ -58,6 +59,7 @@ type Node struct {
 	store   atomic.Pointer[logstore.Store] // what HTTP handlers and metrics read; nil when closed
 	sinks   atomic.Pointer[sinkSet]        // upstream sinks (sinks.go); nil when none run
 	broker  atomic.Pointer[mqtt.Broker]    // the same for the broker
+	site    atomic.Pointer[cluster.Site]   // the node's part in its site; nil outside a cluster
 	build   atomic.Pointer[Build]          // SetBuild
 	started time.Time                      // set by Start, before HTTP serves
 	history *status.Ring                   // the sampler's readings (statusdoc.go)
@@ -78,7 +80,8 @@ type Node struct {
 		closeErr        error
 		store           *logstore.Store
 		broker          *mqtt.Broker
-		mirror          *mirror.Hook // nil without mirror streams
+		site            *cluster.Site // nil outside a cluster
+		mirror          *mirror.Hook  // nil without mirror streams
 		http            *http.Server
 		httpAddr        net.Addr
 		httpDone        chan struct{} // closed when the HTTP serve goroutine returns
@@ -199,7 +202,13 @@ func (n *Node) start(ctx context.Context) error {
 		return err
 	}
 	n.logAuth()
-	broker, err := mqtt.New(bc, storeLog{store})
+	var log mqtt.Log = storeLog{store}
+	if n.cfg.Cluster.Enabled() {
+		if log, err = n.startSite(store); err != nil {
+			return err
+		}
+	}
+	broker, err := mqtt.New(bc, log)
 	if err != nil {
 		return fmt.Errorf("set up MQTT: %w", err)
 	}
@@ -354,6 +363,9 @@ func (n *Node) shutdown(ctx context.Context) error {
 	}
 	if n.mu.mirror != nil {
 		_ = n.mu.mirror.Stop() // mochi stops it too, unless its close timed out
+	}
+	if err := n.stopSite(); err != nil {
+		errs = append(errs, err)
 	}
 	if n.mu.store != nil {
 		n.store.Store(nil)

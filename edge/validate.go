@@ -50,6 +50,7 @@ func (c Config) Validate() error {
 	}
 	probs = append(probs, c.validateSinks()...)
 	c.validateSecurity(add)
+	c.validateCluster(add)
 
 	// The storage and MQTT packages check their own fields; a problem they
 	// share with the checks above (an empty listen) is reported once.

@@ -1,0 +1,308 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/peatmq/peat/logstore"
+)
+
+// SiteConfig is one node's part in a site as `peat serve` runs it: the
+// Node, the Server on TransportListen, the Replicator and the Log, and
+// the streams of the node's configuration, which the controller creates.
+type SiteConfig struct {
+	Node Config // Node.ClusterAddr is set from TransportListen
+
+	// TransportListen is where the Server answers replica fetches and
+	// controller commands (host:port with a specific IP; port 0 picks one).
+	TransportListen string
+
+	// Store is the node's log, opened with ManualCommit.
+	Store *logstore.Store
+
+	// Streams are created through the controller once enough brokers are
+	// alive. Every node of a site must configure the same streams: a
+	// replica whose store lacks the stream never serves it.
+	Streams []SiteStream
+
+	// ReplicationFactor is how many replicas a new stream gets; 0: the
+	// number of voters, at most 3.
+	ReplicationFactor int
+	// MinInsyncReplicas: a leader whose ISR is smaller commits nothing; 0:
+	// 2 for a stream of 3 or more replicas, else 1.
+	MinInsyncReplicas int
+	LagMax            time.Duration // replica_lag_max; 0: DefaultReplicaLagMax
+
+	Logger *slog.Logger
+}
+
+// SiteStream is a stream of the configuration; zero fields take the
+// site's settings.
+type SiteStream struct {
+	Name              string
+	ReplicationFactor int
+	MinInsyncReplicas int
+	UncleanElection   bool
+}
+
+// Site is a running node of a site. Close stops it.
+type Site struct {
+	Node       *Node
+	Server     *Server
+	Replicator *Replicator
+	Log        *Log
+
+	cfg  SiteConfig
+	log  *slog.Logger
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// StartSite opens the node and everything that serves its streams. On
+// error what it opened is closed again; the store stays open (the
+// caller's).
+func StartSite(cfg SiteConfig) (*Site, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Store == nil {
+		return nil, errors.New("cluster: no store")
+	}
+	if cfg.ReplicationFactor < 0 || cfg.ReplicationFactor > 5 {
+		return nil, fmt.Errorf("cluster: replication factor %d: want 1 to 5, or 0 for the default", cfg.ReplicationFactor)
+	}
+	if cfg.MinInsyncReplicas < 0 || (cfg.ReplicationFactor > 0 && cfg.MinInsyncReplicas > cfg.ReplicationFactor) {
+		return nil, fmt.Errorf("cluster: min_insync_replicas %d: want 0 to the replication factor %d",
+			cfg.MinInsyncReplicas, cfg.ReplicationFactor)
+	}
+	if err := checkAddr(cfg.TransportListen); err != nil {
+		return nil, fmt.Errorf("cluster: transport address: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.TransportListen)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: transport: %w", err)
+	}
+	cfg.Node.ClusterAddr = ln.Addr().String()
+	if cfg.Node.Logger == nil {
+		cfg.Node.Logger = log
+	}
+	node, err := Open(cfg.Node, cfg.Store)
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	srv := Serve(node.ClusterListener(ln), log.With(slog.String("component", "cluster-server")))
+	srv.ServeNode(node)
+	rep := StartReplicator(ReplicatorConfig{
+		Node: node, Server: srv, Stream: cfg.Store.Stream, LagMax: cfg.LagMax,
+		MinInsyncReplicas: cfg.MinInsyncReplicas, MinInsyncFor: minInsyncFor(cfg.Streams), Log: log,
+	})
+	s := &Site{
+		Node: node, Server: srv, Replicator: rep,
+		Log: NewLog(node, cfg.Store, rep, log.With(slog.String("component", "cluster-log"))),
+		cfg: cfg, log: log, stop: make(chan struct{}),
+	}
+	s.wg.Add(2)
+	go s.createStreams()
+	go s.rejoin()
+	return s, nil
+}
+
+// Close stops serving: it hands over (HandOver), then closes the Log, the
+// Replicator, the Server and the Node, which to the others has failed (a
+// restart comes back in a new broker epoch and catches up before it
+// rejoins the ISR).
+func (s *Site) Close() error {
+	close(s.stop)
+	s.wg.Wait()
+	s.HandOver(handOverTimeout)
+	lerr := s.Log.Close()
+	s.Replicator.Close()
+	serr := s.Server.Close()
+	return errors.Join(lerr, serr, s.Node.Close())
+}
+
+// handOverTimeout bounds a graceful stop's hand-over; past it the others
+// find the node failed as after a crash.
+const handOverTimeout = 5 * time.Second
+
+// HandOver is a controlled shutdown (Kafka's): the node reports itself
+// failed in its own broker epoch, so the controller fences it now (out of
+// every ISR, new leaders for the streams it led) instead of after Serf's
+// failure detection, and a controller hands Raft's leadership to another
+// voter. Publishes to the streams it led move within a round trip, not
+// seconds. Only call it on the way out: the node leaves every ISR.
+func (s *Site) HandOver(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	self := s.Node.ID()
+	st, _ := s.Node.State()
+	for _, x := range st.Streams {
+		if slices.Contains(x.ISR, self) && len(x.ISR) > 1 {
+			if err := s.Node.Submit(ctx, BrokerFailed{ID: self, Epoch: s.Node.Epoch()}); err != nil {
+				s.log.Warn("cluster: hand-over: the others find this node failed by themselves", slog.Any("err", err))
+			}
+			break
+		}
+	}
+	if s.Node.IsController() {
+		if err := s.Node.raft.LeadershipTransfer().Error(); err != nil {
+			s.log.Warn("cluster: hand-over: controller not transferred", slog.Any("err", err))
+		}
+	}
+}
+
+// siteRetry paces createStreams while the controller or brokers are
+// missing; state changes wake it sooner.
+const siteRetry = time.Second
+
+// createStreams has the controller create each configured stream that
+// its state lacks, once ReplicationFactor brokers are alive. Nodes race
+// harmlessly: the first creation wins, a later one with other replicas is
+// refused with ErrStreamExists.
+func (s *Site) createStreams() {
+	defer s.wg.Done()
+	waiting := ""
+	for {
+		st, changed := s.Node.State()
+		missing, err := s.createMissing(st)
+		if err != nil && err.Error() != waiting {
+			waiting = err.Error()
+			s.log.Info("cluster: streams not created yet", slog.String("reason", waiting))
+		}
+		if !missing {
+			if waiting != "" {
+				s.log.Info("cluster: every configured stream exists")
+			}
+			waiting = ""
+		}
+		t := time.NewTimer(siteRetry)
+		select {
+		case <-s.stop:
+			t.Stop()
+			return
+		case <-changed:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// createMissing submits a CreateStream for each configured stream st
+// lacks; missing reports whether any was.
+func (s *Site) createMissing(st *State) (missing bool, err error) {
+	var alive []string
+	for id, b := range st.Brokers {
+		if b.Alive {
+			alive = append(alive, id)
+		}
+	}
+	slices.Sort(alive)
+	for _, want := range s.cfg.Streams {
+		if st.Streams[want.Name] != nil {
+			continue
+		}
+		missing = true
+		rf, err := s.replicationFactor(want)
+		if err != nil {
+			return true, err
+		}
+		if len(alive) < rf {
+			return true, fmt.Errorf("%d of %d brokers alive for replication factor %d", len(alive), rf, rf)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = s.Node.Submit(ctx, CreateStream{Name: want.Name, Replicas: pickReplicas(want.Name, alive, rf),
+			UncleanElection: want.UncleanElection})
+		cancel()
+		if err != nil && !errors.Is(err, ErrStreamExists) {
+			return true, fmt.Errorf("create %s: %w", want.Name, err)
+		}
+	}
+	return missing, nil
+}
+
+// rejoin joins cfg.Node.Join again while this node sees no other alive
+// member (Consul's retry_join): a node restarted while the members it
+// names were down, or before them, finds the site once one is back.
+// Serf's own reconnects try failed members only, and only members it
+// knew.
+func (s *Site) rejoin() {
+	defer s.wg.Done()
+	// Every node may list the whole site, itself included.
+	join := slices.DeleteFunc(slices.Clone(s.cfg.Node.Join), func(a string) bool { return a == s.Node.SerfAddr() })
+	if len(join) == 0 {
+		return
+	}
+	t := time.NewTicker(rejoinInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		alone := true
+		for _, m := range s.Node.Members() {
+			if m.ID != s.Node.ID() && m.Status == "alive" {
+				alone = false
+				break
+			}
+		}
+		if alone {
+			if n, err := s.Node.Join(join); err == nil && n > 0 {
+				s.log.Info("cluster: rejoined the site", slog.Any("join", join))
+			}
+		}
+	}
+}
+
+// rejoinInterval paces rejoin.
+const rejoinInterval = 2 * time.Second
+
+// replicationFactor is the stream's, else the site's, else the voters
+// up to 3.
+func (s *Site) replicationFactor(st SiteStream) (int, error) {
+	if rf := cmp.Or(st.ReplicationFactor, s.cfg.ReplicationFactor); rf > 0 {
+		return rf, nil
+	}
+	voters, _, err := s.Node.Quorum()
+	if err != nil {
+		return 0, err
+	}
+	if len(voters) == 0 {
+		return 0, errors.New("no controller quorum yet")
+	}
+	return min(3, len(voters)), nil
+}
+
+// minInsyncFor is the streams' own min_insync_replicas, 0 where unset.
+func minInsyncFor(streams []SiteStream) func(string) int {
+	m := map[string]int{}
+	for _, s := range streams {
+		m[s.Name] = s.MinInsyncReplicas
+	}
+	return func(name string) int { return m[name] }
+}
+
+// pickReplicas takes rf of the alive brokers (sorted), starting at a
+// place the stream's name decides, so that streams' leaders (the first
+// replica) spread over the site.
+func pickReplicas(name string, alive []string, rf int) []string {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	start := int(h.Sum32() % uint32(len(alive)))
+	out := make([]string, 0, rf)
+	for i := range rf {
+		out = append(out, alive[(start+i)%len(alive)])
+	}
+	return out
+}

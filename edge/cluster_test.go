@@ -1,0 +1,266 @@
+package edge
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/peatmq/peat/cluster"
+	"github.com/peatmq/peat/logstore"
+)
+
+// siteConfig is node id of a site on loopback, joining join.
+func siteConfig(tb testing.TB, id string, expect int, join ...string) Config {
+	cfg := testConfig(tb)
+	cfg.Cluster.Name = "test-site"
+	cfg.Cluster.NodeID = id
+	cfg.Cluster.Listen = "127.0.0.1:0"
+	cfg.Cluster.Expect = expect
+	cfg.Cluster.Join = join
+	return cfg
+}
+
+// waitFor polls cond until it holds or a generous deadline passes.
+func waitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// startSiteNodes starts a site of n voters and waits until the default
+// stream exists with every node in its ISR.
+func startSiteNodes(t *testing.T, n int) []*Node {
+	t.Helper()
+	first := startNode(t, siteConfig(t, "n1", n))
+	nodes := []*Node{first}
+	seed := first.site.Load().Node.SerfAddr()
+	for i := 2; i <= n; i++ {
+		nodes = append(nodes, startNode(t, siteConfig(t, "n"+string(rune('0'+i)), n, seed)))
+	}
+	waitFor(t, "the default stream with a full ISR", func() bool {
+		st, _ := first.site.Load().Node.State()
+		s := st.Streams[logstore.DefaultStreamName]
+		return s != nil && len(s.ISR) == n
+	})
+	return nodes
+}
+
+func streamLeader(t *testing.T, nodes []*Node) (leader *Node, others []*Node) {
+	t.Helper()
+	st, _ := nodes[0].site.Load().Node.State()
+	id := st.Streams[logstore.DefaultStreamName].Leader
+	for _, n := range nodes {
+		if n.cfg.Cluster.NodeID == id {
+			leader = n
+		} else {
+			others = append(others, n)
+		}
+	}
+	if leader == nil {
+		t.Fatalf("no node leads the default stream (leader %q)", id)
+	}
+	return leader, others
+}
+
+// A site configured in YAML's terms forms, creates its configured stream
+// on three replicas, and a QoS 1 publish acknowledged by the leader is on
+// every replica.
+func TestCluster_SiteReplicatesPublishes(t *testing.T) {
+	nodes := startSiteNodes(t, 3)
+	leader, _ := streamLeader(t, nodes)
+	st, _ := leader.site.Load().Node.State()
+	if got := st.Streams[logstore.DefaultStreamName].Replicas; len(got) != 3 {
+		t.Fatalf("replicas %v, want 3 (the default factor: the voters, up to 3)", got)
+	}
+	publishQoS1(t, leader.MQTTAddr(), "sensors/t", 20)
+	for _, n := range nodes {
+		s := n.Store().Stream(logstore.DefaultStreamName)
+		waitFor(t, n.cfg.Cluster.NodeID+" to hold 20 committed records", func() bool { return s.Committed() >= 20 })
+		recs, err := s.Read(0, 100, 1<<20)
+		if err != nil || len(recs) != 20 {
+			t.Fatalf("%s: read %d records, err %v", n.cfg.Cluster.NodeID, len(recs), err)
+		}
+		if string(recs[19].Payload) != "m19" {
+			t.Fatalf("%s: last record %q, want m19", n.cfg.Cluster.NodeID, recs[19].Payload)
+		}
+	}
+}
+
+func TestClusterConfig_Validate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"listen without node id", func(c *Config) { c.Cluster.NodeID = "" }, "cluster.node_id"},
+		{"host name", func(c *Config) { c.Cluster.Listen = "localhost:7946" }, "cluster.listen"},
+		{"unspecified", func(c *Config) { c.Cluster.Listen = "0.0.0.0:7946" }, "cluster.listen"},
+		{"even expect", func(c *Config) { c.Cluster.Expect = 2 }, "cluster.expect"},
+		{"broker bootstraps", func(c *Config) { c.Cluster.Voter = false }, "cluster.expect"},
+		{"min isr above factor", func(c *Config) { c.Cluster.ReplicationFactor, c.Cluster.MinInsyncReplicas = 2, 3 }, "cluster.min_insync_replicas"},
+		{"clear text on the LAN", func(c *Config) { c.Cluster.Listen = "192.168.1.10:7946" }, "cluster.keyring_file"},
+		{"half of tls", func(c *Config) { c.Cluster.TLS.CertFile = "x.pem" }, "cluster.tls"},
+		{"same port twice", func(c *Config) { c.Cluster.RaftListen = "127.0.0.1:7946"; c.Cluster.Listen = "127.0.0.1:7946" }, "cluster.raft_listen"},
+		{"sinks", func(c *Config) { c.Sinks = []SinkConfig{{Name: "x"}} }, "sinks: not supported in a cluster"},
+		{"stream min isr above its factor", func(c *Config) { c.Streams[0].ReplicationFactor, c.Streams[0].MinInsyncReplicas = 1, 2 }, "streams[0].min_insync_replicas"},
+		{"stream settings on one node", func(c *Config) { c.Cluster.NodeID, c.Cluster.Listen = "", ""; c.Streams[0].ReplicationFactor = 2 }, "streams[0].replication_factor: replication settings need a cluster"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := siteConfig(t, "n1", 1)
+			tc.edit(&cfg)
+			err := cfg.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate: %v, want an error naming %q", err, tc.want)
+			}
+		})
+	}
+	cfg := siteConfig(t, "n1", 3)
+	cfg.Cluster.Listen = "192.168.1.10:7946"
+	cfg.Cluster.AllowPlaintext = true
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("a valid site config: %v", err)
+	}
+	sc := cfg.SiteConfig()
+	if sc.Node.RaftAddr != "192.168.1.10:7947" || sc.TransportListen != "192.168.1.10:7948" {
+		t.Fatalf("derived addresses raft %s transport %s, want the next two ports", sc.Node.RaftAddr, sc.TransportListen)
+	}
+	if !cfg.StoreConfig().ManualCommit {
+		t.Fatal("a site's store must commit when the ISR holds a record (ManualCommit)")
+	}
+	if !slices.Equal(sc.Streams, []cluster.SiteStream{{Name: logstore.DefaultStreamName}}) {
+		t.Fatalf("site streams %v, want the configured ones", sc.Streams)
+	}
+}
+
+// A node whose site has not formed yet (it waits for two more voters)
+// refuses publishes its configured streams capture instead of passing
+// them through unstored.
+func TestCluster_FormingSiteRefusesPublishes(t *testing.T) {
+	n := startNode(t, siteConfig(t, "n1", 3))
+	c := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + n.MQTTAddr().String()).
+		SetClientID("early").SetAutoReconnect(false))
+	if tok := c.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	defer c.Disconnect(0)
+	tok := c.Publish("sensors/t", 1, false, "x")
+	if tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
+		t.Fatal("a publish was acknowledged before the site had its stream")
+	}
+	if got := n.Store().Stream(logstore.DefaultStreamName).Committed(); got != 0 {
+		t.Fatalf("%d records committed", got)
+	}
+}
+
+// A node stopped gracefully hands its streams over at once: with failure
+// detection slowed to about a minute, the stream still has a new leader,
+// and takes publishes, within seconds of the old leader's Close.
+func TestCluster_GracefulStopHandsOver(t *testing.T) {
+	slow := func(c *Config) {
+		c.Cluster.ProbeInterval = Duration(5 * time.Second)
+		c.Cluster.ProbeTimeout = Duration(2 * time.Second)
+		c.Cluster.SuspicionMult = 10
+	}
+	cfgs := []Config{siteConfig(t, "n1", 3)}
+	slow(&cfgs[0])
+	first := startNode(t, cfgs[0])
+	nodes := []*Node{first}
+	for _, id := range []string{"n2", "n3"} {
+		c := siteConfig(t, id, 3, first.site.Load().Node.SerfAddr())
+		slow(&c)
+		nodes = append(nodes, startNode(t, c))
+	}
+	waitFor(t, "a full ISR", func() bool {
+		st, _ := first.site.Load().Node.State()
+		s := st.Streams[logstore.DefaultStreamName]
+		return s != nil && len(s.ISR) == 3
+	})
+	leader, others := streamLeader(t, nodes)
+	old := leader.cfg.Cluster.NodeID
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := leader.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second) // Serf alone would take about a minute
+	for {
+		st, _ := others[0].site.Load().Node.State()
+		if s := st.Streams[logstore.DefaultStreamName]; s.Leader != "" && s.Leader != old && !slices.Contains(s.ISR, old) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new leader 15 s after %s stopped: %+v", old, st.Streams[logstore.DefaultStreamName])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	next, _ := streamLeader(t, others)
+	publishQoS1(t, next.MQTTAddr(), "sensors/t", 5)
+}
+
+// A stream's own replication settings win over the site's: two replicas,
+// both needed for an acknowledgement, so with one of them stopped the
+// stream refuses publishes while the site's default stream takes them.
+func TestCluster_StreamReplicationSettings(t *testing.T) {
+	withStreams := func(c *Config) {
+		two := defaultStream("two", "two/#")
+		two.ReplicationFactor, two.MinInsyncReplicas = 2, 2
+		c.Streams = []StreamConfig{two, defaultStream(logstore.DefaultStreamName, "#")}
+	}
+	c1 := siteConfig(t, "n1", 3)
+	withStreams(&c1)
+	first := startNode(t, c1)
+	nodes := []*Node{first}
+	for _, id := range []string{"n2", "n3"} {
+		c := siteConfig(t, id, 3, first.site.Load().Node.SerfAddr())
+		withStreams(&c)
+		nodes = append(nodes, startNode(t, c))
+	}
+	var two *cluster.Stream
+	waitFor(t, "both streams with full ISRs", func() bool {
+		st, _ := first.site.Load().Node.State()
+		d, tw := st.Streams[logstore.DefaultStreamName], st.Streams["two"]
+		if d == nil || tw == nil || len(d.ISR) != 3 || len(tw.ISR) != len(tw.Replicas) {
+			return false
+		}
+		two = tw
+		return true
+	})
+	if len(two.Replicas) != 2 {
+		t.Fatalf("stream two has replicas %v, want 2", two.Replicas)
+	}
+	byID := map[string]*Node{}
+	for _, n := range nodes {
+		byID[n.cfg.Cluster.NodeID] = n
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := byID[two.Replicas[1]].Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lead := byID[two.Replicas[0]]
+	waitFor(t, "the ISR of two to shrink", func() bool {
+		st, _ := lead.site.Load().Node.State()
+		return len(st.Streams["two"].ISR) == 1 && st.Streams["two"].Leader == lead.cfg.Cluster.NodeID
+	})
+	c := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + lead.MQTTAddr().String()).
+		SetClientID("two-pub").SetAutoReconnect(false))
+	if tok := c.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	defer c.Disconnect(0)
+	if tok := c.Publish("two/x", 1, false, "x"); tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
+		t.Fatal("stream two acknowledged a publish with 1 in-sync replica; its min_insync_replicas is 2")
+	}
+	// The default stream (3 replicas, minimum 2) still takes publishes.
+	st, _ := lead.site.Load().Node.State()
+	publishQoS1(t, byID[st.Streams[logstore.DefaultStreamName].Leader].MQTTAddr(), "other/x", 3)
+}

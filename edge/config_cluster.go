@@ -1,0 +1,258 @@
+package edge
+
+import (
+	"cmp"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/peatmq/peat/cluster"
+)
+
+// ClusterConfig makes the node a member of a site (package cluster). It
+// is off while node_id is empty.
+type ClusterConfig struct {
+	// Name is the site's name: gossip of another site is not heard.
+	Name   string `yaml:"name"`
+	NodeID string `yaml:"node_id"`
+	// Listen is Serf's gossip address (TCP and UDP) with the IP the other
+	// nodes reach this one at. RaftListen and TransportListen default to
+	// the same IP with the next two ports.
+	Listen          string   `yaml:"listen"`
+	RaftListen      string   `yaml:"raft_listen"`
+	TransportListen string   `yaml:"transport_listen"`
+	Join            []string `yaml:"join"`
+	// Voter: takes part in the controller's quorum (1, 3 or 5 per site).
+	Voter bool `yaml:"voter"`
+	// Expect is how many voters the site starts with; every first-start
+	// voter waits for that many, then they bootstrap the controller. 0: a
+	// node added to a running site.
+	Expect int `yaml:"expect"`
+
+	ReplicationFactor int      `yaml:"replication_factor"`
+	MinInsyncReplicas int      `yaml:"min_insync_replicas"`
+	ReplicaLagMax     Duration `yaml:"replica_lag_max"`
+
+	// Failure detection (Serf): see configs/peat.yaml for Wi-Fi.
+	ProbeInterval Duration `yaml:"probe_interval"`
+	ProbeTimeout  Duration `yaml:"probe_timeout"`
+	SuspicionMult int      `yaml:"suspicion_mult"`
+
+	KeyringFile string           `yaml:"keyring_file"`
+	TLS         ClusterTLSConfig `yaml:"tls"`
+	// AllowPlaintext lets a site on non-loopback addresses run without
+	// keyring_file and tls.
+	AllowPlaintext bool `yaml:"allow_plaintext"`
+}
+
+// ClusterTLSConfig is the site's mutual TLS (cluster.TLSConfig).
+type ClusterTLSConfig struct {
+	CAFile       string `yaml:"ca_file"`
+	CertFile     string `yaml:"cert_file"`
+	KeyFile      string `yaml:"key_file"`
+	VerifyNodeID bool   `yaml:"verify_node_id"`
+}
+
+func defaultCluster() ClusterConfig {
+	d := cluster.DefaultConfig()
+	return ClusterConfig{
+		Voter:         true,
+		Join:          []string{},
+		ReplicaLagMax: Duration(cluster.DefaultReplicaLagMax),
+		ProbeInterval: Duration(d.ProbeInterval),
+		ProbeTimeout:  Duration(d.ProbeTimeout),
+		SuspicionMult: d.SuspicionMult,
+	}
+}
+
+// Enabled reports whether the node runs in a site.
+func (c ClusterConfig) Enabled() bool { return c.NodeID != "" }
+
+// nextPort is addr's host with its port plus k; port 0 stays 0 (tests).
+func nextPort(addr string, k int) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return ""
+	}
+	if p != 0 {
+		p += k
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p))
+}
+
+func (c ClusterConfig) raftListen() string {
+	if c.RaftListen != "" {
+		return c.RaftListen
+	}
+	return nextPort(c.Listen, 1)
+}
+
+func (c ClusterConfig) transportListen() string {
+	if c.TransportListen != "" {
+		return c.TransportListen
+	}
+	return nextPort(c.Listen, 2)
+}
+
+// secured reports whether the site's traffic is encrypted: gossip by the
+// keyring, Raft and replication by TLS.
+func (c ClusterConfig) secured() bool { return c.KeyringFile != "" && c.TLS.CertFile != "" }
+
+// validateCluster checks the cluster section, and what a site rules out.
+func (c Config) validateCluster(add func(path, format string, args ...any)) {
+	cc := c.Cluster
+	c.validateStreamReplication(add)
+	if !cc.Enabled() {
+		if cc.Listen != "" || len(cc.Join) > 0 {
+			add("cluster.node_id", "must be set when cluster.listen or cluster.join is (it turns the cluster on)")
+		}
+		return
+	}
+	addrs := []struct{ path, addr string }{
+		{"cluster.listen", cc.Listen}, {"cluster.raft_listen", cc.raftListen()}, {"cluster.transport_listen", cc.transportListen()},
+	}
+	seen := map[string]string{}
+	for _, a := range addrs {
+		if msg := checkSiteAddr(a.addr); msg != "" {
+			add(a.path, "%s", msg)
+			continue
+		}
+		if _, port, _ := net.SplitHostPort(a.addr); port != "0" {
+			if other, dup := seen[a.addr]; dup {
+				add(a.path, "%s is also %s", a.addr, other)
+			}
+			seen[a.addr] = a.path
+		}
+	}
+	for i, j := range cc.Join {
+		if msg := checkHostPort(j); msg != "" {
+			add("cluster.join["+strconv.Itoa(i)+"]", "%s", msg)
+		}
+	}
+	switch {
+	case cc.Expect < 0:
+		add("cluster.expect", "must not be negative, got %d", cc.Expect)
+	case cc.Expect > 0 && !cc.Voter:
+		add("cluster.expect", "only a voter bootstraps the controller; set voter: true or expect: 0")
+	case cc.Expect > 0 && cc.Expect%2 == 0:
+		add("cluster.expect", "%d voters tolerate no more failures than %d; use 1, 3 or 5", cc.Expect, cc.Expect-1)
+	}
+	if cc.ReplicationFactor < 0 || cc.ReplicationFactor > 5 {
+		add("cluster.replication_factor", "must be 1 to 5, or 0 for the voters up to 3, got %d", cc.ReplicationFactor)
+	}
+	if cc.MinInsyncReplicas < 0 {
+		add("cluster.min_insync_replicas", "must not be negative, got %d", cc.MinInsyncReplicas)
+	} else if cc.ReplicationFactor > 0 && cc.MinInsyncReplicas > cc.ReplicationFactor {
+		add("cluster.min_insync_replicas", "%d is above replication_factor %d: every publish would be refused",
+			cc.MinInsyncReplicas, cc.ReplicationFactor)
+	}
+	if cc.ReplicaLagMax <= 0 {
+		add("cluster.replica_lag_max", "must be positive")
+	}
+	if cc.ProbeInterval <= 0 {
+		add("cluster.probe_interval", "must be positive")
+	}
+	if cc.ProbeTimeout <= 0 || cc.ProbeTimeout >= cc.ProbeInterval {
+		add("cluster.probe_timeout", "must be positive and shorter than probe_interval")
+	}
+	if cc.SuspicionMult < 1 {
+		add("cluster.suspicion_mult", "must be at least 1, got %d", cc.SuspicionMult)
+	}
+	if len(cc.Name) > 255 {
+		add("cluster.name", "at most 255 bytes")
+	}
+	t := cc.TLS
+	if (t.CAFile != "" || t.CertFile != "" || t.KeyFile != "") && (t.CAFile == "" || t.CertFile == "" || t.KeyFile == "") {
+		add("cluster.tls", "ca_file, cert_file and key_file go together")
+	}
+	if !cc.AllowPlaintext && !loopback(cc.Listen) && !cc.secured() {
+		add("cluster.listen", "%s is reachable from the network, and the site's traffic would be in the clear: "+
+			"set cluster.keyring_file and cluster.tls, or cluster.allow_plaintext: true", cc.Listen)
+	}
+	// Sinks and mirrors read this node's store as the only copy; in a site
+	// every replica would send the same records upstream.
+	if len(c.Sinks) > 0 {
+		add("sinks", "not supported in a cluster yet (every replica would send the same records)")
+	}
+	if c.hasMirrors() {
+		add("streams", "mirror streams are not supported in a cluster yet")
+	}
+}
+
+// validateStreamReplication checks the streams' cluster fields, which
+// mean nothing on a single node.
+func (c Config) validateStreamReplication(add func(path, format string, args ...any)) {
+	for i, s := range c.Streams {
+		p := "streams[" + strconv.Itoa(i) + "]."
+		set := s.ReplicationFactor != 0 || s.MinInsyncReplicas != 0 || s.UncleanLeaderElection
+		if !c.Cluster.Enabled() {
+			if set {
+				add(p+"replication_factor", "replication settings need a cluster (cluster.node_id)")
+			}
+			continue
+		}
+		if s.ReplicationFactor < 0 || s.ReplicationFactor > 5 {
+			add(p+"replication_factor", "must be 1 to 5, or 0 for cluster.replication_factor, got %d", s.ReplicationFactor)
+		}
+		rf := cmp.Or(s.ReplicationFactor, c.Cluster.ReplicationFactor)
+		switch minISR := cmp.Or(s.MinInsyncReplicas, c.Cluster.MinInsyncReplicas); {
+		case s.MinInsyncReplicas < 0:
+			add(p+"min_insync_replicas", "must not be negative, got %d", s.MinInsyncReplicas)
+		case rf > 0 && minISR > rf:
+			add(p+"min_insync_replicas", "%d is above the replication factor %d: every publish would be refused", minISR, rf)
+		}
+	}
+}
+
+// checkSiteAddr accepts host:port with a specific IP, which other nodes dial.
+func checkSiteAddr(addr string) string {
+	if msg := checkHostPort(addr); msg != "" {
+		return msg
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		return "needs the IP address other nodes reach this one at (not a host name or 0.0.0.0), got " + addr
+	}
+	return ""
+}
+
+// SiteConfig is the cluster configuration this Config describes (Store,
+// Logger and MQTTAddr are left for the caller).
+func (c Config) SiteConfig() cluster.SiteConfig {
+	cc := c.Cluster
+	nc := cluster.DefaultConfig()
+	nc.Site = cc.Name
+	nc.NodeID = cc.NodeID
+	nc.SerfAddr = cc.Listen
+	nc.RaftAddr = cc.raftListen()
+	nc.Join = append([]string(nil), cc.Join...)
+	nc.Voter = cc.Voter
+	nc.BootstrapExpect = cc.Expect
+	nc.SnapshotDir = filepath.Join(c.DataDir, "raft-snapshots")
+	nc.SerfSnapshot = filepath.Join(c.DataDir, "serf.snapshot")
+	nc.ProbeInterval = time.Duration(cc.ProbeInterval)
+	nc.ProbeTimeout = time.Duration(cc.ProbeTimeout)
+	nc.SuspicionMult = cc.SuspicionMult
+	nc.KeyringFile = cc.KeyringFile
+	if cc.TLS.CertFile != "" {
+		nc.TLS = &cluster.TLSConfig{CAFile: cc.TLS.CAFile, CertFile: cc.TLS.CertFile, KeyFile: cc.TLS.KeyFile,
+			VerifyNodeID: cc.TLS.VerifyNodeID}
+	}
+	sc := cluster.SiteConfig{
+		Node:              nc,
+		TransportListen:   cc.transportListen(),
+		ReplicationFactor: cc.ReplicationFactor,
+		MinInsyncReplicas: cc.MinInsyncReplicas,
+		LagMax:            time.Duration(cc.ReplicaLagMax),
+	}
+	for _, s := range c.Streams {
+		sc.Streams = append(sc.Streams, cluster.SiteStream{Name: s.Name, ReplicationFactor: s.ReplicationFactor,
+			MinInsyncReplicas: s.MinInsyncReplicas, UncleanElection: s.UncleanLeaderElection})
+	}
+	return sc
+}
