@@ -263,8 +263,8 @@
 // replicated to the ISR, answered once the ISR holds them.
 //
 //   - On the leader, WriteState writes its store and gives the write the
-//     next version (leader epoch, seq); the last stateLogMax (1024)
-//     writes are kept in memory as changes.
+//     next version (leader epoch, seq); its latest writes, up to
+//     stateLogMax (4096) keys, are kept in memory as changes.
 //   - On a follower, WriteState is forwarded to the leader (a
 //     StateWriteRequest) and answered with the leader's answer.
 //   - Every follower runs one more long poll per stream, a

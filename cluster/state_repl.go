@@ -17,9 +17,10 @@ import (
 
 // Consumer-state replication limits.
 const (
-	// stateLogMax is how many recent state writes a leader keeps to send
-	// a follower as changes; one further behind gets the whole state.
-	stateLogMax = 1024
+	// stateLogMax is how many entries (keys put or deleted) of its recent
+	// state writes a leader keeps to send a follower as changes; one
+	// further behind gets the whole state.
+	stateLogMax = 4096
 	// stateFetchWait is a follower's long poll for state changes.
 	stateFetchWait = 500 * time.Millisecond
 	stateRetry     = 200 * time.Millisecond
@@ -35,7 +36,9 @@ type replState struct {
 	epoch  uint32
 	seq    uint64
 	log    []stateChange // the last writes, seq order
-	acked  map[string]uint64
+	// logKeys counts the entries in log.
+	logKeys int
+	acked   map[string]uint64
 	// served is the seq each follower was last brought to; caught, that
 	// its last fetch acknowledged the seq it was served before (it keeps
 	// up: a rule that waited for the latest seq would never let a
@@ -59,7 +62,8 @@ func (r *replState) reset(ld *Leader) {
 	if r.leader == ld {
 		return
 	}
-	r.leader, r.seq, r.log, r.acked, r.served, r.caught = ld, 0, nil, nil, map[string]uint64{}, map[string]bool{}
+	r.leader, r.seq, r.log, r.logKeys, r.acked = ld, 0, nil, 0, nil
+	r.served, r.caught = map[string]uint64{}, map[string]bool{}
 	if ld != nil {
 		r.epoch = ld.epoch
 		ld.setJoinable(func(id string) bool { return r.holds(ld, id) })
@@ -106,8 +110,10 @@ func (s *stream) writeStateLeader(ctx context.Context, ld *Leader, puts map[stri
 		c.puts[k] = slices.Clone(v) // the caller may reuse its values
 	}
 	r.log = append(r.log, c)
-	if len(r.log) > stateLogMax {
-		r.log = slices.Delete(r.log, 0, len(r.log)-stateLogMax)
+	r.logKeys += len(c.puts) + len(c.dels)
+	for r.logKeys > stateLogMax && len(r.log) > 1 {
+		r.logKeys -= len(r.log[0].puts) + len(r.log[0].dels)
+		r.log = r.log[1:]
 	}
 	r.notifyLocked()
 	r.mu.Unlock()
@@ -130,6 +136,8 @@ func (s *stream) writeStateLeader(ctx context.Context, ld *Leader, puts map[stri
 		switch {
 		case s.leading() != ld:
 			return fmt.Errorf("cluster: write state of %s: leadership moved before the ISR held it: %w", s.name, mqtt.ErrLeaderUnavailable)
+		case !ld.InSync():
+			return fmt.Errorf("cluster: write state of %s: the ISR fell below min_insync_replicas: %w", s.name, mqtt.ErrNotEnoughReplicas)
 		case held:
 			return nil
 		}
