@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -18,7 +19,12 @@ const (
 	// fwdWindow bounds the appends one forwarder has sent and not had
 	// answered: enough to keep a LAN round trip and the leader's group
 	// commit busy, without waiting for one batch before sending the next.
-	fwdWindow = 256
+	// Each answer waits for the high watermark (a follower's fetch round
+	// trip), so the window, not the link, sets the rate: 256 gave 1.5-4k
+	// single-record appends/s through a follower of a three-node site in
+	// one process on loopback, 2048 10-32k (the leader's own producers,
+	// not bounded so: 50-200k). A burst of 5,000, on a busy 2-core machine.
+	fwdWindow = 2048
 	// fwdTimeout is how long an append in flight may go unanswered before
 	// the connection is given up: longer than replica_lag_max's default,
 	// after which a leader waiting on a dead follower answers.
@@ -162,6 +168,18 @@ func (f *forwarder) run() {
 	f.mu.Unlock()
 	f.wg.Add(1)
 	go f.read(conn)
+	// Frames are written through a buffer, flushed when the queue is
+	// empty or the window full: a burst of appends costs a few writes.
+	bw := bufio.NewWriterSize(conn, 64<<10)
+	flush := func() bool {
+		_ = conn.SetWriteDeadline(time.Now().Add(fwdTimeout))
+		if err := bw.Flush(); err != nil {
+			f.fail(fmt.Errorf("cluster: append to %s: send to leader %s: %v: %w", f.s.name, f.leader, err, mqtt.ErrLeaderUnavailable))
+			return false
+		}
+		signal(f.sent)
+		return true
+	}
 	var buf []byte
 	for {
 		select {
@@ -171,15 +189,22 @@ func (f *forwarder) run() {
 		}
 		for {
 			f.mu.Lock()
-			if f.mu.failed || len(f.mu.queue) == 0 {
-				f.mu.Unlock()
+			empty := f.mu.failed || len(f.mu.queue) == 0
+			f.mu.Unlock()
+			if empty {
 				break
 			}
-			f.mu.Unlock()
 			select { // a slot first: the reader frees one per answer
 			case f.window <- struct{}{}:
-			case <-f.stop:
-				return
+			default:
+				if !flush() {
+					return
+				}
+				select {
+				case f.window <- struct{}{}:
+				case <-f.stop:
+					return
+				}
 			}
 			f.mu.Lock()
 			if f.mu.failed || len(f.mu.queue) == 0 {
@@ -196,11 +221,13 @@ func (f *forwarder) run() {
 			req := wire.ProduceRequest{Stream: f.s.name, From: f.s.l.node.ID(), LeaderEpoch: f.epoch, Seq: r.seq, Records: r.body}
 			buf = req.AppendTo(buf[:0])
 			_ = conn.SetWriteDeadline(time.Now().Add(fwdTimeout))
-			if err := wire.WriteFrame(conn, wire.KindProduceRequest, buf); err != nil {
+			if err := wire.WriteFrame(bw, wire.KindProduceRequest, buf); err != nil {
 				f.fail(fmt.Errorf("cluster: append to %s: send to leader %s: %v: %w", f.s.name, f.leader, err, mqtt.ErrLeaderUnavailable))
 				return
 			}
-			signal(f.sent)
+		}
+		if !flush() {
+			return
 		}
 	}
 }
