@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bufio"
 	"errors"
 	"io"
 	"log/slog"
@@ -33,6 +34,7 @@ func (s *Server) produce(c net.Conn, first []byte) {
 	go func() { // the writer
 		defer close(wdone)
 		var out []byte
+		bw := bufio.NewWriterSize(c, 32<<10) // the answers ready at once go in one write
 		for {
 			mu.Lock()
 			var ready []*slot
@@ -43,11 +45,19 @@ func (s *Server) produce(c net.Conn, first []byte) {
 			mu.Unlock()
 			for _, sl := range ready {
 				out = sl.resp.AppendTo(out[:0])
-				if err := wire.WriteFrame(c, wire.KindProduceResponse, out); err != nil {
+				if err := wire.WriteFrame(bw, wire.KindProduceResponse, out); err != nil {
 					c.Close() // the reader ends too
 					return
 				}
-				<-free
+			}
+			if len(ready) > 0 {
+				if err := bw.Flush(); err != nil {
+					c.Close()
+					return
+				}
+				for range ready {
+					<-free
+				}
 			}
 			select {
 			case <-filled:
