@@ -393,10 +393,9 @@
 //   - Observers (a node without a replica of a stream fetching it for
 //     its subscribers and forwarding its producers); claims that survive
 //     a failover, and an Unclaim retried until the leader has it;
-//     sessions' properties and subscriptions
-//     (Log.State) replicated across the site; creating streams from the
-//     configuration (CreateStream through Submit works from any node)
-//     and a command that deletes a stream.
+//     sessions' properties and subscriptions (Log.State) replicated
+//     across the site; a stream's `acks: leader` setting passed to
+//     NewLogConfig's AcksLeader; a command that deletes a stream.
 //   - The edge wiring: a `cluster:` config section (ClusterAddr, LagMax,
 //     MinInsyncReplicas come from it), /api/v1/cluster,
 //     metrics, scripts/site.sh, the keyring and TLS settings, and the
