@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/peatmq/peat/logstore"
@@ -59,6 +60,8 @@ type Site struct {
 	Server     *Server
 	Replicator *Replicator
 	Log        *Log
+
+	controllerChanges atomic.Uint64 // watchControllers
 
 	cfg  SiteConfig
 	log  *slog.Logger
@@ -111,6 +114,7 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 		Log: NewLog(node, cfg.Store, rep, log.With(slog.String("component", "cluster-log"))),
 		cfg: cfg, log: log, stop: make(chan struct{}),
 	}
+	s.watchControllers()
 	s.wg.Add(2)
 	go s.createStreams()
 	go s.rejoin()

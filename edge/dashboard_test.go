@@ -107,16 +107,17 @@ func TestDashboard_EverySeriesExists(t *testing.T) {
 	}
 	commitOffset(t, n, "billing", "default", 2)
 
-	_, _, body := get(t, "GET", "http://"+n.HTTPAddr().String()+"/metrics")
 	exported := map[string]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		exported[line[:strings.IndexAny(line, "{ ")]] = true
-	}
+	scrapeNames(t, n, exported)
+	// The cluster's series exist on a site node only (sinks do not run
+	// in a site yet): a site of one, once its stream has a leader.
+	site := startNode(t, siteConfig(t, "n1", 1))
+	waitFor(t, "the site's default stream led", func() bool {
+		ok, _ := site.site.Load().CaughtUp()
+		st, _ := site.site.Load().Node.State()
+		return ok && st.Streams["default"] != nil && st.Streams["default"].Leader != ""
+	})
+	scrapeNames(t, site, exported)
 	checked := 0
 	for q, where := range queries {
 		for _, name := range seriesName.FindAllString(q, -1) {
@@ -128,6 +129,20 @@ func TestDashboard_EverySeriesExists(t *testing.T) {
 	}
 	if checked < 15 {
 		t.Errorf("only %d series names found in the dashboard's queries", checked)
+	}
+}
+
+// scrapeNames adds the series names n's /metrics exports to names.
+func scrapeNames(t *testing.T, n *Node, names map[string]bool) {
+	t.Helper()
+	_, _, body := get(t, "GET", "http://"+n.HTTPAddr().String()+"/metrics")
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		names[line[:strings.IndexAny(line, "{ ")]] = true
 	}
 }
 

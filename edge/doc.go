@@ -27,7 +27,9 @@
 // # HTTP
 //
 //	GET /healthz         200 "ok" while the node serves, 503 otherwise
-//	GET /readyz          same as /healthz on a single node
+//	GET /readyz          /healthz, and 503 with the reason while publishes
+//	                     are refused for disk space or, in a site, while
+//	                     the node has not caught up (cluster.Site.CaughtUp)
 //	GET /metrics         Prometheus text format: Go and process collectors,
 //	                     logstore metrics (with per-stream offset gauges)
 //	                     and MQTT metrics
@@ -36,6 +38,9 @@
 //	GET /api/v1/streams/{name}  one stream, 404 when there is none
 //	GET /api/v1/status   the node at a glance (package status documents it)
 //	GET /api/v1/groups   the consumer groups of the status document
+//	GET /api/v1/cluster  a site node's view of its site (cluster.SiteStatus),
+//	                     also the "cluster" block of /api/v1/status; 404
+//	                     outside a site (http_cluster.go)
 //	GET /api/v1/sinks    upstream sinks: state, position and lag per stream
 //	                     (sink.Status); /api/v1/sinks/{name} one of them
 //	POST /api/v1/sinks/{name}/pause, .../resume  until the node restarts
@@ -47,7 +52,10 @@
 // (statusdoc.go). /metrics adds, at scrape time, peat_build_info and per
 // group and stream peat_group_lag_records and
 // peat_group_consumer_connected (metrics.go); per-client and per-session
-// series are left out on purpose: there may be thousands.
+// series are left out on purpose: there may be thousands. A site node
+// also registers cluster.Collector (peat_cluster_*, peat_stream_isr_size,
+// peat_replica_lag_records, ...), which reads the site's status at scrape
+// time.
 //
 // Sinks (sinks.go, config_sinks.go; package sink) start after the broker,
 // with their positions kept as its consumer groups "$sink.<name>"

@@ -40,6 +40,7 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/streams/{name}", n.handleStream)
 	mux.HandleFunc("GET /api/v1/status", n.handleStatus)
 	mux.HandleFunc("GET /api/v1/groups", n.handleGroups)
+	mux.HandleFunc("GET /api/v1/cluster", n.handleCluster)
 	page := status.Handler(n.Status)
 	mux.Handle("GET /{$}", page)
 	mux.Handle("GET /assets/", page)
@@ -58,8 +59,9 @@ func (n *Node) handleHealth(w http.ResponseWriter, _ *http.Request) {
 }
 
 // handleReady is /healthz, and 503 while publishes are refused for lack
-// of disk space, with the reason: a load balancer or an operator's probe
-// sees a node that takes connections but stores nothing.
+// of disk space, or while a site node has not caught up (http_cluster.go),
+// with the reason: a load balancer or an operator's probe sees a node that
+// takes connections but stores nothing.
 func (n *Node) handleReady(w http.ResponseWriter, r *http.Request) {
 	store := n.store.Load()
 	if !n.serving.Load() || store == nil {
@@ -75,6 +77,12 @@ func (n *Node) handleReady(w http.ResponseWriter, r *http.Request) {
 		} else {
 			_, _ = fmt.Fprintf(w, "refusing publishes: the last write to %s found the disk full\n", sp.Dir)
 		}
+		return
+	}
+	if why := n.notCaughtUp(); why != "" {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(why + "\n"))
 		return
 	}
 	n.handleHealth(w, r)

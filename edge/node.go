@@ -114,7 +114,7 @@ func New(cfg Config, logger *slog.Logger) (*Node, error) {
 		history:      status.NewRing(historySamples),
 		httpDenied:   newHTTPDenied(reg),
 	}
-	reg.MustRegister(nodeCollector{n})
+	reg.MustRegister(nodeCollector{n}, cluster.NewCollector(n.site.Load))
 	n.mu.prevMemLimit = -1
 	return n, nil
 }

@@ -122,6 +122,8 @@ func (n *Node) Status() (*status.Status, error) {
 		ReserveBytes: sp.Reserve, Refusing: sp.Refusing}
 	st.Sinks = n.sinkSummaries()
 	st.Alarms = append(n.alarms(sp), sinkAlarms(st.Sinks)...)
+	st.Cluster = n.clusterStatus()
+	st.Alarms = append(st.Alarms, clusterAlarms(st.Cluster)...)
 	return st, nil
 }
 

@@ -54,6 +54,7 @@ Usage:
   peat status [flags]  a running node at a glance (exit 1 while an alarm is active)
   peat streams [flags] a running node's streams
   peat groups [flags]  a running node's consumer groups and their lag
+  peat cluster [flags] a site node's view of its site: members, controller, each stream's ISR and replica lag
   peat check [flags]   check a running node for Nagios, Icinga or cron (exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN)
   peat passwd [-D] FILE USER
                        add a user to a users file (auth.users_file), change its password, or delete it
@@ -98,6 +99,8 @@ func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string
 		return streamsCmd(args[1:], stdout, stderr, lookupEnv)
 	case "groups":
 		return groupsCmd(args[1:], stdout, stderr, lookupEnv)
+	case "cluster":
+		return clusterCmd(args[1:], stdout, stderr, lookupEnv)
 	case "check":
 		return checkCmd(args[1:], stdout, stderr, lookupEnv)
 	case "passwd":
@@ -127,6 +130,7 @@ func help(args []string, stdout, stderr io.Writer) int {
 		"status":  newOpsFlags("status", statusUsage, &so, stdout, os.LookupEnv),
 		"streams": newOpsFlags("streams", streamsUsage, &so, stdout, os.LookupEnv),
 		"groups":  newOpsFlags("groups", groupsUsage, &so, stdout, os.LookupEnv),
+		"cluster": newOpsFlags("cluster", clusterUsage, &so, stdout, os.LookupEnv),
 		"check":   newCheckFlags(&co, stdout, os.LookupEnv),
 	}
 	if len(args) == 0 {
@@ -135,7 +139,7 @@ func help(args []string, stdout, stderr io.Writer) int {
 		printFlags(stdout, serveFS)
 		fmt.Fprint(stdout, "\nFlags of peat replay:\n")
 		printFlags(stdout, replayFS)
-		fmt.Fprint(stdout, "\nFlags of peat status, streams and groups:\n")
+		fmt.Fprint(stdout, "\nFlags of peat status, streams, groups and cluster:\n")
 		printFlags(stdout, opsFS["status"])
 		fmt.Fprint(stdout, "\nFlags of peat check (also --http and --timeout):\n")
 		printFlags(stdout, opsFS["check"])
@@ -150,7 +154,7 @@ func help(args []string, stdout, stderr io.Writer) int {
 		serveFS.Usage()
 	case "replay":
 		replayFS.Usage()
-	case "status", "streams", "groups", "check":
+	case "status", "streams", "groups", "cluster", "check":
 		opsFS[args[0]].Usage()
 	case "passwd":
 		passwdHelp(stdout)

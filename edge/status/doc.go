@@ -20,8 +20,10 @@
 //
 // New parts are added beside these, never by changing them: sinks (state,
 // lag, last success, last error) are the top-level "sinks" field, a
-// stalled one the alarm sink_stalled; the cluster (members, controller,
-// leaders, ISR) will be a "cluster" field and stream_under_replicated.
+// stalled one the alarm sink_stalled; a site node's view of its site
+// (cluster.SiteStatus: members, controller, leaders, ISR, replica lag) is
+// the "cluster" field, with the alarms stream_under_replicated (warning),
+// stream_offline (critical) and not_caught_up (warning).
 // The page, `peat status` and `peat check` show every alarm by severity.
 //
 // # The page

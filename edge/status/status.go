@@ -1,6 +1,10 @@
 package status
 
-import "time"
+import (
+	"time"
+
+	"github.com/peatmq/peat/cluster"
+)
 
 // Status is the document GET /api/v1/status serves and the status page
 // shows: one node at a glance. New parts (sinks, cluster) are added as new
@@ -18,6 +22,9 @@ type Status struct {
 	Disk      Disk       `json:"disk"`
 	Alarms    []Alarm    `json:"alarms"`
 	History   History    `json:"history"`
+	// Cluster is the node's view of its site (GET /api/v1/cluster);
+	// omitted outside one.
+	Cluster *cluster.SiteStatus `json:"cluster,omitempty"`
 }
 
 // Node says which node answered and for how long it has run.
@@ -133,12 +140,15 @@ type Alarm struct {
 	Message  string `json:"message"`  // what is wrong and what to do
 }
 
-// Alarm IDs. The cluster will add its own (stream_under_replicated).
+// Alarm IDs.
 const (
-	AlarmSinkStalled    = "sink_stalled"    // a sink has records to send and nothing acknowledged for its stall_after
-	AlarmDiskReserve    = "disk_reserve"    // free space below the reserve: publishes refused
-	AlarmDiskLow        = "disk_low"        // free space below twice the reserve
-	AlarmCorruptRecords = "corrupt_records" // stored records failed their checksum since start
+	AlarmUnderReplicated = "stream_under_replicated" // a site stream's ISR is smaller than its replicas
+	AlarmStreamOffline   = "stream_offline"          // a site stream has no leader: its publishes are refused
+	AlarmNotCaughtUp     = "not_caught_up"           // this site node is outside an ISR, or knows no controller (/readyz 503)
+	AlarmSinkStalled     = "sink_stalled"            // a sink has records to send and nothing acknowledged for its stall_after
+	AlarmDiskReserve     = "disk_reserve"            // free space below the reserve: publishes refused
+	AlarmDiskLow         = "disk_low"                // free space below twice the reserve
+	AlarmCorruptRecords  = "corrupt_records"         // stored records failed their checksum since start
 )
 
 // Severities: critical means data is refused or lost now; warning means it

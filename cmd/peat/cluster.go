@@ -1,0 +1,151 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/peatmq/peat/cluster"
+)
+
+const clusterUsage = `Usage: peat cluster [flags]
+
+Prints a site node's view of its site (GET /api/v1/cluster): the node and
+whether it has caught up (its /readyz), the controller and the voters,
+the members with their state and tags, each stream's leader, replicas,
+ISR and this node's high watermark and log end, and, for the streams
+this node leads, each replica's lag in records.
+
+Exit status: 0 while the node has caught up and every stream has a full
+ISR, 1 otherwise (not caught up, a stream under-replicated or without a
+leader), 2 for bad flags, 3 when the node cannot be asked or is not in a
+cluster.
+
+Flags:
+`
+
+// exitSiteUnwell is what `peat cluster` exits with while the node has not
+// caught up or a stream is under-replicated or offline.
+const exitSiteUnwell = 1
+
+func clusterCmd(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	var o opsOptions
+	fs := newOpsFlags("cluster", clusterUsage, &o, stdout, lookupEnv)
+	if code := parseOps(fs, &o, args, stderr); code >= 0 {
+		return code
+	}
+	var st cluster.SiteStatus
+	if err := getJSON(o, "/api/v1/cluster", &st); err != nil {
+		fmt.Fprintf(stderr, "peat cluster: %v\n", err)
+		return exitUnknown
+	}
+	if o.output == "json" {
+		writeJSONOut(stdout, st)
+	} else {
+		printCluster(stdout, &st)
+	}
+	if !siteWell(&st) {
+		return exitSiteUnwell
+	}
+	return exitOK
+}
+
+// siteWell: the node has caught up and every stream has a leader and a
+// full ISR.
+func siteWell(st *cluster.SiteStatus) bool {
+	if !st.Ready {
+		return false
+	}
+	for _, s := range st.Streams {
+		if s.UnderReplicated || s.Leader == "" {
+			return false
+		}
+	}
+	return true
+}
+
+func printCluster(w io.Writer, st *cluster.SiteStatus) {
+	role := "broker"
+	if st.Voter {
+		role = "voter"
+	}
+	ready := "caught up"
+	if !st.Ready {
+		ready = "NOT CAUGHT UP: " + st.NotReady
+	}
+	fmt.Fprintf(w, "node        %s  site %s  %s  broker epoch %d  %s\n", st.NodeID, orDash(st.Site), role, st.BrokerEpoch, ready)
+	ctl := orDash(st.Controller)
+	if st.IsController {
+		ctl += " (this node)"
+	}
+	fmt.Fprintf(w, "controller  %s  voters %s  non-voters %s  (%d controller changes seen)\n", ctl,
+		orDash(strings.Join(st.Voters, " ")), orDash(strings.Join(st.NonVoters, " ")), st.ControllerChanges)
+	alive := 0
+	for _, m := range st.Members {
+		if m.State == "alive" {
+			alive++
+		}
+	}
+	fmt.Fprintf(w, "members     %d (%d alive)\n", len(st.Members), alive)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "  MEMBER\tSTATE\tROLE\tMQTT\tCLUSTER\tVERSION\tBROKER EPOCH\n")
+	for _, m := range st.Members {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%d\n", m.ID, m.State, m.Role, orDash(m.MQTTAddr),
+			orDash(m.ClusterAddr), orDash(m.Version), m.BrokerEpoch)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "streams     %d\n", len(st.Streams))
+	if len(st.Streams) > 0 {
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "  STREAM\tLEADER\tEPOCH\tREPLICAS\tISR\tHW\tLOG END\tSTATE\n")
+		for _, s := range st.Streams {
+			state := "ok"
+			switch {
+			case s.Leader == "":
+				state = "OFFLINE"
+			case s.UnderReplicated:
+				state = "UNDER-REPLICATED"
+			}
+			hw, end := "-", "-"
+			if s.LocalReplica {
+				hw, end = strconv.FormatUint(s.HighWatermark, 10), strconv.FormatUint(s.LogEnd, 10)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Name, orDash(s.Leader), s.LeaderEpoch,
+				strings.Join(s.Replicas, ","), strings.Join(s.ISR, ","), hw, end, state)
+		}
+		_ = tw.Flush()
+	}
+	var lag [][]string
+	for _, s := range st.Streams {
+		for _, r := range s.ReplicaLag {
+			end := "-"
+			if r.Fetched {
+				end = strconv.FormatUint(r.LogEnd, 10)
+			}
+			inISR := "no"
+			if r.InISR {
+				inISR = "yes"
+			}
+			lag = append(lag, []string{s.Name, r.ID, end, strconv.FormatUint(r.LagRecords, 10), inISR})
+		}
+	}
+	if len(lag) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "replicas    of the streams this node leads")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "  STREAM\tREPLICA\tLOG END\tLAG\tIN ISR\n")
+	for _, l := range lag {
+		fmt.Fprintf(tw, "  %s\n", strings.Join(l, "\t"))
+	}
+	_ = tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/peatmq/peat/cluster"
+)
+
+// `peat cluster` reads a site node's view of its site, as text or JSON,
+// and exits 3 against a node outside a cluster.
+func TestClusterCommand_AgainstASiteNode(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "peat.yaml")
+	yaml := "cluster:\n  name: test-site\n  node_id: n1\n  listen: 127.0.0.1:0\n  expect: 1\n"
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startPeat(t, filepath.Join(dir, "data"), "--config", cfg)
+
+	var st cluster.SiteStatus
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, out, stderr := runPeat(t, nil, "cluster", "-o", "json", "--http", p.httpAddr)
+		st = cluster.SiteStatus{}
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("peat cluster -o json printed no JSON (exit %d): %v\n%s%s", code, err, out, stderr)
+		}
+		if code == exitOK {
+			break
+		}
+		if code != exitSiteUnwell || time.Now().After(deadline) {
+			t.Fatalf("peat cluster -o json: exit %d, want 0 once the site has its stream\n%s%s", code, out, stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st.NodeID != "n1" || st.Controller != "n1" || !st.IsController || !st.Ready ||
+		len(st.Members) != 1 || st.Members[0].State != "alive" || len(st.Streams) != 1 || st.Streams[0].Leader != "n1" {
+		t.Fatalf("peat cluster -o json: %+v", st)
+	}
+
+	code, out, stderr := runPeat(t, nil, "cluster", "--http", p.httpAddr)
+	if code != exitOK {
+		t.Fatalf("peat cluster: exit %d\n%s%s", code, out, stderr)
+	}
+	for _, want := range []string{"node        n1  site test-site  voter", "caught up", "controller  n1 (this node)",
+		"members     1 (1 alive)", "n1      alive", "default  n1", "replicas    of the streams this node leads"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("peat cluster lacks %q:\n%s", want, out)
+		}
+	}
+
+	single := startPeat(t, t.TempDir())
+	code, _, stderr = runPeat(t, nil, "cluster", "--http", single.httpAddr)
+	if code != exitUnknown || !strings.Contains(stderr, "not in a cluster") {
+		t.Errorf("peat cluster against a single node: exit %d, stderr %q; want 3 saying it is not in a cluster", code, stderr)
+	}
+}

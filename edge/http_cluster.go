@@ -1,0 +1,76 @@
+package edge
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/peatmq/peat/cluster"
+	"github.com/peatmq/peat/edge/status"
+)
+
+// handleCluster is GET /api/v1/cluster: this node's view of its site
+// (cluster.SiteStatus). Outside a site there is nothing to show: 404,
+// saying so.
+func (n *Node) handleCluster(w http.ResponseWriter, _ *http.Request) {
+	site := n.site.Load()
+	if site == nil {
+		writeError(w, http.StatusNotFound, "this node is not in a cluster (no cluster: section in its configuration)")
+		return
+	}
+	writeJSON(w, http.StatusOK, site.Status())
+}
+
+// clusterStatus is the cluster block of /api/v1/status, nil outside a
+// site.
+func (n *Node) clusterStatus() *cluster.SiteStatus {
+	site := n.site.Load()
+	if site == nil {
+		return nil
+	}
+	st := site.Status()
+	return &st
+}
+
+// notCaughtUp is why /readyz fails in a site ("" when the node serves its
+// part): a node that is a replica outside an ISR, or that knows no
+// controller, takes connections but does not yet hold what the site
+// committed.
+func (n *Node) notCaughtUp() string {
+	site := n.site.Load()
+	if site == nil {
+		return ""
+	}
+	if ok, why := site.CaughtUp(); !ok {
+		return "not caught up with the site: " + why
+	}
+	return ""
+}
+
+// clusterAlarms are the site's conditions an operator must act on: a
+// stream without a leader refuses publishes (critical); one with a short
+// ISR is a failure away from it, and a node not caught up serves less
+// than the site committed (warnings).
+func clusterAlarms(cs *cluster.SiteStatus) []status.Alarm {
+	if cs == nil {
+		return nil
+	}
+	var out []status.Alarm
+	if !cs.Ready {
+		out = append(out, status.Alarm{ID: status.AlarmNotCaughtUp, Severity: status.SeverityWarning,
+			Message: fmt.Sprintf("this node has not caught up with the site (/readyz 503): %s", cs.NotReady)})
+	}
+	for _, s := range cs.Streams {
+		switch {
+		case s.Leader == "":
+			out = append(out, status.Alarm{ID: status.AlarmStreamOffline, Severity: status.SeverityCritical,
+				Message: fmt.Sprintf("stream %s has no leader: its publishes are refused until a member of its ISR (%s) is back",
+					s.Name, strings.Join(s.ISR, ", "))})
+		case s.UnderReplicated:
+			out = append(out, status.Alarm{ID: status.AlarmUnderReplicated, Severity: status.SeverityWarning,
+				Message: fmt.Sprintf("stream %s is under-replicated: ISR %s of replicas %s",
+					s.Name, strings.Join(s.ISR, ", "), strings.Join(s.Replicas, ", "))})
+		}
+	}
+	return out
+}
