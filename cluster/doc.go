@@ -3,7 +3,8 @@
 // commands submitted to the controller from any node, the replica fetch
 // between a stream's leader and a follower, and the Replicator that runs
 // them from the controller's state and keeps the ISR, and the Log that
-// serves all of it to the MQTT front-end as an mqtt.Log. It is a tested
+// serves all of it to the MQTT front-end as an mqtt.Log, forwarding a
+// follower's appends, state writes and claims to the leader. It is a tested
 // package that nothing wires in yet: Peat still runs as a single node (see
 // "What is left").
 //
@@ -195,45 +196,136 @@
 // come from the store's stream configuration: the state names replicas,
 // not topics.
 //
-// The produce path is acks=all. An append is taken only where the
-// Replicator runs the stream's Leader (Replicator.Leading), and only while
-// the ISR has min_insync_replicas members, else it is refused with
-// mqtt.ErrNotEnoughReplicas (MQTT reason 0x97); on any other node it is
-// refused with mqtt.ErrLeaderUnavailable (0x80, "stream leader
-// unavailable"): produce forwarding is not done yet. A taken append is
-// written locally (the store runs with ManualCommit, so that only means
-// written), and its done is called, in call order, by the stream's
-// goroutine once the high watermark has passed it, that is once the ISR
-// holds it. If leadership moves first it is refused with
-// ErrLeaderUnavailable, if the ISR falls below the minimum with
+// # The produce path (log_stream.go, forward.go, forward_server.go)
+//
+// A producer may use any node that holds a replica of the stream. On the
+// stream's leader (where the Replicator runs its Leader) an append is
+// taken only while the ISR has min_insync_replicas members, else refused
+// with mqtt.ErrNotEnoughReplicas (MQTT reason 0x97); it is written
+// locally (the store runs with ManualCommit, so that only means written),
+// and its done is called, in call order, by the stream's goroutine once
+// the high watermark has passed it, that is once the ISR holds it. If
+// leadership moves first it is refused with ErrLeaderUnavailable (0x80,
+// "stream leader unavailable"), if the ISR falls below the minimum with
 // ErrNotEnoughReplicas; the records may still commit under the next
 // leader, so a producer's retry can duplicate them (at least once). A
-// Leader admits appends until Close begins and Close waits until those are
-// written: no record of an ended leadership lands after the Fetcher that
-// follows it truncated the log.
+// Leader admits appends until Close begins and Close waits until those
+// are written: no record of an ended leadership lands after the Fetcher
+// that follows it truncated the log.
+//
+// On a follower, AppendAsync forwards: the records (forward_codec.go: the
+// producer's fields; a zero timestamp is stamped here, with this node's
+// clock) go to the leader the state names, at its Serf-advertised
+// cluster address, dialled with the Node's dialer (cluster TLS applies),
+// as ProduceRequest frames on one connection per stream and leader epoch.
+// The connection is a pipeline: a writer sends each append as soon as it
+// is made while at most fwdWindow (256) are unanswered, the leader's
+// Server reads them without waiting, hands each to its stream's local
+// append in arrival order (so call order on this node is append order on
+// the leader), and writes the answers in the same order, each naming its
+// sequence number. The leader answers as it would answer its own
+// producer; the follower calls done with the leader's first offset once
+// its own watermark has passed the records too (so a reader on this node
+// sees what was acknowledged here; after fwdLocalWait, 10 s, a replica
+// that stopped fetching answers anyway). Refusals come back typed:
+// NotEnoughReplicas as mqtt.ErrNotEnoughReplicas, RecordTooLarge and
+// NoSpace as logstore's ErrRecordTooLarge and ErrNoSpace (so MQTT gives
+// the reason codes a single node gives), NotLeader and stale epochs as
+// ErrLeaderUnavailable. When the connection fails, an answer is missing
+// for fwdTimeout (30 s), or the state names another leader or epoch,
+// every append unanswered is refused with ErrLeaderUnavailable: the old
+// leader may still commit some (at least once), but done(nil) is only
+// ever called on the leader's word that the records are committed, so an
+// acknowledged record is in the ISR and survives on whichever replica
+// the controller elects. A node holding no replica of the stream does not
+// show it (observers are not done).
+//
+// # acks=leader
+//
+// LogConfig.AcksLeader names the streams that are acks=leader: their
+// leader answers an append, its own or forwarded, once written locally
+// (not waiting for the ISR), min_insync_replicas does not refuse it, and
+// a forwarding follower answers on the leader's word without waiting for
+// its own watermark. Such an answer is given before the records are
+// committed: a leader that dies can lose them, and Committed may still be
+// below them when done runs. Consumer-state writes of such a stream are
+// answered once the leader wrote them, too.
 //
 // Reads, Committed and Changed serve the committed records of this node's
 // replica, on every replica; Changed is forwarded from the store's (the
 // forwarder takes the store's next channel before it tells, so no
 // advance is missed).
 //
-// Consumer state (group offsets, session cursors: Stream.WriteState) is
-// the simplest design that keeps the contract while it is not replicated:
-// it is written on the stream's leader only (any other node refuses with
-// ErrLeaderUnavailable) and kept in that node's store. StateMoved fires
-// when this node becomes the stream's leader, so mqtt reloads what this
-// node holds, which is the state of the last time it led, or none: a
-// failover loses the positions written since (consumers re-read from
-// older positions, at least once). Claims are decided by the leader,
-// in memory, and dropped when leadership moves. Log.State (durable
-// sessions) is this node's store's.
+// # Consumer state (state_repl.go)
+//
+// Group offsets and session positions (Stream.WriteState) are the
+// stream's, and follow Kafka's __consumer_offsets: written by the leader,
+// replicated to the ISR, answered once the ISR holds them.
+//
+//   - On the leader, WriteState writes its store and gives the write the
+//     next version (leader epoch, seq); its latest writes, up to
+//     stateLogMax (4096) keys, are kept in memory as changes.
+//   - On a follower, WriteState is forwarded to the leader (a
+//     StateWriteRequest) and answered with the leader's answer.
+//   - Every follower runs one more long poll per stream, a
+//     StateFetchRequest naming the version it holds: the leader counts it
+//     as that follower's acknowledgement, and answers with the changes
+//     since (merged), with its whole state (Reset) when the version is of
+//     another leader epoch or older than the kept changes, or, when there
+//     is nothing new, after up to 500 ms. The follower writes the answer
+//     into its store (a Reset also deletes the keys the leader lacks) and
+//     asks again.
+//   - The leader answers a write once every other ISR member has
+//     acknowledged its seq (about one round trip), or refuses it:
+//     ErrNotEnoughReplicas below min_insync_replicas or when the ISR has
+//     not acknowledged it within 15 s, ErrLeaderUnavailable if leadership
+//     moves meanwhile. mqtt's state writer retries failed writes.
+//
+// A new leader comes from the ISR, so it holds every state write that was
+// answered, and a group offset never points past its log: consumers are
+// given committed records only, which every ISR member holds. StateMoved
+// fires when this node becomes the leader, and mqtt loads the state again
+// (it does not fire on followers as they apply the leader's changes:
+// their consumers write through the leader and keep their own positions).
+// A replica outside the ISR is taken back (Leader.Joiners) only once it
+// has acknowledged the leader's latest state version as well as caught
+// up with its records, so whoever the controller can elect holds every
+// answered write. What a failover can lose: writes not yet answered
+// (consumers then re-read from the previous position: at least once),
+// and with acks=leader what the dead leader had answered. A follower
+// restarting, or meeting a new leader, gets the
+// whole state again; a Reset larger than logstore.MaxStateWrite entries
+// is written in several steps, so a crash part way leaves a mix of the
+// old and the new state on that follower until its next fetch.
+//
+// Log.State (sessions' properties and subscriptions) is this node's
+// store's, not replicated.
+//
+// # Claims
+//
+// A group's single consumer is decided by the stream's leader for every
+// node: a follower's Claim and Unclaim are forwarded (ClaimRequest; a
+// leader that cannot be reached grants nothing). A claim names the
+// client, its node and that node's broker epoch; the leader treats a
+// claim as free once the controller's state has that node failed or in
+// another broker epoch (restarted), so a consumer on a dead node does
+// not hold its group forever, and no lease has to be renewed. Claims live
+// in the leader's memory: a new leader starts with none, and consumers
+// connected elsewhere keep consuming until they reconnect, so right after
+// a failover a second consumer of the same group can be granted the
+// group alongside the first (both then commit; the larger offset does
+// not win, the last write does). An Unclaim that cannot reach the leader
+// is lost: the claim then lasts until its node fails or restarts or the
+// leadership moves, though the same client id can always take it back.
 //
 // TestLog_Contract runs mqtt's contract suite against the Log of a
 // one-node site; all of it passes (streams are added through the
 // controller and the store, removed through the store: the controller has
 // no command that deletes a stream). TestLog_ThreeNodes and
 // TestLog_MinInsyncReplicas check the produce and read paths on three
-// nodes.
+// nodes; TestLog_ForwardAppend, TestLog_ForwardLeaderKilled,
+// TestLog_AcksLeader, TestLog_StateFailover and TestLog_ClaimAcrossNodes
+// the forwarding, acks=leader, state and claims.
 //
 // # A node of a site (site.go)
 //
@@ -330,13 +422,12 @@
 //
 // # What is left
 //
-//   - Produce forwarding (a node that does not lead a stream passes the
-//     append to its leader); acks=leader; group offsets and session
-//     cursors replicated with their stream (the leader's WriteState
-//     replicated to the ISR, applied on followers with StateMoved);
-//     observers (a node without a replica fetching for its subscribers);
-//     creating streams from the configuration (CreateStream through
-//     Submit works from any node) and a command that deletes a stream.
+//   - Observers (a node without a replica of a stream fetching it for
+//     its subscribers and forwarding its producers); claims that survive
+//     a failover, and an Unclaim retried until the leader has it;
+//     sessions' properties and subscriptions (Log.State) replicated
+//     across the site; a stream's `acks: leader` setting passed to
+//     NewLogConfig's AcksLeader; a command that deletes a stream.
 //   - The edge wiring: a `cluster:` config section (ClusterAddr, LagMax,
 //     MinInsyncReplicas come from it), scripts/site.sh, the keyring and TLS settings, and the
 //     fault tests with real processes.

@@ -14,10 +14,12 @@ import (
 // Log is the site's log as the MQTT front-end of one node sees it: the
 // streams the controller's state holds with this node among their
 // replicas, on this node's store (opened with ManualCommit) and run by
-// its Replicator. An append is taken only on the stream's leader and
-// answered once the high watermark has passed it (acks=all); reads serve
-// committed records on every replica. Consumer state stays on this node
-// (see doc.go, "What is left").
+// its Replicator. An append is taken on the stream's leader, from a
+// producer there or forwarded by another replica, and answered once the
+// high watermark has passed it (acks=all) or once written (acks=leader);
+// reads serve committed records on every replica. Consumer state is
+// written through the leader and replicated to the ISR (doc.go, "The
+// Log").
 //
 // One goroutine, started by NewLog and stopped by Close, follows the
 // state and the store's streams; each visible stream has one more that
@@ -27,6 +29,7 @@ type Log struct {
 	store *logstore.Store
 	rep   *Replicator
 	log   *slog.Logger
+	cfg   LogConfig
 
 	view atomic.Pointer[logView] // what Route, Streams and Stream answer
 	stop chan struct{}
@@ -48,20 +51,46 @@ type logView struct {
 
 var _ mqtt.Log = (*Log)(nil)
 
-// NewLog serves store's streams as the controller's state and rep (this
-// node's Replicator, over the same store) have them. Close it before rep
-// and the store.
+// LogConfig is what a Log takes besides the node's parts.
+type LogConfig struct {
+	Log *slog.Logger // nil: discard
+	// AcksLeader, when set and true for a stream, makes the stream
+	// acks=leader: its leader answers an append (a forwarded one too)
+	// and a consumer-state write once written locally, without waiting
+	// for the ISR, and min_insync_replicas does not refuse them. A
+	// leader's death can then lose what it answered. nil: every stream
+	// is acks=all.
+	AcksLeader func(stream string) bool
+}
+
+// NewLog is NewLogConfig with a logger alone: every stream acks=all.
 func NewLog(node *Node, store *logstore.Store, rep *Replicator, log *slog.Logger) *Log {
+	return NewLogConfig(node, store, rep, LogConfig{Log: log})
+}
+
+// NewLogConfig serves store's streams as the controller's state and rep
+// (this node's Replicator, over the same store) have them, and answers
+// the other replicas' forwarded appends, state writes, state fetches and
+// claims through rep's Server. Close it before rep and the store.
+func NewLogConfig(node *Node, store *logstore.Store, rep *Replicator, cfg LogConfig) *Log {
+	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	l := &Log{node: node, store: store, rep: rep, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Log{node: node, store: store, rep: rep, log: log, cfg: cfg, stop: make(chan struct{}), done: make(chan struct{})}
 	l.mu.watchers = map[*watcher]struct{}{}
 	l.view.Store(&logView{byName: map[string]*stream{}, router: mustRouter(nil)})
 	st, _ := node.State()
 	l.refresh(st) // the streams known now are there when NewLog returns
+	if rep.cfg.Server != nil {
+		rep.cfg.Server.serveLog(l)
+	}
 	go l.run()
 	return l
+}
+
+func (l *Log) acksLeader(stream string) bool {
+	return l.cfg.AcksLeader != nil && l.cfg.AcksLeader(stream)
 }
 
 func mustRouter(filters [][]string) *logstore.Router {
@@ -240,6 +269,9 @@ func (l *Log) Close() error {
 	ws := l.mu.watchers
 	l.mu.watchers = nil
 	l.mu.Unlock()
+	if l.rep.cfg.Server != nil {
+		l.rep.cfg.Server.serveLog(nil)
+	}
 	close(l.stop)
 	<-l.done
 	for _, s := range l.view.Load().streams {

@@ -1,21 +1,28 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/peatmq/peat/cluster/wire"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
 
 // stream is one visible stream of a Log: this node's replica, appended to
-// only while this node's Replicator leads it.
+// locally while this node's Replicator leads it, else through the leader
+// (forward.go).
 //
 // Its goroutine answers appends in call order (each once the high
-// watermark passed it, or refused), forwards the replica's Changed, and
-// notices this node becoming the leader (StateMoved, claims reset).
+// watermark passed it, or refused), forwards the replica's Changed,
+// notices this node becoming the leader (StateMoved, claims reset), ends
+// a forwarder whose leader is no longer the state's, and runs the
+// follower side of consumer-state replication (state_repl.go).
+//
+// Lock order: mu, then rs.mu.
 type stream struct {
 	l    *Log
 	st   *logstore.Stream
@@ -31,23 +38,31 @@ type stream struct {
 		closed  bool
 		changed chan struct{}
 		moved   chan struct{}
-		leader  *Leader           // the Leader last seen; claims belong to it
-		claims  map[string]string // key -> holder, while leader
+		leader  *Leader                // the Leader last seen; claims belong to it
+		claims  map[string]claimHolder // key -> holder, while leader
+		fwd     *forwarder             // to the leader, while another node leads
 	}
 	stopOnce sync.Once
+	fwds     sync.WaitGroup // forwarders' goroutines
+	rpc      rpcConn        // forwarded state writes
+	claimRPC rpcConn        // forwarded claims: not queued behind a state write's ISR wait
+	rs       replState      // consumer-state versions, while leader
+	fs       followState    // consumer-state replication, while follower
 }
 
 // pendingAppend is one AppendAsync call until its done is called.
 type pendingAppend struct {
 	done   func(uint64, error)
-	leader *Leader      // nil: refused at once with err
-	err    error        // the refusal when leader is nil
+	leader *Leader      // nil: forwarded, or refused at once with err
+	fwd    bool         // forwarded to the leader: res is its answer
+	err    error        // the refusal when neither
 	res    atomic.Value // appendResult, once the replica wrote it or refused
 }
 
 type appendResult struct {
 	first, end uint64
 	err        error
+	at         time.Time // when a forwarded append was answered
 }
 
 var _ mqtt.Stream = (*stream)(nil)
@@ -57,7 +72,10 @@ func newStream(l *Log, st *logstore.Stream) *stream {
 	s.mu.changed = make(chan struct{})
 	s.mu.moved = make(chan struct{})
 	s.mu.leader = s.leading()
-	s.mu.claims = map[string]string{}
+	s.mu.claims = map[string]claimHolder{}
+	s.rs.changed = make(chan struct{})
+	s.rs.reset(s.mu.leader)
+	s.fs.stop = make(chan struct{})
 	go s.run(st.Changed()) // taken before Changed can be called: no advance is missed
 	return s
 }
@@ -76,15 +94,35 @@ func (s *stream) Name() string      { return s.name }
 func (s *stream) Filters() []string { return s.st.Filters() }
 
 // AppendAsync appends on the stream's leader and calls done once the
-// in-sync replicas hold the records (the high watermark passed them). It
-// refuses, in call order, with mqtt.ErrLeaderUnavailable on a node that
-// does not lead the stream (forwarding to the leader is not done yet) or
-// that stops leading it before the records commit, and with
-// mqtt.ErrNotEnoughReplicas while the ISR is below min_insync_replicas.
-// A refused append may still have been written, and be committed later
-// by a new leader: the producer's retry then duplicates it (at least
-// once, as Kafka's producers without idempotence).
+// in-sync replicas hold the records (the high watermark passed them), or,
+// under acks=leader, once the leader wrote them. On a replica that does
+// not lead the stream, the records go to the leader (forward.go) and
+// done is called with the leader's answer, once this replica's watermark
+// has passed them too (acks=all), so that a reader here sees them.
+// It refuses, in call order, with mqtt.ErrLeaderUnavailable when no
+// leader is known or reachable, or leadership moves before the records
+// commit, and with mqtt.ErrNotEnoughReplicas while the ISR is below
+// min_insync_replicas. A refused append may still have been written, and
+// be committed later by a new leader: the producer's retry then
+// duplicates it (at least once, as Kafka's producers without
+// idempotence).
 func (s *stream) AppendAsync(recs []*logstore.Record, done func(first uint64, err error)) {
+	s.appendAsync(recs, done, true)
+}
+
+// appendForwarded is the leader's side of a follower's forwarded append,
+// made in the leader epoch the follower believes in.
+func (s *stream) appendForwarded(epoch uint32, recs []*logstore.Record, done func(first uint64, err error)) {
+	if ld := s.leading(); ld != nil && ld.epoch != epoch {
+		done(0, fmt.Errorf("cluster: append to %s: forwarded in leader epoch %d, this leader runs %d: %w", s.name, epoch, ld.epoch, mqtt.ErrLeaderUnavailable))
+		return
+	}
+	s.appendAsync(recs, done, false)
+}
+
+var errNotLeaderHere = fmt.Errorf("cluster: this node does not lead the stream: %w", mqtt.ErrLeaderUnavailable)
+
+func (s *stream) appendAsync(recs []*logstore.Record, done func(first uint64, err error), forward bool) {
 	s.mu.Lock()
 	if s.mu.closed {
 		s.mu.Unlock()
@@ -93,10 +131,16 @@ func (s *stream) AppendAsync(recs []*logstore.Record, done func(first uint64, er
 	}
 	p := &pendingAppend{done: done}
 	ld := s.leading()
+	var fr *fwdReq
 	switch {
+	case ld == nil && forward:
+		fr, p.err = s.forwardReq(recs)
+		if p.err == nil {
+			p.fwd, fr.p = true, p
+		}
 	case ld == nil:
-		p.err = fmt.Errorf("cluster: append to %s: this node does not lead it: %w", s.name, mqtt.ErrLeaderUnavailable)
-	case !ld.InSync():
+		p.err = fmt.Errorf("cluster: append to %s: %w", s.name, errNotLeaderHere)
+	case !s.l.acksLeader(s.name) && !ld.InSync():
 		p.err = fmt.Errorf("cluster: append to %s: %w", s.name, mqtt.ErrNotEnoughReplicas)
 	case !ld.beginAppend():
 		p.err = fmt.Errorf("cluster: append to %s: leadership ending: %w", s.name, mqtt.ErrLeaderUnavailable)
@@ -104,17 +148,107 @@ func (s *stream) AppendAsync(recs []*logstore.Record, done func(first uint64, er
 		p.leader = ld
 	}
 	s.mu.pending = append(s.mu.pending, p)
-	if p.leader != nil {
+	switch {
+	case p.leader != nil:
 		// Under mu, so that the replica takes appends in call order. Its
 		// done may run at once (a closed store): it takes no lock of ours.
 		n := uint64(len(recs))
 		s.st.AppendAsync(recs, func(first uint64, err error) {
 			ld.endAppend()
-			p.res.Store(appendResult{first: first, end: first + n, err: err})
-			s.wake()
+			s.settle(p, appendResult{first: first, end: first + n, err: err})
 		})
+	case p.fwd:
+		// Under mu too: the forwarder sends in the order it is handed.
+		if f := s.mu.fwd; !f.add(fr) { // it failed meanwhile: one more try
+			f.close()
+			s.mu.fwd = newForwarder(s, f.leader, f.epoch, f.addr)
+			if !s.mu.fwd.add(fr) {
+				s.settle(p, appendResult{err: fmt.Errorf("cluster: append to %s: forwarding to %s failed: %w", s.name, f.leader, mqtt.ErrLeaderUnavailable)})
+			}
+		}
 	}
 	s.mu.Unlock()
+	s.wake()
+}
+
+// forwardReq encodes recs for the leader the state names, and makes sure
+// mu.fwd forwards to it; it refuses when there is no other leader known.
+func (s *stream) forwardReq(recs []*logstore.Record) (*fwdReq, error) {
+	leader, epoch := s.stateLeaderID()
+	f := s.mu.fwd
+	var addr string
+	if f == nil || !f.usable(leader, epoch) {
+		addr = s.l.node.memberAddr(leader) // Serf's member list: only when the leader changes
+	}
+	if leader == "" || leader == s.l.node.ID() || f == nil && addr == "" {
+		return nil, fmt.Errorf("cluster: append to %s: no leader known to forward to: %w", s.name, mqtt.ErrLeaderUnavailable)
+	}
+	r := &fwdReq{recs: recs, body: make([][]byte, len(recs))}
+	now := time.Now().UnixMilli()
+	size := 0
+	for i, rec := range recs {
+		if rec != nil && rec.Timestamp == 0 {
+			rec.Timestamp = now // the broker clock of the node the producer reached
+		}
+		b, err := encodeFwdRecord(rec)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: append to %s: %w", s.name, err)
+		}
+		r.body[i] = b
+		if size += len(b); size > wire.MaxFrame-64<<10 { // a frame carries the whole append
+			return nil, fmt.Errorf("cluster: append to %s: %d bytes in one append: %w", s.name, size, logstore.ErrRecordTooLarge)
+		}
+	}
+	if f == nil || !f.usable(leader, epoch) {
+		if f != nil {
+			f.close()
+		}
+		if addr == "" {
+			return nil, fmt.Errorf("cluster: append to %s: no address known for leader %s: %w", s.name, leader, mqtt.ErrLeaderUnavailable)
+		}
+		s.mu.fwd = newForwarder(s, leader, epoch, addr)
+	}
+	return r, nil
+}
+
+// stateLeader is the stream's leader as this node's copy of the
+// controller's state names it, with its leader epoch and cluster address.
+func (s *stream) stateLeader() (id string, epoch uint32, addr string) {
+	id, epoch = s.stateLeaderID()
+	if id == "" {
+		return "", 0, ""
+	}
+	return id, epoch, s.l.node.memberAddr(id)
+}
+
+// stateLeaderID is stateLeader without the address (a look at Serf's
+// member list).
+func (s *stream) stateLeaderID() (id string, epoch uint32) {
+	st, _ := s.l.node.State()
+	if cs := st.Streams[s.name]; cs != nil {
+		return cs.Leader, cs.LeaderEpoch
+	}
+	return "", 0
+}
+
+// checkForwarder ends a forwarder whose leader the state no longer names:
+// its unanswered appends are refused (ErrLeaderUnavailable). A leader
+// that moved to another address fails the connection, and the next
+// forwarder looks the address up again.
+func (s *stream) checkForwarder() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f := s.mu.fwd; f != nil {
+		if leader, epoch := s.stateLeaderID(); !f.usable(leader, epoch) {
+			f.close()
+			s.mu.fwd = nil
+		}
+	}
+}
+
+// settle records an append's outcome and wakes the goroutine that answers.
+func (s *stream) settle(p *pendingAppend, r appendResult) {
+	p.res.Store(r)
 	s.wake()
 }
 
@@ -129,9 +263,13 @@ func (s *stream) wake() {
 // what is still pending.
 func (s *stream) run(u <-chan struct{}) {
 	defer close(s.done)
+	defer s.fs.end()
 	for {
 		_, repChanged := s.l.rep.Leading(s.name) // before looking: a change from now on closes it
-		s.answer(s.noteLeader(), false)
+		ld := s.noteLeader()
+		s.checkForwarder()
+		s.followState(ld)
+		s.answer(ld, false)
 		select {
 		case <-s.stop:
 			s.drain()
@@ -177,6 +315,7 @@ func (s *stream) noteLeaderLocked() *Leader {
 	}
 	s.mu.leader = ld
 	clear(s.mu.claims)
+	s.rs.reset(ld)
 	return ld
 }
 
@@ -190,7 +329,26 @@ func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 	for len(s.mu.pending) > 0 {
 		p := s.mu.pending[0]
 		c := answerCall{done: p.done, err: p.err}
-		if p.leader != nil {
+		if p.fwd {
+			r, ok := p.res.Load().(appendResult)
+			if !ok {
+				break // not answered yet
+			}
+			switch {
+			case r.err != nil:
+				c.err = r.err
+			case r.end <= s.st.Committed() || s.l.acksLeader(s.name) || time.Since(r.at) > fwdLocalWait:
+				c.first = r.first // the run loop looks at least every replicatorRetry
+			case closing:
+				c.err = fmt.Errorf("cluster: append to %s: %w", s.name, logstore.ErrClosed)
+			default:
+				// Committed on the leader: answered once this replica's
+				// watermark has caught up, so a reader here sees it.
+				s.mu.Unlock()
+				s.call(calls)
+				return false
+			}
+		} else if p.leader != nil {
 			r, ok := p.res.Load().(appendResult)
 			if !ok {
 				break // not written yet
@@ -198,7 +356,7 @@ func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 			switch committed := s.st.Committed(); {
 			case r.err != nil:
 				c.err = r.err
-			case r.end <= committed:
+			case r.end <= committed || s.l.acksLeader(s.name):
 				c.first = r.first
 			case closing:
 				c.err = fmt.Errorf("cluster: append to %s: %w", s.name, logstore.ErrClosed)
@@ -239,10 +397,18 @@ func (s *stream) call(calls []answerCall) {
 func (s *stream) drain() {
 	s.mu.Lock()
 	close(s.mu.changed) // stays closed: Changed of a closed stream never blocks
+	f := s.mu.fwd
+	s.mu.fwd = nil
 	s.mu.Unlock()
+	if f != nil {
+		f.close() // its appends are answered ErrLeaderUnavailable
+	}
 	for !s.answer(nil, true) {
 		<-s.kick
 	}
+	s.fwds.Wait()
+	s.rpc.close()
+	s.claimRPC.close()
 }
 
 // close makes the stream behave as closed (appends, reads and state fail
@@ -292,20 +458,30 @@ func (s *stream) Changed() <-chan struct{} {
 	return s.mu.changed
 }
 
-// WriteState writes the stream's consumer state on its leader only: it
-// stays on that node (doc.go, "What is left"), and a node that does not
-// lead the stream refuses with mqtt.ErrLeaderUnavailable.
+// WriteState writes the stream's consumer state through its leader
+// (state_repl.go): on the leader, into its store, answered once the ISR
+// holds it; elsewhere forwarded to the leader.
 func (s *stream) WriteState(puts map[string][]byte, dels []string) error {
 	if err := s.closedErr("write state of"); err != nil {
 		return err
 	}
-	if s.leading() == nil {
-		return fmt.Errorf("cluster: write state of %s: this node does not lead it: %w", s.name, mqtt.ErrLeaderUnavailable)
+	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+	defer cancel()
+	go func() { // close ends a wait for the ISR
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if ld := s.noteLeader(); ld != nil {
+		return s.writeStateLeader(ctx, ld, puts, dels)
 	}
-	return s.st.WriteState(puts, dels)
+	return s.forwardStateWrite(ctx, puts, dels)
 }
 
-// LoadState reads this node's copy of the stream's consumer state.
+// LoadState reads this node's copy of the stream's consumer state: the
+// leader's own, or what a follower has replicated from it.
 func (s *stream) LoadState(prefix string, fn func(key string, val []byte) error) error {
 	if err := s.closedErr("load state of"); err != nil {
 		return err
@@ -319,28 +495,4 @@ func (s *stream) StateMoved() <-chan struct{} {
 	defer s.mu.Unlock()
 	s.noteLeaderLocked() // a move already made closes the channel the caller held, not this one
 	return s.mu.moved
-}
-
-// Claim is decided by the stream's leader, for as long as it leads: a
-// node that does not lead the stream grants nothing and names no holder.
-func (s *stream) Claim(key, holder string) (ok bool, current string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.noteLeaderLocked() == nil {
-		return false, ""
-	}
-	if h, held := s.mu.claims[key]; held && h != holder {
-		return false, h
-	}
-	s.mu.claims[key] = holder
-	return true, holder
-}
-
-// Unclaim gives key up if holder holds it.
-func (s *stream) Unclaim(key, holder string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mu.claims[key] == holder {
-		delete(s.mu.claims, key)
-	}
 }

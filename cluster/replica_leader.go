@@ -37,6 +37,10 @@ type Leader struct {
 		// current, when set, says whether this leader may still commit
 		// (see SetCurrent); false holds the watermark.
 		current func() bool
+		// joinable, when set, says whether a replica holds what else the
+		// leader replicates (the Log's consumer state): only then is it a
+		// Joiner.
+		joinable func(id string) bool
 	}
 	// appends counts the producers' appends Log has handed to the stream
 	// under this Leader: Close waits for them to be written, so no record
@@ -156,11 +160,33 @@ func (l *Leader) Laggards(now time.Time, lagMax time.Duration) []string {
 	return l.mu.tr.laggards(now, lagMax)
 }
 
-// Joiners are the replicas outside the ISR that caught up to the watermark.
+// Joiners are the replicas outside the ISR that caught up to the
+// watermark (and, with setJoinable, to the rest of what the leader
+// replicates).
 func (l *Leader) Joiners() []ISRMember {
 	l.mu.Lock()
+	js := l.mu.tr.joiners(l.stream.Committed())
+	joinable := l.mu.joinable
+	l.mu.Unlock()
+	if joinable == nil {
+		return js
+	}
+	out := js[:0]
+	for _, j := range js {
+		if joinable(j.ID) { // outside mu: it takes the Log's locks
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// setJoinable installs the Log's check that a replica holds the stream's
+// consumer state too, so that a replica the ISR takes back, and which may
+// then be elected, does not lack state writes already answered.
+func (l *Leader) setJoinable(f func(id string) bool) {
+	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.mu.tr.joiners(l.stream.Committed())
+	l.mu.joinable = f
 }
 
 // advance moves the high watermark to the lowest log end in the ISR.

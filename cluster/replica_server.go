@@ -26,6 +26,7 @@ type Server struct {
 	mu struct {
 		sync.Mutex
 		leaders map[string]*Leader
+		log     *Log // answers the data plane's requests; nil: NotLeader
 		conns   map[net.Conn]struct{}
 		closed  bool
 	}
@@ -51,6 +52,26 @@ func (s *Server) ServeNode(n *Node) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.node = n
+}
+
+// serveLog answers forwarded appends, state writes, state fetches and
+// claims with l's streams (nil: NotLeader).
+func (s *Server) serveLog(l *Log) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mu.log = l
+}
+
+// leaderStream is the stream of the Log this Server answers for.
+func (s *Server) leaderStream(name string) *stream {
+	s.mu.Lock()
+	l := s.mu.log
+	s.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	st, _ := l.Stream(name).(*stream)
+	return st
 }
 
 // Addr is the address followers dial.
@@ -136,6 +157,10 @@ func (s *Server) serve(c net.Conn) {
 			return
 		}
 		buf = body[:0]
+		if kind == wire.KindProduceRequest {
+			s.produce(c, body) // the connection is a produce pipeline from now on
+			return
+		}
 		var rkind byte
 		rkind, out, err = s.handle(kind, body, out[:0])
 		if err != nil {
@@ -188,6 +213,36 @@ func (s *Server) handle(kind byte, body, out []byte) (byte, []byte, error) {
 			resp = n.handleCommand(s.ctx, &req)
 		}
 		return wire.KindCommandResponse, resp.AppendTo(out), nil
+	case wire.KindStateWriteRequest:
+		var req wire.StateWriteRequest
+		if err := req.Decode(body); err != nil {
+			return 0, nil, err
+		}
+		resp := wire.StateWriteResponse{Code: wire.NotLeader}
+		if ls := s.leaderStream(req.Stream); ls != nil {
+			resp = ls.serveStateWrite(s.ctx, &req)
+		}
+		return wire.KindStateWriteResponse, resp.AppendTo(out), nil
+	case wire.KindStateFetchRequest:
+		var req wire.StateFetchRequest
+		if err := req.Decode(body); err != nil {
+			return 0, nil, err
+		}
+		resp := wire.StateFetchResponse{Code: wire.NotLeader}
+		if ls := s.leaderStream(req.Stream); ls != nil {
+			resp = ls.serveStateFetch(s.ctx, &req)
+		}
+		return wire.KindStateFetchResponse, resp.AppendTo(out), nil
+	case wire.KindClaimRequest:
+		var req wire.ClaimRequest
+		if err := req.Decode(body); err != nil {
+			return 0, nil, err
+		}
+		resp := wire.ClaimResponse{Code: wire.NotLeader}
+		if ls := s.leaderStream(req.Stream); ls != nil {
+			resp = ls.serveClaim(&req)
+		}
+		return wire.KindClaimResponse, resp.AppendTo(out), nil
 	}
 	return 0, nil, fmt.Errorf("unknown frame kind %d", kind)
 }

@@ -273,6 +273,19 @@ func TestReplication_PartitionLagAndRejoin(t *testing.T) {
 	if got := leader.Joiners(); len(got) != 1 || got[0] != (ISRMember{"F", 7}) {
 		t.Fatalf("joiners = %v, want F in its epoch 7", got)
 	}
+	// A replica that lacks the Log's consumer state does not rejoin.
+	var rs replState
+	rs.changed = make(chan struct{})
+	rs.reset(leader)
+	if got := leader.Joiners(); len(got) != 0 {
+		t.Fatalf("joiners = %v before F acknowledged the leader's state, want none", got)
+	}
+	rs.mu.Lock()
+	rs.caught["F"] = true // as its state fetches would have it
+	rs.mu.Unlock()
+	if got := leader.Joiners(); len(got) != 1 || got[0].ID != "F" {
+		t.Fatalf("joiners = %v once F holds the state, want F", got)
+	}
 	fn.Drop("L", "F")
 	appendRecs(t, ls, 10, "d")
 	eventually(t, "F reconnects and goes on", func() bool { return fs.NextOffset() == 80 && fs.Committed() == 80 })

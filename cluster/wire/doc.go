@@ -17,6 +17,21 @@
 //	4 EpochResponse   [code, epoch, end offset]
 //	5 CommandRequest  [from, broker epoch, raft term, command]
 //	6 CommandResponse [code, refusal, controller id, message]
+//	7 ProduceRequest  [stream, from, leader epoch, seq, [record, ...]]
+//	8 ProduceResponse [code, seq, first offset, message]
+//	9 StateWriteRequest  [stream, leader epoch, [key, value, ...], [deleted key, ...]]
+//	10 StateWriteResponse [code, message]
+//	11 StateFetchRequest  [stream, replica id, leader epoch, held epoch, held seq, max wait ms]
+//	12 StateFetchResponse [code, epoch, seq, reset (0|1), [key, value, ...], [deleted key, ...]]
+//	13 ClaimRequest   [stream, leader epoch, key, holder, node, broker epoch, release (0|1)]
+//	14 ClaimResponse  [code, ok (0|1), current holder]
+//
+// A connection whose first request is a ProduceRequest is a produce
+// pipeline: the leader reads its requests without waiting for the
+// answers, which come back in request order, each naming its seq. In a
+// ProduceRequest a record is the cluster package's msgpack array of a
+// record's producer fields (forward_codec.go), not a stored value: the
+// leader assigns offsets and its epoch.
 //
 // A record is a bin holding the leader's stored record value unchanged
 // (logstore.ReadRaw, checked again by logstore.AppendReplica against its

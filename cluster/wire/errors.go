@@ -17,6 +17,10 @@ const (
 	Unknown                 // anything else
 	NotController           // this node is not the controller (or is behind the requester's term)
 	Refused                 // the controller's state machine refused the command
+	NotEnoughReplicas       // the ISR is below min_insync_replicas
+	RecordTooLarge          // a record is larger than the leader's log takes
+	NoSpace                 // the leader's disk is at its reserve
+	Timeout                 // the leader gave up waiting for its in-sync replicas
 )
 
 var codeText = [...]string{
@@ -30,6 +34,10 @@ var codeText = [...]string{
 	Unknown:            "unknown error",
 	NotController:      "not the controller",
 	Refused:            "command refused",
+	NotEnoughReplicas:  "not enough in-sync replicas",
+	RecordTooLarge:     "record too large",
+	NoSpace:            "no space left on the leader",
+	Timeout:            "timed out waiting for the in-sync replicas",
 }
 
 func (c Code) Error() string {

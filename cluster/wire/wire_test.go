@@ -27,6 +27,15 @@ func TestMessages_RoundTrip(t *testing.T) {
 		{&CommandRequest{"n2", 1733300000000, 12, []byte{6, 0x94, 1}}, &CommandRequest{}},
 		{&CommandResponse{Refused, 5, "n1", "stale stream version"}, &CommandResponse{}},
 		{&CommandResponse{Code: NotController, Controller: "n3"}, &CommandResponse{}},
+		{&ProduceRequest{"s", "n2", 4, 17, [][]byte{{1, 2}, {}, bytes.Repeat([]byte{7}, 300)}}, &ProduceRequest{}},
+		{&ProduceResponse{None, 17, 1 << 33, ""}, &ProduceResponse{}},
+		{&ProduceResponse{Code: NotEnoughReplicas, Seq: 3, Message: "isr 1 < 2"}, &ProduceResponse{}},
+		{&StateWriteRequest{"s", 4, []KV{{"g/a", []byte{0, 0, 1}}, {"c/x", []byte{}}}, []string{"g/b"}}, &StateWriteRequest{}},
+		{&StateWriteResponse{Timeout, "slow"}, &StateWriteResponse{}},
+		{&StateFetchRequest{"s", "n3", 4, 3, 99, 500}, &StateFetchRequest{}},
+		{&StateFetchResponse{None, 4, 100, true, []KV{{"g/a", []byte{1}}}, []string{"g/z"}}, &StateFetchResponse{}},
+		{&ClaimRequest{"s", 4, "g/x", "client-1", "n2", 1733300000000, true}, &ClaimRequest{}},
+		{&ClaimResponse{None, false, "client-2"}, &ClaimResponse{}},
 	} {
 		b := tc.in.AppendTo([]byte("prefix"))
 		if !bytes.HasPrefix(b, []byte("prefix")) {
@@ -143,8 +152,14 @@ func FuzzDecode(f *testing.F) {
 	f.Add((&FetchResponse{None, 7, 100, 3, 120, 100, [][]byte{{1, 2, 3}, {}}}).AppendTo(nil))
 	f.Add((&EpochRequest{"s", "n3", 9, 4}).AppendTo(nil))
 	f.Add((&EpochResponse{None, 4, 77}).AppendTo(nil))
+	f.Add((&ProduceRequest{"s", "n2", 4, 17, [][]byte{{1, 2}}}).AppendTo(nil))
+	f.Add((&StateWriteRequest{"s", 4, []KV{{"g/a", []byte{1}}}, []string{"g/b"}}).AppendTo(nil))
+	f.Add((&StateFetchResponse{None, 4, 100, true, []KV{{"g/a", []byte{1}}}, []string{"g/z"}}).AppendTo(nil))
+	f.Add((&ClaimRequest{"s", 4, "g/x", "c", "n2", 5, false}).AppendTo(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, m := range []message{&FetchRequest{}, &FetchResponse{}, &EpochRequest{}, &EpochResponse{}} {
+		for _, m := range []message{&FetchRequest{}, &FetchResponse{}, &EpochRequest{}, &EpochResponse{},
+			&ProduceRequest{}, &ProduceResponse{}, &StateWriteRequest{}, &StateWriteResponse{},
+			&StateFetchRequest{}, &StateFetchResponse{}, &ClaimRequest{}, &ClaimResponse{}} {
 			if m.Decode(b) != nil {
 				continue
 			}
@@ -159,10 +174,19 @@ func FuzzDecode(f *testing.F) {
 
 // normal maps empty record lists to nil: the encoding does not tell them apart.
 func normal(m message) message {
-	if r, ok := m.(*FetchResponse); ok && len(r.Records) == 0 {
-		c := *r
-		c.Records = nil
-		return &c
+	switch r := m.(type) {
+	case *FetchResponse:
+		if len(r.Records) == 0 {
+			c := *r
+			c.Records = nil
+			return &c
+		}
+	case *ProduceRequest:
+		if len(r.Records) == 0 {
+			c := *r
+			c.Records = nil
+			return &c
+		}
 	}
 	return m
 }
