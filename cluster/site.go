@@ -52,6 +52,9 @@ type SiteStream struct {
 	ReplicationFactor int
 	MinInsyncReplicas int
 	UncleanElection   bool
+	// AcksLeader: the leader acknowledges once written locally, not once
+	// the ISR holds it (LogConfig.AcksLeader).
+	AcksLeader bool
 }
 
 // Site is a running node of a site. Close stops it.
@@ -111,7 +114,8 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 	})
 	s := &Site{
 		Node: node, Server: srv, Replicator: rep,
-		Log: NewLog(node, cfg.Store, rep, log.With(slog.String("component", "cluster-log"))),
+		Log: NewLogConfig(node, cfg.Store, rep, LogConfig{Log: log.With(slog.String("component", "cluster-log")),
+			AcksLeader: acksLeader(cfg.Streams)}),
 		cfg: cfg, log: log, stop: make(chan struct{}),
 	}
 	s.watchControllers()
@@ -286,6 +290,15 @@ func (s *Site) replicationFactor(st SiteStream) (int, error) {
 		return 0, errors.New("no controller quorum yet")
 	}
 	return min(3, len(voters)), nil
+}
+
+// acksLeader reports the streams configured acks=leader.
+func acksLeader(streams []SiteStream) func(string) bool {
+	m := map[string]bool{}
+	for _, s := range streams {
+		m[s.Name] = s.AcksLeader
+	}
+	return func(name string) bool { return m[name] }
 }
 
 // minInsyncFor is the streams' own min_insync_replicas, 0 where unset.

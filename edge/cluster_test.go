@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -72,8 +73,9 @@ func streamLeader(t *testing.T, nodes []*Node) (leader *Node, others []*Node) {
 }
 
 // A site configured in YAML's terms forms, creates its configured stream
-// on three replicas, and a QoS 1 publish acknowledged by the leader is on
-// every replica.
+// on three replicas, and QoS 1 publishes acknowledged by any node (the
+// followers forward them to the leader) are on every replica, in the
+// order each client sent them.
 func TestCluster_SiteReplicatesPublishes(t *testing.T) {
 	nodes := startSiteNodes(t, 3)
 	leader, _ := streamLeader(t, nodes)
@@ -81,16 +83,30 @@ func TestCluster_SiteReplicatesPublishes(t *testing.T) {
 	if got := st.Streams[logstore.DefaultStreamName].Replicas; len(got) != 3 {
 		t.Fatalf("replicas %v, want 3 (the default factor: the voters, up to 3)", got)
 	}
-	publishQoS1(t, leader.MQTTAddr(), "sensors/t", 20)
+	for _, n := range nodes {
+		publishQoS1(t, n.MQTTAddr(), "sensors/"+n.cfg.Cluster.NodeID, 20)
+	}
+	var first []string
 	for _, n := range nodes {
 		s := n.Store().Stream(logstore.DefaultStreamName)
-		waitFor(t, n.cfg.Cluster.NodeID+" to hold 20 committed records", func() bool { return s.Committed() >= 20 })
+		waitFor(t, n.cfg.Cluster.NodeID+" to hold 60 committed records", func() bool { return s.Committed() >= 60 })
 		recs, err := s.Read(0, 100, 1<<20)
-		if err != nil || len(recs) != 20 {
+		if err != nil || len(recs) != 60 {
 			t.Fatalf("%s: read %d records, err %v", n.cfg.Cluster.NodeID, len(recs), err)
 		}
-		if string(recs[19].Payload) != "m19" {
-			t.Fatalf("%s: last record %q, want m19", n.cfg.Cluster.NodeID, recs[19].Payload)
+		var got []string
+		next := map[string]int{}
+		for _, r := range recs {
+			if want := fmt.Sprintf("m%d", next[r.Topic]); string(r.Payload) != want {
+				t.Fatalf("%s: offset %d on %s holds %q, want %q (each client's order)", n.cfg.Cluster.NodeID, r.Offset, r.Topic, r.Payload, want)
+			}
+			next[r.Topic]++
+			got = append(got, r.Topic+"/"+string(r.Payload))
+		}
+		if first == nil {
+			first = got
+		} else if !slices.Equal(first, got) {
+			t.Fatalf("%s holds another order than %s", n.cfg.Cluster.NodeID, nodes[0].cfg.Cluster.NodeID)
 		}
 	}
 }
@@ -213,7 +229,9 @@ func TestCluster_StreamReplicationSettings(t *testing.T) {
 	withStreams := func(c *Config) {
 		two := defaultStream("two", "two/#")
 		two.ReplicationFactor, two.MinInsyncReplicas = 2, 2
-		c.Streams = []StreamConfig{two, defaultStream(logstore.DefaultStreamName, "#")}
+		fast := defaultStream("fast", "fast/#")
+		fast.MinInsyncReplicas, fast.Acks = 3, AcksLeader
+		c.Streams = []StreamConfig{two, fast, defaultStream(logstore.DefaultStreamName, "#")}
 	}
 	c1 := siteConfig(t, "n1", 3)
 	withStreams(&c1)
@@ -260,7 +278,12 @@ func TestCluster_StreamReplicationSettings(t *testing.T) {
 	if tok := c.Publish("two/x", 1, false, "x"); tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
 		t.Fatal("stream two acknowledged a publish with 1 in-sync replica; its min_insync_replicas is 2")
 	}
-	// The default stream (3 replicas, minimum 2) still takes publishes.
-	st, _ := lead.site.Load().Node.State()
-	publishQoS1(t, byID[st.Streams[logstore.DefaultStreamName].Leader].MQTTAddr(), "other/x", 3)
+	// The default stream (3 replicas, minimum 2) still takes publishes,
+	// and so does fast, acks=leader, though its ISR is below its minimum.
+	publishQoS1(t, lead.MQTTAddr(), "other/x", 3)
+	waitFor(t, "the ISR of fast to shrink", func() bool {
+		st, _ := lead.site.Load().Node.State()
+		return len(st.Streams["fast"].ISR) == 2
+	})
+	publishQoS1(t, lead.MQTTAddr(), "fast/x", 3)
 }

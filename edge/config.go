@@ -130,6 +130,8 @@ type StreamConfig struct {
 	ReplicationFactor     int  `yaml:"replication_factor"`
 	MinInsyncReplicas     int  `yaml:"min_insync_replicas"`
 	UncleanLeaderElection bool `yaml:"unclean_leader_election"`
+	// Acks is all or leader; empty: cluster.acks.
+	Acks string `yaml:"acks"`
 }
 
 // RetentionConfig bounds what a stream keeps; zero means no bound.

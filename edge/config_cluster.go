@@ -33,6 +33,9 @@ type ClusterConfig struct {
 	ReplicationFactor int      `yaml:"replication_factor"`
 	MinInsyncReplicas int      `yaml:"min_insync_replicas"`
 	ReplicaLagMax     Duration `yaml:"replica_lag_max"`
+	// Acks is when a publish is acknowledged: all (the in-sync replicas
+	// hold it) or leader (the leader wrote it).
+	Acks string `yaml:"acks"`
 
 	// Failure detection (Serf): see configs/peat.yaml for Wi-Fi.
 	ProbeInterval Duration `yaml:"probe_interval"`
@@ -59,12 +62,19 @@ func defaultCluster() ClusterConfig {
 	return ClusterConfig{
 		Voter:         true,
 		Join:          []string{},
+		Acks:          AcksAll,
 		ReplicaLagMax: Duration(cluster.DefaultReplicaLagMax),
 		ProbeInterval: Duration(d.ProbeInterval),
 		ProbeTimeout:  Duration(d.ProbeTimeout),
 		SuspicionMult: d.SuspicionMult,
 	}
 }
+
+// The values of cluster.acks and streams[].acks.
+const (
+	AcksAll    = "all"
+	AcksLeader = "leader"
+)
 
 // Enabled reports whether the node runs in a site.
 func (c ClusterConfig) Enabled() bool { return c.NodeID != "" }
@@ -151,6 +161,9 @@ func (c Config) validateCluster(add func(path, format string, args ...any)) {
 		add("cluster.min_insync_replicas", "%d is above replication_factor %d: every publish would be refused",
 			cc.MinInsyncReplicas, cc.ReplicationFactor)
 	}
+	if cc.Acks != AcksAll && cc.Acks != AcksLeader {
+		add("cluster.acks", "must be all or leader, got %q", cc.Acks)
+	}
 	if cc.ReplicaLagMax <= 0 {
 		add("cluster.replica_lag_max", "must be positive")
 	}
@@ -189,12 +202,15 @@ func (c Config) validateCluster(add func(path, format string, args ...any)) {
 func (c Config) validateStreamReplication(add func(path, format string, args ...any)) {
 	for i, s := range c.Streams {
 		p := "streams[" + strconv.Itoa(i) + "]."
-		set := s.ReplicationFactor != 0 || s.MinInsyncReplicas != 0 || s.UncleanLeaderElection
+		set := s.ReplicationFactor != 0 || s.MinInsyncReplicas != 0 || s.UncleanLeaderElection || s.Acks != ""
 		if !c.Cluster.Enabled() {
 			if set {
 				add(p+"replication_factor", "replication settings need a cluster (cluster.node_id)")
 			}
 			continue
+		}
+		if s.Acks != "" && s.Acks != AcksAll && s.Acks != AcksLeader {
+			add(p+"acks", "must be all or leader, got %q", s.Acks)
 		}
 		if s.ReplicationFactor < 0 || s.ReplicationFactor > 5 {
 			add(p+"replication_factor", "must be 1 to 5, or 0 for cluster.replication_factor, got %d", s.ReplicationFactor)
@@ -252,7 +268,8 @@ func (c Config) SiteConfig() cluster.SiteConfig {
 	}
 	for _, s := range c.Streams {
 		sc.Streams = append(sc.Streams, cluster.SiteStream{Name: s.Name, ReplicationFactor: s.ReplicationFactor,
-			MinInsyncReplicas: s.MinInsyncReplicas, UncleanElection: s.UncleanLeaderElection})
+			MinInsyncReplicas: s.MinInsyncReplicas, UncleanElection: s.UncleanLeaderElection,
+			AcksLeader: cmp.Or(s.Acks, cc.Acks) == AcksLeader})
 	}
 	return sc
 }
