@@ -189,10 +189,13 @@
 // # The Log (log.go, log_stream.go)
 //
 // Log is mqtt.Log on one node. Its streams are those of the node's store
-// that the controller's state holds with this node among the replicas; one
-// goroutine follows both (a stream created through the controller, added
-// to or removed from the store, or reassigned away from this node comes or
-// goes at run time, with mqtt's StreamEvents). Filters, and so routing,
+// that the controller's state holds; one goroutine follows both (a stream
+// created through the controller, added to or removed from the store
+// comes or goes at run time, with mqtt's StreamEvents). A node outside a
+// stream's replicas is an observer of it: its Replicator runs a Fetcher
+// as on a follower, so its clients read the stream there and its
+// producers are forwarded, but the leader never counts it (proposeISR
+// takes replicas only, and the watermark is the ISR's). Filters, and so routing,
 // come from the store's stream configuration: the state names replicas,
 // not topics.
 //
@@ -422,13 +425,10 @@
 //
 // # What is left
 //
-//   - Observers (a node without a replica of a stream fetching it for
-//     its subscribers and forwarding its producers); claims that survive
-//     a failover, and an Unclaim retried until the leader has it;
-//     sessions' properties and subscriptions (Log.State) replicated
-//     across the site; a stream's `acks: leader` setting passed to
-//     NewLogConfig's AcksLeader; a command that deletes a stream.
-//   - The edge wiring: a `cluster:` config section (ClusterAddr, LagMax,
-//     MinInsyncReplicas come from it), scripts/site.sh, the keyring and TLS settings, and the
-//     fault tests with real processes.
+//   - Claims that survive a failover, and an Unclaim retried until the
+//     leader has it; sessions' properties and subscriptions (Log.State)
+//     replicated across the site; a command that deletes a stream (a
+//     stream left out of the configuration stays in the state); moving
+//     replicas when nodes join or leave for good (AssignReplicas exists,
+//     nothing proposes it); sinks and mirror streams in a site.
 package cluster

@@ -3,7 +3,6 @@ package cluster
 import (
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -121,16 +120,15 @@ func (l *Log) run() {
 	}
 }
 
-// refresh makes the visible streams those of the store that st has with
-// this node as a replica: streams already visible keep their place, new
+// refresh makes the visible streams those of the store that st has (this
+// node a replica or an observer): streams already visible keep their place, new
 // ones follow in the store's order. A stream leaving is closed before its
 // Removed event is queued.
 func (l *Log) refresh(st *State) {
-	self := l.node.ID()
 	old := l.view.Load()
 	var want []*logstore.Stream
 	for _, s := range l.store.Streams() {
-		if cs := st.Streams[s.Name()]; cs != nil && slices.Contains(cs.Replicas, self) {
+		if cs := st.Streams[s.Name()]; cs != nil { // a replica, or an observer (Replicator.want)
 			want = append(want, s)
 		}
 	}

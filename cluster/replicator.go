@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -252,7 +251,10 @@ func (r *Replicator) currentLeader(name string, epoch uint32) func() bool {
 func (r *Replicator) want(st *State, name string) *role {
 	s := st.Streams[name]
 	self := r.cfg.Node.ID()
-	if s == nil || !slices.Contains(s.Replicas, self) || s.Leader == "" || r.cfg.Stream(name) == nil {
+	// A node outside the replicas follows too, as an observer: its
+	// clients read and publish here, and the leader never counts it
+	// (proposeISR takes replicas only; the watermark is the ISR's).
+	if s == nil || s.Leader == "" || r.cfg.Stream(name) == nil {
 		return nil
 	}
 	if s.Leader == self {

@@ -40,14 +40,18 @@ type siteLog struct {
 	store *logstore.Store
 }
 
+// Route asks the store's router, which has every configured stream's
+// filters: the site's own has only those it serves, and would send a
+// topic of a stream it lacks to another stream with a wider filter.
 func (l siteLog) Route(topic string) mqtt.Stream {
-	if s := l.Log.Route(topic); s != nil {
-		return s
+	s := l.store.Route(topic)
+	if s == nil {
+		return nil
 	}
-	if s := l.store.Route(topic); s != nil {
-		return notServed{s}
+	if v := l.Log.Stream(s.Name()); v != nil {
+		return v
 	}
-	return nil
+	return notServed{s}
 }
 
 // notServed is a configured stream the site does not serve on this node.

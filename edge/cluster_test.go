@@ -287,3 +287,71 @@ func TestCluster_StreamReplicationSettings(t *testing.T) {
 	})
 	publishQoS1(t, lead.MQTTAddr(), "fast/x", 3)
 }
+
+// A node that holds no replica of a stream observes it: its subscribers
+// read the stream there and its publishers' records reach the replicas.
+func TestCluster_ObserverServesItsClients(t *testing.T) {
+	withStreams := func(c *Config) {
+		one := defaultStream("one", "one/#")
+		one.ReplicationFactor = 1
+		c.Streams = []StreamConfig{one, defaultStream(logstore.DefaultStreamName, "#")}
+	}
+	c1 := siteConfig(t, "n1", 3)
+	withStreams(&c1)
+	first := startNode(t, c1)
+	nodes := []*Node{first}
+	for _, id := range []string{"n2", "n3"} {
+		c := siteConfig(t, id, 3, first.site.Load().Node.SerfAddr())
+		withStreams(&c)
+		nodes = append(nodes, startNode(t, c))
+	}
+	var replica string
+	waitFor(t, "stream one", func() bool {
+		st, _ := first.site.Load().Node.State()
+		if s := st.Streams["one"]; s != nil && s.Leader != "" {
+			replica = s.Leader
+			return true
+		}
+		return false
+	})
+	var obs *Node
+	for _, n := range nodes {
+		if n.cfg.Cluster.NodeID != replica {
+			obs = n
+			break
+		}
+	}
+	waitFor(t, "the observer to know both streams", func() bool {
+		st, _ := obs.site.Load().Node.State()
+		return st.Streams["one"] != nil && st.Streams[logstore.DefaultStreamName] != nil
+	})
+	publishQoS1(t, obs.MQTTAddr(), "one/x", 10)
+	got := make(chan string, 10)
+	c := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + obs.MQTTAddr().String()).
+		SetClientID("obs-sub").SetAutoReconnect(false))
+	if tok := c.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	defer c.Disconnect(0)
+	tok := c.Subscribe("$replay/earliest/+/one/#", 1, func(_ paho.Client, m paho.Message) { got <- string(m.Payload()) })
+	if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe on the observer: %v", tok.Error())
+	}
+	for i := range 10 {
+		select {
+		case p := <-got:
+			if want := fmt.Sprintf("m%d", i); p != want {
+				t.Fatalf("record %d on the observer: %q, want %q", i, p, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the observer %s delivered %d of 10 records of a stream only %s holds", obs.cfg.Cluster.NodeID, i, replica)
+		}
+	}
+	for _, n := range nodes {
+		if n.cfg.Cluster.NodeID == replica {
+			if got := n.Store().Stream("one").Committed(); got != 10 {
+				t.Fatalf("stream one on its replica %s holds %d records, want 10", replica, got)
+			}
+		}
+	}
+}
