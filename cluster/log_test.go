@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -374,25 +375,35 @@ func TestLog_ThreeNodes(t *testing.T) {
 		t.Fatalf("the follower reads %s at %d, want the new leader's record", got[len(want)].Topic, len(want))
 	}
 
-	// Reassigned away from the follower, the stream leaves its Log and
-	// behaves as closed there.
-	old := follower.log.Stream("s")
+	// Reassigned away from the follower, the stream stays in its Log: the
+	// follower observes it (fetches without being a replica), so its
+	// clients still read it there and their appends are forwarded.
+	obs := follower.log.Stream("s")
 	ctx, cancelSubmit := context.WithTimeout(context.Background(), time.Minute)
 	defer cancelSubmit()
 	if err := ctl.node.Submit(ctx, AssignReplicas{Name: "s", Replicas: []string{ctl.node.ID()}}); err != nil {
 		t.Fatalf("AssignReplicas: %v", err)
 	}
-	if ev := logEvent(t, events); ev.Kind != logstore.StreamRemoved || ev.Stream != old {
-		t.Fatalf("event %v %v, want the stream removed", ev.Kind, ev.Stream)
+	eventually(t, "the follower to see the reassignment", func() bool {
+		st, _ := follower.node.State()
+		return !slices.Contains(st.Streams["s"].Replicas, follower.node.ID())
+	})
+	if follower.log.Stream("s") != obs || follower.log.Route("s/x") != obs {
+		t.Fatal("the observer's Log lost a stream it observes")
 	}
-	if follower.log.Stream("s") != nil || follower.log.Route("s/x") != nil {
-		t.Fatal("the follower's Log still shows a stream it holds no replica of")
+	// It reads what was committed, and its appends reach the leader,
+	// whose answer comes back: one replica left, below the minimum of 2.
+	if got := committedRecs(t, follower.node.ID(), obs, uint64(len(want))+1); got[len(want)].Topic != "s/after/0" {
+		t.Fatalf("the observer reads %s at %d", got[len(want)].Topic, len(want))
 	}
-	if _, err := old.Read(0, 1, 0); !errors.Is(err, logstore.ErrClosed) {
-		t.Fatalf("Read of the removed stream: %v, want ErrClosed", err)
-	}
-	if _, err := logAppend(t, old, logRecs(1, "x")...); !errors.Is(err, logstore.ErrClosed) {
-		t.Fatalf("append to the removed stream: %v, want ErrClosed", err)
+	eventually(t, "the leader's refusal through the observer", func() bool {
+		_, err = logAppend(t, obs, logRecs(1, "observed")...)
+		return errors.Is(err, mqtt.ErrNotEnoughReplicas)
+	})
+	select {
+	case ev := <-events:
+		t.Fatalf("stream event %v %s on the observer, want none", ev.Kind, ev.Stream.Name())
+	default:
 	}
 }
 

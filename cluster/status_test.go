@@ -78,14 +78,18 @@ func startSites(t *testing.T, n int) []*Site {
 		})
 		sites = append(sites, s)
 	}
-	waitUntil(t, "the default stream with a full ISR", func() bool {
-		x := sites[0].Status()
-		for _, s := range x.Streams {
-			if s.Name == "default" && len(s.ISR) == n {
-				return true
+	// Every node, not only the first: each applies the state on its own.
+	waitUntil(t, "the default stream with a full ISR on every node", func() bool {
+		for _, site := range sites {
+			full := false
+			for _, s := range site.Status().Streams {
+				full = full || (s.Name == "default" && len(s.ISR) == n)
+			}
+			if !full {
+				return false
 			}
 		}
-		return false
+		return true
 	})
 	return sites
 }
