@@ -12,6 +12,7 @@ import (
 // the producer sent and the follower's timestamp; the leader assigns the
 // offset and its epoch. A msgpack array, field order fixed (append only).
 type fwdRecord struct {
+	//lint:ignore U1000 msgpack reads this field's tag: encode as an array
 	_msgpack        struct{} `msgpack:",as_array"`
 	Timestamp       int64
 	Topic           string

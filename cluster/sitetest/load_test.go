@@ -77,13 +77,6 @@ func (l *load) stop() {
 	l.wg.Wait()
 }
 
-// acks is how many acknowledgements the producers had.
-func (l *load) acks() int {
-	l.ledger.mu.Lock()
-	defer l.ledger.mu.Unlock()
-	return l.ledger.mu.acks
-}
-
 // waitResumed waits until a message sent after since is acknowledged
 // (at least n of them), and returns how long after since the first came.
 func (l *load) waitResumed(since time.Time, n int) time.Duration {
