@@ -78,7 +78,18 @@ type pumpState struct {
 	inflight map[uint64]ref // the Sink's, kept across connections
 	rate     *bucket
 	rr       int // the cursor the next fill starts with (round robin)
+	// batch is how many records the pump gathers before it commits or
+	// reads: a quarter of the window (see batchOf).
+	batch int
 }
+
+// batchOf is the pump's batch for a window. Each commit (a state write)
+// and each read from the log (an iterator over a stored batch) has a
+// fixed cost; taken one acknowledgement at a time they cost more than the
+// record itself. So while a backlog drains, the pump commits and reads
+// once a quarter of the window is free, and the upstream still has three
+// quarters in flight meanwhile.
+func batchOf(window int) int { return max(1, window/4) }
 
 // Keeper is a Conn that took over its predecessor's deliveries still in
 // flight (an MQTT session resumed with QoS 2): it completes them itself,
@@ -147,6 +158,7 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 		}
 	}
 	p := &pumpState{conn: conn, window: max(conn.Window(), 1), inflight: s.inflight}
+	p.batch = batchOf(p.window)
 	if s.cfg.MaxRate > 0 {
 		p.rate = newBucket(s.cfg.MaxRate, time.Now())
 	}
@@ -184,7 +196,7 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 			}
 		}
 		// 2. Make the acknowledged prefix durable.
-		if err := s.commit(); err != nil {
+		if err := s.commit(p); err != nil {
 			return progressed, err
 		}
 		// 3. Send what the window and the rate allow.
@@ -211,7 +223,7 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 			timer = time.NewTimer(wait)
 			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)})
 		}
-		if s.inWindow() < p.window && !s.paused.Load() && wait == 0 {
+		if p.window-s.inWindow() >= p.batch && !s.paused.Load() && wait == 0 {
 			for _, ch := range changed {
 				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
 			}
@@ -296,8 +308,24 @@ func (s *Sink) acked(p *pumpState, id uint64) bool {
 }
 
 // commit moves each stream's position over its acknowledged prefix and
-// makes it durable before the slots below it are forgotten.
-func (s *Sink) commit() error {
+// makes it durable before the slots below it are forgotten. It waits for
+// a batch of acknowledgements (batchOf), unless a stream has everything
+// it sent acknowledged: then its position is exact, so a sink whose
+// traffic pauses shows (and keeps, across a restart) every record the
+// upstream took.
+func (s *Sink) commit(p *pumpState) error {
+	gain, exact := uint64(0), false
+	for _, c := range s.cursors {
+		to := c.prefix()
+		if to <= c.position.Load() {
+			continue
+		}
+		gain += to - c.position.Load()
+		exact = exact || to == c.next
+	}
+	if gain == 0 || gain < uint64(p.batch) && !exact {
+		return nil
+	}
 	group := Group(s.cfg.Name)
 	for _, c := range s.cursors {
 		to := c.prefix()
@@ -330,7 +358,7 @@ func (s *Sink) fill(ctx context.Context, p *pumpState) (sent int, read bool, wai
 			continue
 		}
 		room := p.window - s.inWindow()
-		if room <= 0 {
+		if room < p.batch {
 			break
 		}
 		if p.rate != nil {

@@ -246,3 +246,55 @@ func TestBucket_PacesToTheRate(t *testing.T) {
 		t.Fatalf("%d records in a second at 100/s", total)
 	}
 }
+
+// TestSink_DrainsABacklogInBatches: acknowledgements that come one at a
+// time during a drain are committed (and the window refilled) a quarter
+// window at a time, not one by one: each commit is a state write, and
+// the read after it an iterator over the log.
+func TestSink_DrainsABacklogInBatches(t *testing.T) {
+	const n, window = 1000, 64
+	st := mqtttest.NewMemLog(t, "default=#").Stream(t, "default")
+	appendRecs(t, st, n)
+	up := &fakeUpstream{window: window, conns: make(chan *fakeConn)}
+	pos := &mapPositions{m: map[string]uint64{}}
+	runSink(t, st, up, pos)
+	c := <-up.conns
+
+	next := uint64(0)
+	var pending []Delivery
+	for next < n {
+		for more := true; more; { // everything sent so far, before the acknowledgement
+			select {
+			case d := <-c.sent:
+				pending = append(pending, d)
+			default:
+				more = false
+			}
+		}
+		if len(pending) == 0 {
+			pending = c.take(t, 1)
+		}
+		d := pending[0]
+		pending = pending[1:]
+		if d.Record.Offset != next {
+			t.Fatalf("got offset %d, want %d", d.Record.Offset, next)
+		}
+		next++
+		c.acks <- d.ID
+		// Give the pump time to act on this one acknowledgement alone.
+		select {
+		case d := <-c.sent:
+			pending = append(pending, d)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	waitPos(t, pos, n)
+	pos.mu.Lock()
+	commits := append([]uint64(nil), pos.commits...)
+	pos.mu.Unlock()
+	// The start, one commit per batch of 16, and some slack for exact
+	// ones (the pump found everything it had sent acknowledged).
+	if max := 1 + n/batchOf(window) + 8; len(commits) > max {
+		t.Fatalf("%d commits for %d records one acknowledgement at a time, want at most %d: %v", len(commits), n, max, commits)
+	}
+}
