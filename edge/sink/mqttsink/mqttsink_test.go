@@ -139,7 +139,7 @@ func TestMQTTSink_DrainsBacklogInOrder(t *testing.T) {
 			const n = 3000
 			appendN(t, r.st, "sensors/a", n) // a backlog the sink finds at once
 			sinktest.WaitFor(t, "the sink's position at the end", time.Minute, func() bool { return r.position() == n })
-			sinktest.WaitFor(t, "every record upstream", time.Minute, func() bool { return len(col.Payloads()) >= n })
+			sinktest.WaitFor(t, "every record upstream", time.Minute, func() bool { return col.HasOffsets(n) })
 			if dups := sinktest.CheckInOrder(t, col.Payloads(), n, 32); dups != 0 {
 				t.Errorf("%d duplicates without a fault", dups)
 			}
@@ -191,7 +191,7 @@ func TestMQTTSink_Faults(t *testing.T) {
 			px.SetMode(sinktest.ModePass)
 
 			sinktest.WaitFor(t, "the sink's position at the end", time.Minute, func() bool { return r.position() == n })
-			sinktest.WaitFor(t, "every record upstream", time.Minute, func() bool { return len(col.Payloads()) >= n })
+			sinktest.WaitFor(t, "every record upstream", time.Minute, func() bool { return col.HasOffsets(n) })
 			dups := sinktest.CheckInOrder(t, col.Payloads(), n, window)
 			t.Logf("%d messages upstream, %d duplicates, %d connections", len(col.Payloads()), dups, px.Conns.Load())
 			if tc.mode == sinktest.ModeDelay && dups != 0 {
@@ -211,7 +211,7 @@ func TestMQTTSink_HonoursReceiveMaximum(t *testing.T) {
 	const n = 400
 	appendN(t, r.st, "sensors/a", n)
 	sinktest.WaitFor(t, "the sink's position at the end", time.Minute, func() bool { return r.position() == n })
-	sinktest.WaitFor(t, "every record upstream", time.Minute, func() bool { return len(col.Payloads()) >= n })
+	sinktest.WaitFor(t, "every record upstream", time.Minute, func() bool { return col.HasOffsets(n) })
 	sinktest.CheckInOrder(t, col.Payloads(), n, 5)
 	if got := px.MaxOutstanding.Load(); got != 5 {
 		t.Errorf("at most %d PUBLISHes were unacknowledged, want the upstream's Receive Maximum 5", got)
@@ -349,7 +349,7 @@ func TestMQTTSink_QoS2ExactlyOnceAcrossFaults(t *testing.T) {
 				px.SetMode(sinktest.ModePass)
 			}
 			sinktest.WaitFor(t, "the sink's position at the end", time.Minute, func() bool { return r.position() == n })
-			sinktest.WaitFor(t, "every record upstream", time.Minute, func() bool { return len(col.Payloads()) >= n })
+			sinktest.WaitFor(t, "every record upstream", time.Minute, func() bool { return col.HasOffsets(n) })
 			time.Sleep(200 * time.Millisecond) // a late duplicate would arrive meanwhile (checked below)
 			if dups := sinktest.CheckInOrder(t, col.Payloads(), n, window); dups != 0 {
 				t.Errorf("%d duplicates with QoS 2 over %d connections", dups, px.Conns.Load())
