@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -78,6 +79,9 @@ type pumpState struct {
 	inflight map[uint64]ref // the Sink's, kept across connections
 	rate     *bucket
 	rr       int // the cursor the next fill starts with (round robin)
+	// cursors is the sink's list as this pump last took it (list).
+	cursors []*cursor
+	list    *[]*cursor
 	// batch is how many records the pump gathers before it commits or
 	// reads: a quarter of the window (see batchOf).
 	batch int
@@ -109,8 +113,8 @@ type Resumer interface {
 // resume moves each stream's position past what the upstream already
 // holds, so a record acknowledged there but not yet committed here (a
 // crash between the two) is not sent twice.
-func (s *Sink) resume(ctx context.Context, r Resumer) error {
-	for _, c := range s.cursors {
+func (s *Sink) resume(ctx context.Context, r Resumer, cursors []*cursor) error {
+	for _, c := range cursors {
 		next, ok, err := r.Resume(ctx, c.name)
 		if err != nil {
 			return &stageError{reason: "resume", err: fmt.Errorf("read back %s from the upstream: %w", c.name, err)}
@@ -142,9 +146,10 @@ func (s *Sink) resume(ctx context.Context, r Resumer) error {
 // duplicates), unless conn is a Keeper that keeps them.
 // progressed reports that anything was acknowledged.
 func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error) {
+	list := s.streams.Load()
 	if k, ok := conn.(Keeper); !ok || !k.KeepsInflight() || s.inflight == nil {
 		s.inflight = map[uint64]ref{}
-		for _, c := range s.cursors {
+		for _, c := range *list {
 			if c.next > c.position.Load() {
 				c.resendBelow = max(c.resendBelow, c.next)
 			}
@@ -153,11 +158,11 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 		}
 	}
 	if r, ok := conn.(Resumer); ok {
-		if err := s.resume(ctx, r); err != nil {
+		if err := s.resume(ctx, r, *list); err != nil {
 			return false, err
 		}
 	}
-	p := &pumpState{conn: conn, window: max(conn.Window(), 1), inflight: s.inflight}
+	p := &pumpState{conn: conn, window: max(conn.Window(), 1), inflight: s.inflight, cursors: *list, list: list}
 	p.batch = batchOf(p.window)
 	if s.cfg.MaxRate > 0 {
 		p.rate = newBucket(s.cfg.MaxRate, time.Now())
@@ -165,17 +170,18 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 	acks := conn.Acks()
 	watcher, _ := s.cfg.Positions.(Watcher)
 	for {
+		s.refresh(p)
 		// Take the streams' wake-up channels before reading, so records
 		// committed after a read wake the wait below.
-		changed := make([]<-chan struct{}, 0, 2*len(s.cursors))
-		for _, c := range s.cursors {
+		changed := make([]<-chan struct{}, 0, 2*len(p.cursors))
+		for _, c := range p.cursors {
 			if !c.closed {
 				changed = append(changed, c.stream.Changed())
 			}
 		}
 		// A position moved from outside (a commit to $offsets) is a seek.
 		if watcher != nil {
-			for _, c := range s.cursors {
+			for _, c := range p.cursors {
 				off, ok, ch := watcher.Watch(Group(s.cfg.Name), c.name)
 				if ok && off != c.position.Load() {
 					s.seek(c, off)
@@ -217,18 +223,19 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(acks)},
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.pauseWake)},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.streamsWake)},
 		}
 		var timer *time.Timer
 		if wait > 0 {
 			timer = time.NewTimer(wait)
 			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)})
 		}
-		if p.window-s.inWindow() >= p.batch && !s.paused.Load() && wait == 0 {
+		if p.window-p.inWindow() >= p.batch && !s.paused.Load() && wait == 0 {
 			for _, ch := range changed {
 				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
 			}
 		} else if watcher != nil { // a seek frees the window too
-			for _, ch := range changed[len(changed)-len(s.cursors):] {
+			for _, ch := range changed[len(changed)-len(p.cursors):] {
 				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
 			}
 		}
@@ -250,12 +257,31 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 
 // inWindow counts the records sent and not yet under a durable position,
 // acknowledged or not: after a crash, these are what may be sent again.
-func (s *Sink) inWindow() int {
+func (p *pumpState) inWindow() int {
 	n := 0
-	for _, c := range s.cursors {
+	for _, c := range p.cursors {
 		n += len(c.slots)
 	}
 	return n
+}
+
+// refresh takes the sink's list of streams again if AddStream or
+// RemoveStream changed it. A removed stream's records in flight leave the
+// window; their late acknowledgements are ignored.
+func (s *Sink) refresh(p *pumpState) {
+	list := s.streams.Load()
+	if list == p.list {
+		return
+	}
+	for _, c := range p.cursors {
+		if !slices.Contains(*list, c) {
+			for _, sl := range c.slots {
+				delete(p.inflight, sl.id)
+			}
+			c.slots = nil
+		}
+	}
+	p.cursors, p.list = *list, list
 }
 
 // Watcher is Positions whose values may also change from outside the
@@ -315,7 +341,7 @@ func (s *Sink) acked(p *pumpState, id uint64) bool {
 // upstream took.
 func (s *Sink) commit(p *pumpState) error {
 	gain, exact := uint64(0), false
-	for _, c := range s.cursors {
+	for _, c := range p.cursors {
 		to := c.prefix()
 		if to <= c.position.Load() {
 			continue
@@ -327,7 +353,7 @@ func (s *Sink) commit(p *pumpState) error {
 		return nil
 	}
 	group := Group(s.cfg.Name)
-	for _, c := range s.cursors {
+	for _, c := range p.cursors {
 		to := c.prefix()
 		if to <= c.position.Load() {
 			continue
@@ -351,13 +377,16 @@ func (s *Sink) fill(ctx context.Context, p *pumpState) (sent int, read bool, wai
 	if s.paused.Load() {
 		return 0, false, 0, nil
 	}
-	n := len(s.cursors)
+	n := len(p.cursors)
+	if n == 0 {
+		return 0, false, 0, nil
+	}
 	for k := 0; k < n; k++ {
-		c := s.cursors[(p.rr+k)%n]
+		c := p.cursors[(p.rr+k)%n]
 		if c.closed {
 			continue
 		}
-		room := p.window - s.inWindow()
+		room := p.window - p.inWindow()
 		if room < p.batch {
 			break
 		}
