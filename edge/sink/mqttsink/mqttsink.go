@@ -535,6 +535,9 @@ func (c *conn) Send(ctx context.Context, d sink.Delivery) error {
 		Payload:         r.Payload,
 	}
 	if c.u.cfg.Version == 5 {
+		// Without AllowResponseInfo mochi's encoder leaves out the
+		// response topic and the correlation data.
+		pk.Mods.AllowResponseInfo = true
 		pk.Properties = properties(r, d.Stream, c.u.cfg.Properties)
 		if c.u.cfg.Extra != nil {
 			pk.Properties.User = append(pk.Properties.User, c.u.cfg.Extra(d.Stream, r)...)

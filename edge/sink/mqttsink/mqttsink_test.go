@@ -230,6 +230,7 @@ func TestMQTTSink_TopicTemplateAndProperties(t *testing.T) {
 	sub.Subscribe("site-a/#", 1)
 	r := newRig(t, addr, mqttsink.Config{Topic: "site-a/{stream}/{node}/{topic}", Node: "pi7", Properties: true}, sink.Config{})
 	rec := &logstore.Record{Topic: "sensors/t", QoS: 1, ContentType: "text/plain",
+		ResponseTopic: "replies/t", CorrelationData: []byte("c-1"),
 		UserProperties: []logstore.UserProperty{{Key: "unit", Value: "C"}}}
 	done := make(chan error, 1)
 	r.st.AppendAsync([]*logstore.Record{{Topic: "sensors/skip", QoS: 1}, rec}, func(_ uint64, err error) { done <- err })
@@ -251,7 +252,8 @@ func TestMQTTSink_TopicTemplateAndProperties(t *testing.T) {
 		if props["peat-stream"] != "default" || props["peat-offset"] != want.offset || props["peat-time"] == "" {
 			t.Errorf("user properties %v, want peat-stream default, peat-offset %s, peat-time", props, want.offset)
 		}
-		if want.offset == "1" && (props["unit"] != "C" || pk.Properties.ContentType != "text/plain") {
+		if want.offset == "1" && (props["unit"] != "C" || pk.Properties.ContentType != "text/plain" ||
+			pk.Properties.ResponseTopic != "replies/t" || string(pk.Properties.CorrelationData) != "c-1") {
 			t.Errorf("the record's own properties were not kept: %+v", pk.Properties)
 		}
 	}
