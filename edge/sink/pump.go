@@ -425,6 +425,7 @@ func (s *Sink) sendFrom(ctx context.Context, p *pumpState, c *cursor, room int) 
 	case err != nil:
 		return 0, false, &stageError{reason: "read", err: fmt.Errorf("read %s at %d: %w", c.name, c.next, err)}
 	}
+	now := time.Now() // one read's records go out together
 	for _, r := range recs {
 		c.next = r.Offset + 1
 		if s.cfg.Filter != "" && !logstore.MatchFilter(s.cfg.Filter, r.Topic) {
@@ -432,7 +433,7 @@ func (s *Sink) sendFrom(ctx context.Context, p *pumpState, c *cursor, room int) 
 		}
 		s.nextID++
 		id := s.nextID
-		c.slots = append(c.slots, slot{id: id, off: r.Offset, sentAt: time.Now()})
+		c.slots = append(c.slots, slot{id: id, off: r.Offset, sentAt: now})
 		p.inflight[id] = ref{c: c, off: r.Offset}
 		if err := p.conn.Send(ctx, Delivery{ID: id, Stream: c.name, Record: r}); err != nil {
 			return sent, true, err

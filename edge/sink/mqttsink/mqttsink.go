@@ -573,8 +573,10 @@ func properties(r *logstore.Record, stream string, peat bool) packets.Properties
 	if r.PayloadFormat != nil {
 		p.PayloadFormat, p.PayloadFormatFlag = *r.PayloadFormat, true
 	}
-	if left, _ := r.ExpiryLeft(time.Now().UnixMilli()); left > 0 {
-		p.MessageExpiryInterval = left
+	if r.MessageExpiry > 0 { // the clock only for records that expire
+		if left, _ := r.ExpiryLeft(time.Now().UnixMilli()); left > 0 {
+			p.MessageExpiryInterval = left
+		}
 	}
 	for _, up := range r.UserProperties {
 		p.User = append(p.User, packets.UserProperty{Key: up.Key, Val: up.Value})
