@@ -156,6 +156,12 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 			c.next = c.position.Load()
 			c.slots = c.slots[:0]
 		}
+	} else {
+		for id, r := range s.inflight { // streams removed while disconnected
+			if !slices.Contains(*list, r.c) {
+				delete(s.inflight, id)
+			}
+		}
 	}
 	if r, ok := conn.(Resumer); ok {
 		if err := s.resume(ctx, r, *list); err != nil {
