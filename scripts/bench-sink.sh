@@ -25,6 +25,7 @@
 #   scripts/bench-sink.sh                  # COUNT=1000000, peat and mosquitto
 #   COUNT=200000 EDGES=peat scripts/bench-sink.sh
 #   COUNT=2000000 PARTS=8 EDGES="peat peat-nosink" scripts/bench-sink.sh
+#   SINK_VERSION=4 scripts/bench-sink.sh    # the sink speaks MQTT 3.1.1, as the bridge does
 #   PEAT_BIN=/path/to/peat scripts/bench-sink.sh   # another Peat build
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +40,7 @@ PUBS=10
 PAYLOAD=${PAYLOAD:-64}
 DRAIN_LIMIT=${DRAIN_LIMIT:-600} # seconds a drain may take before the run fails
 PROFILE=${PROFILE:-server}     # Peat's storage profile
+SINK_VERSION=${SINK_VERSION:-5} # MQTT version of Peat's sink (5, the default, or 4; Mosquitto's bridge speaks 4)
 
 work=$(mktemp -d)
 UP_PID="" EDGE_PID="" SAMPLER=""
@@ -98,6 +100,7 @@ edge_start() {
 			      url: mqtt://127.0.0.1:$UP_PORT
 			      client_id: edge-peat
 			      qos: 1
+			      version: $SINK_VERSION
 			    backoff: {min: 100ms, max: 500ms}
 		EOF
 		$pin_broker "$work/peat" serve --config "$work/edge.yaml" --data "$work/edge-data-$RANDOM" --profile "$PROFILE" \
