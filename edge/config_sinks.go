@@ -18,7 +18,7 @@ import (
 type SinkConfig struct {
 	Name string `yaml:"name"`
 	// Streams are the stream names sent; ["*"] is every stream the node
-	// has when it starts.
+	// has, including those added while it runs.
 	Streams []string `yaml:"streams"`
 	// Filter, when set, sends only the records whose topic matches it.
 	Filter string `yaml:"filter"`

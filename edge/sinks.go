@@ -23,6 +23,13 @@ import (
 	"github.com/peatmq/peat/mqtt"
 )
 
+// Attribute keys of the sinks' log lines written here (edge/sink writes
+// the rest, with the same keys).
+const (
+	attrSinkName   = "sink"
+	attrStreamName = "stream"
+)
+
 // sinkSet is the node's running sinks: started after the broker, stopped
 // before it.
 type sinkSet struct {
@@ -58,15 +65,50 @@ func (n *Node) startSinks(store *logstore.Store, broker *mqtt.Broker) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	set.cancel = cancel
-	for _, s := range set.list {
+	for i, s := range set.list {
 		set.wg.Add(1)
 		go func() { // owned by the set: stopSinks cancels and waits
 			defer set.wg.Done()
 			s.Run(ctx)
 		}()
+		if slices.Equal(n.cfg.Sinks[i].Streams, []string{"*"}) {
+			events, stop := store.Watch()
+			set.wg.Add(1)
+			go func() { // owned by the set, like the sink
+				defer set.wg.Done()
+				defer stop()
+				n.followStreams(ctx, s, events)
+			}()
+		}
 	}
 	n.sinks.Store(set)
 	return nil
+}
+
+// followStreams keeps a sink of every stream ("*") sending the streams
+// added to the store while the node runs, and stops it sending those
+// removed. The watch starts with every stream the store has, which the
+// sink already sends.
+func (n *Node) followStreams(ctx context.Context, s *sink.Sink, events <-chan logstore.StreamEvent) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			switch ev.Kind {
+			case logstore.StreamAdded:
+				if err := s.AddStream(ev.Stream); err != nil {
+					n.log.Error("sink cannot follow a new stream", attrComponent, "sink", attrSinkName, s.Name(),
+						attrStreamName, ev.Stream.Name(), attrErr, err)
+				}
+			case logstore.StreamRemoved:
+				s.RemoveStream(ev.Stream.Name())
+			}
+		}
+	}
 }
 
 // stopSinks stops the sinks and waits for them; their positions are

@@ -19,6 +19,7 @@ import (
 	"github.com/peatmq/peat/edge/sink"
 	"github.com/peatmq/peat/edge/sink/sinktest"
 	"github.com/peatmq/peat/edge/status"
+	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
@@ -540,4 +541,48 @@ func TestNode_SinkFollowsACommitToItsOffsets(t *testing.T) {
 		t.Errorf("after the seek the upstream got %v..%v, want m5..m19", got[20], got[34])
 	}
 	sinktest.WaitFor(t, "position 20 again", time.Minute, func() bool { return sinkStatuses(t, n)[0].Streams[0].CommittedOffset == 20 })
+}
+
+// TestNode_SinkOfEveryStreamFollowsNewStreams: a sink of "*" sends a
+// stream added while the node runs (as a cluster adds them), from Start,
+// and stops sending one removed.
+func TestNode_SinkOfEveryStreamFollowsNewStreams(t *testing.T) {
+	upstream := sinktest.StartMosquitto(t)
+	col := sinktest.NewCollector(t, upstream, "site-a/#")
+	n := startNode(t, sinkConfig(t, upstream)) // streams: ["*"]
+	publishQoS1(t, n.MQTTAddr(), "sensors/a", 3)
+	sinktest.WaitFor(t, "the first records upstream", time.Minute, func() bool { return len(col.Payloads()) >= 3 })
+
+	store := n.store.Load()
+	if _, err := store.AddStream(logstore.StreamConfig{Name: "meters", Filters: []string{"meters/#"}}); err != nil {
+		t.Fatal(err)
+	}
+	sinktest.WaitFor(t, "the new stream in the sink's status", 30*time.Second, func() bool {
+		st := sinkStatuses(t, n)
+		return len(st) == 1 && len(st[0].Streams) == 2 && st[0].Streams[1].Stream == "meters"
+	})
+	publishQoS1(t, n.MQTTAddr(), "meters/m1", 4)
+	sinktest.WaitFor(t, "the new stream's records upstream", time.Minute, func() bool {
+		meters := 0
+		for _, topic := range col.Topics() {
+			if topic == "site-a/meters/m1" {
+				meters++
+			}
+		}
+		return meters == 4
+	})
+	sinktest.WaitFor(t, "the sink's position in the new stream", 30*time.Second, func() bool {
+		st := sinkStatuses(t, n)
+		return len(st[0].Streams) == 2 && st[0].Streams[1].CommittedOffset == 4
+	})
+
+	if err := store.RemoveStream("meters"); err != nil {
+		t.Fatal(err)
+	}
+	sinktest.WaitFor(t, "the removed stream gone from the sink's status", 30*time.Second, func() bool {
+		st := sinkStatuses(t, n)
+		return len(st) == 1 && len(st[0].Streams) == 1 && st[0].Streams[0].Stream == "default"
+	})
+	publishQoS1(t, n.MQTTAddr(), "sensors/a", 2) // the sink still sends the rest
+	sinktest.WaitFor(t, "the default stream's later records upstream", time.Minute, func() bool { return len(col.Payloads()) >= 9 })
 }

@@ -5,6 +5,9 @@
 #
 #   peat       Peat (PROFILE, default server; interval durability) with an MQTT sink
 #              to the upstream: the log is the buffer
+#   peat-nosink  the same Peat with no sink: its RSS through the pile-up is
+#              what the log and storage engine hold, without the sink
+#              (no drain)
 #   mosquitto  Debian's Mosquitto bridging `#` out at QoS 1 (cleansession
 #              false, max_queued_messages 0 so it drops nothing): the
 #              backlog is its in-memory bridge queue
@@ -13,12 +16,16 @@
 # subscriber session ("counter"): it is started once to create the
 # session, stopped (the outage), and started again after the pile-up, and
 # the counter then receives every record. Reported per edge: RSS idle,
-# after each quarter of the pile-up and its peak, the drain time and rate (from
+# after each of PARTS parts of the pile-up (default 4: quarters), the
+# anonymous and file-backed parts of RSS at the end of the pile-up (heap
+# against mapped data files), the peak RSS, the drain time and rate (from
 # the upstream's restart to the counter's last record), and the edge's CPU
 # per record drained. Loopback only; REPS repetitions.
 #
-#   scripts/bench-sink.sh                  # COUNT=1000000, both edges
+#   scripts/bench-sink.sh                  # COUNT=1000000, peat and mosquitto
 #   COUNT=200000 EDGES=peat scripts/bench-sink.sh
+#   COUNT=2000000 PARTS=8 EDGES="peat peat-nosink" scripts/bench-sink.sh
+#   SINK_VERSION=4 scripts/bench-sink.sh    # the sink speaks MQTT 3.1.1, as the bridge does
 #   PEAT_BIN=/path/to/peat scripts/bench-sink.sh   # another Peat build
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,11 +34,13 @@ cd "$(dirname "$0")/.."
 
 COUNT=${COUNT:-1000000}
 REPS=${REPS:-1}
+PARTS=${PARTS:-4}
 read -r -a edges <<<"${EDGES:-peat mosquitto}"
 PUBS=10
 PAYLOAD=${PAYLOAD:-64}
 DRAIN_LIMIT=${DRAIN_LIMIT:-600} # seconds a drain may take before the run fails
 PROFILE=${PROFILE:-server}     # Peat's storage profile
+SINK_VERSION=${SINK_VERSION:-5} # MQTT version of Peat's sink (5, the default, or 4; Mosquitto's bridge speaks 4)
 
 work=$(mktemp -d)
 UP_PID="" EDGE_PID="" SAMPLER=""
@@ -52,11 +61,19 @@ if [ -n "${PEAT_BIN:-}" ]; then cp "$PEAT_BIN" "$work/peat"; fi # another build 
 tick=$(getconf CLK_TCK)
 
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+# rss_split pid: "anon / file" MB (RssAnon; RssFile and RssShmem).
+rss_split() {
+	awk '/^RssAnon:/ {a = $2} /^Rss(File|Shmem):/ {f += $2} END {printf "%.1f / %.1f", a/1024, f/1024}' "/proc/$1/status"
+}
 cpu_ticks() { awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$1/stat"; }
 
 # upstream_start: the upstream Mosquitto on UP_PORT, persistence in $work/up.
 upstream_start() {
 	mkdir -p "$work/up"
+	# Mosquitto started as root runs as the user mosquitto: it must reach
+	# and write its persistence, or the counter's session (and the records
+	# the sink sends before the counter subscribes again) is lost.
+	chmod a+x "$work" && chmod a+rwx "$work/up"
 	printf 'listener %s 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location %s/\nmax_queued_messages 0\nmax_inflight_messages 0\nlog_dest stderr\nlog_type error\n' \
 		"$UP_PORT" "$work/up" >"$work/up.conf"
 	$pin_load "$mosquitto_bin" -c "$work/up.conf" >>"$work/up.log" 2>&1 &
@@ -69,18 +86,21 @@ upstream_stop() { kill "$UP_PID"; wait "$UP_PID" 2>/dev/null || true; UP_PID="";
 # edge_start name: the edge on EDGE_PORT, forwarding to UP_PORT.
 edge_start() {
 	case $1 in
-	peat)
+	peat | peat-nosink)
 		cat >"$work/edge.yaml" <<-EOF
 			streams:
 			  - name: default
 			    filters: ["#"]
 			    durability: interval
+		EOF
+		[ "$1" = peat ] && cat >>"$work/edge.yaml" <<-EOF
 			sinks:
 			  - name: up
 			    mqtt:
 			      url: mqtt://127.0.0.1:$UP_PORT
 			      client_id: edge-peat
 			      qos: 1
+			      version: $SINK_VERSION
 			    backoff: {min: 100ms, max: 500ms}
 		EOF
 		$pin_broker "$work/peat" serve --config "$work/edge.yaml" --data "$work/edge-data-$RANDOM" --profile "$PROFILE" \
@@ -97,8 +117,8 @@ edge_start() {
 	echo "edge $1 did not start" >&2; cat "$work/edge.log" >&2; exit 1
 }
 
-echo "| edge | records | RSS idle MB | RSS after each quarter of the pile-up MB | RSS peak MB | drain s | drained rec/s | edge CPU µs/rec drained |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+echo "| edge | records | RSS idle MB | RSS after each $((COUNT / PARTS)) records MB | anon / file MB at the end | RSS peak MB | drain s | drained rec/s | edge CPU µs/rec drained |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 for rep in $(seq "$REPS"); do
 	for edge in "${edges[@]}"; do
 		rm -rf "$work/up" "$work/up.log"
@@ -120,16 +140,27 @@ for rep in $(seq "$REPS"); do
 		) >"$work/rss.txt" &
 		SAMPLER=$!
 
-		# The pile-up in quarters, RSS after each: a buffer that lives in
-		# memory grows with every quarter, the log does not.
+		# The pile-up in parts, RSS after each: a buffer that lives in
+		# memory grows with every part, the log does not.
 		quarters=""
-		for q in 1 2 3 4; do
+		for q in $(seq "$PARTS"); do
 			$pin_load "$work/peat-bench" fanin --addr "127.0.0.1:$EDGE_PORT" --publishers $PUBS --subscribers 0 \
-				--qos 1 --payload "$PAYLOAD" --count $((COUNT / PUBS / 4)) --label "$edge" >"$work/fanin.json"
+				--qos 1 --payload "$PAYLOAD" --count $((COUNT / PUBS / PARTS)) --label "$edge" >"$work/fanin.json"
 			sleep 1
 			quarters="$quarters$(awk -v k="$(rss_kb "$EDGE_PID")" 'BEGIN {printf "%.1f", k/1024}')"
-			[ "$q" -lt 4 ] && quarters="$quarters / "
+			[ "$q" -lt "$PARTS" ] && quarters="$quarters / "
 		done
+		split=$(rss_split "$EDGE_PID")
+		if [ "$edge" = peat-nosink ]; then # nothing to drain
+			kill "$SAMPLER" 2>/dev/null || true
+			wait "$SAMPLER" 2>/dev/null || true
+			SAMPLER=""
+			peak=$(sort -n "$work/rss.txt" | tail -1)
+			kill "$EDGE_PID"; wait "$EDGE_PID" 2>/dev/null || true; EDGE_PID=""
+			awk -v e="$edge" -v n="$COUNT" -v i="$idle" -v q="$quarters" -v s="$split" -v k="$peak" \
+				'BEGIN { printf "| %s | %d | %.1f | %s | %s | %.1f | - | - | - |\n", e, n, i/1024, q, s, k/1024 }'
+			continue
+		fi
 
 		c0=$(cpu_ticks "$EDGE_PID")
 		t0=$(date +%s.%N)
@@ -147,10 +178,10 @@ for rep in $(seq "$REPS"); do
 		kill "$EDGE_PID"; wait "$EDGE_PID" 2>/dev/null || true; EDGE_PID=""
 		upstream_stop
 
-		awk -v e="$edge" -v n="$COUNT" -v i="$idle" -v q="$quarters" -v k="$peak" -v t0="$t0" -v t1="$t1" \
+		awk -v e="$edge" -v n="$COUNT" -v i="$idle" -v q="$quarters" -v s="$split" -v k="$peak" -v t0="$t0" -v t1="$t1" \
 			-v c0="$c0" -v c1="$c1" -v tick="$tick" 'BEGIN {
 			d = t1 - t0
-			printf "| %s | %d | %.1f | %s | %.1f | %.1f | %.0f | %.1f |\n", e, n, i/1024, q, k/1024, d, n/d, (c1-c0)/tick*1e6/n
+			printf "| %s | %d | %.1f | %s | %s | %.1f | %.1f | %.0f | %.1f |\n", e, n, i/1024, q, s, k/1024, d, n/d, (c1-c0)/tick*1e6/n
 		}'
 	done
 done

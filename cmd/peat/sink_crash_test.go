@@ -94,7 +94,7 @@ sinks:
 		t.Logf("round %d: killed with %d of %d upstream", round, got, n)
 		p = startPeat(t, data, "--config", config)
 	}
-	sinktest.WaitFor(t, "every record upstream", 2*time.Minute, func() bool { return len(col.Payloads()) >= n })
+	sinktest.WaitFor(t, "every record upstream", 2*time.Minute, func() bool { return col.HasOffsets(n) })
 	sinktest.WaitFor(t, "the sink's position at the end", time.Minute, func() bool {
 		st := p.sinks()
 		return len(st) == 1 && st[0].Streams[0].CommittedOffset == n

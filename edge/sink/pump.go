@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -78,7 +79,21 @@ type pumpState struct {
 	inflight map[uint64]ref // the Sink's, kept across connections
 	rate     *bucket
 	rr       int // the cursor the next fill starts with (round robin)
+	// cursors is the sink's list as this pump last took it (list).
+	cursors []*cursor
+	list    *[]*cursor
+	// batch is how many records the pump gathers before it commits or
+	// reads: a quarter of the window (see batchOf).
+	batch int
 }
+
+// batchOf is the pump's batch for a window. Each commit (a state write)
+// and each read from the log (an iterator over a stored batch) has a
+// fixed cost; taken one acknowledgement at a time they cost more than the
+// record itself. So while a backlog drains, the pump commits and reads
+// once a quarter of the window is free, and the upstream still has three
+// quarters in flight meanwhile.
+func batchOf(window int) int { return max(1, window/4) }
 
 // Keeper is a Conn that took over its predecessor's deliveries still in
 // flight (an MQTT session resumed with QoS 2): it completes them itself,
@@ -98,8 +113,8 @@ type Resumer interface {
 // resume moves each stream's position past what the upstream already
 // holds, so a record acknowledged there but not yet committed here (a
 // crash between the two) is not sent twice.
-func (s *Sink) resume(ctx context.Context, r Resumer) error {
-	for _, c := range s.cursors {
+func (s *Sink) resume(ctx context.Context, r Resumer, cursors []*cursor) error {
+	for _, c := range cursors {
 		next, ok, err := r.Resume(ctx, c.name)
 		if err != nil {
 			return &stageError{reason: "resume", err: fmt.Errorf("read back %s from the upstream: %w", c.name, err)}
@@ -131,39 +146,48 @@ func (s *Sink) resume(ctx context.Context, r Resumer) error {
 // duplicates), unless conn is a Keeper that keeps them.
 // progressed reports that anything was acknowledged.
 func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error) {
+	list := s.streams.Load()
 	if k, ok := conn.(Keeper); !ok || !k.KeepsInflight() || s.inflight == nil {
 		s.inflight = map[uint64]ref{}
-		for _, c := range s.cursors {
+		for _, c := range *list {
 			if c.next > c.position.Load() {
 				c.resendBelow = max(c.resendBelow, c.next)
 			}
 			c.next = c.position.Load()
 			c.slots = c.slots[:0]
 		}
+	} else {
+		for id, r := range s.inflight { // streams removed while disconnected
+			if !slices.Contains(*list, r.c) {
+				delete(s.inflight, id)
+			}
+		}
 	}
 	if r, ok := conn.(Resumer); ok {
-		if err := s.resume(ctx, r); err != nil {
+		if err := s.resume(ctx, r, *list); err != nil {
 			return false, err
 		}
 	}
-	p := &pumpState{conn: conn, window: max(conn.Window(), 1), inflight: s.inflight}
+	p := &pumpState{conn: conn, window: max(conn.Window(), 1), inflight: s.inflight, cursors: *list, list: list}
+	p.batch = batchOf(p.window)
 	if s.cfg.MaxRate > 0 {
 		p.rate = newBucket(s.cfg.MaxRate, time.Now())
 	}
 	acks := conn.Acks()
 	watcher, _ := s.cfg.Positions.(Watcher)
 	for {
+		s.refresh(p)
 		// Take the streams' wake-up channels before reading, so records
 		// committed after a read wake the wait below.
-		changed := make([]<-chan struct{}, 0, 2*len(s.cursors))
-		for _, c := range s.cursors {
+		changed := make([]<-chan struct{}, 0, 2*len(p.cursors))
+		for _, c := range p.cursors {
 			if !c.closed {
 				changed = append(changed, c.stream.Changed())
 			}
 		}
 		// A position moved from outside (a commit to $offsets) is a seek.
 		if watcher != nil {
-			for _, c := range s.cursors {
+			for _, c := range p.cursors {
 				off, ok, ch := watcher.Watch(Group(s.cfg.Name), c.name)
 				if ok && off != c.position.Load() {
 					s.seek(c, off)
@@ -184,7 +208,7 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 			}
 		}
 		// 2. Make the acknowledged prefix durable.
-		if err := s.commit(); err != nil {
+		if err := s.commit(p); err != nil {
 			return progressed, err
 		}
 		// 3. Send what the window and the rate allow.
@@ -205,18 +229,19 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(acks)},
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.pauseWake)},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.streamsWake)},
 		}
 		var timer *time.Timer
 		if wait > 0 {
 			timer = time.NewTimer(wait)
 			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)})
 		}
-		if s.inWindow() < p.window && !s.paused.Load() && wait == 0 {
+		if p.window-p.inWindow() >= p.batch && !s.paused.Load() && wait == 0 {
 			for _, ch := range changed {
 				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
 			}
 		} else if watcher != nil { // a seek frees the window too
-			for _, ch := range changed[len(changed)-len(s.cursors):] {
+			for _, ch := range changed[len(changed)-len(p.cursors):] {
 				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
 			}
 		}
@@ -238,12 +263,31 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 
 // inWindow counts the records sent and not yet under a durable position,
 // acknowledged or not: after a crash, these are what may be sent again.
-func (s *Sink) inWindow() int {
+func (p *pumpState) inWindow() int {
 	n := 0
-	for _, c := range s.cursors {
+	for _, c := range p.cursors {
 		n += len(c.slots)
 	}
 	return n
+}
+
+// refresh takes the sink's list of streams again if AddStream or
+// RemoveStream changed it. A removed stream's records in flight leave the
+// window; their late acknowledgements are ignored.
+func (s *Sink) refresh(p *pumpState) {
+	list := s.streams.Load()
+	if list == p.list {
+		return
+	}
+	for _, c := range p.cursors {
+		if !slices.Contains(*list, c) {
+			for _, sl := range c.slots {
+				delete(p.inflight, sl.id)
+			}
+			c.slots = nil
+		}
+	}
+	p.cursors, p.list = *list, list
 }
 
 // Watcher is Positions whose values may also change from outside the
@@ -296,10 +340,26 @@ func (s *Sink) acked(p *pumpState, id uint64) bool {
 }
 
 // commit moves each stream's position over its acknowledged prefix and
-// makes it durable before the slots below it are forgotten.
-func (s *Sink) commit() error {
+// makes it durable before the slots below it are forgotten. It waits for
+// a batch of acknowledgements (batchOf), unless a stream has everything
+// it sent acknowledged: then its position is exact, so a sink whose
+// traffic pauses shows (and keeps, across a restart) every record the
+// upstream took.
+func (s *Sink) commit(p *pumpState) error {
+	gain, exact := uint64(0), false
+	for _, c := range p.cursors {
+		to := c.prefix()
+		if to <= c.position.Load() {
+			continue
+		}
+		gain += to - c.position.Load()
+		exact = exact || to == c.next
+	}
+	if gain == 0 || gain < uint64(p.batch) && !exact {
+		return nil
+	}
 	group := Group(s.cfg.Name)
-	for _, c := range s.cursors {
+	for _, c := range p.cursors {
 		to := c.prefix()
 		if to <= c.position.Load() {
 			continue
@@ -323,14 +383,17 @@ func (s *Sink) fill(ctx context.Context, p *pumpState) (sent int, read bool, wai
 	if s.paused.Load() {
 		return 0, false, 0, nil
 	}
-	n := len(s.cursors)
+	n := len(p.cursors)
+	if n == 0 {
+		return 0, false, 0, nil
+	}
 	for k := 0; k < n; k++ {
-		c := s.cursors[(p.rr+k)%n]
+		c := p.cursors[(p.rr+k)%n]
 		if c.closed {
 			continue
 		}
-		room := p.window - s.inWindow()
-		if room <= 0 {
+		room := p.window - p.inWindow()
+		if room < p.batch {
 			break
 		}
 		if p.rate != nil {
@@ -368,6 +431,7 @@ func (s *Sink) sendFrom(ctx context.Context, p *pumpState, c *cursor, room int) 
 	case err != nil:
 		return 0, false, &stageError{reason: "read", err: fmt.Errorf("read %s at %d: %w", c.name, c.next, err)}
 	}
+	now := time.Now() // one read's records go out together
 	for _, r := range recs {
 		c.next = r.Offset + 1
 		if s.cfg.Filter != "" && !logstore.MatchFilter(s.cfg.Filter, r.Topic) {
@@ -375,7 +439,7 @@ func (s *Sink) sendFrom(ctx context.Context, p *pumpState, c *cursor, room int) 
 		}
 		s.nextID++
 		id := s.nextID
-		c.slots = append(c.slots, slot{id: id, off: r.Offset, sentAt: time.Now()})
+		c.slots = append(c.slots, slot{id: id, off: r.Offset, sentAt: now})
 		p.inflight[id] = ref{c: c, off: r.Offset}
 		if err := p.conn.Send(ctx, Delivery{ID: id, Stream: c.name, Record: r}); err != nil {
 			return sent, true, err

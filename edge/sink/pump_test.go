@@ -246,3 +246,115 @@ func TestBucket_PacesToTheRate(t *testing.T) {
 		t.Fatalf("%d records in a second at 100/s", total)
 	}
 }
+
+// TestSink_DrainsABacklogInBatches: acknowledgements that come one at a
+// time during a drain are committed (and the window refilled) a quarter
+// window at a time, not one by one: each commit is a state write, and
+// the read after it an iterator over the log.
+func TestSink_DrainsABacklogInBatches(t *testing.T) {
+	const n, window = 1000, 64
+	st := mqtttest.NewMemLog(t, "default=#").Stream(t, "default")
+	appendRecs(t, st, n)
+	up := &fakeUpstream{window: window, conns: make(chan *fakeConn)}
+	pos := &mapPositions{m: map[string]uint64{}}
+	runSink(t, st, up, pos)
+	c := <-up.conns
+
+	next := uint64(0)
+	var pending []Delivery
+	for next < n {
+		for more := true; more; { // everything sent so far, before the acknowledgement
+			select {
+			case d := <-c.sent:
+				pending = append(pending, d)
+			default:
+				more = false
+			}
+		}
+		if len(pending) == 0 {
+			pending = c.take(t, 1)
+		}
+		d := pending[0]
+		pending = pending[1:]
+		if d.Record.Offset != next {
+			t.Fatalf("got offset %d, want %d", d.Record.Offset, next)
+		}
+		next++
+		c.acks <- d.ID
+		// Give the pump time to act on this one acknowledgement alone.
+		select {
+		case d := <-c.sent:
+			pending = append(pending, d)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	waitPos(t, pos, n)
+	pos.mu.Lock()
+	commits := append([]uint64(nil), pos.commits...)
+	pos.mu.Unlock()
+	// The start, one commit per batch of 16, and some slack for exact
+	// ones (the pump found everything it had sent acknowledged).
+	if max := 1 + n/batchOf(window) + 8; len(commits) > max {
+		t.Fatalf("%d commits for %d records one acknowledgement at a time, want at most %d: %v", len(commits), n, max, commits)
+	}
+}
+
+// TestSink_FollowsAddedAndRemovedStreams: a stream added while the sink
+// runs is sent from Start; removing a stream with records in flight
+// frees the window for the others, and late acknowledgements of those
+// records are ignored.
+func TestSink_FollowsAddedAndRemovedStreams(t *testing.T) {
+	log := mqtttest.NewMemLog(t, "a=a/#", "b=b/#")
+	a, b := log.Stream(t, "a"), log.Stream(t, "b")
+	appendRecs(t, a, 10)
+	appendRecs(t, b, 3)
+	up := &fakeUpstream{window: 4, conns: make(chan *fakeConn)}
+	pos := &mapPositions{m: map[string]uint64{}}
+	s, err := New(Config{Name: "s", Streams: []Stream{a}, Upstream: up, Positions: pos})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	c := <-up.conns
+
+	inA := c.take(t, 4) // a's first four fill the window, none acknowledged
+	if err := s.AddStream(b); err != nil {
+		t.Fatal(err)
+	}
+	c.none(t) // b waits: the window is full
+	s.RemoveStream("a")
+	got := c.take(t, 3)
+	for i, d := range got {
+		if d.Stream != "b" || d.Record.Offset != uint64(i) {
+			t.Fatalf("delivery %d: %s offset %d, want b offset %d", i, d.Stream, d.Record.Offset, i)
+		}
+	}
+	c.acks <- inA[0].ID // late: ignored, a is gone
+	for _, d := range got {
+		c.acks <- d.ID
+	}
+	waitFor(t, "b's position at 3", func() bool {
+		off, _, _ := pos.Load(Group("s"), "b")
+		return off == 3
+	})
+	if off, _, _ := pos.Load(Group("s"), "a"); off != 0 {
+		t.Errorf("a's position %d after its stream was removed with nothing acknowledged, want 0", off)
+	}
+	if st := s.Status(); len(st.Streams) != 1 || st.Streams[0].Stream != "b" {
+		t.Errorf("status streams %+v, want only b", st.Streams)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,10 +109,16 @@ type Config struct {
 // Sink sends its streams upstream, each from its position, keeping at
 // most the connection's window of records in flight.
 type Sink struct {
-	cfg     Config
-	log     *slog.Logger
-	cursors []*cursor
-	m       sinkMetrics
+	cfg Config
+	log *slog.Logger
+	m   sinkMetrics
+
+	// streams is the list of cursors, one per stream sent; AddStream and
+	// RemoveStream replace it (under streamsMu) while the pump runs, which
+	// takes it afresh on each turn (pumpState.cursors).
+	streamsMu   sync.Mutex
+	streams     atomic.Pointer[[]*cursor]
+	streamsWake chan struct{} // cap 1: the list changed
 
 	// inflight maps delivery ids to records; nextID numbers deliveries.
 	// Owned by the pump (Run's goroutine).
@@ -159,30 +166,97 @@ func New(cfg Config) (*Sink, error) {
 		log:       cfg.Logger.With(attrSink, cfg.Name),
 		pauseWake: make(chan struct{}, 1),
 		started:   time.Now(),
+
+		streamsWake: make(chan struct{}, 1),
 	}
 	s.m = cfg.Metrics.forSink(cfg.Name)
-	group := Group(cfg.Name)
+	var cursors []*cursor
 	for _, st := range cfg.Streams {
-		off, ok, err := cfg.Positions.Load(group, st.Name())
+		c, err := s.newCursor(st)
 		if err != nil {
-			return nil, fmt.Errorf("sink %s: load position in %s: %w", cfg.Name, st.Name(), err)
+			return nil, err
 		}
-		if !ok {
-			if off, err = cfg.Start.resolve(st); err != nil {
-				return nil, fmt.Errorf("sink %s: start in %s: %w", cfg.Name, st.Name(), err)
-			}
-			if err := cfg.Positions.Commit(group, st.Name(), off); err != nil {
-				return nil, fmt.Errorf("sink %s: commit start in %s: %w", cfg.Name, st.Name(), err)
-			}
-			s.log.Info("sink starts", attrStream, st.Name(), attrOffset, off, attrStart, cfg.Start.String())
-		}
-		c := &cursor{stream: st, name: st.Name(), next: off, m: s.m.forStream(st.Name())}
-		c.position.Store(off)
-		c.progressAt.Store(time.Now().UnixNano())
-		c.m.committed.Set(float64(off))
-		s.cursors = append(s.cursors, c)
+		cursors = append(cursors, c)
 	}
+	s.streams.Store(&cursors)
 	return s, nil
+}
+
+// newCursor loads the sink's position in st, resolving Start (and
+// committing it) when it has none.
+func (s *Sink) newCursor(st Stream) (*cursor, error) {
+	group := Group(s.cfg.Name)
+	off, ok, err := s.cfg.Positions.Load(group, st.Name())
+	if err != nil {
+		return nil, fmt.Errorf("sink %s: load position in %s: %w", s.cfg.Name, st.Name(), err)
+	}
+	if !ok {
+		if off, err = s.cfg.Start.resolve(st); err != nil {
+			return nil, fmt.Errorf("sink %s: start in %s: %w", s.cfg.Name, st.Name(), err)
+		}
+		if err := s.cfg.Positions.Commit(group, st.Name(), off); err != nil {
+			return nil, fmt.Errorf("sink %s: commit start in %s: %w", s.cfg.Name, st.Name(), err)
+		}
+		s.log.Info("sink starts", attrStream, st.Name(), attrOffset, off, attrStart, s.cfg.Start.String())
+	}
+	c := &cursor{stream: st, name: st.Name(), next: off, m: s.m.forStream(st.Name())}
+	c.position.Store(off)
+	c.progressAt.Store(time.Now().UnixNano())
+	c.m.committed.Set(float64(off))
+	return c, nil
+}
+
+// cursors is the current list of cursors; callers must not change it.
+func (s *Sink) cursors() []*cursor { return *s.streams.Load() }
+
+// Has reports whether the sink sends the stream named name.
+func (s *Sink) Has(name string) bool {
+	for _, c := range s.cursors() {
+		if c.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// AddStream makes the sink send st too, from its position there (or
+// Start), as for the streams it was made with: a sink of every stream
+// follows the streams added while it runs. A stream it already sends is
+// left as it is.
+func (s *Sink) AddStream(st Stream) error {
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
+	if s.Has(st.Name()) {
+		return nil
+	}
+	c, err := s.newCursor(st)
+	if err != nil {
+		return err
+	}
+	s.setStreams(append(slices.Clone(s.cursors()), c))
+	s.log.Info("sink follows a new stream", attrStream, st.Name(), attrOffset, c.position.Load())
+	return nil
+}
+
+// RemoveStream stops sending the stream named name (removed from the
+// log). Its position stays where it is; what was in flight is forgotten.
+func (s *Sink) RemoveStream(name string) {
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
+	cs := slices.DeleteFunc(slices.Clone(s.cursors()), func(c *cursor) bool { return c.name == name })
+	if len(cs) != len(s.cursors()) {
+		s.setStreams(cs)
+		s.log.Info("sink stops sending a removed stream", attrStream, name)
+	}
+}
+
+// setStreams publishes a new list; the caller holds streamsMu.
+func (s *Sink) setStreams(cs []*cursor) {
+	s.streams.Store(&cs)
+	select {
+	case s.streamsWake <- struct{}{}:
+	default:
+	}
 }
 
 // Name is the sink's name.

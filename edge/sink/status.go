@@ -65,7 +65,7 @@ func (s *Sink) Status() Status {
 		st.LastError, st.LastErrorAt = s.mu.lastErr, &at
 	}
 	s.mu.Unlock()
-	for i, c := range s.cursors {
+	for i, c := range s.cursors() {
 		ss := s.streamStatus(c, now)
 		st.Streams = append(st.Streams, ss)
 		if i == 0 {
@@ -126,7 +126,7 @@ func (s *Sink) monitor(ctx context.Context) {
 	last := map[string]State{}
 	for {
 		now := time.Now()
-		for _, c := range s.cursors {
+		for _, c := range s.cursors() {
 			ss := s.streamStatus(c, now)
 			c.m.set(ss)
 			if prev := last[c.name]; prev != ss.State {

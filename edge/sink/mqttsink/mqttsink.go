@@ -535,6 +535,9 @@ func (c *conn) Send(ctx context.Context, d sink.Delivery) error {
 		Payload:         r.Payload,
 	}
 	if c.u.cfg.Version == 5 {
+		// Without AllowResponseInfo mochi's encoder leaves out the
+		// response topic and the correlation data.
+		pk.Mods.AllowResponseInfo = true
 		pk.Properties = properties(r, d.Stream, c.u.cfg.Properties)
 		if c.u.cfg.Extra != nil {
 			pk.Properties.User = append(pk.Properties.User, c.u.cfg.Extra(d.Stream, r)...)
@@ -570,8 +573,10 @@ func properties(r *logstore.Record, stream string, peat bool) packets.Properties
 	if r.PayloadFormat != nil {
 		p.PayloadFormat, p.PayloadFormatFlag = *r.PayloadFormat, true
 	}
-	if left, _ := r.ExpiryLeft(time.Now().UnixMilli()); left > 0 {
-		p.MessageExpiryInterval = left
+	if r.MessageExpiry > 0 { // the clock only for records that expire
+		if left, _ := r.ExpiryLeft(time.Now().UnixMilli()); left > 0 {
+			p.MessageExpiryInterval = left
+		}
 	}
 	for _, up := range r.UserProperties {
 		p.User = append(p.User, packets.UserProperty{Key: up.Key, Val: up.Value})

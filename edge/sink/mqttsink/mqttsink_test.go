@@ -139,7 +139,7 @@ func TestMQTTSink_DrainsBacklogInOrder(t *testing.T) {
 			const n = 3000
 			appendN(t, r.st, "sensors/a", n) // a backlog the sink finds at once
 			sinktest.WaitFor(t, "the sink's position at the end", time.Minute, func() bool { return r.position() == n })
-			sinktest.WaitFor(t, "every record upstream", time.Minute, func() bool { return len(col.Payloads()) >= n })
+			sinktest.WaitFor(t, "every record upstream", time.Minute, func() bool { return col.HasOffsets(n) })
 			if dups := sinktest.CheckInOrder(t, col.Payloads(), n, 32); dups != 0 {
 				t.Errorf("%d duplicates without a fault", dups)
 			}
@@ -191,7 +191,7 @@ func TestMQTTSink_Faults(t *testing.T) {
 			px.SetMode(sinktest.ModePass)
 
 			sinktest.WaitFor(t, "the sink's position at the end", time.Minute, func() bool { return r.position() == n })
-			sinktest.WaitFor(t, "every record upstream", time.Minute, func() bool { return len(col.Payloads()) >= n })
+			sinktest.WaitFor(t, "every record upstream", time.Minute, func() bool { return col.HasOffsets(n) })
 			dups := sinktest.CheckInOrder(t, col.Payloads(), n, window)
 			t.Logf("%d messages upstream, %d duplicates, %d connections", len(col.Payloads()), dups, px.Conns.Load())
 			if tc.mode == sinktest.ModeDelay && dups != 0 {
@@ -211,7 +211,7 @@ func TestMQTTSink_HonoursReceiveMaximum(t *testing.T) {
 	const n = 400
 	appendN(t, r.st, "sensors/a", n)
 	sinktest.WaitFor(t, "the sink's position at the end", time.Minute, func() bool { return r.position() == n })
-	sinktest.WaitFor(t, "every record upstream", time.Minute, func() bool { return len(col.Payloads()) >= n })
+	sinktest.WaitFor(t, "every record upstream", time.Minute, func() bool { return col.HasOffsets(n) })
 	sinktest.CheckInOrder(t, col.Payloads(), n, 5)
 	if got := px.MaxOutstanding.Load(); got != 5 {
 		t.Errorf("at most %d PUBLISHes were unacknowledged, want the upstream's Receive Maximum 5", got)
@@ -230,6 +230,7 @@ func TestMQTTSink_TopicTemplateAndProperties(t *testing.T) {
 	sub.Subscribe("site-a/#", 1)
 	r := newRig(t, addr, mqttsink.Config{Topic: "site-a/{stream}/{node}/{topic}", Node: "pi7", Properties: true}, sink.Config{})
 	rec := &logstore.Record{Topic: "sensors/t", QoS: 1, ContentType: "text/plain",
+		ResponseTopic: "replies/t", CorrelationData: []byte("c-1"),
 		UserProperties: []logstore.UserProperty{{Key: "unit", Value: "C"}}}
 	done := make(chan error, 1)
 	r.st.AppendAsync([]*logstore.Record{{Topic: "sensors/skip", QoS: 1}, rec}, func(_ uint64, err error) { done <- err })
@@ -251,7 +252,8 @@ func TestMQTTSink_TopicTemplateAndProperties(t *testing.T) {
 		if props["peat-stream"] != "default" || props["peat-offset"] != want.offset || props["peat-time"] == "" {
 			t.Errorf("user properties %v, want peat-stream default, peat-offset %s, peat-time", props, want.offset)
 		}
-		if want.offset == "1" && (props["unit"] != "C" || pk.Properties.ContentType != "text/plain") {
+		if want.offset == "1" && (props["unit"] != "C" || pk.Properties.ContentType != "text/plain" ||
+			pk.Properties.ResponseTopic != "replies/t" || string(pk.Properties.CorrelationData) != "c-1") {
 			t.Errorf("the record's own properties were not kept: %+v", pk.Properties)
 		}
 	}
@@ -349,7 +351,7 @@ func TestMQTTSink_QoS2ExactlyOnceAcrossFaults(t *testing.T) {
 				px.SetMode(sinktest.ModePass)
 			}
 			sinktest.WaitFor(t, "the sink's position at the end", time.Minute, func() bool { return r.position() == n })
-			sinktest.WaitFor(t, "every record upstream", time.Minute, func() bool { return len(col.Payloads()) >= n })
+			sinktest.WaitFor(t, "every record upstream", time.Minute, func() bool { return col.HasOffsets(n) })
 			time.Sleep(200 * time.Millisecond) // a late duplicate would arrive meanwhile (checked below)
 			if dups := sinktest.CheckInOrder(t, col.Payloads(), n, window); dups != 0 {
 				t.Errorf("%d duplicates with QoS 2 over %d connections", dups, px.Conns.Load())

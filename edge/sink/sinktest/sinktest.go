@@ -172,6 +172,30 @@ func (c *Collector) Payloads() []string {
 	return append([]string(nil), c.got...)
 }
 
+// Topics are the topics of what arrived, in order.
+func (c *Collector) Topics() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.topics...)
+}
+
+// HasOffsets reports whether every offset below n has arrived, for a sink
+// whose records carry their offset as payload. Wait for this, not for n
+// messages: with repeats, n messages come before the last offsets do.
+func (c *Collector) HasOffsets(n int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seen := make([]bool, n)
+	distinct := 0
+	for _, p := range c.got {
+		if off, err := strconv.Atoi(p); err == nil && off >= 0 && off < n && !seen[off] {
+			seen[off] = true
+			distinct++
+		}
+	}
+	return distinct == n
+}
+
 // Fault modes of the proxy.
 const (
 	ModePass      int32 = iota
