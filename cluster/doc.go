@@ -4,9 +4,8 @@
 // between a stream's leader and a follower, and the Replicator that runs
 // them from the controller's state and keeps the ISR, and the Log that
 // serves all of it to the MQTT front-end as an mqtt.Log, forwarding a
-// follower's appends, state writes and claims to the leader. It is a tested
-// package that nothing wires in yet: Peat still runs as a single node (see
-// "What is left").
+// follower's appends, state writes and claims to the leader, and the Site
+// that `peat serve` runs with a `cluster:` section (edge/cluster.go).
 //
 // # Membership (membership.go)
 //

@@ -24,6 +24,14 @@
 // connections or publishes), then closes the log (flush, close Badger), and
 // is idempotent.
 //
+// With a `cluster:` section (config_cluster.go) the store opens with
+// ManualCommit and Start joins the site (cluster.StartSite, cluster.go)
+// before the broker starts; the broker gets the site's Log, wrapped so
+// that a topic of a configured stream this node does not serve yet is
+// refused rather than passed through unstored, and routed by every
+// configured stream's filters. Close stops the broker, then the site
+// (which hands its streams over first), then the store.
+//
 // # HTTP
 //
 //	GET /healthz         200 "ok" while the node serves, 503 otherwise
