@@ -312,11 +312,14 @@
 // claim as free once the controller's state has that node failed or in
 // another broker epoch (restarted), so a consumer on a dead node does
 // not hold its group forever, and no lease has to be renewed. Claims live
-// in the leader's memory: a new leader starts with none, and consumers
-// connected elsewhere keep consuming until they reconnect, so right after
-// a failover a second consumer of the same group can be granted the
-// group alongside the first (both then commit; the larger offset does
-// not win, the last write does). An Unclaim that cannot reach the leader
+// in the leader's memory, so every node also keeps the claims its own
+// clients were granted and tells a new leader them again as soon as the
+// state names it (reassertClaims; the new leader keeps its own clients'
+// at once). The window left is the time the nodes take to hear of the
+// new leader: a second consumer whose claim reaches the new leader before
+// the first's node re-asserts is granted the group alongside the first
+// (both then commit; the last write wins), and the re-assertion is
+// refused and logged. An Unclaim that cannot reach the leader
 // is lost: the claim then lasts until its node fails or restarts or the
 // leadership moves, though the same client id can always take it back.
 //
@@ -326,8 +329,9 @@
 // no command that deletes a stream). TestLog_ThreeNodes and
 // TestLog_MinInsyncReplicas check the produce and read paths on three
 // nodes; TestLog_ForwardAppend, TestLog_ForwardLeaderKilled,
-// TestLog_AcksLeader, TestLog_StateFailover and TestLog_ClaimAcrossNodes
-// the forwarding, acks=leader, state and claims.
+// TestLog_AcksLeader, TestLog_StateFailover, TestLog_ClaimAcrossNodes and
+// TestLog_ClaimsSurviveAFailover the forwarding, acks=leader, state and
+// claims.
 //
 // # A node of a site (site.go)
 //
@@ -424,8 +428,9 @@
 //
 // # What is left
 //
-//   - Claims that survive a failover, and an Unclaim retried until the
-//     leader has it; sessions' properties and subscriptions (Log.State)
+//   - Claims replicated with the state (today a node re-asserts its
+//     clients' claims to a new leader, which leaves a window), and an
+//     Unclaim retried until the leader has it; sessions' properties and subscriptions (Log.State)
 //     replicated across the site; a command that deletes a stream (a
 //     stream left out of the configuration stays in the state); moving
 //     replicas when nodes join or leave for good (AssignReplicas exists,

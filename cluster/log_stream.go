@@ -40,7 +40,11 @@ type stream struct {
 		moved   chan struct{}
 		leader  *Leader                // the Leader last seen; claims belong to it
 		claims  map[string]claimHolder // key -> holder, while leader
-		fwd     *forwarder             // to the leader, while another node leads
+		// granted are the claims this node's own clients hold (key ->
+		// holder), which a new leader is told again (reassertClaims).
+		granted  map[string]string
+		asserted uint32     // the leader epoch granted was last told under
+		fwd      *forwarder // to the leader, while another node leads
 	}
 	stopOnce sync.Once
 	fwds     sync.WaitGroup // forwarders' goroutines
@@ -73,6 +77,7 @@ func newStream(l *Log, st *logstore.Stream) *stream {
 	s.mu.moved = make(chan struct{})
 	s.mu.leader = s.leading()
 	s.mu.claims = map[string]claimHolder{}
+	s.mu.granted = map[string]string{}
 	s.rs.changed = make(chan struct{})
 	s.rs.reset(s.mu.leader)
 	s.fs.stop = make(chan struct{})
@@ -267,6 +272,7 @@ func (s *stream) run(u <-chan struct{}) {
 	for {
 		_, repChanged := s.l.rep.Leading(s.name) // before looking: a change from now on closes it
 		ld := s.noteLeader()
+		s.reassertClaims()
 		s.checkForwarder()
 		s.followState(ld)
 		s.answer(ld, false)
@@ -315,6 +321,13 @@ func (s *stream) noteLeaderLocked() *Leader {
 	}
 	s.mu.leader = ld
 	clear(s.mu.claims)
+	if ld != nil {
+		// This node's own consumers keep their claims; the others' nodes
+		// tell them again (reassertClaims).
+		for key, holder := range s.mu.granted {
+			s.mu.claims[key] = claimHolder{holder: holder, node: s.l.node.ID(), epoch: s.l.node.Epoch()}
+		}
+	}
 	s.rs.reset(ld)
 	return ld
 }

@@ -461,7 +461,8 @@ func (s *stream) Claim(key, holder string) (ok bool, current string) {
 // Unclaim gives key up if holder holds it, on the leader.
 func (s *stream) Unclaim(key, holder string) { s.claim(key, holder, true) }
 
-func (s *stream) claim(key, holder string, release bool) (bool, string) {
+func (s *stream) claim(key, holder string, release bool) (ok bool, current string) {
+	defer func() { s.noteGranted(key, holder, release, ok) }()
 	h := claimHolder{holder: holder, node: s.l.node.ID(), epoch: s.l.node.Epoch()}
 	s.mu.Lock()
 	if s.noteLeaderLocked() != nil {
@@ -482,6 +483,65 @@ func (s *stream) claim(key, holder string, release bool) (bool, string) {
 		return false, ""
 	}
 	return resp.OK, resp.Current
+}
+
+// noteGranted keeps granted, this node's clients' claims, as the leader
+// decided them.
+func (s *stream) noteGranted(key, holder string, release, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case release && s.mu.granted[key] == holder:
+		delete(s.mu.granted, key)
+	case !release && ok:
+		s.mu.granted[key] = holder
+	}
+}
+
+// reassertClaims tells a new leader (another node) the claims this
+// node's clients hold: claims live in the leader's memory, and without
+// this a consumer of a group on a surviving node would lose its claim
+// with the old leader, so a second consumer could take the group. A
+// claim the new leader gave another holder first stays refused and is
+// logged; the window is the time for the nodes to hear of the leader.
+func (s *stream) reassertClaims() {
+	id, epoch := s.stateLeaderID()
+	s.mu.Lock()
+	if id == "" || epoch == s.mu.asserted {
+		s.mu.Unlock()
+		return
+	}
+	s.mu.asserted = epoch
+	if id == s.l.node.ID() || len(s.mu.granted) == 0 {
+		s.mu.Unlock()
+		return // as leader, noteLeaderLocked kept them
+	}
+	keys := maps.Clone(s.mu.granted)
+	s.fwds.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.fwds.Done()
+		for key, holder := range keys {
+			for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+				ok, cur := s.claim(key, holder, false)
+				if ok || cur != "" {
+					if !ok {
+						s.l.log.Warn("cluster: a claim went to another holder during a failover",
+							slog.String("stream", s.name), slog.String("key", key), slog.String("holder", holder), slog.String("now", cur))
+					}
+					break
+				}
+				if now, e := s.stateLeaderID(); now != id || e != epoch {
+					return // another change: its own pass reasserts
+				}
+				select {
+				case <-s.stop:
+					return
+				case <-time.After(wait):
+				}
+			}
+		}
+	}()
 }
 
 // serveClaim is the leader's side of a forwarded claim.
