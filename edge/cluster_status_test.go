@@ -189,8 +189,21 @@ func TestCluster_StatusAPI(t *testing.T) {
 	if len(doc.Alarms) != 1 || doc.Alarms[0].ID != status.AlarmUnderReplicated || !strings.Contains(doc.Alarms[0].Message, "default") {
 		t.Errorf("alarms with a replica gone: %+v, want stream_under_replicated naming the stream", doc.Alarms)
 	}
-	if _, _, page := get(t, "GET", "http://"+leader.HTTPAddr().String()+"/"); !strings.Contains(string(page), "stream default is under-replicated") {
+	_, _, page := get(t, "GET", "http://"+leader.HTTPAddr().String()+"/")
+	if !strings.Contains(string(page), "stream default is under-replicated") {
 		t.Errorf("the status page does not show the under-replicated stream")
+	}
+	// The page's site section: every member with its state, and the
+	// stream's leader and shrunk ISR, before any script runs.
+	want := []string{
+		`<tr data-member="` + id + `"><td>` + id + `</td><td class="state failed" data-field="state">failed</td>`,
+		`<tr data-stream="default" class="warning"><td>default</td><td data-field="leader">` + leader.cfg.Cluster.NodeID + `</td>`,
+		`<td data-field="isr">` + strings.Join(streamOf(clusterView(t, leader), logstore.DefaultStreamName).ISR, " ") + `</td>`,
+	}
+	for _, w := range want {
+		if !strings.Contains(string(page), w) {
+			t.Errorf("the status page lacks %s", w)
+		}
 	}
 }
 

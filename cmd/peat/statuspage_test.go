@@ -261,3 +261,31 @@ func groupConsumer(t *testing.T, addr, id, filter string) paho.Client {
 	}
 	return c
 }
+
+// On a site node the page's site section is kept live by the script too:
+// it shows the member, the controller and the stream's in-sync replicas,
+// and a refresh rebuilds the tables without an error (an error marks the
+// page stale).
+func TestStatusPage_SiteInABrowser(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "peat.yaml")
+	yaml := "cluster:\n  name: test-site\n  node_id: n1\n  listen: 127.0.0.1:0\n  expect: 1\n"
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startPeat(t, filepath.Join(dir, "data"), "--config", cfg)
+	ctx := startBrowser(t)
+	browse(t, ctx, chromedp.Navigate("http://"+p.httpAddr+"/"))
+	waitText(t, ctx, `#replication tr[data-stream="default"] td[data-field="isr"]`, "n1")
+	waitText(t, ctx, `#controller`, "n1")
+	waitText(t, ctx, `#members tr[data-member="n1"] td[data-field="state"]`, "alive")
+	// A mark on the rows that only a rebuild by the script removes.
+	browse(t, ctx, chromedp.Evaluate[chromedp.Void](
+		`document.querySelectorAll("#members tbody tr, #replication tbody tr").forEach(function (r) { r.dataset.mark = "1"; })`))
+	waitText(t, ctx, `#replication tr[data-stream="default"][data-mark]`, "")
+	waitText(t, ctx, `#members tr[data-member="n1"][data-mark]`, "")
+	waitText(t, ctx, `#replication tr[data-stream="default"] td[data-field="leader"]`, "n1")
+	if stale := browse(t, ctx, chromedp.Evaluate[bool](`document.body.classList.contains("stale")`)); stale {
+		t.Fatal("the page is marked stale: its refresh failed")
+	}
+}

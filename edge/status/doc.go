@@ -35,7 +35,9 @@
 // sites are often offline. The script polls api/v1/status every two
 // seconds and rewrites the values, tables and sparklines with the same
 // formats as the template (FormatCount, FormatBytes, FormatDuration);
-// sparklines are inline SVG polylines drawn from History.
+// sparklines are inline SVG polylines drawn from History. A site node's
+// page has a site section (members, controller, each stream's leader,
+// replicas and in-sync replicas), rendered and refreshed the same way.
 //
 // # Samples
 //

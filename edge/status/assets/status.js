@@ -116,6 +116,39 @@
     });
   }
 
+  // site rebuilds the site section's tables; the section exists only on
+  // a site node (the page is rendered with it).
+  function site(doc) {
+    var c = doc.cluster;
+    if (!c || !document.getElementById("site")) return;
+    document.getElementById("controller").textContent = c.controller || "none";
+    var members = document.querySelector("#members tbody");
+    members.textContent = "";
+    c.members.forEach(function (m) {
+      var tr = document.createElement("tr");
+      tr.dataset.member = m.id;
+      cell(tr, m.id);
+      cell(tr, m.state, "state " + m.state).dataset.field = "state";
+      cell(tr, m.role);
+      cell(tr, m.mqtt_addr || "");
+      cell(tr, m.version || "");
+      members.appendChild(tr);
+    });
+    var repl = document.querySelector("#replication tbody");
+    repl.textContent = "";
+    c.streams.forEach(function (s) {
+      var tr = document.createElement("tr");
+      tr.dataset.stream = s.name;
+      if (s.under_replicated) tr.className = "warning";
+      cell(tr, s.name);
+      cell(tr, s.leader || "offline").dataset.field = "leader";
+      cell(tr, s.replicas.join(" "));
+      cell(tr, s.isr.join(" ")).dataset.field = "isr";
+      cell(tr, num(s.high_watermark), "n");
+      repl.appendChild(tr);
+    });
+  }
+
   function alarms(doc) {
     var sec = document.getElementById("alarms");
     sec.textContent = "";
@@ -162,6 +195,7 @@
     streams(doc);
     groups(doc);
     sinks(doc);
+    site(doc);
     document.body.classList.remove("stale");
   }
 
