@@ -54,7 +54,19 @@ func startMochi(t *testing.T, hooks ...mochi.Hook) string {
 	if err := srv.Serve(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = srv.Close() })
+	t.Cleanup(func() {
+		// mochi v2.7.9 can deadlock in Close while clients still attach
+		// (Close's Clients.Len waits on the lock attachClient's Delete
+		// holds; seen once in a 12-minute hang). The comparison broker's
+		// shutdown is not under test: give it a while, then move on.
+		closed := make(chan struct{})
+		go func() { _ = srv.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			t.Log("plain mochi did not close within 10 s; left running")
+		}
+	})
 	return ln.Addr().String()
 }
 
