@@ -106,16 +106,21 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 		_ = ln.Close()
 		return nil, err
 	}
+	settings := map[string]SiteStream{} // each configured stream's own settings, by name
+	for _, st := range cfg.Streams {
+		settings[st.Name] = st
+	}
 	srv := Serve(node.ClusterListener(ln), log.With(slog.String("component", "cluster-server")))
 	srv.ServeNode(node)
 	rep := StartReplicator(ReplicatorConfig{
 		Node: node, Server: srv, Stream: cfg.Store.Stream, LagMax: cfg.LagMax,
-		MinInsyncReplicas: cfg.MinInsyncReplicas, MinInsyncFor: minInsyncFor(cfg.Streams), Log: log,
+		MinInsyncReplicas: cfg.MinInsyncReplicas, Log: log,
+		MinInsyncFor: func(name string) int { return settings[name].MinInsyncReplicas },
 	})
 	s := &Site{
 		Node: node, Server: srv, Replicator: rep,
 		Log: NewLogConfig(node, cfg.Store, rep, LogConfig{Log: log.With(slog.String("component", "cluster-log")),
-			AcksLeader: acksLeader(cfg.Streams)}),
+			AcksLeader: func(name string) bool { return settings[name].AcksLeader }}),
 		cfg: cfg, log: log, stop: make(chan struct{}),
 	}
 	s.watchControllers()
@@ -290,24 +295,6 @@ func (s *Site) replicationFactor(st SiteStream) (int, error) {
 		return 0, errors.New("no controller quorum yet")
 	}
 	return min(3, len(voters)), nil
-}
-
-// acksLeader reports the streams configured acks=leader.
-func acksLeader(streams []SiteStream) func(string) bool {
-	m := map[string]bool{}
-	for _, s := range streams {
-		m[s.Name] = s.AcksLeader
-	}
-	return func(name string) bool { return m[name] }
-}
-
-// minInsyncFor is the streams' own min_insync_replicas, 0 where unset.
-func minInsyncFor(streams []SiteStream) func(string) int {
-	m := map[string]int{}
-	for _, s := range streams {
-		m[s.Name] = s.MinInsyncReplicas
-	}
-	return func(name string) int { return m[name] }
 }
 
 // pickReplicas takes rf of the alive brokers (sorted), starting at a

@@ -95,7 +95,7 @@ func (c *conn) readTimeout(d time.Duration) (packets.Packet, error) {
 	if err := pk.FixedHeader.Decode(hb); err != nil {
 		return pk, err
 	}
-	n, err := readVarint(c.r)
+	n, _, err := packets.DecodeLength(c.r)
 	if err != nil {
 		return pk, err
 	}
@@ -121,22 +121,6 @@ func (c *conn) readTimeout(d time.Duration) (packets.Packet, error) {
 		err = fmt.Errorf("unexpected packet type %d", pk.FixedHeader.Type)
 	}
 	return pk, err
-}
-
-func readVarint(r io.ByteReader) (int, error) {
-	var n, shift int
-	for range 4 {
-		b, err := r.ReadByte()
-		if err != nil {
-			return 0, err
-		}
-		n |= int(b&0x7f) << shift
-		if b&0x80 == 0 {
-			return n, nil
-		}
-		shift += 7
-	}
-	return 0, errors.New("malformed remaining length")
 }
 
 func (c *conn) id() uint16 {
