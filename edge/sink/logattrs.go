@@ -19,4 +19,6 @@ const (
 	attrLag        = "lag_records"
 	attrStallAfter = "stall_after"
 	attrState      = "state"
+	attrEpoch      = "leader_epoch"
+	attrLeader     = "leader"
 )

@@ -35,6 +35,15 @@ type cursor struct {
 	// (counted as retried when sent again).
 	resendBelow uint64
 	closed      bool // the stream was removed or closed
+
+	// led: this node sends the stream, in leader epoch ledEpoch (lead.go;
+	// always on a single node). Owned by the pump, like next.
+	led      bool
+	ledEpoch uint64
+	// watched is the position a Watcher showed at the last look: a change
+	// of it that is not the sink's own commit is a seek.
+	watched   uint64
+	watchedOK bool
 }
 
 // slot is one record in flight.
@@ -164,7 +173,13 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 		}
 	}
 	if r, ok := conn.(Resumer); ok {
-		if err := s.resume(ctx, r, *list); err != nil {
+		var led []*cursor
+		for _, c := range *list {
+			if c.led {
+				led = append(led, c)
+			}
+		}
+		if err := s.resume(ctx, r, led); err != nil {
 			return false, err
 		}
 	}
@@ -177,22 +192,37 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 	watcher, _ := s.cfg.Positions.(Watcher)
 	for {
 		s.refresh(p)
+		var leaderCh <-chan struct{} // nil (never ready) on a single node
+		if s.cfg.Leadership != nil {
+			leaderCh = s.cfg.Leadership.Changed() // before asking: a change from now on closes it
+		}
+		any, err := s.lead(ctx, p)
+		if err != nil {
+			return progressed, err
+		}
+		if !any {
+			return progressed, errStandby
+		}
 		// Take the streams' wake-up channels before reading, so records
 		// committed after a read wake the wait below.
-		changed := make([]<-chan struct{}, 0, 2*len(p.cursors))
+		var changed, seeks []<-chan struct{}
 		for _, c := range p.cursors {
-			if !c.closed {
+			if !c.closed && c.led {
 				changed = append(changed, c.stream.Changed())
 			}
 		}
 		// A position moved from outside (a commit to $offsets) is a seek.
 		if watcher != nil {
 			for _, c := range p.cursors {
+				if !c.led {
+					continue
+				}
 				off, ok, ch := watcher.Watch(Group(s.cfg.Name), c.name)
-				if ok && off != c.position.Load() {
+				if ok && (off != c.watched || !c.watchedOK) && off != c.position.Load() {
 					s.seek(c, off)
 				}
-				changed = append(changed, ch)
+				c.watched, c.watchedOK = off, ok
+				seeks = append(seeks, ch)
 			}
 		}
 		// 1. Take every acknowledgement already here.
@@ -230,20 +260,19 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(acks)},
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.pauseWake)},
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.streamsWake)},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(leaderCh)},
 		}
 		var timer *time.Timer
 		if wait > 0 {
 			timer = time.NewTimer(wait)
 			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)})
 		}
+		wake := seeks // a seek frees the window too
 		if p.window-p.inWindow() >= p.batch && !s.paused.Load() && wait == 0 {
-			for _, ch := range changed {
-				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
-			}
-		} else if watcher != nil { // a seek frees the window too
-			for _, ch := range changed[len(changed)-len(p.cursors):] {
-				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
-			}
+			wake = append(wake, changed...)
+		}
+		for _, ch := range wake {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
 		}
 		chosen, v, ok := reflect.Select(cases)
 		if timer != nil {
@@ -348,6 +377,9 @@ func (s *Sink) acked(p *pumpState, id uint64) bool {
 func (s *Sink) commit(p *pumpState) error {
 	gain, exact := uint64(0), false
 	for _, c := range p.cursors {
+		if !c.led {
+			continue // the stream's leader commits it
+		}
 		to := c.prefix()
 		if to <= c.position.Load() {
 			continue
@@ -361,7 +393,7 @@ func (s *Sink) commit(p *pumpState) error {
 	group := Group(s.cfg.Name)
 	for _, c := range p.cursors {
 		to := c.prefix()
-		if to <= c.position.Load() {
+		if !c.led || to <= c.position.Load() {
 			continue
 		}
 		if err := s.cfg.Positions.Commit(group, c.name, to); err != nil {
@@ -389,7 +421,7 @@ func (s *Sink) fill(ctx context.Context, p *pumpState) (sent int, read bool, wai
 	}
 	for k := 0; k < n; k++ {
 		c := p.cursors[(p.rr+k)%n]
-		if c.closed {
+		if c.closed || !c.led {
 			continue
 		}
 		room := p.window - p.inWindow()
@@ -423,6 +455,9 @@ func (s *Sink) sendFrom(ctx context.Context, p *pumpState, c *cursor, room int) 
 	recs, err := c.stream.Read(c.next, room, s.cfg.ReadBytes)
 	switch {
 	case errors.Is(err, logstore.ErrOffsetOutOfRange):
+		if s.uncommitted(c) {
+			return 0, false, nil // Changed wakes the pump when the watermark moves
+		}
 		return 0, true, s.skipGap(c)
 	case errors.Is(err, logstore.ErrClosed):
 		c.closed = true
@@ -451,6 +486,15 @@ func (s *Sink) sendFrom(ctx context.Context, p *pumpState, c *cursor, room int) 
 		}
 	}
 	return sent, len(recs) > 0, nil
+}
+
+// uncommitted reports that c's next record is in the replica's log but
+// not committed yet: a new leader whose watermark has not caught up with
+// a position its predecessor committed. The sink waits for it instead of
+// moving the position back to the watermark.
+func (s *Sink) uncommitted(c *cursor) bool {
+	l, ok := c.stream.(interface{ NextOffset() uint64 })
+	return ok && c.next > c.stream.Committed() && c.next <= l.NextOffset()
 }
 
 // skipGap handles a read below the log start (retention dropped records

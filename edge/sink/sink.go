@@ -93,6 +93,9 @@ type Config struct {
 	Start     Start  // where a sink without a position begins
 	Upstream  Upstream
 	Positions Positions
+	// Leadership, in a site, limits the sink to the streams this node
+	// leads (lead.go); nil sends every stream here.
+	Leadership Leadership
 
 	BackoffMin, BackoffMax time.Duration
 	// StallAfter: a stream with records to send and no acknowledged
@@ -182,28 +185,52 @@ func New(cfg Config) (*Sink, error) {
 	return s, nil
 }
 
-// newCursor loads the sink's position in st, resolving Start (and
-// committing it) when it has none.
+// newCursor makes the sink's cursor in st. On a single node it loads the
+// position now (open); in a site only the stream's leader does, when it
+// takes the stream up (lead.go).
 func (s *Sink) newCursor(st Stream) (*cursor, error) {
+	c := &cursor{stream: st, name: st.Name(), m: s.m.forStream(st.Name())}
+	c.progressAt.Store(time.Now().UnixNano())
+	if s.cfg.Leadership != nil {
+		return c, nil
+	}
+	if err := s.open(c); err != nil {
+		return nil, err
+	}
+	c.next, c.led = c.position.Load(), true
+	s.watchBase(c)
+	return c, nil
+}
+
+// open loads the sink's position in c's stream, resolving Start (and
+// committing it) when it has none.
+func (s *Sink) open(c *cursor) error {
 	group := Group(s.cfg.Name)
-	off, ok, err := s.cfg.Positions.Load(group, st.Name())
+	off, ok, err := s.cfg.Positions.Load(group, c.name)
 	if err != nil {
-		return nil, fmt.Errorf("sink %s: load position in %s: %w", s.cfg.Name, st.Name(), err)
+		return fmt.Errorf("sink %s: load position in %s: %w", s.cfg.Name, c.name, err)
 	}
 	if !ok {
-		if off, err = s.cfg.Start.resolve(st); err != nil {
-			return nil, fmt.Errorf("sink %s: start in %s: %w", s.cfg.Name, st.Name(), err)
+		if off, err = s.cfg.Start.resolve(c.stream); err != nil {
+			return fmt.Errorf("sink %s: start in %s: %w", s.cfg.Name, c.name, err)
 		}
-		if err := s.cfg.Positions.Commit(group, st.Name(), off); err != nil {
-			return nil, fmt.Errorf("sink %s: commit start in %s: %w", s.cfg.Name, st.Name(), err)
+		if err := s.cfg.Positions.Commit(group, c.name, off); err != nil {
+			return fmt.Errorf("sink %s: commit start in %s: %w", s.cfg.Name, c.name, err)
 		}
-		s.log.Info("sink starts", attrStream, st.Name(), attrOffset, off, attrStart, s.cfg.Start.String())
+		s.log.Info("sink starts", attrStream, c.name, attrOffset, off, attrStart, s.cfg.Start.String())
 	}
-	c := &cursor{stream: st, name: st.Name(), next: off, m: s.m.forStream(st.Name())}
 	c.position.Store(off)
-	c.progressAt.Store(time.Now().UnixNano())
 	c.m.committed.Set(float64(off))
-	return c, nil
+	return nil
+}
+
+// watchBase notes the position a Watcher shows now: only a later change
+// of it is a seek (pump). In a site the node taking a stream up may still
+// show an older value until its broker reloads the stream's state.
+func (s *Sink) watchBase(c *cursor) {
+	if w, ok := s.cfg.Positions.(Watcher); ok {
+		c.watched, c.watchedOK, _ = w.Watch(Group(s.cfg.Name), c.name)
+	}
 }
 
 // cursors is the current list of cursors; callers must not change it.
@@ -277,7 +304,8 @@ func (s *Sink) setPaused(p bool) {
 	}
 }
 
-// Run connects, sends and reconnects until ctx is done.
+// Run connects, sends and reconnects until ctx is done. In a site it
+// connects only while this node leads one of the sink's streams.
 func (s *Sink) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -290,6 +318,9 @@ func (s *Sink) Run(ctx context.Context) {
 	backoff := s.cfg.BackoffMin
 	first := true
 	for ctx.Err() == nil {
+		if !s.waitLead(ctx) {
+			return
+		}
 		conn, err := s.cfg.Upstream.Connect(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -311,6 +342,11 @@ func (s *Sink) Run(ctx context.Context) {
 			_ = conn.Close()
 			if ctx.Err() != nil {
 				return
+			}
+			if errors.Is(err, errStandby) {
+				s.log.Info("sink disconnects: this node leads none of its streams", attrUpstream, s.cfg.Upstream.String())
+				backoff = s.cfg.BackoffMin
+				continue
 			}
 			s.failed("connection", err)
 			if progressed {

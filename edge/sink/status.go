@@ -20,10 +20,14 @@ const (
 	StateStalled State = "stalled"
 	// StatePaused: paused through the API.
 	StatePaused State = "paused"
+	// StateStandby: in a site, another node leads the stream and sends it
+	// (StreamStatus.Leader names it); this node sends it if it becomes the
+	// leader.
+	StateStandby State = "standby"
 )
 
 // States lists every State, for the peat_sink_state metric.
-var States = []State{StateConnecting, StateConnected, StateStalled, StatePaused}
+var States = []State{StateConnecting, StateConnected, StateStalled, StatePaused, StateStandby}
 
 // Status is a sink as GET /api/v1/sinks shows it.
 type Status struct {
@@ -47,6 +51,10 @@ type StreamStatus struct {
 	LagRecords      uint64     `json:"lag_records"`
 	LagSeconds      float64    `json:"lag_seconds"` // age of the oldest record not yet acknowledged
 	LastSuccess     *time.Time `json:"last_success,omitempty"`
+	// Leader is, in a site, the node that leads the stream and so sends
+	// it ("" while none is known); on a standby stream the position and
+	// the lag are that node's to report, and are shown as 0 lag here.
+	Leader string `json:"leader,omitempty"`
 }
 
 // Status reports the sink's health now.
@@ -78,7 +86,7 @@ func (s *Sink) Status() Status {
 
 // worse is the state a sink shows for two of its streams.
 func worse(a, b State) State {
-	rank := map[State]int{StateConnected: 0, StateConnecting: 1, StatePaused: 2, StateStalled: 3}
+	rank := map[State]int{StateStandby: -1, StateConnected: 0, StateConnecting: 1, StatePaused: 2, StateStalled: 3}
 	if rank[b] > rank[a] {
 		return b
 	}
@@ -89,6 +97,27 @@ func (s *Sink) streamStatus(c *cursor, now time.Time) StreamStatus {
 	pos := c.position.Load()
 	end := c.stream.Committed()
 	ss := StreamStatus{Stream: c.name, CommittedOffset: pos, EndOffset: end}
+	if ld := s.cfg.Leadership; ld != nil {
+		var here bool
+		ss.Leader, _, here = ld.Leader(c.name)
+		if here {
+			return s.ownStatus(c, ss, now)
+		}
+		// Another node sends it: its position as this replica holds it,
+		// and no lag or stall of this node's own.
+		if off, ok, err := s.cfg.Positions.Load(Group(s.cfg.Name), c.name); err == nil && ok {
+			ss.CommittedOffset = off
+		}
+		c.progressAt.Store(now.UnixNano())
+		ss.State = StateStandby
+		return ss
+	}
+	return s.ownStatus(c, ss, now)
+}
+
+// ownStatus is the status of a stream this node sends.
+func (s *Sink) ownStatus(c *cursor, ss StreamStatus, now time.Time) StreamStatus {
+	pos, end := ss.CommittedOffset, ss.EndOffset
 	if end > pos {
 		ss.LagRecords = end - pos
 		from := max(pos, c.stream.FirstOffset())
