@@ -126,7 +126,6 @@ func TestClusterConfig_Validate(t *testing.T) {
 		{"clear text on the LAN", func(c *Config) { c.Cluster.Listen = "192.168.1.10:7946" }, "cluster.keyring_file"},
 		{"half of tls", func(c *Config) { c.Cluster.TLS.CertFile = "x.pem" }, "cluster.tls"},
 		{"same port twice", func(c *Config) { c.Cluster.RaftListen = "127.0.0.1:7946"; c.Cluster.Listen = "127.0.0.1:7946" }, "cluster.raft_listen"},
-		{"sinks", func(c *Config) { c.Sinks = []SinkConfig{{Name: "x"}} }, "sinks: not supported in a cluster"},
 		{"stream min isr above its factor", func(c *Config) { c.Streams[0].ReplicationFactor, c.Streams[0].MinInsyncReplicas = 1, 2 }, "streams[0].min_insync_replicas"},
 		{"stream settings on one node", func(c *Config) { c.Cluster.NodeID, c.Cluster.Listen = "", ""; c.Streams[0].ReplicationFactor = 2 }, "streams[0].replication_factor: replication settings need a cluster"},
 	} {

@@ -187,11 +187,9 @@ func (c Config) validateCluster(add func(path, format string, args ...any)) {
 		add("cluster.listen", "%s is reachable from the network, and the site's traffic would be in the clear: "+
 			"set cluster.keyring_file and cluster.tls, or cluster.allow_plaintext: true", cc.Listen)
 	}
-	// Sinks and mirrors read this node's store as the only copy; in a site
-	// every replica would send the same records upstream.
-	if len(c.Sinks) > 0 {
-		add("sinks", "not supported in a cluster yet (every replica would send the same records)")
-	}
+	// Sinks run on each stream's leader (sinks_site.go). A mirror stream's
+	// records must land at the source's offsets, which forwarding to the
+	// leader does not carry.
 	if c.hasMirrors() {
 		add("streams", "mirror streams are not supported in a cluster yet")
 	}

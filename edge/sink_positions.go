@@ -2,8 +2,11 @@ package edge
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
 
 	"github.com/peatmq/peat/edge/sink"
+	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
 
@@ -34,4 +37,43 @@ func (p brokerPositions) Commit(group, stream string, off uint64) error {
 // by publishing to $offsets/<group>/<stream>.
 func (p brokerPositions) Watch(group, stream string) (uint64, bool, <-chan struct{}) {
 	return p.b.GroupOffset(group, stream)
+}
+
+// sitePositions are a site's sink positions: committed through the
+// broker, which writes a group's offset through the stream's leader and
+// answers once the stream's ISR holds it (cluster/state_repl.go), and
+// loaded from this node's replica of the stream's state, not from the
+// broker's memory. A node taking a stream up as its new leader (sink
+// Leadership) holds every answered write there, while its broker may not
+// have reloaded the stream's state yet (StateMoved): the memory could
+// still show what this node knew as a follower.
+type sitePositions struct {
+	brokerPositions
+	store *logstore.Store
+}
+
+var _ sink.Watcher = sitePositions{}
+
+func (p sitePositions) Load(group, stream string) (uint64, bool, error) {
+	st := p.store.Stream(stream)
+	if st == nil {
+		return 0, false, fmt.Errorf("load %s in %s: no such stream", group, stream)
+	}
+	key := mqtt.GroupStateKey(group)
+	var off uint64
+	found := false
+	err := st.LoadState(key, func(k string, v []byte) error {
+		if k != key { // a longer group name with this one as its prefix
+			return nil
+		}
+		if len(v) != 8 {
+			return fmt.Errorf("group state %q: %d bytes, want 8", k, len(v))
+		}
+		off, found = binary.BigEndian.Uint64(v), true
+		return nil
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("load %s in %s: %w", group, stream, err)
+	}
+	return off, found, nil
 }

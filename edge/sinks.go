@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/peatmq/peat/cluster"
 	"github.com/peatmq/peat/edge/sink"
 	"github.com/peatmq/peat/edge/sink/kafkasink"
 	"github.com/peatmq/peat/edge/sink/mqttsink"
@@ -47,10 +48,15 @@ func (n *Node) startSinks(store *logstore.Store, broker *mqtt.Broker) error {
 		return nil
 	}
 	metrics := sink.NewMetrics(n.reg)
-	node, _ := os.Hostname()
+	env := sinkEnv{site: n.site.Load()}
+	env.node, _ = os.Hostname()
+	if env.site != nil {
+		env.node = n.cfg.Cluster.NodeID
+		env.siteName = n.cfg.Cluster.Name
+	}
 	set := &sinkSet{kinds: map[string]string{}}
 	for i, sc := range n.cfg.Sinks {
-		s, err := n.buildSink(sc, store, broker, metrics, node)
+		s, err := n.buildSink(sc, store, broker, metrics, env)
 		if err != nil {
 			return fmt.Errorf("sinks[%d] (%s): %w", i, sc.Name, err)
 		}
@@ -122,7 +128,15 @@ func (n *Node) stopSinks() {
 	set.wg.Wait()
 }
 
-func (n *Node) buildSink(sc SinkConfig, store *logstore.Store, broker *mqtt.Broker, metrics *sink.Metrics, node string) (*sink.Sink, error) {
+// sinkEnv is what the sinks of a node share: {node} in templates (the
+// host name, or in a site the node id) and the site, if any.
+type sinkEnv struct {
+	node     string
+	site     *cluster.Site
+	siteName string
+}
+
+func (n *Node) buildSink(sc SinkConfig, store *logstore.Store, broker *mqtt.Broker, metrics *sink.Metrics, env sinkEnv) (*sink.Sink, error) {
 	var streams []sink.Stream
 	if slices.Equal(sc.Streams, []string{"*"}) {
 		for _, st := range store.Streams() {
@@ -141,13 +155,19 @@ func (n *Node) buildSink(sc SinkConfig, store *logstore.Store, broker *mqtt.Brok
 	if err != nil {
 		return nil, err
 	}
-	up, err := buildUpstream(sc, store, node)
+	up, err := buildUpstream(sc, store, env)
 	if err != nil {
 		return nil, err
 	}
+	var pos sink.Positions = brokerPositions{broker}
+	var lead sink.Leadership
+	if env.site != nil {
+		pos = sitePositions{brokerPositions{broker}, store}
+		lead = siteLeadership{env.site}
+	}
 	return sink.New(sink.Config{
 		Name: sc.Name, Streams: streams, Filter: sc.Filter, Start: start,
-		Upstream: up, Positions: brokerPositions{broker},
+		Upstream: up, Positions: pos, Leadership: lead,
 		BackoffMin: time.Duration(sc.Backoff.Min), BackoffMax: time.Duration(sc.Backoff.Max),
 		StallAfter: time.Duration(sc.StallAfter), MaxRate: sc.MaxRate,
 		Logger: n.log.With(attrComponent, "sink"), Metrics: metrics,
@@ -156,17 +176,17 @@ func (n *Node) buildSink(sc SinkConfig, store *logstore.Store, broker *mqtt.Brok
 
 // buildUpstream reads the files a sink's upstream needs (passwords,
 // certificates) and builds it.
-func buildUpstream(sc SinkConfig, store *logstore.Store, node string) (sink.Upstream, error) {
+func buildUpstream(sc SinkConfig, store *logstore.Store, env sinkEnv) (sink.Upstream, error) {
 	if k := sc.Kafka; k != nil {
-		return buildKafka(sc.Name, k, node)
+		return buildKafka(sc.Name, k, env)
 	}
 	if p := sc.Peat; p != nil {
-		return buildPeat(p, store, node)
+		return buildPeat(p, store, env)
 	}
 	m := sc.MQTT
 	mc := mqttsink.Config{
-		URL: m.URL, ClientID: m.ClientID, Version: byte(m.Version), QoS: byte(m.QoS), Window: m.Window,
-		Username: m.Username, Topic: m.Topic, Node: node, Properties: m.Properties,
+		URL: m.URL, ClientID: env.clientID(m.ClientID), Version: byte(m.Version), QoS: byte(m.QoS), Window: m.Window,
+		Username: m.Username, Topic: m.Topic, Node: env.node, Properties: m.Properties,
 		Keepalive: time.Duration(m.Keepalive),
 	}
 	var err error
@@ -181,10 +201,10 @@ func buildUpstream(sc SinkConfig, store *logstore.Store, node string) (sink.Upst
 	return mqttsink.New(mc)
 }
 
-func buildPeat(p *SinkPeatConfig, store *logstore.Store, node string) (sink.Upstream, error) {
+func buildPeat(p *SinkPeatConfig, store *logstore.Store, env sinkEnv) (sink.Upstream, error) {
 	pc := peatsink.Config{
-		URL: p.URL, ClientID: p.ClientID, MirrorAs: p.MirrorAs, Topic: p.Topic, Window: p.Window,
-		Username: p.Username, Node: node, Keepalive: time.Duration(p.Keepalive),
+		URL: p.URL, ClientID: env.clientID(p.ClientID), MirrorAs: p.MirrorAs, Topic: p.Topic, Window: p.Window,
+		Username: p.Username, Node: env.node, Keepalive: time.Duration(p.Keepalive),
 		First: func(name string) uint64 {
 			if st := store.Stream(name); st != nil {
 				return st.FirstOffset()
@@ -204,13 +224,23 @@ func buildPeat(p *SinkPeatConfig, store *logstore.Store, node string) (sink.Upst
 	return peatsink.New(pc)
 }
 
-func buildKafka(name string, k *SinkKafkaConfig, node string) (sink.Upstream, error) {
+func buildKafka(name string, k *SinkKafkaConfig, env sinkEnv) (sink.Upstream, error) {
 	kc := kafkasink.Config{
-		Brokers: k.Brokers, Topic: k.Topic, Key: k.Key, Site: k.Site, SinkName: name, Node: node,
+		Brokers: k.Brokers, Topic: k.Topic, Key: k.Key, Site: k.Site, SinkName: name, Node: env.node,
 		ExactlyOnce: k.ExactlyOnce, Window: k.Window, Timeout: time.Duration(k.Timeout),
 	}
 	if kc.Site == "" {
-		kc.Site = node
+		kc.Site = env.node
+		if env.site != nil && reSinkName.MatchString(env.siteName) {
+			// Every node of the site writes under one name, so that a
+			// new leader's Resume finds what the old one wrote.
+			kc.Site = env.siteName
+		}
+	}
+	if env.site != nil {
+		// Nodes leading different streams of the sink produce at once: one
+		// transactional id each, or they would fence each other.
+		kc.Instance = env.node
 	}
 	if k.TLS.Enabled {
 		tc, err := clientTLS(k.TLS.SinkTLSConfig)

@@ -44,3 +44,8 @@ func (b *Broker) CommitGroup(ctx context.Context, group, stream string, off uint
 		return fmt.Errorf("commit group %q in %s: %w", group, stream, ctx.Err())
 	}
 }
+
+// GroupStateKey is the key of group's committed offset in its stream's
+// state (Stream.LoadState), whose value is the offset as 8 big-endian
+// bytes: what a reader of a replica's state (a site's sinks) looks up.
+func GroupStateKey(group string) string { return groupStatePrefix + group }

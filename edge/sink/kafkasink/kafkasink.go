@@ -48,7 +48,11 @@ type Config struct {
 	// ExactlyOnce, its transactional id.
 	Site string
 	// SinkName is the sink's name, part of the transactional id.
-	SinkName    string
+	SinkName string
+	// Instance, when set, ends the transactional id: in a site, the node
+	// id, since nodes leading different streams of one sink produce at the
+	// same time and one id would have them fence each other.
+	Instance    string
 	Node        string
 	ExactlyOnce bool
 	Window      int
@@ -121,7 +125,13 @@ func New(cfg Config) (*Upstream, error) {
 func (u *Upstream) String() string { return "kafka://" + strings.Join(u.cfg.Brokers, ",") }
 
 // TransactionalID is the producer's transactional id with ExactlyOnce.
-func (u *Upstream) TransactionalID() string { return "peat." + u.cfg.Site + "." + u.cfg.SinkName }
+func (u *Upstream) TransactionalID() string {
+	id := "peat." + u.cfg.Site + "." + u.cfg.SinkName
+	if u.cfg.Instance != "" {
+		id += "." + u.cfg.Instance
+	}
+	return id
+}
 
 func (u *Upstream) topicFor(stream string) string {
 	t := strings.ReplaceAll(u.cfg.Topic, "{stream}", stream)

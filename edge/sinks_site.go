@@ -1,0 +1,42 @@
+package edge
+
+import (
+	"github.com/peatmq/peat/cluster"
+	"github.com/peatmq/peat/edge/sink"
+)
+
+// siteLeadership tells a site's sinks where each stream is sent from: the
+// node whose Replicator runs the stream's Leader in the leader epoch the
+// controller's state names. Its log is the one followers truncate to, and
+// it is where the sink's position is written first.
+type siteLeadership struct{ site *cluster.Site }
+
+var _ sink.Leadership = siteLeadership{}
+
+func (l siteLeadership) Leader(stream string) (leader string, epoch uint64, here bool) {
+	st, _ := l.site.Node.State()
+	cs := st.Streams[stream]
+	if cs == nil {
+		return "", 0, false
+	}
+	ld, _ := l.site.Replicator.Leading(stream)
+	return cs.Leader, uint64(cs.LeaderEpoch), ld != nil && cs.Leader == l.site.Node.ID()
+}
+
+// Changed closes when the Replicator next looks at the state: after every
+// change of leader, here or elsewhere.
+func (l siteLeadership) Changed() <-chan struct{} {
+	_, ch := l.site.Replicator.Leading("")
+	return ch
+}
+
+// clientID is the client id a sink connects upstream with. In a site each
+// node has its own, <client_id>-<node_id>: nodes leading different
+// streams of one sink are connected at once, and with one id the broker
+// would keep taking the session from one to give it to the other.
+func (e sinkEnv) clientID(id string) string {
+	if e.site == nil {
+		return id
+	}
+	return id + "-" + e.node
+}
