@@ -434,5 +434,7 @@
 //     replicated across the site; a command that deletes a stream (a
 //     stream left out of the configuration stays in the state); moving
 //     replicas when nodes join or leave for good (AssignReplicas exists,
-//     nothing proposes it); sinks and mirror streams in a site.
+//     nothing proposes it); mirror streams in a site (a mirror's appends
+//     must land at the source's offsets, which forwarding does not carry).
+//     Sinks run in a site on each stream's leader (edge/sinks_site.go).
 package cluster

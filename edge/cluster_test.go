@@ -144,6 +144,10 @@ func TestClusterConfig_Validate(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("a valid site config: %v", err)
 	}
+	cfg.Sinks = sinkConfig(t, "127.0.0.1:1883").Sinks
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("a site with a sink (run on each stream's leader): %v", err)
+	}
 	sc := cfg.SiteConfig()
 	if sc.Node.RaftAddr != "192.168.1.10:7947" || sc.TransportListen != "192.168.1.10:7948" {
 		t.Fatalf("derived addresses raft %s transport %s, want the next two ports", sc.Node.RaftAddr, sc.TransportListen)

@@ -67,7 +67,15 @@
 //
 // Sinks (sinks.go, config_sinks.go; package sink) start after the broker,
 // with their positions kept as its consumer groups "$sink.<name>"
-// (sink_positions.go), and stop before it.
+// (sink_positions.go), and stop before it. In a site (sinks_site.go)
+// every node runs every sink, but a sink sends a stream only from the
+// node whose Replicator leads it (siteLeadership), and loads its position
+// from that node's replica of the stream's state, where every answered
+// commit is (sitePositions); commits go through the broker to the
+// stream's leader and its ISR. {node} is the cluster node id there, the
+// upstream client id gets "-<node_id>" and the Kafka transactional id
+// ".<node_id>", since nodes leading different streams of one sink are
+// connected at the same time.
 //
 // Errors are JSON: {"error": "message"}.
 //

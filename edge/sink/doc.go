@@ -46,6 +46,21 @@
 // RemoveStream stops one, forgetting what of it was in flight. The pump
 // takes the list afresh on each turn.
 //
+// In a site (Config.Leadership) a sink sends a stream only while its node
+// leads the stream: that node's log is the site's, its watermark is the
+// site's commit point (Read serves records below it only, so nothing a
+// leader change could still truncate and replace goes upstream), and the
+// position, a consumer group, is written through it to the stream's ISR.
+// Taking a stream up (lead.go), the sink loads the position afresh from
+// Positions (the last one any node committed) and, for a Resumer, asks
+// the upstream; losing it, it forgets what it had in flight and commits
+// nothing more there, so the two leaders of a failover overlap by at most
+// the window, as a crash does. A node that leads none of a sink's streams
+// holds no connection upstream; Status shows such streams as standby with
+// the node that leads them, never stalled, and no lag of its own. A new
+// leader whose watermark is still below the position its predecessor
+// committed waits for it (uncommitted) rather than moving it back.
+//
 // Kinds of upstream live in subpackages, one each, like litestream's
 // replica clients: mqttsink (any MQTT 3.1.1 or 5 broker), kafkasink
 // (franz-go) and peatsink (another Peat, into mirror streams that keep the

@@ -126,7 +126,7 @@ type Sink struct {
 	Name        string     `json:"name"`
 	Kind        string     `json:"kind"` // mqtt, kafka
 	Upstream    string     `json:"upstream"`
-	State       string     `json:"state"` // connecting, connected, stalled, paused
+	State       string     `json:"state"` // connecting, connected, stalled, paused, standby (a site: other nodes lead its streams)
 	LagRecords  uint64     `json:"lag_records"`
 	LagSeconds  float64    `json:"lag_seconds"`
 	LastSuccess *time.Time `json:"last_success,omitempty"` // the last acknowledgement, any stream

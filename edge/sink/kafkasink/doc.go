@@ -18,7 +18,16 @@
 // in the topic too: a crash between Kafka's commit and the sink's own
 // position (kill -9) sends nothing twice. Creating the transactional
 // client fences a predecessor with the same id and aborts its open
-// transaction. If other producers wrote more than the tail window to a
+// transaction.
+//
+// In a site every node has its own id (Instance: the node id appended),
+// since nodes leading different streams of the sink produce at once, and
+// all write the same peat-site (the site's name by default), so a new
+// leader's Resume finds what the old one committed. An old leader's
+// transaction still open is invisible to Resume (read committed) and
+// aborted by Kafka after its timeout if the old leader died; one the old
+// leader commits after the new leader's Resume (it had not yet heard that
+// it lost the stream) is sent twice: at most a window, at least once. If other producers wrote more than the tail window to a
 // partition after this site's last transaction, Resume finds nothing
 // there and the sink falls back to its own position (at least once).
 package kafkasink
