@@ -20,34 +20,69 @@ import (
 // what a failover may send twice.
 const siteSinkWindow = 16
 
+// startSite3 starts three voters, each with its config edited by edit,
+// and waits until every configured stream has a full ISR.
+func startSite3(t *testing.T, edit func(*Config)) []*Node {
+	t.Helper()
+	c1 := siteConfig(t, "n1", 3)
+	edit(&c1)
+	first := startNode(t, c1)
+	nodes := []*Node{first}
+	for _, id := range []string{"n2", "n3"} {
+		c := siteConfig(t, id, 3, first.site.Load().Node.SerfAddr())
+		edit(&c)
+		nodes = append(nodes, startNode(t, c))
+	}
+	waitFor(t, "every stream with a full ISR", func() bool {
+		st, _ := first.site.Load().Node.State()
+		for _, sc := range c1.Streams {
+			if s := st.Streams[sc.Name]; s == nil || len(s.ISR) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	return nodes
+}
+
 // startSinkSite starts three voters that each carry the same MQTT sink
 // of every stream to upstream (topic site-a/<node>/<topic>, so the
 // upstream sees which node sent a record), and waits for a full ISR.
 func startSinkSite(t *testing.T, upstream string, maxRate float64, edit func(*Config)) []*Node {
 	t.Helper()
-	withSink := func(c *Config) {
+	return startSite3(t, func(c *Config) {
 		edit(c)
 		c.Sinks = sinkConfig(t, upstream).Sinks
 		c.Sinks[0].MQTT.Topic = "site-a/{node}/{topic}"
 		c.Sinks[0].MQTT.Window = siteSinkWindow
 		c.Sinks[0].MaxRate = maxRate
 		c.Sinks[0].StallAfter = Duration(2 * time.Second) // a standby stream must never show it
-	}
-	c1 := siteConfig(t, "n1", 3)
-	withSink(&c1)
-	first := startNode(t, c1)
-	nodes := []*Node{first}
-	for _, id := range []string{"n2", "n3"} {
-		c := siteConfig(t, id, 3, first.site.Load().Node.SerfAddr())
-		withSink(&c)
-		nodes = append(nodes, startNode(t, c))
-	}
-	waitFor(t, "the default stream with a full ISR", func() bool {
-		st, _ := first.site.Load().Node.State()
-		s := st.Streams[logstore.DefaultStreamName]
-		return s != nil && len(s.ISR) == 3
 	})
-	return nodes
+}
+
+// leaderOf is the node leading stream as nodes[0] knows it.
+func leaderOf(t *testing.T, nodes []*Node, stream string) *Node {
+	t.Helper()
+	st, _ := nodes[0].site.Load().Node.State()
+	for _, n := range nodes {
+		if s := st.Streams[stream]; s != nil && s.Leader == n.cfg.Cluster.NodeID {
+			return n
+		}
+	}
+	t.Fatalf("no node of %d leads %s", len(nodes), stream)
+	return nil
+}
+
+// waitNewLeader waits until the survivors agree that stream has a leader
+// other than old, and returns it.
+func waitNewLeader(t *testing.T, survivors []*Node, stream, old string) *Node {
+	t.Helper()
+	waitFor(t, "a new leader of "+stream, func() bool {
+		st, _ := survivors[0].site.Load().Node.State()
+		l := st.Streams[stream].Leader
+		return l != "" && l != old
+	})
+	return leaderOf(t, survivors, stream)
 }
 
 // crashNode stops n as a crash would: its sinks end where they are (the
@@ -154,11 +189,7 @@ func TestCluster_SinkFollowsTheStreamLeader(t *testing.T) {
 		t.Fatal("the sink drained everything before the kill: the test did not kill mid-drain")
 	}
 	pub.send(t, 100, 5*time.Second) // refused until the new leader takes over; those are left out
-	waitFor(t, "a new leader", func() bool {
-		st, _ := others[0].site.Load().Node.State()
-		l := st.Streams[logstore.DefaultStreamName].Leader
-		return l != "" && l != old
-	})
+	waitNewLeader(t, others, logstore.DefaultStreamName, old)
 	pub.send(t, 100, time.Minute)
 	next, standby := streamLeader(t, others)
 	log := next.Store().Stream(logstore.DefaultStreamName)
