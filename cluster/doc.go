@@ -436,5 +436,4 @@
 //     replicas when nodes join or leave for good (AssignReplicas exists,
 //     nothing proposes it); mirror streams in a site (a mirror's appends
 //     must land at the source's offsets, which forwarding does not carry).
-//     Sinks run in a site on each stream's leader (edge/sinks_site.go).
 package cluster

@@ -322,6 +322,10 @@ func (s *Sink) refresh(p *pumpState) {
 // Watcher is Positions whose values may also change from outside the
 // sink (a commit published to $offsets/$sink.<name>/<stream>): Watch
 // returns the durable position and a channel closed when it changes.
+// The pump seeks when the value changes from the one it last saw and is
+// not its own position: a value still stale when the sink takes a stream
+// up (in a site, a broker that has not reloaded the stream's state yet)
+// is not taken for a seek.
 type Watcher interface {
 	Watch(group, stream string) (off uint64, ok bool, changed <-chan struct{})
 }
