@@ -33,11 +33,18 @@ func startSite3(t *testing.T, edit func(*Config)) []*Node {
 		edit(&c)
 		nodes = append(nodes, startNode(t, c))
 	}
-	waitFor(t, "every stream with a full ISR", func() bool {
-		st, _ := first.site.Load().Node.State()
-		for _, sc := range c1.Streams {
-			if s := st.Streams[sc.Name]; s == nil || len(s.ISR) != 3 {
-				return false
+	names := []string{logstore.DefaultStreamName}
+	for _, sc := range c1.Streams {
+		names = append(names, sc.Name)
+	}
+	waitFor(t, "every stream with a full ISR, served on every node", func() bool {
+		for _, n := range nodes {
+			site := n.site.Load()
+			st, _ := site.Node.State()
+			for _, name := range names {
+				if s := st.Streams[name]; s == nil || len(s.ISR) != 3 || s.Leader == "" || site.Log.Stream(name) == nil {
+					return false
+				}
 			}
 		}
 		return true
@@ -218,7 +225,8 @@ func TestCluster_SinkFollowsTheStreamLeader(t *testing.T) {
 	// window, sent by the old leader and the new one only.
 	upstreamOffsets := func() (offs []string, by map[int]map[string]bool) {
 		by = map[int]map[string]bool{}
-		topics, payloads := col.Topics(), col.Payloads()
+		payloads := col.Payloads()
+		topics := col.Topics() // after: as long at least (more may have arrived)
 		for i, p := range payloads {
 			off, ok := offsetOf[p]
 			if !ok {
