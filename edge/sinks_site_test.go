@@ -24,14 +24,21 @@ const siteSinkWindow = 16
 // and waits until every configured stream has a full ISR.
 func startSite3(t *testing.T, edit func(*Config)) []*Node {
 	t.Helper()
+	nodes, _ := startSite3Cfgs(t, edit)
+	return nodes
+}
+
+// startSite3Cfgs is startSite3 that also returns each node's config.
+func startSite3Cfgs(t *testing.T, edit func(*Config)) ([]*Node, []Config) {
+	t.Helper()
 	c1 := siteConfig(t, "n1", 3)
 	edit(&c1)
 	first := startNode(t, c1)
-	nodes := []*Node{first}
+	nodes, cfgs := []*Node{first}, []Config{c1}
 	for _, id := range []string{"n2", "n3"} {
 		c := siteConfig(t, id, 3, first.site.Load().Node.SerfAddr())
 		edit(&c)
-		nodes = append(nodes, startNode(t, c))
+		nodes, cfgs = append(nodes, startNode(t, c)), append(cfgs, c)
 	}
 	names := []string{logstore.DefaultStreamName}
 	for _, sc := range c1.Streams {
@@ -49,7 +56,7 @@ func startSite3(t *testing.T, edit func(*Config)) []*Node {
 		}
 		return true
 	})
-	return nodes
+	return nodes, cfgs
 }
 
 // startSinkSite starts three voters that each carry the same MQTT sink
@@ -57,7 +64,13 @@ func startSite3(t *testing.T, edit func(*Config)) []*Node {
 // upstream sees which node sent a record), and waits for a full ISR.
 func startSinkSite(t *testing.T, upstream string, maxRate float64, edit func(*Config)) []*Node {
 	t.Helper()
-	return startSite3(t, func(c *Config) {
+	nodes, _ := startSinkSiteCfgs(t, upstream, maxRate, edit)
+	return nodes
+}
+
+func startSinkSiteCfgs(t *testing.T, upstream string, maxRate float64, edit func(*Config)) ([]*Node, []Config) {
+	t.Helper()
+	return startSite3Cfgs(t, func(c *Config) {
 		edit(c)
 		c.Sinks = sinkConfig(t, upstream).Sinks
 		c.Sinks[0].MQTT.Topic = "site-a/{node}/{topic}"
@@ -335,5 +348,83 @@ func TestCluster_SinkSendsOnlyCommittedRecords(t *testing.T) {
 	}
 	if got := len(col.Payloads()); uint64(got) != committed {
 		t.Fatalf("upstream got %d records, want the %d committed", got, committed)
+	}
+}
+
+// sentBy counts what the upstream got from each node (topic
+// site-a/<node>/...).
+func sentBy(col *sinktest.Collector) map[string]int {
+	out := map[string]int{}
+	for _, topic := range col.Topics() {
+		out[strings.Split(topic, "/")[1]]++
+	}
+	return out
+}
+
+// distinct is how many different records (original topic and payload)
+// the upstream got, whichever node sent them.
+func distinct(col *sinktest.Collector) int {
+	payloads := col.Payloads()
+	topics := col.Topics() // after: as long at least
+	seen := map[string]bool{}
+	for i, p := range payloads {
+		_, rest, _ := strings.Cut(strings.TrimPrefix(topics[i], "site-a/"), "/")
+		seen[rest+" "+p] = true
+	}
+	return len(seen)
+}
+
+// TestCluster_SinkAcrossAControlledShutdownAndReturn: the leader stops
+// gracefully and its stream's new leader goes on from the replicated
+// position; when the old leader returns (same data, a follower now) its
+// sink stays on standby, naming the leader, and sends nothing from the
+// position its own store had when it stopped.
+func TestCluster_SinkAcrossAControlledShutdownAndReturn(t *testing.T) {
+	upstream := sinktest.StartMosquitto(t)
+	col := sinktest.NewCollector(t, upstream, "site-a/#")
+	nodes, cfgs := startSinkSiteCfgs(t, upstream, 0, func(*Config) {})
+	leader, others := streamLeader(t, nodes)
+	old := leader.cfg.Cluster.NodeID
+	publishQoS1(t, others[0].MQTTAddr(), "sensors/a", 50)
+	waitFor(t, "50 records upstream", func() bool { return distinct(col) == 50 })
+
+	site := leader.site.Load()
+	serfAddr, raftAddr, transport := site.Node.SerfAddr(), site.Node.RaftAddr(), site.Server.Addr()
+	closeNode(t, leader)
+	next := waitNewLeader(t, others, logstore.DefaultStreamName, old)
+	publishQoS1(t, next.MQTTAddr(), "sensors/b", 50)
+	waitFor(t, "100 records upstream", func() bool { return distinct(col) == 100 })
+	fromOld := sentBy(col)[old]
+
+	var cfg Config
+	for _, c := range cfgs {
+		if c.Cluster.NodeID == old {
+			cfg = c
+		}
+	}
+	// Back at its own addresses (Serf refuses a failed member's name from
+	// another address).
+	cfg.Cluster.Listen, cfg.Cluster.RaftListen, cfg.Cluster.TransportListen = serfAddr, raftAddr, transport
+	cfg.Cluster.Join = []string{next.site.Load().Node.SerfAddr()}
+	back := startNode(t, cfg)
+	waitFor(t, old+" back in the ISR", func() bool {
+		st, _ := next.site.Load().Node.State()
+		s := st.Streams[logstore.DefaultStreamName]
+		return len(s.ISR) == 3 && s.Leader == next.cfg.Cluster.NodeID
+	})
+	waitFor(t, old+"'s sink on standby, naming the leader", func() bool {
+		ss := sinkStream(t, back)
+		return ss.State == sink.StateStandby && ss.Leader == next.cfg.Cluster.NodeID
+	})
+	publishQoS1(t, back.MQTTAddr(), "sensors/c", 20)
+	waitFor(t, "120 records upstream", func() bool { return distinct(col) == 120 })
+	if got := sentBy(col)[old]; got != fromOld {
+		t.Fatalf("%s sent %d records after it returned as a follower", old, got-fromOld)
+	}
+	if got := len(col.Payloads()); got > 120+siteSinkWindow {
+		t.Fatalf("upstream got %d messages for 120 records: more than a window twice", got)
+	}
+	if ss := sinkStream(t, back); ss.CommittedOffset < 100 {
+		t.Errorf("%s shows the position %d, want at least 100: the one the site replicated, not its own old one", old, ss.CommittedOffset)
 	}
 }
