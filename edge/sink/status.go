@@ -100,14 +100,15 @@ func (s *Sink) streamStatus(c *cursor, now time.Time) StreamStatus {
 	if ld := s.cfg.Leadership; ld != nil {
 		var here bool
 		ss.Leader, _, here = ld.Leader(c.name)
+		// The position as this replica holds it: the leader's last commit,
+		// ahead of the cursor's own until the pump takes the stream up.
+		if off, ok, err := s.cfg.Positions.Load(Group(s.cfg.Name), c.name); err == nil && ok && (off > pos || !here) {
+			ss.CommittedOffset = off
+		}
 		if here {
 			return s.ownStatus(c, ss, now)
 		}
-		// Another node sends it: its position as this replica holds it,
-		// and no lag or stall of this node's own.
-		if off, ok, err := s.cfg.Positions.Load(Group(s.cfg.Name), c.name); err == nil && ok {
-			ss.CommittedOffset = off
-		}
+		// Another node sends it: no lag or stall of this node's own.
 		c.progressAt.Store(now.UnixNano())
 		ss.State = StateStandby
 		return ss
