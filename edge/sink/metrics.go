@@ -34,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		LastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "peat_sink_last_success_timestamp_seconds",
 			Help: "When the upstream last acknowledged a record of the stream (unix seconds)."}, ss),
 		State: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "peat_sink_state",
-			Help: "1 for the sink's current state in the stream (connecting, connected, stalled, paused), 0 for the others."},
+			Help: "1 for the sink's current state in the stream (connecting, connected, stalled, paused, standby: another node of the site leads it), 0 for the others."},
 			[]string{"sink", "stream", "state"}),
 		Sent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "peat_sink_sent_records_total",
 			Help: "Records sent upstream, resends included."}, ss),
