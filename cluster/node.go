@@ -172,6 +172,15 @@ func (n *Node) Controller() string {
 // IsController reports whether this node is the controller.
 func (n *Node) IsController() bool { return n.raft.State() == raft.Leader }
 
+// HearsController reports whether this node is the controller or heard
+// from it within the Raft heartbeat timeout: the fence a stream's Leader
+// commits under (Replicator.currentLeader). A node cut off longer may
+// have been deposed without knowing it, so what acts as the leader
+// outside the log (a site's sinks) stops too.
+func (n *Node) HearsController() bool {
+	return n.IsController() || time.Since(n.raft.LastContact()) < n.cfg.HeartbeatTimeout
+}
+
 // Members returns Serf's view of the site.
 func (n *Node) Members() []Member {
 	ms := n.serf.Members()

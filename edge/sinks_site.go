@@ -9,9 +9,19 @@ import (
 // node whose Replicator runs the stream's Leader in the leader epoch the
 // controller's state names. Its log is the one followers truncate to, and
 // it is where the sink's position is written first.
+//
+// A leader cut off from the controller for the Raft heartbeat timeout
+// holds (sends nothing new) as its Leader stops committing
+// (Node.HearsController): the controller deposes it only later, after
+// Serf's failure detection, so the two leaders of a partition do not both
+// drain a backlog. Holding keeps the connection and the window: a
+// heartbeat missed under load costs no reconnect and no resend.
 type siteLeadership struct{ site *cluster.Site }
 
-var _ sink.Leadership = siteLeadership{}
+var (
+	_ sink.Leadership = siteLeadership{}
+	_ sink.Holder     = siteLeadership{}
+)
 
 func (l siteLeadership) Leader(stream string) (leader string, epoch uint64, here bool) {
 	st, _ := l.site.Node.State()
@@ -22,6 +32,10 @@ func (l siteLeadership) Leader(stream string) (leader string, epoch uint64, here
 	ld, _ := l.site.Replicator.Leading(stream)
 	return cs.Leader, uint64(cs.LeaderEpoch), ld != nil && cs.Leader == l.site.Node.ID()
 }
+
+// Hold is true while this node has not heard from the controller for the
+// Raft heartbeat timeout.
+func (l siteLeadership) Hold() bool { return !l.site.Node.HearsController() }
 
 // Changed closes when the Replicator next looks at the state: after every
 // change of leader, here or elsewhere.

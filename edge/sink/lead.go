@@ -23,6 +23,21 @@ type Leadership interface {
 	Changed() <-chan struct{}
 }
 
+// Holder is a Leadership that may ask a leader's sink to hold: send
+// nothing new while Hold is true, keeping its streams, its connection and
+// what it has in flight (in a site, a leader cut off from the controller,
+// which may have been deposed without knowing it). The pump asks before
+// every read and again at every Changed.
+type Holder interface {
+	Hold() bool
+}
+
+// holding reports whether the Leadership asks the sink to hold.
+func (s *Sink) holding() bool {
+	h, ok := s.cfg.Leadership.(Holder)
+	return ok && h.Hold()
+}
+
 // errStandby ends a connection whose node leads none of the sink's
 // streams any more: not a failure, the sink waits to lead one again.
 var errStandby = errors.New("this node leads none of the sink's streams")

@@ -14,7 +14,22 @@ type fakeLeadership struct {
 	mu      sync.Mutex
 	leader  string
 	epoch   uint64
+	hold    bool
 	changed chan struct{}
+}
+
+func (l *fakeLeadership) Hold() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.hold
+}
+
+func (l *fakeLeadership) setHold(h bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hold = h
+	close(l.changed)
+	l.changed = make(chan struct{})
 }
 
 func newFakeLeadership(leader string) *fakeLeadership {
@@ -111,5 +126,43 @@ func TestSink_SendsOnlyWhileItLeads(t *testing.T) {
 	c = <-up.conns
 	if got := c.take(t, 1); got[0].Record.Offset != 12 {
 		t.Fatalf("first delivery after leadership came back at %d, want 12", got[0].Record.Offset)
+	}
+}
+
+// TestSink_HoldsWhileCutOff: a leader asked to hold (in a site, cut off
+// from the controller) sends nothing new but keeps its connection and
+// its window; acknowledgements still move the position, and once the
+// hold ends it goes on where it was, sending nothing twice.
+func TestSink_HoldsWhileCutOff(t *testing.T) {
+	log := mqtttest.NewMemLog(t, "default=#")
+	st := log.Stream(t, "default")
+	appendRecs(t, st, 8)
+	up := &fakeUpstream{window: 4, conns: make(chan *fakeConn)}
+	pos := &mapPositions{m: map[string]uint64{}}
+	ld := newFakeLeadership("here")
+	s, err := New(Config{Name: "s", Streams: []Stream{st}, Upstream: up, Positions: pos, Leadership: ld})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	c := <-up.conns
+	got := c.take(t, 4)
+	ld.setHold(true)
+	for _, d := range got {
+		c.acks <- d.ID
+	}
+	waitPos(t, pos, 4)
+	c.none(t) // the window is free, the records are there: held
+	ld.setHold(false)
+	if got := c.take(t, 4); got[0].Record.Offset != 4 {
+		t.Fatalf("after the hold the sink sent offset %d first, want 4", got[0].Record.Offset)
+	}
+	select {
+	case <-c.done:
+		t.Fatal("the hold closed the connection")
+	default:
 	}
 }

@@ -416,7 +416,7 @@ func (s *Sink) commit(p *pumpState) error {
 // stream after another. wait > 0 is how long until the rate allows more.
 // read reports that any stream moved on (records read or a gap skipped).
 func (s *Sink) fill(ctx context.Context, p *pumpState) (sent int, read bool, wait time.Duration, err error) {
-	if s.paused.Load() {
+	if s.paused.Load() || s.holding() {
 		return 0, false, 0, nil
 	}
 	n := len(p.cursors)
