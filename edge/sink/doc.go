@@ -55,7 +55,10 @@
 // Positions (the last one any node committed) and, for a Resumer, asks
 // the upstream; losing it, it forgets what it had in flight and commits
 // nothing more there, so the two leaders of a failover overlap by at most
-// the window, as a crash does. A node that leads none of a sink's streams
+// the window, as a crash does. A leader that may have been deposed
+// without knowing it (a Holder: in a site, cut off from the controller)
+// holds: it sends nothing new but keeps its connection and window. A node
+// that leads none of a sink's streams
 // holds no connection upstream; Status shows such streams as standby with
 // the node that leads them, never stalled, and no lag of its own. A new
 // leader whose watermark is still below the position its predecessor
