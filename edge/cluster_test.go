@@ -47,10 +47,17 @@ func startSiteNodes(t *testing.T, n int) []*Node {
 	for i := 2; i <= n; i++ {
 		nodes = append(nodes, startNode(t, siteConfig(t, "n"+string(rune('0'+i)), n, seed)))
 	}
-	waitFor(t, "the default stream with a full ISR", func() bool {
-		st, _ := first.site.Load().Node.State()
-		s := st.Streams[logstore.DefaultStreamName]
-		return s != nil && len(s.ISR) == n
+	// Every node serves it: one still forming refuses publishes.
+	waitFor(t, "the default stream with a full ISR, served on every node", func() bool {
+		for _, node := range nodes {
+			site := node.site.Load()
+			st, _ := site.Node.State()
+			s := st.Streams[logstore.DefaultStreamName]
+			if s == nil || len(s.ISR) != n || s.Leader == "" || site.Log.Stream(logstore.DefaultStreamName) == nil {
+				return false
+			}
+		}
+		return true
 	})
 	return nodes
 }
