@@ -130,6 +130,17 @@
 // for what the leader had at the previous fetch), Joiners are replicas
 // outside the ISR at the watermark, with the broker epoch they fetched in.
 //
+// An acks=all acknowledgement waits for the slowest ISR member's fsync.
+// Two things keep that to about one fsync rather than four in a row: the
+// leader serves a group commit while it is still writing it (logstore's
+// early shipping: the follower appends and fsyncs beside the leader; the
+// watermark still counts only the leader's durable end, and a fetch's
+// offset may be up to ShipEnd), and a watermark move is published without
+// a write of its own on leader and follower alike (logstore persists it
+// lazily). BenchmarkLog_AcksAll (three nodes in one process, one disk)
+// measures it: one acknowledgement alone took 5.3-7.5 ms before and
+// 2.1-3.2 ms after, on a machine loaded by other work (load 6-14).
+//
 // The protocol (cluster/wire) is length-prefixed frames of msgpack arrays
 // with typed error codes; its doc draws them. Fetchers take a Dialer, so
 // tests run replication over cluster/faultnet, an in-process network that

@@ -339,6 +339,10 @@ func (s *stream) noteLeaderLocked() *Leader {
 func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 	var calls []answerCall
 	s.mu.Lock()
+	// One look at the watermark for the whole queue: it moves on other
+	// goroutines, and a later append answered as committed after an
+	// earlier one was given up (closing) would leave a gap.
+	committed := s.st.Committed()
 	for len(s.mu.pending) > 0 {
 		p := s.mu.pending[0]
 		c := answerCall{done: p.done, err: p.err}
@@ -350,7 +354,7 @@ func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 			switch {
 			case r.err != nil:
 				c.err = r.err
-			case r.end <= s.st.Committed() || s.l.acksLeader(s.name) || time.Since(r.at) > fwdLocalWait:
+			case r.end <= committed || s.l.acksLeader(s.name) || time.Since(r.at) > fwdLocalWait:
 				c.first = r.first // the run loop looks at least every replicatorRetry
 			case closing:
 				c.err = fmt.Errorf("cluster: append to %s: %w", s.name, logstore.ErrClosed)
@@ -366,7 +370,7 @@ func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 			if !ok {
 				break // not written yet
 			}
-			switch committed := s.st.Committed(); {
+			switch {
 			case r.err != nil:
 				c.err = r.err
 			case r.end <= committed || s.l.acksLeader(s.name):
