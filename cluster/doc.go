@@ -48,7 +48,8 @@
 //     departed one is reported failed, which takes it out of every ISR at
 //     once; one that left gracefully or was reaped leaves the
 //     configuration. A failed voter stays in it, as in Consul: removing it
-//     would shrink the quorum on a guess.
+//     would shrink the quorum on a guess; one removed for good (see
+//     Moving replicas) leaves it.
 //   - Raft's log and stable store are a RaftStore in the node's own Badger
 //     database (logstore's key-value space: no second storage engine);
 //     snapshots use raft's file snapshot store.
