@@ -159,9 +159,13 @@ func (n *Node) replaceDue(ctx context.Context, ctl *control, st *State, now time
 		n.log.Warn("cluster: replacing a broker failed for longer than replace_after", slog.String("member", id),
 			slog.Duration("replace_after", n.cfg.ReplaceAfter))
 		if aerr := n.apply(ctx, RemoveBroker{ID: id}); aerr != nil {
-			// Refused (the last in-sync replica of a stream, say): try
-			// again at the next pass.
+			// Refused (the last in-sync replica of a stream, say): count
+			// again, and try after another ReplaceAfter.
 			n.log.Warn("cluster: broker not removed", slog.String("member", id), slog.Any("err", aerr))
+			ctl.failedSince[id] = now
+			if due := now.Add(n.cfg.ReplaceAfter); next.IsZero() || due.Before(next) {
+				next = due
+			}
 		}
 	}
 	return next
