@@ -264,7 +264,8 @@ func (s *State) removeBroker(c RemoveBroker) error {
 	case b.Removed:
 		return nil
 	case b.Alive:
-		return fmt.Errorf("%w: %s: stop it first (only a node that is gone for good is removed)", ErrBrokerAlive, c.ID)
+		return fmt.Errorf("%w: %s: the controller counts it alive: stop it first, or wait until the site sees it failed "+
+			"(only a node that is gone for good is removed)", ErrBrokerAlive, c.ID)
 	}
 	var sole []string
 	for _, n := range s.streamNames() {

@@ -125,6 +125,8 @@ func printCluster(w io.Writer, st *cluster.SiteStatus) {
 			switch {
 			case s.Leader == "":
 				state = "OFFLINE"
+			case s.UnderReplicated && len(s.Replicas) < s.ReplicationFactor:
+				state = fmt.Sprintf("UNDER-REPLICATED (%d of %d replicas)", len(s.Replicas), s.ReplicationFactor)
 			case s.UnderReplicated:
 				state = "UNDER-REPLICATED"
 			}
