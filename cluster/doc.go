@@ -48,7 +48,8 @@
 //     departed one is reported failed, which takes it out of every ISR at
 //     once; one that left gracefully or was reaped leaves the
 //     configuration. A failed voter stays in it, as in Consul: removing it
-//     would shrink the quorum on a guess.
+//     would shrink the quorum on a guess; one removed for good (see
+//     Moving replicas) leaves it.
 //   - Raft's log and stable store are a RaftStore in the node's own Badger
 //     database (logstore's key-value space: no second storage engine);
 //     snapshots use raft's file snapshot store.
@@ -79,8 +80,54 @@
 //     failure report for another epoch, is stale and refused.
 //   - LeaderEpoch grows with every change of leader; Version with every
 //     change of leader, ISR or replicas.
+//   - RemoveBroker marks a broker gone for good: refused while it is
+//     alive, or while it is a stream's only ISR member (it alone holds
+//     what was committed). A removed broker is never added to a replica
+//     set and cannot register while a stream still names it; once none
+//     does, it registers as a new, empty broker. The mark stays (a few
+//     bytes) so that every controller keeps it out of Raft.
 //
-// Snapshots are the State as msgpack.
+// Snapshots are the State as msgpack; fields added later (a stream's
+// ReplicationFactor, a broker's Removed) decode as zero from older ones.
+//
+// # Moving replicas (reassign.go, remove.go)
+//
+// A stream keeps the replicas it was created on until a broker is
+// removed, or until it has fewer than its ReplicationFactor (created on a
+// site with fewer brokers). A broker is removed by an operator
+// (Site.RemoveNode: `peat cluster remove-node`, POST
+// /api/v1/cluster/nodes/<id>/remove) or, with Config.ReplaceAfter
+// (cluster.replace_after, 0 = never), by the controller once it has
+// seen it failed that long. The count is in the controller's memory,
+// from when it first saw the failure: a new controller starts again, so
+// a clock jump (a Pi without a clock battery) or a change of controller
+// can only delay a replacement, never hasten it. A failed broker is
+// never moved on a guess: a Pi rebooting, or a cable pulled for an hour,
+// must not copy every stream again onto another node's flash.
+//
+// On every state change, member event and ReconcileInterval the
+// controller runs planMoves (no I/O) and applies its AssignReplicas,
+// Kafka's reassignment, add first and remove after:
+//
+//  1. a stream with fewer non-removed replicas than its factor gets new
+//     ones on alive brokers outside its set, the least loaded first
+//     (ties from a place the stream's name decides, as pickReplicas
+//     spreads leaders); a new one takes a removed one's rank;
+//  2. the new replica is already an observer fetching the stream (every
+//     node is), or starts to; its leader takes it into the ISR once it
+//     has caught up and acknowledged the consumer state (the
+//     Replicator's rules: proposeISR counts replicas only, so it joins
+//     only once the state names it);
+//  3. once every alive replica it keeps is in the ISR, the removed one
+//     leaves the replica set. A removed broker is dead and out of every
+//     ISR, so the ISR never shrinks; with no broker to move to, it
+//     leaves anyway and the stream shows under-replicated until one
+//     joins.
+//
+// Each pass also takes a removed member out of Raft's configuration (a
+// 3-voter site then has 2 voters until a new voter joins) and out of
+// Serf (force-leave, pruned: no more probes or reconnects). A leader's
+// min_insync_replicas default follows its replica count as it changes.
 //
 // # Raft's keys in the key-value space (raftstore.go)
 //
@@ -353,8 +400,12 @@
 // (default: the voters, at most 3), on replicas picked from the sorted
 // alive brokers from a place the stream's name decides, so that leaders
 // spread; nodes race harmlessly (a second creation with other replicas
-// is refused with ErrStreamExists). min_insync_replicas defaults per
-// stream: 2 from 3 replicas on, else 1.
+// is refused with ErrStreamExists). A site with fewer brokers creates it
+// on those it has once every alive member has been registered for
+// siteSettle (5 s; a forming site registers members one by one), with
+// its ReplicationFactor in the state, and the controller adds replicas
+// as brokers join. min_insync_replicas defaults per stream: 2 from 3
+// replicas on, else 1.
 //
 // While it sees no other alive member it joins its Join addresses again
 // every 2 s (Consul's retry_join): a node restarted while the others were
@@ -443,7 +494,11 @@
 //     clients' claims to a new leader, which leaves a window), and an
 //     Unclaim retried until the leader has it; sessions' properties and subscriptions (Log.State)
 //     replicated across the site; a command that deletes a stream (a
-//     stream left out of the configuration stays in the state); moving
-//     replicas when nodes join or leave for good (AssignReplicas exists,
-//     nothing proposes it); sinks and mirror streams in a site.
+//     stream left out of the configuration stays in the state, and its
+//     records stay on disk, unread: deleting them on every replica, a
+//     replica down at the time included, needs logstore to delete a
+//     stored stream its configuration no longer lists, and a tombstone in
+//     the state); changing a stream's replication factor after its
+//     creation, and moving replicas off a live node (a decommission) or
+//     to balance leaders; sinks and mirror streams in a site.
 package cluster
