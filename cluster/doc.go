@@ -303,25 +303,50 @@
 // Log.State (sessions' properties and subscriptions) is this node's
 // store's, not replicated.
 //
-// # Claims
+// # Claims (log_claims.go)
 //
 // A group's single consumer is decided by the stream's leader for every
-// node: a follower's Claim and Unclaim are forwarded (ClaimRequest; a
-// leader that cannot be reached grants nothing). A claim names the
-// client, its node and that node's broker epoch; the leader treats a
-// claim as free once the controller's state has that node failed or in
-// another broker epoch (restarted), so a consumer on a dead node does
-// not hold its group forever, and no lease has to be renewed. Claims live
-// in the leader's memory, so every node also keeps the claims its own
-// clients were granted and tells a new leader them again as soon as the
-// state names it (reassertClaims; the new leader keeps its own clients'
-// at once). The window left is the time the nodes take to hear of the
-// new leader: a second consumer whose claim reaches the new leader before
-// the first's node re-asserts is granted the group alongside the first
-// (both then commit; the last write wins), and the re-assertion is
-// refused and logged. An Unclaim that cannot reach the leader
-// is lost: the claim then lasts until its node fails or restarts or the
-// leadership moves, though the same client id can always take it back.
+// node, and kept as the group coordinator of Kafka keeps its groups: in
+// the stream's replicated state (Kafka's __consumer_offsets holds group
+// metadata beside the offsets), so the coordinator's successor, which
+// comes from the ISR, knows every group's member without asking anyone.
+//
+//   - A follower's Claim and Unclaim are forwarded (ClaimRequest); a
+//     leader that cannot be reached grants nothing and names no holder.
+//   - The leader decides one claim at a time from the claim its state
+//     holds under "\x00c/<key>" (hidden from mqtt's LoadState, refused in
+//     its WriteState): version 1 | broker epoch 8 BE | node length uvarint
+//     | node | holder. A claim is a state write answered once every ISR
+//     member holds it, under acks=leader too (the one-consumer rule is
+//     worth a round trip; only acks=all refuses below
+//     min_insync_replicas). So a claim waits, as an acks=all publish
+//     does, while a dead follower is still in the ISR. A claim the ISR
+//     did not acknowledge is refused and taken back on the leader.
+//   - A claim names the client, its node and that node's broker epoch;
+//     the leader treats it as free once the controller's state has that
+//     node failed or in another epoch. That is the lease: Kafka's
+//     coordinator expires a member that stops heartbeating, and here the
+//     node's liveness, which Serf and the controller already track and
+//     fence, stands for its clients (their connections end with it). A
+//     per-claim lease would add a write per renewal to an SD card and
+//     one more timeout to tune, for nothing Serf does not already see.
+//     A release names the node too, so a late release from a client's old
+//     connection does not free the claim it made since on another node.
+//   - A release that cannot reach the leader is kept and sent again
+//     (200 ms backoff up to 2 s) until a leader has it; a Claim of the
+//     same key from the same node sends it first. Every 5 s each node
+//     also looks in its replica's state for claims naming its clients in
+//     its epoch that it did not grant, or let go (a claim written but
+//     whose answer was lost, a release lost with a leader), and releases
+//     them (repairClaims). Claims of gone nodes stay in the state until
+//     the key is claimed again: at most one per group and stream.
+//
+// There is no re-assertion to a new leader: it held every answered claim
+// already. An unclean election (a leader from outside the ISR) can lose
+// claims as it loses records. Claims hold while a partition separates a
+// holder from the leader but not from the controller: the holder's node
+// is alive, so its client keeps the group, as Kafka's member keeps its
+// partitions until its session times out.
 //
 // TestLog_Contract runs mqtt's contract suite against the Log of a
 // one-node site; all of it passes (streams are added through the
@@ -329,9 +354,10 @@
 // no command that deletes a stream). TestLog_ThreeNodes and
 // TestLog_MinInsyncReplicas check the produce and read paths on three
 // nodes; TestLog_ForwardAppend, TestLog_ForwardLeaderKilled,
-// TestLog_AcksLeader, TestLog_StateFailover, TestLog_ClaimAcrossNodes and
-// TestLog_ClaimsSurviveAFailover the forwarding, acks=leader, state and
-// claims.
+// TestLog_AcksLeader, TestLog_StateFailover, TestLog_ClaimAcrossNodes,
+// TestLog_ClaimHeldAcrossAFailover, TestLog_UnclaimWhileLeaderUnreachable,
+// TestLog_ClaimOfDeadLeadersClient and TestLog_ClaimRepair the
+// forwarding, acks=leader, state and claims.
 //
 // # A node of a site (site.go)
 //
@@ -428,10 +454,8 @@
 //
 // # What is left
 //
-//   - Claims replicated with the state (today a node re-asserts its
-//     clients' claims to a new leader, which leaves a window), and an
-//     Unclaim retried until the leader has it; sessions' properties and subscriptions (Log.State)
-//     replicated across the site; a command that deletes a stream (a
+//   - Sessions' properties and subscriptions (Log.State) replicated
+//     across the site; a command that deletes a stream (a
 //     stream left out of the configuration stays in the state); moving
 //     replicas when nodes join or leave for good (AssignReplicas exists,
 //     nothing proposes it); sinks and mirror streams in a site.

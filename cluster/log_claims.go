@@ -304,7 +304,7 @@ func (s *stream) repairClaims() {
 
 // releaseClaims makes one pass of repairClaims (scan: looking in the
 // state too) and reports whether releases are still to be sent.
-func (s *stream) releaseClaims(ctx context.Context, scan bool) (pending bool) {
+func (s *stream) releaseClaims(ctx context.Context, scan bool) bool {
 	s.claimOp.Lock()
 	defer s.claimOp.Unlock()
 	if scan {
@@ -335,13 +335,14 @@ func (s *stream) releaseClaims(ctx context.Context, scan bool) (pending bool) {
 			return true
 		}
 		if _, _, err := s.decideClaim(ctx, r.key, r.holder, true); err != nil {
+			// The next would most likely fail alike: a Claim waiting for
+			// claimOp should not wait for all of them.
 			s.l.log.Debug("cluster: release not decided", slog.String("stream", s.name), slog.String("key", r.key), slog.Any("err", err))
-			pending = true
-			continue
+			return true
 		}
 		s.mu.Lock()
 		delete(s.mu.releasing, r)
 		s.mu.Unlock()
 	}
-	return pending
+	return false
 }

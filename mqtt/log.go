@@ -187,9 +187,11 @@ type Stream interface {
 	// Claim makes holder the single holder of key in this stream (a
 	// consumer group's one active consumer), unless another holder has it:
 	// ok is false then, and current names that holder. Claiming a key one
-	// holds succeeds. Claims are not durable: they name connected
-	// consumers, and last until Unclaim or a restart of whatever decides
-	// them (the node on a single node, the stream's leader in a cluster).
+	// holds succeeds. Claims name connected consumers: they last until
+	// Unclaim, or until the holder's node restarts (a single node
+	// forgets them; a cluster keeps them with the stream across a change
+	// of leader, and frees them when the holder's node fails or
+	// restarts).
 	Claim(key, holder string) (ok bool, current string)
 	// Unclaim gives key up if holder holds it, and does nothing otherwise.
 	Unclaim(key, holder string)
