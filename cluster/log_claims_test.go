@@ -129,3 +129,69 @@ func TestLog_ClaimRepair(t *testing.T) {
 		return ok
 	})
 }
+
+// TestLog_LateReleaseFromOldNode: a consumer moves to another node and
+// claims its group there; the release its old connection sends later
+// does not free the group it now holds.
+func TestLog_LateReleaseFromOldNode(t *testing.T) {
+	_, leader, next, far, _ := claimSite(t)
+	if ok, cur := far.log.Route("s/x").Claim("g/y", "c1"); !ok {
+		t.Fatalf("claim on %s refused, naming %q", far.node.ID(), cur)
+	}
+	if ok, cur := next.log.Route("s/x").Claim("g/y", "c1"); !ok {
+		t.Fatalf("the same client's claim on %s refused, naming %q", next.node.ID(), cur)
+	}
+	far.log.Route("s/x").Unclaim("g/y", "c1")
+	if ok, cur := leader.log.Route("s/x").Claim("g/y", "c2"); ok || cur != "c1" {
+		t.Fatalf("after the old node's release: claim = %v %q, want refused naming c1", ok, cur)
+	}
+}
+
+// TestLog_ClaimKeysHidden: the claims a stream's state holds are not
+// consumer state: mqtt neither sees nor writes them.
+func TestLog_ClaimKeysHidden(t *testing.T) {
+	_, leader, _, far, _ := claimSite(t)
+	s := far.log.Route("s/x")
+	if ok, _ := s.Claim("g/y", "c1"); !ok {
+		t.Fatal("claim refused")
+	}
+	if err := s.WriteState(map[string][]byte{"g/y": offsetVal(3)}, nil); err != nil {
+		t.Fatalf("WriteState: %v", err)
+	}
+	for _, ln := range []*logNode{leader, far} {
+		var keys []string
+		if err := ln.log.Route("s/x").LoadState("", func(k string, _ []byte) error {
+			keys = append(keys, k)
+			return nil
+		}); err != nil {
+			t.Fatalf("LoadState: %v", err)
+		}
+		if len(keys) != 1 || keys[0] != "g/y" {
+			t.Fatalf("%s: LoadState(\"\") = %q, want only g/y", ln.node.ID(), keys)
+		}
+	}
+	if err := s.WriteState(nil, []string{claimStateKey("g/y")}); err == nil {
+		t.Fatal("WriteState deleted a claim")
+	}
+	if ok, cur := leader.log.Route("s/x").Claim("g/y", "c2"); ok || cur != "c1" {
+		t.Fatalf("claim = %v %q, want refused naming c1", ok, cur)
+	}
+}
+
+// FuzzDecodeClaim: a claim's value read from the state (a peer wrote it)
+// never panics, and what encode writes decodes to itself.
+func FuzzDecodeClaim(f *testing.F) {
+	f.Add(claimHolder{holder: "c1", node: "n1", epoch: 7}.encode())
+	f.Add(claimHolder{}.encode())
+	f.Add([]byte{claimVersion, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := decodeClaim(b)
+		if err != nil {
+			return
+		}
+		if got, err := decodeClaim(h.encode()); err != nil || got != h {
+			t.Fatalf("decode(encode(%+v)) = %+v, %v", h, got, err)
+		}
+	})
+}
