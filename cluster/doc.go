@@ -301,7 +301,7 @@
 // old and the new state on that follower until its next fetch.
 //
 // Log.State (sessions' properties and subscriptions) is this node's
-// store's, not replicated.
+// store's, not replicated: see "Sessions across the site".
 //
 // # Claims (log_claims.go)
 //
@@ -347,6 +347,38 @@
 // holder from the leader but not from the controller: the holder's node
 // is alive, so its client keeps the group, as Kafka's member keeps its
 // partitions until its session times out.
+//
+// # Sessions across the site (not built)
+//
+// A durable session's cursors are stream state, replicated, but its
+// properties and subscriptions (Log.State) stay on the node the client
+// used: a client whose node died reconnects elsewhere to no session and
+// must subscribe again. They belong in a system stream, not in the
+// controller's state:
+//
+//   - Kafka keeps groups in __consumer_offsets, not in its metadata
+//     quorum. The controller's Raft log is applied by every node,
+//     snapshotted whole and on the path of every election; per-client
+//     churn (every connect, subscribe and disconnect of a persistent
+//     client, thousands after a site's power cut) would slow down the
+//     very decisions a failover waits for.
+//   - A stream capturing no topics ("$sessions") with every broker as a
+//     replica (observers on later nodes) gets, from what exists, writes
+//     answered once the ISR holds them, a failover that keeps them, a
+//     full copy on every node to read at connect, and claims: MQTT's
+//     one connection per client id becomes a claim on the client id,
+//     whose move to another node tells the old node (its replica of the
+//     state) to close its connection: session takeover, site-wide.
+//
+// What it needs beyond that is in mqtt: load a session when a client
+// connects with Clean Start 0, not once at start (a node's copy is stale
+// once the client used another node), hand it to mochi before
+// inheritClientSession (OnConnect), read its cursors from this node's
+// replica of each stream's state, and drop the writes of a node that no
+// longer holds the session's claim (a late disconnect there must not
+// overwrite the newer session). Half of it, sessions replicated but read
+// only at start, would resume a client elsewhere with stale
+// subscriptions, so none of it is built yet.
 //
 // TestLog_Contract runs mqtt's contract suite against the Log of a
 // one-node site; all of it passes (streams are added through the
@@ -455,7 +487,7 @@
 // # What is left
 //
 //   - Sessions' properties and subscriptions (Log.State) replicated
-//     across the site; a command that deletes a stream (a
+//     across the site ("Sessions across the site"); a command that deletes a stream (a
 //     stream left out of the configuration stays in the state); moving
 //     replicas when nodes join or leave for good (AssignReplicas exists,
 //     nothing proposes it); sinks and mirror streams in a site.
