@@ -90,6 +90,15 @@ func ForwardStreamEvents[E any](in <-chan E, cancelIn func(), conv func(E) Strea
 	}
 }
 
+// SharedState is implemented by a Log whose streams' state several
+// brokers share (the nodes of a cluster's site) while each keeps its own
+// durable sessions in Log.State: a session's offset in a stream's state
+// whose session this broker does not know is then another broker's, not
+// a leftover to delete.
+type SharedState interface {
+	StreamStateShared() bool
+}
+
 // StateStore keeps small values by key (logstore.Store's consumer state).
 type StateStore interface {
 	// WriteState sets puts and deletes dels in one atomic step: a reader
