@@ -380,6 +380,14 @@
 // only at start, would resume a client elsewhere with stale
 // subscriptions, so none of it is built yet.
 //
+// Meanwhile the Log says the streams' state is shared
+// (mqtt.SharedState), so a node keeps the offsets of sessions it does
+// not know: mqtt deletes them as leftovers on a single node, and in a
+// site each node did so for the other nodes' sessions whenever it
+// started or took a stream's leadership, so a client offline on its node
+// lost what arrived meanwhile once its node restarted too (edge's
+// TestCluster_SessionOffsetsSurviveOtherNodes).
+//
 // TestLog_Contract runs mqtt's contract suite against the Log of a
 // one-node site; all of it passes (streams are added through the
 // controller and the store, removed through the store: the controller has
