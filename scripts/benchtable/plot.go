@@ -108,6 +108,14 @@ func writePlot(dir, out, title string, res *results, limit float64) error {
 			"plot %s using 2:xtic(1) title 'replayed', '' using 3 title 'target' fs empty border lc 'red' lw 2", histogram, top*1.2, q("w4.dat")))
 	}
 
+	// W5: the site's acks/s beside one fsync node's, and the failover times.
+	if res.hasTag("W5") {
+		panels = append(panels, w5Panel(res, file("w5.dat"), q("w5.dat")))
+	}
+	if w5FailoverMeasured(res) {
+		panels = append(panels, w5FailoverPanel(res, file("w5-failover.dat"), q("w5-failover.dat")))
+	}
+
 	// W6: CPU per message and RSS under load.
 	if res.hasTag("W6") {
 		b := file("w6.dat")
@@ -140,6 +148,73 @@ func writePlot(dir, out, title string, res *results, limit float64) error {
 	return os.WriteFile(filepath.Join(dir, "compare.gp"), []byte(gp.String()), 0o644)
 }
 
+// Issue 19's targets for W5.
+const (
+	targetSiteRatio  = 0.5  // a site's acks/s against one fsync node's
+	targetFailoverMS = 5000 // from a leader's kill -9 until acks resume
+)
+
+// w5Panel draws the acks/s of each W5 system (medians over the
+// repetitions), a site's bar labelled with its ratio to peat-fsync taken
+// within each repetition, as the table does, and the target as a line.
+func w5Panel(res *results, b *strings.Builder, data string) string {
+	g := res.bySystem("W5")
+	fmt.Fprintln(b, "# system acked_per_s ratio_label")
+	top := 0.0
+	for _, sys := range systemsIn(res, "W5") {
+		label := ""
+		if r, ok := ratioMedian(g[sys], g[basePeatFsync], metric("acked_per_s"), metric("acked_per_s")); ok && sys != basePeatFsync {
+			label = fmt.Sprintf("%.2fx %s", r, basePeatFsync)
+		}
+		if v, ok := g[sys].median("acked_per_s"); ok {
+			top = max(top, v)
+		}
+		fmt.Fprintf(b, "%s %s %s\n", sys, med(g[sys], "acked_per_s"), gpDataString(label))
+	}
+	line := ""
+	if v, ok := g[basePeatFsync].median("acked_per_s"); ok {
+		line = fmt.Sprintf(", %g with lines dt 2 lc 'red' title 'target: %gx %s'", v*targetSiteRatio, targetSiteRatio, basePeatFsync)
+	}
+	// Room above the highest bar for its label.
+	return fmt.Sprintf("set title 'W5: QoS 1 acks/s, 3 nodes with acks=all vs 1 node with fsync'\nset ylabel 'acks/s'\nset key top right\n%s\nset yrange [0:%g]\n"+
+		"plot %s using 2:xtic(1) title 'acked/s', '' using 0:2:3 with labels offset 0,1 notitle%s", histogram, max(top, 1)*1.25, data, line)
+}
+
+// w5FailoverMeasured says whether a leader kill round measured anything to draw.
+func w5FailoverMeasured(res *results) bool {
+	for _, rs := range res.bySystem("W5/failover") {
+		if _, ok := rs.median("resume_median_ms"); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// w5FailoverPanel draws, per system, the median time from a leader's
+// kill -9 until acknowledgements resume and the worst kill, against the
+// target. bench.sh times the kills in one repetition; were there more, the
+// bars are the median of their medians and the highest maximum.
+func w5FailoverPanel(res *results, b *strings.Builder, data string) string {
+	g := res.bySystem("W5/failover")
+	fmt.Fprintln(b, "# system resume_median_ms resume_max_ms")
+	top, kills := float64(targetFailoverMS), 0.0
+	for _, sys := range systemsIn(res, "W5/failover") {
+		worst := "NaN"
+		if v, ok := g[sys].highest("resume_max_ms"); ok {
+			worst, top = fmt.Sprintf("%g", v), max(top, v)
+		}
+		k, _ := g[sys].sum("kills")
+		kills += k
+		fmt.Fprintf(b, "%s %s %s\n", sys, med(g[sys], "resume_median_ms"), worst)
+	}
+	return fmt.Sprintf("set title 'W5: leader kill -9 until acks resume, ms (%g kills)'\nset ylabel 'ms'\nset key top right\n%s\nset yrange [0:%g]\n"+
+		"plot %s using 2:xtic(1) title 'median', '' using 3 title 'max', %d with lines dt 2 lc 'red' title 'target %d ms', \\\n  "+
+		// Each value above its bar: a cluster of two bars with gap 1 puts
+		// them a sixth of a unit either side of the row's x.
+		"'' using ($0-1/6.):2:(sprintf('%%.0f', $2)) with labels offset 0,0.8 notitle, '' using ($0+1/6.):3:(sprintf('%%.0f', $3)) with labels offset 0,0.8 notitle",
+		kills, histogram, top*1.25, data, targetFailoverMS, targetFailoverMS)
+}
+
 // panelSetup starts every panel: a grid, compact numbers, and one colour
 // and point shape per system, in the order the systems ran.
 const panelSetup = "set grid ytics\nset format y '%g'\nset format x '%g'\n" +
@@ -160,3 +235,17 @@ func med(rs reps, k string) string {
 
 // gpString quotes s as a gnuplot single-quoted string.
 func gpString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// highest value of metric k over the repetitions that measured it.
+func (rs reps) highest(k string) (float64, bool) {
+	v, ok := 0.0, false
+	for _, r := range rs {
+		if !r.failed() && r.has(k) && (!ok || r.num(k) > v) {
+			v, ok = r.num(k), true
+		}
+	}
+	return v, ok
+}
+
+// gpDataString quotes s as a string field of a gnuplot data file.
+func gpDataString(s string) string { return `"` + strings.ReplaceAll(s, `"`, "'") + `"` }
