@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -302,4 +303,40 @@ func TestWritePlot_W5(t *testing.T) {
 			t.Errorf("with the kill round failed: want the acks panel and no failover panel:\n%s", gp)
 		}
 	})
+}
+
+// compare.gp draws with Debian's gnuplot, as bench.sh runs it, whatever
+// ran or failed: one panel gnuplot refuses loses the whole chart.
+// scripts/test-deps.sh installs gnuplot.
+func TestWritePlot_GnuplotDraws(t *testing.T) {
+	path, err := exec.LookPath("gnuplot")
+	if err != nil {
+		t.Fatalf("gnuplot not found (Debian: apt-get install gnuplot-nox; make test-deps installs it): %v", err)
+	}
+	failed := func(tag, label string) string {
+		return line(t, tag, 1, map[string]any{"label": label, "error": "failed"})
+	}
+	for _, tc := range []struct{ name, in string }{
+		// cannedRun has no W2 window 1: a column of NaN.
+		{"every workload, W2 window 1 absent", cannedRun(t) + w5Run(t)},
+		{"every run of a workload failed", failed("W2/16", "mochi") + failed("W3", "peat-fsync") + failed("W4/qos0", "peat-interval") +
+			failed("W5", "peat-fsync") + failed("W5", "peat-site-3") + failed("W5/failover", "peat-site-3") + failed("W6", "mochi") +
+			line(t, "fsync", 1, map[string]any{"label": "disk", "per_s_at_p50": 2000})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			png := filepath.Join(dir, "compare.png")
+			if err := writePlot(dir, png, "test", parse(t, tc.in), DefaultP99Limit); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(path, filepath.Join(dir, "compare.gp")).CombinedOutput()
+			if err != nil || len(out) > 0 {
+				t.Fatalf("gnuplot: %v\n%s", err, out)
+			}
+			b, err := os.ReadFile(png)
+			if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+				t.Fatalf("no PNG drawn: %v", err)
+			}
+		})
+	}
 }

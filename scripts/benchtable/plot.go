@@ -63,15 +63,33 @@ func writePlot(dir, out, title string, res *results, limit float64) error {
 			fmt.Fprintf(b, "%s %s %s %s %s\n", sys, med(w16[sys], "delivered_per_s"), med(w1[sys], "delivered_per_s"),
 				med(w16[sys], "puback_p99_ms"), med(w1[sys], "puback_p99_ms"))
 		}
-		panels = append(panels,
-			fmt.Sprintf("set title 'W2: QoS 1 fan-in, delivered msg/s'\nset ylabel 'msg/s'\nset key top right\n%s\n"+
-				"plot %s using 2:xtic(1) title 'window 16', '' using 3 title 'window 1'", histogram, q("w2.dat")),
-			fmt.Sprintf("set title 'W2: PUBACK p99 (ms)'\nset ylabel 'ms'\nset key top right\n%s\n"+
-				"plot %s using 4:xtic(1) title 'window 16', '' using 5 title 'window 1'", histogram, q("w2.dat")))
+		// Only the windows that measured something: gnuplot refuses a
+		// histogram column without a valid point, and the chart with it.
+		var delivered, p99 []string
+		for _, w := range []struct {
+			g          map[string]reps
+			dcol, pcol int
+			name       string
+		}{{w16, 2, 4, "window 16"}, {w1, 3, 5, "window 1"}} {
+			if anyMeasured(w.g, "delivered_per_s") {
+				delivered = append(delivered, fmt.Sprintf("%s using %d:xtic(1) title '%s'", q("w2.dat"), w.dcol, w.name))
+			}
+			if anyMeasured(w.g, "puback_p99_ms") {
+				p99 = append(p99, fmt.Sprintf("%s using %d:xtic(1) title '%s'", q("w2.dat"), w.pcol, w.name))
+			}
+		}
+		if len(delivered) > 0 {
+			panels = append(panels, fmt.Sprintf("set title 'W2: QoS 1 fan-in, delivered msg/s'\nset ylabel 'msg/s'\nset key top right\n%s\n"+
+				"plot %s", histogram, strings.Join(delivered, ", ")))
+		}
+		if len(p99) > 0 {
+			panels = append(panels, fmt.Sprintf("set title 'W2: PUBACK p99 (ms)'\nset ylabel 'ms'\nset key top right\n%s\n"+
+				"plot %s", histogram, strings.Join(p99, ", ")))
+		}
 	}
 
 	// W3: durable ingest acks/s, with one fsync at a time as a line.
-	if res.hasTag("W3") {
+	if anyMeasured(res.bySystem("W3"), "acked_per_s") {
 		b := file("w3.dat")
 		fmt.Fprintln(b, "# system acked_per_s")
 		g := res.bySystem("W3")
@@ -87,7 +105,8 @@ func writePlot(dir, out, title string, res *results, limit float64) error {
 	}
 
 	// W4: replay rates against the targets.
-	if res.hasTag("W4/qos0") || res.hasTag("W4/qos1") || res.hasTag("W4/load") {
+	replays := map[string]reps{"qos0": res.byRep("W4/qos0"), "qos1": res.byRep("W4/qos1"), "load": res.byRep("W4/load")}
+	if anyMeasured(replays, "msg_per_s") {
 		b := file("w4.dat")
 		fmt.Fprintln(b, "# consumer msg_per_s target")
 		top := 0.0
@@ -109,10 +128,10 @@ func writePlot(dir, out, title string, res *results, limit float64) error {
 	}
 
 	// W5: the site's acks/s beside one fsync node's, and the failover times.
-	if res.hasTag("W5") {
+	if anyMeasured(res.bySystem("W5"), "acked_per_s") {
 		panels = append(panels, w5Panel(res, file("w5.dat"), q("w5.dat")))
 	}
-	if w5FailoverMeasured(res) {
+	if anyMeasured(res.bySystem("W5/failover"), "resume_median_ms") {
 		panels = append(panels, w5FailoverPanel(res, file("w5-failover.dat"), q("w5-failover.dat")))
 	}
 
@@ -124,11 +143,14 @@ func writePlot(dir, out, title string, res *results, limit float64) error {
 		for _, sys := range systemsIn(res, "W6") {
 			fmt.Fprintf(b, "%s %s %s\n", sys, med(g[sys], "cpu_us_per_msg"), med(g[sys], "rss_max_mb"))
 		}
-		panels = append(panels,
-			fmt.Sprintf("set title 'W6: 1 msg/s sensors, broker CPU µs per message'\nset ylabel 'µs'\nunset key\n%s\n"+
-				"plot %s using 2:xtic(1)", histogram, q("w6.dat")),
-			fmt.Sprintf("set title 'W6: broker RSS under load (MB)'\nset ylabel 'MB'\nunset key\n%s\n"+
+		if anyMeasured(g, "cpu_us_per_msg") {
+			panels = append(panels, fmt.Sprintf("set title 'W6: 1 msg/s sensors, broker CPU µs per message'\nset ylabel 'µs'\nunset key\n%s\n"+
+				"plot %s using 2:xtic(1)", histogram, q("w6.dat")))
+		}
+		if anyMeasured(g, "rss_max_mb") {
+			panels = append(panels, fmt.Sprintf("set title 'W6: broker RSS under load (MB)'\nset ylabel 'MB'\nunset key\n%s\n"+
 				"plot %s using 3:xtic(1)", histogram, q("w6.dat")))
+		}
 	}
 
 	for name, b := range files {
@@ -180,10 +202,11 @@ func w5Panel(res *results, b *strings.Builder, data string) string {
 		"plot %s using 2:xtic(1) title 'acked/s', '' using 0:2:3 with labels offset 0,1 notitle%s", histogram, max(top, 1)*1.25, data, line)
 }
 
-// w5FailoverMeasured says whether a leader kill round measured anything to draw.
-func w5FailoverMeasured(res *results) bool {
-	for _, rs := range res.bySystem("W5/failover") {
-		if _, ok := rs.median("resume_median_ms"); ok {
+// anyMeasured says whether a run of any system measured k: a histogram
+// column with no valid point makes gnuplot give up on the whole chart.
+func anyMeasured(g map[string]reps, k string) bool {
+	for _, rs := range g {
+		if _, ok := rs.median(k); ok {
 			return true
 		}
 	}
