@@ -19,6 +19,7 @@ const (
 	kindAssignReplicas
 	kindElectLeader
 	kindAlterISR
+	kindRemoveBroker
 )
 
 // RegisterBroker records that broker ID runs with Epoch (new on every
@@ -42,17 +43,31 @@ type BrokerFailed struct {
 // CreateStream adds a stream on Replicas (the first alive one leads);
 // every alive replica starts in the ISR, since all their logs are empty.
 // Creating it again with the same replicas changes nothing.
+// ReplicationFactor is how many replicas the stream should have (0: as
+// many as Replicas): a site with fewer brokers creates it on those it
+// has, and the controller adds replicas as brokers join (reassign.go).
 type CreateStream struct {
-	Name            string
-	Replicas        []string
-	UncleanElection bool
+	Name              string
+	Replicas          []string
+	UncleanElection   bool
+	ReplicationFactor int
 }
 
 // AssignReplicas moves a stream to another replica set that keeps at
-// least one member of its ISR.
+// least one member of its ISR. A removed broker may stay in it (it is
+// being moved out) but not be added.
 type AssignReplicas struct {
 	Name     string
 	Replicas []string
+}
+
+// RemoveBroker records that broker ID has left the site for good (an
+// operator's `peat cluster remove-node`, or cluster.replace_after): the
+// controller moves its replicas to other brokers and takes it out of
+// Raft's configuration. Refused while the broker is alive, or when it is
+// the last member of a stream's ISR (it alone holds what was committed).
+type RemoveBroker struct {
+	ID string
 }
 
 // ElectLeader makes Preferred the stream's leader when it is alive and in
@@ -86,6 +101,7 @@ func (CreateStream) kind() byte   { return kindCreateStream }
 func (AssignReplicas) kind() byte { return kindAssignReplicas }
 func (ElectLeader) kind() byte    { return kindElectLeader }
 func (AlterISR) kind() byte       { return kindAlterISR }
+func (RemoveBroker) kind() byte   { return kindRemoveBroker }
 
 // EncodeCommand is the Raft entry data of c.
 func EncodeCommand(c Command) ([]byte, error) {
@@ -116,6 +132,8 @@ func DecodeCommand(b []byte) (Command, error) {
 		c, err = decodeAs[ElectLeader](b[1:])
 	case kindAlterISR:
 		c, err = decodeAs[AlterISR](b[1:])
+	case kindRemoveBroker:
+		c, err = decodeAs[RemoveBroker](b[1:])
 	default:
 		return nil, fmt.Errorf("%w: kind %d", ErrBadCommand, b[0])
 	}

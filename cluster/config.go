@@ -79,6 +79,13 @@ type Config struct {
 	ReconcileInterval time.Duration
 	ApplyTimeout      time.Duration // a controller command's deadline
 
+	// ReplaceAfter is how long a member may stay failed before the
+	// controller removes it from the site as RemoveBroker does (its
+	// replicas move to other brokers, a voter leaves Raft). 0: never; an
+	// operator removes a node that is gone for good (Site.RemoveNode).
+	// The count starts again with every new controller.
+	ReplaceAfter time.Duration
+
 	Logger *slog.Logger // nil = discard; Serf's and Raft's logs are bridged into it
 
 	// KeyringFile is Serf's keyring (keyring.go): gossip is encrypted with
@@ -154,6 +161,9 @@ func (c Config) Validate() error {
 	}
 	if c.ProbeTimeout >= c.ProbeInterval && c.ProbeInterval > 0 {
 		bad("ProbeTimeout", "%v must be shorter than ProbeInterval %v", c.ProbeTimeout, c.ProbeInterval)
+	}
+	if c.ReplaceAfter < 0 {
+		bad("ReplaceAfter", "%v is negative", c.ReplaceAfter)
 	}
 	if c.SuspicionMult < 1 {
 		bad("SuspicionMult", "%d is below 1", c.SuspicionMult)

@@ -131,15 +131,36 @@ func (n *Node) leaderLoop(ctx context.Context) {
 	}
 	tick := time.NewTicker(n.cfg.ReconcileInterval)
 	defer tick.Stop()
+	ctl := &control{failedSince: map[string]time.Time{}}
 	for {
+		// Every change of the state wakes it: a new replica in the ISR
+		// lets a move finish (reassign.go).
+		st, changed := n.fsm.State()
 		if err := n.reconcileAll(ctx); err != nil && ctx.Err() == nil {
 			n.log.Warn("cluster: reconcile", slog.Any("err", err))
 		}
+		next := n.replaceDue(ctx, ctl, st, time.Now())
+		if err := n.reassign(ctx); err != nil && ctx.Err() == nil {
+			n.log.Warn("cluster: moving replicas", slog.Any("err", err))
+		}
+		var due <-chan time.Time
+		var t *time.Timer
+		if !next.IsZero() {
+			t = time.NewTimer(time.Until(next))
+			due = t.C
+		}
 		select {
 		case <-ctx.Done():
-			return
 		case <-n.reconcile:
 		case <-tick.C:
+		case <-changed:
+		case <-due:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			return
 		}
 	}
 }
@@ -155,7 +176,9 @@ func (n *Node) leaderLoop(ctx context.Context) {
 //     failed: it leaves every ISR at once;
 //   - a member that left gracefully, or that Serf reaped, leaves the Raft
 //     configuration. A failed voter stays in it (as in Consul): removing it
-//     would shrink the quorum on a guess.
+//     would shrink the quorum on a guess;
+//   - a member the state marks removed (RemoveBroker: an operator's word,
+//     or cluster.replace_after) leaves the Raft configuration and Serf.
 func (n *Node) reconcileAll(ctx context.Context) error {
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
@@ -167,12 +190,20 @@ func (n *Node) reconcileAll(ctx context.Context) error {
 	}
 	state, _ := n.fsm.State()
 	var errs []error
+	inSerf := map[string]bool{}
 	for _, sm := range n.serf.Members() {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		m := memberOf(sm)
+		inSerf[m.ID] = true
 		b := state.Brokers[m.ID]
+		if b != nil && b.Removed && (sm.Status != serf.StatusAlive || len(state.replicaOf(m.ID)) > 0) {
+			// Gone for good; one that comes back once its replicas have
+			// moved registers as a new broker (RegisterBroker).
+			errs = append(errs, n.forgetRemoved(m.ID, &sm, inRaft))
+			continue
+		}
 		switch sm.Status {
 		case serf.StatusAlive:
 			errs = append(errs, n.addServer(m, inRaft))
@@ -194,6 +225,11 @@ func (n *Node) reconcileAll(ctx context.Context) error {
 	n.mu.Unlock()
 	for id := range reaped {
 		errs = append(errs, n.removeServer(id, inRaft))
+	}
+	for id := range inRaft {
+		if b := state.Brokers[id]; b != nil && b.Removed && !inSerf[id] {
+			errs = append(errs, n.forgetRemoved(id, nil, inRaft))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -16,4 +16,6 @@ var (
 	ErrBadReplicas       = errors.New("cluster: bad replica list")
 	ErrBadCommand        = errors.New("cluster: malformed controller command")
 	ErrNotController     = errors.New("cluster: this node is not the controller")
+	ErrBrokerAlive       = errors.New("cluster: broker is alive")
+	ErrRemovedBroker     = errors.New("cluster: broker was removed from the site")
 )

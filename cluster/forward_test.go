@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peatmq/peat/cluster/faultnet"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
@@ -19,7 +20,13 @@ import (
 // other follower as replicas. It returns the leader and the two others.
 func fwdSite(t *testing.T, minISR int, lcfg LogConfig) (leader *logNode, others []*logNode, kill func(*logNode)) {
 	t.Helper()
-	nodes, kill := startLogSiteCfg(t, 3, minISR, lcfg)
+	return fwdSiteNet(t, minISR, lcfg, nil)
+}
+
+// fwdSiteNet is fwdSite with the cluster transport on fnet.
+func fwdSiteNet(t *testing.T, minISR int, lcfg LogConfig, fnet *faultnet.Network) (leader *logNode, others []*logNode, kill func(*logNode)) {
+	t.Helper()
+	nodes, kill := startLogSiteNet(t, 3, minISR, lcfg, fnet)
 	ctl, rest := roles(t, nodes)
 	leader, others = rest[0], []*logNode{ctl, rest[1]}
 	replicas := []string{leader.node.ID(), ctl.node.ID(), rest[1].node.ID()}
@@ -429,43 +436,5 @@ func noLeakOf(t *testing.T, funcs []string, fn func(t *testing.T)) {
 			t.Fatalf("%d goroutines left:\n%s", len(left), strings.Join(left, "\n\n"))
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// TestLog_ClaimsSurviveAFailover: a group's consumer on a surviving node
-// keeps its claim when the stream's leader dies: its node tells the new
-// leader, so a second consumer elsewhere is refused.
-func TestLog_ClaimsSurviveAFailover(t *testing.T) {
-	leader, others, kill := fwdSite(t, 1, LogConfig{})
-	if ok, _ := others[0].log.Route("s/x").Claim("g/y", "c1"); !ok {
-		t.Fatal("first claim refused")
-	}
-	kill(leader)
-	var next *logNode
-	eventually(t, "a new leader", func() bool {
-		for _, o := range others {
-			if o.log.Stream("s").(*stream).leading() != nil {
-				next = o
-				return true
-			}
-		}
-		return false
-	})
-	eventually(t, "the new leader to hold c1's claim", func() bool {
-		s := next.log.Stream("s").(*stream)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.mu.claims["g/y"].holder == "c1"
-	})
-	// Until others[1] hears of the new leader its claims are undecided
-	// (refused, naming no one).
-	var ok bool
-	var cur string
-	eventually(t, "a decided claim on "+others[1].node.ID(), func() bool {
-		ok, cur = others[1].log.Route("s/x").Claim("g/y", "c2")
-		return ok || cur != ""
-	})
-	if ok || cur != "c1" {
-		t.Fatalf("a second consumer's claim after the failover = %v %q, want refused naming c1", ok, cur)
 	}
 }

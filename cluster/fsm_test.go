@@ -335,8 +335,8 @@ func TestFSM_StateIsACopy(t *testing.T) {
 }
 
 func FuzzDecodeCommand(f *testing.F) {
-	for _, c := range []Command{RegisterBroker{"a", 1}, CreateStream{"s", abc(), true},
-		AlterISR{"s", "a", 1, 2, []ISRMember{{"a", 1}}}} {
+	for _, c := range []Command{RegisterBroker{"a", 1}, CreateStream{"s", abc(), true, 3},
+		AlterISR{"s", "a", 1, 2, []ISRMember{{"a", 1}}}, RemoveBroker{"b"}} {
 		b, _ := EncodeCommand(c)
 		f.Add(b)
 	}

@@ -207,8 +207,16 @@ func (l *Log) Stream(name string) mqtt.Stream {
 }
 
 // State is this node's own consumer state (durable sessions): it is not
-// replicated (doc.go, "What is left").
+// replicated (doc.go, "Sessions across the site").
 func (l *Log) State() mqtt.StateStore { return logState{l} }
+
+// StreamStateShared is true: every node of the site shares a stream's
+// state (its sessions' offsets among them), while each keeps its own
+// sessions, so mqtt must not delete the offsets of sessions it does not
+// know (mqtt.SharedState).
+func (l *Log) StreamStateShared() bool { return true }
+
+var _ mqtt.SharedState = (*Log)(nil)
 
 type logState struct{ l *Log }
 

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,7 +19,7 @@ import (
 //
 // Its goroutine answers appends in call order (each once the high
 // watermark passed it, or refused), forwards the replica's Changed,
-// notices this node becoming the leader (StateMoved, claims reset), ends
+// notices this node becoming the leader (StateMoved), ends
 // a forwarder whose leader is no longer the state's, and runs the
 // follower side of consumer-state replication (state_repl.go).
 //
@@ -38,13 +39,13 @@ type stream struct {
 		closed  bool
 		changed chan struct{}
 		moved   chan struct{}
-		leader  *Leader                // the Leader last seen; claims belong to it
-		claims  map[string]claimHolder // key -> holder, while leader
-		// granted are the claims this node's own clients hold (key ->
-		// holder), which a new leader is told again (reassertClaims).
-		granted  map[string]string
-		asserted uint32     // the leader epoch granted was last told under
-		fwd      *forwarder // to the leader, while another node leads
+		leader  *Leader    // the Leader last seen
+		fwd     *forwarder // to the leader, while another node leads
+		// granted are the claims this node's clients were granted (key ->
+		// holder); releasing, their releases the leader has not had yet
+		// (log_claims.go).
+		granted   map[string]string
+		releasing map[claimRef]struct{}
 	}
 	stopOnce sync.Once
 	fwds     sync.WaitGroup // forwarders' goroutines
@@ -52,6 +53,14 @@ type stream struct {
 	claimRPC rpcConn        // forwarded claims: not queued behind a state write's ISR wait
 	rs       replState      // consumer-state versions, while leader
 	fs       followState    // consumer-state replication, while follower
+
+	// claimOp makes this node's claims and releases of the stream one at
+	// a time, each until the leader answered; claimDec, the leader's
+	// decisions. Lock order: claimOp, claimDec, mu.
+	claimOp    sync.Mutex
+	claimDec   sync.Mutex
+	claimKick  chan struct{} // cap 1: a release is to be retried
+	repairDone chan struct{} // repairClaims ended
 }
 
 // pendingAppend is one AppendAsync call until its done is called.
@@ -76,12 +85,14 @@ func newStream(l *Log, st *logstore.Stream) *stream {
 	s.mu.changed = make(chan struct{})
 	s.mu.moved = make(chan struct{})
 	s.mu.leader = s.leading()
-	s.mu.claims = map[string]claimHolder{}
 	s.mu.granted = map[string]string{}
+	s.mu.releasing = map[claimRef]struct{}{}
+	s.claimKick, s.repairDone = make(chan struct{}, 1), make(chan struct{})
 	s.rs.changed = make(chan struct{})
 	s.rs.reset(s.mu.leader)
 	s.fs.stop = make(chan struct{})
 	go s.run(st.Changed()) // taken before Changed can be called: no advance is missed
+	go s.repairClaims()
 	return s
 }
 
@@ -272,7 +283,6 @@ func (s *stream) run(u <-chan struct{}) {
 	for {
 		_, repChanged := s.l.rep.Leading(s.name) // before looking: a change from now on closes it
 		ld := s.noteLeader()
-		s.reassertClaims()
 		s.checkForwarder()
 		s.followState(ld)
 		s.answer(ld, false)
@@ -298,8 +308,8 @@ func (s *stream) run(u <-chan struct{}) {
 }
 
 // noteLeader fires StateMoved when this node has become the stream's
-// leader (mqtt reloads the state this leader now serves), and drops the
-// claims of an earlier leadership.
+// leader (mqtt reloads the state this leader now serves), and starts the
+// consumer-state versions of the new leadership.
 //
 // Whoever looks first (run, Claim, StateMoved) notes the change, under mu
 // and from the Replicator's current answer, so a stale look never undoes
@@ -320,14 +330,6 @@ func (s *stream) noteLeaderLocked() *Leader {
 		s.mu.moved = make(chan struct{})
 	}
 	s.mu.leader = ld
-	clear(s.mu.claims)
-	if ld != nil {
-		// This node's own consumers keep their claims; the others' nodes
-		// tell them again (reassertClaims).
-		for key, holder := range s.mu.granted {
-			s.mu.claims[key] = claimHolder{holder: holder, node: s.l.node.ID(), epoch: s.l.node.Epoch()}
-		}
-	}
 	s.rs.reset(ld)
 	return ld
 }
@@ -339,6 +341,10 @@ func (s *stream) noteLeaderLocked() *Leader {
 func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 	var calls []answerCall
 	s.mu.Lock()
+	// One look at the watermark for the whole queue: it moves on other
+	// goroutines, and a later append answered as committed after an
+	// earlier one was given up (closing) would leave a gap.
+	committed := s.st.Committed()
 	for len(s.mu.pending) > 0 {
 		p := s.mu.pending[0]
 		c := answerCall{done: p.done, err: p.err}
@@ -350,7 +356,7 @@ func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 			switch {
 			case r.err != nil:
 				c.err = r.err
-			case r.end <= s.st.Committed() || s.l.acksLeader(s.name) || time.Since(r.at) > fwdLocalWait:
+			case r.end <= committed || s.l.acksLeader(s.name) || time.Since(r.at) > fwdLocalWait:
 				c.first = r.first // the run loop looks at least every replicatorRetry
 			case closing:
 				c.err = fmt.Errorf("cluster: append to %s: %w", s.name, logstore.ErrClosed)
@@ -366,7 +372,7 @@ func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 			if !ok {
 				break // not written yet
 			}
-			switch committed := s.st.Committed(); {
+			switch {
 			case r.err != nil:
 				c.err = r.err
 			case r.end <= committed || s.l.acksLeader(s.name):
@@ -420,6 +426,7 @@ func (s *stream) drain() {
 		<-s.kick
 	}
 	s.fwds.Wait()
+	<-s.repairDone
 	s.rpc.close()
 	s.claimRPC.close()
 }
@@ -478,6 +485,16 @@ func (s *stream) WriteState(puts map[string][]byte, dels []string) error {
 	if err := s.closedErr("write state of"); err != nil {
 		return err
 	}
+	for k := range puts {
+		if strings.HasPrefix(k, claimStatePrefix) {
+			return fmt.Errorf("cluster: write state of %s: key %q is reserved for claims", s.name, k)
+		}
+	}
+	for _, k := range dels {
+		if strings.HasPrefix(k, claimStatePrefix) {
+			return fmt.Errorf("cluster: write state of %s: key %q is reserved for claims", s.name, k)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 	defer cancel()
 	go func() { // close ends a wait for the ISR
@@ -494,10 +511,20 @@ func (s *stream) WriteState(puts map[string][]byte, dels []string) error {
 }
 
 // LoadState reads this node's copy of the stream's consumer state: the
-// leader's own, or what a follower has replicated from it.
+// leader's own, or what a follower has replicated from it. Claims are
+// the cluster's own entries: they are left out.
 func (s *stream) LoadState(prefix string, fn func(key string, val []byte) error) error {
 	if err := s.closedErr("load state of"); err != nil {
 		return err
+	}
+	if strings.HasPrefix(claimStatePrefix, prefix) {
+		inner := fn
+		fn = func(k string, v []byte) error {
+			if strings.HasPrefix(k, claimStatePrefix) {
+				return nil
+			}
+			return inner(k, v)
+		}
 	}
 	return s.st.LoadState(prefix, fn)
 }

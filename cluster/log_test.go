@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peatmq/peat/cluster/faultnet"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 	"github.com/peatmq/peat/mqtt/mqtttest/logtest"
@@ -71,6 +72,14 @@ func openLogNode(tb testing.TB, id, dir string, join []string, expect int, minFr
 // openLogNodeCfg is openLogNode with the Log's configuration.
 func openLogNodeCfg(tb testing.TB, id, dir string, join []string, expect int, minFree int64, specs []string, minISR int, lcfg LogConfig) *logNode {
 	tb.Helper()
+	return openLogNodeNet(tb, id, dir, join, expect, minFree, specs, minISR, lcfg, nil)
+}
+
+// openLogNodeNet is openLogNodeCfg with the cluster transport (forwarding,
+// replica and state fetch, commands) on fnet when it is not nil, under
+// the node's id; Serf and Raft stay on loopback.
+func openLogNodeNet(tb testing.TB, id, dir string, join []string, expect int, minFree int64, specs []string, minISR int, lcfg LogConfig, fnet *faultnet.Network) *logNode {
+	tb.Helper()
 	st, err := logstore.Open(logstore.Config{
 		Dir: dir + "/store", Profile: logstore.ProfilePiZero, Streams: logStreams(tb, specs),
 		RetentionInterval: time.Hour, MinFreeBytes: minFree, ManualCommit: true,
@@ -78,12 +87,20 @@ func openLogNodeCfg(tb testing.TB, id, dir string, join []string, expect int, mi
 	if err != nil {
 		tb.Fatalf("logstore.Open: %v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var ln net.Listener
+	if fnet != nil {
+		ln, err = fnet.Listen(id)
+	} else {
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+	}
 	if err != nil {
 		tb.Fatal(err)
 	}
 	cfg := DefaultConfig()
 	cfg.NodeID, cfg.SerfAddr, cfg.RaftAddr, cfg.ClusterAddr = id, "127.0.0.1:0", "127.0.0.1:0", ln.Addr().String()
+	if fnet != nil {
+		cfg.Dial = fnet.Dialer(id)
+	}
 	cfg.Join, cfg.BootstrapExpect = join, expect
 	cfg.SnapshotDir = dir + "/snapshots"
 	cfg.MQTTAddr, cfg.Version = "127.0.0.1:1883", "test"
@@ -200,13 +217,20 @@ func startLogSite(t *testing.T, n, minISR int) (nodes []*logNode, kill func(*log
 // startLogSiteCfg is startLogSite with every Log's configuration.
 func startLogSiteCfg(t *testing.T, n, minISR int, lcfg LogConfig) (nodes []*logNode, kill func(*logNode)) {
 	t.Helper()
+	return startLogSiteNet(t, n, minISR, lcfg, nil)
+}
+
+// startLogSiteNet is startLogSiteCfg with the cluster transport on fnet
+// (openLogNodeNet).
+func startLogSiteNet(t *testing.T, n, minISR int, lcfg LogConfig, fnet *faultnet.Network) (nodes []*logNode, kill func(*logNode)) {
+	t.Helper()
 	closed := map[*logNode]bool{}
 	for i := range n {
 		var join []string
 		if i > 0 {
 			join = []string{nodes[0].node.SerfAddr()}
 		}
-		ln := openLogNodeCfg(t, fmt.Sprintf("n%d", i+1), t.TempDir(), join, n, -1, []string{"s=s/#"}, minISR, lcfg)
+		ln := openLogNodeNet(t, fmt.Sprintf("n%d", i+1), t.TempDir(), join, n, -1, []string{"s=s/#"}, minISR, lcfg, fnet)
 		nodes = append(nodes, ln)
 	}
 	kill = func(ln *logNode) {

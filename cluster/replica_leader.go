@@ -227,15 +227,18 @@ func (l *Leader) fetch(ctx context.Context, req *wire.FetchRequest) wire.FetchRe
 	if c := l.checkEpoch(req.LeaderEpoch); c != wire.None {
 		return fill(c)
 	}
+	// A follower may hold records the leader is still writing (ShipEnd,
+	// logstore's early shipping): its offset counts up to there, while
+	// the leader's own durable end (NextOffset) bounds the watermark.
 	end := l.stream.NextOffset()
-	if req.Offset < l.stream.FirstOffset() || req.Offset > end {
+	if req.Offset < l.stream.FirstOffset() || req.Offset > l.stream.ShipEnd() {
 		return fill(wire.OffsetOutOfRange)
 	}
 	l.mu.Lock()
 	l.mu.tr.fetched(req.ReplicaID, req.BrokerEpoch, req.Offset, end, time.Now())
 	l.mu.Unlock()
 	l.advance()
-	if req.Offset == l.stream.NextOffset() && req.MaxWaitMs > 0 {
+	if req.Offset >= l.stream.ShipEnd() && req.MaxWaitMs > 0 {
 		wait := min(time.Duration(req.MaxWaitMs)*time.Millisecond, maxFetchWait)
 		if !l.wait(ctx, req.Offset, req.HighWatermark, wait) {
 			return fill(wire.NotLeader) // the stream closed or went away
@@ -267,7 +270,7 @@ func (l *Leader) wait(ctx context.Context, offset, hw uint64, d time.Duration) b
 	defer timer.Stop()
 	for {
 		appended, changed := l.stream.Appended(), l.stream.Changed()
-		if l.stream.NextOffset() > offset || l.stream.Committed() > hw {
+		if l.stream.ShipEnd() > offset || l.stream.Committed() > hw {
 			return true
 		}
 		select {

@@ -69,6 +69,7 @@ type role struct {
 	epoch    uint32
 	addr     string // the leader's cluster address, for a follower
 	stream   *logstore.Stream
+	minISR   int // the leader's min_insync_replicas
 
 	l      *Leader
 	cancel context.CancelFunc
@@ -154,6 +155,11 @@ func (r *Replicator) sync(st *State) {
 		if ro := r.roles[name]; ro != nil {
 			if ro.leader {
 				ro.l.SetISR(s.ISR) // committed by the controller: now the watermark may use it
+				// Replicas come and go (reassign.go): the default minimum follows.
+				if m := minInsync(r.minInsyncConfigured(name), len(s.Replicas)); m != ro.minISR {
+					ro.minISR = m
+					ro.l.SetMinInsync(m)
+				}
 			}
 			continue
 		}
@@ -164,7 +170,8 @@ func (r *Replicator) sync(st *State) {
 		want.cancel, want.done = cancel, make(chan struct{})
 		if want.leader {
 			want.l = NewLeader(self, stream, want.epoch, s.ISR, r.log)
-			want.l.SetMinInsync(minInsync(r.minInsyncConfigured(name), len(s.Replicas)))
+			want.minISR = minInsync(r.minInsyncConfigured(name), len(s.Replicas))
+			want.l.SetMinInsync(want.minISR)
 			want.l.SetCurrent(r.currentLeader(name, want.epoch))
 			r.cfg.Server.Lead(want.l)
 			go r.maintainISR(ctx, want, name)

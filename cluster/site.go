@@ -65,6 +65,7 @@ type Site struct {
 	Log        *Log
 
 	controllerChanges atomic.Uint64 // watchControllers
+	fewSince          time.Time     // settled; only createStreams touches it
 
 	cfg  SiteConfig
 	log  *slog.Logger
@@ -229,18 +230,52 @@ func (s *Site) createMissing(st *State) (missing bool, err error) {
 		if err != nil {
 			return true, err
 		}
+		on := rf
 		if len(alive) < rf {
-			return true, fmt.Errorf("%d of %d brokers alive for replication factor %d", len(alive), rf, rf)
+			if !s.settled(st, len(alive)) {
+				return true, fmt.Errorf("%d of %d brokers alive for replication factor %d", len(alive), rf, rf)
+			}
+			on = len(alive) // the controller adds the others as brokers join (reassign.go)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = s.Node.Submit(ctx, CreateStream{Name: want.Name, Replicas: pickReplicas(want.Name, alive, rf),
-			UncleanElection: want.UncleanElection})
+		err = s.Node.Submit(ctx, CreateStream{Name: want.Name, Replicas: pickReplicas(want.Name, alive, on),
+			UncleanElection: want.UncleanElection, ReplicationFactor: rf})
 		cancel()
 		if err != nil && !errors.Is(err, ErrStreamExists) {
 			return true, fmt.Errorf("create %s: %w", want.Name, err)
 		}
 	}
 	return missing, nil
+}
+
+// siteSettle is how long a site with fewer alive brokers than a
+// stream's replication factor must stay so, every alive member
+// registered, before the stream is created on the brokers there are.
+const siteSettle = 5 * time.Second
+
+// settled reports whether the alive brokers of st are all the site has
+// for now: every alive Serf member is registered alive in its current
+// epoch, and has been for siteSettle (a site still forming registers
+// its members one by one; creating streams then would put every one on
+// the first). Only createStreams calls it.
+func (s *Site) settled(st *State, alive int) bool {
+	all := alive > 0
+	for _, m := range s.Node.Members() {
+		if m.Status != "alive" {
+			continue
+		}
+		if b := st.Brokers[m.ID]; b == nil || !b.Alive || b.Epoch != m.Epoch {
+			all = false
+		}
+	}
+	if !all {
+		s.fewSince = time.Time{}
+		return false
+	}
+	if s.fewSince.IsZero() {
+		s.fewSince = time.Now()
+	}
+	return time.Since(s.fewSince) >= siteSettle
 }
 
 // rejoin joins cfg.Node.Join again while this node sees no other alive

@@ -13,10 +13,17 @@ type State struct {
 }
 
 // Broker is one node as the controller knows it.
+//
+// Removed marks a broker that left the site for good (RemoveBroker): it
+// is never alive again under that standing, the controller moves its
+// replicas away and takes it out of Raft. The mark stays once its last
+// replica has moved (so the controller still knows to keep it out of
+// Raft); a node of that id registering after that is a new, empty broker.
 type Broker struct {
-	ID    string
-	Epoch uint64 // changes on every start (Serf tag); fences an old incarnation
-	Alive bool
+	ID      string
+	Epoch   uint64 // changes on every start (Serf tag); fences an old incarnation
+	Alive   bool
+	Removed bool
 }
 
 // Stream is one stream's replication state.
@@ -26,14 +33,25 @@ type Broker struct {
 // the stream comes back under it, losing nothing, when it returns.
 // LeaderEpoch grows with every change of leader; Version with every
 // change of leader, ISR or replicas (the compare-and-set of AlterISR).
+// ReplicationFactor is how many replicas the stream should have (0 in a
+// state written before it existed: as many as it was created with).
 type Stream struct {
-	Name            string
-	Replicas        []string
-	Leader          string
-	LeaderEpoch     uint32
-	ISR             []string
-	Version         uint64
-	UncleanElection bool
+	Name              string
+	Replicas          []string
+	Leader            string
+	LeaderEpoch       uint32
+	ISR               []string
+	Version           uint64
+	UncleanElection   bool
+	ReplicationFactor int
+}
+
+// Want is how many replicas the stream should have.
+func (st *Stream) Want() int {
+	if st.ReplicationFactor > 0 {
+		return st.ReplicationFactor
+	}
+	return len(st.Replicas)
 }
 
 func newState() *State {
@@ -94,6 +112,8 @@ func (s *State) apply(c Command) error {
 		return s.electLeader(c)
 	case AlterISR:
 		return s.alterISR(c)
+	case RemoveBroker:
+		return s.removeBroker(c)
 	}
 	return fmt.Errorf("%w: %T", ErrBadCommand, c)
 }
@@ -106,6 +126,11 @@ func (s *State) registerBroker(c RegisterBroker) error {
 	switch {
 	case b == nil:
 		s.Brokers[c.ID] = &Broker{ID: c.ID, Epoch: c.Epoch, Alive: true}
+	case b.Removed && len(s.replicaOf(c.ID)) > 0:
+		return fmt.Errorf("%w: %s: its replicas of %v are still being moved away", ErrRemovedBroker, c.ID, s.replicaOf(c.ID))
+	case b.Removed && c.Epoch >= b.Epoch:
+		// Back after its removal finished: a new broker that holds nothing.
+		*b = Broker{ID: c.ID, Epoch: c.Epoch, Alive: true}
 	case c.Epoch < b.Epoch:
 		return fmt.Errorf("%w: %s registers epoch %d, known %d", ErrStaleBrokerEpoch, c.ID, c.Epoch, b.Epoch)
 	case c.Epoch == b.Epoch:
@@ -197,7 +222,9 @@ func (s *State) elect(st *Stream, preferred, exclude string) {
 	st.Version++
 }
 
-func (s *State) checkReplicas(replicas []string) error {
+// checkReplicas checks a new replica list; a removed broker may only be
+// in it if it is in had (a stream's current replicas, being moved away).
+func (s *State) checkReplicas(replicas, had []string) error {
 	if len(replicas) == 0 {
 		return fmt.Errorf("%w: none", ErrBadReplicas)
 	}
@@ -207,10 +234,50 @@ func (s *State) checkReplicas(replicas []string) error {
 			return fmt.Errorf("%w: %s twice", ErrBadReplicas, r)
 		}
 		seen[r] = true
-		if s.Brokers[r] == nil {
+		b := s.Brokers[r]
+		if b == nil {
 			return fmt.Errorf("%w: %s", ErrUnknownBroker, r)
 		}
+		if b.Removed && !slices.Contains(had, r) {
+			return fmt.Errorf("%w: %s", ErrRemovedBroker, r)
+		}
 	}
+	return nil
+}
+
+// replicaOf names the streams that have id among their replicas.
+func (s *State) replicaOf(id string) []string {
+	var out []string
+	for _, n := range s.streamNames() {
+		if slices.Contains(s.Streams[n].Replicas, id) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (s *State) removeBroker(c RemoveBroker) error {
+	b := s.Brokers[c.ID]
+	switch {
+	case b == nil:
+		return fmt.Errorf("%w: %s", ErrUnknownBroker, c.ID)
+	case b.Removed:
+		return nil
+	case b.Alive:
+		return fmt.Errorf("%w: %s: the controller counts it alive: stop it first, or wait until the site sees it failed "+
+			"(only a node that is gone for good is removed)", ErrBrokerAlive, c.ID)
+	}
+	var sole []string
+	for _, n := range s.streamNames() {
+		if st := s.Streams[n]; slices.Equal(st.ISR, []string{c.ID}) {
+			sole = append(sole, n)
+		}
+	}
+	if len(sole) > 0 {
+		return fmt.Errorf("%w: %s is the only in-sync replica of %v: removing it would lose what they committed",
+			ErrIneligibleReplica, c.ID, sole)
+	}
+	b.Removed = true
 	return nil
 }
 
@@ -224,10 +291,14 @@ func (s *State) createStream(c CreateStream) error {
 		}
 		return fmt.Errorf("%w: %s", ErrStreamExists, c.Name)
 	}
-	if err := s.checkReplicas(c.Replicas); err != nil {
+	if err := s.checkReplicas(c.Replicas, nil); err != nil {
 		return err
 	}
-	st := &Stream{Name: c.Name, Replicas: slices.Clone(c.Replicas), UncleanElection: c.UncleanElection}
+	if c.ReplicationFactor < 0 {
+		return fmt.Errorf("%w: replication factor %d", ErrBadCommand, c.ReplicationFactor)
+	}
+	st := &Stream{Name: c.Name, Replicas: slices.Clone(c.Replicas), UncleanElection: c.UncleanElection,
+		ReplicationFactor: c.ReplicationFactor}
 	for _, r := range c.Replicas {
 		if s.alive(r) {
 			st.ISR = append(st.ISR, r)
@@ -246,7 +317,7 @@ func (s *State) assignReplicas(c AssignReplicas) error {
 	if st == nil {
 		return fmt.Errorf("%w: %s", ErrUnknownStream, c.Name)
 	}
-	if err := s.checkReplicas(c.Replicas); err != nil {
+	if err := s.checkReplicas(c.Replicas, st.Replicas); err != nil {
 		return err
 	}
 	isr := slices.DeleteFunc(slices.Clone(st.ISR), func(m string) bool { return !slices.Contains(c.Replicas, m) })

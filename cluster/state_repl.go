@@ -84,13 +84,35 @@ func (r *replState) notifyLocked() {
 	r.changed = make(chan struct{})
 }
 
+// stateWait is what a state write on the leader waits for.
+type stateWait int
+
+const (
+	// waitAcks follows the stream's acks: acks=all refuses below
+	// min_insync_replicas and waits for the ISR, acks=leader does neither.
+	waitAcks stateWait = iota
+	// waitISR waits for the ISR whatever the acks (claims: a new leader
+	// must hold every claim answered), refusing below min_insync_replicas
+	// only under acks=all.
+	waitISR
+	// waitNone writes locally only (taking back an unanswered claim).
+	waitNone
+)
+
 // writeStateLeader writes on the leader ld: into the store under the
 // next seq, then, unless the stream is acks=leader, waits until every
 // other ISR member has acknowledged that seq (its next state fetch), so
 // a new leader, which comes from the ISR, holds every write answered.
 func (s *stream) writeStateLeader(ctx context.Context, ld *Leader, puts map[string][]byte, dels []string) error {
+	return s.writeState(ctx, ld, puts, dels, waitAcks)
+}
+
+// writeState is writeStateLeader with what to wait for.
+func (s *stream) writeState(ctx context.Context, ld *Leader, puts map[string][]byte, dels []string, w stateWait) error {
 	acksLeader := s.l.acksLeader(s.name)
-	if !acksLeader && !ld.InSync() {
+	checkMin := !acksLeader && w != waitNone
+	wait := w == waitISR || w == waitAcks && !acksLeader
+	if checkMin && !ld.InSync() {
 		return fmt.Errorf("cluster: write state of %s: %w", s.name, mqtt.ErrNotEnoughReplicas)
 	}
 	r := &s.rs
@@ -117,7 +139,7 @@ func (s *stream) writeStateLeader(ctx context.Context, ld *Leader, puts map[stri
 	}
 	r.notifyLocked()
 	r.mu.Unlock()
-	if acksLeader {
+	if !wait {
 		return nil
 	}
 	for {
@@ -136,7 +158,7 @@ func (s *stream) writeStateLeader(ctx context.Context, ld *Leader, puts map[stri
 		switch {
 		case s.leading() != ld:
 			return fmt.Errorf("cluster: write state of %s: leadership moved before the ISR held it: %w", s.name, mqtt.ErrLeaderUnavailable)
-		case !ld.InSync():
+		case checkMin && !ld.InSync():
 			return fmt.Errorf("cluster: write state of %s: the ISR fell below min_insync_replicas: %w", s.name, mqtt.ErrNotEnoughReplicas)
 		case held:
 			return nil
@@ -418,140 +440,4 @@ func (s *stream) applyState(resp *wire.StateFetchResponse) error {
 		dels = dels[n:]
 	}
 	return nil
-}
-
-// claimHolder is a claim's holder: a client of node in broker epoch.
-// A holder whose node the state has failed, or restarted (another
-// epoch), holds nothing: its client is gone.
-type claimHolder struct {
-	holder string
-	node   string
-	epoch  uint64
-}
-
-func (s *stream) holderGone(h claimHolder) bool {
-	st, _ := s.l.node.State()
-	b := st.Brokers[h.node]
-	return b == nil || !b.Alive || b.Epoch != h.epoch
-}
-
-// claimLocked decides a claim (or release) on the leader.
-func (s *stream) claimLocked(key string, h claimHolder, release bool) (bool, string) {
-	cur, held := s.mu.claims[key]
-	if release {
-		if held && cur.holder == h.holder {
-			delete(s.mu.claims, key)
-		}
-		return true, ""
-	}
-	if held && cur.holder != h.holder && !s.holderGone(cur) {
-		return false, cur.holder
-	}
-	s.mu.claims[key] = h
-	return true, h.holder
-}
-
-// Claim is decided by the stream's leader for every node: here when this
-// node leads it, else forwarded. A node that cannot reach a leader grants
-// nothing and names no holder.
-func (s *stream) Claim(key, holder string) (ok bool, current string) {
-	return s.claim(key, holder, false)
-}
-
-// Unclaim gives key up if holder holds it, on the leader.
-func (s *stream) Unclaim(key, holder string) { s.claim(key, holder, true) }
-
-func (s *stream) claim(key, holder string, release bool) (ok bool, current string) {
-	defer func() { s.noteGranted(key, holder, release, ok) }()
-	h := claimHolder{holder: holder, node: s.l.node.ID(), epoch: s.l.node.Epoch()}
-	s.mu.Lock()
-	if s.noteLeaderLocked() != nil {
-		defer s.mu.Unlock()
-		return s.claimLocked(key, h, release)
-	}
-	s.mu.Unlock()
-	leader, epoch, addr := s.stateLeader()
-	if leader == "" || leader == s.l.node.ID() || addr == "" {
-		return false, ""
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
-	defer cancel()
-	req := wire.ClaimRequest{Stream: s.name, LeaderEpoch: epoch, Key: key, Holder: holder, Node: h.node, BrokerEpoch: h.epoch, Release: release}
-	var resp wire.ClaimResponse
-	if err := s.claimRPC.call(ctx, s.l.node.dialer(), addr, wire.KindClaimRequest, req.AppendTo(nil), wire.KindClaimResponse, &resp); err != nil || resp.Code != wire.None {
-		s.l.log.Info("cluster: claim not decided", slog.String("stream", s.name), slog.String("leader", leader), slog.Any("err", err), slog.Any("code", resp.Code))
-		return false, ""
-	}
-	return resp.OK, resp.Current
-}
-
-// noteGranted keeps granted, this node's clients' claims, as the leader
-// decided them.
-func (s *stream) noteGranted(key, holder string, release, ok bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case release && s.mu.granted[key] == holder:
-		delete(s.mu.granted, key)
-	case !release && ok:
-		s.mu.granted[key] = holder
-	}
-}
-
-// reassertClaims tells a new leader (another node) the claims this
-// node's clients hold: claims live in the leader's memory, and without
-// this a consumer of a group on a surviving node would lose its claim
-// with the old leader, so a second consumer could take the group. A
-// claim the new leader gave another holder first stays refused and is
-// logged; the window is the time for the nodes to hear of the leader.
-func (s *stream) reassertClaims() {
-	id, epoch := s.stateLeaderID()
-	s.mu.Lock()
-	if id == "" || epoch == s.mu.asserted {
-		s.mu.Unlock()
-		return
-	}
-	s.mu.asserted = epoch
-	if id == s.l.node.ID() || len(s.mu.granted) == 0 {
-		s.mu.Unlock()
-		return // as leader, noteLeaderLocked kept them
-	}
-	keys := maps.Clone(s.mu.granted)
-	s.fwds.Add(1)
-	s.mu.Unlock()
-	go func() {
-		defer s.fwds.Done()
-		for key, holder := range keys {
-			for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-				ok, cur := s.claim(key, holder, false)
-				if ok || cur != "" {
-					if !ok {
-						s.l.log.Warn("cluster: a claim went to another holder during a failover",
-							slog.String("stream", s.name), slog.String("key", key), slog.String("holder", holder), slog.String("now", cur))
-					}
-					break
-				}
-				if now, e := s.stateLeaderID(); now != id || e != epoch {
-					return // another change: its own pass reasserts
-				}
-				select {
-				case <-s.stop:
-					return
-				case <-time.After(wait):
-				}
-			}
-		}
-	}()
-}
-
-// serveClaim is the leader's side of a forwarded claim.
-func (s *stream) serveClaim(req *wire.ClaimRequest) wire.ClaimResponse {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ld := s.noteLeaderLocked()
-	if ld == nil || ld.epoch != req.LeaderEpoch {
-		return wire.ClaimResponse{Code: wire.NotLeader}
-	}
-	ok, cur := s.claimLocked(req.Key, claimHolder{holder: req.Holder, node: req.Node, epoch: req.BrokerEpoch}, req.Release)
-	return wire.ClaimResponse{OK: ok, Current: cur}
 }

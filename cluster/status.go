@@ -48,7 +48,11 @@ type StreamStatus struct {
 	Version     uint64   `json:"version"`
 	Replicas    []string `json:"replicas"`
 	ISR         []string `json:"isr"`
-	// UnderReplicated: the ISR is smaller than the replica set.
+	// ReplicationFactor is how many replicas the stream should have: it
+	// has fewer while the site lacks brokers, more while a replica moves.
+	ReplicationFactor int `json:"replication_factor"`
+	// UnderReplicated: the ISR is smaller than the replica set, or the
+	// replica set than the replication factor.
 	UnderReplicated bool `json:"under_replicated"`
 	// HighWatermark and LogEnd are this node's replica's (committed
 	// records are below the watermark); both 0 without a local replica.
@@ -106,7 +110,7 @@ func (s *Site) streamStatus(x *Stream) StreamStatus {
 	ss := StreamStatus{
 		Name: x.Name, Leader: x.Leader, LeaderEpoch: x.LeaderEpoch, Version: x.Version,
 		Replicas: orEmpty(slices.Clone(x.Replicas)), ISR: orEmpty(slices.Clone(x.ISR)),
-		UnderReplicated: len(x.ISR) < len(x.Replicas),
+		ReplicationFactor: x.Want(), UnderReplicated: len(x.ISR) < len(x.Replicas) || len(x.Replicas) < x.Want(),
 	}
 	if slices.Contains(x.Replicas, self) && s.cfg.Store != nil {
 		if local := s.cfg.Store.Stream(x.Name); local != nil {

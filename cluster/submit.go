@@ -16,6 +16,7 @@ import (
 var refusals = []error{
 	ErrUnknownStream, ErrStreamExists, ErrUnknownBroker, ErrStaleBrokerEpoch,
 	ErrStaleLeaderEpoch, ErrStaleVersion, ErrIneligibleReplica, ErrBadReplicas, ErrBadCommand,
+	ErrBrokerAlive, ErrRemovedBroker,
 }
 
 func refusalIndex(err error) (uint8, bool) {

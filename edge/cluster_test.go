@@ -134,6 +134,8 @@ func TestClusterConfig_Validate(t *testing.T) {
 		{"half of tls", func(c *Config) { c.Cluster.TLS.CertFile = "x.pem" }, "cluster.tls"},
 		{"same port twice", func(c *Config) { c.Cluster.RaftListen = "127.0.0.1:7946"; c.Cluster.Listen = "127.0.0.1:7946" }, "cluster.raft_listen"},
 		{"stream min isr above its factor", func(c *Config) { c.Streams[0].ReplicationFactor, c.Streams[0].MinInsyncReplicas = 1, 2 }, "streams[0].min_insync_replicas"},
+		{"replace_after a reboot would reach", func(c *Config) { c.Cluster.ReplaceAfter = Duration(time.Minute) }, "cluster.replace_after"},
+		{"negative replace_after", func(c *Config) { c.Cluster.ReplaceAfter = Duration(-time.Hour) }, "cluster.replace_after"},
 		{"stream settings on one node", func(c *Config) { c.Cluster.NodeID, c.Cluster.Listen = "", ""; c.Streams[0].ReplicationFactor = 2 }, "streams[0].replication_factor: replication settings need a cluster"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -148,6 +150,7 @@ func TestClusterConfig_Validate(t *testing.T) {
 	cfg := siteConfig(t, "n1", 3)
 	cfg.Cluster.Listen = "192.168.1.10:7946"
 	cfg.Cluster.AllowPlaintext = true
+	cfg.Cluster.ReplaceAfter = Duration(24 * time.Hour)
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("a valid site config: %v", err)
 	}
@@ -156,6 +159,9 @@ func TestClusterConfig_Validate(t *testing.T) {
 		t.Fatalf("a site with a sink (run on each stream's leader): %v", err)
 	}
 	sc := cfg.SiteConfig()
+	if sc.Node.ReplaceAfter != 24*time.Hour {
+		t.Fatalf("replace_after reaches the node as %v", sc.Node.ReplaceAfter)
+	}
 	if sc.Node.RaftAddr != "192.168.1.10:7947" || sc.TransportListen != "192.168.1.10:7948" {
 		t.Fatalf("derived addresses raft %s transport %s, want the next two ports", sc.Node.RaftAddr, sc.TransportListen)
 	}

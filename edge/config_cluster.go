@@ -36,6 +36,10 @@ type ClusterConfig struct {
 	// Acks is when a publish is acknowledged: all (the in-sync replicas
 	// hold it) or leader (the leader wrote it).
 	Acks string `yaml:"acks"`
+	// ReplaceAfter is how long a member may stay failed before the
+	// controller removes it and moves its replicas to other brokers
+	// (cluster.Config.ReplaceAfter); 0: never (peat cluster remove-node).
+	ReplaceAfter Duration `yaml:"replace_after"`
 
 	// Failure detection (Serf): see configs/peat.yaml for Wi-Fi.
 	ProbeInterval Duration `yaml:"probe_interval"`
@@ -69,6 +73,10 @@ func defaultCluster() ClusterConfig {
 		SuspicionMult: d.SuspicionMult,
 	}
 }
+
+// minReplaceAfter is the shortest cluster.replace_after: a node failed
+// for less is rebooting or unplugged, not gone.
+const minReplaceAfter = 10 * time.Minute
 
 // The values of cluster.acks and streams[].acks.
 const (
@@ -167,6 +175,10 @@ func (c Config) validateCluster(add func(path, format string, args ...any)) {
 	if cc.ReplicaLagMax <= 0 {
 		add("cluster.replica_lag_max", "must be positive")
 	}
+	if ra := time.Duration(cc.ReplaceAfter); ra != 0 && ra < minReplaceAfter {
+		add("cluster.replace_after", "%v would copy whole streams again after a reboot or a pulled cable; "+
+			"use 0 (never: peat cluster remove-node) or at least %v", ra, minReplaceAfter)
+	}
 	if cc.ProbeInterval <= 0 {
 		add("cluster.probe_interval", "must be positive")
 	}
@@ -252,6 +264,7 @@ func (c Config) SiteConfig() cluster.SiteConfig {
 	nc.ProbeInterval = time.Duration(cc.ProbeInterval)
 	nc.ProbeTimeout = time.Duration(cc.ProbeTimeout)
 	nc.SuspicionMult = cc.SuspicionMult
+	nc.ReplaceAfter = time.Duration(cc.ReplaceAfter)
 	nc.KeyringFile = cc.KeyringFile
 	if cc.TLS.CertFile != "" {
 		nc.TLS = &cluster.TLSConfig{CAFile: cc.TLS.CAFile, CertFile: cc.TLS.CertFile, KeyFile: cc.TLS.KeyFile,

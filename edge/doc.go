@@ -52,6 +52,9 @@
 //	GET /api/v1/sinks    upstream sinks: state, position and lag per stream
 //	                     (sink.Status); /api/v1/sinks/{name} one of them
 //	POST /api/v1/sinks/{name}/pause, .../resume  until the node restarts
+//	POST /api/v1/cluster/nodes/{id}/remove  member id is gone for good: the
+//	                     controller moves its replicas (202 {"node","moving"};
+//	                     409 while it is alive, 404 for an unknown one)
 //	GET /                the status page (package status)
 //
 // The status document is made on request from the store, the broker's

@@ -41,6 +41,7 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/status", n.handleStatus)
 	mux.HandleFunc("GET /api/v1/groups", n.handleGroups)
 	mux.HandleFunc("GET /api/v1/cluster", n.handleCluster)
+	mux.HandleFunc("POST /api/v1/cluster/nodes/{id}/remove", n.handleRemoveNode)
 	page := status.Handler(n.Status)
 	mux.Handle("GET /{$}", page)
 	mux.Handle("GET /assets/", page)

@@ -1,9 +1,12 @@
 package edge
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/peatmq/peat/cluster"
 	"github.com/peatmq/peat/edge/status"
@@ -19,6 +22,38 @@ func (n *Node) handleCluster(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, site.Status())
+}
+
+// removeTimeout bounds waiting for the controller to record a removal.
+const removeTimeout = 15 * time.Second
+
+// handleRemoveNode is POST /api/v1/cluster/nodes/{id}/remove (`peat
+// cluster remove-node`; an admin token where there are tokens): member id
+// is gone for good, and the controller moves its replicas to other
+// brokers (cluster.Site.RemoveNode). 202 with the streams being moved;
+// 409 while the member is alive or alone holds a stream's committed
+// records, 404 for a member the controller does not know.
+func (n *Node) handleRemoveNode(w http.ResponseWriter, r *http.Request) {
+	site := n.site.Load()
+	if site == nil {
+		writeError(w, http.StatusNotFound, "this node is not in a cluster (no cluster: section in its configuration)")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), removeTimeout)
+	defer cancel()
+	id := r.PathValue("id")
+	rm, err := site.RemoveNode(ctx, id)
+	switch {
+	case err == nil:
+		n.log.Warn("cluster: node removed from the site; its replicas move", "member", id, "moving", rm.Moving, attrRemote, r.RemoteAddr)
+		writeJSON(w, http.StatusAccepted, rm)
+	case errors.Is(err, cluster.ErrUnknownBroker):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, cluster.ErrBrokerAlive), errors.Is(err, cluster.ErrIneligibleReplica):
+		writeError(w, http.StatusConflict, err.Error())
+	default:
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	}
 }
 
 // clusterStatus is the cluster block of /api/v1/status, nil outside a
@@ -66,6 +101,10 @@ func clusterAlarms(cs *cluster.SiteStatus) []status.Alarm {
 			out = append(out, status.Alarm{ID: status.AlarmStreamOffline, Severity: status.SeverityCritical,
 				Message: fmt.Sprintf("stream %s has no leader: its publishes are refused until a member of its ISR (%s) is back",
 					s.Name, strings.Join(s.ISR, ", "))})
+		case s.UnderReplicated && len(s.Replicas) < s.ReplicationFactor:
+			out = append(out, status.Alarm{ID: status.AlarmUnderReplicated, Severity: status.SeverityWarning,
+				Message: fmt.Sprintf("stream %s is under-replicated: %d replicas (%s) of replication factor %d; "+
+					"it gets more as brokers join", s.Name, len(s.Replicas), strings.Join(s.Replicas, ", "), s.ReplicationFactor)})
 		case s.UnderReplicated:
 			out = append(out, status.Alarm{ID: status.AlarmUnderReplicated, Severity: status.SeverityWarning,
 				Message: fmt.Sprintf("stream %s is under-replicated: ISR %s of replicas %s",

@@ -235,6 +235,9 @@ func (s *Stream) shutdown() {
 		s.st.metrics.AppendErrors.WithLabelValues(s.name, reasonClosed).Inc()
 		r.finish(0, fmt.Errorf("append to %s: %w", s.name, s.closedErr()))
 	}
+	if s.st.cfg.ManualCommit && !s.removed.Load() {
+		s.logHWError(s.persistHW()) // the lazy write still due (watermark.go)
+	}
 	s.closeChanged()
 }
 
@@ -250,6 +253,9 @@ func (s *Stream) handleControl(r *request) {
 		n, err = s.appendReplica(r.offset, r.vals)
 	case reqHW:
 		err = s.persistHW()
+		if r.result == nil { // SetHighWatermark's lazy write: nobody waits for it
+			s.logHWError(err)
+		}
 	case reqReset:
 		err = s.reset(r.offset)
 	}
@@ -286,6 +292,14 @@ func (s *Stream) commitBatch(batch []*request) {
 		err := fmt.Errorf("append to %s in epoch %d, the log is in epoch %d: %w", s.name, epoch, latest.epoch, ErrStaleEpoch)
 		for _, r := range batch {
 			s.st.metrics.AppendErrors.WithLabelValues(s.name, reasonInvalid).Inc()
+			r.finish(0, err)
+		}
+		return
+	}
+	if s.st.cfg.ManualCommit && s.shipRefused() {
+		err := fmt.Errorf("append to %s in epoch %d: %w", s.name, epoch, ErrShippedUnwritten)
+		for _, r := range batch {
+			s.st.metrics.AppendErrors.WithLabelValues(s.name, reasonIO).Inc()
 			r.finish(0, err)
 		}
 		return
@@ -338,15 +352,32 @@ func (s *Stream) commitBatch(batch []*request) {
 	}
 	s.st.metrics.BatchRecords.Observe(float64(len(ents)))
 
+	shipped := s.st.cfg.ManualCommit && len(ents) > 0 // a leader's: followers take it while it is written
+	if shipped {
+		s.shipBegin(next, ents)
+	}
 	written, ri := 0, 0
 	for written < len(ents) {
-		n, err := s.writeRecords(next+uint64(written), ents[written:])
+		var n int
+		var err error
+		if shipped && written == 0 && testHookShipped != nil {
+			err = testHookShipped() // an error: as if the first transaction had failed
+		}
+		if err == nil {
+			n, err = s.writeRecords(next+uint64(written), ents[written:])
+		}
 		written += n
 		if err != nil {
+			if shipped {
+				s.shipEndWrite(true)
+			}
 			s.report(batch, firstIdx, refused, ri, written, next, s.appendError(err))
 			return
 		}
 		ri = s.report(batch, firstIdx, refused, ri, written, next, nil)
+	}
+	if shipped {
+		s.shipEndWrite(false)
 	}
 	s.report(batch, firstIdx, refused, ri, written, next, nil)
 	s.retainOnCommit(now)

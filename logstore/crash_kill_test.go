@@ -61,6 +61,9 @@ func killChild(dir string) {
 	if err := s.SetHighWatermark(ctx, 120); err != nil {
 		fail(err)
 	}
+	if err := s.SyncHighWatermark(ctx); err != nil { // not left to the lazy write
+		fail(err)
+	}
 	if err := s.Truncate(ctx, 140); err != nil {
 		fail(err)
 	}

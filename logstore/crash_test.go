@@ -2,6 +2,7 @@ package logstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -101,13 +102,16 @@ func TestStore_UncleanShutdownKeepsTheEpochCache(t *testing.T) {
 	}
 }
 
-// A crash image opens with the last high watermark readers saw, not the
-// log start: SetHighWatermark persists it before publishing it.
+// A crash image opens with the high watermark last persisted, not the log
+// start: SyncHighWatermark persists it at once.
 func TestStore_UncleanShutdownKeepsTheHighWatermark(t *testing.T) {
 	cfg := manualConfig(t)
 	s := openStore(t, cfg).Stream("default")
 	appendN(t, s, 2000, 100)
 	setHW(t, s, 1500)
+	if err := s.SyncHighWatermark(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Truncate(context.Background(), 1800); err != nil {
 		t.Fatal(err)
 	}
@@ -128,5 +132,55 @@ func TestStore_UncleanShutdownKeepsTheHighWatermark(t *testing.T) {
 	if s3.FirstOffset() != 5000 || s3.NextOffset() != 5000 || s3.Committed() != 5000 || s3.Bytes() != 0 {
 		t.Fatalf("after a reset and a crash first %d next %d committed %d bytes %d, want 5000, 5000, 5000, 0",
 			s3.FirstOffset(), s3.NextOffset(), s3.Committed(), s3.Bytes())
+	}
+}
+
+// SetHighWatermark publishes at once and persists lazily: a crash image
+// taken at once may open with a lower watermark (never a higher one), and
+// a reader at the offset it had reached waits there instead of being told
+// it is out of range; a little later the write has landed by itself.
+func TestStore_HighWatermarkPersistsLazily(t *testing.T) {
+	cfg := manualConfig(t)
+	s := openStore(t, cfg).Stream("default")
+	appendN(t, s, 200, 10)
+	setHW(t, s, 50)
+	if err := s.SyncHighWatermark(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	setHW(t, s, 150) // published: readers see 150
+	if recs := readAll(t, s, 0); len(recs) != 150 {
+		t.Fatalf("read %d records, want the 150 below the watermark", len(recs))
+	}
+
+	crashed := cfg
+	crashed.Dir = copyDir(t, cfg.Dir)
+	s2 := openStore(t, crashed).Stream("default")
+	if c := s2.Committed(); c < 50 || c > 150 || s2.NextOffset() != 200 {
+		t.Fatalf("a crash image opened with committed %d next %d, want committed in [50, 150] and next 200", c, s2.NextOffset())
+	}
+	if recs, err := s2.Read(150, 0, 0); err != nil || len(recs) != 0 {
+		t.Fatalf("Read(150) after the crash = %d records, %v; want none and no error (wait there)", len(recs), err)
+	}
+	if _, err := s2.Read(201, 0, 0); !errors.Is(err, ErrOffsetOutOfRange) {
+		t.Fatalf("Read(201) past the log end = %v, want ErrOffsetOutOfRange", err)
+	}
+	setHW(t, s2, 160)
+	if recs, err := s2.Read(150, 0, 0); err != nil || len(recs) != 10 || recs[0].Offset != 150 {
+		t.Fatalf("Read(150) once the watermark moved again = %d records, %v; want 10 from 150", len(recs), err)
+	}
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		crashed.Dir = copyDir(t, cfg.Dir)
+		s3 := openStore(t, crashed).Stream("default")
+		if c := s3.Committed(); c == 150 {
+			break
+		} else if c > 150 {
+			t.Fatalf("a crash image opened with committed %d above the 150 ever published", c)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the published watermark 150 was never written without SyncHighWatermark")
+		}
+		time.Sleep(hwPersistDelay)
 	}
 }

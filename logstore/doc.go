@@ -61,10 +61,13 @@
 // durable, and is NextOffset after a restart. With Config.ManualCommit only
 // SetHighWatermark moves it (the cluster sets it to the lowest log end in
 // the ISR on a leader, to the leader's, capped at its own log end, on a
-// follower). It is persisted ('x' 'h' <id>) before readers see it, so a
-// restart, or a crash, opens with the last watermark readers saw: never
-// lower (a consumer never finds a record it read uncommitted again), and
-// the cluster moves it on from there. With ManualCommit, Truncate refuses
+// follower). It is published at once (every record below it is already
+// durable where it must be) and persisted ('x' 'h' <id>) lazily, within
+// 200 ms and on Close: a write and fsync per move sat in every acks=all
+// acknowledgement's path twice and split the group commits around it. So
+// a crash may reopen it below what readers saw, never above; Read waits
+// at such an offset (not out of range) until the cluster moves it on,
+// which it does as soon as the replicas speak. With ManualCommit, Truncate refuses
 // to go below it (ErrBelowHighWatermark); ResetTo starts an emptied log at
 // an offset at or above NextOffset (a follower whose log end the leader no
 // longer holds), with all three offsets there.
@@ -135,14 +138,20 @@
 //   - AppendReplica stores the leader's record values unchanged at the
 //     leader's offsets, from NextOffset only (ErrNotAtLogEnd), after
 //     checking each value's checksum at the offset it is to take.
-//   - ReadRaw serves them on the leader, up to NextOffset (not Committed),
+//   - ReadRaw serves them on the leader, up to ShipEnd (not Committed),
 //     as stored; WaitAppended and Appended wake a long-polled fetch when
 //     the log end moves, Changed only when the high watermark does.
+//   - Early shipping (ship.go): with ManualCommit a group commit is shown
+//     to fetches (ShipEnd, ReadRaw) while it is being written, so the
+//     followers' fsyncs overlap the leader's. The watermark still counts
+//     only the leader's durable log end. A shipped commit that fails
+//     leaves the stream refusing appends (ErrShippedUnwritten) until a new
+//     leader epoch, so no offset names two records in one epoch.
 //   - EndOffsetForEpoch answers from the persisted leader-epoch cache
 //     where a follower truncates after a leader change (KIP-101/279).
-//   - SetHighWatermark moves and persists Committed (ManualCommit), which
-//     Truncate never goes below; ResetTo starts a follower over at the
-//     leader's log start.
+//   - SetHighWatermark moves Committed (ManualCommit) and persists it
+//     lazily; Truncate never goes below it; ResetTo starts a follower over
+//     at the leader's log start.
 //   - KVGet, KVWrite and KVScan keep the controller's Raft state.
 //
 // # Record value

@@ -87,7 +87,7 @@ func (s *Stream) load() error {
 			return err
 		}
 		s.committed.Store(hw)
-		s.hwWant.Store(hw)
+		s.hwPersisted = hw
 	} else {
 		s.committed.Store(next)
 	}

@@ -79,19 +79,22 @@ func (s *Stream) appendReplica(base uint64, vals [][]byte) (uint64, error) {
 }
 
 // ReadRaw returns the stored values of the records from offset from on,
-// up to the log end (NextOffset, not Committed: a follower replicates what
-// is not committed yet), for a replica fetch: vals[i] is the value of
-// from+i, as AppendReplica takes it. It returns at least one value when
-// from < NextOffset (even if larger than maxBytes), at most max values
-// (max <= 0: no limit) and at most maxBytes of values in total (maxBytes
-// <= 0: no limit); none at NextOffset, and an error wrapping
-// ErrOffsetOutOfRange below FirstOffset or above NextOffset. Each value's
-// checksum is verified (not decoded): a damaged record ends the read as in
-// Read, so a leader reports its own damage instead of shipping it.
+// up to the log end as followers see it (ShipEnd: NextOffset, not
+// Committed, since a follower replicates what is not committed yet, plus
+// a leader's group commit still being written, see ship.go), for a
+// replica fetch: vals[i] is the value of from+i, as AppendReplica takes
+// it. It returns at least one value when from < NextOffset (even if
+// larger than maxBytes), at most max values (max <= 0: no limit) and at
+// most maxBytes of values in total (maxBytes <= 0: no limit); none at
+// ShipEnd, and an error wrapping ErrOffsetOutOfRange below FirstOffset or
+// above ShipEnd. Each stored value's checksum is verified (not decoded): a
+// damaged record ends the read as in Read, so a leader reports its own
+// damage instead of shipping it.
 //
 // Raw values skip the decode and re-encode of Read: 1.05-1.37M records/s
-// shipped against 0.24-0.54M (FACTS.md). They are read from Badger: the
-// tail cache holds decoded records.
+// shipped against 0.24-0.54M (FACTS.md). They are read from Badger (the
+// tail cache holds decoded records), and the ones being written from the
+// group commit's own buffer.
 func (s *Stream) ReadRaw(from uint64, max, maxBytes int) ([][]byte, error) {
 	s.st.life.RLock()
 	defer s.st.life.RUnlock()
@@ -102,19 +105,28 @@ func (s *Stream) ReadRaw(from uint64, max, maxBytes int) ([][]byte, error) {
 		return nil, fmt.Errorf("raw read %s: %w", s.name, errRemoved)
 	}
 	end, start := s.NextOffset(), s.FirstOffset()
-	if from < start || from > end {
-		return nil, fmt.Errorf("raw read %s at %d (log holds [%d, %d)): %w", s.name, from, start, end, ErrOffsetOutOfRange)
+	shipEnd := s.ShipEnd()
+	if from < start || from > shipEnd {
+		return nil, fmt.Errorf("raw read %s at %d (log holds [%d, %d)): %w", s.name, from, start, shipEnd, ErrOffsetOutOfRange)
 	}
-	if from == end {
-		return [][]byte{}, nil
-	}
-	want := end - from
+	want := shipEnd - from
 	if max > 0 && uint64(max) < want {
 		want = uint64(max)
 	}
-	out, corrupt, err := s.readRaw(from, want, maxBytes)
+	if from >= end { // all of it is being written (ship.go)
+		if out := s.readShipped([][]byte{}, from, want, maxBytes); len(out) > 0 {
+			return out, nil
+		}
+		if end = s.NextOffset(); from >= end { // or written by now, or cut
+			return [][]byte{}, nil
+		}
+	}
+	out, corrupt, err := s.readRaw(from, min(want, end-from), maxBytes)
 	if err != nil {
 		return nil, fmt.Errorf("raw read %s at %d: %w", s.name, from, err)
+	}
+	if corrupt == nil && uint64(len(out)) == end-from && uint64(len(out)) < want {
+		out = s.readShipped(out, end, want, maxBytes)
 	}
 	if corrupt != nil && len(out) == 0 {
 		if from < s.FirstOffset() || from >= s.NextOffset() { // retention or truncation moved meanwhile

@@ -23,7 +23,10 @@ type Stream struct {
 	first     atomic.Uint64 // log start
 	next      atomic.Uint64 // log end
 	committed atomic.Uint64 // high watermark
-	hwWant    atomic.Uint64 // the highest SetHighWatermark asked for (watermark.go)
+	hwMu      sync.Mutex    // orders moves of committed up (SetHighWatermark) against truncation's check
+	hwDue     atomic.Bool   // a lazy write of the watermark is scheduled (watermark.go)
+	ship      shipSlot      // the group commit being written, shown to followers (ship.go)
+	shipEnd   atomic.Uint64 // its end (ShipEnd)
 	bytes     atomic.Int64
 	epoch     atomic.Uint32 // stamped on appends (SetEpoch); at Open the newest in epochs
 	epochs    epochCache    // leader epoch -> first offset (epochs.go)
@@ -63,6 +66,11 @@ type Stream struct {
 	batchVals   [][]byte // scratch: the values of one batch
 	lingerTimer *time.Timer
 	lastCommit  time.Time // when the latest group commit began (linger)
+	hwPersisted uint64    // the high watermark last written (ManualCommit)
+	// shipBroken: a shipped group commit failed in leader epoch
+	// shipBrokenEpoch, whose appends are refused (ship.go).
+	shipBroken      bool
+	shipBrokenEpoch uint32
 
 	mAppended, mBytes, mCorrupt, mDropped prometheus.Counter
 	mAppendDur, mCommitDur                prometheus.Observer
@@ -140,9 +148,9 @@ func (s *Stream) Changed() <-chan struct{} {
 }
 
 // Appended returns a channel closed the next time NextOffset (the log
-// end) advances, the log is truncated or reset, or the stream closes: what
-// a leader's replica fetch waits on, since followers take records before
-// they are committed. Take it before reading NextOffset.
+// end) or ShipEnd advances, the log is truncated or reset, or the stream
+// closes: what a leader's replica fetch waits on, since followers take
+// records before they are committed. Take it before reading NextOffset.
 func (s *Stream) Appended() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -304,7 +312,10 @@ func (s *Stream) control(ctx context.Context, r *request) (uint64, error) {
 // (max <= 0: no limit) and at most maxBytes of Record.Size in total
 // (maxBytes <= 0: no limit). It returns an empty slice at Committed(), and
 // an error wrapping ErrOffsetOutOfRange below FirstOffset or above
-// Committed. A record that fails its checksum or decoding ends the batch:
+// NextOffset. Between Committed and NextOffset (ManualCommit only) it
+// returns an empty slice too: those records are not committed yet, and
+// after a crash the watermark may reopen below an offset a reader already
+// reached (SetHighWatermark), which it then waits at. A record that fails its checksum or decoding ends the batch:
 // the records before it are returned, and a Read starting at it returns a
 // *CorruptError.
 func (s *Stream) Read(from uint64, max, maxBytes int) ([]*Record, error) {
@@ -317,10 +328,10 @@ func (s *Stream) Read(from uint64, max, maxBytes int) ([]*Record, error) {
 		return nil, fmt.Errorf("read %s: %w", s.name, errRemoved)
 	}
 	hw, start := s.Committed(), s.FirstOffset()
-	if from < start || from > hw {
-		return nil, fmt.Errorf("read %s at %d (log holds [%d, %d)): %w", s.name, from, start, hw, ErrOffsetOutOfRange)
+	if from < start || from > hw && from > s.NextOffset() {
+		return nil, fmt.Errorf("read %s at %d (log holds [%d, %d)): %w", s.name, from, start, s.NextOffset(), ErrOffsetOutOfRange)
 	}
-	if from == hw {
+	if from >= hw {
 		return []*Record{}, nil
 	}
 	if recs, ok := s.tail.read(from, hw, max, maxBytes); ok {

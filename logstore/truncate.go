@@ -20,20 +20,20 @@ func (s *Stream) truncate(offset uint64) error {
 	if offset < start {
 		return fmt.Errorf("offset below log start %d: %w", start, ErrOffsetOutOfRange)
 	}
+	// hwMu from the check to the lowered watermark: SetHighWatermark must
+	// not raise it over the cut meanwhile.
+	s.hwMu.Lock()
 	if hw := s.committed.Load(); s.st.cfg.ManualCommit && offset < hw {
+		s.hwMu.Unlock()
 		return fmt.Errorf("offset below the high watermark %d: %w", hw, ErrBelowHighWatermark)
 	}
 	lasts, cut, err := s.truncation(offset)
 	if err != nil {
+		s.hwMu.Unlock()
 		return err
 	}
-	for {
-		hw := s.committed.Load()
-		if hw <= offset || s.committed.CompareAndSwap(hw, offset) {
-			break
-		}
-	}
-	s.hwWant.Store(min(s.hwWant.Load(), offset)) // a watermark asked for above the cut is not the next leader's
+	s.committed.Store(min(s.committed.Load(), offset))
+	s.hwMu.Unlock()
 	s.tail.truncate(offset)
 	// The log end goes down before the batches: ReadRaw, bounded by it,
 	// must not meet a deleted one and call it missing. With the epochs
@@ -41,6 +41,7 @@ func (s *Stream) truncate(offset uint64) error {
 	// truncated epoch with the new end. Their keys go with the chunk
 	// stats below; Open drops any a crash leaves.
 	epochs := s.epochs.truncateAt(offset, func() { s.next.Store(offset) })
+	s.shipResetTo(offset)
 	s.notify(movedHW | movedEnd)
 	batch := max(s.st.txnCount/2, 1)
 	for hi := len(lasts); hi > 0; {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -24,42 +25,69 @@ func hwKey(id uint32) []byte {
 // It only acts with Config.ManualCommit; without, the watermark follows
 // the durable log end.
 //
-// The new watermark is persisted before readers see it: SetHighWatermark
-// goes through the appender, writes it in a transaction of its own, then
-// publishes it and returns. So after a crash the store opens with the last
-// watermark it showed, never a lower one: a consumer that read a record
-// never finds it uncommitted again (Read would refuse its next offset as
-// out of range). It may be ahead of what the cluster would derive, which
-// never goes below an HW it already gave out. As durable as an append:
-// under interval durability a power cut may lose up to SyncInterval of
-// it, as of the records. Calls that pile up are written once: each
-// persists the highest asked for so far (capped at the log end when
-// asked).
+// The new watermark is published at once, without a write: every record
+// below it is already durable (on this node's disk and, for a leader, on
+// every ISR member's), which is all an acknowledgement promises. It is
+// persisted lazily, at most hwPersistDelay later, in a transaction of its
+// own that every move meanwhile shares (and on Close, and by
+// SyncHighWatermark). A transaction and fsync per move would sit in every
+// acks=all acknowledgement's path, twice (on the leader and on each
+// follower), and split the group commits around it. So after a crash the
+// store may open with a watermark below the one readers last saw, never
+// above it: Read waits at such an offset (it is not out of range) until
+// the watermark passes it again, which it does as soon as the replicas
+// speak, since those records are committed on the ISR.
 func (s *Stream) SetHighWatermark(ctx context.Context, hw uint64) error {
 	if !s.st.cfg.ManualCommit {
 		return nil
 	}
-	hw = min(hw, s.NextOffset()) // not remembered past the log end: a later append needs a new call
-	for {
-		cur := s.hwWant.Load()
-		if hw <= cur || s.hwWant.CompareAndSwap(cur, hw) {
-			break
-		}
+	if s.isClosed() {
+		return fmt.Errorf("set high watermark of %s to %d: %w", s.name, hw, s.closedErr())
 	}
-	if hw <= s.Committed() {
+	s.hwMu.Lock()
+	hw = min(hw, s.NextOffset()) // not remembered past the log end: a later append needs a new call
+	moved := hw > s.committed.Load()
+	if moved {
+		s.committed.Store(hw)
+	}
+	s.hwMu.Unlock()
+	if !moved {
 		return nil
 	}
-	if _, err := s.control(ctx, &request{kind: reqHW}); err != nil {
-		return fmt.Errorf("set high watermark of %s to %d: %w", s.name, hw, err)
+	s.notify(movedHW)
+	if s.hwDue.CompareAndSwap(false, true) {
+		time.AfterFunc(hwPersistDelay, func() {
+			if !s.enqueue(&request{kind: reqHW}) {
+				s.hwDue.Store(false) // stopped: shutdown persists it
+			}
+		})
 	}
 	return nil
 }
 
-// persistHW writes and then publishes the highest watermark asked for,
-// capped at the log end (appender goroutine).
+// hwPersistDelay bounds how far the persisted high watermark trails the
+// published one: after a crash, readers wait at most about this long's
+// worth of commits for the watermark to come back.
+const hwPersistDelay = 200 * time.Millisecond
+
+// SyncHighWatermark persists the published high watermark now and returns
+// once it is durable; nothing to do without ManualCommit.
+func (s *Stream) SyncHighWatermark(ctx context.Context) error {
+	if !s.st.cfg.ManualCommit {
+		return nil
+	}
+	if _, err := s.control(ctx, &request{kind: reqHW}); err != nil {
+		return fmt.Errorf("sync high watermark of %s: %w", s.name, err)
+	}
+	return nil
+}
+
+// persistHW writes the published watermark when it is above the one last
+// written (appender goroutine).
 func (s *Stream) persistHW() error {
-	hw := min(s.hwWant.Load(), s.next.Load())
-	if hw <= s.committed.Load() {
+	s.hwDue.Store(false) // a move from now on schedules another write
+	hw := s.committed.Load()
+	if hw <= s.hwPersisted {
 		return nil
 	}
 	err := s.update(func(txn *badger.Txn) error {
@@ -68,9 +96,16 @@ func (s *Stream) persistHW() error {
 	if err != nil {
 		return fmt.Errorf("persist high watermark %d: %w", hw, err)
 	}
-	s.committed.Store(hw)
-	s.notify(movedHW)
+	s.hwPersisted = hw
 	return nil
+}
+
+// logHWError logs a failed lazy write of the watermark: the next move
+// schedules another, and until one succeeds a crash reopens lower.
+func (s *Stream) logHWError(err error) {
+	if err != nil {
+		s.st.log.Warn("logstore: persist high watermark", slog.String("stream", s.name), slog.Any("err", err))
+	}
 }
 
 // loadHW returns the persisted high watermark, or start when none is
@@ -145,8 +180,11 @@ func (s *Stream) reset(offset uint64) error {
 	s.reclaim.hidden += s.bytes.Swap(0)
 	s.first.Store(offset)
 	s.next.Store(offset)
+	s.shipResetTo(offset)
+	s.hwMu.Lock()
 	s.committed.Store(offset)
-	s.hwWant.Store(offset)
+	s.hwMu.Unlock()
+	s.hwPersisted = offset
 	s.notify(movedHW | movedEnd)
 	return s.maybeReclaim(time.Now())
 }

@@ -130,6 +130,9 @@ func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slo
 	d.retained = newRetainedSet(srv, log.State(), logger.With(slog.String(attrPart, "retained")))
 	d.state = newStateWriter(log, stateInterval, logger, d.stateWritten)
 	gs.w, ss.w = d.state, d.state
+	if sh, ok := log.(SharedState); ok {
+		ss.shared = sh.StreamStateShared()
+	}
 	d.stateDone = make(chan struct{})
 	go func() {
 		defer close(d.stateDone)

@@ -68,17 +68,31 @@ func (k *deliveryCursor) attrs(more ...any) []any {
 	return slices.Concat(k.who, []any{attrStream, k.s.Name(), attrOffset, k.next}, more)
 }
 
-// pause comes before waiting for the stream to change: a loop woken with
-// nothing new to read (a closed stream keeps Changed closed) first waits
-// deliveryRetryDelay, so it does not spin. It reports false when ctx ends.
-func (k *deliveryCursor) pause(ctx context.Context) bool {
-	return !k.woken || deliverySleep(ctx, deliveryRetryDelay)
+// pause comes before waiting on changed, taken before the read that found
+// nothing. A wake with nothing new is normal (the watermark moved between
+// taking changed and reading it, the read took the records, and changed
+// was closed for them): the next wait blocks on a fresh channel. Only a
+// channel closed already while nothing is committed past the cursor,
+// after such a wake, is a closed stream (its Changed stays closed): then
+// it waits deliveryRetryDelay, so the loop does not spin. (Pausing on
+// every empty wake stalled a site's subscribers 250 ms at a time: its
+// watermark moves on every follower fetch.) It reports false when ctx
+// ends.
+func (k *deliveryCursor) pause(ctx context.Context, changed <-chan struct{}) bool {
+	select {
+	case <-changed:
+		if k.woken && k.s.Committed() == k.next {
+			return deliverySleep(ctx, deliveryRetryDelay)
+		}
+	default:
+	}
+	return true
 }
 
 // wait waits for changed, taken before the read that found nothing; false
 // when ctx ends.
 func (k *deliveryCursor) wait(ctx context.Context, changed <-chan struct{}) bool {
-	if !k.pause(ctx) {
+	if !k.pause(ctx, changed) {
 		return false
 	}
 	select {

@@ -17,7 +17,8 @@ import (
 // deliveryRetryDelay is how long a reader or cursor waits before reading
 // again after a read error, or after a wakeup that found nothing new (a
 // closed stream keeps its Changed channel closed).
-const deliveryRetryDelay = 250 * time.Millisecond
+// A variable for tests only.
+var deliveryRetryDelay = 250 * time.Millisecond
 
 // deliveryReader is the one shared reader of a stream on this node. It
 // dispatches each committed record, in offset order, to the live members

@@ -126,7 +126,11 @@ func (d *delivery) prepareTap(c *deliveryClient, sub packets.Subscription, ext e
 		d.m.Denied.WithLabelValues(DeniedSubscribe).Inc()
 		return nil, &tapError{code: subackNotAuthorized, reason: fmt.Sprintf("not authorized to read %q", ext.inner)}
 	}
-	t.r = d.reader(streams[0].Name())
+	if t.r = d.reader(streams[0].Name()); t.r == nil {
+		// The Log has the stream, delivery has not taken its StreamAdded
+		// yet (a stream created at run time): a moment later it will.
+		return nil, &tapError{code: subackNotAccepted, reason: fmt.Sprintf("stream %s is starting; subscribe again", streams[0].Name())}
+	}
 	s := t.r.stream
 	var notice string
 	switch ext.kind {

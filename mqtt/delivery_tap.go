@@ -113,7 +113,7 @@ func (t *tap) runLog() {
 			yieldToLive()
 			continue
 		}
-		if !k.pause(t.ctx) {
+		if !k.pause(t.ctx, changed) {
 			return
 		}
 		select {

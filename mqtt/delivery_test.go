@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/peatmq/peat/logstore"
 )
@@ -220,4 +221,29 @@ func TestDelivery_MQTTPublishes(t *testing.T) {
 			t.Fatalf("log holds %d records, want 21 (other/x is not captured)", n)
 		}
 	})
+}
+
+// A wake with nothing new to read (a site's watermark moves between a
+// reader's Changed and its read, every follower fetch) does not hold up
+// what is committed next: the reader waits on a fresh channel, and pauses
+// deliveryRetryDelay only for a stream whose Changed stays closed. Here
+// the pause is an hour, so a reader that paused would not deliver.
+func TestDelivery_WakeWithNothingNewDoesNotStall(t *testing.T) {
+	saved := deliveryRetryDelay
+	deliveryRetryDelay = time.Hour
+	t.Cleanup(func() { deliveryRetryDelay = saved })
+	h := newDeliveryHarness(t, testDeliveryConfig(), "default=#")
+	sub := dialDlvPaho(t, h.addr, "sub")
+	sub.subscribe(t, "sensors/#", 1)
+	h.appendN(t, "default", "sensors/x", 1, 1)
+	sub.waitCount(t, 1)
+	s := h.log.stream(t, "default")
+	for i := range 3 {
+		waitFor(t, "the reader to wait for the stream", func() bool { return parkedIn("(*deliveryCursor).wait") })
+		s.Wake()
+		h.appendN(t, "default", "sensors/x", 1, 1)
+		if got := sub.waitCount(t, 2+i); len(got) != 2+i {
+			t.Fatalf("%d delivered after wake %d, want %d", len(got), i+1, 2+i)
+		}
+	}
 }

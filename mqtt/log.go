@@ -90,6 +90,15 @@ func ForwardStreamEvents[E any](in <-chan E, cancelIn func(), conv func(E) Strea
 	}
 }
 
+// SharedState is implemented by a Log whose streams' state several
+// brokers share (the nodes of a cluster's site) while each keeps its own
+// durable sessions in Log.State: a session's offset in a stream's state
+// whose session this broker does not know is then another broker's, not
+// a leftover to delete.
+type SharedState interface {
+	StreamStateShared() bool
+}
+
 // StateStore keeps small values by key (logstore.Store's consumer state).
 type StateStore interface {
 	// WriteState sets puts and deletes dels in one atomic step: a reader
@@ -187,9 +196,11 @@ type Stream interface {
 	// Claim makes holder the single holder of key in this stream (a
 	// consumer group's one active consumer), unless another holder has it:
 	// ok is false then, and current names that holder. Claiming a key one
-	// holds succeeds. Claims are not durable: they name connected
-	// consumers, and last until Unclaim or a restart of whatever decides
-	// them (the node on a single node, the stream's leader in a cluster).
+	// holds succeeds. Claims name connected consumers: they last until
+	// Unclaim, or until the holder's node restarts (a single node
+	// forgets them; a cluster keeps them with the stream across a change
+	// of leader, and frees them when the holder's node fails or
+	// restarts).
 	Claim(key, holder string) (ok bool, current string)
 	// Unclaim gives key up if holder holds it, and does nothing otherwise.
 	Unclaim(key, holder string)

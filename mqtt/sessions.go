@@ -122,6 +122,9 @@ type session struct {
 // sessions is the registry of durable sessions.
 type sessions struct {
 	w *stateWriter
+	// shared: the streams' state is shared with other brokers, which keep
+	// their own sessions (SharedState); offsets of unknown sessions stay.
+	shared bool
 
 	mu sync.Mutex
 	m  map[string]*session // by client id
@@ -161,7 +164,8 @@ func (ss *sessions) load(st StateStore) error {
 // loadCursors reads the sessions' offsets in stream s as its state holds
 // them: when delivery starts reading s, and whenever its state moved.
 // Offsets of a client without a session (it ended while they were being
-// written) are deleted.
+// written) are deleted, unless the state is shared: they are then most
+// likely a session on another broker.
 func (ss *sessions) loadCursors(s Stream) error {
 	type entry struct {
 		id  string
@@ -187,7 +191,7 @@ func (ss *sessions) loadCursors(s Stream) error {
 	for _, e := range got {
 		if sess := ss.m[e.id]; sess != nil {
 			sess.cursors[e.c] = e.off
-		} else {
+		} else if !ss.shared {
 			stale = append(stale, e.c.ref(e.id))
 		}
 	}

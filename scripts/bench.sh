@@ -57,7 +57,7 @@ W4_PROFILE=${W4_PROFILE:-server}        # its storage profile (server: the Peat 
 W4_COUNT=${W4_COUNT:-1000000}           # records filled once, then replayed from offset 0
 W4_WINDOW=${W4_WINDOW:-100}             # QoS 1 consumer's Receive Maximum (and Peat's mqtt.window)
 W4_LOAD_FOR=${W4_LOAD_FOR:-12s}         # how long the W1 fan-in runs beside the loaded replay
-W5_KILLS=${W5_KILLS:-10}               # leader kills timed in the first repetition
+W5_KILLS=${W5_KILLS:-10}               # leader kills timed in the first repetition (0: none)
 SENSORS=${SENSORS:-1000}
 W6_DURATION=${W6_DURATION:-10s}
 if [ "${QUICK:-0}" = 1 ]; then
@@ -260,7 +260,7 @@ w5() {
 		peat-site-3) w5_site ;;
 		esac
 	done
-	[ "$rep" -eq 1 ] && w5_failover
+	[ "$rep" -eq 1 ] && [ "$W5_KILLS" -gt 0 ] && w5_failover
 	return 0
 }
 

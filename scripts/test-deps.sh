@@ -19,6 +19,8 @@ command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
 command -v mount >/dev/null 2>&1 || need+=(mount)
 # cmd/peat's status page test fails (never skips) without it.
 [ -x /usr/bin/chromium ] || need+=(chromium)
+# scripts/benchtable checks that bench.sh's chart script draws.
+command -v gnuplot >/dev/null 2>&1 || need+=(gnuplot-nox)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then

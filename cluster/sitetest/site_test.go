@@ -81,18 +81,29 @@ func freeAddr(tb testing.TB) string {
 // it returns once every stream has a leader that every node follows.
 func newSite(t *testing.T, n int, streams ...streamSpec) *site {
 	t.Helper()
+	return newSiteOf(t, n, 0, streams...)
+}
+
+// newSiteOf is newSite with brokers more nodes after the voters, which
+// follow the controller without voting (voter: false, expect: 0).
+func newSiteOf(t *testing.T, n, brokers int, streams ...streamSpec) *site {
+	t.Helper()
 	s := &site{t: t, streams: streams}
 	dir := t.TempDir()
 	var join []string
-	for k := 1; k <= n; k++ {
+	for k := 1; k <= n+brokers; k++ {
 		nd := &node{t: t, id: fmt.Sprintf("node%d", k), dir: filepath.Join(dir, fmt.Sprintf("node%d", k))}
 		nd.mqtt, nd.http, nd.serf, nd.raft, nd.transport = freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 		join = append(join, nd.serf)
 		s.nodes = append(s.nodes, nd)
 	}
-	for _, nd := range s.nodes {
+	for k, nd := range s.nodes {
 		if err := os.MkdirAll(nd.dir, 0o755); err != nil {
 			t.Fatal(err)
+		}
+		voter, expect := true, n
+		if k >= n {
+			voter, expect = false, 0
 		}
 		var b strings.Builder
 		fmt.Fprintf(&b, "data_dir: %s\nlog: {format: json}\nhttp: {listen: %q}\nmqtt: {listen: %q}\nstreams:\n",
@@ -101,7 +112,7 @@ func newSite(t *testing.T, n int, streams ...streamSpec) *site {
 			fmt.Fprintf(&b, "  - {name: %s, filters: [%q]}\n", st.name, st.filter)
 		}
 		fmt.Fprintf(&b, "cluster:\n  name: sitetest\n  node_id: %s\n  listen: %q\n  raft_listen: %q\n  transport_listen: %q\n"+
-			"  join: [%s]\n  voter: true\n  expect: %d\n", nd.id, nd.serf, nd.raft, nd.transport, `"`+strings.Join(join, `", "`)+`"`, n)
+			"  join: [%s]\n  voter: %v\n  expect: %d\n", nd.id, nd.serf, nd.raft, nd.transport, `"`+strings.Join(join, `", "`)+`"`, voter, expect)
 		nd.cfgPath = filepath.Join(nd.dir, "peat.yaml")
 		if err := os.WriteFile(nd.cfgPath, []byte(b.String()), 0o644); err != nil {
 			t.Fatal(err)

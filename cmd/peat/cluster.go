@@ -1,8 +1,12 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -11,6 +15,7 @@ import (
 )
 
 const clusterUsage = `Usage: peat cluster [flags]
+       peat cluster remove-node [flags] NODE_ID
 
 Prints a site node's view of its site (GET /api/v1/cluster): the node and
 whether it has caught up (its /readyz), the controller and the voters,
@@ -23,6 +28,18 @@ ISR, 1 otherwise (not caught up, a stream under-replicated or without a
 leader), 2 for bad flags, 3 when the node cannot be asked or is not in a
 cluster.
 
+remove-node tells the site, through any of its nodes, that a member is
+gone for good (a dead Pi replaced by one with a new node_id; POST
+/api/v1/cluster/nodes/NODE_ID/remove, an admin token where there are
+tokens). The controller moves each of its replicas to an alive broker:
+the new replica catches up and joins the ISR, then the old one is
+dropped; a voter leaves the controller's quorum. A member still alive is
+refused (stop it first), as is one that alone holds a stream's committed
+records. Watch the moves with 'peat cluster'. cluster.replace_after does
+the same on its own after a member has been failed that long.
+Exit status: 0 when the removal is recorded, 1 when refused, 2 for bad
+flags, 3 when the node cannot be asked.
+
 Flags:
 `
 
@@ -31,6 +48,9 @@ Flags:
 const exitSiteUnwell = 1
 
 func clusterCmd(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	if len(args) > 0 && args[0] == "remove-node" {
+		return removeNodeCmd(args[1:], stdout, stderr, lookupEnv)
+	}
 	var o opsOptions
 	fs := newOpsFlags("cluster", clusterUsage, &o, stdout, lookupEnv)
 	if code := parseOps(fs, &o, args, stderr); code >= 0 {
@@ -105,6 +125,8 @@ func printCluster(w io.Writer, st *cluster.SiteStatus) {
 			switch {
 			case s.Leader == "":
 				state = "OFFLINE"
+			case s.UnderReplicated && len(s.Replicas) < s.ReplicationFactor:
+				state = fmt.Sprintf("UNDER-REPLICATED (%d of %d replicas)", len(s.Replicas), s.ReplicationFactor)
 			case s.UnderReplicated:
 				state = "UNDER-REPLICATED"
 			}
@@ -148,4 +170,47 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// removeNodeCmd is `peat cluster remove-node NODE_ID`.
+func removeNodeCmd(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	var o opsOptions
+	fs := newOpsFlags("cluster remove-node", clusterUsage, &o, stdout, lookupEnv)
+	rest, err := parseInterspersed(fs, args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return exitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "peat cluster remove-node: %v\nRun 'peat cluster --help' for the flags.\n", err)
+		return exitUsage
+	case len(rest) != 1 || rest[0] == "":
+		fmt.Fprintf(stderr, "peat cluster remove-node: one NODE_ID expected, got %q\n", rest)
+		return exitUsage
+	case o.output != "text" && o.output != "json":
+		fmt.Fprintf(stderr, "peat cluster remove-node: -o must be text or json, got %q\n", o.output)
+		return exitUsage
+	}
+	var rm cluster.Removal
+	err = callJSON(o, http.MethodPost, "/api/v1/cluster/nodes/"+url.PathEscape(rest[0])+"/remove", &rm)
+	var refused *apiStatusError
+	switch {
+	case errors.As(err, &refused) && refused.code >= 400 && refused.code < 500:
+		fmt.Fprintf(stderr, "peat cluster remove-node: %v\n", err)
+		return exitSiteUnwell
+	case err != nil:
+		fmt.Fprintf(stderr, "peat cluster remove-node: %v\n", err)
+		return exitUnknown
+	}
+	if o.output == "json" {
+		writeJSONOut(stdout, rm)
+		return exitOK
+	}
+	if len(rm.Moving) == 0 {
+		fmt.Fprintf(stdout, "removed %s; it held no replica\n", rm.Node)
+	} else {
+		fmt.Fprintf(stdout, "removed %s; moving its replicas of %s to other brokers (watch with 'peat cluster')\n",
+			rm.Node, strings.Join(rm.Moving, ", "))
+	}
+	return exitOK
 }

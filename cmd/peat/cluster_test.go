@@ -54,6 +54,17 @@ func TestClusterCommand_AgainstASiteNode(t *testing.T) {
 		}
 	}
 
+	// remove-node refuses a member that is alive, and one the site does not know.
+	for _, tc := range []struct{ id, want string }{{"n1", "stop it first"}, {"gone", "unknown broker"}} {
+		code, out, stderr = runPeat(t, nil, "cluster", "remove-node", "--http", p.httpAddr, tc.id)
+		if code != exitSiteUnwell || !strings.Contains(stderr, tc.want) {
+			t.Errorf("peat cluster remove-node %s: exit %d, stderr %q, stdout %q; want 1 saying %q", tc.id, code, stderr, out, tc.want)
+		}
+	}
+	if code, _, stderr = runPeat(t, nil, "cluster", "remove-node", "--http", p.httpAddr); code != exitUsage {
+		t.Errorf("peat cluster remove-node without an id: exit %d, stderr %q; want 2", code, stderr)
+	}
+
 	single := startPeat(t, t.TempDir())
 	code, _, stderr = runPeat(t, nil, "cluster", "--http", single.httpAddr)
 	if code != exitUnknown || !strings.Contains(stderr, "not in a cluster") {

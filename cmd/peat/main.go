@@ -55,6 +55,8 @@ Usage:
   peat streams [flags] a running node's streams
   peat groups [flags]  a running node's consumer groups and their lag
   peat cluster [flags] a site node's view of its site: members, controller, each stream's ISR and replica lag
+  peat cluster remove-node [flags] NODE_ID
+                       a member is gone for good: the site moves its replicas to other brokers
   peat check [flags]   check a running node for Nagios, Icinga or cron (exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN)
   peat passwd [-D] FILE USER
                        add a user to a users file (auth.users_file), change its password, or delete it

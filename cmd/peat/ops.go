@@ -124,14 +124,18 @@ func parseOps(fs *flag.FlagSet, o *opsOptions, args []string, stderr io.Writer) 
 }
 
 // getJSON fetches path from the node and decodes it into v.
-func getJSON(o opsOptions, path string, v any) error {
+func getJSON(o opsOptions, path string, v any) error { return callJSON(o, http.MethodGet, path, v) }
+
+// callJSON sends a bodiless request to the node and decodes its JSON
+// answer (200 or 202) into v.
+func callJSON(o opsOptions, method, path string, v any) error {
 	base := strings.TrimSuffix(o.http, "/")
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
 	if err != nil {
 		return fmt.Errorf("bad --http %q: %w", o.http, err)
 	}
@@ -148,18 +152,27 @@ func getJSON(o opsOptions, path string, v any) error {
 	if err != nil {
 		return fmt.Errorf("read %s%s: %w", base, path, err)
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
 		var e struct{ Error string }
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s%s: %s: %s", base, path, resp.Status, e.Error)
+			return &apiStatusError{resp.StatusCode, fmt.Sprintf("%s%s: %s: %s", base, path, resp.Status, e.Error)}
 		}
-		return fmt.Errorf("%s%s: %s", base, path, resp.Status)
+		return &apiStatusError{resp.StatusCode, fmt.Sprintf("%s%s: %s", base, path, resp.Status)}
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return fmt.Errorf("%s%s: not the JSON expected (is it a Peat node?): %w", base, path, err)
 	}
 	return nil
 }
+
+// apiStatusError is a node's answer other than 200 or 202: code tells a
+// refusal (4xx) from a node that cannot answer.
+type apiStatusError struct {
+	code int
+	msg  string
+}
+
+func (e *apiStatusError) Error() string { return e.msg }
 
 func writeJSONOut(w io.Writer, v any) {
 	enc := json.NewEncoder(w)

@@ -217,6 +217,18 @@ func (s *MemStream) Changed() <-chan struct{} {
 	return s.mu.changed
 }
 
+// Wake closes Changed without committing anything: the wake with nothing
+// new that a cluster's stream gives a reader whose read already took the
+// records of the advance it was closed for.
+func (s *MemStream) Wake() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.mu.closed {
+		close(s.mu.changed)
+		s.mu.changed = make(chan struct{})
+	}
+}
+
 // Hold queues appends without committing them until Release.
 func (s *MemStream) Hold() {
 	s.mu.Lock()

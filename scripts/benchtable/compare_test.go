@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -201,8 +202,10 @@ func TestWritePlot_DataAndScript(t *testing.T) {
 			t.Errorf("compare.gp lacks %q:\n%s", want, gp)
 		}
 	}
-	if strings.Contains(gp, "w4.dat") {
-		t.Error("compare.gp plots W4 without W4 runs")
+	for _, absent := range []string{"w4.dat", "w5.dat", "w5-failover.dat"} {
+		if strings.Contains(gp, absent) {
+			t.Errorf("compare.gp plots %s without its runs", absent)
+		}
 	}
 }
 
@@ -227,14 +230,8 @@ func TestKnees_RatioSkipsASweepBelowItsLowestRate(t *testing.T) {
 // W5 compares the site with the single fsync node of the same repetition,
 // and shows the failover times.
 func TestCompare_W5(t *testing.T) {
-	var in strings.Builder
-	for rep := 1; rep <= 2; rep++ {
-		in.WriteString(line(t, "W5", rep, map[string]any{"label": "peat-fsync", "acked_per_s": 10000.0 * float64(rep), "lost": 0, "dups": 0}))
-		in.WriteString(line(t, "W5", rep, map[string]any{"label": "peat-site-3", "acked_per_s": 6000.0 * float64(rep), "lost": 0, "dups": 0}))
-	}
-	in.WriteString(line(t, "W5/failover", 1, map[string]any{"label": "peat-site-3", "kills": 10, "resume_median_ms": 2500.0, "resume_max_ms": 3100.0}))
 	var out bytes.Buffer
-	compare(&out, parse(t, in.String()), 10)
+	compare(&out, parse(t, w5Run(t)), 10)
 	got := out.String()
 	for _, want := range []string{
 		"| peat-site-3 | 2/2 | 9,000 |", // median of 6,000 and 12,000
@@ -244,5 +241,102 @@ func TestCompare_W5(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("tables lack %q\n%s", want, got)
 		}
+	}
+}
+
+// w5Run is a bench.sh W5 of two repetitions: the site at 0.6x peat-fsync in
+// each, and one round of 10 leader kills.
+func w5Run(t testing.TB) string {
+	var in strings.Builder
+	for rep := 1; rep <= 2; rep++ {
+		in.WriteString(line(t, "W5", rep, map[string]any{"label": "peat-fsync", "acked_per_s": 10000.0 * float64(rep), "lost": 0, "dups": 0}))
+		in.WriteString(line(t, "W5", rep, map[string]any{"label": "peat-site-3", "acked_per_s": 6000.0 * float64(rep), "lost": 0, "dups": 0}))
+	}
+	in.WriteString(line(t, "W5/failover", 1, map[string]any{"label": "peat-site-3", "kills": 10, "resume_median_ms": 2500.0, "resume_max_ms": 3100.0}))
+	return in.String()
+}
+
+// The chart has W5's panels: the site's acks/s beside peat-fsync's with the
+// ratio over the site's bar and the 0.5x target, and the failover median and
+// max against 5 s.
+func TestWritePlot_W5(t *testing.T) {
+	write := func(t *testing.T, in string) (string, func(string) string) {
+		dir := t.TempDir()
+		if err := writePlot(dir, filepath.Join(dir, "out.png"), "test", parse(t, in), DefaultP99Limit); err != nil {
+			t.Fatal(err)
+		}
+		read := func(name string) string {
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(b)
+		}
+		return read("compare.gp"), read
+	}
+	t.Run("acks and failover", func(t *testing.T) {
+		gp, read := write(t, cannedRun(t)+w5Run(t))
+		// Medians 15,000 and 9,000; the ratio within each repetition 0.6.
+		for _, want := range []string{"\npeat-fsync 15000 \"\"\n", "\npeat-site-3 9000 \"0.60x peat-fsync\"\n"} {
+			if got := read("w5.dat"); !strings.Contains(got, want) {
+				t.Errorf("w5.dat lacks %q:\n%s", want, got)
+			}
+		}
+		if got := read("w5-failover.dat"); !strings.Contains(got, "\npeat-site-3 2500 3100\n") {
+			t.Errorf("w5-failover.dat lacks the median and max:\n%s", got)
+		}
+		// Seven panels without W5 (four rows), nine with its two.
+		for _, want := range []string{"layout 5,2", "w5.dat", "7500 with lines dt 2 lc 'red' title 'target: 0.5x peat-fsync'",
+			"w5-failover.dat", "(10 kills)", "5000 with lines dt 2 lc 'red' title 'target 5000 ms'"} {
+			if !strings.Contains(gp, want) {
+				t.Errorf("compare.gp lacks %q:\n%s", want, gp)
+			}
+		}
+		if i, j := strings.Index(gp, "w3.dat"), strings.Index(gp, "w5.dat"); j < i {
+			t.Error("W5 drawn before W3: panels go in workload order")
+		}
+	})
+	t.Run("failed kill round", func(t *testing.T) {
+		in := strings.Replace(w5Run(t), `"kills":10`, `"error":"cluster/sitetest leader kills failed","kills":10`, 1)
+		gp, _ := write(t, in)
+		if !strings.Contains(gp, "w5.dat") || strings.Contains(gp, "w5-failover.dat") {
+			t.Errorf("with the kill round failed: want the acks panel and no failover panel:\n%s", gp)
+		}
+	})
+}
+
+// compare.gp draws with Debian's gnuplot, as bench.sh runs it, whatever
+// ran or failed: one panel gnuplot refuses loses the whole chart.
+// scripts/test-deps.sh installs gnuplot.
+func TestWritePlot_GnuplotDraws(t *testing.T) {
+	path, err := exec.LookPath("gnuplot")
+	if err != nil {
+		t.Fatalf("gnuplot not found (Debian: apt-get install gnuplot-nox; make test-deps installs it): %v", err)
+	}
+	failed := func(tag, label string) string {
+		return line(t, tag, 1, map[string]any{"label": label, "error": "failed"})
+	}
+	for _, tc := range []struct{ name, in string }{
+		// cannedRun has no W2 window 1: a column of NaN.
+		{"every workload, W2 window 1 absent", cannedRun(t) + w5Run(t)},
+		{"every run of a workload failed", failed("W2/16", "mochi") + failed("W3", "peat-fsync") + failed("W4/qos0", "peat-interval") +
+			failed("W5", "peat-fsync") + failed("W5", "peat-site-3") + failed("W5/failover", "peat-site-3") + failed("W6", "mochi") +
+			line(t, "fsync", 1, map[string]any{"label": "disk", "per_s_at_p50": 2000})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			png := filepath.Join(dir, "compare.png")
+			if err := writePlot(dir, png, "test", parse(t, tc.in), DefaultP99Limit); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(path, filepath.Join(dir, "compare.gp")).CombinedOutput()
+			if err != nil || len(out) > 0 {
+				t.Fatalf("gnuplot: %v\n%s", err, out)
+			}
+			b, err := os.ReadFile(png)
+			if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+				t.Fatalf("no PNG drawn: %v", err)
+			}
+		})
 	}
 }

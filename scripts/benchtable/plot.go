@@ -63,15 +63,33 @@ func writePlot(dir, out, title string, res *results, limit float64) error {
 			fmt.Fprintf(b, "%s %s %s %s %s\n", sys, med(w16[sys], "delivered_per_s"), med(w1[sys], "delivered_per_s"),
 				med(w16[sys], "puback_p99_ms"), med(w1[sys], "puback_p99_ms"))
 		}
-		panels = append(panels,
-			fmt.Sprintf("set title 'W2: QoS 1 fan-in, delivered msg/s'\nset ylabel 'msg/s'\nset key top right\n%s\n"+
-				"plot %s using 2:xtic(1) title 'window 16', '' using 3 title 'window 1'", histogram, q("w2.dat")),
-			fmt.Sprintf("set title 'W2: PUBACK p99 (ms)'\nset ylabel 'ms'\nset key top right\n%s\n"+
-				"plot %s using 4:xtic(1) title 'window 16', '' using 5 title 'window 1'", histogram, q("w2.dat")))
+		// Only the windows that measured something: gnuplot refuses a
+		// histogram column without a valid point, and the chart with it.
+		var delivered, p99 []string
+		for _, w := range []struct {
+			g          map[string]reps
+			dcol, pcol int
+			name       string
+		}{{w16, 2, 4, "window 16"}, {w1, 3, 5, "window 1"}} {
+			if anyMeasured(w.g, "delivered_per_s") {
+				delivered = append(delivered, fmt.Sprintf("%s using %d:xtic(1) title '%s'", q("w2.dat"), w.dcol, w.name))
+			}
+			if anyMeasured(w.g, "puback_p99_ms") {
+				p99 = append(p99, fmt.Sprintf("%s using %d:xtic(1) title '%s'", q("w2.dat"), w.pcol, w.name))
+			}
+		}
+		if len(delivered) > 0 {
+			panels = append(panels, fmt.Sprintf("set title 'W2: QoS 1 fan-in, delivered msg/s'\nset ylabel 'msg/s'\nset key top right\n%s\n"+
+				"plot %s", histogram, strings.Join(delivered, ", ")))
+		}
+		if len(p99) > 0 {
+			panels = append(panels, fmt.Sprintf("set title 'W2: PUBACK p99 (ms)'\nset ylabel 'ms'\nset key top right\n%s\n"+
+				"plot %s", histogram, strings.Join(p99, ", ")))
+		}
 	}
 
 	// W3: durable ingest acks/s, with one fsync at a time as a line.
-	if res.hasTag("W3") {
+	if anyMeasured(res.bySystem("W3"), "acked_per_s") {
 		b := file("w3.dat")
 		fmt.Fprintln(b, "# system acked_per_s")
 		g := res.bySystem("W3")
@@ -87,7 +105,8 @@ func writePlot(dir, out, title string, res *results, limit float64) error {
 	}
 
 	// W4: replay rates against the targets.
-	if res.hasTag("W4/qos0") || res.hasTag("W4/qos1") || res.hasTag("W4/load") {
+	replays := map[string]reps{"qos0": res.byRep("W4/qos0"), "qos1": res.byRep("W4/qos1"), "load": res.byRep("W4/load")}
+	if anyMeasured(replays, "msg_per_s") {
 		b := file("w4.dat")
 		fmt.Fprintln(b, "# consumer msg_per_s target")
 		top := 0.0
@@ -108,6 +127,14 @@ func writePlot(dir, out, title string, res *results, limit float64) error {
 			"plot %s using 2:xtic(1) title 'replayed', '' using 3 title 'target' fs empty border lc 'red' lw 2", histogram, top*1.2, q("w4.dat")))
 	}
 
+	// W5: the site's acks/s beside one fsync node's, and the failover times.
+	if anyMeasured(res.bySystem("W5"), "acked_per_s") {
+		panels = append(panels, w5Panel(res, file("w5.dat"), q("w5.dat")))
+	}
+	if anyMeasured(res.bySystem("W5/failover"), "resume_median_ms") {
+		panels = append(panels, w5FailoverPanel(res, file("w5-failover.dat"), q("w5-failover.dat")))
+	}
+
 	// W6: CPU per message and RSS under load.
 	if res.hasTag("W6") {
 		b := file("w6.dat")
@@ -116,11 +143,14 @@ func writePlot(dir, out, title string, res *results, limit float64) error {
 		for _, sys := range systemsIn(res, "W6") {
 			fmt.Fprintf(b, "%s %s %s\n", sys, med(g[sys], "cpu_us_per_msg"), med(g[sys], "rss_max_mb"))
 		}
-		panels = append(panels,
-			fmt.Sprintf("set title 'W6: 1 msg/s sensors, broker CPU µs per message'\nset ylabel 'µs'\nunset key\n%s\n"+
-				"plot %s using 2:xtic(1)", histogram, q("w6.dat")),
-			fmt.Sprintf("set title 'W6: broker RSS under load (MB)'\nset ylabel 'MB'\nunset key\n%s\n"+
+		if anyMeasured(g, "cpu_us_per_msg") {
+			panels = append(panels, fmt.Sprintf("set title 'W6: 1 msg/s sensors, broker CPU µs per message'\nset ylabel 'µs'\nunset key\n%s\n"+
+				"plot %s using 2:xtic(1)", histogram, q("w6.dat")))
+		}
+		if anyMeasured(g, "rss_max_mb") {
+			panels = append(panels, fmt.Sprintf("set title 'W6: broker RSS under load (MB)'\nset ylabel 'MB'\nunset key\n%s\n"+
 				"plot %s using 3:xtic(1)", histogram, q("w6.dat")))
+		}
 	}
 
 	for name, b := range files {
@@ -138,6 +168,74 @@ func writePlot(dir, out, title string, res *results, limit float64) error {
 	}
 	fmt.Fprintln(&gp, "\nunset multiplot")
 	return os.WriteFile(filepath.Join(dir, "compare.gp"), []byte(gp.String()), 0o644)
+}
+
+// Issue 19's targets for W5.
+const (
+	targetSiteRatio  = 0.5  // a site's acks/s against one fsync node's
+	targetFailoverMS = 5000 // from a leader's kill -9 until acks resume
+)
+
+// w5Panel draws the acks/s of each W5 system (medians over the
+// repetitions), a site's bar labelled with its ratio to peat-fsync taken
+// within each repetition, as the table does, and the target as a line.
+func w5Panel(res *results, b *strings.Builder, data string) string {
+	g := res.bySystem("W5")
+	fmt.Fprintln(b, "# system acked_per_s ratio_label")
+	top := 0.0
+	for _, sys := range systemsIn(res, "W5") {
+		label := ""
+		if r, ok := ratioMedian(g[sys], g[basePeatFsync], metric("acked_per_s"), metric("acked_per_s")); ok && sys != basePeatFsync {
+			label = fmt.Sprintf("%.2fx %s", r, basePeatFsync)
+		}
+		if v, ok := g[sys].median("acked_per_s"); ok {
+			top = max(top, v)
+		}
+		fmt.Fprintf(b, "%s %s %s\n", sys, med(g[sys], "acked_per_s"), gpDataString(label))
+	}
+	line := ""
+	if v, ok := g[basePeatFsync].median("acked_per_s"); ok {
+		line = fmt.Sprintf(", %g with lines dt 2 lc 'red' title 'target: %gx %s'", v*targetSiteRatio, targetSiteRatio, basePeatFsync)
+	}
+	// Room above the highest bar for its label.
+	return fmt.Sprintf("set title 'W5: QoS 1 acks/s, 3 nodes with acks=all vs 1 node with fsync'\nset ylabel 'acks/s'\nset key top right\n%s\nset yrange [0:%g]\n"+
+		"plot %s using 2:xtic(1) title 'acked/s', '' using 0:2:3 with labels offset 0,1 notitle%s", histogram, max(top, 1)*1.25, data, line)
+}
+
+// anyMeasured says whether a run of any system measured k: a histogram
+// column with no valid point makes gnuplot give up on the whole chart.
+func anyMeasured(g map[string]reps, k string) bool {
+	for _, rs := range g {
+		if _, ok := rs.median(k); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// w5FailoverPanel draws, per system, the median time from a leader's
+// kill -9 until acknowledgements resume and the worst kill, against the
+// target. bench.sh times the kills in one repetition; were there more, the
+// bars are the median of their medians and the highest maximum.
+func w5FailoverPanel(res *results, b *strings.Builder, data string) string {
+	g := res.bySystem("W5/failover")
+	fmt.Fprintln(b, "# system resume_median_ms resume_max_ms")
+	top, kills := float64(targetFailoverMS), 0.0
+	for _, sys := range systemsIn(res, "W5/failover") {
+		worst := "NaN"
+		if v, ok := g[sys].highest("resume_max_ms"); ok {
+			worst, top = fmt.Sprintf("%g", v), max(top, v)
+		}
+		k, _ := g[sys].sum("kills")
+		kills += k
+		fmt.Fprintf(b, "%s %s %s\n", sys, med(g[sys], "resume_median_ms"), worst)
+	}
+	return fmt.Sprintf("set title 'W5: leader kill -9 until acks resume, ms (%g kills)'\nset ylabel 'ms'\nset key top right\n%s\nset yrange [0:%g]\n"+
+		"plot %s using 2:xtic(1) title 'median', '' using 3 title 'max', %d with lines dt 2 lc 'red' title 'target %d ms', \\\n  "+
+		// Each value above its bar: a cluster of two bars with gap 1 puts
+		// them a sixth of a unit either side of the row's x.
+		"'' using ($0-1/6.):2:(sprintf('%%.0f', $2)) with labels offset 0,0.8 notitle, '' using ($0+1/6.):3:(sprintf('%%.0f', $3)) with labels offset 0,0.8 notitle",
+		kills, histogram, top*1.25, data, targetFailoverMS, targetFailoverMS)
 }
 
 // panelSetup starts every panel: a grid, compact numbers, and one colour
@@ -160,3 +258,17 @@ func med(rs reps, k string) string {
 
 // gpString quotes s as a gnuplot single-quoted string.
 func gpString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// highest value of metric k over the repetitions that measured it.
+func (rs reps) highest(k string) (float64, bool) {
+	v, ok := 0.0, false
+	for _, r := range rs {
+		if !r.failed() && r.has(k) && (!ok || r.num(k) > v) {
+			v, ok = r.num(k), true
+		}
+	}
+	return v, ok
+}
+
+// gpDataString quotes s as a string field of a gnuplot data file.
+func gpDataString(s string) string { return `"` + strings.ReplaceAll(s, `"`, "'") + `"` }

@@ -1,0 +1,198 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"hash/fnv"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/hashicorp/serf/serf"
+)
+
+// planMoves is the controller's replica moves on st, without I/O, one
+// AssignReplicas per stream that needs one (Kafka's reassignment: add
+// first, remove after):
+//
+//   - a stream with fewer replicas outside the removed brokers than its
+//     replication factor gets replicas on alive brokers outside its set,
+//     those holding the fewest replicas first (ties broken from a place
+//     the stream's name decides, as pickReplicas spreads leaders); a new
+//     one takes a removed one's place in the replica order;
+//   - a removed broker leaves a stream's replicas only once every alive
+//     replica it keeps is in the ISR (the new ones have caught up), so
+//     the stream never has fewer in sync than before the move.
+//
+// The new replicas catch up as any follower does and the stream's leader
+// takes them into the ISR (the Replicator's rules). An offline stream
+// (no leader to copy from) is left alone.
+func planMoves(st *State) []AssignReplicas {
+	load := map[string]int{}
+	var alive []string
+	for id, b := range st.Brokers {
+		if b.Alive && !b.Removed {
+			alive = append(alive, id)
+		}
+	}
+	slices.Sort(alive)
+	for _, s := range st.Streams {
+		for _, r := range s.Replicas {
+			load[r]++
+		}
+	}
+	var out []AssignReplicas
+	for _, name := range st.streamNames() {
+		s := st.Streams[name]
+		if s.Leader == "" {
+			continue
+		}
+		var keep, gone []string
+		for _, r := range s.Replicas {
+			if b := st.Brokers[r]; b != nil && b.Removed {
+				gone = append(gone, r)
+			} else {
+				keep = append(keep, r)
+			}
+		}
+		if need := s.Want() - len(keep); need > 0 {
+			add := pickAdded(name, alive, s.Replicas, load, need)
+			if len(add) > 0 {
+				for _, a := range add {
+					load[a]++
+				}
+				out = append(out, AssignReplicas{Name: name, Replicas: placeAdded(s.Replicas, gone, add)})
+				continue
+			}
+		}
+		if len(gone) == 0 || !slices.ContainsFunc(keep, s.InISR) {
+			continue
+		}
+		caughtUp := true
+		for _, r := range keep {
+			caughtUp = caughtUp && (s.InISR(r) || !st.alive(r))
+		}
+		if caughtUp {
+			for _, g := range gone {
+				load[g]--
+			}
+			out = append(out, AssignReplicas{Name: name, Replicas: keep})
+		}
+	}
+	return out
+}
+
+// pickAdded takes up to need of the alive brokers outside replicas, the
+// least loaded first, ties in the order that starts at a place name
+// decides.
+func pickAdded(name string, alive, replicas []string, load map[string]int, need int) []string {
+	var cands []string
+	for _, a := range alive {
+		if !slices.Contains(replicas, a) {
+			cands = append(cands, a)
+		}
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	start := int(h.Sum32() % uint32(len(cands)))
+	cands = append(cands[start:], cands[:start]...)
+	slices.SortStableFunc(cands, func(a, b string) int { return cmp.Compare(load[a], load[b]) })
+	return cands[:min(need, len(cands))]
+}
+
+// placeAdded is replicas with add inserted, each right after a removed
+// replica it replaces (so it inherits that one's rank in elections once
+// the removed one is dropped), the rest at the end.
+func placeAdded(replicas, gone, add []string) []string {
+	var out []string
+	for _, r := range replicas {
+		out = append(out, r)
+		if slices.Contains(gone, r) && len(add) > 0 {
+			out = append(out, add[0])
+			add = add[1:]
+		}
+	}
+	return append(out, add...)
+}
+
+// control is what one term of the controller remembers between passes.
+type control struct {
+	// failedSince is when this controller first saw each broker failed:
+	// a new controller starts counting again, so cluster.replace_after
+	// is never cut short by a clock or by a change of controller.
+	failedSince map[string]time.Time
+}
+
+// replaceDue removes brokers failed for longer than ReplaceAfter
+// (RemoveBroker), and returns when the next one is due (zero: none).
+func (n *Node) replaceDue(ctx context.Context, ctl *control, st *State, now time.Time) (next time.Time) {
+	if n.cfg.ReplaceAfter <= 0 {
+		return time.Time{}
+	}
+	for id := range ctl.failedSince {
+		if b := st.Brokers[id]; b == nil || b.Alive || b.Removed {
+			delete(ctl.failedSince, id)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(st.Brokers)) {
+		b := st.Brokers[id]
+		if b.Alive || b.Removed {
+			continue
+		}
+		since, ok := ctl.failedSince[id]
+		if !ok {
+			since = now
+			ctl.failedSince[id] = now
+		}
+		due := since.Add(n.cfg.ReplaceAfter)
+		if now.Before(due) {
+			if next.IsZero() || due.Before(next) {
+				next = due
+			}
+			continue
+		}
+		n.log.Warn("cluster: replacing a broker failed for longer than replace_after", slog.String("member", id),
+			slog.Duration("replace_after", n.cfg.ReplaceAfter))
+		if aerr := n.apply(ctx, RemoveBroker{ID: id}); aerr != nil {
+			// Refused (the last in-sync replica of a stream, say): count
+			// again, and try after another ReplaceAfter.
+			n.log.Warn("cluster: broker not removed", slog.String("member", id), slog.Any("err", aerr))
+			ctl.failedSince[id] = now
+			if due := now.Add(n.cfg.ReplaceAfter); next.IsZero() || due.Before(next) {
+				next = due
+			}
+		}
+	}
+	return next
+}
+
+// reassign makes the moves planMoves asks for on the state now.
+func (n *Node) reassign(ctx context.Context) error {
+	st, _ := n.fsm.State()
+	for _, c := range planMoves(st) {
+		n.log.Info("cluster: moving replicas", slog.String("stream", c.Name), slog.Any("from", st.Streams[c.Name].Replicas),
+			slog.Any("to", c.Replicas))
+		if err := n.apply(ctx, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forgetRemoved takes a removed broker out of Raft's configuration and,
+// while Serf still lists it failed, out of Serf (force-leave: no more
+// probes or reconnects).
+func (n *Node) forgetRemoved(id string, sm *serf.Member, inRaft map[string]raft.Server) error {
+	if sm != nil && sm.Status == serf.StatusFailed {
+		n.log.Info("cluster: removed member leaves serf", slog.String("member", id))
+		if err := n.serf.RemoveFailedNodePrune(id); err != nil {
+			n.log.Warn("cluster: force-leave", slog.String("member", id), slog.Any("err", err))
+		}
+	}
+	return n.removeServer(id, inRaft)
+}

@@ -1,0 +1,146 @@
+package sitetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// siteView is the part of GET /api/v1/cluster this test reads.
+type siteView struct {
+	Voters  []string `json:"voters"`
+	Members []struct {
+		ID    string `json:"id"`
+		State string `json:"state"`
+	} `json:"members"`
+	Streams []struct {
+		Name     string   `json:"name"`
+		Leader   string   `json:"leader"`
+		Replicas []string `json:"replicas"`
+		ISR      []string `json:"isr"`
+	} `json:"streams"`
+}
+
+func (nd *node) view() (siteView, error) {
+	var v siteView
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + nd.http + "/api/v1/cluster")
+	if err != nil {
+		return v, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return v, fmt.Errorf("GET /api/v1/cluster: %s", resp.Status)
+	}
+	return v, json.NewDecoder(resp.Body).Decode(&v)
+}
+
+// peatCmd runs the peat binary's command line (as the operator would).
+func peatCmd(args ...string) (string, error) {
+	name := binPath
+	if *execFlag != "" {
+		name, args = *execFlag, append([]string{binPath}, args...)
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Env = cleanEnv()
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// A Pi dies for good: three voters and a spare broker under load, kill -9
+// of a voter holding a replica, `peat cluster remove-node` on another
+// node. The stream's replicas become the three alive nodes with a full
+// ISR, the dead voter leaves the quorum and the member list, publishing
+// goes on, and every acknowledged message is on the three replicas,
+// identical.
+func TestSite_RemoveDeadNode(t *testing.T) {
+	needSite(t)
+	st := streamSpec{"load", "load/#"}
+	s := newSiteOf(t, 3, 1, st)
+	var replicas []string
+	waitFor(t, wait(60*time.Second), "the stream on three replicas in sync, seen by the spare", func() bool {
+		v, err := s.nodes[3].view()
+		if err != nil || len(v.Streams) != 1 {
+			return false
+		}
+		replicas = v.Streams[0].Replicas
+		return len(v.Streams[0].ISR) == 3 && len(v.Members) == 4
+	})
+	ctl := s.controller()
+	var victim *node
+	for _, nd := range s.nodes[:3] { // a voter, holding a replica, not the controller
+		if nd != ctl && slices.Contains(replicas, nd.id) {
+			victim = nd
+			break
+		}
+	}
+	var alive []*node
+	for _, nd := range s.nodes {
+		if nd != victim {
+			alive = append(alive, nd)
+		}
+	}
+	l := startLoad(t, s, "rm", st.topic(), 1)
+	l.waitResumed(time.Now().Add(-time.Hour), 50)
+
+	if out, err := peatCmd("cluster", "remove-node", "--http", ctl.http, victim.id); err == nil || !strings.Contains(out, "stop it first") {
+		t.Fatalf("peat cluster remove-node of a running node: %v\n%s", err, out)
+	}
+	killAt := time.Now()
+	victim.kill()
+	t.Logf("replicas %v: kill -9 %s", replicas, victim.id)
+	waitFor(t, wait(30*time.Second), victim.id+" failed in the member list", func() bool {
+		v, err := ctl.view()
+		if err != nil {
+			return false
+		}
+		for _, m := range v.Members {
+			if m.ID == victim.id {
+				return m.State == "failed"
+			}
+		}
+		return false
+	})
+	l.waitResumed(killAt, 20)
+
+	out, err := peatCmd("cluster", "remove-node", "--http", s.nodes[3].http, victim.id)
+	if err != nil || !strings.Contains(out, "moving its replicas of load") {
+		t.Fatalf("peat cluster remove-node %s: %v\n%s", victim.id, err, out)
+	}
+	removedAt := time.Now()
+	var ids []string
+	for _, nd := range alive {
+		ids = append(ids, nd.id)
+	}
+	waitFor(t, wait(60*time.Second), fmt.Sprintf("replicas and ISR %v, %s out of the voters and members, on every node", ids, victim.id), func() bool {
+		for _, nd := range alive {
+			v, err := nd.view()
+			if err != nil || len(v.Streams) != 1 || v.Streams[0].Leader == "" ||
+				!slices.Equal(slices.Sorted(slices.Values(v.Streams[0].Replicas)), ids) ||
+				!slices.Equal(slices.Sorted(slices.Values(v.Streams[0].ISR)), ids) ||
+				slices.Contains(v.Voters, victim.id) || len(v.Voters) != 2 {
+				return false
+			}
+			for _, m := range v.Members {
+				if m.ID == victim.id && m.State == "failed" {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	t.Logf("moved to %v %v after remove-node", ids, time.Since(removedAt).Round(time.Millisecond))
+	if out, err := peatCmd("cluster", "--http", alive[0].http); err != nil {
+		t.Errorf("peat cluster after the move: %v (want exit 0: every stream in sync)\n%s", err, out)
+	}
+	l.waitResumed(time.Now(), 50)
+	l.stop()
+	t.Logf("producers: %s", l.summary())
+	s.nodes = alive // the checks read every node that runs
+	s.check(st, l)
+}
