@@ -14,6 +14,12 @@ type hwTracker struct {
 	isr      []string
 	started  time.Time
 	replicas map[string]*replicaPos
+	// joining are the replicas named as joiners and not yet in the ISR the
+	// controller committed: the watermark counts them already (Kafka's
+	// maximal ISR, KIP-497), or it could pass a joiner's log end while its
+	// addition is on the way, and a committed record would be missing on
+	// an ISR member that may be elected.
+	joining map[string]bool
 }
 
 type replicaPos struct {
@@ -50,8 +56,26 @@ func (t *hwTracker) fetched(id string, brokerEpoch, offset, leaderEnd uint64, no
 	r.prevEnd, r.prevAt = leaderEnd, now
 }
 
-// setISR changes the ISR (a change the controller committed).
-func (t *hwTracker) setISR(isr []string) { t.isr = slices.Clone(isr) }
+// setISR changes the ISR (a change the controller committed); a joiner
+// it holds is no longer only joining.
+func (t *hwTracker) setISR(isr []string) {
+	t.isr = slices.Clone(isr)
+	for id := range t.joining {
+		if slices.Contains(isr, id) {
+			delete(t.joining, id)
+		}
+	}
+}
+
+// keepJoining keeps only ids among the joiners the watermark waits for:
+// the ones a proposal named (nil: its proposal failed, or none).
+func (t *hwTracker) keepJoining(ids []string) {
+	for id := range t.joining {
+		if !slices.Contains(ids, id) {
+			delete(t.joining, id)
+		}
+	}
+}
 
 // hw is the high watermark: the lowest log end across the ISR, the
 // leader's own being leaderEnd. A member that has not fetched yet counts
@@ -68,6 +92,11 @@ func (t *hwTracker) hw(leaderEnd uint64) uint64 {
 			return 0
 		}
 		hw = min(hw, r.end)
+	}
+	for id := range t.joining {
+		if r := t.replicas[id]; r != nil && !slices.Contains(t.isr, id) {
+			hw = min(hw, r.end)
+		}
 	}
 	return hw
 }
@@ -95,11 +124,19 @@ func (t *hwTracker) laggards(now time.Time, lagMax time.Duration) []string {
 // joiners are the replicas outside the ISR that have caught up to the
 // watermark hw, with their broker epochs: the leader asks the controller
 // to add them (it refuses an epoch that is not the replica's current one).
+//
+// Each joiner counts towards the watermark from here on (joining), until
+// the ISR takes it or keepJoining drops it: hw is the watermark the
+// caller last published, under the same lock as this call.
 func (t *hwTracker) joiners(hw uint64) []ISRMember {
 	var out []ISRMember
 	for id, r := range t.replicas {
 		if id != t.self && !slices.Contains(t.isr, id) && r.end >= hw {
 			out = append(out, ISRMember{ID: id, Epoch: r.brokerEpoch})
+			if t.joining == nil {
+				t.joining = map[string]bool{}
+			}
+			t.joining[id] = true
 		}
 	}
 	slices.SortFunc(out, func(a, b ISRMember) int { return cmpString(a.ID, b.ID) })

@@ -83,3 +83,41 @@ func TestHWTracker_Joiners(t *testing.T) {
 		t.Fatalf("joiners = %v, want c in epoch 8 and d", got)
 	}
 }
+
+// A joiner counts towards the watermark from the moment it is named until
+// the ISR takes it or its proposal is dropped: the watermark must not pass
+// its log end while it is being added, or a record committed meanwhile
+// would be missing on an ISR member that may be elected (TestSite_LeaderKill
+// once saw a new leader 2 records short of the watermark so).
+func TestHWTracker_JoinerHoldsTheWatermark(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tr := newHWTracker("a", []string{"a", "b"}, t0)
+	tr.fetched("b", 1, 50, 50, t0)
+	tr.fetched("c", 7, 50, 50, t0)
+	if got := tr.joiners(tr.hw(50)); !slices.Equal(got, []ISRMember{{"c", 7}}) {
+		t.Fatalf("joiners = %v, want c", got)
+	}
+	tr.fetched("b", 1, 80, 80, t0)
+	if hw := tr.hw(80); hw != 50 {
+		t.Fatalf("hw while c is joining = %d, want c's end 50", hw)
+	}
+	tr.fetched("c", 7, 70, 80, t0)
+	if hw := tr.hw(80); hw != 70 {
+		t.Fatalf("hw while c is joining = %d, want c's end 70", hw)
+	}
+	tr.setISR([]string{"a", "b", "c"}) // the controller committed it
+	if hw := tr.hw(80); hw != 70 || len(tr.joining) != 0 {
+		t.Fatalf("hw with c in the ISR = %d (joining %v), want 70", hw, tr.joining)
+	}
+
+	// A proposal that failed stops holding the watermark.
+	tr = newHWTracker("a", []string{"a", "b"}, t0)
+	tr.fetched("b", 1, 50, 50, t0)
+	tr.fetched("c", 7, 50, 50, t0)
+	tr.joiners(tr.hw(50))
+	tr.fetched("b", 1, 80, 80, t0)
+	tr.keepJoining(nil)
+	if hw := tr.hw(80); hw != 80 {
+		t.Fatalf("hw after the proposal failed = %d, want b's end 80", hw)
+	}
+}

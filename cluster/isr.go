@@ -24,7 +24,8 @@ func (r *Replicator) maintainISR(ctx context.Context, ro *role, name string) {
 			return
 		case <-tick.C:
 		}
-		c, ok := r.proposeISR(ro, name)
+		c, added, ok := r.proposeISR(ro, name)
+		ro.l.KeepJoining(added) // the watermark waits for these until the ISR takes them
 		if !ok {
 			continue
 		}
@@ -32,19 +33,23 @@ func (r *Replicator) maintainISR(ctx context.Context, ro *role, name string) {
 		sctx, cancel := context.WithTimeout(ctx, r.cfg.LagMax)
 		err := r.cfg.Node.Submit(sctx, c)
 		cancel()
-		if err != nil && ctx.Err() == nil {
-			r.log.Info("cluster: ISR change not made", slog.String("stream", name), slog.Any("err", err))
+		if err != nil {
+			ro.l.KeepJoining(nil)
+			if ctx.Err() == nil {
+				r.log.Info("cluster: ISR change not made", slog.String("stream", name), slog.Any("err", err))
+			}
 		}
 	}
 }
 
-// proposeISR is the AlterISR the leader should ask for now, if any.
-func (r *Replicator) proposeISR(ro *role, name string) (AlterISR, bool) {
+// proposeISR is the AlterISR the leader should ask for now, if any, and
+// the replicas it adds.
+func (r *Replicator) proposeISR(ro *role, name string) (AlterISR, []string, bool) {
 	st, _ := r.cfg.Node.State()
 	s := st.Streams[name]
 	self := r.cfg.Node.ID()
 	if s == nil || s.Leader != self || s.LeaderEpoch != ro.epoch {
-		return AlterISR{}, false // the state moved on; sync replaces this role
+		return AlterISR{}, nil, false // the state moved on; sync replaces this role
 	}
 	laggards := ro.l.Laggards(time.Now(), r.cfg.LagMax)
 	joiners := ro.l.Joiners()
@@ -55,15 +60,17 @@ func (r *Replicator) proposeISR(ro *role, name string) (AlterISR, bool) {
 		}
 	}
 	changed := len(isr) != len(s.ISR)
+	var added []string
 	for _, j := range joiners {
 		// Only a replica caught up in the epoch it runs now rejoins.
 		if b := st.Brokers[j.ID]; b != nil && b.Alive && b.Epoch == j.Epoch && slices.Contains(s.Replicas, j.ID) && !s.InISR(j.ID) {
 			isr = append(isr, j)
+			added = append(added, j.ID)
 			changed = true
 		}
 	}
 	if !changed {
-		return AlterISR{}, false
+		return AlterISR{}, nil, false
 	}
-	return AlterISR{Name: name, Leader: self, LeaderEpoch: s.LeaderEpoch, Version: s.Version, ISR: isr}, true
+	return AlterISR{Name: name, Leader: self, LeaderEpoch: s.LeaderEpoch, Version: s.Version, ISR: isr}, added, true
 }

@@ -163,8 +163,14 @@ func (l *Leader) Laggards(now time.Time, lagMax time.Duration) []string {
 // Joiners are the replicas outside the ISR that caught up to the
 // watermark (and, with setJoinable, to the rest of what the leader
 // replicates).
+//
+// From here on the watermark waits for each joiner too, until the ISR
+// takes it or KeepJoining drops it (hwTracker.joining): the caller
+// proposes them, then says which it named.
 func (l *Leader) Joiners() []ISRMember {
 	l.mu.Lock()
+	// Committed under mu is the watermark advance last published: it
+	// publishes under mu too, so none passes a joiner's end unseen.
 	js := l.mu.tr.joiners(l.stream.Committed())
 	joinable := l.mu.joinable
 	l.mu.Unlock()
@@ -180,6 +186,15 @@ func (l *Leader) Joiners() []ISRMember {
 	return out
 }
 
+// KeepJoining says which joiners a proposal named (nil: none, or the
+// proposal failed): the watermark stops waiting for the others.
+func (l *Leader) KeepJoining(ids []string) {
+	l.mu.Lock()
+	l.mu.tr.keepJoining(ids)
+	l.mu.Unlock()
+	l.advance()
+}
+
 // setJoinable installs the Log's check that a replica holds the stream's
 // consumer state too, so that a replica the ISR takes back, and which may
 // then be elected, does not lack state writes already answered.
@@ -189,14 +204,20 @@ func (l *Leader) setJoinable(f func(id string) bool) {
 	l.mu.joinable = f
 }
 
-// advance moves the high watermark to the lowest log end in the ISR.
+// advance moves the high watermark to the lowest log end in the ISR (and
+// among the joiners). It computes and publishes under mu, so Joiners sees
+// every watermark published before it (logstore publishes without I/O).
 func (l *Leader) advance() {
 	l.mu.Lock()
-	hw := l.mu.tr.hw(l.stream.NextOffset())
-	short := len(l.mu.tr.isr) < l.mu.minISR
 	current := l.mu.current
 	l.mu.Unlock()
-	if short || hw <= l.stream.Committed() || current != nil && !current() {
+	if current != nil && !current() { // outside mu: it takes the Node's locks
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	hw := l.mu.tr.hw(l.stream.NextOffset())
+	if len(l.mu.tr.isr) < l.mu.minISR || hw <= l.stream.Committed() {
 		return
 	}
 	if err := l.stream.SetHighWatermark(context.Background(), hw); err != nil && !errors.Is(err, logstore.ErrClosed) {
