@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,6 +71,7 @@ func benchAcksAll(b *testing.B, inFlight int) {
 	slots := make(chan struct{}, inFlight)
 	var wg sync.WaitGroup
 	b.ResetTimer()
+	cpu0 := cpuTime(b)
 	start := time.Now()
 	for i := range b.N {
 		slots <- struct{}{}
@@ -89,6 +91,7 @@ func benchAcksAll(b *testing.B, inFlight int) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu := cpuTime(b) - cpu0
 	b.StopTimer()
 	if errs > 0 {
 		b.Fatalf("%d of %d appends refused", errs, b.N)
@@ -97,4 +100,14 @@ func benchAcksAll(b *testing.B, inFlight int) {
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "acks/s")
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/ack") // the three nodes' together
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
