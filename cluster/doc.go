@@ -175,7 +175,11 @@
 // waits for it), Laggards are ISR members not caught up for replica_lag_max
 // (Kafka's lastCaughtUpTime: caught up when asking for the leader's end, or
 // for what the leader had at the previous fetch), Joiners are replicas
-// outside the ISR at the watermark, with the broker epoch they fetched in.
+// outside the ISR at the watermark, with the broker epoch they fetched in;
+// from then on the watermark waits for them too, until the ISR takes them
+// or the proposal fails (Kafka's maximal ISR, KIP-497: otherwise it could
+// pass a joiner's log end while AlterISR is on its way, and a member
+// missing committed records could then be elected).
 //
 // An acks=all acknowledgement waits for the slowest ISR member's fsync.
 // Two things keep that to about one fsync rather than four in a row: the
