@@ -163,7 +163,7 @@ func TestStream_ReadRaw(t *testing.T) {
 				t.Fatalf("value %d differs between leader and follower", i)
 			}
 		}
-		ls.SetCommitted(2500)
+		setHW(t, ls, 2500)
 		sameRecords(t, readAll(t, fs, 0), readAll(t, ls, 0))
 	})
 	t.Run("bounds", func(t *testing.T) {

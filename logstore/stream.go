@@ -130,12 +130,6 @@ func (s *Stream) Bytes() int64 { return s.bytes.Load() }
 // epoch in the cache.
 func (s *Stream) SetEpoch(e uint32) { s.epoch.Store(e) }
 
-// SetCommitted is SetHighWatermark without a context or an error (it
-// waits for the appender, and a closed store has no watermark to move).
-//
-// Deprecated: use SetHighWatermark.
-func (s *Stream) SetCommitted(hw uint64) { _ = s.SetHighWatermark(context.Background(), hw) }
-
 // Changed returns a channel closed the next time Committed (the high
 // watermark) advances, the log is truncated or reset, or the stream closes
 // (it then stays closed). Take it before reading Committed, so no advance

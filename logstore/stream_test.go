@@ -386,18 +386,18 @@ func TestStream_ManualCommit(t *testing.T) {
 		t.Fatalf("Read of uncommitted = %d records, %v; want none", len(recs), err)
 	}
 	ch := s.Changed()
-	s.SetCommitted(3)
+	setHW(t, s, 3)
 	<-ch
 	if recs, _ := s.Read(0, 10, 0); len(recs) != 3 {
-		t.Fatalf("Read after SetCommitted(3) = %d records", len(recs))
+		t.Fatalf("Read after SetHighWatermark(3) = %d records", len(recs))
 	}
-	s.SetCommitted(99)
+	setHW(t, s, 99)
 	if s.Committed() != 5 {
-		t.Fatalf("SetCommitted(99) gave %d, want clamp to 5", s.Committed())
+		t.Fatalf("SetHighWatermark(99) gave %d, want clamp to 5", s.Committed())
 	}
-	s.SetCommitted(1)
+	setHW(t, s, 1)
 	if s.Committed() != 5 {
-		t.Fatal("SetCommitted moved the watermark down")
+		t.Fatal("SetHighWatermark moved the watermark down")
 	}
 }
 
