@@ -62,6 +62,16 @@ func (f *FSM) State() (*State, <-chan struct{}) {
 	return f.mu.state.clone(), f.mu.changed
 }
 
+// View returns the current state itself, not a copy: apply and Restore
+// replace it, never change it, so it stays as it is. For a look at a
+// field or two on a hot path (a leader's fence on every watermark move);
+// the caller must not change it. State returns a copy to change.
+func (f *FSM) View() *State {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.mu.state
+}
+
 // Snapshot captures the state for raft's snapshot store.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()

@@ -349,3 +349,20 @@ func FuzzDecodeCommand(f *testing.F) {
 		ft.f.Apply(&raft.Log{Data: b}) // never panics
 	})
 }
+
+// View shares the state instead of copying it: that is safe only because
+// a change replaces the state, so a View taken before stays as it was.
+func TestFSM_ViewIsNotChangedByLaterCommands(t *testing.T) {
+	ft := newFSMT(t, "n1", "n2")
+	ft.ok(CreateStream{Name: "s", Replicas: []string{"n1", "n2"}})
+	v := ft.f.View()
+	before, _ := ft.f.State()
+	ft.ok(RegisterBroker{ID: "n1", Epoch: 2}) // fences n1: a new leader, a smaller ISR
+	ft.ok(RegisterBroker{ID: "n3", Epoch: 1})
+	if !reflect.DeepEqual(v, before) {
+		t.Fatalf("a View changed under later commands:\n%+v\nwant\n%+v", v, before)
+	}
+	if now := ft.f.View(); reflect.DeepEqual(now, before) || now.Brokers["n3"] == nil {
+		t.Fatalf("View after the commands = %+v, want the new state", now)
+	}
+}

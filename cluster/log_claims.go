@@ -90,8 +90,7 @@ func (s *stream) loadClaim(key string) (h claimHolder, ok bool, err error) {
 }
 
 func (s *stream) holderGone(h claimHolder) bool {
-	st, _ := s.l.node.State()
-	b := st.Brokers[h.node]
+	b := s.l.node.View().Brokers[h.node]
 	return b == nil || !b.Alive || b.Epoch != h.epoch
 }
 

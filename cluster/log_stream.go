@@ -240,8 +240,7 @@ func (s *stream) stateLeader() (id string, epoch uint32, addr string) {
 // stateLeaderID is stateLeader without the address (a look at Serf's
 // member list).
 func (s *stream) stateLeaderID() (id string, epoch uint32) {
-	st, _ := s.l.node.State()
-	if cs := st.Streams[s.name]; cs != nil {
+	if cs := s.l.node.View().Streams[s.name]; cs != nil {
 		return cs.Leader, cs.LeaderEpoch
 	}
 	return "", 0

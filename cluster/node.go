@@ -162,6 +162,10 @@ func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
 // server has applied it, and a channel closed at its next change.
 func (n *Node) State() (*State, <-chan struct{}) { return n.fsm.State() }
 
+// View is the current state, shared and never changed (FSM.View): read
+// it, do not change it.
+func (n *Node) View() *State { return n.fsm.View() }
+
 // Controller returns the id of the controller (the Raft leader) this node
 // knows of, "" when it knows none.
 func (n *Node) Controller() string {

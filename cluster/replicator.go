@@ -244,8 +244,7 @@ func (r *Replicator) Leading(stream string) (*Leader, <-chan struct{}) {
 func (r *Replicator) currentLeader(name string, epoch uint32) func() bool {
 	n := r.cfg.Node
 	return func() bool {
-		st, _ := n.State()
-		s := st.Streams[name]
+		s := n.View().Streams[name]
 		if s == nil || s.Leader != n.ID() || s.LeaderEpoch != epoch {
 			return false
 		}

@@ -24,8 +24,7 @@ var (
 )
 
 func (l siteLeadership) Leader(stream string) (leader string, epoch uint64, here bool) {
-	st, _ := l.site.Node.State()
-	cs := st.Streams[stream]
+	cs := l.site.Node.View().Streams[stream]
 	if cs == nil {
 		return "", 0, false
 	}
