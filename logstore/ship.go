@@ -102,12 +102,20 @@ func (s *Stream) readShipped(out [][]byte, from, want uint64, maxBytes int) [][]
 	for _, v := range out {
 		size += len(v)
 	}
-	for _, v := range s.ship.vals[from-s.ship.base:] {
-		if uint64(len(out)) >= want || maxBytes > 0 && size+len(v) > maxBytes && len(out) > 0 {
+	vals := s.ship.vals[from-s.ship.base:]
+	n, total := 0, 0
+	for _, v := range vals {
+		if uint64(len(out)+n) >= want || maxBytes > 0 && size+total+len(v) > maxBytes && len(out)+n > 0 {
 			break
 		}
-		out = append(out, append([]byte(nil), v...)) // the arena is reused by the next commit
-		size += len(v)
+		n++
+		total += len(v)
+	}
+	buf := make([]byte, 0, total) // one copy for all: the arena is reused by the next commit
+	for _, v := range vals[:n] {
+		b0 := len(buf)
+		buf = append(buf, v...)
+		out = append(out, buf[b0:len(buf):len(buf)])
 	}
 	return out
 }
