@@ -172,8 +172,8 @@ func servesIncarnation(ls *logstore.Stream, cs *Stream, st *State) bool {
 // deleted stream that the configuration no longer lists, and empties a
 // listed stream whose records belong to a deleted incarnation (the
 // stream was deleted and created again while this node was away). It
-// runs at every state change, so a node down at the time does it when it
-// is back.
+// runs at start and at every state change (every second after a
+// failure), so a node down at the time does it when it is back.
 func (s *Site) followDeletions() {
 	defer s.wg.Done()
 	names := make([]string, 0, len(s.cfg.Streams))
@@ -181,16 +181,20 @@ func (s *Site) followDeletions() {
 		names = append(names, c.Name)
 	}
 	slices.Sort(names)
+	again := true // the store is looked at on a state change, or after a failure
 	for {
 		st, changed := s.Node.State()
 		s.listOwnStreams(st, names)
-		s.deleteCopies(st)
+		if again {
+			again = !s.deleteCopies(st)
+		}
 		t := time.NewTimer(siteRetry)
 		select {
 		case <-s.stop:
 			t.Stop()
 			return
 		case <-changed:
+			again = true
 		case <-t.C:
 		}
 		t.Stop()
@@ -212,15 +216,17 @@ func (s *Site) listOwnStreams(st *State, names []string) {
 }
 
 // deleteCopies deletes or empties what of st's deleted streams this
-// node's store still holds.
-func (s *Site) deleteCopies(st *State) {
+// node's store still holds; done is false when something failed.
+func (s *Site) deleteCopies(st *State) (done bool) {
 	if len(st.Deleted) == 0 {
-		return
+		return true
 	}
+	done = true
 	store := s.cfg.Store
 	un, err := store.Unlisted()
 	if err != nil {
 		s.log.Warn("cluster: stored streams not read", slog.Any("err", err))
+		done = false
 	}
 	for _, u := range un {
 		if _, deleted := st.Deleted[u.Name]; !deleted {
@@ -231,6 +237,7 @@ func (s *Site) deleteCopies(st *State) {
 		}
 		if err := store.DeleteStream(u.Name); err != nil {
 			s.log.Warn("cluster: deleted stream's copy not deleted yet", slog.String("stream", u.Name), slog.Any("err", err))
+			done = false
 			continue
 		}
 		s.log.Info("cluster: deleted stream's copy deleted", slog.String("stream", u.Name),
@@ -243,10 +250,12 @@ func (s *Site) deleteCopies(st *State) {
 		}
 		if _, err := store.ResetStream(ls.Name(), cs.Created); err != nil {
 			s.log.Warn("cluster: copy of a deleted stream not emptied yet", slog.String("stream", ls.Name()), slog.Any("err", err))
+			done = false
 			continue
 		}
 		s.log.Warn("cluster: this node held a deleted stream of the same name: emptied it for the new one",
 			slog.String("stream", ls.Name()), slog.Uint64("records", ls.NextOffset()-ls.FirstOffset()))
 		s.Replicator.nudge()
 	}
+	return done
 }

@@ -587,7 +587,7 @@
 //     deleted stream's records: neither the Replicator (currentReplica)
 //     nor the Log (refresh) serves it, so it can neither lead with the
 //     old records nor show them to a subscriber.
-//   - followDeletions, at every state change and every second, deletes
+//   - followDeletions, at start and at every state change, deletes
 //     the stored copy of a tombstoned stream the configuration no longer
 //     lists (logstore DeleteStream, crash-safe), and empties
 //     (ResetStream) a listed stream whose records belong to a deleted
