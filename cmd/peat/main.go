@@ -163,7 +163,7 @@ func help(args []string, stdout, stderr io.Writer) int {
 	case "status", "streams", "groups", "cluster", "check":
 		opsFS[args[0]].Usage()
 	case "stream":
-		fmt.Fprint(stdout, streamUsage)
+		newOpsFlags("stream delete", streamUsage, &so, stdout, os.LookupEnv).Usage()
 	case "passwd":
 		passwdHelp(stdout)
 	case "token":

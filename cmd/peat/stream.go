@@ -27,6 +27,9 @@ once it is back; it is refused while any node's configuration lists the
 stream (as that node registered it at its last start), and a stream of
 the same name created later is a new stream from offset 0.
 
+A large stream on a slow card may take longer than --timeout to delete:
+the node finishes anyway (after a crash, at its next start).
+
 Exit status: 0 when deleted (in a site: recorded), 1 when refused, 2 for
 bad flags, 3 when the node cannot be asked.
 
@@ -35,16 +38,16 @@ Flags:
 
 // streamCmd is `peat stream delete NAME`.
 func streamCmd(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
-	if len(args) == 0 || args[0] != "delete" {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-			fmt.Fprint(stdout, streamUsage)
-			return exitOK
-		}
-		fmt.Fprint(stderr, "peat stream: 'delete NAME' expected\n\n"+streamUsage)
-		return exitUsage
-	}
 	var o opsOptions
 	fs := newOpsFlags("stream delete", streamUsage, &o, stdout, lookupEnv)
+	if len(args) == 0 || args[0] != "delete" {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+			fs.Usage()
+			return exitOK
+		}
+		fmt.Fprintln(stderr, "peat stream: 'delete NAME' expected; 'peat stream --help' tells more")
+		return exitUsage
+	}
 	rest, err := parseInterspersed(fs, args[1:])
 	switch {
 	case errors.Is(err, flag.ErrHelp):
