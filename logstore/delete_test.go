@@ -1,9 +1,13 @@
 package logstore
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,6 +47,30 @@ func keysOf(tb testing.TB, st *Store, id uint32) int {
 func twoStreams(tb testing.TB) Config {
 	return testConfig(tb, StreamConfig{Name: "old", Filters: []string{"old/#"}},
 		StreamConfig{Name: "live", Filters: []string{"live/#"}})
+}
+
+// killDeleteEnv is "<dir> <step>": a re-executed test binary deletes
+// stream old of the store in dir and stops after step, to be killed
+// there (TestMain).
+const killDeleteEnv = "PEAT_LOGSTORE_KILL_DELETE"
+
+func killDeleteChild(spec string) {
+	dir, step, _ := strings.Cut(spec, " ")
+	st, err := Open(Config{Dir: dir, Profile: ProfilePiZero, MinFreeBytes: -1, RetentionInterval: time.Hour,
+		Streams: []StreamConfig{{Name: "live", Filters: []string{"live/#"}}}})
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(2)
+	}
+	st.deleteHook = func(s string) error {
+		if s == step {
+			fmt.Println("stopped")
+			select {} // killed here
+		}
+		return nil
+	}
+	fmt.Println("error: the deletion ended:", st.DeleteStream("old"))
+	os.Exit(2)
 }
 
 // fillOld writes records, a group offset and leader epochs to "old" and a
@@ -215,6 +243,51 @@ func TestStore_DeleteStreamInterrupted(t *testing.T) {
 			}
 			if got := readAll(t, s, 0); len(got) != 5 || got[0].Topic != "t/0" {
 				t.Fatalf("old holds %d records after re-creation, want the 5 new ones", len(got))
+			}
+			if got := readAll(t, st.Stream("live"), 0); len(got) != 10 {
+				t.Fatalf("live holds %d records, want 10", len(got))
+			}
+		})
+	}
+}
+
+// A process killed with SIGKILL in the middle of a deletion leaves the
+// stream whole-gone at the next Open: a stream of that name starts empty.
+func TestStore_DeleteStreamKilled(t *testing.T) {
+	for _, step := range []string{"tombstone", "block"} {
+		t.Run(step, func(t *testing.T) {
+			cfg := twoStreams(t)
+			id := fillOld(t, cfg, 70_000)
+			args := []string{os.Args[0], "-test.run=^$"}
+			if emu := os.Getenv(testExecEnv); emu != "" {
+				args = append([]string{emu}, args...)
+			}
+			cmd := exec.Command(args[0], args[1:]...)
+			cmd.Env = append(os.Environ(), killDeleteEnv+"="+cfg.Dir+" "+step)
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			line, err := bufio.NewReader(out).ReadString('\n')
+			if err != nil || line != "stopped\n" {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				t.Fatalf("child said %q, %v; want stopped", line, err)
+			}
+			if err := cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+
+			st := openStore(t, cfg) // old listed again
+			if n := keysOf(t, st, id); n != 0 {
+				t.Fatalf("%d keys of the deleted stream left after Open", n)
+			}
+			if s := st.Stream("old"); s.NextOffset() != 0 || s.FirstOffset() != 0 {
+				t.Fatalf("old after the kill: offsets %d-%d, want an empty stream", s.FirstOffset(), s.NextOffset())
 			}
 			if got := readAll(t, st.Stream("live"), 0); len(got) != 10 {
 				t.Fatalf("live holds %d records, want 10", len(got))
