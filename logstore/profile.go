@@ -77,19 +77,19 @@ var profiles = map[Profile]profileSpec{
 		valueThreshold: recordsInValueLog, valueLogFileSize: 16 * mib,
 		memoryLimit: 128 * mib, numCompactors: 2, minFree: 64 * mib, mappedLimit: 8 * mib,
 	},
-	ProfilePi: { // compression and caches: see serverReplay
-		memTableSize: 16 * mib, numMemtables: 3, l0Tables: 3, l0Stall: 8,
-		baseTableSize: 8 * mib, baseLevelSize: 64 * mib,
+	ProfilePi: { // compression and caches: see serverReplay; memtables, tables, compactors and mapped pages: see flatRSS
+		memTableSize: 4 * mib, numMemtables: 2, l0Tables: 3, l0Stall: 8,
+		baseTableSize: 4 * mib, baseLevelSize: 64 * mib,
 		compression: options.None, blockCache: 0, indexCache: 16 * mib,
 		valueThreshold: recordsInValueLog, valueLogFileSize: 32 * mib,
-		memoryLimit: 256 * mib, numCompactors: 2, minFree: 128 * mib, mappedLimit: 16 * mib,
+		memoryLimit: 256 * mib, numCompactors: 2, minFree: 128 * mib, mappedLimit: 4 * mib,
 	},
-	ProfileServer: { // memtables, compression and caches: see serverReplay
-		memTableSize: 16 * mib, numMemtables: 4, l0Tables: 5, l0Stall: 15,
-		baseTableSize: 8 * mib, baseLevelSize: 64 * mib,
+	ProfileServer: { // compression and caches: see serverReplay; memtables, tables, compactors and mapped pages: see flatRSS
+		memTableSize: 4 * mib, numMemtables: 2, l0Tables: 5, l0Stall: 15,
+		baseTableSize: 4 * mib, baseLevelSize: 64 * mib,
 		compression: options.None, blockCache: 0, indexCache: 64 * mib,
 		valueThreshold: recordsInValueLog, valueLogFileSize: 32 * mib,
-		memoryLimit: 0, numCompactors: 4, minFree: 512 * mib, mappedLimit: 16 * mib,
+		memoryLimit: 0, numCompactors: 2, minFree: 512 * mib, mappedLimit: 4 * mib,
 	},
 }
 
