@@ -207,15 +207,22 @@ func watchReplicas(n *siteNode) (smallest func() int, stop func()) {
 
 // A live node is decommissioned: remove-node drains it while it serves
 // (its replica moves to the spare broker, its leadership to an in-sync
-// replica), it leaves Raft's voters, and once stopped it is removed and
-// leaves Serf. The stream never has fewer than three replicas and
-// publishes are acknowledged throughout, none lost.
+// replica; a controller hands the controller over first), it leaves
+// Raft's voters, and once stopped it is removed and leaves Serf. The
+// stream never has fewer than three replicas and publishes are
+// acknowledged throughout, none lost.
 func TestSite_RemoveLiveNode(t *testing.T) {
+	// In-process, n1 bootstraps and leads: the leader is usually the
+	// controller too.
+	t.Run("the leader", func(t *testing.T) { testRemoveLiveNode(t, true) })
+	t.Run("a follower", func(t *testing.T) { testRemoveLiveNode(t, false) })
+}
+
+func testRemoveLiveNode(t *testing.T, ofLeader bool) {
 	specs, nodes := threeVoters(t, 3, 0)
-	spareSpec := &nodeSpec{id: "n4", rf: 3, join: []string{specs[0].serfAddr}}
-	spare := startSpec(t, spareSpec)
-	all := append(slices.Clone(nodes), spare)
+	all := append(slices.Clone(nodes), startSpec(t, &nodeSpec{id: "n4", rf: 3, join: []string{specs[0].serfAddr}}))
 	var leader string
+	var replicas []string
 	waitUntil(t, "the default stream with a full ISR and every node registered", func() bool {
 		s := defaultStream(nodes[0])
 		for _, n := range all {
@@ -223,21 +230,32 @@ func TestSite_RemoveLiveNode(t *testing.T) {
 				return false
 			}
 		}
-		if s == nil || len(s.ISR) != 3 || slices.Contains(s.Replicas, "n4") {
+		if s == nil || len(s.ISR) != 3 {
 			return false
 		}
-		leader = s.Leader
+		leader, replicas = s.Leader, s.Replicas
 		return true
 	})
-	var victim, prod *siteNode
-	for _, n := range nodes {
-		if n.Node.ID() == leader {
+	var victim, prod, spare *siteNode
+	for _, n := range all {
+		id := n.Node.ID()
+		switch {
+		case !slices.Contains(replicas, id):
+			spare = n
+		case ofLeader == (id == leader) && (ofLeader || !n.Node.IsController()):
 			victim = n
-		} else {
+		}
+	}
+	if victim == nil {
+		t.Fatal("no node to drain")
+	}
+	for _, n := range all {
+		if n != victim && n != spare {
 			prod = n
 		}
 	}
-	t.Logf("draining the leader %s; producing on %s", leader, prod.Node.ID())
+	t.Logf("draining %s (leader %s, controller %s); producing on %s", victim.Node.ID(), leader,
+		victim.Node.Controller(), prod.Node.ID())
 	p := produce(prod)
 	p.moreAcked(t, "publishes acknowledged before the drain", 50)
 	smallest, stopWatch := watchReplicas(prod)
