@@ -70,6 +70,8 @@ func TestPlanMoves_FactorAndDrain(t *testing.T) {
 			map[string][2][]string{"s": {r("a", "d", "b", "c"), r("a", "b", "c")}}, 3, nil},
 		{"a draining broker with nowhere to go stays", r("a", "b", "c"), r("a"),
 			map[string][2][]string{"s": {r("a", "b", "c"), r("a", "b", "c")}}, 3, nil},
+		{"one removed after it died draining goes anyway", r("!a", "b", "c"), r("a"),
+			map[string][2][]string{"s": {r("a", "b", "c"), r("b", "c")}}, 3, map[string][]string{"s": r("b", "c")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := planState(tc.brokers, tc.streams, tc.rf)

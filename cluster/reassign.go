@@ -64,7 +64,8 @@ func planMoves(st *State) []AssignReplicas {
 		for _, r := range s.Replicas {
 			if st.leaving(r) {
 				gone = append(gone, r)
-				draining = draining || st.Brokers[r].Draining
+				b := st.Brokers[r]
+				draining = draining || (b.Draining && !b.Removed) // removed: dead, gone for good
 			} else {
 				keep = append(keep, r)
 			}
