@@ -207,9 +207,13 @@ func (n *Node) reconcileAll(ctx context.Context) error {
 		switch sm.Status {
 		case serf.StatusAlive:
 			if b != nil && b.Draining {
-				// Leaving: out of the quorum, a non-voter that follows the
-				// state while it still serves (remove.go).
-				errs = append(errs, n.demoteDraining(m, inRaft))
+				// Leaving: never a voter again, and out of the quorum once
+				// its replicas have moved (the quorum keeps its tolerance
+				// meanwhile), a non-voter that follows the state while it
+				// still serves (remove.go).
+				if len(state.replicaOf(m.ID)) == 0 {
+					errs = append(errs, n.demoteDraining(m, inRaft))
+				}
 				m.Voter = false
 			}
 			errs = append(errs, n.addServer(m, inRaft))

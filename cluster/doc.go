@@ -144,11 +144,11 @@
 // replicas that are all alive and in the ISR (never an under-replicated
 // moment: with a broker gone meanwhile it waits). When it leads, the
 // same AssignReplicas elects the first kept ISR member, the controlled
-// leader change a hand-over makes. The controller demotes a draining
-// voter to non-voter (it follows the state, so its clients' publishes
-// are still forwarded right) if the voters left alive stay a majority of
-// those remaining; a draining controller first hands Raft's leadership
-// over. RemoveNode refuses up front (ErrQuorum) a voter without which
+// leader change a hand-over makes. Once it holds no replica the
+// controller demotes a draining voter to non-voter (it follows the
+// state, so its clients' publishes are still forwarded right) if the
+// voters left alive stay a majority of those remaining; a draining
+// controller first hands Raft's leadership over. RemoveNode refuses up front (ErrQuorum) a voter without which
 // fewer than a majority of the remaining voters are alive, the only
 // voter included. Status shows the member "draining" (with the streams
 // it still holds), then "drained": the operator stops it, Serf reports
