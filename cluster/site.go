@@ -42,6 +42,11 @@ type SiteConfig struct {
 	MinInsyncReplicas int
 	LagMax            time.Duration // replica_lag_max; 0: DefaultReplicaLagMax
 
+	// LeaderBalanceAfter: on the controller, a stream's preferred leader
+	// (its first replica) that has been alive and in the ISR this long
+	// leads it again (balance.go); 0: never.
+	LeaderBalanceAfter time.Duration
+
 	Logger *slog.Logger
 }
 
@@ -91,6 +96,9 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 		return nil, fmt.Errorf("cluster: min_insync_replicas %d: want 0 to the replication factor %d",
 			cfg.MinInsyncReplicas, cfg.ReplicationFactor)
 	}
+	if cfg.LeaderBalanceAfter < 0 {
+		return nil, fmt.Errorf("cluster: leader_balance_after %v: want 0 (never) or more", cfg.LeaderBalanceAfter)
+	}
 	if err := checkAddr(cfg.TransportListen); err != nil {
 		return nil, fmt.Errorf("cluster: transport address: %w", err)
 	}
@@ -125,9 +133,10 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 		cfg: cfg, log: log, stop: make(chan struct{}),
 	}
 	s.watchControllers()
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.createStreams()
 	go s.rejoin()
+	go s.manage()
 	s.wg.Add(1)
 	go s.followDeletions()
 	return s, nil
@@ -218,7 +227,7 @@ func (s *Site) createStreams() {
 func (s *Site) createMissing(st *State) (missing bool, err error) {
 	var alive []string
 	for id, b := range st.Brokers {
-		if b.Alive {
+		if b.Alive && !b.Draining {
 			alive = append(alive, id)
 		}
 	}
