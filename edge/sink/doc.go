@@ -42,9 +42,18 @@
 // peat_sink_* metrics report them per stream.
 //
 // A sink sends the streams it was made with, and those AddStream gives it
-// while it runs (edge follows the store's streams for a sink of "*");
-// RemoveStream stops one, forgetting what of it was in flight. The pump
-// takes the list afresh on each turn.
+// while it runs (edge follows the store's streams: all of them for a sink
+// of "*", the named ones otherwise, so a named stream removed and created
+// again is sent again); RemoveStream stops one, forgetting what of it was
+// in flight. The pump takes the list afresh on each turn.
+//
+// The monitor alone writes the gauges, once a tick, and deletes series
+// nobody updates any more, so no scrape shows a value frozen in the past:
+// a stream the sink stopped sending loses all its series (counters
+// included), a sink whose Run ended loses all of its own, and a stream on
+// standby has no last-success series (the leader's acknowledgements are
+// newer; one comes back with the first acknowledgement after this node
+// leads it again).
 //
 // In a site (Config.Leadership) a sink sends a stream only while its node
 // leads the stream: that node's log is the site's, its watermark is the

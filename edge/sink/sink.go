@@ -122,6 +122,7 @@ type Sink struct {
 	streamsMu   sync.Mutex
 	streams     atomic.Pointer[[]*cursor]
 	streamsWake chan struct{} // cap 1: the list changed
+	monitorWake chan struct{} // cap 1: the list changed (for the gauges)
 
 	// inflight maps delivery ids to records; nextID numbers deliveries.
 	// Owned by the pump (Run's goroutine).
@@ -171,6 +172,7 @@ func New(cfg Config) (*Sink, error) {
 		started:   time.Now(),
 
 		streamsWake: make(chan struct{}, 1),
+		monitorWake: make(chan struct{}, 1),
 	}
 	s.m = cfg.Metrics.forSink(cfg.Name)
 	var cursors []*cursor
@@ -280,9 +282,11 @@ func (s *Sink) RemoveStream(name string) {
 // setStreams publishes a new list; the caller holds streamsMu.
 func (s *Sink) setStreams(cs []*cursor) {
 	s.streams.Store(&cs)
-	select {
-	case s.streamsWake <- struct{}{}:
-	default:
+	for _, ch := range []chan struct{}{s.streamsWake, s.monitorWake} {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -344,7 +348,7 @@ func (s *Sink) Run(ctx context.Context) {
 				return
 			}
 			if errors.Is(err, errStandby) {
-				s.log.Info("sink disconnects: this node leads none of its streams", attrUpstream, s.cfg.Upstream.String())
+				s.log.Info("sink disconnects: it has no stream to send here (removed, or led by another node)", attrUpstream, s.cfg.Upstream.String())
 				backoff = s.cfg.BackoffMin
 				continue
 			}
