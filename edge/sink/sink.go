@@ -177,7 +177,7 @@ func New(cfg Config) (*Sink, error) {
 	s.m = cfg.Metrics.forSink(cfg.Name)
 	var cursors []*cursor
 	for _, st := range cfg.Streams {
-		c, err := s.newCursor(st)
+		c, err := s.newCursor(st, false)
 		if err != nil {
 			return nil, err
 		}
@@ -189,8 +189,12 @@ func New(cfg Config) (*Sink, error) {
 
 // newCursor makes the sink's cursor in st. On a single node it loads the
 // position now (open); in a site only the stream's leader does, when it
-// takes the stream up (lead.go).
-func (s *Sink) newCursor(st Stream) (*cursor, error) {
+// takes the stream up (lead.go). A stream added to a running sink
+// (added) is taken up by the pump too, as a new leader's is: take asks
+// a Resumer where the upstream's copy ends before the first send, as a
+// connection does for the streams it starts with, so records a crashed
+// run left there are not sent again.
+func (s *Sink) newCursor(st Stream, added bool) (*cursor, error) {
 	c := &cursor{stream: st, name: st.Name(), m: s.m.forStream(st.Name())}
 	c.progressAt.Store(time.Now().UnixNano())
 	if s.cfg.Leadership != nil {
@@ -199,7 +203,7 @@ func (s *Sink) newCursor(st Stream) (*cursor, error) {
 	if err := s.open(c); err != nil {
 		return nil, err
 	}
-	c.next, c.led = c.position.Load(), true
+	c.next, c.led = c.position.Load(), !added
 	s.watchBase(c)
 	return c, nil
 }
@@ -258,7 +262,7 @@ func (s *Sink) AddStream(st Stream) error {
 	if s.Has(st.Name()) {
 		return nil
 	}
-	c, err := s.newCursor(st)
+	c, err := s.newCursor(st, true)
 	if err != nil {
 		return err
 	}
