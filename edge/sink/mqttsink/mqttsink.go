@@ -131,6 +131,7 @@ func CheckTopic(tmpl string) error {
 // Upstream is an MQTT broker a sink publishes to, with QoS 1.
 type Upstream struct {
 	cfg    Config
+	topic  template // cfg.Topic, cut at its placeholders
 	addr   string
 	useTLS bool
 	sess   *session
@@ -226,20 +227,11 @@ func New(cfg Config) (*Upstream, error) {
 	if err := CheckTopic(cfg.Topic); err != nil {
 		return nil, err
 	}
-	return &Upstream{cfg: cfg, addr: addr, useTLS: useTLS, sess: &session{out: map[uint16]*outMsg{}}}, nil
+	return &Upstream{cfg: cfg, topic: compileTemplate(cfg.Topic), addr: addr, useTLS: useTLS,
+		sess: &session{out: map[uint16]*outMsg{}}}, nil
 }
 
 func (u *Upstream) String() string { return u.cfg.URL }
-
-// topicOf is the upstream topic of r.
-func (u *Upstream) topicOf(stream string, r *logstore.Record) string {
-	if u.cfg.Topic == DefaultTopic {
-		return r.Topic
-	}
-	t := strings.ReplaceAll(u.cfg.Topic, "{stream}", stream)
-	t = strings.ReplaceAll(t, "{node}", u.cfg.Node)
-	return strings.ReplaceAll(t, "{topic}", r.Topic)
-}
 
 // Connect dials, sends CONNECT (clean start off: a persistent session)
 // and waits for a successful CONNACK, all within the keepalive. With QoS
@@ -396,9 +388,9 @@ type conn struct {
 	keepalive time.Duration
 	acks      chan uint64
 
-	wmu sync.Mutex // guards bw and the writes of the pump and the pinger
-	bw  *bufio.Writer
-	enc bytes.Buffer
+	wmu   sync.Mutex // guards bw, props and the writes of the pump and the pinger
+	bw    *bufio.Writer
+	props []byte // Send's scratch space for MQTT 5 properties
 
 	mu struct {
 		sync.Mutex
@@ -527,73 +519,36 @@ func (c *conn) Send(ctx context.Context, d sink.Delivery) error {
 		return err
 	}
 	r := d.Record
-	pk := packets.Packet{
-		FixedHeader:     packets.FixedHeader{Type: packets.Publish, Qos: c.u.cfg.QoS, Retain: r.Retain},
-		ProtocolVersion: c.u.cfg.Version,
-		TopicName:       c.u.topicOf(d.Stream, r),
-		PacketID:        pid,
-		Payload:         r.Payload,
-	}
-	if c.u.cfg.Version == 5 {
-		// Without AllowResponseInfo mochi's encoder leaves out the
-		// response topic and the correlation data.
-		pk.Mods.AllowResponseInfo = true
-		pk.Properties = properties(r, d.Stream, c.u.cfg.Properties)
-		if c.u.cfg.Extra != nil {
-			pk.Properties.User = append(pk.Properties.User, c.u.cfg.Extra(d.Stream, r)...)
-		}
-	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.enc.Reset()
-	if err := pk.PublishEncode(&c.enc); err != nil {
+	// Encoded where the write buffer has room (AvailableBuffer), so that
+	// writing it copies nothing unless the buffer is full.
+	pk, err := c.u.appendPublish(c.bw.AvailableBuffer(), &c.props, d.Stream, r, pid)
+	if err != nil {
 		c.u.sess.done(pid)
 		return &Error{reason: "protocol", err: fmt.Errorf("encode PUBLISH of %s offset %d: %w", d.Stream, r.Offset, err)}
 	}
 	if c.u.cfg.QoS == 2 {
 		c.u.sess.mu.Lock()
 		if m := c.u.sess.out[pid]; m != nil {
-			m.pk = append([]byte(nil), c.enc.Bytes()...)
+			m.pk = append([]byte(nil), pk...)
 		}
 		c.u.sess.mu.Unlock()
 	}
 	if err := c.Err(); err != nil {
 		return err
 	}
-	return c.write(c.enc.Bytes())
-}
-
-// properties carries the record's MQTT 5 properties, and the peat ones.
-func properties(r *logstore.Record, stream string, peat bool) packets.Properties {
-	p := packets.Properties{
-		ContentType:     r.ContentType,
-		ResponseTopic:   r.ResponseTopic,
-		CorrelationData: r.CorrelationData,
-	}
-	if r.PayloadFormat != nil {
-		p.PayloadFormat, p.PayloadFormatFlag = *r.PayloadFormat, true
-	}
-	if r.MessageExpiry > 0 { // the clock only for records that expire
-		if left, _ := r.ExpiryLeft(time.Now().UnixMilli()); left > 0 {
-			p.MessageExpiryInterval = left
-		}
-	}
-	for _, up := range r.UserProperties {
-		p.User = append(p.User, packets.UserProperty{Key: up.Key, Val: up.Value})
-	}
-	if peat {
-		p.User = append(p.User,
-			packets.UserProperty{Key: PropStream, Val: stream},
-			packets.UserProperty{Key: PropOffset, Val: strconv.FormatUint(r.Offset, 10)},
-			packets.UserProperty{Key: PropTime, Val: strconv.FormatInt(r.Timestamp, 10)})
-	}
-	return p
+	return c.write(pk)
 }
 
 // write buffers b; c.wmu is held. A write that blocks longer than the
-// keepalive (a black hole with full socket buffers) fails the connection.
+// keepalive (a black hole with full socket buffers) fails the connection:
+// the deadline is set when b does not fit the buffer (the only case in
+// which Write reaches the socket), and by Flush.
 func (c *conn) write(b []byte) error {
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.keepalive))
+	if len(b) > c.bw.Available() {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.keepalive))
+	}
 	if _, err := c.bw.Write(b); err != nil {
 		c.fail(err)
 		return err
