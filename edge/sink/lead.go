@@ -82,7 +82,7 @@ func (s *Sink) take(ctx context.Context, p *pumpState, c *cursor, epoch uint64) 
 	if err := s.open(c); err != nil {
 		return &stageError{reason: "commit", err: err}
 	}
-	c.next = c.position.Load()
+	c.moveTo(c.position.Load())
 	c.slots = c.slots[:0]
 	c.led, c.ledEpoch = true, epoch
 	c.progressAt.Store(time.Now().UnixNano())
@@ -108,7 +108,7 @@ func (s *Sink) release(p *pumpState, c *cursor, leader string) {
 		delete(p.inflight, sl.id)
 	}
 	c.slots = c.slots[:0]
-	c.next = c.position.Load()
+	c.moveTo(c.position.Load()) // what was read ahead may be read again elsewhere: drop it
 	c.led = false
 	// The new leader's acknowledgements are newer: this node's last one
 	// would show as the stream's (peat_sink_last_success_timestamp_seconds)

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -123,10 +124,12 @@ var drainRun atomic.Int64
 // and the position writes; Mosquitto runs in its own process).
 //
 //	go test -run '^$' -bench BenchmarkDrain -benchtime 200000x -count 5 ./edge/sink/mqttsink/
+//	DRAIN_MOSQUITTO="max_inflight_messages 0" go test -run '^$' -bench BenchmarkDrain ...
 func BenchmarkDrain(b *testing.B) {
-	// Without TCP_NODELAY Mosquitto's PUBACKs wait for the sink's delayed
-	// ACKs (Nagle): the drain then measures that timer, not the sink.
-	addr := sinktest.StartMosquitto(b, "set_tcp_nodelay true")
+	// Mosquitto as installed (Nagle on, Receive Maximum 20), unless
+	// DRAIN_MOSQUITTO adds option lines ("max_inflight_messages 0": no
+	// Receive Maximum, the sink's window of 64; "set_tcp_nodelay true").
+	addr := sinktest.StartMosquitto(b, strings.Split(os.Getenv("DRAIN_MOSQUITTO"), ";")...)
 	st := backlogOf(b, b.N)
 	up, err := mqttsink.New(mqttsink.Config{URL: "mqtt://" + addr, ClientID: "drain", Version: 5, QoS: 1})
 	if err != nil {

@@ -266,6 +266,7 @@ func (u *Upstream) connect(ctx context.Context, clean bool) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	nc = withQuickAck(nc)
 	if u.useTLS {
 		tc := u.cfg.TLS.Clone()
 		if tc == nil {
@@ -323,7 +324,7 @@ func (u *Upstream) handshake(nc net.Conn, clean bool) (*conn, error) {
 		return nil, err
 	}
 	br := bufio.NewReaderSize(nc, 4096)
-	ack, err := readPacket(br, u.cfg.Version)
+	ack, err := readPacket(br, u.cfg.Version, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -384,6 +385,7 @@ type conn struct {
 	u         *Upstream
 	nc        net.Conn
 	br        *bufio.Reader
+	rbuf      [128]byte // readLoop's space for a packet's body (acks are 2 to a few bytes)
 	window    int
 	keepalive time.Duration
 	acks      chan uint64
@@ -573,7 +575,7 @@ func (c *conn) readLoop() {
 	defer c.wg.Done()
 	defer close(c.acks) // the pump's sign that the connection ended
 	for {
-		pk, err := readPacket(c.br, c.u.cfg.Version)
+		pk, err := readPacket(c.br, c.u.cfg.Version, c.rbuf[:])
 		if err != nil {
 			c.fail(err)
 			return
@@ -677,8 +679,11 @@ func (c *conn) pingLoop() {
 // CONNACK or DISCONNECT with a reason string.
 const maxPacket = 64 << 10
 
-// readPacket reads one packet from a server.
-func readPacket(r *bufio.Reader, version byte) (packets.Packet, error) {
+// readPacket reads one packet from a server, into scratch when it fits.
+// mochi's decoders point the packet's strings into the body: with scratch,
+// the caller is done with them (readLoop formats them into its error at
+// once) before the next read.
+func readPacket(r *bufio.Reader, version byte, scratch []byte) (packets.Packet, error) {
 	pk := packets.Packet{ProtocolVersion: version}
 	hb, err := r.ReadByte()
 	if err != nil {
@@ -695,7 +700,12 @@ func readPacket(r *bufio.Reader, version byte) (packets.Packet, error) {
 		return pk, &Error{reason: "protocol", err: fmt.Errorf("packet type %d of %d bytes from upstream", pk.FixedHeader.Type, n)}
 	}
 	pk.FixedHeader.Remaining = n
-	body := make([]byte, n)
+	var body []byte
+	if n <= len(scratch) {
+		body = scratch[:n]
+	} else {
+		body = make([]byte, n)
+	}
 	if _, err := io.ReadFull(r, body); err != nil {
 		return pk, err
 	}
