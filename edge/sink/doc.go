@@ -28,7 +28,12 @@
 // The pump commits, and reads from the log, a quarter of the window at a
 // time (or as soon as everything sent is acknowledged): acting on each
 // acknowledgement alone cost a state write, a log read and a socket write
-// per record, three quarters of a drain's CPU.
+// per record, three quarters of a drain's CPU. A read asks for up to 256
+// records beyond that (ReadBytes bounds it), kept in the cursor until
+// sent: the log stores records in group-commit batches, and every read
+// parses the batches it touches whole. That read-ahead is the only other
+// copy of records in memory, per stream, and anything that moves the
+// cursor (a reconnect, a seek, a leader change) drops it.
 //
 // Every connection starts from the durable position: a reconnect needs no
 // new traffic to drain the backlog. Retention may drop records the sink

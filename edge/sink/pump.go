@@ -122,6 +122,12 @@ type pumpState struct {
 // quarters in flight meanwhile.
 func batchOf(window int) int { return max(1, window/4) }
 
+// Batch is how many acknowledgements the pump of a connection with this
+// window acts on at once (a quarter of it): a Conn may hand them over in
+// groups that large (mqttsink does), as long as it hands over at once
+// the acknowledgement that leaves nothing in flight.
+func Batch(window int) int { return batchOf(window) }
+
 // Keeper is a Conn that took over its predecessor's deliveries still in
 // flight (an MQTT session resumed with QoS 2): it completes them itself,
 // under the same ids, and the pump keeps its window instead of rewinding.

@@ -179,16 +179,17 @@ func (s *session) take(id uint64) (uint16, error) {
 	}
 }
 
-// done ends pid's exchange and returns its delivery id.
-func (s *session) done(pid uint16) (uint64, bool) {
+// done ends pid's exchange and returns its delivery id, and how many
+// exchanges are still in flight.
+func (s *session) done(pid uint16) (id uint64, ok bool, left int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m, ok := s.out[pid]
 	if !ok {
-		return 0, false
+		return 0, false, len(s.out)
 	}
 	delete(s.out, pid)
-	return m.id, true
+	return m.id, true, len(s.out)
 }
 
 func (s *session) reset() {
@@ -571,9 +572,23 @@ func (c *conn) Flush(ctx context.Context) error {
 }
 
 // readLoop reads the upstream's packets until the connection fails.
+//
+// Acknowledgements go to the pump in groups of sink.Batch (the pump acts
+// on no fewer), or at once when nothing else is in flight: each hand-over
+// wakes the pump, and one per PUBACK cost more than the pump's own work.
 func (c *conn) readLoop() {
 	defer c.wg.Done()
-	defer close(c.acks) // the pump's sign that the connection ended
+	var pending []uint64 // acknowledged, not handed to the pump yet
+	defer func() {
+		for _, id := range pending { // acks has room for a window
+			select {
+			case c.acks <- id:
+			default:
+			}
+		}
+		close(c.acks) // the pump's sign that the connection ended
+	}()
+	batch := sink.Batch(c.window)
 	for {
 		pk, err := readPacket(c.br, c.u.cfg.Version, c.rbuf[:])
 		if err != nil {
@@ -596,15 +611,22 @@ func (c *conn) readLoop() {
 				}
 				continue
 			}
-			id, ok := c.u.sess.done(pk.PacketID)
+			id, ok, left := c.u.sess.done(pk.PacketID)
 			if !ok {
 				continue // an ack for nothing in flight: ignore, as brokers do
 			}
-			select {
-			case c.acks <- id:
-			case <-c.done:
-				return
+			if pending = append(pending, id); len(pending) < batch && left > 0 {
+				continue
 			}
+			for i, id := range pending {
+				select {
+				case c.acks <- id:
+				case <-c.done:
+					pending = pending[i:] // the deferred hand-over tries these
+					return
+				}
+			}
+			pending = pending[:0]
 		case packets.Pingresp:
 		case packets.Disconnect:
 			c.fail(&Error{reason: "refused", err: fmt.Errorf("upstream disconnected: reason %#x %s",
