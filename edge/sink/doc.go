@@ -9,7 +9,8 @@
 // acknowledged upstream or skipped by the sink's topic filter. The sink
 // reads "everything after my position" from the log, so an outage of any
 // length costs disk (bounded by the stream's retention), never memory: the
-// only records in memory are the in-flight window.
+// only records in memory are the in-flight window and a read-ahead of at
+// most 256 records (or ReadBytes) per stream.
 //
 // One goroutine, the pump, owns a connection (Conn) at a time:
 //
@@ -31,9 +32,8 @@
 // per record, three quarters of a drain's CPU. A read asks for up to 256
 // records beyond that (ReadBytes bounds it), kept in the cursor until
 // sent: the log stores records in group-commit batches, and every read
-// parses the batches it touches whole. That read-ahead is the only other
-// copy of records in memory, per stream, and anything that moves the
-// cursor (a reconnect, a seek, a leader change) drops it.
+// parses the batches it touches whole. Anything that moves the cursor (a
+// reconnect, a seek, a leader change) drops what was read ahead.
 //
 // Every connection starts from the durable position: a reconnect needs no
 // new traffic to drain the backlog. Retention may drop records the sink
