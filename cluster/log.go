@@ -128,7 +128,9 @@ func (l *Log) refresh(st *State) {
 	old := l.view.Load()
 	var want []*logstore.Stream
 	for _, s := range l.store.Streams() {
-		if cs := st.Streams[s.Name()]; cs != nil { // a replica, or an observer (Replicator.want)
+		// A replica, or an observer (Replicator.want), holding the
+		// stream's records, not a deleted one's (delete.go).
+		if cs := st.Streams[s.Name()]; cs != nil && servesIncarnation(s, cs, st) {
 			want = append(want, s)
 		}
 	}
