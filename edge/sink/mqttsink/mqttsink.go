@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -399,6 +400,7 @@ type conn struct {
 		sync.Mutex
 		lastRead time.Time
 	}
+	lastFlush      atomic.Int64 // unix ns of the pump's last Flush: when the wait for acks began
 	sessionPresent bool
 	keeps          bool // resumed the session's messages in flight (QoS 2)
 
@@ -563,12 +565,60 @@ func (c *conn) write(b []byte) error {
 func (c *conn) Flush(ctx context.Context) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.keepalive))
+	now := time.Now()
+	_ = c.nc.SetWriteDeadline(now.Add(c.keepalive))
 	if err := c.bw.Flush(); err != nil {
 		c.fail(err)
 		return err
 	}
+	c.lastFlush.Store(now.UnixNano())
 	return nil
+}
+
+// ackStall is how long a PUBACK may come after the last one read or the
+// last PUBLISH sent, with more still in flight, before it counts as a
+// stall: Linux delays an ACK by 40 ms at least. Two stalls within
+// stallSpan turn on acknowledging every read at once (quickAckConn), for
+// quickAckFor; then it goes off again, and stays off unless the stalls
+// come back. A lone slow ack (a loaded machine, the upstream writing to
+// its disk) turns nothing on, and where nothing stalls the extra ACKs
+// would cost CPU (see quickAckConn); where the stall is real, it comes
+// back once per quickAckFor, 80 ms in 5 s.
+const (
+	ackStall    = 20 * time.Millisecond
+	stallSpan   = time.Second
+	quickAckFor = 5 * time.Second
+)
+
+// quickAcker is a connection that can acknowledge every read at once
+// (quickack_linux.go).
+type quickAcker interface{ quickAck(on bool) }
+
+// stallWatch decides when a connection acknowledges every read at once.
+type stallWatch struct {
+	lastStall, onSince time.Time
+	on                 bool
+}
+
+// ack notes a PUBACK read at now, gap after the last read or flush, with
+// left more in flight; it returns whether quick acks should change, and to what.
+func (w *stallWatch) ack(now time.Time, gap time.Duration, left int) (change, on bool) {
+	if w.on {
+		if now.Sub(w.onSince) < quickAckFor {
+			return false, true
+		}
+		w.on, w.lastStall = false, time.Time{}
+		return true, false
+	}
+	if left == 0 || gap <= ackStall {
+		return false, false
+	}
+	if !w.lastStall.IsZero() && now.Sub(w.lastStall) <= stallSpan {
+		w.on, w.onSince = true, now
+		return true, true
+	}
+	w.lastStall = now
+	return false, false
 }
 
 // readLoop reads the upstream's packets until the connection fails.
@@ -589,14 +639,18 @@ func (c *conn) readLoop() {
 		close(c.acks) // the pump's sign that the connection ended
 	}()
 	batch := sink.Batch(c.window)
+	qa, _ := c.nc.(quickAcker)
+	var stalls stallWatch
 	for {
 		pk, err := readPacket(c.br, c.u.cfg.Version, c.rbuf[:])
 		if err != nil {
 			c.fail(err)
 			return
 		}
+		now := time.Now()
 		c.mu.Lock()
-		c.mu.lastRead = time.Now()
+		since := max(c.mu.lastRead.UnixNano(), c.lastFlush.Load())
+		c.mu.lastRead = now
 		c.mu.Unlock()
 		switch pk.FixedHeader.Type {
 		case packets.Puback, packets.Pubrec, packets.Pubcomp:
@@ -614,6 +668,11 @@ func (c *conn) readLoop() {
 			id, ok, left := c.u.sess.done(pk.PacketID)
 			if !ok {
 				continue // an ack for nothing in flight: ignore, as brokers do
+			}
+			if qa != nil {
+				if change, on := stalls.ack(now, time.Duration(now.UnixNano()-since), left); change {
+					qa.quickAck(on)
+				}
 			}
 			if pending = append(pending, id); len(pending) < batch && left > 0 {
 				continue
