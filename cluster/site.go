@@ -94,6 +94,20 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 	if err := checkAddr(cfg.TransportListen); err != nil {
 		return nil, fmt.Errorf("cluster: transport address: %w", err)
 	}
+	for _, st := range cfg.Streams {
+		if st.Name == SessionsStream {
+			return nil, fmt.Errorf("cluster: stream name %q is reserved for the site's durable sessions", SessionsStream)
+		}
+	}
+	// The sessions' stream is created with the others, at the site's
+	// replication factor; the store gets it at every start (nothing
+	// records a stream added at run time), finding its state again.
+	if cfg.Store.Stream(SessionsStream) == nil {
+		if _, err := cfg.Store.AddStream(sessionsStreamConfig()); err != nil {
+			return nil, fmt.Errorf("cluster: sessions' stream: %w", err)
+		}
+	}
+	cfg.Streams = append(slices.Clip(cfg.Streams), SiteStream{Name: SessionsStream})
 	ln, err := net.Listen("tcp", cfg.TransportListen)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: transport: %w", err)
