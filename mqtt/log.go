@@ -111,8 +111,8 @@ type SiteSessions interface {
 	SessionState() StateStore
 	// ClaimSession makes this broker the holder of client id's session,
 	// taking it from the broker that held it, which is told
-	// (OnSessionTaken) before the claim is answered when it is alive in
-	// the site. False when the site cannot decide it now.
+	// (OnSessionTaken) once its copy of the site's state shows the move.
+	// False when the site cannot decide it now.
 	ClaimSession(id string) bool
 	// ReleaseSession gives id's claim up (its session ended here), without
 	// waiting.

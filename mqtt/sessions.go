@@ -26,7 +26,8 @@ import (
 // The session (client properties, subscriptions) is kept in the log's
 // StateStore under "s/<client id>", msgpack-encoded, and given to mochi at
 // start through the storage hooks StoredClients and StoredSubscriptions, so
-// the client finds its session present after a restart. Its offsets
+// the client finds its session present after a restart (in a site, the
+// site keeps it and a broker reads it at connect: sessions_site.go). Its offsets
 // (cursors) belong to the streams they point into and are kept in each
 // stream's own state: "s/<client id>" for the client's plain
 // subscriptions, "t/<client id>\x00<filter>" for each of its $replay
