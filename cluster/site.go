@@ -107,7 +107,7 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 			return nil, fmt.Errorf("cluster: sessions' stream: %w", err)
 		}
 	}
-	cfg.Streams = append(slices.Clip(cfg.Streams), SiteStream{Name: SessionsStream})
+	cfg.Streams = append(slices.Clip(cfg.Streams), SiteStream{Name: SessionsStream, ReplicationFactor: sessionsFactor(cfg)})
 	ln, err := net.Listen("tcp", cfg.TransportListen)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: transport: %w", err)
@@ -344,6 +344,19 @@ func (s *Site) replicationFactor(st SiteStream) (int, error) {
 		return 0, errors.New("no controller quorum yet")
 	}
 	return min(3, len(voters)), nil
+}
+
+// sessionsFactor is the sessions' stream's replication factor: the
+// largest of the configured streams' (0: the site's default), so that
+// the sessions outlive as many failures as the records they point into.
+func sessionsFactor(cfg SiteConfig) int {
+	rf := 0
+	for _, st := range cfg.Streams {
+		if f := cmp.Or(st.ReplicationFactor, cfg.ReplicationFactor); f > rf {
+			rf = f
+		}
+	}
+	return rf
 }
 
 // pickReplicas takes rf of the alive brokers (sorted), starting at a
