@@ -416,10 +416,11 @@
 // to any other and finds it. Its offsets are stream state, replicated
 // with each stream; its properties and subscriptions are in the state of
 // one more stream, SessionsStream ("_sessions"), which every node's Site
-// creates with the configured ones (at the site's replication factor;
-// nodes outside its replicas are observers, which fetch its state too)
-// and which captures no topics (a mirror stream without filters in the
-// store: nothing routes to it, it holds no records). The controller's
+// creates with the configured ones, at the largest of their replication
+// factors (nodes outside its replicas are observers, which fetch its
+// state too; Status lists it last). It captures no topics: a mirror
+// stream without filters in the store, which nothing routes to and which
+// holds no records. The controller's
 // state was not the place: Kafka keeps groups in __consumer_offsets, not
 // in its metadata quorum, because the Raft log is applied by every node,
 // snapshotted whole and on the path of every election, and per-client
@@ -463,9 +464,11 @@
 // The streams' state is shared (mqtt.SharedState), so mqtt never takes
 // another node's session offsets for leftovers
 // (TestCluster_SessionOffsetsSurviveOtherNodes). edge's
-// TestCluster_SessionResumesOnAnotherNode, TestCluster_SessionTakenOverAcrossNodes
-// and TestCluster_CleanStartEndsTheSessionSiteWide, and sitetest's
-// TestSite_DurableSessionKill (kill -9) show it.
+// TestCluster_SessionResumesOnAnotherNode,
+// TestCluster_SessionTakenOverAcrossNodes and
+// TestCluster_CleanStartEndsTheSessionSiteWide, sitetest's
+// TestSite_DurableSessionKill (kill -9) and TestLog_SessionTakenOver
+// show it.
 //
 // TestLog_Contract runs mqtt's contract suite against the Log of a
 // one-node site; all of it passes (streams are added through the
