@@ -1,14 +1,17 @@
 package edge
 
 import (
+	"context"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	pahov5 "github.com/eclipse/paho.golang/paho"
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/peatmq/peat/cluster"
@@ -296,5 +299,55 @@ func TestCluster_CleanStartEndsTheSessionSiteWide(t *testing.T) {
 		case <-time.After(60 * time.Second):
 			t.Fatal("the marker was not delivered")
 		}
+	}
+}
+
+// v5Session connects an MQTT 5 client with Clean Start 0 and Session
+// Expiry Interval expiry to n, subscribes it to filter unless filter is
+// "", disconnects it normally, and returns the CONNACK's session
+// present.
+func v5Session(t *testing.T, n *Node, id string, expiry uint32, filter string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		conn, err := net.Dial("tcp", n.MQTTAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := pahov5.NewClient(pahov5.ClientConfig{Conn: conn})
+		ca, err := c.Connect(ctx, &pahov5.Connect{ClientID: id, CleanStart: false, KeepAlive: 30,
+			Properties: &pahov5.ConnectProperties{SessionExpiryInterval: &expiry}})
+		if err != nil { // the site refused it (its sessions' leader failing over): again
+			conn.Close()
+			if ctx.Err() != nil {
+				t.Fatalf("connect %s: %v", id, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		if filter != "" {
+			if _, err := c.Subscribe(ctx, &pahov5.Subscribe{Subscriptions: []pahov5.SubscribeOptions{{Topic: filter, QoS: 1}}}); err != nil {
+				t.Fatalf("subscribe %s: %v", id, err)
+			}
+		}
+		_ = c.Disconnect(&pahov5.Disconnect{})
+		return ca.SessionPresent
+	}
+}
+
+// MQTT 5 sessions expire site-wide: one whose Session Expiry Interval
+// has passed since it disconnected from one node is not present on
+// another, while one still within its interval is.
+func TestCluster_SessionExpiresSiteWide(t *testing.T) {
+	nodes := startSiteNodes(t, 3)
+	v5Session(t, nodes[0], "keeps", 300, "sensors/#")
+	v5Session(t, nodes[0], "expires", 1, "sensors/#")
+	time.Sleep(2500 * time.Millisecond) // past the second session's expiry: what the test is about
+	if !v5Session(t, nodes[1], "keeps", 300, "") {
+		t.Fatal("a session within its expiry is not present on another node")
+	}
+	if v5Session(t, nodes[1], "expires", 300, "") {
+		t.Fatal("a session past its expiry is present on another node")
 	}
 }
