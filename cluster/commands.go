@@ -22,6 +22,14 @@ const (
 	kindRemoveBroker
 )
 
+// Kinds are stored in Raft logs and snapshots' history: never renumber
+// one. These carry explicit values so that kinds added beside them on
+// other branches cannot shift them.
+const (
+	kindDrainBroker          byte = 16
+	kindSetReplicationFactor byte = 17
+)
+
 // RegisterBroker records that broker ID runs with Epoch (new on every
 // start) and is alive. A higher epoch than the one known is a restart: the
 // old incarnation's standing goes (it leaves every ISR it is not the last
@@ -70,6 +78,27 @@ type RemoveBroker struct {
 	ID string
 }
 
+// DrainBroker starts a live broker's decommission (`peat cluster
+// remove-node` of a node that is alive): the controller moves its
+// replicas to other brokers, add first and remove after, while it keeps
+// serving; it leaves the controller's quorum as a voter (staying a
+// non-voter that follows the state), is never given a replica again,
+// and is removed (RemoveBroker) once it holds none and has stopped.
+// Refused for a removed broker, or when a stream it holds could not
+// keep its replication factor on the other brokers.
+type DrainBroker struct {
+	ID string
+}
+
+// SetReplicationFactor changes how many replicas a stream should have
+// (its replication_factor changed in the configuration): the controller
+// adds replicas on alive brokers, or drops the extra ones (never the
+// leader, those outside the ISR first).
+type SetReplicationFactor struct {
+	Name              string
+	ReplicationFactor int
+}
+
 // ElectLeader makes Preferred the stream's leader when it is alive and in
 // the ISR; without Preferred it keeps an eligible leader, else elects one.
 type ElectLeader struct {
@@ -103,6 +132,9 @@ func (ElectLeader) kind() byte    { return kindElectLeader }
 func (AlterISR) kind() byte       { return kindAlterISR }
 func (RemoveBroker) kind() byte   { return kindRemoveBroker }
 
+func (DrainBroker) kind() byte          { return kindDrainBroker }
+func (SetReplicationFactor) kind() byte { return kindSetReplicationFactor }
+
 // EncodeCommand is the Raft entry data of c.
 func EncodeCommand(c Command) ([]byte, error) {
 	body, err := msgpack.Marshal(c)
@@ -134,6 +166,10 @@ func DecodeCommand(b []byte) (Command, error) {
 		c, err = decodeAs[AlterISR](b[1:])
 	case kindRemoveBroker:
 		c, err = decodeAs[RemoveBroker](b[1:])
+	case kindDrainBroker:
+		c, err = decodeAs[DrainBroker](b[1:])
+	case kindSetReplicationFactor:
+		c, err = decodeAs[SetReplicationFactor](b[1:])
 	default:
 		return nil, fmt.Errorf("%w: kind %d", ErrBadCommand, b[0])
 	}

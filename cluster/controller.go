@@ -206,6 +206,16 @@ func (n *Node) reconcileAll(ctx context.Context) error {
 		}
 		switch sm.Status {
 		case serf.StatusAlive:
+			if b != nil && b.Draining {
+				// Leaving: never a voter again, and out of the quorum once
+				// its replicas have moved (the quorum keeps its tolerance
+				// meanwhile), a non-voter that follows the state while it
+				// still serves (remove.go).
+				if len(state.replicaOf(m.ID)) == 0 {
+					errs = append(errs, n.demoteDraining(m, inRaft))
+				}
+				m.Voter = false
+			}
 			errs = append(errs, n.addServer(m, inRaft))
 			if m.Epoch != 0 && (b == nil || b.Epoch != m.Epoch || !b.Alive) {
 				errs = append(errs, n.apply(ctx, RegisterBroker{ID: m.ID, Epoch: m.Epoch}))
@@ -216,6 +226,11 @@ func (n *Node) reconcileAll(ctx context.Context) error {
 			}
 			if sm.Status == serf.StatusLeft {
 				errs = append(errs, n.removeServer(m.ID, inRaft))
+			}
+			if b != nil && b.Draining && !b.Alive && len(state.replicaOf(m.ID)) == 0 {
+				// Drained and stopped: gone for good (forgetRemoved next).
+				n.log.Info("cluster: drained member stopped: removing it", slog.String("member", m.ID))
+				errs = append(errs, n.apply(ctx, RemoveBroker{ID: m.ID}))
 			}
 		}
 	}

@@ -86,15 +86,23 @@
 //     set and cannot register while a stream still names it; once none
 //     does, it registers as a new, empty broker. The mark stays (a few
 //     bytes) so that every controller keeps it out of Raft.
+//   - DrainBroker marks a live broker draining (a decommission): never
+//     added to a replica set again, kept across its restarts; refused
+//     when a stream it holds could not have its replication factor on
+//     the other alive brokers. SetReplicationFactor changes a stream's
+//     factor (at least 1); the moves follow (reassign.go).
 //
 // Snapshots are the State as msgpack; fields added later (a stream's
-// ReplicationFactor, a broker's Removed) decode as zero from older ones.
+// ReplicationFactor, a broker's Removed and Draining) decode as zero
+// from older ones. Command kinds are never renumbered: DrainBroker and
+// SetReplicationFactor have explicit ones (16, 17).
 //
-// # Moving replicas (reassign.go, remove.go)
+// # Moving replicas (reassign.go, remove.go, balance.go)
 //
 // A stream keeps the replicas it was created on until a broker is
-// removed, or until it has fewer than its ReplicationFactor (created on a
-// site with fewer brokers). A broker is removed by an operator
+// removed or drained, or until its replica count differs from its
+// ReplicationFactor (created on a site with fewer brokers, or the factor
+// changed). A broker is removed by an operator
 // (Site.RemoveNode: `peat cluster remove-node`, POST
 // /api/v1/cluster/nodes/<id>/remove) or, with Config.ReplaceAfter
 // (cluster.replace_after, 0 = never), by the controller once it has
@@ -128,6 +136,52 @@
 // 3-voter site then has 2 voters until a new voter joins) and out of
 // Serf (force-leave, pruned: no more probes or reconnects). A leader's
 // min_insync_replicas default follows its replica count as it changes.
+//
+// A live node is decommissioned by the same command: RemoveNode of a
+// member Serf sees alive submits DrainBroker instead. The node keeps
+// serving; planMoves treats it as leaving (steps 1-2 above), and drops
+// it from a stream only once the stream has its factor on kept
+// replicas that are all alive and in the ISR (never an under-replicated
+// moment: with a broker gone meanwhile it waits). When it leads, the
+// same AssignReplicas elects the first kept ISR member, the controlled
+// leader change a hand-over makes. Once it holds no replica the
+// controller demotes a draining voter to non-voter (it follows the
+// state, so its clients' publishes are still forwarded right) if the
+// voters left alive stay a majority of those remaining; a draining
+// controller first hands Raft's leadership over. RemoveNode refuses up front (ErrQuorum) a voter without which
+// fewer than a majority of the remaining voters are alive, the only
+// voter included. Status shows the member "draining" (with the streams
+// it still holds), then "drained": the operator stops it, Serf reports
+// it failed, and the controller submits RemoveBroker and forgets it as
+// above.
+//
+// A stream's factor comes from the configuration (replication_factor,
+// the stream's or the site's; 0 leaves it). Site.manage submits
+// SetReplicationFactor once per run for each stream whose factor in the
+// state differs, once this node's registration in its broker epoch is
+// applied (its state is then recent): the node started last wins.
+// "The controller's configuration wins" would flap in a rolling restart
+// that changes it, as the controller moves between nodes with the old
+// and the new value, copying a stream and dropping it again. Raised,
+// planMoves adds replicas on the least loaded brokers, which catch up
+// and join the ISR; lowered, it drops the extra ones: never the leader,
+// the dead first, then those outside the ISR, then the last in replica
+// order, so the ISR keeps every member it can. edge refuses a
+// min_insync_replicas above the factor (every publish would be refused).
+//
+// Leader balancing (balance.go, Kafka's preferred replica election): a
+// stream's first replica not leaving is its preferred leader. After a
+// failover, a node that returns is a follower of every stream it led;
+// on the controller, Site.manage elects it again (ElectLeader with
+// Preferred) once it has been alive, in the ISR and not leading for
+// Config.LeaderBalanceAfter (cluster.leader_balance_after, 5 min, 0:
+// never), counted in the controller's memory (a new controller counts
+// again), one stream per pass. The change is the controlled one: the old
+// leader stops committing once its state names another, and the new
+// one, an ISR member, holds everything acknowledged under acks=all;
+// appends in flight on the old leader are refused (clients resend).
+// Streams with acks: leader are never moved: their leader may have
+// acknowledged records no follower has yet.
 //
 // # Raft's keys in the key-value space (raftstore.go)
 //
@@ -587,9 +641,13 @@
 //     the state, and its records stay on disk, unread: deleting them on
 //     every replica, a replica down at the time included, needs logstore
 //     to delete a stored stream its configuration no longer lists, and a
-//     tombstone in the state); changing a stream's replication factor
-//     after its creation, and moving replicas off a live node (a
-//     decommission) or to balance leaders; mirror streams in a site (a
-//     mirror's appends must land at the source's offsets, which
-//     forwarding does not carry).
+//     tombstone in the state); mirror streams in a site (a mirror's
+//     appends must land at the source's offsets, which forwarding does
+//     not carry).
+//   - Undoing a drain (a node drained by mistake stays draining: it
+//     holds nothing and gets nothing until it is removed and registers
+//     as a new broker); balancing replicas (not only leaders) over
+//     brokers that joined later; leader balancing for acks: leader
+//     streams, which needs a leader that stops acknowledging and waits
+//     for its follower before it hands over.
 package cluster

@@ -19,3 +19,7 @@ var (
 	ErrBrokerAlive       = errors.New("cluster: broker is alive")
 	ErrRemovedBroker     = errors.New("cluster: broker was removed from the site")
 )
+
+// ErrQuorum refuses taking a voter out of the controller's quorum when
+// the voters left alive would not be a majority of those remaining.
+var ErrQuorum = errors.New("cluster: the controller's quorum would be lost")

@@ -41,6 +41,10 @@ type stream struct {
 		moved   chan struct{}
 		leader  *Leader    // the Leader last seen
 		fwd     *forwarder // to the leader, while another node leads
+		// gaveUp: closing gave up a written append; every later one is
+		// given up too, or a later append told committed would follow an
+		// earlier one told it failed.
+		gaveUp bool
 		// granted are the claims this node's clients were granted (key ->
 		// holder); releasing, their releases the leader has not had yet
 		// (log_claims.go).
@@ -342,7 +346,8 @@ func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 	s.mu.Lock()
 	// One look at the watermark for the whole queue: it moves on other
 	// goroutines, and a later append answered as committed after an
-	// earlier one was given up (closing) would leave a gap.
+	// earlier one was given up (closing) would leave a gap. drain calls
+	// this again as the rest are written: gaveUp carries the give-up over.
 	committed := s.st.Committed()
 	for len(s.mu.pending) > 0 {
 		p := s.mu.pending[0]
@@ -355,10 +360,11 @@ func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 			switch {
 			case r.err != nil:
 				c.err = r.err
-			case r.end <= committed || s.l.acksLeader(s.name) || time.Since(r.at) > fwdLocalWait:
+			case !s.mu.gaveUp && (r.end <= committed || s.l.acksLeader(s.name) || time.Since(r.at) > fwdLocalWait):
 				c.first = r.first // the run loop looks at least every replicatorRetry
 			case closing:
 				c.err = fmt.Errorf("cluster: append to %s: %w", s.name, logstore.ErrClosed)
+				s.mu.gaveUp = true
 			default:
 				// Committed on the leader: answered once this replica's
 				// watermark has caught up, so a reader here sees it.
@@ -374,10 +380,11 @@ func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 			switch {
 			case r.err != nil:
 				c.err = r.err
-			case r.end <= committed || s.l.acksLeader(s.name):
+			case !s.mu.gaveUp && (r.end <= committed || s.l.acksLeader(s.name)):
 				c.first = r.first
 			case closing:
 				c.err = fmt.Errorf("cluster: append to %s: %w", s.name, logstore.ErrClosed)
+				s.mu.gaveUp = true
 			case p.leader != ld:
 				c.err = fmt.Errorf("cluster: append to %s: leadership moved before the records committed: %w", s.name, mqtt.ErrLeaderUnavailable)
 			case !ld.InSync():

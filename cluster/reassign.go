@@ -17,14 +17,24 @@ import (
 // AssignReplicas per stream that needs one (Kafka's reassignment: add
 // first, remove after):
 //
-//   - a stream with fewer replicas outside the removed brokers than its
-//     replication factor gets replicas on alive brokers outside its set,
-//     those holding the fewest replicas first (ties broken from a place
-//     the stream's name decides, as pickReplicas spreads leaders); a new
-//     one takes a removed one's place in the replica order;
-//   - a removed broker leaves a stream's replicas only once every alive
+//   - a stream with fewer replicas outside the leaving brokers (removed
+//     or draining) than its replication factor gets replicas on alive
+//     brokers outside its set, those holding the fewest replicas first
+//     (ties broken from a place the stream's name decides, as
+//     pickReplicas spreads leaders); a new one takes a leaving one's
+//     place in the replica order;
+//   - a stream with more drops the extra ones (its factor was lowered):
+//     never the leader, the dead and those outside the ISR first, then
+//     the last in replica order, so the ISR keeps every member it can;
+//   - a leaving broker leaves a stream's replicas only once every alive
 //     replica it keeps is in the ISR (the new ones have caught up), so
-//     the stream never has fewer in sync than before the move.
+//     the stream never has fewer in sync than before the move. A removed
+//     broker (dead) goes anyway when no broker is left to move to; a
+//     draining one (alive, in the ISR) only once the stream has its
+//     factor on kept replicas that are all alive and in sync: a
+//     decommission is never an under-replicated moment, and waits for a
+//     broker (or a lower factor) when one it counted on has gone. If it
+//     leads, the first kept ISR member takes over in the same command.
 //
 // The new replicas catch up as any follower does and the stream's leader
 // takes them into the ISR (the Replicator's rules). An offline stream
@@ -33,7 +43,7 @@ func planMoves(st *State) []AssignReplicas {
 	load := map[string]int{}
 	var alive []string
 	for id, b := range st.Brokers {
-		if b.Alive && !b.Removed {
+		if b.Alive && !b.Removed && !b.Draining {
 			alive = append(alive, id)
 		}
 	}
@@ -50,14 +60,18 @@ func planMoves(st *State) []AssignReplicas {
 			continue
 		}
 		var keep, gone []string
+		draining := false
 		for _, r := range s.Replicas {
-			if b := st.Brokers[r]; b != nil && b.Removed {
+			if st.leaving(r) {
 				gone = append(gone, r)
+				b := st.Brokers[r]
+				draining = draining || (b.Draining && !b.Removed) // removed: dead, gone for good
 			} else {
 				keep = append(keep, r)
 			}
 		}
-		if need := s.Want() - len(keep); need > 0 {
+		want := s.Want()
+		if need := want - len(keep); need > 0 {
 			add := pickAdded(name, alive, s.Replicas, load, need)
 			if len(add) > 0 {
 				for _, a := range add {
@@ -67,12 +81,23 @@ func planMoves(st *State) []AssignReplicas {
 				continue
 			}
 		}
-		if len(gone) == 0 || !slices.ContainsFunc(keep, s.InISR) {
+		if extra := len(keep) - want; extra > 0 && want > 0 {
+			drop := pickDropped(st, s, keep, extra)
+			for _, d := range drop {
+				load[d]--
+			}
+			out = append(out, AssignReplicas{Name: name,
+				Replicas: slices.DeleteFunc(slices.Clone(s.Replicas), func(r string) bool { return slices.Contains(drop, r) })})
+			continue
+		}
+		if len(gone) == 0 || !slices.ContainsFunc(keep, s.InISR) || (draining && len(keep) < want) {
 			continue
 		}
 		caughtUp := true
 		for _, r := range keep {
-			caughtUp = caughtUp && (s.InISR(r) || !st.alive(r))
+			// A dead kept replica holds a removed broker's move up only
+			// while it is in sync; a draining one's always (it is alive).
+			caughtUp = caughtUp && (s.InISR(r) || (!draining && !st.alive(r)))
 		}
 		if caughtUp {
 			for _, g := range gone {
@@ -82,6 +107,24 @@ func planMoves(st *State) []AssignReplicas {
 		}
 	}
 	return out
+}
+
+// pickDropped takes extra of keep to drop from s: never its leader; the
+// dead first, then those outside the ISR, then the last in replica order.
+func pickDropped(st *State, s *Stream, keep []string, extra int) []string {
+	cands := slices.DeleteFunc(slices.Clone(keep), func(r string) bool { return r == s.Leader })
+	rank := func(r string) int {
+		switch {
+		case !st.alive(r):
+			return 0
+		case !s.InISR(r):
+			return 1
+		}
+		return 2
+	}
+	slices.Reverse(cands) // the last in replica order first, among equals
+	slices.SortStableFunc(cands, func(a, b string) int { return cmp.Compare(rank(a), rank(b)) })
+	return cands[:min(extra, len(cands))]
 }
 
 // pickAdded takes up to need of the alive brokers outside replicas, the

@@ -3,6 +3,10 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/hashicorp/raft"
 )
 
 // Removal is what RemoveNode started.
@@ -11,27 +15,121 @@ type Removal struct {
 	// Moving are the streams whose replica on the node the controller
 	// moves to other brokers (none left: the node held no replica).
 	Moving []string `json:"moving"`
+	// Draining: the node is alive and keeps serving while its replicas
+	// move (a decommission); stop it once Status shows it drained.
+	Draining bool `json:"draining"`
 }
 
-// RemoveNode tells the site that member id is gone for good (a dead
-// Raspberry Pi replaced by a new one with another node_id): the
-// controller moves each of its replicas to an alive broker outside the
-// stream's replicas, drops the old one once the new one is in the ISR,
-// and takes the node out of Raft's configuration and Serf. It returns
-// once the controller has recorded the removal; the moves follow
-// (Status shows them). A member Serf sees alive is refused
-// (ErrBrokerAlive): stop it first. So is the last in-sync replica of a
-// stream (ErrIneligibleReplica), which alone holds what it committed.
+// RemoveNode takes member id out of the site.
+//
+// A member that is gone for good (a dead Raspberry Pi replaced by a new
+// one with another node_id): the controller moves each of its replicas
+// to an alive broker outside the stream's replicas, drops the old one
+// once the new one is in the ISR, and takes the node out of Raft's
+// configuration and Serf. The last in-sync replica of a stream is
+// refused (ErrIneligibleReplica): it alone holds what it committed.
+//
+// A member that is alive is drained (DrainBroker, a decommission): it
+// keeps serving while the controller copies its replicas to other
+// brokers, then drops its replicas one stream at a time once the new
+// ones are in the ISR (its leaderships go to in-sync replicas in the
+// same step), and demotes it from voter to non-voter. Once it holds no
+// replica the operator stops it, and the controller removes it as
+// above. Refused when a stream it holds would have no broker to move to
+// (ErrIneligibleReplica), or when it is a voter without which fewer
+// than a majority of the remaining voters are alive (ErrQuorum).
+//
+// It returns once the controller has recorded the removal or drain; the
+// moves follow (Status shows them).
 func (s *Site) RemoveNode(ctx context.Context, id string) (Removal, error) {
+	var alive bool
+	up := map[string]bool{}
 	for _, m := range s.Node.Members() {
-		if m.ID == id && m.Status == "alive" {
-			return Removal{}, fmt.Errorf("%w: %s is alive in the site's membership: stop it first "+
-				"(only a node that is gone for good is removed)", ErrBrokerAlive, id)
+		up[m.ID] = m.Status == "alive"
+		if m.ID == id {
+			alive = m.Status == "alive"
 		}
 	}
-	if err := s.Node.Submit(ctx, RemoveBroker{ID: id}); err != nil {
+	var c Command = RemoveBroker{ID: id}
+	if alive {
+		voters, _, err := s.Node.Quorum()
+		if err != nil {
+			return Removal{}, fmt.Errorf("remove %s: %w", id, err)
+		}
+		if err := quorumWithout(id, voters, func(v string) bool { return up[v] }); err != nil {
+			return Removal{}, err
+		}
+		c = DrainBroker{ID: id}
+	}
+	if err := s.Node.Submit(ctx, c); err != nil {
 		return Removal{}, fmt.Errorf("remove %s: %w", id, err)
 	}
 	st, _ := s.Node.State()
-	return Removal{Node: id, Moving: orEmpty(st.replicaOf(id))}, nil
+	return Removal{Node: id, Moving: orEmpty(st.replicaOf(id)), Draining: alive}, nil
+}
+
+// quorumWithout checks that Raft keeps a quorum once voter id stops
+// voting: the other voters alive now must be a majority of the voters
+// that remain. A 3-voter site with one voter down cannot lose another.
+func quorumWithout(id string, voters []string, alive func(string) bool) error {
+	if !slices.Contains(voters, id) {
+		return nil
+	}
+	var rest, up []string
+	for _, v := range voters {
+		if v == id {
+			continue
+		}
+		rest = append(rest, v)
+		if alive(v) {
+			up = append(up, v)
+		}
+	}
+	if len(rest) == 0 {
+		return fmt.Errorf("%w: %s is the site's only voter: make another node a voter first", ErrQuorum, id)
+	}
+	if need := len(rest)/2 + 1; len(up) < need {
+		return fmt.Errorf("%w: without voter %s, %d of the %d remaining voters (%v) are alive and Raft needs %d: "+
+			"bring a voter back, or remove the dead one first", ErrQuorum, id, len(up), len(rest), up, need)
+	}
+	return nil
+}
+
+// demoteDraining makes a draining voter a non-voter (it keeps following
+// the state while it serves), when the quorum allows it; a controller
+// that is draining hands the controller to another voter first, which
+// demotes it.
+func (n *Node) demoteDraining(m Member, inRaft map[string]raft.Server) error {
+	srv, ok := inRaft[m.ID]
+	if !ok || srv.Suffrage != raft.Voter {
+		return nil
+	}
+	if m.ID == n.cfg.NodeID {
+		n.log.Info("cluster: draining controller hands the controller over")
+		if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			return fmt.Errorf("hand the controller over before leaving the quorum: %w", err)
+		}
+		return nil
+	}
+	var voters []string
+	for id, v := range inRaft {
+		if v.Suffrage == raft.Voter {
+			voters = append(voters, id)
+		}
+	}
+	up := map[string]bool{}
+	for _, mm := range n.Members() {
+		up[mm.ID] = mm.Status == "alive"
+	}
+	if err := quorumWithout(m.ID, voters, func(v string) bool { return up[v] }); err != nil {
+		n.log.Warn("cluster: draining voter stays in the quorum for now", slog.String("member", m.ID), slog.Any("err", err))
+		return nil
+	}
+	n.log.Info("cluster: draining voter leaves the quorum", slog.String("member", m.ID))
+	if err := n.raft.DemoteVoter(raft.ServerID(m.ID), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		return fmt.Errorf("demote %s: %w", m.ID, err)
+	}
+	srv.Suffrage = raft.Nonvoter
+	inRaft[m.ID] = srv
+	return nil
 }

@@ -42,6 +42,11 @@ type SiteConfig struct {
 	MinInsyncReplicas int
 	LagMax            time.Duration // replica_lag_max; 0: DefaultReplicaLagMax
 
+	// LeaderBalanceAfter: on the controller, a stream's preferred leader
+	// (its first replica) that has been alive and in the ISR this long
+	// leads it again (balance.go); 0: never.
+	LeaderBalanceAfter time.Duration
+
 	Logger *slog.Logger
 }
 
@@ -91,6 +96,9 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 		return nil, fmt.Errorf("cluster: min_insync_replicas %d: want 0 to the replication factor %d",
 			cfg.MinInsyncReplicas, cfg.ReplicationFactor)
 	}
+	if cfg.LeaderBalanceAfter < 0 {
+		return nil, fmt.Errorf("cluster: leader_balance_after %v: want 0 (never) or more", cfg.LeaderBalanceAfter)
+	}
 	if err := checkAddr(cfg.TransportListen); err != nil {
 		return nil, fmt.Errorf("cluster: transport address: %w", err)
 	}
@@ -99,9 +107,10 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 			return nil, fmt.Errorf("cluster: stream name %q is reserved for the site's durable sessions", SessionsStream)
 		}
 	}
-	// The sessions' stream is created with the others, at the site's
-	// replication factor; the store gets it at every start (nothing
-	// records a stream added at run time), finding its state again.
+	// The sessions' stream is created (and its factor changed) with the
+	// others, at the largest of their factors; the store gets it at every
+	// start (nothing records a stream added at run time), finding its
+	// state again.
 	if cfg.Store.Stream(SessionsStream) == nil {
 		if _, err := cfg.Store.AddStream(sessionsStreamConfig()); err != nil {
 			return nil, fmt.Errorf("cluster: sessions' stream: %w", err)
@@ -139,9 +148,10 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 		cfg: cfg, log: log, stop: make(chan struct{}),
 	}
 	s.watchControllers()
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.createStreams()
 	go s.rejoin()
+	go s.manage()
 	return s, nil
 }
 
@@ -230,7 +240,7 @@ func (s *Site) createStreams() {
 func (s *Site) createMissing(st *State) (missing bool, err error) {
 	var alive []string
 	for id, b := range st.Brokers {
-		if b.Alive {
+		if b.Alive && !b.Draining {
 			alive = append(alive, id)
 		}
 	}

@@ -19,11 +19,24 @@ type State struct {
 // replicas away and takes it out of Raft. The mark stays once its last
 // replica has moved (so the controller still knows to keep it out of
 // Raft); a node of that id registering after that is a new, empty broker.
+//
+// Draining marks a live broker being decommissioned (DrainBroker): it
+// keeps serving while the controller moves its replicas away, is never
+// given a new one, and becomes Removed once it holds none and has
+// stopped. It survives the broker's restarts.
 type Broker struct {
-	ID      string
-	Epoch   uint64 // changes on every start (Serf tag); fences an old incarnation
-	Alive   bool
-	Removed bool
+	ID       string
+	Epoch    uint64 // changes on every start (Serf tag); fences an old incarnation
+	Alive    bool
+	Removed  bool
+	Draining bool
+}
+
+// leaving reports whether id is removed or draining: its replicas move
+// away and it gets no new one.
+func (s *State) leaving(id string) bool {
+	b := s.Brokers[id]
+	return b != nil && (b.Removed || b.Draining)
 }
 
 // Stream is one stream's replication state.
@@ -114,6 +127,10 @@ func (s *State) apply(c Command) error {
 		return s.alterISR(c)
 	case RemoveBroker:
 		return s.removeBroker(c)
+	case DrainBroker:
+		return s.drainBroker(c)
+	case SetReplicationFactor:
+		return s.setReplicationFactor(c)
 	}
 	return fmt.Errorf("%w: %T", ErrBadCommand, c)
 }
@@ -238,8 +255,8 @@ func (s *State) checkReplicas(replicas, had []string) error {
 		if b == nil {
 			return fmt.Errorf("%w: %s", ErrUnknownBroker, r)
 		}
-		if b.Removed && !slices.Contains(had, r) {
-			return fmt.Errorf("%w: %s", ErrRemovedBroker, r)
+		if (b.Removed || b.Draining) && !slices.Contains(had, r) {
+			return fmt.Errorf("%w: %s (removed or being drained)", ErrRemovedBroker, r)
 		}
 	}
 	return nil
@@ -278,6 +295,59 @@ func (s *State) removeBroker(c RemoveBroker) error {
 			ErrIneligibleReplica, c.ID, sole)
 	}
 	b.Removed = true
+	return nil
+}
+
+// drainBroker marks c.ID draining, unless a stream it holds could not
+// have its replication factor without it for want of alive brokers to
+// move to: a decommission never leaves a stream under-replicated (lower
+// the factor first, or add a broker).
+func (s *State) drainBroker(c DrainBroker) error {
+	b := s.Brokers[c.ID]
+	switch {
+	case b == nil:
+		return fmt.Errorf("%w: %s", ErrUnknownBroker, c.ID)
+	case b.Removed:
+		return fmt.Errorf("%w: %s", ErrRemovedBroker, c.ID)
+	case b.Draining:
+		return nil
+	}
+	var short []string
+	for _, n := range s.replicaOf(c.ID) {
+		st := s.Streams[n]
+		var keep int
+		for _, r := range st.Replicas {
+			if r != c.ID && !s.leaving(r) {
+				keep++
+			}
+		}
+		free := 0
+		for id, o := range s.Brokers {
+			if id != c.ID && o.Alive && !o.Removed && !o.Draining && !slices.Contains(st.Replicas, id) {
+				free++
+			}
+		}
+		if keep+free < st.Want() {
+			short = append(short, n)
+		}
+	}
+	if len(short) > 0 {
+		return fmt.Errorf("%w: draining %s would leave stream(s) %v under-replicated: no other alive broker to move "+
+			"its replicas to (add a broker first, or lower their replication_factor)", ErrIneligibleReplica, c.ID, short)
+	}
+	b.Draining = true
+	return nil
+}
+
+func (s *State) setReplicationFactor(c SetReplicationFactor) error {
+	st := s.Streams[c.Name]
+	if st == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownStream, c.Name)
+	}
+	if c.ReplicationFactor < 1 {
+		return fmt.Errorf("%w: replication factor %d", ErrBadCommand, c.ReplicationFactor)
+	}
+	st.ReplicationFactor = c.ReplicationFactor
 	return nil
 }
 

@@ -37,6 +37,12 @@ type MemberStatus struct {
 	ClusterAddr string `json:"cluster_addr,omitempty"`
 	Version     string `json:"version,omitempty"`
 	BrokerEpoch uint64 `json:"broker_epoch"`
+	// Removal is a decommission's progress (RemoveNode): "draining"
+	// while streams still have a replica on it (Holds names them),
+	// "drained" once none has (stop it: the controller then removes
+	// it), "removed" for a member gone for good; "" for the others.
+	Removal string   `json:"removal,omitempty"`
+	Holds   []string `json:"holds,omitempty"`
 }
 
 // StreamStatus is a stream's replication state as the controller agreed
@@ -94,8 +100,10 @@ func (s *Site) Status() SiteStatus {
 		if m.Voter {
 			role = roleVoter
 		}
-		out.Members = append(out.Members, MemberStatus{ID: m.ID, State: m.Status, Role: role,
-			MQTTAddr: m.MQTTAddr, ClusterAddr: m.ClusterAddr, Version: m.Version, BrokerEpoch: m.Epoch})
+		ms := MemberStatus{ID: m.ID, State: m.Status, Role: role,
+			MQTTAddr: m.MQTTAddr, ClusterAddr: m.ClusterAddr, Version: m.Version, BrokerEpoch: m.Epoch}
+		ms.Removal, ms.Holds = removal(st, m.ID)
+		out.Members = append(out.Members, ms)
 	}
 	slices.SortFunc(out.Members, func(a, b MemberStatus) int { return strings.Compare(a.ID, b.ID) })
 	var sessions *Stream // listed last: the configured streams come first
@@ -148,6 +156,23 @@ func (s *Site) streamStatus(x *Stream) StreamStatus {
 		ss.ReplicaLag = append(ss.ReplicaLag, rl)
 	}
 	return ss
+}
+
+// removal is a member's decommission progress for MemberStatus.
+func removal(st *State, id string) (string, []string) {
+	b := st.Brokers[id]
+	switch {
+	case b == nil:
+		return "", nil
+	case b.Removed:
+		return "removed", nil
+	case !b.Draining:
+		return "", nil
+	}
+	if holds := st.replicaOf(id); len(holds) > 0 {
+		return "draining", holds
+	}
+	return "drained", nil
 }
 
 // CaughtUp reports whether this node serves its part of the site: a

@@ -137,6 +137,8 @@ func TestClusterConfig_Validate(t *testing.T) {
 		{"replace_after a reboot would reach", func(c *Config) { c.Cluster.ReplaceAfter = Duration(time.Minute) }, "cluster.replace_after"},
 		{"negative replace_after", func(c *Config) { c.Cluster.ReplaceAfter = Duration(-time.Hour) }, "cluster.replace_after"},
 		{"the sessions' stream's name", func(c *Config) { c.Streams[0].Name = cluster.SessionsStream }, "streams[0].name"},
+		{"leader_balance_after too short", func(c *Config) { c.Cluster.LeaderBalanceAfter = Duration(time.Second) }, "cluster.leader_balance_after"},
+		{"negative leader_balance_after", func(c *Config) { c.Cluster.LeaderBalanceAfter = Duration(-time.Minute) }, "cluster.leader_balance_after"},
 		{"stream settings on one node", func(c *Config) { c.Cluster.NodeID, c.Cluster.Listen = "", ""; c.Streams[0].ReplicationFactor = 2 }, "streams[0].replication_factor: replication settings need a cluster"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -162,6 +164,9 @@ func TestClusterConfig_Validate(t *testing.T) {
 	sc := cfg.SiteConfig()
 	if sc.Node.ReplaceAfter != 24*time.Hour {
 		t.Fatalf("replace_after reaches the node as %v", sc.Node.ReplaceAfter)
+	}
+	if sc.LeaderBalanceAfter != 5*time.Minute {
+		t.Fatalf("leader_balance_after reaches the site as %v, want the 5m default", sc.LeaderBalanceAfter)
 	}
 	if sc.Node.RaftAddr != "192.168.1.10:7947" || sc.TransportListen != "192.168.1.10:7948" {
 		t.Fatalf("derived addresses raft %s transport %s, want the next two ports", sc.Node.RaftAddr, sc.TransportListen)

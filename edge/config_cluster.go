@@ -40,6 +40,10 @@ type ClusterConfig struct {
 	// controller removes it and moves its replicas to other brokers
 	// (cluster.Config.ReplaceAfter); 0: never (peat cluster remove-node).
 	ReplaceAfter Duration `yaml:"replace_after"`
+	// LeaderBalanceAfter: a stream's preferred leader (its first replica)
+	// back alive and in sync this long leads it again
+	// (cluster.SiteConfig.LeaderBalanceAfter); 0: never.
+	LeaderBalanceAfter Duration `yaml:"leader_balance_after"`
 
 	// Failure detection (Serf): see configs/peat.yaml for Wi-Fi.
 	ProbeInterval Duration `yaml:"probe_interval"`
@@ -68,15 +72,22 @@ func defaultCluster() ClusterConfig {
 		Join:          []string{},
 		Acks:          AcksAll,
 		ReplicaLagMax: Duration(cluster.DefaultReplicaLagMax),
-		ProbeInterval: Duration(d.ProbeInterval),
-		ProbeTimeout:  Duration(d.ProbeTimeout),
-		SuspicionMult: d.SuspicionMult,
+		// Kafka's leader.imbalance.check.interval.seconds.
+		LeaderBalanceAfter: Duration(5 * time.Minute),
+		ProbeInterval:      Duration(d.ProbeInterval),
+		ProbeTimeout:       Duration(d.ProbeTimeout),
+		SuspicionMult:      d.SuspicionMult,
 	}
 }
 
 // minReplaceAfter is the shortest cluster.replace_after: a node failed
 // for less is rebooting or unplugged, not gone.
 const minReplaceAfter = 10 * time.Minute
+
+// minLeaderBalanceAfter is the shortest cluster.leader_balance_after: a
+// node must stay in sync a while before leaderships move back to it, or
+// a flapping node would take them back and forth.
+const minLeaderBalanceAfter = 10 * time.Second
 
 // The values of cluster.acks and streams[].acks.
 const (
@@ -179,6 +190,10 @@ func (c Config) validateCluster(add func(path, format string, args ...any)) {
 		add("cluster.replace_after", "%v would copy whole streams again after a reboot or a pulled cable; "+
 			"use 0 (never: peat cluster remove-node) or at least %v", ra, minReplaceAfter)
 	}
+	if lb := time.Duration(cc.LeaderBalanceAfter); lb != 0 && lb < minLeaderBalanceAfter {
+		add("cluster.leader_balance_after", "%v: use 0 (never move leaders back) or at least %v, so that a node "+
+			"proves itself in sync before it leads again", lb, minLeaderBalanceAfter)
+	}
 	if cc.ProbeInterval <= 0 {
 		add("cluster.probe_interval", "must be positive")
 	}
@@ -279,6 +294,8 @@ func (c Config) SiteConfig() cluster.SiteConfig {
 		ReplicationFactor: cc.ReplicationFactor,
 		MinInsyncReplicas: cc.MinInsyncReplicas,
 		LagMax:            time.Duration(cc.ReplicaLagMax),
+
+		LeaderBalanceAfter: time.Duration(cc.LeaderBalanceAfter),
 	}
 	for _, s := range c.Streams {
 		sc.Streams = append(sc.Streams, cluster.SiteStream{Name: s.Name, ReplicationFactor: s.ReplicationFactor,

@@ -29,10 +29,13 @@ const removeTimeout = 15 * time.Second
 
 // handleRemoveNode is POST /api/v1/cluster/nodes/{id}/remove (`peat
 // cluster remove-node`; an admin token where there are tokens): member id
-// is gone for good, and the controller moves its replicas to other
-// brokers (cluster.Site.RemoveNode). 202 with the streams being moved;
-// 409 while the member is alive or alone holds a stream's committed
-// records, 404 for a member the controller does not know.
+// leaves the site, and the controller moves its replicas to other
+// brokers (cluster.Site.RemoveNode); an alive member is drained first,
+// serving meanwhile. 202 with the streams being moved; 409 when a dead
+// member alone holds a stream's committed records, an alive one's
+// streams have no broker to move to, or its going would leave the
+// controller's quorum without a majority; 404 for a member the
+// controller does not know.
 func (n *Node) handleRemoveNode(w http.ResponseWriter, r *http.Request) {
 	site := n.site.Load()
 	if site == nil {
@@ -45,11 +48,12 @@ func (n *Node) handleRemoveNode(w http.ResponseWriter, r *http.Request) {
 	rm, err := site.RemoveNode(ctx, id)
 	switch {
 	case err == nil:
-		n.log.Warn("cluster: node removed from the site; its replicas move", "member", id, "moving", rm.Moving, attrRemote, r.RemoteAddr)
+		n.log.Warn("cluster: node removed from the site; its replicas move", "member", id, "moving", rm.Moving,
+			"draining", rm.Draining, attrRemote, r.RemoteAddr)
 		writeJSON(w, http.StatusAccepted, rm)
 	case errors.Is(err, cluster.ErrUnknownBroker):
 		writeError(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, cluster.ErrBrokerAlive), errors.Is(err, cluster.ErrIneligibleReplica):
+	case errors.Is(err, cluster.ErrBrokerAlive), errors.Is(err, cluster.ErrIneligibleReplica), errors.Is(err, cluster.ErrQuorum):
 		writeError(w, http.StatusConflict, err.Error())
 	default:
 		writeError(w, http.StatusServiceUnavailable, err.Error())

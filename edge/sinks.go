@@ -77,25 +77,28 @@ func (n *Node) startSinks(store *logstore.Store, broker *mqtt.Broker) error {
 			defer set.wg.Done()
 			s.Run(ctx)
 		}()
-		if slices.Equal(n.cfg.Sinks[i].Streams, []string{"*"}) {
-			events, stop := store.Watch()
-			set.wg.Add(1)
-			go func() { // owned by the set, like the sink
-				defer set.wg.Done()
-				defer stop()
-				n.followStreams(ctx, s, events)
-			}()
+		var names []string // nil: every stream
+		if !slices.Equal(n.cfg.Sinks[i].Streams, []string{"*"}) {
+			names = n.cfg.Sinks[i].Streams
 		}
+		events, stop := store.Watch()
+		set.wg.Add(1)
+		go func() { // owned by the set, like the sink
+			defer set.wg.Done()
+			defer stop()
+			n.followStreams(ctx, s, names, events)
+		}()
 	}
 	n.sinks.Store(set)
 	return nil
 }
 
-// followStreams keeps a sink of every stream ("*") sending the streams
-// added to the store while the node runs, and stops it sending those
-// removed. The watch starts with every stream the store has, which the
-// sink already sends.
-func (n *Node) followStreams(ctx context.Context, s *sink.Sink, events <-chan logstore.StreamEvent) {
+// followStreams keeps a sink sending the streams of names (nil: every
+// stream, "*") that are added to the store while the node runs, and stops
+// it sending those removed: a removed stream's series leave /metrics with
+// it. The watch starts with every stream the store has; the sink already
+// sends those it names.
+func (n *Node) followStreams(ctx context.Context, s *sink.Sink, names []string, events <-chan logstore.StreamEvent) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -103,6 +106,9 @@ func (n *Node) followStreams(ctx context.Context, s *sink.Sink, events <-chan lo
 		case ev, ok := <-events:
 			if !ok {
 				return
+			}
+			if names != nil && !slices.Contains(names, ev.Stream.Name()) {
+				continue
 			}
 			switch ev.Kind {
 			case logstore.StreamAdded:

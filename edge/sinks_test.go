@@ -586,3 +586,66 @@ func TestNode_SinkOfEveryStreamFollowsNewStreams(t *testing.T) {
 	publishQoS1(t, n.MQTTAddr(), "sensors/a", 2) // the sink still sends the rest
 	sinktest.WaitFor(t, "the default stream's later records upstream", time.Minute, func() bool { return len(col.Payloads()) >= 9 })
 }
+
+// sinkSeries lists the peat_sink_* lines of n's /metrics for sink in
+// stream.
+func sinkSeries(t *testing.T, n *Node, sinkName, stream string) []string {
+	t.Helper()
+	_, _, body := get(t, http.MethodGet, "http://"+n.HTTPAddr().String()+"/metrics")
+	var out []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "peat_sink_") && strings.Contains(line, `sink="`+sinkName+`"`) &&
+			strings.Contains(line, `stream="`+stream+`"`) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// TestNode_RemovedStreamLeavesTheSinkMetrics: once a stream a sink sends
+// is removed, /metrics shows none of the sink's series in it (no lag,
+// position or state frozen at their last values), for a sink of every
+// stream and for one that names the stream; the API lists it no more,
+// and the other stream's series stay.
+func TestNode_RemovedStreamLeavesTheSinkMetrics(t *testing.T) {
+	upstream := sinktest.StartMosquitto(t)
+	col := sinktest.NewCollector(t, upstream, "#")
+	cfg := sinkConfig(t, upstream) // cloud: streams ["*"]
+	cfg.Streams = append(cfg.Streams, defaultStream("meters", "meters/#"))
+	named := cfg.Sinks[0]
+	m := *named.MQTT
+	named.Name, named.Streams, m.ClientID, m.Topic = "named", []string{"meters"}, "site-a-named", "named/{topic}"
+	named.MQTT = &m
+	cfg.Sinks = append(cfg.Sinks, named)
+	n := startNode(t, cfg)
+	publishQoS1(t, n.MQTTAddr(), "meters/m1", 5)
+	publishQoS1(t, n.MQTTAddr(), "sensors/a", 3)
+	sinktest.WaitFor(t, "13 records upstream", time.Minute, func() bool { return len(col.Payloads()) >= 13 })
+	for _, s := range []string{"cloud", "named"} {
+		series := `peat_sink_committed_offset{sink="` + s + `",stream="meters"}`
+		sinktest.WaitFor(t, series+" 5", 30*time.Second, func() bool { return metricValue(t, n, series) == 5 })
+	}
+
+	if err := n.store.Load().RemoveStream("meters"); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"cloud", "named"} {
+		sinktest.WaitFor(t, s+"'s series of the removed stream gone from /metrics", 30*time.Second, func() bool {
+			return len(sinkSeries(t, n, s, "meters")) == 0
+		})
+	}
+	sinktest.WaitFor(t, "the removed stream gone from the API", 30*time.Second, func() bool {
+		st := sinkStatuses(t, n)
+		return len(st) == 2 && len(st[0].Streams) == 1 && len(st[1].Streams) == 0
+	})
+	// Stay gone: no later update brings them back.
+	time.Sleep(1500 * time.Millisecond) // over the monitor's tick
+	for _, s := range []string{"cloud", "named"} {
+		if got := sinkSeries(t, n, s, "meters"); len(got) != 0 {
+			t.Errorf("%s's series of the removed stream came back: %v", s, got)
+		}
+	}
+	publishQoS1(t, n.MQTTAddr(), "sensors/a", 2)
+	series := `peat_sink_committed_offset{sink="cloud",stream="default"}`
+	sinktest.WaitFor(t, series+" 5", 30*time.Second, func() bool { return metricValue(t, n, series) == 5 })
+}

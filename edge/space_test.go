@@ -61,7 +61,7 @@ func TestNode_ReportsRefusingForSpace(t *testing.T) {
 		t.Fatal(err)
 	}
 	var free atomic.Uint64
-	free.Store(150 << 20)
+	free.Store(120 << 20)
 	n.freeSpace = func(string) (uint64, uint64, error) { return free.Load(), 1 * gib, nil }
 	if err := n.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -72,13 +72,13 @@ func TestNode_ReportsRefusingForSpace(t *testing.T) {
 		}
 	})
 	reserve := logstore.ProfileServer.Reserve(1 * gib)
-	if reserve >= 512<<20 || reserve < 150<<20/2 {
-		t.Fatalf("the server profile's reserve on a 1 GiB disk is %d: the test needs 150 MiB to be near it", reserve)
+	if reserve >= 512<<20 || reserve < 120<<20/2 {
+		t.Fatalf("the server profile's reserve on a 1 GiB disk is %d: the test needs 120 MiB to be near it", reserve)
 	}
 	warns := logs.lines(slog.LevelWarn, "disk space near the reserve")
-	if len(warns) != 1 || !strings.Contains(warns[0], "free_bytes=157286400") ||
+	if len(warns) != 1 || !strings.Contains(warns[0], "free_bytes=125829120") ||
 		!strings.Contains(warns[0], "reserve_bytes="+strconv.FormatInt(reserve, 10)) {
-		t.Fatalf("start warnings about disk space = %q, want one naming free_bytes=157286400 and reserve_bytes=%d", warns, reserve)
+		t.Fatalf("start warnings about disk space = %q, want one naming free_bytes=125829120 and reserve_bytes=%d", warns, reserve)
 	}
 
 	base := "http://" + n.HTTPAddr().String()

@@ -361,7 +361,7 @@
 // What a store takes on disk under size retention is then bounded
 // (Store.DiskBound): twice the sum of its streams' MaxBytes, plus the
 // profile's overhead (Profile.DiskOverhead: two value-log files, the
-// memtables' logs and 8 MiB; pi-zero 48 MiB, pi 120 MiB, server 136 MiB).
+// memtables' logs and 8 MiB; pi-zero 48 MiB, pi and server 80 MiB).
 // Measured with 16 B to 1 MiB records, pushing 8 times a 16 MiB max_bytes:
 // at most 2.6 times max_bytes (pi-zero) and 3.3 times (server) at the
 // peak, against bounds of 5 and 10.5 times (scripts/bench-disk.sh).
@@ -429,8 +429,11 @@
 // Profiles pi-zero, pi and server set Badger's memtables, level sizes,
 // compression, caches and value-log file size (see profile.go and issue 2),
 // and a Go memory limit (Profile.MemoryLimit) the caller applies. All three
-// keep records in the value log (profile.go, recordsInValueLog). Badger's
-// warnings and errors go to the store's slog.Logger.
+// keep records in the value log (profile.go, recordsInValueLog). Their
+// memtables are 4 MiB so that the heap a store holds stays a 5 MB arena
+// however many records pile up, which keeps a broker's RSS from climbing
+// through an upstream outage (profile.go, flatRSS, with the measurements).
+// Badger's warnings and errors go to the store's slog.Logger.
 //
 // # Memory-mapped pages
 //

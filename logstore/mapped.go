@@ -24,7 +24,7 @@ import (
 // Badger's, found in /proc/self/maps, and one may be unmapped, and its
 // addresses reused, between reading the list and the madvise call.
 //
-// The profiles' limits (pi-zero 8 MiB, pi and server 16 MiB), measured
+// The profiles' limits were pi-zero 8 MiB, pi and server 16 MiB, measured
 // 2026-12-02 on the 2-core VM (quiet), 1M records of 128 bytes:
 //
 //	                         limit off        64 MiB          16 MiB
@@ -37,6 +37,13 @@ import (
 // (PROFILES=server REPS=2 MOSQUITTO=0 MAPPED_LIMIT=... scripts/bench-replay.sh;
 // PROFILES=pi-zero CLIENTS=0 scripts/bench-pi.sh.) The replay pays for
 // reading from the disk what the page cache would have held: about 9%.
+//
+// pi and server are at 4 MiB since issue 20 (profile.go, flatRSS): these
+// pages rise by the limit between trims, which showed as 6 MB of RSS
+// growth through a 1M-record pile-up. BenchmarkReadAll, which reads from
+// disk through the trimmer, 16 -> 4 MiB, 3 alternating runs on a loaded
+// machine (load 7-9, 2026-12-04): server 0.97x, pi 0.95x (medians), within
+// the noise of those runs.
 
 // DefaultMappedCheck is how often the trimmer looks at file-backed RSS.
 const DefaultMappedCheck = 100 * time.Millisecond

@@ -77,19 +77,19 @@ var profiles = map[Profile]profileSpec{
 		valueThreshold: recordsInValueLog, valueLogFileSize: 16 * mib,
 		memoryLimit: 128 * mib, numCompactors: 2, minFree: 64 * mib, mappedLimit: 8 * mib,
 	},
-	ProfilePi: { // compression and caches: see serverReplay
-		memTableSize: 16 * mib, numMemtables: 3, l0Tables: 3, l0Stall: 8,
-		baseTableSize: 8 * mib, baseLevelSize: 64 * mib,
+	ProfilePi: { // compression and caches: see serverReplay; memtables, tables, compactors and mapped pages: see flatRSS
+		memTableSize: 4 * mib, numMemtables: 2, l0Tables: 3, l0Stall: 8,
+		baseTableSize: 4 * mib, baseLevelSize: 64 * mib,
 		compression: options.None, blockCache: 0, indexCache: 16 * mib,
 		valueThreshold: recordsInValueLog, valueLogFileSize: 32 * mib,
-		memoryLimit: 256 * mib, numCompactors: 2, minFree: 128 * mib, mappedLimit: 16 * mib,
+		memoryLimit: 256 * mib, numCompactors: 2, minFree: 128 * mib, mappedLimit: 4 * mib,
 	},
-	ProfileServer: { // memtables, compression and caches: see serverReplay
-		memTableSize: 16 * mib, numMemtables: 4, l0Tables: 5, l0Stall: 15,
-		baseTableSize: 8 * mib, baseLevelSize: 64 * mib,
+	ProfileServer: { // compression and caches: see serverReplay; memtables, tables, compactors and mapped pages: see flatRSS
+		memTableSize: 4 * mib, numMemtables: 2, l0Tables: 5, l0Stall: 15,
+		baseTableSize: 4 * mib, baseLevelSize: 64 * mib,
 		compression: options.None, blockCache: 0, indexCache: 64 * mib,
 		valueThreshold: recordsInValueLog, valueLogFileSize: 32 * mib,
-		memoryLimit: 0, numCompactors: 4, minFree: 512 * mib, mappedLimit: 16 * mib,
+		memoryLimit: 0, numCompactors: 2, minFree: 512 * mib, mappedLimit: 4 * mib,
 	},
 }
 
@@ -146,8 +146,9 @@ const recordsInValueLog = 64
 // shrank the pointer tables), so no block cache (Badger requires one with
 // compression; the tables are read through their memory map), a 64 MiB
 // index cache (0 would keep every table's index in the heap for good), and
-// 16 MiB memtables. PROFILES=server REPS=3 MOSQUITTO=0 scripts/bench-replay.sh
-// (2026-12-02, 2-core VM, load 3-6), before -> after: QoS 0 250k -> 287k
+// 16 MiB memtables (4 MiB since: flatRSS). PROFILES=server REPS=3
+// MOSQUITTO=0 scripts/bench-replay.sh (2026-12-02, 2-core VM, load 3-6),
+// before -> after: QoS 0 250k -> 287k
 // msg/s (medians; 146-341k and 255-465k), 3.3 -> 3.1 us of broker CPU per
 // message, anonymous growth +138 -> +24 MB; QoS 1 107k -> 118k msg/s,
 // +161 -> +26 MB. File-backed growth, the pages of the value log and
@@ -162,6 +163,46 @@ const recordsInValueLog = 64
 // QoS 0, 580k -> 558k msg/s and RSS +78 -> +46 MB over idle (anonymous 56
 // -> 24); QoS 1 213k msg/s, +41 MB; 1M-record fsync ingest 34.7k -> 43.6k
 // acks/s, 443 -> 401 bytes written per record, peak RSS 196 -> 119 MB.
+
+// flatRSS: the pi and server profiles' memtables, tables, compactors and
+// mapped-page limit are sized so that a broker's RSS does not climb while
+// records pile up (issue 20: an upstream outage of 1M records and more).
+// With 16 MiB memtables (4 server, 3 pi), 8 MiB base tables, 4 server
+// compactors and a 16 MiB mapped limit, a server broker taking 1M QoS 1
+// records (10 publishers, 64-byte payloads, no subscriber, no sink) went
+// 50.4 -> 63.4 MB RSS over 8 parts, and 2M-4M records reached 90-110 MB.
+// What grew (runtime metrics beside /proc/self/smaps, 2026-12-04):
+//
+//   - The Go heap, 31.6 -> 38.4 MB anonymous, while HeapSys less released
+//     stayed at 48 MB: the live heap is one memtable arena (Badger allocates
+//     MemTableSize x 1.3 as one []byte: 21 MB) plus 3 MB, GOGC 100 lets the
+//     heap grow to twice that, and Go touches the pages of that 48 MB one
+//     after another as garbage lands on new ones. It stops only when all are
+//     touched, and jumps when a second arena (a memtable waiting for its
+//     flush) or compaction's table builders (up to 8 in flight, each 2x the
+//     table size) are live at a collection: 2 arenas are 42 MB, and goal 85.
+//   - Mapped pages of the value log and write-ahead log, 18.8 -> 25 MB:
+//     trimmed back to the binary's 17-19 MB each time they pass 16 MiB.
+//
+// Now: 4 MiB memtables (2), 4 MiB base tables, 2 compactors (Badger's
+// least), 4 MiB of mapped pages. The live heap a store holds is 6 MB
+// above an empty process, however many records it took
+// (TestProfile_LiveHeapStaysSmallAsRecordsPileUp: 21.8 MB before), the GC
+// goal 16 MB, and RSS through 3M records rests at 35-41 MB (it was where
+// it was after 250,000), with rises of 10-20 MB during flushes and
+// compactions that Go's scavenger gives back within seconds: peak 64
+// against 114 MB (scripts/bench-results/sink.md, 2026-12-04 15:58). The
+// write path did not slow down (BenchmarkAppend, BenchmarkIngest, same
+// file). One group commit now holds at most 315 KB of records (7.5% of
+// the memtable, store.go): above 4,096 records of 77 bytes, a burst takes
+// more commits, each fsynced.
+//
+// Flat to within a few MB needs the heap pinned at a fixed size: GOGC=200
+// with GOMEMLIMIT=40MiB held 45.5-49.5 MB from part 2 to 12 of a 3M-record
+// pile-up. It is not a default: 1,000 sensors at 1 msg/s each then cost 3
+// times the CPU per message (930 against 302 µs, 1,199 collections in 20 s
+// against 4), as their connections' memory sits at the limit. An operator
+// who wants it sets both variables (the node leaves GOMEMLIMIT alone).
 
 // DefaultProfile is pi on arm and arm64, server elsewhere.
 func DefaultProfile() Profile {

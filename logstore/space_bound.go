@@ -21,7 +21,7 @@ func (st *Store) DiskBound() int64 {
 // records: the value-log file being written and one not yet all garbage
 // (GC frees whole files, never the one being written), the memtables'
 // write-ahead logs, and 8 MiB for the tables of value pointers and
-// Badger's own files. pi-zero 48 MiB, pi 120 MiB, server 136 MiB.
+// Badger's own files. pi-zero 48 MiB, pi and server 80 MiB.
 func (p Profile) DiskOverhead() int64 { return p.spec().diskOverhead() }
 
 func (s profileSpec) diskOverhead() int64 {

@@ -16,11 +16,13 @@
 # subscriber session ("counter"): it is started once to create the
 # session, stopped (the outage), and started again after the pile-up, and
 # the counter then receives every record. Reported per edge: RSS idle,
-# after each of PARTS parts of the pile-up (default 4: quarters), the
+# after each of PARTS parts of the pile-up (default 4: quarters), their
+# spread once warm (the highest less the lowest after parts 2..PARTS), the
 # anonymous and file-backed parts of RSS at the end of the pile-up (heap
-# against mapped data files), the peak RSS, the drain time and rate (from
-# the upstream's restart to the counter's last record), and the edge's CPU
-# per record drained. Loopback only; REPS repetitions.
+# against mapped data files), the peak RSS of the pile-up and of the whole
+# run, the drain time and rate (from the upstream's restart to the
+# counter's last record), and the edge's CPU per record drained.
+# Loopback only; REPS repetitions.
 #
 #   scripts/bench-sink.sh                  # COUNT=1000000, peat and mosquitto
 #   COUNT=200000 EDGES=peat scripts/bench-sink.sh
@@ -117,8 +119,8 @@ edge_start() {
 	echo "edge $1 did not start" >&2; cat "$work/edge.log" >&2; exit 1
 }
 
-echo "| edge | records | RSS idle MB | RSS after each $((COUNT / PARTS)) records MB | anon / file MB at the end | RSS peak MB | drain s | drained rec/s | edge CPU µs/rec drained |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| edge | records | RSS idle MB | RSS after each $((COUNT / PARTS)) records MB | spread after part 1 MB | anon / file MB at the end | pile-up peak MB | RSS peak MB | drain s | drained rec/s | edge CPU µs/rec drained |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for rep in $(seq "$REPS"); do
 	for edge in "${edges[@]}"; do
 		rm -rf "$work/up" "$work/up.log"
@@ -151,14 +153,20 @@ for rep in $(seq "$REPS"); do
 			[ "$q" -lt "$PARTS" ] && quarters="$quarters / "
 		done
 		split=$(rss_split "$EDGE_PID")
+		# How flat the pile-up is once warm: the highest less the lowest
+		# RSS after parts 2..PARTS, and the highest sample of the pile-up.
+		spread=$(awk -v q="$quarters" 'BEGIN { n = split(q, v, " / "); lo = 1e9; hi = 0
+			for (i = 2; i <= n; i++) { if (v[i] < lo) lo = v[i]; if (v[i] > hi) hi = v[i] }
+			if (n < 2) print "-"; else printf "%.1f", hi - lo }')
+		pile_peak=$(sort -n "$work/rss.txt" | tail -1)
 		if [ "$edge" = peat-nosink ]; then # nothing to drain
 			kill "$SAMPLER" 2>/dev/null || true
 			wait "$SAMPLER" 2>/dev/null || true
 			SAMPLER=""
 			peak=$(sort -n "$work/rss.txt" | tail -1)
 			kill "$EDGE_PID"; wait "$EDGE_PID" 2>/dev/null || true; EDGE_PID=""
-			awk -v e="$edge" -v n="$COUNT" -v i="$idle" -v q="$quarters" -v s="$split" -v k="$peak" \
-				'BEGIN { printf "| %s | %d | %.1f | %s | %s | %.1f | - | - | - |\n", e, n, i/1024, q, s, k/1024 }'
+			awk -v e="$edge" -v n="$COUNT" -v i="$idle" -v q="$quarters" -v sp="$spread" -v s="$split" -v pp="$pile_peak" -v k="$peak" \
+				'BEGIN { printf "| %s | %d | %.1f | %s | %s | %s | %.1f | %.1f | - | - | - |\n", e, n, i/1024, q, sp, s, pp/1024, k/1024 }'
 			continue
 		fi
 
@@ -178,10 +186,10 @@ for rep in $(seq "$REPS"); do
 		kill "$EDGE_PID"; wait "$EDGE_PID" 2>/dev/null || true; EDGE_PID=""
 		upstream_stop
 
-		awk -v e="$edge" -v n="$COUNT" -v i="$idle" -v q="$quarters" -v s="$split" -v k="$peak" -v t0="$t0" -v t1="$t1" \
+		awk -v e="$edge" -v n="$COUNT" -v i="$idle" -v q="$quarters" -v sp="$spread" -v s="$split" -v pp="$pile_peak" -v k="$peak" -v t0="$t0" -v t1="$t1" \
 			-v c0="$c0" -v c1="$c1" -v tick="$tick" 'BEGIN {
 			d = t1 - t0
-			printf "| %s | %d | %.1f | %s | %s | %.1f | %.1f | %.0f | %.1f |\n", e, n, i/1024, q, s, k/1024, d, n/d, (c1-c0)/tick*1e6/n
+			printf "| %s | %d | %.1f | %s | %s | %s | %.1f | %.1f | %.1f | %.0f | %.1f |\n", e, n, i/1024, q, sp, s, pp/1024, k/1024, d, n/d, (c1-c0)/tick*1e6/n
 		}'
 	done
 done

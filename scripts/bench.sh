@@ -265,7 +265,7 @@ w5() {
 }
 
 w5_site() {
-	local dir=$work/site-$rep nodes leader addr pid line rc=0
+	local dir=$work/site-$rep nodes leader addr pid others line rc=0
 	if ! nodes=$(PEAT_BIN=$work/peat PEAT_WRAP="${W5_SITE_WRAP-$pin_broker}" scripts/site.sh up 3 "$dir" 2>"$work/site-$rep.err"); then
 		cat "$work/site-$rep.err" >&2
 		record W5 "$rep" '{"label":"peat-site-3","error":"scripts/site.sh up failed"}'
@@ -275,8 +275,9 @@ w5_site() {
 	leader=$(scripts/site.sh leader "$dir")
 	addr=$(sed -n "s/^node=$leader mqtt=\([^ ]*\) .*/\1/p" <<<"$nodes")
 	pid=$(sed -n "s/^node=$leader .* pid=\([0-9]*\)$/\1/p" <<<"$nodes")
+	others=$(sed -n "/^node=$leader /d; s/^node=.* pid=\([0-9]*\)$/\1/p" <<<"$nodes" | paste -sd, -)
 	sleep "$IDLE"
-	line=$($pin_load "$work/peat-bench" fanin --addr "$addr" --pid "$pid" --label peat-site-3 --publishers "$PUBS" \
+	line=$($pin_load "$work/peat-bench" fanin --addr "$addr" --pid "$pid" --other-pids "$others" --label peat-site-3 --publishers "$PUBS" \
 		--payload "$PAYLOAD" --qos 1 --window 16 --count "$W2_COUNT" --drain 1s) || rc=$?
 	scripts/site.sh down "$dir"
 	rm -rf "$dir"

@@ -13,10 +13,12 @@ import (
 
 // siteView is the part of GET /api/v1/cluster this test reads.
 type siteView struct {
-	Voters  []string `json:"voters"`
-	Members []struct {
-		ID    string `json:"id"`
-		State string `json:"state"`
+	Voters    []string `json:"voters"`
+	NonVoters []string `json:"non_voters"`
+	Members   []struct {
+		ID      string `json:"id"`
+		State   string `json:"state"`
+		Removal string `json:"removal"`
 	} `json:"members"`
 	Streams []struct {
 		Name     string   `json:"name"`
@@ -88,9 +90,6 @@ func TestSite_RemoveDeadNode(t *testing.T) {
 	l := startLoad(t, s, "rm", st.topic(), 1)
 	l.waitResumed(time.Now().Add(-time.Hour), 50)
 
-	if out, err := peatCmd("cluster", "remove-node", "--http", ctl.http, victim.id); err == nil || !strings.Contains(out, "stop it first") {
-		t.Fatalf("peat cluster remove-node of a running node: %v\n%s", err, out)
-	}
 	killAt := time.Now()
 	victim.kill()
 	t.Logf("replicas %v: kill -9 %s", replicas, victim.id)
@@ -142,5 +141,86 @@ func TestSite_RemoveDeadNode(t *testing.T) {
 	l.stop()
 	t.Logf("producers: %s", l.summary())
 	s.nodes = alive // the checks read every node that runs
+	s.check(st, l)
+}
+
+// A Pi is retired while it runs: three voters and a spare broker under
+// load from every node, `peat cluster remove-node` of the stream's
+// leader. It keeps serving while its replica moves to the spare and its
+// leadership to an in-sync replica, leaves the voters, and shows
+// drained; stopped (SIGTERM), it leaves the member list. Every
+// acknowledged message is on the three replicas, identical.
+func TestSite_RemoveLiveNode(t *testing.T) {
+	needSite(t)
+	st := streamSpec{"load", "load/#"}
+	s := newSiteOf(t, 3, 1, st)
+	spare := s.nodes[3]
+	waitFor(t, wait(60*time.Second), "the stream on three replicas in sync, seen by the spare", func() bool {
+		v, err := spare.view()
+		return err == nil && len(v.Streams) == 1 && len(v.Streams[0].ISR) == 3 && len(v.Members) == 4
+	})
+	victim := s.leader(st.name)
+	var rest []string
+	for _, nd := range s.nodes {
+		if nd != victim {
+			rest = append(rest, nd.id)
+		}
+	}
+	slices.Sort(rest)
+	l := startLoad(t, s, "drain", st.topic(), 1)
+	l.waitResumed(time.Now().Add(-time.Hour), 50)
+
+	out, err := peatCmd("cluster", "remove-node", "--http", spare.http, victim.id)
+	if err != nil || !strings.Contains(out, "draining "+victim.id) {
+		t.Fatalf("peat cluster remove-node %s (running): %v\n%s", victim.id, err, out)
+	}
+	drainedAt := time.Now()
+	waitFor(t, wait(60*time.Second), fmt.Sprintf("replicas and ISR %v, %s drained and out of the voters, on every node", rest, victim.id), func() bool {
+		for _, nd := range s.nodes {
+			v, err := nd.view()
+			if err != nil || len(v.Streams) != 1 || v.Streams[0].Leader == "" ||
+				!slices.Equal(slices.Sorted(slices.Values(v.Streams[0].Replicas)), rest) ||
+				!slices.Equal(slices.Sorted(slices.Values(v.Streams[0].ISR)), rest) || slices.Contains(v.Voters, victim.id) {
+				return false
+			}
+			for _, m := range v.Members {
+				if m.ID == victim.id && (m.Removal != "drained" || m.State != "alive") {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	t.Logf("drained %v after remove-node", time.Since(drainedAt).Round(time.Millisecond))
+	l.waitResumed(time.Now(), 50)
+	if out, err := peatCmd("cluster", "--http", spare.http); err != nil || !strings.Contains(out, "drained: stop it") {
+		t.Errorf("peat cluster with a drained member: %v\n%s", err, out)
+	}
+
+	victim.stop()
+	var alive []*node
+	for _, nd := range s.nodes {
+		if nd != victim {
+			alive = append(alive, nd)
+		}
+	}
+	waitFor(t, wait(60*time.Second), victim.id+" out of Raft and the member list, on every node", func() bool {
+		for _, nd := range alive {
+			v, err := nd.view()
+			if err != nil || slices.Contains(v.Voters, victim.id) || slices.Contains(v.NonVoters, victim.id) {
+				return false
+			}
+			for _, m := range v.Members {
+				if m.ID == victim.id && m.State == "failed" {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	l.waitResumed(time.Now(), 50)
+	l.stop()
+	t.Logf("producers: %s", l.summary())
+	s.nodes = alive
 	s.check(st, l)
 }

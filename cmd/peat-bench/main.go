@@ -66,7 +66,7 @@ func faninCmd(args []string) error {
 	fs := flag.NewFlagSet("fanin", flag.ExitOnError)
 	cfg := faninConfig{}
 	var qos, pid int
-	var label string
+	var label, others string
 	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:1883", "broker address")
 	fs.IntVar(&cfg.Publishers, "publishers", 10, "publishing connections")
 	fs.IntVar(&cfg.Subscribers, "subscribers", 1, "subscribers of bench/#")
@@ -77,16 +77,23 @@ func faninCmd(args []string) error {
 	fs.IntVar(&cfg.Count, "count", 20000, "messages per publisher")
 	fs.DurationVar(&cfg.Drain, "drain", 3*time.Second, "how long subscribers may stay silent before the rest counts as lost")
 	fs.IntVar(&pid, "pid", 0, "broker process id, to report its CPU time per message and RSS")
+	fs.StringVar(&others, "other-pids", "", "comma-separated ids of the system's other processes (a site's other nodes): with --pid, all_cpu_us_per_msg counts them too")
 	fs.StringVar(&label, "label", "", "system under test, copied into the output")
 	_ = fs.Parse(args)
 	cfg.QoS = byte(qos)
+	rest, err := parsePIDs(others)
+	if err != nil {
+		return fmt.Errorf("--other-pids: %w", err)
+	}
 
 	before, _ := readProc(pid)
+	restBefore := cpuOf(rest)
 	res, err := runFanin(cfg)
 	if err != nil {
 		return err
 	}
 	after, _ := readProc(pid)
+	restCPU := cpuOf(rest) - restBefore
 	secs := res.Elapsed.Seconds()
 	out := map[string]any{
 		"label": label, "workload": "fanin", "publishers": cfg.Publishers, "subscribers": cfg.Subscribers,
@@ -112,6 +119,7 @@ func faninCmd(args []string) error {
 	}
 	if pid > 0 && handled > 0 {
 		out["cpu_us_per_msg"] = round(float64(after.cpu-before.cpu) / float64(time.Microsecond) / float64(handled))
+		out["all_cpu_us_per_msg"] = round(float64(after.cpu-before.cpu+restCPU) / float64(time.Microsecond) / float64(handled))
 		out["rss_idle_mb"] = round(float64(before.rss) / (1 << 20)) // before the run's connections
 		out["rss_mb"] = round(float64(after.rss) / (1 << 20))
 		out["rss_peak_mb"] = round(float64(after.hwm) / (1 << 20))

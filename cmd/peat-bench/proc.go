@@ -54,3 +54,30 @@ func readProc(pid int) (procStat, error) {
 	}
 	return st, sc.Err()
 }
+
+// parsePIDs reads a comma-separated list of process ids ("" is none).
+func parsePIDs(list string) ([]int, error) {
+	var pids []int
+	for _, f := range strings.Split(list, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		pid, err := strconv.Atoi(f)
+		if err != nil || pid <= 0 {
+			return nil, fmt.Errorf("%q is not a process id", f)
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
+
+// cpuOf is the CPU time the processes pids have used so far; one that
+// cannot be read (gone) counts nothing.
+func cpuOf(pids []int) time.Duration {
+	var sum time.Duration
+	for _, pid := range pids {
+		st, _ := readProc(pid)
+		sum += st.cpu
+	}
+	return sum
+}

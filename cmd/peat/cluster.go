@@ -28,15 +28,19 @@ ISR, 1 otherwise (not caught up, a stream under-replicated or without a
 leader), 2 for bad flags, 3 when the node cannot be asked or is not in a
 cluster.
 
-remove-node tells the site, through any of its nodes, that a member is
-gone for good (a dead Pi replaced by one with a new node_id; POST
-/api/v1/cluster/nodes/NODE_ID/remove, an admin token where there are
-tokens). The controller moves each of its replicas to an alive broker:
-the new replica catches up and joins the ISR, then the old one is
-dropped; a voter leaves the controller's quorum. A member still alive is
-refused (stop it first), as is one that alone holds a stream's committed
-records. Watch the moves with 'peat cluster'. cluster.replace_after does
-the same on its own after a member has been failed that long.
+remove-node takes a member out of the site, through any of its nodes
+(POST /api/v1/cluster/nodes/NODE_ID/remove, an admin token where there
+are tokens). The controller moves each of its replicas to an alive
+broker: the new replica catches up and joins the ISR, then the old one
+is dropped; a voter leaves the controller's quorum. A dead member (a Pi
+replaced by one with a new node_id) is refused if it alone holds a
+stream's committed records. A live member is drained (a decommission):
+it keeps serving while its replicas and leaderships move, is shown
+"drained" once it holds none, and is removed when you then stop it;
+refused when its streams have no other broker to go to (add one, or
+lower replication_factor), or when the voters left alive would not be a
+majority. Watch the moves with 'peat cluster'. cluster.replace_after
+removes a member failed that long on its own.
 Exit status: 0 when the removal is recorded, 1 when refused, 2 for bad
 flags, 3 when the node cannot be asked.
 
@@ -112,7 +116,16 @@ func printCluster(w io.Writer, st *cluster.SiteStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "  MEMBER\tSTATE\tROLE\tMQTT\tCLUSTER\tVERSION\tBROKER EPOCH\n")
 	for _, m := range st.Members {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%d\n", m.ID, m.State, m.Role, orDash(m.MQTTAddr),
+		state := m.State
+		switch m.Removal {
+		case "draining":
+			state += fmt.Sprintf(" (draining: %s)", strings.Join(m.Holds, ","))
+		case "drained":
+			state += " (drained: stop it)"
+		case "removed":
+			state += " (removed)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%d\n", m.ID, state, m.Role, orDash(m.MQTTAddr),
 			orDash(m.ClusterAddr), orDash(m.Version), m.BrokerEpoch)
 	}
 	_ = tw.Flush()
@@ -206,9 +219,15 @@ func removeNodeCmd(args []string, stdout, stderr io.Writer, lookupEnv func(strin
 		writeJSONOut(stdout, rm)
 		return exitOK
 	}
-	if len(rm.Moving) == 0 {
+	switch {
+	case rm.Draining && len(rm.Moving) == 0:
+		fmt.Fprintf(stdout, "draining %s; it holds no replica: stop it, and the site removes it\n", rm.Node)
+	case rm.Draining:
+		fmt.Fprintf(stdout, "draining %s; it serves while its replicas of %s move to other brokers; "+
+			"stop it once 'peat cluster' shows it drained\n", rm.Node, strings.Join(rm.Moving, ", "))
+	case len(rm.Moving) == 0:
 		fmt.Fprintf(stdout, "removed %s; it held no replica\n", rm.Node)
-	} else {
+	default:
 		fmt.Fprintf(stdout, "removed %s; moving its replicas of %s to other brokers (watch with 'peat cluster')\n",
 			rm.Node, strings.Join(rm.Moving, ", "))
 	}

@@ -55,8 +55,9 @@ func TestClusterCommand_AgainstASiteNode(t *testing.T) {
 		}
 	}
 
-	// remove-node refuses a member that is alive, and one the site does not know.
-	for _, tc := range []struct{ id, want string }{{"n1", "stop it first"}, {"gone", "unknown broker"}} {
+	// remove-node refuses the site's only voter (the quorum would go with it), and
+	// a member the site does not know.
+	for _, tc := range []struct{ id, want string }{{"n1", "only voter"}, {"gone", "unknown broker"}} {
 		code, out, stderr = runPeat(t, nil, "cluster", "remove-node", "--http", p.httpAddr, tc.id)
 		if code != exitSiteUnwell || !strings.Contains(stderr, tc.want) {
 			t.Errorf("peat cluster remove-node %s: exit %d, stderr %q, stdout %q; want 1 saying %q", tc.id, code, stderr, out, tc.want)

@@ -9,7 +9,8 @@
 // acknowledged upstream or skipped by the sink's topic filter. The sink
 // reads "everything after my position" from the log, so an outage of any
 // length costs disk (bounded by the stream's retention), never memory: the
-// only records in memory are the in-flight window.
+// only records in memory are the in-flight window and a read-ahead of at
+// most 256 records (or ReadBytes) per stream.
 //
 // One goroutine, the pump, owns a connection (Conn) at a time:
 //
@@ -28,7 +29,11 @@
 // The pump commits, and reads from the log, a quarter of the window at a
 // time (or as soon as everything sent is acknowledged): acting on each
 // acknowledgement alone cost a state write, a log read and a socket write
-// per record, three quarters of a drain's CPU.
+// per record, three quarters of a drain's CPU. A read asks for up to 256
+// records beyond that (ReadBytes bounds it), kept in the cursor until
+// sent: the log stores records in group-commit batches, and every read
+// parses the batches it touches whole. Anything that moves the cursor (a
+// reconnect, a seek, a leader change) drops what was read ahead.
 //
 // Every connection starts from the durable position: a reconnect needs no
 // new traffic to drain the backlog. Retention may drop records the sink
@@ -42,9 +47,18 @@
 // peat_sink_* metrics report them per stream.
 //
 // A sink sends the streams it was made with, and those AddStream gives it
-// while it runs (edge follows the store's streams for a sink of "*");
-// RemoveStream stops one, forgetting what of it was in flight. The pump
-// takes the list afresh on each turn.
+// while it runs (edge follows the store's streams: all of them for a sink
+// of "*", the named ones otherwise, so a named stream removed and created
+// again is sent again); RemoveStream stops one, forgetting what of it was
+// in flight. The pump takes the list afresh on each turn.
+//
+// The monitor alone writes the gauges, once a tick, and deletes series
+// nobody updates any more, so no scrape shows a value frozen in the past:
+// a stream the sink stopped sending loses all its series (counters
+// included), a sink whose Run ended loses all of its own, and a stream on
+// standby has no last-success series (the leader's acknowledgements are
+// newer; one comes back with the first acknowledgement after this node
+// leads it again).
 //
 // In a site (Config.Leadership) a sink sends a stream only while its node
 // leads the stream: that node's log is the site's, its watermark is the

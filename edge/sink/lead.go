@@ -40,7 +40,7 @@ func (s *Sink) holding() bool {
 
 // errStandby ends a connection whose node leads none of the sink's
 // streams any more: not a failure, the sink waits to lead one again.
-var errStandby = errors.New("this node leads none of the sink's streams")
+var errStandby = errors.New("this node sends none of the sink's streams")
 
 // lead takes each stream up or down as this node gains or loses its
 // leadership (or the leadership's epoch changed: it may have moved away
@@ -82,7 +82,7 @@ func (s *Sink) take(ctx context.Context, p *pumpState, c *cursor, epoch uint64) 
 	if err := s.open(c); err != nil {
 		return &stageError{reason: "commit", err: err}
 	}
-	c.next = c.position.Load()
+	c.moveTo(c.position.Load())
 	c.slots = c.slots[:0]
 	c.led, c.ledEpoch = true, epoch
 	c.progressAt.Store(time.Now().UnixNano())
@@ -108,22 +108,26 @@ func (s *Sink) release(p *pumpState, c *cursor, leader string) {
 		delete(p.inflight, sl.id)
 	}
 	c.slots = c.slots[:0]
-	c.next = c.position.Load()
+	c.moveTo(c.position.Load()) // what was read ahead may be read again elsewhere: drop it
 	c.led = false
+	// The new leader's acknowledgements are newer: this node's last one
+	// would show as the stream's (peat_sink_last_success_timestamp_seconds)
+	// if it led the stream again.
+	c.lastSuccess.Store(0)
 	s.log.Info("sink stops sending the stream: another node leads it", attrStream, c.name, attrLeader, leader,
 		attrOffset, c.position.Load())
 }
 
-// waitLead returns once this node leads one of the sink's streams (at
-// once without a Leadership), or false when ctx ends first: a node that
-// leads none holds no connection upstream.
+// waitLead returns once this node leads one of the sink's streams
+// (without a Leadership: once the sink has a stream, which a sink naming
+// streams lacks after they were all removed), or false when ctx ends
+// first: a node that leads none holds no connection upstream.
 func (s *Sink) waitLead(ctx context.Context) bool {
-	ld := s.cfg.Leadership
-	if ld == nil {
-		return true
-	}
 	for {
-		changed := ld.Changed()
+		var changed <-chan struct{} // nil (never ready) on a single node
+		if ld := s.cfg.Leadership; ld != nil {
+			changed = ld.Changed()
+		}
 		for _, c := range s.cursors() {
 			if _, _, here := s.leaderOf(c); here {
 				return true

@@ -83,11 +83,36 @@ func (sm sinkMetrics) errors(reason string) prometheus.Counter {
 	return sm.m.Errors.WithLabelValues(sm.sink, reason)
 }
 
+// forget removes every series of the sink: a sink that no longer runs
+// shows nothing rather than its last values.
+func (sm sinkMetrics) forget() {
+	l := prometheus.Labels{"sink": sm.sink}
+	for _, v := range sm.m.vecs() {
+		v.DeletePartialMatch(l)
+	}
+}
+
+// vecs are the metrics as one list, for deleting a sink's or a stream's
+// series.
+func (m *Metrics) vecs() []interface {
+	DeletePartialMatch(prometheus.Labels) int
+} {
+	return []interface {
+		DeletePartialMatch(prometheus.Labels) int
+	}{
+		m.Lag, m.LagSeconds, m.Committed, m.LastSuccess, m.State, m.Sent, m.Acked,
+		m.Retried, m.Lost, m.Errors, m.Reconnects, m.AckLatency,
+	}
+}
+
 // streamMetrics are one sink's children in one stream.
 type streamMetrics struct {
-	lag, lagSeconds, committed, lastSuccess prometheus.Gauge
-	state                                   map[State]prometheus.Gauge
-	sent, acked, retried, lost              prometheus.Counter
+	m            *Metrics
+	sink, stream string
+
+	lag, lagSeconds, committed prometheus.Gauge
+	state                      map[State]prometheus.Gauge
+	sent, acked, retried, lost prometheus.Counter
 }
 
 func (sm sinkMetrics) forStream(stream string) streamMetrics {
@@ -97,21 +122,26 @@ func (sm sinkMetrics) forStream(stream string) streamMetrics {
 		st[s] = m.State.WithLabelValues(sm.sink, stream, string(s))
 	}
 	return streamMetrics{
+		m: m, sink: sm.sink, stream: stream,
 		lag: m.Lag.WithLabelValues(l...), lagSeconds: m.LagSeconds.WithLabelValues(l...),
-		committed: m.Committed.WithLabelValues(l...), lastSuccess: m.LastSuccess.WithLabelValues(l...),
-		state: st,
-		sent:  m.Sent.WithLabelValues(l...), acked: m.Acked.WithLabelValues(l...),
+		committed: m.Committed.WithLabelValues(l...),
+		state:     st,
+		sent:      m.Sent.WithLabelValues(l...), acked: m.Acked.WithLabelValues(l...),
 		retried: m.Retried.WithLabelValues(l...), lost: m.Lost.WithLabelValues(l...),
 	}
 }
 
-// set updates the gauges from a status.
+// set updates the gauges from a status; only the monitor calls it. A
+// stream with no acknowledgement to show (none yet, or on standby: the
+// leader's are newer) has no last-success series, rather than an old one.
 func (m streamMetrics) set(ss StreamStatus) {
 	m.lag.Set(float64(ss.LagRecords))
 	m.lagSeconds.Set(ss.LagSeconds)
 	m.committed.Set(float64(ss.CommittedOffset))
 	if ss.LastSuccess != nil {
-		m.lastSuccess.Set(float64(ss.LastSuccess.UnixNano()) / 1e9)
+		m.m.LastSuccess.WithLabelValues(m.sink, m.stream).Set(float64(ss.LastSuccess.UnixNano()) / 1e9)
+	} else {
+		m.m.LastSuccess.DeleteLabelValues(m.sink, m.stream)
 	}
 	for s, g := range m.state {
 		if s == ss.State {
@@ -119,5 +149,15 @@ func (m streamMetrics) set(ss StreamStatus) {
 		} else {
 			g.Set(0)
 		}
+	}
+}
+
+// forget removes every series of the sink in the stream (the sink no
+// longer sends it); only the monitor calls it. Children taken before stay
+// usable but are no longer exported.
+func (m streamMetrics) forget() {
+	l := prometheus.Labels{"sink": m.sink, "stream": m.stream}
+	for _, v := range m.m.vecs() {
+		v.DeletePartialMatch(l)
 	}
 }

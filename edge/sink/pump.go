@@ -29,8 +29,12 @@ type cursor struct {
 	// lastSuccess (unix ns) is the last acknowledgement; 0 for none.
 	lastSuccess atomic.Int64
 
-	next  uint64 // next offset to read
+	next  uint64 // next offset to send (or skip)
 	slots []slot // sent and not yet under position, in offset order
+	// ahead holds records read from the log and not sent yet, from next
+	// on (readAhead): one read of a stored batch serves several sends.
+	// Whatever moves next other than a send drops it (moveTo).
+	ahead []*logstore.Record
 	// resendBelow: records below it were sent on an earlier connection
 	// (counted as retried when sent again).
 	resendBelow uint64
@@ -45,6 +49,20 @@ type cursor struct {
 	watched   uint64
 	watchedOK bool
 }
+
+// moveTo continues c from off, dropping what it had read ahead.
+func (c *cursor) moveTo(off uint64) {
+	c.next = off
+	clear(c.ahead)
+	c.ahead = c.ahead[:0]
+}
+
+// readAhead is how many records a read from the log asks for, beyond
+// what the window has room for (ReadBytes bounds it too). The log stores
+// records in batches (a group commit each) and a read parses every batch
+// it touches whole: reading a quarter window at a time parsed the same
+// batch again and again, a tenth of a drain's CPU.
+const readAhead = 256
 
 // slot is one record in flight.
 type slot struct {
@@ -104,6 +122,12 @@ type pumpState struct {
 // quarters in flight meanwhile.
 func batchOf(window int) int { return max(1, window/4) }
 
+// Batch is how many acknowledgements the pump of a connection with this
+// window acts on at once (a quarter of it): a Conn may hand them over in
+// groups that large (mqttsink does), as long as it hands over at once
+// the acknowledgement that leaves nothing in flight.
+func Batch(window int) int { return batchOf(window) }
+
 // Keeper is a Conn that took over its predecessor's deliveries still in
 // flight (an MQTT session resumed with QoS 2): it completes them itself,
 // under the same ids, and the pump keeps its window instead of rewinding.
@@ -142,7 +166,7 @@ func (s *Sink) resume(ctx context.Context, r Resumer, cursors []*cursor) error {
 		}
 		s.log.Info("sink resumes after the upstream's last record", attrStream, c.name, attrFrom, pos, attrTo, next)
 		c.position.Store(next)
-		c.next = next
+		c.moveTo(next)
 		c.progressAt.Store(time.Now().UnixNano())
 		c.m.committed.Set(float64(next))
 	}
@@ -162,7 +186,7 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 			if c.next > c.position.Load() {
 				c.resendBelow = max(c.resendBelow, c.next)
 			}
-			c.next = c.position.Load()
+			c.moveTo(c.position.Load())
 			c.slots = c.slots[:0]
 		}
 	} else {
@@ -340,7 +364,7 @@ func (s *Sink) seek(c *cursor, off uint64) {
 		delete(s.inflight, sl.id)
 	}
 	c.slots = c.slots[:0]
-	c.next = off
+	c.moveTo(off)
 	c.position.Store(off)
 	c.progressAt.Store(time.Now().UnixNano())
 	c.m.committed.Set(float64(off))
@@ -453,25 +477,37 @@ func (s *Sink) fill(ctx context.Context, p *pumpState) (sent int, read bool, wai
 	return sent, read, 0, nil
 }
 
-// sendFrom reads up to room records of c from next and sends those the
-// filter lets through; moved reports that next moved.
+// sendFrom sends up to room records of c from next, those the filter
+// lets through, reading them from the log (readAhead at a time) when it
+// has none read ahead; moved reports that next moved.
 func (s *Sink) sendFrom(ctx context.Context, p *pumpState, c *cursor, room int) (sent int, moved bool, err error) {
-	recs, err := c.stream.Read(c.next, room, s.cfg.ReadBytes)
-	switch {
-	case errors.Is(err, logstore.ErrOffsetOutOfRange):
-		if s.uncommitted(c) {
-			return 0, false, nil // Changed wakes the pump when the watermark moves
+	if len(c.ahead) == 0 || c.ahead[0].Offset != c.next {
+		c.moveTo(c.next)
+		recs, err := c.stream.Read(c.next, max(room, readAhead), s.cfg.ReadBytes)
+		switch {
+		case errors.Is(err, logstore.ErrOffsetOutOfRange):
+			if s.uncommitted(c) {
+				return 0, false, nil // Changed wakes the pump when the watermark moves
+			}
+			return 0, true, s.skipGap(c)
+		case errors.Is(err, logstore.ErrClosed):
+			c.closed = true
+			s.log.Warn("sink stream closed", attrStream, c.name)
+			return 0, false, nil
+		case err != nil:
+			return 0, false, &stageError{reason: "read", err: fmt.Errorf("read %s at %d: %w", c.name, c.next, err)}
 		}
-		return 0, true, s.skipGap(c)
-	case errors.Is(err, logstore.ErrClosed):
-		c.closed = true
-		s.log.Warn("sink stream closed", attrStream, c.name)
-		return 0, false, nil
-	case err != nil:
-		return 0, false, &stageError{reason: "read", err: fmt.Errorf("read %s at %d: %w", c.name, c.next, err)}
+		c.ahead = append(c.ahead, recs...)
 	}
+	recs := c.ahead[:min(room, len(c.ahead))]
 	now := time.Now() // one read's records go out together
-	for _, r := range recs {
+	for i, r := range recs {
+		if r.Offset != c.next { // not contiguous: read again from next
+			recs = recs[:i]
+			clear(c.ahead)
+			c.ahead = c.ahead[:0]
+			break
+		}
 		c.next = r.Offset + 1
 		if s.cfg.Filter != "" && !logstore.MatchFilter(s.cfg.Filter, r.Topic) {
 			continue
@@ -481,6 +517,7 @@ func (s *Sink) sendFrom(ctx context.Context, p *pumpState, c *cursor, room int) 
 		c.slots = append(c.slots, slot{id: id, off: r.Offset, sentAt: now})
 		p.inflight[id] = ref{c: c, off: r.Offset}
 		if err := p.conn.Send(ctx, Delivery{ID: id, Stream: c.name, Record: r}); err != nil {
+			c.dropSent(i + 1)
 			return sent, true, err
 		}
 		sent++
@@ -489,7 +526,19 @@ func (s *Sink) sendFrom(ctx context.Context, p *pumpState, c *cursor, room int) 
 			c.m.retried.Inc()
 		}
 	}
+	c.dropSent(len(recs))
 	return sent, len(recs) > 0, nil
+}
+
+// dropSent removes the first n records read ahead (sent or skipped).
+func (c *cursor) dropSent(n int) {
+	if n >= len(c.ahead) {
+		clear(c.ahead)
+		c.ahead = c.ahead[:0]
+		return
+	}
+	clear(c.ahead[:n])
+	c.ahead = c.ahead[n:]
 }
 
 // uncommitted reports that c's next record is in the replica's log but
@@ -512,11 +561,11 @@ func (s *Sink) skipGap(c *cursor) error {
 		c.m.lost.Add(float64(lost))
 		s.log.Error("sink lost records: retention dropped them before they were sent",
 			attrStream, c.name, attrFrom, c.next, attrTo, first-1, attrCount, lost)
-		c.next = first
+		c.moveTo(first)
 	case c.next > end:
 		s.log.Error("sink position beyond the end of the stream; continuing from the end",
 			attrStream, c.name, attrOffset, c.next, attrEnd, end)
-		c.next = end
+		c.moveTo(end)
 		if len(c.slots) == 0 && c.position.Load() > end {
 			// commit moves positions forward only: set this one back here.
 			if err := s.cfg.Positions.Commit(Group(s.cfg.Name), c.name, end); err != nil {

@@ -358,3 +358,124 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// resumeUpstream hands out fakeConns that are Resumers: the upstream
+// holds each stream up to the offset in holds (exclusive).
+type resumeUpstream struct {
+	fakeUpstream
+	holds map[string]uint64
+}
+
+type resumeConn struct {
+	*fakeConn
+	holds map[string]uint64
+}
+
+func (c resumeConn) Resume(_ context.Context, stream string) (uint64, bool, error) {
+	next, ok := c.holds[stream]
+	return next, ok, nil
+}
+
+func (u *resumeUpstream) Connect(ctx context.Context) (Conn, error) {
+	c, err := u.fakeUpstream.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return resumeConn{c.(*fakeConn), u.holds}, nil
+}
+
+// TestSink_AddedStreamResumesFromTheUpstream: a stream added while the
+// sink is connected to an upstream that is its own checkpoint (Kafka
+// exactly-once) starts after what the upstream already holds of it, as
+// the streams a connection starts with do, not from the sink's older
+// position there.
+func TestSink_AddedStreamResumesFromTheUpstream(t *testing.T) {
+	log := mqtttest.NewMemLog(t, "a=a/#", "b=b/#")
+	a, b := log.Stream(t, "a"), log.Stream(t, "b")
+	appendRecs(t, a, 2)
+	appendRecs(t, b, 10)
+	up := &resumeUpstream{fakeUpstream{window: 4, conns: make(chan *fakeConn)}, map[string]uint64{"b": 6}}
+	pos := &mapPositions{m: map[string]uint64{}}
+	s, err := New(Config{Name: "s", Streams: []Stream{a}, Upstream: up, Positions: pos})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	c := <-up.conns
+	for _, d := range c.take(t, 2) {
+		c.acks <- d.ID
+	}
+	waitFor(t, "a's position at 2", func() bool {
+		off, _, _ := pos.Load(Group("s"), "a")
+		return off == 2
+	})
+
+	if err := s.AddStream(b); err != nil {
+		t.Fatal(err)
+	}
+	got := c.take(t, 4)
+	for i, d := range got {
+		if d.Stream != "b" || d.Record.Offset != uint64(6+i) {
+			t.Fatalf("delivery %d after adding b: %s offset %d, want b offset %d (after what the upstream holds)",
+				i, d.Stream, d.Record.Offset, 6+i)
+		}
+	}
+	if off, _, _ := pos.Load(Group("s"), "b"); off != 6 {
+		t.Errorf("b's position %d, want 6: moved past what the upstream holds", off)
+	}
+}
+
+// TestSink_LeadershipArrivingResumesFromTheUpstream: in a site, a stream
+// whose leadership comes to this node after the sink connected starts
+// after what the upstream (Kafka exactly-once) holds of it, not from the
+// position the site replicated, which may be older.
+func TestSink_LeadershipArrivingResumesFromTheUpstream(t *testing.T) {
+	log := mqtttest.NewMemLog(t, "a=a/#", "default=#")
+	a, def := log.Stream(t, "a"), log.Stream(t, "default")
+	appendRecs(t, a, 2)
+	appendRecs(t, def, 10)
+	up := &resumeUpstream{fakeUpstream{window: 4, conns: make(chan *fakeConn)}, map[string]uint64{"default": 7}}
+	pos := &mapPositions{m: map[string]uint64{}}
+	// a is led here from the start; default by n2 until the test moves it.
+	ld := &streamLeadership{fakeLeadership: newFakeLeadership("n2"), here: map[string]bool{"a": true}}
+	s, err := New(Config{Name: "s", Streams: []Stream{a, def}, Upstream: up, Positions: pos, Leadership: ld})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	c := <-up.conns
+	for _, d := range c.take(t, 2) {
+		if d.Stream != "a" {
+			t.Fatalf("sent %s while n2 leads it", d.Stream)
+		}
+		c.acks <- d.ID
+	}
+	if err := pos.Commit(Group("s"), "default", 3); err != nil { // n2 sent up to 3
+		t.Fatal(err)
+	}
+	ld.set("here")
+	if got := c.take(t, 1); got[0].Stream != "default" || got[0].Record.Offset != 7 {
+		t.Fatalf("first delivery after leadership came: %s offset %d, want default offset 7", got[0].Stream, got[0].Record.Offset)
+	}
+}
+
+// streamLeadership is fakeLeadership with streams led here whatever it
+// names.
+type streamLeadership struct {
+	*fakeLeadership
+	here map[string]bool
+}
+
+func (l *streamLeadership) Leader(stream string) (string, uint64, bool) {
+	leader, epoch, here := l.fakeLeadership.Leader(stream)
+	if l.here[stream] {
+		return "here", 0, true
+	}
+	return leader, epoch, here
+}

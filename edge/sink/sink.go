@@ -122,6 +122,7 @@ type Sink struct {
 	streamsMu   sync.Mutex
 	streams     atomic.Pointer[[]*cursor]
 	streamsWake chan struct{} // cap 1: the list changed
+	monitorWake chan struct{} // cap 1: the list changed (for the gauges)
 
 	// inflight maps delivery ids to records; nextID numbers deliveries.
 	// Owned by the pump (Run's goroutine).
@@ -171,11 +172,12 @@ func New(cfg Config) (*Sink, error) {
 		started:   time.Now(),
 
 		streamsWake: make(chan struct{}, 1),
+		monitorWake: make(chan struct{}, 1),
 	}
 	s.m = cfg.Metrics.forSink(cfg.Name)
 	var cursors []*cursor
 	for _, st := range cfg.Streams {
-		c, err := s.newCursor(st)
+		c, err := s.newCursor(st, false)
 		if err != nil {
 			return nil, err
 		}
@@ -187,8 +189,12 @@ func New(cfg Config) (*Sink, error) {
 
 // newCursor makes the sink's cursor in st. On a single node it loads the
 // position now (open); in a site only the stream's leader does, when it
-// takes the stream up (lead.go).
-func (s *Sink) newCursor(st Stream) (*cursor, error) {
+// takes the stream up (lead.go). A stream added to a running sink
+// (added) is taken up by the pump too, as a new leader's is: take asks
+// a Resumer where the upstream's copy ends before the first send, as a
+// connection does for the streams it starts with, so records a crashed
+// run left there are not sent again.
+func (s *Sink) newCursor(st Stream, added bool) (*cursor, error) {
 	c := &cursor{stream: st, name: st.Name(), m: s.m.forStream(st.Name())}
 	c.progressAt.Store(time.Now().UnixNano())
 	if s.cfg.Leadership != nil {
@@ -197,7 +203,7 @@ func (s *Sink) newCursor(st Stream) (*cursor, error) {
 	if err := s.open(c); err != nil {
 		return nil, err
 	}
-	c.next, c.led = c.position.Load(), true
+	c.next, c.led = c.position.Load(), !added
 	s.watchBase(c)
 	return c, nil
 }
@@ -256,7 +262,7 @@ func (s *Sink) AddStream(st Stream) error {
 	if s.Has(st.Name()) {
 		return nil
 	}
-	c, err := s.newCursor(st)
+	c, err := s.newCursor(st, true)
 	if err != nil {
 		return err
 	}
@@ -280,9 +286,11 @@ func (s *Sink) RemoveStream(name string) {
 // setStreams publishes a new list; the caller holds streamsMu.
 func (s *Sink) setStreams(cs []*cursor) {
 	s.streams.Store(&cs)
-	select {
-	case s.streamsWake <- struct{}{}:
-	default:
+	for _, ch := range []chan struct{}{s.streamsWake, s.monitorWake} {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -344,7 +352,7 @@ func (s *Sink) Run(ctx context.Context) {
 				return
 			}
 			if errors.Is(err, errStandby) {
-				s.log.Info("sink disconnects: this node leads none of its streams", attrUpstream, s.cfg.Upstream.String())
+				s.log.Info("sink disconnects: it has no stream to send here (removed, or led by another node)", attrUpstream, s.cfg.Upstream.String())
 				backoff = s.cfg.BackoffMin
 				continue
 			}

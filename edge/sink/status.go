@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -148,15 +149,24 @@ func (s *Sink) ownStatus(c *cursor, ss StreamStatus, now time.Time) StreamStatus
 }
 
 // monitor keeps the stall clocks and the gauges current, and logs a
-// stream's entering and leaving the stalled state.
+// stream's entering and leaving the stalled state. It alone writes and
+// deletes the gauges, so a stream's series removed when the sink stops
+// sending it (RemoveStream) cannot come back from a late update; when
+// Run ends, the sink's series go too.
 func (s *Sink) monitor(ctx context.Context) {
 	tick := min(time.Second, max(s.cfg.StallAfter/4, 10*time.Millisecond))
 	t := time.NewTicker(tick)
 	defer t.Stop()
+	defer s.m.forget()
 	last := map[string]State{}
+	shown := map[*cursor]bool{}
 	for {
 		now := time.Now()
-		for _, c := range s.cursors() {
+		cursors := s.cursors()
+		names := make(map[string]bool, len(cursors))
+		for _, c := range cursors {
+			names[c.name] = true
+			shown[c] = true
 			ss := s.streamStatus(c, now)
 			c.m.set(ss)
 			if prev := last[c.name]; prev != ss.State {
@@ -169,10 +179,21 @@ func (s *Sink) monitor(ctx context.Context) {
 				last[c.name] = ss.State
 			}
 		}
+		for c := range shown {
+			if slices.Contains(cursors, c) {
+				continue
+			}
+			delete(shown, c)
+			if !names[c.name] { // not added again meanwhile (it shares the series then)
+				c.m.forget()
+				delete(last, c.name)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-s.monitorWake:
 		}
 	}
 }

@@ -48,7 +48,8 @@ func compare(w io.Writer, res *results, limit float64) {
 		table(w, "system", res.bySystem("W5"), res.systems, []column{
 			col("acked/s", "acked_per_s"), col("delivered/s", "delivered_per_s"), total("lost", "lost"), total("dups", "dups"),
 			col("PUBACK p50 / p99 / p99.9 ms", "puback_p50_ms", "puback_p99_ms", "puback_p999_ms"),
-		}, []ratio{vs("acked/s vs peat-fsync", "acked_per_s", basePeatFsync)})
+			col("CPU µs/msg, the node taking the load / all nodes", "cpu_us_per_msg", "all_cpu_us_per_msg"),
+		}, []ratio{vs("acked/s vs peat-fsync", "acked_per_s", basePeatFsync), vs("CPU/msg, all nodes, vs peat-fsync", "all_cpu_us_per_msg", basePeatFsync)})
 	} else {
 		fmt.Fprintln(w, "Not measured.")
 	}

@@ -236,6 +236,8 @@ func TestCompare_W5(t *testing.T) {
 	for _, want := range []string{
 		"| peat-site-3 | 2/2 | 9,000 |", // median of 6,000 and 12,000
 		"| 0.60 |",                      // 6,000/10,000 and 12,000/20,000
+		"| 30.0 / 60.0 |",               // the leader's CPU per message, then the three nodes'
+		"| 3.00 |",                      // all nodes' CPU per message against the single node's
 		"| peat-site-3 | 1/1 | 10.0 | 2,500 / 3,100 |",
 	} {
 		if !strings.Contains(got, want) {
@@ -249,8 +251,10 @@ func TestCompare_W5(t *testing.T) {
 func w5Run(t testing.TB) string {
 	var in strings.Builder
 	for rep := 1; rep <= 2; rep++ {
-		in.WriteString(line(t, "W5", rep, map[string]any{"label": "peat-fsync", "acked_per_s": 10000.0 * float64(rep), "lost": 0, "dups": 0}))
-		in.WriteString(line(t, "W5", rep, map[string]any{"label": "peat-site-3", "acked_per_s": 6000.0 * float64(rep), "lost": 0, "dups": 0}))
+		in.WriteString(line(t, "W5", rep, map[string]any{"label": "peat-fsync", "acked_per_s": 10000.0 * float64(rep), "lost": 0, "dups": 0,
+			"cpu_us_per_msg": 20.0, "all_cpu_us_per_msg": 20.0}))
+		in.WriteString(line(t, "W5", rep, map[string]any{"label": "peat-site-3", "acked_per_s": 6000.0 * float64(rep), "lost": 0, "dups": 0,
+			"cpu_us_per_msg": 30.0, "all_cpu_us_per_msg": 60.0}))
 	}
 	in.WriteString(line(t, "W5/failover", 1, map[string]any{"label": "peat-site-3", "kills": 10, "resume_median_ms": 2500.0, "resume_max_ms": 3100.0}))
 	return in.String()

@@ -9,7 +9,9 @@
 //
 // With ExactlyOnce the producer is transactional (id
 // "peat.<site>.<sink>"): each window of records is one transaction, and
-// the sink acknowledges them only once it commits. On every connection
+// the sink acknowledges them only once it commits. On every connection,
+// and before the first send of a stream the sink takes up while connected
+// (added to a sink of every stream, or, in a site, led here from now on),
 // Resume reads the end of each partition of the stream's topic (read
 // committed; a window of offsets before the end, because commit markers
 // take offsets too) and returns the offset after the highest peat-offset

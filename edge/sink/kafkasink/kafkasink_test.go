@@ -102,7 +102,13 @@ func runSink(t *testing.T, brokers []string, st sink.Stream, pos sink.Positions,
 // offsets are there.
 func readBack(t *testing.T, brokers []string, want int) map[uint64]int {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("edge.default"),
+	return readBackStream(t, brokers, "default", want)
+}
+
+// readBackStream is readBack for site-a's stream in topic edge.<stream>.
+func readBackStream(t *testing.T, brokers []string, stream string, want int) map[uint64]int {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("edge."+stream),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +127,7 @@ func readBack(t *testing.T, brokers []string, want int) map[uint64]int {
 			for _, x := range r.Headers {
 				h[x.Key] = string(x.Value)
 			}
-			if h[kafkasink.HeaderSite] != "site-a" || h[kafkasink.HeaderStream] != "default" {
+			if h[kafkasink.HeaderSite] != "site-a" || h[kafkasink.HeaderStream] != stream {
 				t.Errorf("record without the site and stream headers: %v", h)
 			}
 			off, err := strconv.ParseUint(h[kafkasink.HeaderOffset], 10, 64)
@@ -245,4 +251,44 @@ func TestKafkaSink_AtLeastOnce(t *testing.T) {
 	runSink(t, c.ListenAddrs(), st, pos, false)
 	sinktest.WaitFor(t, "the position at the end", time.Minute, func() bool { return pos.get() == n })
 	checkExactlyOnce(t, readBack(t, c.ListenAddrs(), n), n)
+}
+
+// A stream added to a running exactly-once sink (as a sink of every
+// stream follows a new one) starts after what Kafka already holds of it,
+// as the streams the sink starts with do: records an earlier run sent
+// there before it crashed, without storing its position, are not sent
+// twice.
+func TestKafkaSink_ExactlyOnceAddedStreamResumesFromTheOutput(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(3, "edge.meters"))
+	log := mqtttest.NewMemLog(t, "default=#", "meters=meters/#")
+	def, meters := log.Stream(t, "default"), log.Stream(t, "meters")
+	const n = 3000
+	appendN(t, meters, n)
+	appendN(t, def, 100)
+	pos := &positions{m: map[string]uint64{}}
+	metersPos := func() uint64 {
+		off, _, _ := pos.Load(sink.Group("lake"), "meters")
+		return off
+	}
+
+	// An earlier run sent part of meters and crashed with an older
+	// position stored.
+	_, stop := runSink(t, c.ListenAddrs(), meters, pos, true)
+	sinktest.WaitFor(t, "some progress in meters", time.Minute, func() bool { return metersPos() > 500 })
+	pos.frozen.Store(true)
+	stale := metersPos()
+	time.Sleep(300 * time.Millisecond) // more transactions commit upstream meanwhile
+	stop()
+	pos.frozen.Store(false)
+	t.Logf("meters' position stored %d; the sink had gone on without storing it", stale)
+
+	// This run starts with default only, and meters comes while it is
+	// connected.
+	s, _ := runSink(t, c.ListenAddrs(), def, pos, true)
+	sinktest.WaitFor(t, "default sent", time.Minute, func() bool { return pos.get() == 100 })
+	if err := s.AddStream(meters); err != nil {
+		t.Fatal(err)
+	}
+	sinktest.WaitFor(t, "meters' position at the end", time.Minute, func() bool { return metersPos() == n })
+	checkExactlyOnce(t, readBackStream(t, c.ListenAddrs(), "meters", n), n)
 }

@@ -11,6 +11,19 @@
 // reconnects with backoff and sends again from its durable position. A
 // refused record is never skipped: the sink stays stalled and says why.
 //
+// Sending is written for drains of large backlogs: each PUBLISH is
+// encoded by hand straight into the connection's write buffer (encode.go:
+// mochi's bytes, without its per-packet buffers and copies), a turn of
+// the pump goes out in one write, acknowledgements reach the pump in
+// groups of a quarter window (sink.Batch: it acts on no fewer; the last
+// one in flight goes at once), so peat_sink_ack_latency_seconds includes
+// that wait, and on Linux each read is acknowledged
+// at once (TCP_QUICKACK). An upstream with Nagle's algorithm on, as
+// Mosquitto has by default, otherwise holds every PUBACK after the first
+// until its segment is acknowledged, which Linux delays up to 40 ms while
+// the sink's full window gives it nothing to send: a drain of one window
+// per 40 ms.
+//
 // Topics come from a template with {topic} (the record's topic), {stream}
 // and {node}. MQTT 5 PUBLISHes carry the record's own properties (content
 // type, payload format, response topic, correlation data, user

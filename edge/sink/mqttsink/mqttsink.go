@@ -131,6 +131,7 @@ func CheckTopic(tmpl string) error {
 // Upstream is an MQTT broker a sink publishes to, with QoS 1.
 type Upstream struct {
 	cfg    Config
+	topic  template // cfg.Topic, cut at its placeholders
 	addr   string
 	useTLS bool
 	sess   *session
@@ -178,16 +179,17 @@ func (s *session) take(id uint64) (uint16, error) {
 	}
 }
 
-// done ends pid's exchange and returns its delivery id.
-func (s *session) done(pid uint16) (uint64, bool) {
+// done ends pid's exchange and returns its delivery id, and how many
+// exchanges are still in flight.
+func (s *session) done(pid uint16) (id uint64, ok bool, left int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m, ok := s.out[pid]
 	if !ok {
-		return 0, false
+		return 0, false, len(s.out)
 	}
 	delete(s.out, pid)
-	return m.id, true
+	return m.id, true, len(s.out)
 }
 
 func (s *session) reset() {
@@ -226,20 +228,11 @@ func New(cfg Config) (*Upstream, error) {
 	if err := CheckTopic(cfg.Topic); err != nil {
 		return nil, err
 	}
-	return &Upstream{cfg: cfg, addr: addr, useTLS: useTLS, sess: &session{out: map[uint16]*outMsg{}}}, nil
+	return &Upstream{cfg: cfg, topic: compileTemplate(cfg.Topic), addr: addr, useTLS: useTLS,
+		sess: &session{out: map[uint16]*outMsg{}}}, nil
 }
 
 func (u *Upstream) String() string { return u.cfg.URL }
-
-// topicOf is the upstream topic of r.
-func (u *Upstream) topicOf(stream string, r *logstore.Record) string {
-	if u.cfg.Topic == DefaultTopic {
-		return r.Topic
-	}
-	t := strings.ReplaceAll(u.cfg.Topic, "{stream}", stream)
-	t = strings.ReplaceAll(t, "{node}", u.cfg.Node)
-	return strings.ReplaceAll(t, "{topic}", r.Topic)
-}
 
 // Connect dials, sends CONNECT (clean start off: a persistent session)
 // and waits for a successful CONNACK, all within the keepalive. With QoS
@@ -274,6 +267,7 @@ func (u *Upstream) connect(ctx context.Context, clean bool) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	nc = withQuickAck(nc)
 	if u.useTLS {
 		tc := u.cfg.TLS.Clone()
 		if tc == nil {
@@ -331,7 +325,7 @@ func (u *Upstream) handshake(nc net.Conn, clean bool) (*conn, error) {
 		return nil, err
 	}
 	br := bufio.NewReaderSize(nc, 4096)
-	ack, err := readPacket(br, u.cfg.Version)
+	ack, err := readPacket(br, u.cfg.Version, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -392,13 +386,14 @@ type conn struct {
 	u         *Upstream
 	nc        net.Conn
 	br        *bufio.Reader
+	rbuf      [128]byte // readLoop's space for a packet's body (acks are 2 to a few bytes)
 	window    int
 	keepalive time.Duration
 	acks      chan uint64
 
-	wmu sync.Mutex // guards bw and the writes of the pump and the pinger
-	bw  *bufio.Writer
-	enc bytes.Buffer
+	wmu   sync.Mutex // guards bw, props and the writes of the pump and the pinger
+	bw    *bufio.Writer
+	props []byte // Send's scratch space for MQTT 5 properties
 
 	mu struct {
 		sync.Mutex
@@ -527,73 +522,36 @@ func (c *conn) Send(ctx context.Context, d sink.Delivery) error {
 		return err
 	}
 	r := d.Record
-	pk := packets.Packet{
-		FixedHeader:     packets.FixedHeader{Type: packets.Publish, Qos: c.u.cfg.QoS, Retain: r.Retain},
-		ProtocolVersion: c.u.cfg.Version,
-		TopicName:       c.u.topicOf(d.Stream, r),
-		PacketID:        pid,
-		Payload:         r.Payload,
-	}
-	if c.u.cfg.Version == 5 {
-		// Without AllowResponseInfo mochi's encoder leaves out the
-		// response topic and the correlation data.
-		pk.Mods.AllowResponseInfo = true
-		pk.Properties = properties(r, d.Stream, c.u.cfg.Properties)
-		if c.u.cfg.Extra != nil {
-			pk.Properties.User = append(pk.Properties.User, c.u.cfg.Extra(d.Stream, r)...)
-		}
-	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.enc.Reset()
-	if err := pk.PublishEncode(&c.enc); err != nil {
+	// Encoded where the write buffer has room (AvailableBuffer), so that
+	// writing it copies nothing unless the buffer is full.
+	pk, err := c.u.appendPublish(c.bw.AvailableBuffer(), &c.props, d.Stream, r, pid)
+	if err != nil {
 		c.u.sess.done(pid)
 		return &Error{reason: "protocol", err: fmt.Errorf("encode PUBLISH of %s offset %d: %w", d.Stream, r.Offset, err)}
 	}
 	if c.u.cfg.QoS == 2 {
 		c.u.sess.mu.Lock()
 		if m := c.u.sess.out[pid]; m != nil {
-			m.pk = append([]byte(nil), c.enc.Bytes()...)
+			m.pk = append([]byte(nil), pk...)
 		}
 		c.u.sess.mu.Unlock()
 	}
 	if err := c.Err(); err != nil {
 		return err
 	}
-	return c.write(c.enc.Bytes())
-}
-
-// properties carries the record's MQTT 5 properties, and the peat ones.
-func properties(r *logstore.Record, stream string, peat bool) packets.Properties {
-	p := packets.Properties{
-		ContentType:     r.ContentType,
-		ResponseTopic:   r.ResponseTopic,
-		CorrelationData: r.CorrelationData,
-	}
-	if r.PayloadFormat != nil {
-		p.PayloadFormat, p.PayloadFormatFlag = *r.PayloadFormat, true
-	}
-	if r.MessageExpiry > 0 { // the clock only for records that expire
-		if left, _ := r.ExpiryLeft(time.Now().UnixMilli()); left > 0 {
-			p.MessageExpiryInterval = left
-		}
-	}
-	for _, up := range r.UserProperties {
-		p.User = append(p.User, packets.UserProperty{Key: up.Key, Val: up.Value})
-	}
-	if peat {
-		p.User = append(p.User,
-			packets.UserProperty{Key: PropStream, Val: stream},
-			packets.UserProperty{Key: PropOffset, Val: strconv.FormatUint(r.Offset, 10)},
-			packets.UserProperty{Key: PropTime, Val: strconv.FormatInt(r.Timestamp, 10)})
-	}
-	return p
+	return c.write(pk)
 }
 
 // write buffers b; c.wmu is held. A write that blocks longer than the
-// keepalive (a black hole with full socket buffers) fails the connection.
+// keepalive (a black hole with full socket buffers) fails the connection:
+// the deadline is set when b does not fit the buffer (the only case in
+// which Write reaches the socket), and by Flush.
 func (c *conn) write(b []byte) error {
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.keepalive))
+	if len(b) > c.bw.Available() {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.keepalive))
+	}
 	if _, err := c.bw.Write(b); err != nil {
 		c.fail(err)
 		return err
@@ -614,11 +572,25 @@ func (c *conn) Flush(ctx context.Context) error {
 }
 
 // readLoop reads the upstream's packets until the connection fails.
+//
+// Acknowledgements go to the pump in groups of sink.Batch (the pump acts
+// on no fewer), or at once when nothing else is in flight: each hand-over
+// wakes the pump, and one per PUBACK cost more than the pump's own work.
 func (c *conn) readLoop() {
 	defer c.wg.Done()
-	defer close(c.acks) // the pump's sign that the connection ended
+	var pending []uint64 // acknowledged, not handed to the pump yet
+	defer func() {
+		for _, id := range pending { // acks has room for a window
+			select {
+			case c.acks <- id:
+			default:
+			}
+		}
+		close(c.acks) // the pump's sign that the connection ended
+	}()
+	batch := sink.Batch(c.window)
 	for {
-		pk, err := readPacket(c.br, c.u.cfg.Version)
+		pk, err := readPacket(c.br, c.u.cfg.Version, c.rbuf[:])
 		if err != nil {
 			c.fail(err)
 			return
@@ -639,15 +611,22 @@ func (c *conn) readLoop() {
 				}
 				continue
 			}
-			id, ok := c.u.sess.done(pk.PacketID)
+			id, ok, left := c.u.sess.done(pk.PacketID)
 			if !ok {
 				continue // an ack for nothing in flight: ignore, as brokers do
 			}
-			select {
-			case c.acks <- id:
-			case <-c.done:
-				return
+			if pending = append(pending, id); len(pending) < batch && left > 0 {
+				continue
 			}
+			for i, id := range pending {
+				select {
+				case c.acks <- id:
+				case <-c.done:
+					pending = pending[i:] // the deferred hand-over tries these
+					return
+				}
+			}
+			pending = pending[:0]
 		case packets.Pingresp:
 		case packets.Disconnect:
 			c.fail(&Error{reason: "refused", err: fmt.Errorf("upstream disconnected: reason %#x %s",
@@ -722,8 +701,11 @@ func (c *conn) pingLoop() {
 // CONNACK or DISCONNECT with a reason string.
 const maxPacket = 64 << 10
 
-// readPacket reads one packet from a server.
-func readPacket(r *bufio.Reader, version byte) (packets.Packet, error) {
+// readPacket reads one packet from a server, into scratch when it fits.
+// mochi's decoders point the packet's strings into the body: with scratch,
+// the caller is done with them (readLoop formats them into its error at
+// once) before the next read.
+func readPacket(r *bufio.Reader, version byte, scratch []byte) (packets.Packet, error) {
 	pk := packets.Packet{ProtocolVersion: version}
 	hb, err := r.ReadByte()
 	if err != nil {
@@ -740,7 +722,12 @@ func readPacket(r *bufio.Reader, version byte) (packets.Packet, error) {
 		return pk, &Error{reason: "protocol", err: fmt.Errorf("packet type %d of %d bytes from upstream", pk.FixedHeader.Type, n)}
 	}
 	pk.FixedHeader.Remaining = n
-	body := make([]byte, n)
+	var body []byte
+	if n <= len(scratch) {
+		body = scratch[:n]
+	} else {
+		body = make([]byte, n)
+	}
 	if _, err := io.ReadFull(r, body); err != nil {
 		return pk, err
 	}

@@ -128,7 +128,10 @@
       var tr = document.createElement("tr");
       tr.dataset.member = m.id;
       cell(tr, m.id);
-      cell(tr, m.state, "state " + m.state).dataset.field = "state";
+      // A decommission's progress: draining (with the streams it still
+      // holds), drained (stop it), removed.
+      var removal = m.removal ? " (" + m.removal + (m.holds ? ": " + m.holds.join(", ") : "") + ")" : "";
+      cell(tr, m.state + removal, "state " + m.state).dataset.field = "state";
       cell(tr, m.role);
       cell(tr, m.mqtt_addr || "");
       cell(tr, m.version || "");

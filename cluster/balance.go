@@ -1,0 +1,167 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"time"
+)
+
+// balanceRetry paces manage while it waits for the controller or for
+// this node's registration.
+const balanceRetry = 2 * time.Second
+
+// manage runs the two things a node's configuration asks of a running
+// site beside creating streams:
+//
+//   - a stream's replication_factor, set in the configuration, that
+//     differs from the factor in the state is submitted once per run,
+//     once this node's state has caught up with the controller (its own
+//     registration in this broker epoch is applied): the node started
+//     last wins, and a rolling restart that changes the value on every
+//     node moves replicas once, never back and forth as it would if each
+//     controller in turn applied its own configuration;
+//   - on the controller, leader balancing (LeaderBalanceAfter).
+func (s *Site) manage() {
+	defer s.wg.Done()
+	done := map[string]bool{} // streams whose factor this run has settled
+	var b balancer
+	for {
+		st, changed := s.Node.State()
+		s.setFactors(st, done)
+		wait := balanceRetry
+		if next := s.balanceLeaders(&b, st, time.Now()); !next.IsZero() {
+			wait = min(wait, max(time.Until(next), 0))
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-s.stop:
+			t.Stop()
+			return
+		case <-changed:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// setFactors submits SetReplicationFactor for each configured stream
+// whose factor the configuration sets and the state differs from.
+func (s *Site) setFactors(st *State, done map[string]bool) {
+	if b := st.Brokers[s.Node.ID()]; b == nil || b.Epoch != s.Node.Epoch() {
+		return // this node's state may be older than the site's
+	}
+	for _, want := range s.cfg.Streams {
+		rf := cmp.Or(want.ReplicationFactor, s.cfg.ReplicationFactor)
+		x := st.Streams[want.Name]
+		if done[want.Name] || rf == 0 || x == nil {
+			continue
+		}
+		if x.Want() == rf {
+			done[want.Name] = true
+			continue
+		}
+		s.log.Info("cluster: changing a stream's replication factor", slog.String("stream", want.Name),
+			slog.Int("from", x.Want()), slog.Int("to", rf))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := s.Node.Submit(ctx, SetReplicationFactor{Name: want.Name, ReplicationFactor: rf})
+		cancel()
+		if err != nil {
+			s.log.Warn("cluster: replication factor not changed yet", slog.String("stream", want.Name), slog.Any("err", err))
+			continue
+		}
+		done[want.Name] = true
+	}
+}
+
+// balancer is what the controller remembers for leader balancing: when
+// it first saw each stream's preferred replica able to lead and not
+// leading. A new controller starts counting again, as replace_after's
+// count does.
+type balancer struct {
+	since map[string]time.Time
+}
+
+// balanceLeaders is Kafka's preferred replica election: a stream's
+// first replica (not leaving) is its preferred leader; once it has been
+// alive and in the ISR, and not the leader, for LeaderBalanceAfter, the
+// controller makes it leader again (ElectLeader). One stream per pass
+// (each election wakes the next pass), so leaderships come back one at
+// a time. The change is the controlled one a hand-over makes: the old
+// leader stops committing as soon as its state names another, the new
+// one, an ISR member, holds every record acknowledged under acks=all
+// and leads from its log end; publishes in flight on the old leader are
+// refused and sent again by their clients. Streams with acks: leader
+// are left alone: their old leader may have acknowledged records its
+// followers have not fetched yet, which a change would lose.
+// It returns when the next stream is due (zero: none).
+func (s *Site) balanceLeaders(b *balancer, st *State, now time.Time) (next time.Time) {
+	after := s.cfg.LeaderBalanceAfter
+	if after <= 0 || !s.Node.IsController() {
+		b.since = nil
+		return time.Time{}
+	}
+	if b.since == nil {
+		b.since = map[string]time.Time{}
+	}
+	acksLeader := map[string]bool{}
+	for _, c := range s.cfg.Streams {
+		acksLeader[c.Name] = c.AcksLeader
+	}
+	elect, next := planLeaders(st, b.since, now, after, func(name string) bool { return acksLeader[name] })
+	if elect == nil {
+		return next
+	}
+	x := st.Streams[elect.Name]
+	s.log.Info("cluster: leader balancing: the preferred replica leads again", slog.String("stream", elect.Name),
+		slog.String("from", x.Leader), slog.String("to", elect.Preferred))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Node.Submit(ctx, *elect); err != nil {
+		s.log.Warn("cluster: leader balancing", slog.String("stream", elect.Name), slog.Any("err", err))
+	}
+	delete(b.since, elect.Name) // counted afresh if it is still due
+	return now.Add(balanceRetry)
+}
+
+// planLeaders is balanceLeaders' rule, without I/O: the first stream (in
+// name order) whose preferred replica has been eligible since at least
+// after, and when the next one is due. since is updated: a stream enters
+// it when its preferred replica is first seen eligible, and leaves it
+// when it is not.
+func planLeaders(st *State, since map[string]time.Time, now time.Time, after time.Duration,
+	skip func(string) bool) (elect *ElectLeader, next time.Time) {
+	for _, name := range st.streamNames() {
+		x := st.Streams[name]
+		p := preferredLeader(st, x)
+		if p == "" || x.Leader == "" || x.Leader == p || !st.alive(p) || !x.InISR(p) || skip(name) {
+			delete(since, name)
+			continue
+		}
+		t, ok := since[name]
+		if !ok {
+			t = now
+			since[name] = now
+		}
+		due := t.Add(after)
+		if !now.Before(due) && elect == nil {
+			elect = &ElectLeader{Name: name, Preferred: p}
+			continue
+		}
+		if next.IsZero() || due.Before(next) {
+			next = due
+		}
+	}
+	return elect, next
+}
+
+// preferredLeader is the stream's first replica that is not leaving the
+// site ("" for none).
+func preferredLeader(st *State, x *Stream) string {
+	for _, r := range x.Replicas {
+		if !st.leaving(r) {
+			return r
+		}
+	}
+	return ""
+}

@@ -1,0 +1,402 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/peatmq/peat/logstore"
+)
+
+// nodeSpec is a node of a test site that a test may restart on the same
+// data and addresses, as a real node restarts from its configuration.
+type nodeSpec struct {
+	id           string
+	voter        bool
+	expect       int
+	rf           int
+	join         []string
+	balanceAfter time.Duration
+
+	dataDir, snapDir              string // "": fresh on the first start
+	serfAddr, raftAddr, transport string // "": a free port on the first start
+}
+
+func startSpec(t *testing.T, sp *nodeSpec) *siteNode {
+	t.Helper()
+	if sp.dataDir == "" {
+		sp.dataDir, sp.snapDir = t.TempDir(), t.TempDir()
+		sp.serfAddr, sp.raftAddr, sp.transport = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	}
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.SerfAddr, cfg.RaftAddr = sp.id, sp.serfAddr, sp.raftAddr
+	cfg.Voter, cfg.BootstrapExpect, cfg.Join = sp.voter, sp.expect, sp.join
+	cfg.SnapshotDir = sp.snapDir
+	cfg.MQTTAddr, cfg.Version = "127.0.0.1:1883", "test"
+	store, err := logstore.Open(logstore.Config{Dir: sp.dataDir, Profile: logstore.ProfilePiZero,
+		Streams:           []logstore.StreamConfig{{Name: "default", Filters: []string{"#"}}},
+		RetentionInterval: time.Hour, MinFreeBytes: -1, ManualCommit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := StartSite(SiteConfig{Node: cfg, TransportListen: sp.transport, Store: store,
+		Streams: []SiteStream{{Name: "default", ReplicationFactor: sp.rf}}, LagMax: 2 * time.Second,
+		LeaderBalanceAfter: sp.balanceAfter})
+	if err != nil {
+		_ = store.Close()
+		t.Fatal(err)
+	}
+	// The next start takes the same addresses, the ports picked now.
+	sp.serfAddr, sp.raftAddr, sp.transport = s.Node.SerfAddr(), s.Node.RaftAddr(), s.Node.cfg.ClusterAddr
+	n := &siteNode{Site: s, store: store}
+	t.Cleanup(func() { n.stopGracefully() })
+	return n
+}
+
+// stopGracefully is `peat serve` stopping on SIGTERM: a hand-over, then
+// everything closes.
+func (n *siteNode) stopGracefully() {
+	n.once.Do(func() {
+		_ = n.Close()
+		_ = n.store.Close()
+	})
+}
+
+// threeVoters starts n1-n3, voters, with the default stream of factor rf.
+func threeVoters(t *testing.T, rf int, balanceAfter time.Duration) ([]*nodeSpec, []*siteNode) {
+	specs := []*nodeSpec{{id: "n1", voter: true, expect: 3, rf: rf, balanceAfter: balanceAfter}}
+	nodes := []*siteNode{startSpec(t, specs[0])}
+	for _, id := range []string{"n2", "n3"} {
+		sp := &nodeSpec{id: id, voter: true, expect: 3, rf: rf, join: []string{specs[0].serfAddr}, balanceAfter: balanceAfter}
+		specs = append(specs, sp)
+		nodes = append(nodes, startSpec(t, sp))
+	}
+	specs[0].join = []string{specs[1].serfAddr}
+	return specs, nodes
+}
+
+func defaultStream(n *siteNode) *Stream {
+	st, _ := n.Node.State()
+	return st.Streams["default"]
+}
+
+// Changing replication_factor in a node's configuration and restarting
+// it changes the stream: 2 -> 3 adds a replica that catches up, joins
+// the ISR and holds every acknowledged record; 3 -> 2 drops one, never
+// the leader, the ISR staying the two that remain. The other nodes,
+// whose configuration still says 2 then 3, do not undo it (the node
+// started last wins). Publishes are acknowledged throughout and none is
+// lost.
+func TestSite_ReplicationFactorChanges(t *testing.T) {
+	specs, nodes := threeVoters(t, 2, 0)
+	var replicas []string
+	waitUntil(t, "the default stream on two replicas, both in sync", func() bool {
+		s := defaultStream(nodes[0])
+		if s == nil || len(s.Replicas) != 2 || len(s.ISR) != 2 {
+			return false
+		}
+		replicas = s.Replicas
+		return true
+	})
+	// The node outside the stream is restarted with the new factor; the
+	// producer uses another.
+	var out int
+	for i, n := range nodes {
+		if !slices.Contains(replicas, n.Node.ID()) {
+			out = i
+		}
+	}
+	prod := nodes[(out+1)%3]
+	p := produce(prod)
+	p.moreAcked(t, "publishes acknowledged on two replicas", 50)
+
+	nodes[out].stopGracefully()
+	specs[out].rf = 3
+	nodes[out] = startSpec(t, specs[out])
+	streamIs(t, nodes, "n1", "n2", "n3")
+	if s := defaultStream(prod); s.Want() != 3 {
+		t.Fatalf("replication factor %d, want 3", s.Want())
+	}
+	p.moreAcked(t, "publishes acknowledged on three replicas", 50)
+	holdsAll(t, nodes[out], p.snapshot())
+
+	// Down again, from the producer's own node this time (a restart of
+	// the node the producer uses would refuse its publishes meanwhile:
+	// restart another one, the node that does not lead).
+	leader := defaultStream(prod).Leader
+	var back int
+	for i, n := range nodes {
+		if n != prod && n.Node.ID() != leader {
+			back = i
+			break
+		}
+	}
+	nodes[back].stopGracefully()
+	specs[back].rf = 2
+	nodes[back] = startSpec(t, specs[back])
+	var kept []string
+	waitUntil(t, "the default stream back on two replicas, both in sync, on every node", func() bool {
+		for _, n := range nodes {
+			s := defaultStream(n)
+			if s == nil || s.Want() != 2 || len(s.Replicas) != 2 || !slices.Equal(s.ISR, s.Replicas) {
+				return false
+			}
+			kept = s.Replicas
+		}
+		return true
+	})
+	if s := defaultStream(prod); !slices.Contains(s.Replicas, s.Leader) {
+		t.Fatalf("stream after the shrink: %+v", s)
+	}
+	p.moreAcked(t, "publishes acknowledged on two replicas again", 50)
+	acked := p.end()
+	for _, n := range nodes {
+		if slices.Contains(kept, n.Node.ID()) {
+			holdsAll(t, n, acked)
+		}
+	}
+}
+
+// snapshot copies what was acknowledged so far.
+func (p *producer) snapshot() map[uint64]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[uint64]string, len(p.acked))
+	for k, v := range p.acked {
+		out[k] = v
+	}
+	return out
+}
+
+// watchReplicas records the smallest replica set the default stream had
+// in n's state, sampled at every change, until stop is called.
+func watchReplicas(n *siteNode) (smallest func() int, stop func()) {
+	var mu sync.Mutex
+	least := 1 << 30
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			st, changed := n.Node.State()
+			if s := st.Streams["default"]; s != nil {
+				mu.Lock()
+				least = min(least, len(s.Replicas))
+				mu.Unlock()
+			}
+			select {
+			case <-done:
+				return
+			case <-changed:
+			}
+		}
+	}()
+	return func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			return least
+		}, func() {
+			close(done)
+			wg.Wait()
+		}
+}
+
+// A live node is decommissioned: remove-node drains it while it serves
+// (its replica moves to the spare broker, its leadership to an in-sync
+// replica; a controller hands the controller over first), it leaves
+// Raft's voters, and once stopped it is removed and leaves Serf. The
+// stream never has fewer than three replicas and publishes are
+// acknowledged throughout, none lost.
+func TestSite_RemoveLiveNode(t *testing.T) {
+	// In-process, n1 bootstraps and leads: the leader is usually the
+	// controller too.
+	t.Run("the leader", func(t *testing.T) { testRemoveLiveNode(t, true) })
+	t.Run("a follower", func(t *testing.T) { testRemoveLiveNode(t, false) })
+}
+
+func testRemoveLiveNode(t *testing.T, ofLeader bool) {
+	specs, nodes := threeVoters(t, 3, 0)
+	all := append(slices.Clone(nodes), startSpec(t, &nodeSpec{id: "n4", rf: 3, join: []string{specs[0].serfAddr}}))
+	var leader string
+	var replicas []string
+	waitUntil(t, "the default stream with a full ISR and every node registered", func() bool {
+		s := defaultStream(nodes[0])
+		for _, n := range all {
+			if !brokerAlive(nodes[0], n.Node.ID()) {
+				return false
+			}
+		}
+		if s == nil || len(s.ISR) != 3 {
+			return false
+		}
+		leader, replicas = s.Leader, s.Replicas
+		return true
+	})
+	var victim, prod, spare *siteNode
+	for _, n := range all {
+		id := n.Node.ID()
+		switch {
+		case !slices.Contains(replicas, id):
+			spare = n
+		case ofLeader == (id == leader) && (ofLeader || !n.Node.IsController()):
+			victim = n
+		}
+	}
+	if victim == nil {
+		t.Fatal("no node to drain")
+	}
+	for _, n := range all {
+		if n != victim && n != spare {
+			prod = n
+		}
+	}
+	t.Logf("draining %s (leader %s, controller %s); producing on %s", victim.Node.ID(), leader,
+		victim.Node.Controller(), prod.Node.ID())
+	p := produce(prod)
+	p.moreAcked(t, "publishes acknowledged before the drain", 50)
+	smallest, stopWatch := watchReplicas(prod)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rm, err := spare.RemoveNode(ctx, victim.Node.ID())
+	if err != nil {
+		t.Fatalf("RemoveNode of a live node: %v", err)
+	}
+	if !rm.Draining || !slices.Equal(rm.Moving, []string{"default"}) {
+		t.Fatalf("removal %+v, want draining, moving [default]", rm)
+	}
+	var rest []*siteNode
+	var ids []string
+	for _, n := range all {
+		if n != victim {
+			rest = append(rest, n)
+			ids = append(ids, n.Node.ID())
+		}
+	}
+	streamIs(t, all, ids...)
+	waitUntil(t, "the drained node shown drained, out of the voters, serving", func() bool {
+		for _, n := range all {
+			voters, _, err := n.Node.Quorum()
+			if err != nil || slices.Contains(voters, victim.Node.ID()) {
+				return false
+			}
+		}
+		for _, m := range prod.Status().Members {
+			if m.ID == victim.Node.ID() {
+				return m.Removal == "drained" && m.State == "alive"
+			}
+		}
+		return false
+	})
+	p.moreAcked(t, "publishes acknowledged after the drain", 50)
+	if got := smallest(); got < 3 {
+		t.Fatalf("the stream had %d replicas during the drain", got)
+	}
+	// The drained node still serves its clients: its publishes are
+	// forwarded to the new leader.
+	q := produce(victim)
+	q.moreAcked(t, "publishes acknowledged on the drained node", 10)
+	drainedAcked := q.end()
+
+	victim.stopGracefully()
+	waitUntil(t, "the stopped node removed, out of Raft and Serf", func() bool {
+		for _, n := range rest {
+			st, _ := n.Node.State()
+			if b := st.Brokers[victim.Node.ID()]; b == nil || !b.Removed {
+				return false
+			}
+			voters, nonvoters, err := n.Node.Quorum()
+			if err != nil || slices.Contains(voters, victim.Node.ID()) || slices.Contains(nonvoters, victim.Node.ID()) {
+				return false
+			}
+			for _, m := range n.Node.Members() {
+				if m.ID == victim.Node.ID() && m.Status == "failed" {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	stopWatch()
+	p.moreAcked(t, "publishes acknowledged after the removal", 50)
+	acked := p.end()
+	for off, v := range drainedAcked {
+		acked[off] = v
+	}
+	for _, n := range rest {
+		holdsAll(t, n, acked)
+	}
+}
+
+// remove-node refuses a live voter whose going would leave the quorum
+// without a majority, and a live node whose streams have nowhere to go.
+func TestSite_RemoveLiveNodeRefused(t *testing.T) {
+	_, nodes := threeVoters(t, 3, 0)
+	streamIs(t, nodes, "n1", "n2", "n3")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := nodes[0].RemoveNode(ctx, "n3"); err == nil || !errors.Is(err, ErrIneligibleReplica) {
+		t.Fatalf("RemoveNode with nowhere to move to: %v, want ErrIneligibleReplica", err)
+	}
+	nodes[2].crash(t)
+	waitUntil(t, "n3 seen failed", func() bool {
+		for _, m := range nodes[0].Node.Members() {
+			if m.ID == "n3" {
+				return m.Status == "failed"
+			}
+		}
+		return false
+	})
+	if _, err := nodes[0].RemoveNode(ctx, "n2"); err == nil || !errors.Is(err, ErrQuorum) {
+		t.Fatalf("RemoveNode of a voter with another one down: %v, want ErrQuorum", err)
+	}
+}
+
+// A node that restarts gets its preferred leadership back once it has
+// been in the ISR for leader_balance_after; publishes acknowledged
+// across both leader changes are all there.
+func TestSite_LeaderBalancing(t *testing.T) {
+	specs, nodes := threeVoters(t, 3, 3*time.Second)
+	streamIs(t, nodes, "n1", "n2", "n3")
+	s := defaultStream(nodes[0])
+	preferred := s.Replicas[0]
+	if s.Leader != preferred {
+		t.Fatalf("created with leader %s, not its first replica %s", s.Leader, preferred)
+	}
+	var i int
+	for j, n := range nodes {
+		if n.Node.ID() == preferred {
+			i = j
+		}
+	}
+	prod := nodes[(i+1)%3]
+	p := produce(prod)
+	p.moreAcked(t, "publishes acknowledged before the restart", 50)
+
+	nodes[i].stopGracefully()
+	waitUntil(t, "another leader", func() bool {
+		s := defaultStream(prod)
+		return s.Leader != "" && s.Leader != preferred
+	})
+	p.moreAcked(t, "publishes acknowledged under another leader", 50)
+	epoch := defaultStream(prod).LeaderEpoch
+	nodes[i] = startSpec(t, specs[i])
+	waitUntil(t, preferred+" leading again, on every node", func() bool {
+		for _, n := range nodes {
+			s := defaultStream(n)
+			if s == nil || s.Leader != preferred || s.LeaderEpoch <= epoch {
+				return false
+			}
+		}
+		return true
+	})
+	p.moreAcked(t, "publishes acknowledged under the preferred leader again", 50)
+	acked := p.end()
+	for _, n := range nodes {
+		holdsAll(t, n, acked)
+	}
+}
