@@ -636,14 +636,14 @@
 //
 //   - Sessions: a leader-side fence of a session's writes (the writer's
 //     node in StateWriteRequest), and expiring the sessions of clients
-//     that never come back; a command that
-//     deletes a stream (a stream left out of the configuration stays in
-//     the state, and its records stay on disk, unread: deleting them on
-//     every replica, a replica down at the time included, needs logstore
-//     to delete a stored stream its configuration no longer lists, and a
-//     tombstone in the state); mirror streams in a site (a mirror's
-//     appends must land at the source's offsets, which forwarding does
-//     not carry).
+//     that never come back.
+//   - A command that deletes a stream (a stream left out of the
+//     configuration stays in the state, and its records stay on disk,
+//     unread: deleting them on every replica, a replica down at the time
+//     included, needs logstore to delete a stored stream its
+//     configuration no longer lists, and a tombstone in the state);
+//     mirror streams in a site (a mirror's appends must land at the
+//     source's offsets, which forwarding does not carry).
 //   - Undoing a drain (a node drained by mistake stays draining: it
 //     holds nothing and gets nothing until it is removed and registers
 //     as a new broker); balancing replicas (not only leaders) over
