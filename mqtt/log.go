@@ -91,10 +91,10 @@ func ForwardStreamEvents[E any](in <-chan E, cancelIn func(), conv func(E) Strea
 }
 
 // SharedState is implemented by a Log whose streams' state several
-// brokers share (the nodes of a cluster's site) while each keeps its own
-// durable sessions in Log.State: a session's offset in a stream's state
-// whose session this broker does not know is then another broker's, not
-// a leftover to delete.
+// brokers share (the nodes of a cluster's site) while each knows only the
+// durable sessions of its own clients: a session's offset in a stream's
+// state whose session this broker does not know is then another
+// broker's, not a leftover to delete.
 type SharedState interface {
 	StreamStateShared() bool
 }
