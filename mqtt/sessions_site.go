@@ -31,9 +31,10 @@ import (
 //     site cannot decide (no leader reachable) is refused with CONNACK
 //     0x88 (v3: 3, server unavailable), unless this broker holds the
 //     claim already for a live connection of the client.
-//  2. Unless the client is connected to this broker (mochi then takes
-//     that connection's session over, as on a single broker), whatever
-//     this broker had of the session goes and the stored one is read:
+//  2. Unless the client is connected to this broker, or was last and
+//     this broker has held the claim since (mochi then takes that
+//     session over, as on a single broker), whatever this broker had of
+//     the session goes and the stored one is read:
 //     its properties and subscriptions from SessionState, its offsets
 //     from this broker's replica of each stream's state. It is handed
 //     to mochi as a disconnected client, which mochi's takeover then
@@ -86,6 +87,14 @@ func (d *delivery) siteEstablish(cl *mochi.Client) bool {
 		return false
 	}
 	if live {
+		return true
+	}
+	ss.mu.Lock()
+	_, mine := ss.m[id]
+	ss.mu.Unlock()
+	if _, ok := d.srv.Clients.Get(id); ok && holds && mine {
+		// Held here since its last connection: this broker's copy is the
+		// newest (acknowledgements not written yet included).
 		return true
 	}
 	d.forgetLocal(id)
