@@ -351,3 +351,23 @@ func TestCluster_SessionExpiresSiteWide(t *testing.T) {
 		t.Fatal("a session past its expiry is present on another node")
 	}
 }
+
+// A client back on the node it left finds its session there, and gets
+// what was published meanwhile through another node.
+func TestCluster_SessionResumesOnItsOwnNode(t *testing.T) {
+	nodes := startSiteNodes(t, 3)
+	got := make(chan string, 100)
+	c := connectSite(t, nodes[1], "homebody", false, got)
+	if tok := c.Subscribe("sensors/#", 1, nil); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	publishQoS1(t, nodes[0].MQTTAddr(), "sensors/a", 2)
+	expectAll(t, got, "sensors/a m0", "sensors/a m1")
+	c.Disconnect(250)
+	publishQoS1(t, nodes[2].MQTTAddr(), "sensors/b", 3)
+	c = connectSite(t, nodes[1], "homebody", false, got)
+	if !c.present {
+		t.Fatal("the session is not present on its own node")
+	}
+	expectAll(t, got, "sensors/b m0", "sensors/b m1", "sensors/b m2")
+}
