@@ -171,7 +171,10 @@ func DecodeCommand(b []byte) (Command, error) {
 	case kindSetReplicationFactor:
 		c, err = decodeAs[SetReplicationFactor](b[1:])
 	default:
-		return nil, fmt.Errorf("%w: kind %d", ErrBadCommand, b[0])
+		var ok bool
+		if c, ok, err = decodeDeletion(b[0], b[1:]); !ok {
+			return nil, fmt.Errorf("%w: kind %d", ErrBadCommand, b[0])
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: kind %d: %v", ErrBadCommand, b[0], err)

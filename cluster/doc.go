@@ -526,8 +526,8 @@
 //
 // TestLog_Contract runs mqtt's contract suite against the Log of a
 // one-node site; all of it passes (streams are added through the
-// controller and the store, removed through the store: the controller has
-// no command that deletes a stream). TestLog_ThreeNodes and
+// controller and the store, removed through the store; a stream deleted
+// through the controller goes as described in "Deleting a stream"). TestLog_ThreeNodes and
 // TestLog_MinInsyncReplicas check the produce and read paths on three
 // nodes; TestLog_ForwardAppend, TestLog_ForwardLeaderKilled,
 // TestLog_AcksLeader, TestLog_StateFailover, TestLog_ClaimAcrossNodes,
@@ -632,17 +632,56 @@
 // that loses the leader for a heartbeat and hears it again in the same
 // term counts nothing; it starts at the first controller this run knows.
 //
+// # Deleting a stream (delete.go)
+//
+// A stream left out of a node's configuration stays in the state and on
+// every disk: a line missing (a typo) must never delete a site's data.
+// Site.DeleteStream (`peat stream delete`, DELETE /api/v1/streams/<name>)
+// deletes it:
+//
+//   - Each node tells the controller which streams its configuration
+//     lists (ListStreams, once the controller registered its broker
+//     epoch, and again when the list differs; Broker.Lists). DeleteStream
+//     is refused (ErrStreamListed, naming the nodes) while a broker not
+//     removed lists the stream, down or not: createStreams on that node
+//     would create it again at once, or when it is back. The operator
+//     removes it from every node's streams: and restarts them (a rolling
+//     restart), then deletes; a node gone for good is removed first
+//     (remove-node). edge refuses too while the node asked lists it.
+//   - Every creation gets an incarnation, State.Incarnations counting
+//     (Stream.Created; 0 for streams created before deletions existed).
+//     DeleteStream names the incarnation it deletes, so a request that
+//     raced a re-creation deletes nothing; the state keeps a tombstone,
+//     Deleted[name] = that incarnation (a few bytes per name, for good:
+//     a node away for months still learns of it).
+//   - Each replica records in its store which incarnation its records
+//     belong to (logstore's SetIncarnation). A stream with none is
+//     adopted (stamped) unless a tombstone names it; one stamped with
+//     another incarnation, or unstamped under a tombstone, holds a
+//     deleted stream's records: neither the Replicator (currentReplica)
+//     nor the Log (refresh) serves it, so it can neither lead with the
+//     old records nor show them to a subscriber.
+//   - followDeletions, at start and at every state change, deletes
+//     the stored copy of a tombstoned stream the configuration no longer
+//     lists (logstore DeleteStream, crash-safe), and empties
+//     (ResetStream) a listed stream whose records belong to a deleted
+//     incarnation: the stream was deleted and created again while this
+//     node was down, and it then fetches the new stream from offset 0.
+//     A node down at the time of the deletion does either when it is
+//     back, from the state Raft gives it.
+//
+// TestSite_DeleteStream runs it on three in-process nodes: refused while
+// one lists the stream; deleted on the two alive replicas; created
+// again, from offset 0; and the third, down meanwhile with the deleted
+// records on disk and the stream listed again, empties them and holds
+// the new stream's records only.
+//
 // # What is left
 //
 //   - Sessions: a leader-side fence of a session's writes (the writer's
 //     node in StateWriteRequest), and expiring the sessions of clients
 //     that never come back.
-//   - A command that deletes a stream (a stream left out of the
-//     configuration stays in the state, and its records stay on disk,
-//     unread: deleting them on every replica, a replica down at the time
-//     included, needs logstore to delete a stored stream its
-//     configuration no longer lists, and a tombstone in the state);
-//     mirror streams in a site (a mirror's appends must land at the
+//   - Mirror streams in a site (a mirror's appends must land at the
 //     source's offsets, which forwarding does not carry).
 //   - Undoing a drain (a node drained by mistake stays draining: it
 //     holds nothing and gets nothing until it is removed and registers
@@ -650,4 +689,11 @@
 //     brokers that joined later; leader balancing for acks: leader
 //     streams, which needs a leader that stops acknowledging and waits
 //     for its follower before it hands over.
+//   - Deleting a stream: group positions that a Peat of key layout 3
+//     kept in the node's own state ("g/<group>/<stream>", moved into
+//     the stream at the first start that lists it) outlive a deletion,
+//     and a stream listed again would take them over; the creation race
+//     (a stream created while a just-crashed replica still counts as
+//     alive starts with that replica alone in its ISR) is createStreams',
+//     not the deletion's.
 package cluster

@@ -133,11 +133,13 @@ func (l *Log) refresh(st *State) {
 	var want []*logstore.Stream
 	var sys *logstore.Stream
 	for _, s := range l.store.Streams() {
-		if cs := st.Streams[s.Name()]; cs == nil {
+		// A replica, or an observer (Replicator.want), holding the
+		// stream's records, not a deleted one's (delete.go).
+		if cs := st.Streams[s.Name()]; cs == nil || !servesIncarnation(s, cs, st) {
 			continue
 		} else if s.Name() == SessionsStream {
 			sys = s
-		} else { // a replica, or an observer (Replicator.want)
+		} else {
 			want = append(want, s)
 		}
 	}

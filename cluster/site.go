@@ -137,7 +137,7 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 	srv := Serve(node.ClusterListener(ln), log.With(slog.String("component", "cluster-server")))
 	srv.ServeNode(node)
 	rep := StartReplicator(ReplicatorConfig{
-		Node: node, Server: srv, Stream: cfg.Store.Stream, LagMax: cfg.LagMax,
+		Node: node, Server: srv, Stream: currentReplica(node, cfg.Store), LagMax: cfg.LagMax,
 		MinInsyncReplicas: cfg.MinInsyncReplicas, Log: log,
 		MinInsyncFor: func(name string) int { return settings[name].MinInsyncReplicas },
 	})
@@ -152,6 +152,8 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 	go s.createStreams()
 	go s.rejoin()
 	go s.manage()
+	s.wg.Add(1)
+	go s.followDeletions()
 	return s, nil
 }
 

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 )
@@ -10,6 +11,13 @@ import (
 type State struct {
 	Brokers map[string]*Broker
 	Streams map[string]*Stream
+
+	// Deleted are the tombstones of deleted streams: name -> the
+	// incarnation (Stream.Created) deleted (delete.go).
+	Deleted map[string]uint64
+	// Incarnations counts the streams ever created: the next creation is
+	// Incarnations+1.
+	Incarnations uint64
 }
 
 // Broker is one node as the controller knows it.
@@ -30,6 +38,8 @@ type Broker struct {
 	Alive    bool
 	Removed  bool
 	Draining bool
+	// Lists are the streams its configuration lists (ListStreams).
+	Lists []string
 }
 
 // leaving reports whether id is removed or draining: its replicas move
@@ -57,6 +67,10 @@ type Stream struct {
 	Version           uint64
 	UncleanElection   bool
 	ReplicationFactor int
+	// Created tells this stream from an earlier, deleted one of the same
+	// name (State.Incarnations at its creation; 0 for a stream created
+	// before deletions existed).
+	Created uint64
 }
 
 // Want is how many replicas the stream should have.
@@ -76,8 +90,13 @@ func (s *State) clone() *State {
 	c := newState()
 	for id, b := range s.Brokers {
 		bc := *b
+		bc.Lists = slices.Clone(b.Lists)
 		c.Brokers[id] = &bc
 	}
+	if s.Deleted != nil {
+		c.Deleted = maps.Clone(s.Deleted)
+	}
+	c.Incarnations = s.Incarnations
 	for n, st := range s.Streams {
 		c.Streams[n] = st.clone()
 	}
@@ -112,6 +131,9 @@ func (s *State) alive(id string) bool {
 
 // apply changes the state by c, or returns why not and changes nothing.
 func (s *State) apply(c Command) error {
+	if ok, err := s.applyDeletion(c); ok {
+		return err
+	}
 	switch c := c.(type) {
 	case RegisterBroker:
 		return s.registerBroker(c)
@@ -378,6 +400,8 @@ func (s *State) createStream(c CreateStream) error {
 		return fmt.Errorf("%w: no replica of %s is alive", ErrIneligibleReplica, c.Name)
 	}
 	st.Leader, st.LeaderEpoch, st.Version = st.ISR[0], 1, 1
+	s.Incarnations++
+	st.Created = s.Incarnations
 	s.Streams[c.Name] = st
 	return nil
 }

@@ -17,6 +17,7 @@ var refusals = []error{
 	ErrUnknownStream, ErrStreamExists, ErrUnknownBroker, ErrStaleBrokerEpoch,
 	ErrStaleLeaderEpoch, ErrStaleVersion, ErrIneligibleReplica, ErrBadReplicas, ErrBadCommand,
 	ErrBrokerAlive, ErrRemovedBroker,
+	ErrStreamListed,
 }
 
 func refusalIndex(err error) (uint8, bool) {

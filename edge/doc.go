@@ -42,8 +42,16 @@
 //	                     logstore metrics (with per-stream offset gauges)
 //	                     and MQTT metrics
 //	GET /api/v1/streams  [{"name","filters","first_offset","next_offset",
-//	                       "committed_offset","bytes"}]
+//	                       "committed_offset","bytes"}], then the stored
+//	                     streams the configuration no longer lists, with
+//	                     "unlisted": true
 //	GET /api/v1/streams/{name}  one stream, 404 when there is none
+//	DELETE /api/v1/streams/{name}  delete an unlisted stream (`peat stream
+//	                     delete`): 200 {"name","records","bytes"}; in a site
+//	                     202 {"name","site":true} once the controller
+//	                     recorded it; 409 for a stream the configuration
+//	                     (in a site: any node's) lists, 404 for an unknown
+//	                     one (streams_delete.go)
 //	GET /api/v1/status   the node at a glance (package status documents it)
 //	GET /api/v1/groups   the consumer groups of the status document
 //	GET /api/v1/cluster  a site node's view of its site (cluster.SiteStatus),

@@ -21,6 +21,9 @@ type StreamInfo struct {
 	NextOffset      uint64   `json:"next_offset"`
 	CommittedOffset uint64   `json:"committed_offset"`
 	Bytes           int64    `json:"bytes"`
+	// Unlisted: stored, but no longer in the configuration; kept on disk,
+	// unread, until `peat stream delete` (streams_delete.go).
+	Unlisted bool `json:"unlisted,omitempty"`
 }
 
 // apiError is the body of every error the HTTP API returns.
@@ -38,6 +41,7 @@ func (n *Node) Handler() http.Handler {
 	}))
 	mux.HandleFunc("GET /api/v1/streams", n.handleStreams)
 	mux.HandleFunc("GET /api/v1/streams/{name}", n.handleStream)
+	mux.HandleFunc("DELETE /api/v1/streams/{name}", n.handleDeleteStream)
 	mux.HandleFunc("GET /api/v1/status", n.handleStatus)
 	mux.HandleFunc("GET /api/v1/groups", n.handleGroups)
 	mux.HandleFunc("GET /api/v1/cluster", n.handleCluster)
@@ -99,6 +103,7 @@ func (n *Node) handleStreams(w http.ResponseWriter, _ *http.Request) {
 	for _, s := range store.Streams() {
 		out = append(out, streamInfo(s))
 	}
+	out = append(out, unlistedInfos(store)...)
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -171,6 +171,7 @@ func (n *Node) start(ctx context.Context) error {
 		streams = append(streams, s.Name())
 	}
 	n.log.Info("log open", attrDataDir, n.cfg.DataDir, attrProfile, string(profile), attrStreams, streams)
+	n.logUnlisted(store)
 	n.warnLowSpace(store.Space())
 	n.warnPayloadAboveRecord(n.cfg.BrokerConfig().MaxPayload, store.MaxRecordBytes())
 	n.applyProcs(store.CommitsWaitForFsync())

@@ -164,7 +164,9 @@ func TestNode_HTTP(t *testing.T) {
 			{"GET", "/api/v1/streams/nope", 404, `"nope"`},
 			{"GET", "/api/v2/whatever", 404, "/api/v2/whatever"},
 			{"POST", "/api/v1/streams", 405, "POST"},
-			{"DELETE", "/api/v1/streams/default", 405, "DELETE"},
+			{"PUT", "/api/v1/streams/default", 405, "PUT"},
+			{"DELETE", "/api/v1/streams/default", 409, "remove it from streams:"},
+			{"DELETE", "/api/v1/streams/nope", 404, `"nope"`},
 		} {
 			code, ctype, body := get(t, tc.method, base+tc.path)
 			var e struct{ Error string }

@@ -25,6 +25,10 @@ func TestMain(m *testing.M) {
 		killChild(dir)
 		return
 	}
+	if spec := os.Getenv(killDeleteEnv); spec != "" {
+		killDeleteChild(spec) // delete_test.go
+		return
+	}
 	os.Exit(m.Run())
 }
 

@@ -45,9 +45,43 @@
 // stream added at run time, and Open builds the streams its Config lists.
 // A stored stream the Config no longer lists keeps its id and records,
 // unread, and comes back with them when listed again (at Open or by
-// AddStream). RemoveStream stops the appender (queued appends fail with
-// ErrStreamRemoved), makes the stream unreadable, then deletes its keys,
-// its id last, so an id is never reused while keys under it remain.
+// AddStream): a line missing from a configuration (a typo) never deletes
+// anything. Unlisted shows such streams. RemoveStream stops the appender
+// (queued appends fail with ErrStreamRemoved), makes the stream
+// unreadable, then deletes it as DeleteStream does.
+//
+// # Deleting a stream (delete.go)
+//
+// DeleteStream deletes a stored stream the store does not serve, and
+// only such a one (ErrStreamListed): an operator's explicit command, never
+// a side effect of a configuration. In order:
+//
+//  1. one transaction replaces the name's id key by a tombstone, a stream
+//     id key under the name "\x00deleting/<id>" that no configuration can
+//     have; from here on the name is free, and a stream of that name gets
+//     a new id and starts empty at offset 0;
+//  2. the records and chunk stats go by DropPrefix, at most purgeBlocks
+//     (512) blocks of 65536 offsets a call, each block one prefix, or its
+//     256 runs where a table of value pointers lies inside it (as
+//     reclaimPrefixes splits them, so value-log GC counts their values as
+//     garbage and the disk comes back); other streams' commits wait on
+//     writeMu during each call and go on between them;
+//  3. whatever is left under the id (epochs, the stream's consumer state)
+//     goes in one more DropPrefix;
+//  4. one transaction deletes the log start, watermark, incarnation and
+//     the tombstone, so an id is never reused while keys under it remain;
+//  5. value-log GC, at half garbage, gives the files back.
+//
+// A crash after 1 leaves the tombstone: Open finishes every deletion it
+// finds (2 to 4) before it loads a stream, so no stream ever reads a
+// deleted stream's keys as its own. An older Peat sees the tombstone as a
+// stored stream nothing lists: it neither reads its keys nor reuses its id.
+//
+// A stream may carry an incarnation ('x' 'i' <id:4> -> uint64 BE;
+// SetIncarnation): the cluster records there which creation of a stream
+// of that name the records belong to, and ResetStream empties a served
+// stream (RemoveStream, then AddStream with the same configuration) when
+// they belong to a deleted one.
 //
 // # Offsets
 //
@@ -88,6 +122,8 @@
 //	meta, stream id    'x' 'n' <stream name>                 -> uint32 id (BE)
 //	meta, log start    'x' 's' <id:4>                        -> uint64 offset (BE)
 //	meta, high wmark   'x' 'h' <id:4>                        -> uint64 offset (BE), ManualCommit only
+//	meta, incarnation  'x' 'i' <id:4>                        -> uint64 (BE) (delete.go)
+//	meta, tombstone    'x' 'n' "\x00deleting/" <id decimal>  -> uint32 id (BE), a deletion under way
 //	meta, key layout   'x' 'v'                               -> uint32 version (BE), 4
 //
 //	record key, 13 bytes:

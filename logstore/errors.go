@@ -24,6 +24,9 @@ var (
 	// ErrStreamRemoved is returned by operations on a stream that
 	// Store.RemoveStream removed; such errors also match ErrClosed.
 	ErrStreamRemoved = errors.New("logstore: stream removed")
+	// ErrStreamListed is returned by Store.DeleteStream for a stream the
+	// store serves (its configuration lists it).
+	ErrStreamListed = errors.New("logstore: stream is listed in the configuration")
 	// ErrInvalidConfig is wrapped by Config.Validate's error.
 	ErrInvalidConfig = errors.New("logstore: invalid config")
 	// ErrRecordTooLarge is returned for a record that cannot fit in one

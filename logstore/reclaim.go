@@ -276,14 +276,7 @@ func (s *Stream) reclaimPrefixes(from, upto uint64) (prefixes [][]byte, end uint
 
 // soleBlock returns the block of stream s that holds every key of table ti,
 // if there is one.
-func (s *Stream) soleBlock(ti badger.TableInfo) (uint64, bool) {
-	l, r := ti.Left, ti.Right
-	if len(l) < recordKeyLen || len(r) < recordKeyLen || !bytes.HasPrefix(l, prefix(tagRecord, s.id)) ||
-		!bytes.Equal(l[:blockKeyLen], r[:blockKeyLen]) {
-		return 0, false
-	}
-	return keyOffset(l[:recordKeyLen]) >> blockShift, true
-}
+func (s *Stream) soleBlock(ti badger.TableInfo) (uint64, bool) { return soleBlockOf(s.id, ti) }
 
 // cutsOff reports whether dropping the blocks below upto would leave a
 // table with keys below them holding keys of block upto only.

@@ -13,6 +13,9 @@ import (
 // a crash in the middle of a truncation or a fully emptied log leaves no
 // stale figures.
 func (s *Stream) load() error {
+	if err := s.loadIncarnation(); err != nil {
+		return err
+	}
 	var start, next uint64
 	var chunks []chunk
 	reclaimFrom, firstKey := ^uint64(0), ^uint64(0)

@@ -63,6 +63,10 @@ type Store struct {
 	reclaimEvery time.Duration
 	reclaimed    atomic.Bool // a DropPrefix ran since the last value-log GC
 
+	// deleteHook, when set (tests), runs after each step of a stream's
+	// deletion; an error stops it there, as a crash would (delete.go).
+	deleteHook func(step string) error
+
 	// Batch and transaction limits derived from the profile.
 	batchBytes, txnBytes, txnCount int
 	maxValue                       int // largest encoded record value
@@ -151,6 +155,10 @@ func Open(cfg Config) (*Store, error) {
 		st.logSync = newLogSyncer(cfg.Dir)
 	}
 	if err := st.migrateLayout(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if err := st.finishDeletes(); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
@@ -335,11 +343,13 @@ func (st *Store) retentionLoop() {
 // it). A round rewrites one file: what is still live goes to the head of the
 // log, then the file is deleted. It loops until Badger finds no such file,
 // at most once per file.
-func (st *Store) valueLogGC(ctx context.Context) {
+func (st *Store) valueLogGC(ctx context.Context) { st.valueLogGCAt(ctx, st.gcRatio()) }
+
+// valueLogGCAt is valueLogGC at a given ratio.
+func (st *Store) valueLogGCAt(ctx context.Context, ratio float64) {
 	if st.cfg.InMemory {
 		return
 	}
-	ratio := st.gcRatio()
 	for range st.vlogFiles() + 1 {
 		if ctx.Err() != nil || st.runValueLogGC(ratio) != nil {
 			return

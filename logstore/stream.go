@@ -33,6 +33,8 @@ type Stream struct {
 	tail      tail          // the newest records, served to readers without Badger
 	claims    claims        // Claim, Unclaim (stream_state.go)
 
+	incarnation atomic.Uint64 // SetIncarnation (delete.go)
+
 	// mu guards the change channels and the chunk stats. Only the appender
 	// changes chunks; other goroutines read them under mu.
 	mu struct {

@@ -76,6 +76,12 @@ func (st *Store) AddStream(cfg StreamConfig) (*Stream, error) {
 	if st.changes.closed {
 		return nil, fmt.Errorf("add stream %q: %w", cfg.Name, ErrClosed)
 	}
+	return st.addStream(cfg, 0)
+}
+
+// addStream is AddStream with st.changes held; an incarnation other than
+// 0 is recorded before the stream is shown to anyone.
+func (st *Store) addStream(cfg StreamConfig, incarnation uint64) (*Stream, error) {
 	cur := st.set.Load()
 	check := st.cfg
 	check.Streams = make([]StreamConfig, 0, len(cur.streams)+1)
@@ -101,6 +107,11 @@ func (st *Store) AddStream(cfg StreamConfig) (*Stream, error) {
 	s := newStream(st, cfg, id)
 	if err := s.load(); err != nil {
 		return nil, fmt.Errorf("add stream %q: load: %w", cfg.Name, err)
+	}
+	if incarnation != 0 {
+		if err := s.SetIncarnation(incarnation); err != nil {
+			return nil, fmt.Errorf("add stream %q: %w", cfg.Name, err)
+		}
 	}
 	st.wg.Add(1)
 	go s.run()
@@ -159,21 +170,45 @@ func (st *Store) streamID(name string) (uint32, error) {
 // deleted (records acknowledged before removal go too).
 //
 // Reads that began before RemoveStream finish first; none sees a stream
-// half deleted. If the deletion fails, the stream is still gone from the
-// store but its id and what was not deleted stay on disk, as a stream Open's
-// config does not list: AddStream of the same name brings them back.
-// Consumer state the front-end keeps for the stream (WriteState) is the
-// front-end's to delete.
+// half deleted. The deletion is DeleteStream's: once it began, a stream of
+// the same name starts empty; if it fails, Open finishes it. Consumer
+// state the front-end keeps in the store's own state (Store.WriteState) is
+// the front-end's to delete; the stream's own (Stream.WriteState) goes.
 func (st *Store) RemoveStream(name string) error {
 	st.changes.Lock()
 	defer st.changes.Unlock()
 	if st.changes.closed {
 		return fmt.Errorf("remove stream %q: %w", name, ErrClosed)
 	}
+	_, err := st.removeStream(name)
+	return err
+}
+
+// ResetStream empties a stream the store serves, for good: it is removed
+// as by RemoveStream (its records and state deleted, its *Stream closed)
+// and added again with the same configuration, empty from offset 0, with
+// incarnation recorded (SetIncarnation). Watchers see it removed, then
+// added. A cluster resets its replica of a stream that was deleted and
+// created again while this node was away.
+func (st *Store) ResetStream(name string, incarnation uint64) (*Stream, error) {
+	st.changes.Lock()
+	defer st.changes.Unlock()
+	if st.changes.closed {
+		return nil, fmt.Errorf("reset stream %q: %w", name, ErrClosed)
+	}
+	old, err := st.removeStream(name)
+	if err != nil {
+		return nil, fmt.Errorf("reset: %w", err)
+	}
+	return st.addStream(old.cfg, incarnation)
+}
+
+// removeStream is RemoveStream with st.changes held.
+func (st *Store) removeStream(name string) (*Stream, error) {
 	cur := st.set.Load()
 	s := cur.byName[name]
 	if s == nil {
-		return fmt.Errorf("remove stream %q: %w", name, ErrUnknownStream)
+		return nil, fmt.Errorf("remove stream %q: %w", name, ErrUnknownStream)
 	}
 	rest := make([]*Stream, 0, len(cur.streams)-1)
 	for _, o := range cur.streams {
@@ -193,36 +228,8 @@ func (st *Store) RemoveStream(name string) error {
 	st.publish(StreamEvent{Kind: StreamRemoved, Stream: s})
 
 	st.metrics.forgetStream(name)
-	if err := st.deleteStream(s); err != nil {
-		return fmt.Errorf("remove stream %q: %w", name, err)
+	if err := st.dropStream(name, s.id); err != nil {
+		return s, fmt.Errorf("remove stream %q: %w", name, err)
 	}
-	st.log.Info("stream removed", slog.String(attrStream, name))
-	return nil
-}
-
-// deleteStream deletes every key of s: first what its id prefixes, then,
-// in one transaction, its meta keys and its id last, so an id is never
-// reused while keys under it remain.
-func (st *Store) deleteStream(s *Stream) error {
-	st.writeMu.Lock()
-	err := st.db.DropPrefix(prefix(tagRecord, s.id), prefix(tagChunk, s.id), prefix(tagEpoch, s.id), prefix(tagStreamState, s.id))
-	st.writeMu.Unlock()
-	if err != nil {
-		return fmt.Errorf("drop records: %w", err)
-	}
-	st.reclaimed.Store(true) // value-log GC gives the space back
-	st.writeMu.RLock()
-	defer st.writeMu.RUnlock()
-	err = st.db.Update(func(txn *badger.Txn) error {
-		for _, k := range [][]byte{startKey(s.id), hwKey(s.id), streamIDKey(s.name)} {
-			if err := txn.Delete(k); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("delete stream keys: %w", err)
-	}
-	return nil
+	return s, nil
 }

@@ -57,6 +57,8 @@ Usage:
   peat cluster [flags] a site node's view of its site: members, controller, each stream's ISR and replica lag
   peat cluster remove-node [flags] NODE_ID
                        a member is gone for good: the site moves its replicas to other brokers
+  peat stream delete [flags] NAME
+                       delete a stream the configuration no longer lists, with its records
   peat check [flags]   check a running node for Nagios, Icinga or cron (exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN)
   peat passwd [-D] FILE USER
                        add a user to a users file (auth.users_file), change its password, or delete it
@@ -103,6 +105,8 @@ func run(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string
 		return groupsCmd(args[1:], stdout, stderr, lookupEnv)
 	case "cluster":
 		return clusterCmd(args[1:], stdout, stderr, lookupEnv)
+	case "stream":
+		return streamCmd(args[1:], stdout, stderr, lookupEnv)
 	case "check":
 		return checkCmd(args[1:], stdout, stderr, lookupEnv)
 	case "passwd":
@@ -158,6 +162,8 @@ func help(args []string, stdout, stderr io.Writer) int {
 		replayFS.Usage()
 	case "status", "streams", "groups", "cluster", "check":
 		opsFS[args[0]].Usage()
+	case "stream":
+		newOpsFlags("stream delete", streamUsage, &so, stdout, os.LookupEnv).Usage()
 	case "passwd":
 		passwdHelp(stdout)
 	case "token":

@@ -1,0 +1,261 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/peatmq/peat/logstore"
+)
+
+// Deleting a stream from a site (doc.go, "Deleting a stream").
+
+// Command kinds of deletion, apart from commands.go's sequence so that
+// commands added there meanwhile keep their numbers.
+const (
+	kindDeleteStream byte = 32 + iota
+	kindListStreams
+)
+
+// DeleteStream removes stream Name from the state and leaves a tombstone
+// (State.Deleted) naming the incarnation deleted: every node deletes its
+// copy when it applies it, or when it is back. Created, when not 0, must
+// be the stream's current incarnation (a stream created again since is
+// another stream). Refused while a broker's configuration lists the
+// stream (ErrStreamListed): that broker would create it again at once.
+type DeleteStream struct {
+	Name    string
+	Created uint64
+}
+
+// ListStreams records the streams broker ID, in its broker epoch Epoch,
+// has in its configuration (each node submits it when it starts).
+type ListStreams struct {
+	ID    string
+	Epoch uint64
+	Names []string
+}
+
+func (DeleteStream) kind() byte { return kindDeleteStream }
+func (ListStreams) kind() byte  { return kindListStreams }
+
+// ErrStreamListed refuses a DeleteStream while a broker's configuration
+// lists the stream.
+var ErrStreamListed = errors.New("cluster: stream is listed in a node's configuration")
+
+func decodeDeletion(kind byte, b []byte) (Command, bool, error) {
+	switch kind {
+	case kindDeleteStream:
+		c, err := decodeAs[DeleteStream](b)
+		return c, true, err
+	case kindListStreams:
+		c, err := decodeAs[ListStreams](b)
+		return c, true, err
+	}
+	return nil, false, nil
+}
+
+// applyDeletion applies the deletion commands; ok is false for others.
+func (s *State) applyDeletion(c Command) (ok bool, err error) {
+	switch c := c.(type) {
+	case DeleteStream:
+		return true, s.deleteStream(c)
+	case ListStreams:
+		return true, s.listStreams(c)
+	}
+	return false, nil
+}
+
+func (s *State) deleteStream(c DeleteStream) error {
+	st := s.Streams[c.Name]
+	if st == nil || (c.Created != 0 && c.Created != st.Created) {
+		return fmt.Errorf("%w: %s", ErrUnknownStream, c.Name)
+	}
+	var listing []string
+	for _, id := range s.brokerIDs() {
+		if b := s.Brokers[id]; !b.Removed && slices.Contains(b.Lists, c.Name) {
+			listing = append(listing, id)
+		}
+	}
+	if len(listing) > 0 {
+		return fmt.Errorf("%w: %s is in the streams: of %v: remove it there and restart them first "+
+			"(a node that lists it would create it again)", ErrStreamListed, c.Name, listing)
+	}
+	delete(s.Streams, c.Name)
+	if s.Deleted == nil {
+		s.Deleted = map[string]uint64{}
+	}
+	s.Deleted[c.Name] = st.Created
+	return nil
+}
+
+func (s *State) listStreams(c ListStreams) error {
+	b := s.Brokers[c.ID]
+	switch {
+	case b == nil:
+		return fmt.Errorf("%w: %s", ErrUnknownBroker, c.ID)
+	case c.Epoch != b.Epoch:
+		return fmt.Errorf("%w: %s lists its streams in epoch %d, runs %d", ErrStaleBrokerEpoch, c.ID, c.Epoch, b.Epoch)
+	}
+	b.Lists = slices.Sorted(slices.Values(c.Names))
+	return nil
+}
+
+func (s *State) brokerIDs() []string {
+	ids := make([]string, 0, len(s.Brokers))
+	for id := range s.Brokers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// DeleteStream deletes stream name from the site: the controller takes
+// it out of its state with a tombstone, and every node deletes its copy
+// (followDeletions), a node down now once it is back. It returns once
+// the controller recorded it. Refused with ErrStreamListed while a node's
+// configuration (as it registered it at its last start) lists the
+// stream, ErrUnknownStream for a stream the state lacks.
+func (s *Site) DeleteStream(ctx context.Context, name string) error {
+	st := s.Node.View().Streams[name]
+	if st == nil {
+		return fmt.Errorf("delete %s: %w", name, ErrUnknownStream)
+	}
+	if err := s.Node.Submit(ctx, DeleteStream{Name: name, Created: st.Created}); err != nil {
+		return fmt.Errorf("delete %s: %w", name, err)
+	}
+	return nil
+}
+
+// currentReplica is the Replicator's view of this node's store: a stream
+// whose records belong to the incarnation the state holds
+// (servesIncarnation), else nil until followDeletions has emptied it.
+func currentReplica(node *Node, store *logstore.Store) func(string) *logstore.Stream {
+	return func(name string) *logstore.Stream {
+		ls := store.Stream(name)
+		if ls == nil {
+			return nil
+		}
+		st := node.View()
+		if cs := st.Streams[name]; cs != nil && !servesIncarnation(ls, cs, st) {
+			return nil
+		}
+		return ls
+	}
+}
+
+// servesIncarnation reports whether this node's stream ls holds records
+// of the state's stream cs, recording the incarnation on a stream that
+// has none yet when no stream of that name was ever deleted (a stream of
+// an older Peat, or a new one). A stream with another incarnation, or
+// none where a tombstone says one was deleted, holds a deleted stream's
+// records: it must be emptied (ResetStream) before it serves.
+func servesIncarnation(ls *logstore.Stream, cs *Stream, st *State) bool {
+	switch have := ls.Incarnation(); {
+	case have == cs.Created:
+		return true
+	case have != 0:
+		return false
+	}
+	if _, deleted := st.Deleted[cs.Name]; deleted {
+		return false
+	}
+	return ls.SetIncarnation(cs.Created) == nil
+}
+
+// followDeletions keeps this node's store in line with the state's
+// deletions: it tells the controller which streams this node's
+// configuration lists (ListStreams), deletes the stored copy of a
+// deleted stream that the configuration no longer lists, and empties a
+// listed stream whose records belong to a deleted incarnation (the
+// stream was deleted and created again while this node was away). It
+// runs at start and at every state change (every second after a
+// failure), so a node down at the time does it when it is back.
+func (s *Site) followDeletions() {
+	defer s.wg.Done()
+	names := make([]string, 0, len(s.cfg.Streams))
+	for _, c := range s.cfg.Streams {
+		names = append(names, c.Name)
+	}
+	slices.Sort(names)
+	again := true // the store is looked at on a state change, or after a failure
+	for {
+		st, changed := s.Node.State()
+		s.listOwnStreams(st, names)
+		if again {
+			again = !s.deleteCopies(st)
+		}
+		t := time.NewTimer(siteRetry)
+		select {
+		case <-s.stop:
+			t.Stop()
+			return
+		case <-changed:
+			again = true
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// listOwnStreams submits ListStreams once the controller registered this
+// run's broker epoch, and again whenever the state's list differs.
+func (s *Site) listOwnStreams(st *State, names []string) {
+	b := st.Brokers[s.Node.ID()]
+	if b == nil || b.Epoch != s.Node.Epoch() || slices.Equal(b.Lists, names) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Node.Submit(ctx, ListStreams{ID: s.Node.ID(), Epoch: s.Node.Epoch(), Names: names}); err != nil {
+		s.log.Info("cluster: configured streams not recorded yet", slog.Any("err", err))
+	}
+}
+
+// deleteCopies deletes or empties what of st's deleted streams this
+// node's store still holds; done is false when something failed.
+func (s *Site) deleteCopies(st *State) (done bool) {
+	if len(st.Deleted) == 0 {
+		return true
+	}
+	done = true
+	store := s.cfg.Store
+	un, err := store.Unlisted()
+	if err != nil {
+		s.log.Warn("cluster: stored streams not read", slog.Any("err", err))
+		done = false
+	}
+	for _, u := range un {
+		if _, deleted := st.Deleted[u.Name]; !deleted {
+			continue // never deleted: kept, whatever the configuration says
+		}
+		if cs := st.Streams[u.Name]; cs != nil && u.Incarnation != 0 && u.Incarnation == cs.Created {
+			continue // a replica of the stream created again, merely unlisted here
+		}
+		if err := store.DeleteStream(u.Name); err != nil {
+			s.log.Warn("cluster: deleted stream's copy not deleted yet", slog.String("stream", u.Name), slog.Any("err", err))
+			done = false
+			continue
+		}
+		s.log.Info("cluster: deleted stream's copy deleted", slog.String("stream", u.Name),
+			slog.Uint64("records", u.NextOffset-u.FirstOffset), slog.Int64("bytes", u.Bytes))
+	}
+	for _, ls := range store.Streams() {
+		cs := st.Streams[ls.Name()]
+		if cs == nil || servesIncarnation(ls, cs, st) {
+			continue
+		}
+		if _, err := store.ResetStream(ls.Name(), cs.Created); err != nil {
+			s.log.Warn("cluster: copy of a deleted stream not emptied yet", slog.String("stream", ls.Name()), slog.Any("err", err))
+			done = false
+			continue
+		}
+		s.log.Warn("cluster: this node held a deleted stream of the same name: emptied it for the new one",
+			slog.String("stream", ls.Name()), slog.Uint64("records", ls.NextOffset()-ls.FirstOffset()))
+		s.Replicator.nudge()
+	}
+	return done
+}
