@@ -120,6 +120,9 @@ func (s *State) brokerIDs() []string {
 // configuration (as it registered it at its last start) lists the
 // stream, ErrUnknownStream for a stream the state lacks.
 func (s *Site) DeleteStream(ctx context.Context, name string) error {
+	if name == SessionsStream { // no configuration lists it: it is the site's own
+		return fmt.Errorf("delete %s: the site's durable sessions live in it: %w", name, ErrStreamListed)
+	}
 	st := s.Node.View().Streams[name]
 	if st == nil {
 		return fmt.Errorf("delete %s: %w", name, ErrUnknownStream)
@@ -178,7 +181,9 @@ func (s *Site) followDeletions() {
 	defer s.wg.Done()
 	names := make([]string, 0, len(s.cfg.Streams))
 	for _, c := range s.cfg.Streams {
-		names = append(names, c.Name)
+		if c.Name != SessionsStream { // the site's own (DeleteStream refuses it)
+			names = append(names, c.Name)
+		}
 	}
 	slices.Sort(names)
 	again := true // the store is looked at on a state change, or after a failure

@@ -416,8 +416,8 @@
 // is written in several steps, so a crash part way leaves a mix of the
 // old and the new state on that follower until its next fetch.
 //
-// Log.State (sessions' properties and subscriptions) is this node's
-// store's, not replicated: see "Sessions across the site".
+// Log.State is this node's store's, not replicated; durable sessions
+// are the site's (see "Sessions across the site").
 //
 // # Claims (log_claims.go)
 //
@@ -464,45 +464,65 @@
 // is alive, so its client keeps the group, as Kafka's member keeps its
 // partitions until its session times out.
 //
-// # Sessions across the site (not built)
+// # Sessions across the site (log_sessions.go)
 //
-// A durable session's cursors are stream state, replicated, but its
-// properties and subscriptions (Log.State) stay on the node the client
-// used: a client whose node died reconnects elsewhere to no session and
-// must subscribe again. They belong in a system stream, not in the
-// controller's state:
+// A durable session is the site's: a client whose node died reconnects
+// to any other and finds it. Its offsets are stream state, replicated
+// with each stream; its properties and subscriptions are in the state of
+// one more stream, SessionsStream ("_sessions"), which every node's Site
+// creates with the configured ones, at the largest of their replication
+// factors (nodes outside its replicas are observers, which fetch its
+// state too; Status lists it last). It captures no topics: a mirror
+// stream without filters in the store, which nothing routes to and which
+// holds no records. The controller's
+// state was not the place: Kafka keeps groups in __consumer_offsets, not
+// in its metadata quorum, because the Raft log is applied by every node,
+// snapshotted whole and on the path of every election, and per-client
+// churn (every connect, subscribe and disconnect of a persistent client,
+// thousands after a site's power cut) would slow down the decisions a
+// failover waits for. The stream gets from what exists writes answered
+// once its ISR holds them, a failover that keeps them, a copy on every
+// node to read at connect, and claims.
 //
-//   - Kafka keeps groups in __consumer_offsets, not in its metadata
-//     quorum. The controller's Raft log is applied by every node,
-//     snapshotted whole and on the path of every election; per-client
-//     churn (every connect, subscribe and disconnect of a persistent
-//     client, thousands after a site's power cut) would slow down the
-//     very decisions a failover waits for.
-//   - A stream capturing no topics ("$sessions") with every broker as a
-//     replica (observers on later nodes) gets, from what exists, writes
-//     answered once the ISR holds them, a failover that keeps them, a
-//     full copy on every node to read at connect, and claims: MQTT's
-//     one connection per client id becomes a claim on the client id,
-//     whose move to another node tells the old node (its replica of the
-//     state) to close its connection: session takeover, site-wide.
+// The Log keeps the stream out of Streams, Stream, Route and
+// WatchStreams, and serves it to mqtt as mqtt.SiteSessions:
 //
-// What it needs beyond that is in mqtt: load a session when a client
-// connects with Clean Start 0, not once at start (a node's copy is stale
-// once the client used another node), hand it to mochi before
-// inheritClientSession (OnConnect), read its cursors from this node's
-// replica of each stream's state, and drop the writes of a node that no
-// longer holds the session's claim (a late disconnect there must not
-// overwrite the newer session). Half of it, sessions replicated but read
-// only at start, would resume a client elsewhere with stale
-// subscriptions, so none of it is built yet.
+//   - SessionState is its state: writes through its leader, loads from
+//     this node's replica.
+//   - ClaimSession claims the client id with the id itself as holder, so
+//     the leader grants it whoever held it, naming this node: MQTT's one
+//     connection per client id becomes the claim's move. The node that
+//     held it sees its replica's claim name another node (claimsMoved, on
+//     the leader as it decides and on a follower as it applies fetched
+//     changes) and calls OnSessionTaken: mqtt there closes the old
+//     connection and drops its later writes of the session. An ISR member
+//     applies the move before the new claim is answered (its
+//     acknowledgement is its next fetch); an observer a fetch later. A
+//     site still forming, or whose sessions' leader is failing over, is
+//     waited for up to 10 s (sessionClaimWait), trying every 250 ms.
+//   - ReleaseSession goes through the claims' retried releases
+//     (repairClaims), without waiting.
 //
-// Meanwhile the Log says the streams' state is shared
-// (mqtt.SharedState), so a node keeps the offsets of sessions it does
-// not know: mqtt deletes them as leftovers on a single node, and in a
-// site each node did so for the other nodes' sessions whenever it
-// started or took a stream's leadership, so a client offline on its node
-// lost what arrived meanwhile once its node restarted too (edge's
-// TestCluster_SessionOffsetsSurviveOtherNodes).
+// mqtt reads a session when its client connects (mqtt's sessions_site.go
+// says how), not at start; the node holding the claim alone writes it.
+// What a node's death can cost: up to mqtt's state interval (100 ms) of
+// acknowledged progress, delivered again, and a subscription made in the
+// same instant is held by the SUBACK until the site has it. Writes are
+// fenced on the writing node, not on the leader: a write the old holder
+// sent before it applied the move can still land after it (the wire's
+// StateWriteRequest does not name its node). Expiry counts from the
+// disconnect a node saw (the session's Disconnected time); a session
+// whose node died while its client was connected counts from its next
+// connect, and one whose client never returns stays in the state.
+//
+// The streams' state is shared (mqtt.SharedState), so mqtt never takes
+// another node's session offsets for leftovers
+// (TestCluster_SessionOffsetsSurviveOtherNodes). edge's
+// TestCluster_SessionResumesOnAnotherNode,
+// TestCluster_SessionTakenOverAcrossNodes and
+// TestCluster_CleanStartEndsTheSessionSiteWide, sitetest's
+// TestSite_DurableSessionKill (kill -9) and TestLog_SessionTakenOver
+// show it.
 //
 // TestLog_Contract runs mqtt's contract suite against the Log of a
 // one-node site; all of it passes (streams are added through the
@@ -658,10 +678,11 @@
 //
 // # What is left
 //
-//   - Sessions' properties and subscriptions (Log.State) replicated
-//     across the site ("Sessions across the site"); mirror streams in a
-//     site (a mirror's appends must land at the source's offsets, which
-//     forwarding does not carry).
+//   - Sessions: a leader-side fence of a session's writes (the writer's
+//     node in StateWriteRequest), and expiring the sessions of clients
+//     that never come back.
+//   - Mirror streams in a site (a mirror's appends must land at the
+//     source's offsets, which forwarding does not carry).
 //   - Undoing a drain (a node drained by mistake stays draining: it
 //     holds nothing and gets nothing until it is removed and registers
 //     as a new broker); balancing replicas (not only leaders) over

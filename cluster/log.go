@@ -31,8 +31,10 @@ type Log struct {
 	cfg   LogConfig
 
 	view atomic.Pointer[logView] // what Route, Streams and Stream answer
-	stop chan struct{}
-	done chan struct{}
+	// taken is mqtt's OnSessionTaken (log_sessions.go).
+	taken atomic.Pointer[func(id string)]
+	stop  chan struct{}
+	done  chan struct{}
 
 	mu struct {
 		sync.Mutex
@@ -41,11 +43,13 @@ type Log struct {
 	}
 }
 
-// logView is one immutable set of visible streams.
+// logView is one immutable set of visible streams, and the sessions'
+// stream (log_sessions.go), which mqtt does not see as a stream.
 type logView struct {
-	streams []*stream // Streams order
-	byName  map[string]*stream
-	router  *logstore.Router
+	streams  []*stream // Streams order
+	byName   map[string]*stream
+	router   *logstore.Router
+	sessions *stream // nil until the state and the store have it
 }
 
 var _ mqtt.Log = (*Log)(nil)
@@ -127,12 +131,25 @@ func (l *Log) run() {
 func (l *Log) refresh(st *State) {
 	old := l.view.Load()
 	var want []*logstore.Stream
+	var sys *logstore.Stream
 	for _, s := range l.store.Streams() {
 		// A replica, or an observer (Replicator.want), holding the
 		// stream's records, not a deleted one's (delete.go).
-		if cs := st.Streams[s.Name()]; cs != nil && servesIncarnation(s, cs, st) {
+		if cs := st.Streams[s.Name()]; cs == nil || !servesIncarnation(s, cs, st) {
+			continue
+		} else if s.Name() == SessionsStream {
+			sys = s
+		} else {
 			want = append(want, s)
 		}
+	}
+	sessions := old.sessions
+	var sysGone *stream
+	if sessions != nil && sessions.st != sys {
+		sysGone, sessions = sessions, nil
+	}
+	if sessions == nil && sys != nil {
+		sessions = newStream(l, sys)
 	}
 	keep := map[*logstore.Stream]bool{}
 	for _, s := range want {
@@ -156,14 +173,18 @@ func (l *Log) refresh(st *State) {
 			events = append(events, mqtt.StreamEvent{Kind: logstore.StreamAdded, Stream: ns})
 		}
 	}
-	if len(gone) == 0 && len(events) == 0 {
+	if len(gone) == 0 && len(events) == 0 && sessions == old.sessions {
 		return
 	}
 	for _, s := range gone {
 		s.close()
 		events = append(events, mqtt.StreamEvent{Kind: logstore.StreamRemoved, Stream: s})
 	}
-	v := &logView{streams: next, byName: map[string]*stream{}}
+	if sysGone != nil {
+		sysGone.close()
+		gone = append(gone, sysGone)
+	}
+	v := &logView{streams: next, byName: map[string]*stream{}, sessions: sessions}
 	filters := make([][]string, len(next))
 	for i, s := range next {
 		v.byName[s.name] = s
@@ -208,14 +229,25 @@ func (l *Log) Stream(name string) mqtt.Stream {
 	return nil
 }
 
-// State is this node's own consumer state (durable sessions): it is not
-// replicated (doc.go, "Sessions across the site").
+// stream is the named stream, the sessions' stream too (the Server
+// answers for it), or nil.
+func (l *Log) stream(name string) *stream {
+	v := l.view.Load()
+	if name == SessionsStream {
+		return v.sessions
+	}
+	return v.byName[name]
+}
+
+// State is this node's own state (retained indexes of older layouts,
+// what mqtt migrates): it is not replicated. Durable sessions are the
+// site's (SessionState, log_sessions.go).
 func (l *Log) State() mqtt.StateStore { return logState{l} }
 
 // StreamStateShared is true: every node of the site shares a stream's
-// state (its sessions' offsets among them), while each keeps its own
-// sessions, so mqtt must not delete the offsets of sessions it does not
-// know (mqtt.SharedState).
+// state (its sessions' offsets among them), and a node knows only the
+// sessions of its own clients, so mqtt must not delete the offsets of
+// sessions it does not know (mqtt.SharedState).
 func (l *Log) StreamStateShared() bool { return true }
 
 var _ mqtt.SharedState = (*Log)(nil)
@@ -282,9 +314,14 @@ func (l *Log) Close() error {
 	}
 	close(l.stop)
 	<-l.done
-	for _, s := range l.view.Load().streams {
+	v := l.view.Load()
+	for _, s := range v.streams {
 		s.close()
 		<-s.done
+	}
+	if v.sessions != nil {
+		v.sessions.close()
+		<-v.sessions.done
 	}
 	for w := range ws {
 		w.cancel()

@@ -135,6 +135,7 @@ func (s *stream) claimOnLeader(ctx context.Context, ld *Leader, key string, h cl
 		}
 		return false, "", err
 	}
+	s.claimsMoved(map[string][]byte{k: h.encode()})
 	return true, h.holder, nil
 }
 

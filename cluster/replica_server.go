@@ -70,8 +70,7 @@ func (s *Server) leaderStream(name string) *stream {
 	if l == nil {
 		return nil
 	}
-	st, _ := l.Stream(name).(*stream)
-	return st
+	return l.stream(name)
 }
 
 // Addr is the address followers dial.

@@ -102,6 +102,21 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 	if err := checkAddr(cfg.TransportListen); err != nil {
 		return nil, fmt.Errorf("cluster: transport address: %w", err)
 	}
+	for _, st := range cfg.Streams {
+		if st.Name == SessionsStream {
+			return nil, fmt.Errorf("cluster: stream name %q is reserved for the site's durable sessions", SessionsStream)
+		}
+	}
+	// The sessions' stream is created (and its factor changed) with the
+	// others, at the largest of their factors; the store gets it at every
+	// start (nothing records a stream added at run time), finding its
+	// state again.
+	if cfg.Store.Stream(SessionsStream) == nil {
+		if _, err := cfg.Store.AddStream(sessionsStreamConfig()); err != nil {
+			return nil, fmt.Errorf("cluster: sessions' stream: %w", err)
+		}
+	}
+	cfg.Streams = append(slices.Clip(cfg.Streams), SiteStream{Name: SessionsStream, ReplicationFactor: sessionsFactor(cfg)})
 	ln, err := net.Listen("tcp", cfg.TransportListen)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: transport: %w", err)
@@ -341,6 +356,19 @@ func (s *Site) replicationFactor(st SiteStream) (int, error) {
 		return 0, errors.New("no controller quorum yet")
 	}
 	return min(3, len(voters)), nil
+}
+
+// sessionsFactor is the sessions' stream's replication factor: the
+// largest of the configured streams' (0: the site's default), so that
+// the sessions outlive as many failures as the records they point into.
+func sessionsFactor(cfg SiteConfig) int {
+	rf := 0
+	for _, st := range cfg.Streams {
+		if f := cmp.Or(st.ReplicationFactor, cfg.ReplicationFactor); f > rf {
+			rf = f
+		}
+	}
+	return rf
 }
 
 // pickReplicas takes rf of the alive brokers (sorted), starting at a

@@ -439,5 +439,6 @@ func (s *stream) applyState(resp *wire.StateFetchResponse) error {
 		}
 		dels = dels[n:]
 	}
+	s.claimsMoved(puts)
 	return nil
 }

@@ -106,8 +106,16 @@ func (s *Site) Status() SiteStatus {
 		out.Members = append(out.Members, ms)
 	}
 	slices.SortFunc(out.Members, func(a, b MemberStatus) int { return strings.Compare(a.ID, b.ID) })
+	var sessions *Stream // listed last: the configured streams come first
 	for _, name := range st.streamNames() {
+		if name == SessionsStream {
+			sessions = st.Streams[name]
+			continue
+		}
 		out.Streams = append(out.Streams, s.streamStatus(st.Streams[name]))
+	}
+	if sessions != nil {
+		out.Streams = append(out.Streams, s.streamStatus(sessions))
 	}
 	out.Ready, out.NotReady = readiness(st, n.ID(), n.Epoch(), out.Controller)
 	return out

@@ -136,6 +136,7 @@ func TestClusterConfig_Validate(t *testing.T) {
 		{"stream min isr above its factor", func(c *Config) { c.Streams[0].ReplicationFactor, c.Streams[0].MinInsyncReplicas = 1, 2 }, "streams[0].min_insync_replicas"},
 		{"replace_after a reboot would reach", func(c *Config) { c.Cluster.ReplaceAfter = Duration(time.Minute) }, "cluster.replace_after"},
 		{"negative replace_after", func(c *Config) { c.Cluster.ReplaceAfter = Duration(-time.Hour) }, "cluster.replace_after"},
+		{"the sessions' stream's name", func(c *Config) { c.Streams[0].Name = cluster.SessionsStream }, "streams[0].name"},
 		{"leader_balance_after too short", func(c *Config) { c.Cluster.LeaderBalanceAfter = Duration(time.Second) }, "cluster.leader_balance_after"},
 		{"negative leader_balance_after", func(c *Config) { c.Cluster.LeaderBalanceAfter = Duration(-time.Minute) }, "cluster.leader_balance_after"},
 		{"stream settings on one node", func(c *Config) { c.Cluster.NodeID, c.Cluster.Listen = "", ""; c.Streams[0].ReplicationFactor = 2 }, "streams[0].replication_factor: replication settings need a cluster"},

@@ -234,6 +234,9 @@ func (c Config) validateStreamReplication(add func(path, format string, args ...
 			}
 			continue
 		}
+		if s.Name == cluster.SessionsStream {
+			add(p+"name", "%q is reserved in a cluster for the site's durable sessions", s.Name)
+		}
 		if s.Acks != "" && s.Acks != AcksAll && s.Acks != AcksLeader {
 			add(p+"acks", "must be all or leader, got %q", s.Acks)
 		}

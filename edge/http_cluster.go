@@ -105,6 +105,9 @@ func clusterAlarms(cs *cluster.SiteStatus) []status.Alarm {
 			out = append(out, status.Alarm{ID: status.AlarmStreamOffline, Severity: status.SeverityCritical,
 				Message: fmt.Sprintf("stream %s has no leader: its publishes are refused until a member of its ISR (%s) is back",
 					s.Name, strings.Join(s.ISR, ", "))})
+		case s.UnderReplicated && s.Name == cluster.SessionsStream:
+			// The node that took a replica of it took one of the
+			// configured streams' too: their alarm says it.
 		case s.UnderReplicated && len(s.Replicas) < s.ReplicationFactor:
 			out = append(out, status.Alarm{ID: status.AlarmUnderReplicated, Severity: status.SeverityWarning,
 				Message: fmt.Sprintf("stream %s is under-replicated: %d replicas (%s) of replication factor %d; "+

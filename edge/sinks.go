@@ -112,6 +112,9 @@ func (n *Node) followStreams(ctx context.Context, s *sink.Sink, names []string, 
 			}
 			switch ev.Kind {
 			case logstore.StreamAdded:
+				if !n.sinkable(ev.Stream.Name()) {
+					continue
+				}
 				if err := s.AddStream(ev.Stream); err != nil {
 					n.log.Error("sink cannot follow a new stream", attrComponent, "sink", attrSinkName, s.Name(),
 						attrStreamName, ev.Stream.Name(), attrErr, err)
@@ -121,6 +124,12 @@ func (n *Node) followStreams(ctx context.Context, s *sink.Sink, names []string, 
 			}
 		}
 	}
+}
+
+// sinkable reports whether a sink of every stream ("*") sends stream: not
+// a site's durable sessions (cluster.SessionsStream: state, no records).
+func (n *Node) sinkable(stream string) bool {
+	return !n.cfg.Cluster.Enabled() || stream != cluster.SessionsStream
 }
 
 // stopSinks stops the sinks and waits for them; their positions are
@@ -146,7 +155,9 @@ func (n *Node) buildSink(sc SinkConfig, store *logstore.Store, broker *mqtt.Brok
 	var streams []sink.Stream
 	if slices.Equal(sc.Streams, []string{"*"}) {
 		for _, st := range store.Streams() {
-			streams = append(streams, st)
+			if n.sinkable(st.Name()) {
+				streams = append(streams, st)
+			}
 		}
 	} else {
 		for _, name := range sc.Streams {

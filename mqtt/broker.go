@@ -101,8 +101,10 @@ func New(cfg Config, log Log) (*Broker, error) {
 	}
 	gs := newGroups()
 	ss := newSessions()
-	if err := ss.load(log.State()); err != nil {
-		return nil, fmt.Errorf("load durable sessions: %w", err)
+	if _, site := log.(SiteSessions); !site { // a site's are read at connect (sessions_site.go)
+		if err := ss.load(log.State()); err != nil {
+			return nil, fmt.Errorf("load durable sessions: %w", err)
+		}
 	}
 	conns := newConnLog(logger.With(slog.String(attrPart, "conn")))
 	var ah mochi.Hook = new(auth.AllowHook)

@@ -133,6 +133,10 @@ func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slo
 	if sh, ok := log.(SharedState); ok {
 		ss.shared = sh.StreamStateShared()
 	}
+	if site, ok := log.(SiteSessions); ok {
+		ss.site = site
+		d.state.sessions = site.SessionState()
+	}
 	d.stateDone = make(chan struct{})
 	go func() {
 		defer close(d.stateDone)
@@ -147,6 +151,9 @@ func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slo
 			<-d.stateDone
 			return nil, err
 		}
+	}
+	if ss.site != nil {
+		ss.site.OnSessionTaken(d.sessionTaken)
 	}
 	events, cancelWatch := log.WatchStreams()
 	for i, s := range streams {
@@ -198,6 +205,9 @@ func (d *delivery) Stop() error {
 // that connection's write deadline. Close is idempotent.
 func (d *delivery) Close() {
 	d.closed.Do(func() {
+		if d.sessions.site != nil {
+			d.sessions.site.OnSessionTaken(nil)
+		}
 		d.cancel()
 		d.mu.Lock()
 		clients := make([]*deliveryClient, 0, len(d.mu.clients))
@@ -243,6 +253,10 @@ func (d *delivery) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 // unacknowledged deliveries: delivery sends them again from the log, in
 // order.
 func (d *delivery) OnSessionEstablish(cl *mochi.Client, _ packets.Packet) {
+	if d.sessions.site != nil && !d.siteEstablish(cl) { // sessions_site.go
+		d.refuseConnect(cl)
+		return
+	}
 	d.sessions.claim(cl)
 	ownTopicAliases(cl)
 	old, ok := d.srv.Clients.Get(cl.ID)

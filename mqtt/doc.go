@@ -248,7 +248,11 @@
 // connection. A progress tracks the end of a consumer's contiguous
 // acknowledged prefix; it advances group offsets and session positions.
 // Durable sessions are handed to mochi at start through its storage hooks,
-// and resume through the same fallback cursor a slow subscriber uses.
+// and resume through the same fallback cursor a slow subscriber uses. In a
+// site (a Log that is SiteSessions) a session is the site's: it is read
+// when its client connects to any broker, claimed there (the broker that
+// held it closes its connection and stops writing it), and handed to mochi
+// then (sessions_site.go).
 //
 // Publishes to $replay/... and $group/... are refused: those topics belong
 // to the replay protocol; a publish to $offsets/<group>/<stream> commits

@@ -91,12 +91,36 @@ func ForwardStreamEvents[E any](in <-chan E, cancelIn func(), conv func(E) Strea
 }
 
 // SharedState is implemented by a Log whose streams' state several
-// brokers share (the nodes of a cluster's site) while each keeps its own
-// durable sessions in Log.State: a session's offset in a stream's state
-// whose session this broker does not know is then another broker's, not
-// a leftover to delete.
+// brokers share (the nodes of a cluster's site) while each knows only the
+// durable sessions of its own clients: a session's offset in a stream's
+// state whose session this broker does not know is then another
+// broker's, not a leftover to delete.
 type SharedState interface {
 	StreamStateShared() bool
+}
+
+// SiteSessions is implemented by a Log whose durable sessions belong to a
+// site of brokers (a cluster) rather than to one: a client whose broker
+// died finds its session on another. Sessions are then read when their
+// client connects, not at start, and are held by one broker at a time.
+type SiteSessions interface {
+	// SessionState keeps the sessions' properties and subscriptions, the
+	// same on every broker of the site: a write reaches them all, a load
+	// reads this broker's copy. Before the site serves it, writes fail
+	// with ErrLeaderUnavailable and loads find nothing.
+	SessionState() StateStore
+	// ClaimSession makes this broker the holder of client id's session,
+	// taking it from the broker that held it, which is told
+	// (OnSessionTaken) once its copy of the site's state shows the move.
+	// False when the site cannot decide it now.
+	ClaimSession(id string) bool
+	// ReleaseSession gives id's claim up (its session ended here), without
+	// waiting.
+	ReleaseSession(id string)
+	// OnSessionTaken sets fn (nil: none), called with the client id of a
+	// session this broker held that another broker claimed. fn must not
+	// block, nor claim or release.
+	OnSessionTaken(fn func(id string))
 }
 
 // StateStore keeps small values by key (logstore.Store's consumer state).

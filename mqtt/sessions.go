@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
@@ -25,7 +26,8 @@ import (
 // The session (client properties, subscriptions) is kept in the log's
 // StateStore under "s/<client id>", msgpack-encoded, and given to mochi at
 // start through the storage hooks StoredClients and StoredSubscriptions, so
-// the client finds its session present after a restart. Its offsets
+// the client finds its session present after a restart (in a site, the
+// site keeps it and a broker reads it at connect: sessions_site.go). Its offsets
 // (cursors) belong to the streams they point into and are kept in each
 // stream's own state: "s/<client id>" for the client's plain
 // subscriptions, "t/<client id>\x00<filter>" for each of its $replay
@@ -102,6 +104,10 @@ type session struct {
 	ExpiryFlag      bool                  `msgpack:"ef,omitempty"`
 	ReceiveMaximum  uint16                `msgpack:"rm,omitempty"`
 	Subs            map[string]sessionSub `msgpack:"s"`
+	// Disconnected is when the session's last connection ended (unix
+	// seconds; 0 while connected): in a site, the broker the client
+	// reconnects to decides from it whether the session expired.
+	Disconnected int64 `msgpack:"dt,omitempty"`
 	// Legacy holds the offsets that Peats of key layout 3 kept in the
 	// session (by stream name, or "$tap:"+filter), until they move to the
 	// streams' state (state_migrate.go). New sessions never write it.
@@ -125,12 +131,38 @@ type sessions struct {
 	// shared: the streams' state is shared with other brokers, which keep
 	// their own sessions (SharedState); offsets of unknown sessions stay.
 	shared bool
+	// site, when not nil, holds the sessions' properties and
+	// subscriptions for every broker of a site (sessions_site.go).
+	site SiteSessions
 
 	mu sync.Mutex
 	m  map[string]*session // by client id
+	// claimed (site only) are the client ids whose session this broker
+	// holds the site's claim of, each with the number of the attempt
+	// that claimed it: writes of other sessions are dropped, and a
+	// release goes only if no claim was attempted since.
+	claimed map[string]uint64
+	attempt uint64
 }
 
-func newSessions() *sessions { return &sessions{m: map[string]*session{}} }
+func newSessions() *sessions {
+	return &sessions{m: map[string]*session{}, claimed: map[string]uint64{}}
+}
+
+// mayWrite reports whether this broker writes id's session: always on a
+// single broker, while it holds the session's claim in a site. ss.mu is
+// held.
+func (ss *sessions) mayWrite(id string) bool {
+	return ss.site == nil || ss.claimed[id] != 0
+}
+
+// metaRef is where id's properties and subscriptions are kept.
+func (ss *sessions) metaRef(id string) stateRef {
+	if ss.site != nil {
+		return stateRef{stream: siteSessionsStore, key: sessionStatePrefix + id}
+	}
+	return stateRef{key: sessionStatePrefix + id}
+}
 
 // persistent reports whether cl's session outlives its connection: a v5
 // Session Expiry Interval above 0, or a v3 clean session false. It does not
@@ -220,37 +252,49 @@ func (ss *sessions) dropStream(name string) {
 // when the writer gets to it; urgent writes it at once. A session that
 // ended, or is transient, is deleted.
 func (ss *sessions) saveMeta(id string, urgent bool) {
-	ss.w.putFunc(stateRef{key: sessionStatePrefix + id}, func() []byte {
+	ss.saveMetaDone(id, urgentDone(urgent))
+}
+
+// saveMetaDone is saveMeta calling done (when not nil: at once) once
+// written or failed.
+func (ss *sessions) saveMetaDone(id string, done func(error)) {
+	ss.w.putFunc(ss.metaRef(id), func() ([]byte, bool) {
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
+		if !ss.mayWrite(id) {
+			return nil, false // another broker of the site holds it now
+		}
 		s := ss.m[id]
 		if s == nil || s.transient {
-			return nil // deleted meanwhile, or not to be kept
+			return nil, true // deleted meanwhile, or not to be kept
 		}
 		b, err := msgpack.Marshal(s)
 		if err != nil { // cannot happen for this struct
 			panic(fmt.Sprintf("mqtt: encode session %q: %v", id, err))
 		}
-		return b
-	}, urgentDone(urgent))
+		return b, true
+	}, done)
 }
 
 // saveCursors writes the offsets cs of id's session the same way: deleted
 // when the session ended, is transient, or no longer has the offset.
 func (ss *sessions) saveCursors(id string, urgent bool, cs ...cursorKey) {
 	for _, c := range cs {
-		ss.w.putFunc(c.ref(id), func() []byte {
+		ss.w.putFunc(c.ref(id), func() ([]byte, bool) {
 			ss.mu.Lock()
 			defer ss.mu.Unlock()
+			if !ss.mayWrite(id) {
+				return nil, false
+			}
 			s := ss.m[id]
 			if s == nil || s.transient {
-				return nil
+				return nil, true
 			}
 			off, ok := s.cursors[c]
 			if !ok {
-				return nil
+				return nil, true
 			}
-			return encodeOffset(off)
+			return encodeOffset(off), true
 		}, urgentDone(urgent))
 	}
 }
@@ -307,6 +351,7 @@ func (ss *sessions) establish(cl *mochi.Client) {
 			ss.saveMeta(cl.ID, true)
 			ss.saveCursors(cl.ID, true, ended...)
 		}
+		ss.releaseAfterWrite(cl.ID)
 		return
 	}
 	if s == nil {
@@ -314,6 +359,7 @@ func (ss *sessions) establish(cl *mochi.Client) {
 		ss.m[cl.ID] = s
 	}
 	s.conn = cl
+	s.Disconnected = 0
 	s.transient = !persistent(cl) // resumed, but it ends with this connection
 	s.ProtocolVersion = cl.Properties.ProtocolVersion
 	s.Username = cl.Properties.Username
@@ -358,10 +404,28 @@ func (ss *sessions) subscribed(id string, subs []packets.Subscription) {
 		}
 	}
 	ss.mu.Unlock()
-	if s != nil {
+	if s == nil {
+		return
+	}
+	if ss.site == nil {
 		ss.saveMeta(id, true)
+		return
+	}
+	// In a site the SUBACK waits until the site holds the subscription
+	// (a round trip): the client may resume on another broker at once.
+	written := make(chan struct{})
+	ss.saveMetaDone(id, func(error) { close(written) })
+	t := time.NewTimer(siteWriteWait)
+	defer t.Stop()
+	select {
+	case <-written:
+	case <-t.C:
 	}
 }
+
+// siteWriteWait bounds how long a SUBACK waits for the site to hold the
+// subscription (the write goes on after).
+const siteWriteWait = 10 * time.Second
 
 func (ss *sessions) unsubscribed(id string, filters []string) {
 	ss.mu.Lock()
@@ -431,14 +495,26 @@ func (ss *sessions) disconnected(cl *mochi.Client, expire bool) {
 		s.transient = false
 		s.Expiry = cl.Properties.Props.SessionExpiryInterval
 		s.ExpiryFlag = cl.Properties.Props.SessionExpiryIntervalFlag
+		s.Disconnected = time.Now().Unix()
 	}
 	ss.mu.Unlock()
 	ss.saveMeta(cl.ID, true)
 	ss.saveCursors(cl.ID, true, cs...)
+	if expire {
+		ss.releaseAfterWrite(cl.ID)
+	}
 }
 
 // expire ends a session.
 func (ss *sessions) expire(id string) {
+	if ss.drop(id) {
+		ss.releaseAfterWrite(id)
+	}
+}
+
+// drop ends a session and deletes it from the store; ok is false when
+// there was none.
+func (ss *sessions) drop(id string) (ok bool) {
 	ss.mu.Lock()
 	s, ok := ss.m[id]
 	delete(ss.m, id)
@@ -447,6 +523,7 @@ func (ss *sessions) expire(id string) {
 		ss.saveMeta(id, true)
 		ss.saveCursors(id, true, s.cursorList()...)
 	}
+	return ok
 }
 
 // stored returns the sessions as mochi's storage records.
@@ -479,4 +556,34 @@ func (ss *sessions) stored() ([]storage.Client, []storage.Subscription) {
 		}
 	}
 	return clients, subs
+}
+
+// releaseAfterWrite lets the site's claim of id's session go once what is
+// queued for the session (its deletion) is written, unless a claim of id
+// was attempted or a session of id began here meanwhile.
+func (ss *sessions) releaseAfterWrite(id string) {
+	if ss.site == nil {
+		return
+	}
+	ss.mu.Lock()
+	attempt, ok := ss.claimed[id]
+	ss.mu.Unlock()
+	if !ok {
+		return
+	}
+	var done func(error)
+	done = func(err error) {
+		if err != nil { // the writer tries again; so does this
+			ss.w.after(done)
+			return
+		}
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		if ss.claimed[id] != attempt || ss.m[id] != nil {
+			return
+		}
+		delete(ss.claimed, id)
+		ss.site.ReleaseSession(id)
+	}
+	ss.w.after(done)
 }

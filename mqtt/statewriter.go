@@ -23,11 +23,13 @@ type stateWriter struct {
 	// onWritten, when not nil, is called for each key a successful write
 	// stored (val nil: deleted), before the waiters.
 	onWritten func(ref stateRef, val []byte)
+	// sessions is where refs of siteSessionsStore go (SiteSessions).
+	sessions StateStore
 
 	wake chan struct{} // 1-buffered
 	mu   struct {
 		sync.Mutex
-		dirty   map[stateRef]func() []byte // the value at write time; nil deletes
+		dirty   map[stateRef]stateValue
 		waiters []func(error)
 		urgent  bool
 		failing bool
@@ -40,13 +42,22 @@ const stateBatch = 512
 // stateRetryDelay is how long the writer waits after a failed write.
 const stateRetryDelay = time.Second
 
-// stateRef names one state entry: key in the named stream's own state, or
-// in the log's State when stream is "".
+// stateRef names one state entry: key in the named stream's own state, in
+// the log's State when stream is "", in the site's SessionState when it
+// is siteSessionsStore.
 type stateRef struct{ stream, key string }
+
+// siteSessionsStore names SiteSessions.SessionState in a stateRef (no
+// stream name has a NUL).
+const siteSessionsStore = "\x00sessions"
+
+// stateValue is an entry's value at write time: nil deletes it; keep
+// false writes nothing (a session this broker no longer holds).
+type stateValue func() (val []byte, keep bool)
 
 func newStateWriter(log Log, interval time.Duration, logger *slog.Logger, onWritten func(ref stateRef, val []byte)) *stateWriter {
 	w := &stateWriter{log: log, logger: logger, interval: interval, onWritten: onWritten, wake: make(chan struct{}, 1)}
-	w.mu.dirty = map[stateRef]func() []byte{}
+	w.mu.dirty = map[stateRef]stateValue{}
 	return w
 }
 
@@ -54,18 +65,28 @@ func newStateWriter(log Log, interval time.Duration, logger *slog.Logger, onWrit
 // nil, is called once that write has succeeded or failed, and makes it go
 // out at once.
 func (w *stateWriter) put(ref stateRef, val []byte, done func(error)) {
-	w.putFunc(ref, func() []byte { return val }, done)
+	w.putFunc(ref, func() ([]byte, bool) { return val, true }, done)
 }
 
 // putFunc is put with the value computed when it is written, for values
 // that change often (a session's offsets).
-func (w *stateWriter) putFunc(ref stateRef, val func() []byte, done func(error)) {
+func (w *stateWriter) putFunc(ref stateRef, val stateValue, done func(error)) {
 	w.mu.Lock()
 	w.mu.dirty[ref] = val
 	if done != nil {
 		w.mu.waiters = append(w.mu.waiters, done)
 		w.mu.urgent = true
 	}
+	w.mu.Unlock()
+	poke(w.wake)
+}
+
+// after calls done once the next write, which takes everything put
+// before, has succeeded or failed, and makes it go out at once.
+func (w *stateWriter) after(done func(error)) {
+	w.mu.Lock()
+	w.mu.waiters = append(w.mu.waiters, done)
+	w.mu.urgent = true
 	w.mu.Unlock()
 	poke(w.wake)
 }
@@ -113,7 +134,7 @@ func (w *stateWriter) run(ctx context.Context) {
 func (w *stateWriter) flush() bool {
 	w.mu.Lock()
 	dirty, waiters := w.mu.dirty, w.mu.waiters
-	w.mu.dirty, w.mu.waiters, w.mu.urgent = map[stateRef]func() []byte{}, nil, false
+	w.mu.dirty, w.mu.waiters, w.mu.urgent = map[stateRef]stateValue{}, nil, false
 	w.mu.Unlock()
 	if len(dirty) == 0 && len(waiters) == 0 {
 		return true
@@ -123,11 +144,13 @@ func (w *stateWriter) flush() bool {
 		byStore[ref.stream] = append(byStore[ref.stream], ref)
 	}
 	values := make(map[stateRef][]byte, len(dirty))
-	failed := map[stateRef]func() []byte{}
+	failed := map[stateRef]stateValue{}
 	var err error
 	for name, refs := range byStore {
 		var st StateStore = w.log.State()
-		if name != "" {
+		if name == siteSessionsStore {
+			st = w.sessions
+		} else if name != "" {
 			s := w.log.Stream(name)
 			if s == nil {
 				continue // removed, and its state with it
@@ -140,7 +163,10 @@ func (w *stateWriter) flush() bool {
 			puts, dels := map[string][]byte{}, []string(nil)
 			got := make(map[stateRef][]byte, len(chunk))
 			for _, ref := range chunk {
-				v := dirty[ref]()
+				v, keep := dirty[ref]()
+				if !keep {
+					continue
+				}
 				got[ref] = v
 				if v == nil {
 					dels = append(dels, ref.key)
@@ -148,10 +174,13 @@ func (w *stateWriter) flush() bool {
 					puts[ref.key] = v
 				}
 			}
+			if len(puts) == 0 && len(dels) == 0 {
+				continue // nothing this broker may write
+			}
 			switch werr := st.WriteState(puts, dels); {
 			case werr == nil:
 				maps.Copy(values, got)
-			case name != "" && w.log.Stream(name) == nil:
+			case name != "" && name != siteSessionsStore && w.log.Stream(name) == nil:
 				// removed while writing
 			default:
 				err = werr

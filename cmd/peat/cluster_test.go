@@ -39,7 +39,8 @@ func TestClusterCommand_AgainstASiteNode(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if st.NodeID != "n1" || st.Controller != "n1" || !st.IsController || !st.Ready ||
-		len(st.Members) != 1 || st.Members[0].State != "alive" || len(st.Streams) != 1 || st.Streams[0].Leader != "n1" {
+		len(st.Members) != 1 || st.Members[0].State != "alive" || len(st.Streams) != 2 || st.Streams[0].Leader != "n1" ||
+		st.Streams[1].Name != cluster.SessionsStream { // the configured stream, then the site's sessions'
 		t.Fatalf("peat cluster -o json: %+v", st)
 	}
 
@@ -48,7 +49,7 @@ func TestClusterCommand_AgainstASiteNode(t *testing.T) {
 		t.Fatalf("peat cluster: exit %d\n%s%s", code, out, stderr)
 	}
 	for _, want := range []string{"node        n1  site test-site  voter", "caught up", "controller  n1 (this node)",
-		"members     1 (1 alive)", "n1      alive", "default  n1", "replicas    of the streams this node leads"} {
+		"members     1 (1 alive)", "n1      alive", "default    n1", "_sessions  n1", "replicas    of the streams this node leads"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("peat cluster lacks %q:\n%s", want, out)
 		}

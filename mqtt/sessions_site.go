@@ -1,0 +1,256 @@
+package mqtt
+
+import (
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"time"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Durable sessions in a site (a Log that is SiteSessions).
+//
+// A session's properties and subscriptions are the site's
+// (SiteSessions.SessionState), its offsets its streams' state, which the
+// site replicates too: a client may resume on any broker. A broker does
+// not load sessions at start; it reads a client's session when the
+// client connects (its copy from start would be stale once the client
+// used another broker), in OnSessionEstablish, after authentication and
+// before mochi looks for the session to hand over:
+//
+//  1. A connection that has or may keep a session (Clean Start 0, a
+//     Session Expiry Interval above 0 or v3 clean session false, or a
+//     stored session that Clean Start 1 is to end) claims the client id
+//     (SiteSessions.ClaimSession). The broker that held it is told and
+//     closes its connection of that client (DISCONNECT 0x8E, session
+//     taken over, for MQTT 5) and forgets the session: MQTT's one
+//     connection per client id, site-wide. A connection whose claim the
+//     site cannot decide (no leader reachable) is refused with CONNACK
+//     0x88 (v3: 3, server unavailable), unless this broker holds the
+//     claim already for a live connection of the client.
+//  2. Unless the client is connected to this broker, or was last and
+//     this broker has held the claim since (mochi then takes that
+//     session over, as on a single broker), whatever this broker had of
+//     the session goes and the stored one is read:
+//     its properties and subscriptions from SessionState, its offsets
+//     from this broker's replica of each stream's state. It is handed
+//     to mochi as a disconnected client, which mochi's takeover then
+//     gives to the new connection: session present, subscriptions
+//     active, and delivery resumes from the offsets. A session whose
+//     expiry has run out since its last disconnect is deleted instead.
+//  3. Only the broker holding a session's claim writes it: a late write
+//     of the broker that lost it (its connection's end, an
+//     acknowledgement) is dropped when it comes to be written, and an
+//     ended session's deletion goes before its claim is released.
+//
+// Clean sessions without expiry that find nothing stored claim nothing
+// (a sensor that only publishes costs no replicated write per connect),
+// so two such connections of one client id on two brokers both stay.
+
+// siteEstablish readies cl's session on a broker of a site before mochi
+// hands the session over; false refuses the connection.
+func (d *delivery) siteEstablish(cl *mochi.Client) bool {
+	ss := d.sessions
+	id := cl.ID
+	stored, found, err := loadSiteSession(ss.site.SessionState(), id)
+	if err != nil {
+		d.logger.Warn("durable session: read failed", slog.String(attrClient, id), attrErr, err)
+		return false
+	}
+	ss.mu.Lock()
+	_, holds := ss.claimed[id]
+	ss.mu.Unlock()
+	if !found && !holds && cl.Properties.Clean && !persistent(cl) {
+		return true
+	}
+	live := false
+	if old, ok := d.srv.Clients.Get(id); ok && !old.Closed() {
+		live = true
+	}
+	ss.mu.Lock()
+	ss.attempt++
+	attempt := ss.attempt
+	ss.claimed[id] = attempt // from now on no earlier release of id goes out
+	ss.mu.Unlock()
+	if !ss.site.ClaimSession(id) {
+		if live && holds {
+			return true // this broker holds it for a live connection: mochi takes it over
+		}
+		ss.mu.Lock()
+		if ss.claimed[id] == attempt && ss.m[id] == nil {
+			delete(ss.claimed, id)
+		}
+		ss.mu.Unlock()
+		return false
+	}
+	if live {
+		return true
+	}
+	ss.mu.Lock()
+	_, mine := ss.m[id]
+	ss.mu.Unlock()
+	if _, ok := d.srv.Clients.Get(id); ok && holds && mine {
+		// Held here since its last connection: this broker's copy is the
+		// newest (acknowledgements not written yet included).
+		return true
+	}
+	d.forgetLocal(id)
+	if !found {
+		return true
+	}
+	s := stored
+	s.cursors, err = d.loadSiteCursors(id)
+	if err != nil {
+		d.logger.Warn("durable session: read offsets failed", slog.String(attrClient, id), attrErr, err)
+		return false
+	}
+	ss.mu.Lock()
+	ss.m[id] = s
+	ss.mu.Unlock()
+	if d.expired(s) {
+		ss.drop(id) // deleted site-wide; the client starts a new session
+		return true
+	}
+	d.restoreClient(id, s)
+	return true
+}
+
+// loadSiteSession reads client id's stored session.
+func loadSiteSession(st StateStore, id string) (s *session, found bool, err error) {
+	key := sessionStatePrefix + id
+	err = st.LoadState(key, func(k string, v []byte) error {
+		if k != key {
+			return nil
+		}
+		s = &session{}
+		if err := msgpack.Unmarshal(v, s); err != nil {
+			return fmt.Errorf("session %q: %w", k, err)
+		}
+		if s.Subs == nil {
+			s.Subs = map[string]sessionSub{}
+		}
+		found = true
+		return nil
+	})
+	return s, found, err
+}
+
+// loadSiteCursors reads client id's offsets from this broker's replica of
+// each stream's state.
+func (d *delivery) loadSiteCursors(id string) (map[cursorKey]uint64, error) {
+	cs := map[cursorKey]uint64{}
+	for _, s := range d.log.Streams() {
+		for _, prefix := range []string{cursorStatePrefix + id, tapCursorStatePrefix + id + "\x00"} {
+			err := s.LoadState(prefix, func(k string, v []byte) error {
+				got, c, ok := cursorOf(s.Name(), k)
+				if ok && got == id && len(v) == 8 {
+					cs[c] = binary.BigEndian.Uint64(v)
+				}
+				return nil
+			})
+			if err != nil {
+				return nil, fmt.Errorf("stream %s: %w", s.Name(), err)
+			}
+		}
+	}
+	return cs, nil
+}
+
+// expired reports whether s, disconnected, has outlived its expiry, by
+// mochi's rule (a v5 client's Session Expiry Interval, else the server's
+// maximum).
+func (d *delivery) expired(s *session) bool {
+	if s.Disconnected == 0 {
+		return false // connected when its broker went: it counts from now
+	}
+	expire := int64(d.srv.Options.Capabilities.MaximumSessionExpiryInterval)
+	if s.ProtocolVersion == 5 && s.ExpiryFlag {
+		expire = int64(s.Expiry)
+	}
+	return s.Disconnected+expire < time.Now().Unix()
+}
+
+// forgetLocal drops what this broker had of client id's session (not
+// connected here): mochi's client with its subscriptions and this
+// broker's copy, which another broker may have changed since.
+func (d *delivery) forgetLocal(id string) {
+	if old, ok := d.srv.Clients.Get(id); ok {
+		d.srv.UnsubscribeClient(old)
+		old.ClearInflights()
+		d.srv.Clients.Delete(id)
+	}
+	d.sessions.mu.Lock()
+	delete(d.sessions.m, id)
+	d.sessions.mu.Unlock()
+}
+
+// restoreClient gives mochi session s of client id as a disconnected
+// client with its subscriptions, as mochi's own storage loading does at
+// start, for the connecting client to take over.
+func (d *delivery) restoreClient(id string, s *session) {
+	cl := d.srv.NewClient(nil, s.Listener, id, false)
+	cl.Properties.Username = s.Username
+	cl.Properties.Clean = s.Clean
+	cl.Properties.ProtocolVersion = s.ProtocolVersion
+	cl.Properties.Props = packets.Properties{
+		SessionExpiryInterval:     s.Expiry,
+		SessionExpiryIntervalFlag: s.ExpiryFlag,
+		ReceiveMaximum:            s.ReceiveMaximum,
+	}
+	cl.Stop(packets.ErrServerShuttingDown)
+	d.srv.Clients.Add(cl)
+	for _, sub := range s.Subs {
+		sb := packets.Subscription{
+			Filter: sub.Filter, Qos: sub.Qos, NoLocal: sub.NoLocal,
+			RetainAsPublished: sub.RetainAsPublished, RetainHandling: sub.RetainHandling,
+			Identifier: sub.Identifier,
+		}
+		d.srv.Topics.Subscribe(id, sb)
+		cl.State.Subscriptions.Add(sub.Filter, sb)
+	}
+}
+
+// refuseConnect answers a connection whose session the site cannot
+// decide now (CONNACK server unavailable) and closes it.
+func (d *delivery) refuseConnect(cl *mochi.Client) {
+	_ = d.srv.SendConnack(cl, packets.ErrServerUnavailable, false, nil)
+	cl.Stop(packets.ErrServerUnavailable)
+}
+
+// sessionTaken is SiteSessions.OnSessionTaken: another broker claimed the
+// session of client id. This broker forgets it (its late writes are
+// dropped) and closes its connection of the client, if any.
+func (d *delivery) sessionTaken(id string) {
+	ss := d.sessions
+	ss.mu.Lock()
+	delete(ss.claimed, id)
+	delete(ss.m, id)
+	ss.mu.Unlock()
+	cl, ok := d.srv.Clients.Get(id)
+	if !ok {
+		return
+	}
+	d.srv.UnsubscribeClient(cl)
+	d.srv.Clients.Delete(id)
+	if cl.Closed() {
+		cl.ClearInflights()
+		return
+	}
+	// Writing the DISCONNECT may wait for a client that does not read:
+	// not on the caller's goroutine (the site's state replication).
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ctx.Err() != nil {
+		cl.Stop(packets.ErrSessionTakenOver)
+		return
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		_ = d.srv.DisconnectClient(cl, packets.ErrSessionTakenOver)
+		cl.ClearInflights()
+	}()
+}
