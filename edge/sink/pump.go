@@ -136,31 +136,50 @@ type Keeper interface {
 }
 
 // Resumer is a Conn whose upstream is its own checkpoint (Kafka with
-// exactly-once): Resume returns the offset after the last record of
-// stream the upstream holds from this sink, and every record below it is
-// there too; ok is false when it holds none.
+// exactly-once): Resume returns what the upstream holds of stream from
+// this sink, every record below Held.Next included; ok is false when it
+// holds none.
 type Resumer interface {
-	Resume(ctx context.Context, stream string) (next uint64, ok bool, err error)
+	Resume(ctx context.Context, stream string) (h Held, ok bool, err error)
 }
+
+// Held is the last record of a stream an upstream holds: the offset after
+// it, and its timestamp (unix ms) and topic, by which the sink checks that
+// it is the stream's own record at that offset (0 and "": not known).
+type Held struct {
+	Next  uint64
+	Time  int64
+	Topic string
+}
+
+// resumeWait bounds how long resume waits for a stream's watermark to
+// reach what the upstream holds: a new leader's watermark may trail the
+// old leader's for a fetch or two.
+var resumeWait = 2 * time.Second
 
 // resume moves each stream's position past what the upstream already
 // holds, so a record acknowledged there but not yet committed here (a
-// crash between the two) is not sent twice.
+// crash between the two) is not sent twice. It moves nothing when the
+// upstream's last record is not the stream's record at that offset (the
+// stream was deleted and created again, or lost records that were not
+// yet durable): moving would skip the stream's own records there, and
+// sending from the sink's position only sends some twice.
 func (s *Sink) resume(ctx context.Context, r Resumer, cursors []*cursor) error {
 	for _, c := range cursors {
-		next, ok, err := r.Resume(ctx, c.name)
+		h, ok, err := r.Resume(ctx, c.name)
 		if err != nil {
 			return &stageError{reason: "resume", err: fmt.Errorf("read back %s from the upstream: %w", c.name, err)}
 		}
 		pos := c.position.Load()
-		if !ok || next <= pos {
+		if !ok || h.Next <= pos {
 			continue
 		}
-		if end := c.stream.Committed(); next > end {
-			s.log.Error("the upstream holds offsets beyond this stream's end; not moving past the end",
-				attrStream, c.name, attrOffset, next, attrEnd, end)
-			next = end
+		if !holdsOwn(ctx, c.stream, h) {
+			s.log.Warn("the upstream's last record of this stream is not the stream's record at that offset (deleted and created again?): sending from the sink's own position",
+				attrStream, c.name, attrOffset, h.Next-1, attrEnd, c.stream.Committed(), attrFrom, pos)
+			continue
 		}
+		next := h.Next
 		if err := s.cfg.Positions.Commit(Group(s.cfg.Name), c.name, next); err != nil {
 			return &stageError{reason: "commit", err: fmt.Errorf("commit %s at %d: %w", c.name, next, err)}
 		}
@@ -171,6 +190,38 @@ func (s *Sink) resume(ctx context.Context, r Resumer, cursors []*cursor) error {
 		c.m.committed.Set(float64(next))
 	}
 	return nil
+}
+
+// holdsOwn reports whether h's record is st's committed record at
+// h.Next-1, waiting up to resumeWait for the watermark to reach it. A
+// record retention has dropped, or an upstream that does not say its
+// record's time, cannot be checked: it counts as st's.
+func holdsOwn(ctx context.Context, st Stream, h Held) bool {
+	deadline := time.Now().Add(resumeWait)
+	for st.Committed() < h.Next {
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return false
+		}
+		t := time.NewTimer(min(wait, 50*time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-st.Changed():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	if h.Time == 0 {
+		return true
+	}
+	recs, err := st.Read(h.Next-1, 1, 0)
+	if err != nil || len(recs) == 0 {
+		return h.Next-1 < st.FirstOffset() // dropped by retention: nothing to check against
+	}
+	rec := recs[0]
+	return rec.Offset == h.Next-1 && rec.Timestamp == h.Time && (h.Topic == "" || rec.Topic == h.Topic)
 }
 
 // pump sends over conn until it fails or ctx is done. A connection starts

@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -360,20 +361,20 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // resumeUpstream hands out fakeConns that are Resumers: the upstream
-// holds each stream up to the offset in holds (exclusive).
+// holds each stream as in holds.
 type resumeUpstream struct {
 	fakeUpstream
-	holds map[string]uint64
+	holds map[string]Held
 }
 
 type resumeConn struct {
 	*fakeConn
-	holds map[string]uint64
+	holds map[string]Held
 }
 
-func (c resumeConn) Resume(_ context.Context, stream string) (uint64, bool, error) {
-	next, ok := c.holds[stream]
-	return next, ok, nil
+func (c resumeConn) Resume(_ context.Context, stream string) (Held, bool, error) {
+	h, ok := c.holds[stream]
+	return h, ok, nil
 }
 
 func (u *resumeUpstream) Connect(ctx context.Context) (Conn, error) {
@@ -394,7 +395,7 @@ func TestSink_AddedStreamResumesFromTheUpstream(t *testing.T) {
 	a, b := log.Stream(t, "a"), log.Stream(t, "b")
 	appendRecs(t, a, 2)
 	appendRecs(t, b, 10)
-	up := &resumeUpstream{fakeUpstream{window: 4, conns: make(chan *fakeConn)}, map[string]uint64{"b": 6}}
+	up := &resumeUpstream{fakeUpstream{window: 4, conns: make(chan *fakeConn)}, map[string]Held{"b": {Next: 6}}}
 	pos := &mapPositions{m: map[string]uint64{}}
 	s, err := New(Config{Name: "s", Streams: []Stream{a}, Upstream: up, Positions: pos})
 	if err != nil {
@@ -437,7 +438,7 @@ func TestSink_LeadershipArrivingResumesFromTheUpstream(t *testing.T) {
 	a, def := log.Stream(t, "a"), log.Stream(t, "default")
 	appendRecs(t, a, 2)
 	appendRecs(t, def, 10)
-	up := &resumeUpstream{fakeUpstream{window: 4, conns: make(chan *fakeConn)}, map[string]uint64{"default": 7}}
+	up := &resumeUpstream{fakeUpstream{window: 4, conns: make(chan *fakeConn)}, map[string]Held{"default": {Next: 7}}}
 	pos := &mapPositions{m: map[string]uint64{}}
 	// a is led here from the start; default by n2 until the test moves it.
 	ld := &streamLeadership{fakeLeadership: newFakeLeadership("n2"), here: map[string]bool{"a": true}}
@@ -478,4 +479,52 @@ func (l *streamLeadership) Leader(stream string) (string, uint64, bool) {
 		return "here", 0, true
 	}
 	return leader, epoch, here
+}
+
+// TestSink_ResumeChecksTheUpstreamHoldsThisStream: an upstream that is
+// its own checkpoint moves the position only when its last record is the
+// stream's record at that offset. A stream deleted and created again
+// starts its offsets anew under the same name: the upstream's last record
+// of the old one must not make the sink skip the new one's records.
+func TestSink_ResumeChecksTheUpstreamHoldsThisStream(t *testing.T) {
+	defer func(d time.Duration) { resumeWait = d }(resumeWait)
+	resumeWait = 100 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		held Held
+		from uint64 // the first offset sent
+	}{
+		{"this stream's record", Held{Next: 3, Time: 1002, Topic: "t/2"}, 3},
+		{"beyond the stream's end", Held{Next: 9, Time: 1008, Topic: "t/8"}, 0},
+		{"another time at that offset", Held{Next: 3, Time: 555, Topic: "t/2"}, 0},
+		{"another topic at that offset", Held{Next: 3, Time: 1002, Topic: "x"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := mqtttest.NewMemLog(t, "default=#").Stream(t, "default")
+			recs := make([]*logstore.Record, 5)
+			for i := range recs {
+				recs[i] = &logstore.Record{Topic: fmt.Sprintf("t/%d", i), QoS: 1, Timestamp: int64(1000 + i)}
+			}
+			errc := make(chan error, 1)
+			st.AppendAsync(recs, func(_ uint64, err error) { errc <- err })
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			up := &resumeUpstream{fakeUpstream{window: 8, conns: make(chan *fakeConn)}, map[string]Held{"default": tc.held}}
+			pos := &mapPositions{m: map[string]uint64{}}
+			s, err := New(Config{Name: "s", Streams: []Stream{st}, Upstream: up, Positions: pos})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); s.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			c := <-up.conns
+			got := c.take(t, int(5-tc.from))
+			if got[0].Record.Offset != tc.from {
+				t.Fatalf("first record sent: offset %d, want %d", got[0].Record.Offset, tc.from)
+			}
+		})
+	}
 }

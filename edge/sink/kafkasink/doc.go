@@ -18,7 +18,11 @@
 // this site wrote there; the sink moves its position there. Since a
 // transaction commits all its partitions or none, every earlier record is
 // in the topic too: a crash between Kafka's commit and the sink's own
-// position (kill -9) sends nothing twice. Creating the transactional
+// position (kill -9) sends nothing twice. The sink moves only when that
+// record's peat-time and peat-topic are the stream's record at that
+// offset (sink.Held): a stream deleted and created again under the same
+// name, whose offsets start anew, is sent from the sink's own position
+// instead of skipping its records. Creating the transactional
 // client fences a predecessor with the same id and aborts its open
 // transaction.
 //

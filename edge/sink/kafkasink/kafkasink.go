@@ -392,9 +392,9 @@ func (c *conn) tail() int64 { return int64(4*c.u.cfg.Window + 16) }
 // site wrote there for the stream: the output is the checkpoint. Only
 // with ExactlyOnce: a transaction commits all its partitions or none, so
 // every record below that offset is there too.
-func (c *conn) Resume(ctx context.Context, stream string) (next uint64, ok bool, err error) {
+func (c *conn) Resume(ctx context.Context, stream string) (h sink.Held, ok bool, err error) {
 	if !c.u.cfg.ExactlyOnce {
-		return 0, false, nil
+		return h, false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.u.cfg.Timeout)
 	defer cancel()
@@ -405,25 +405,25 @@ func (c *conn) Resume(ctx context.Context, stream string) (next uint64, ok bool,
 	meta.Topics = append(meta.Topics, mt)
 	mresp, err := meta.RequestWith(ctx, c.cl)
 	if err != nil {
-		return 0, false, err
+		return h, false, err
 	}
 	if len(mresp.Topics) != 1 {
-		return 0, false, fmt.Errorf("metadata of %s: %d topics", topic, len(mresp.Topics))
+		return h, false, fmt.Errorf("metadata of %s: %d topics", topic, len(mresp.Topics))
 	}
 	t := mresp.Topics[0]
 	if errors.Is(kerr.ErrorForCode(t.ErrorCode), kerr.UnknownTopicOrPartition) {
-		return 0, false, nil // nothing written yet
+		return h, false, nil // nothing written yet
 	}
 	if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
-		return 0, false, fmt.Errorf("metadata of %s: %w", topic, err)
+		return h, false, fmt.Errorf("metadata of %s: %w", topic, err)
 	}
 	starts, err := c.listOffsets(ctx, topic, t.Partitions, -2)
 	if err != nil {
-		return 0, false, err
+		return h, false, err
 	}
 	ends, err := c.listOffsets(ctx, topic, t.Partitions, -1)
 	if err != nil {
-		return 0, false, err
+		return h, false, err
 	}
 	site := c.u.cfg.Site
 	for _, p := range t.Partitions {
@@ -431,25 +431,30 @@ func (c *conn) Resume(ctx context.Context, stream string) (next uint64, ok bool,
 		for f := from; f < ends[p.Partition]; {
 			fp, nextOff, err := c.fetch(ctx, topic, t.TopicID, p.Partition, p.Leader, f)
 			if err != nil {
-				return 0, false, err
+				return h, false, err
 			}
 			for _, r := range fp.Records {
-				var rs, rst, ro string
-				for _, h := range r.Headers {
-					switch h.Key {
+				var rs, rst, ro, rt, rtop string
+				for _, hd := range r.Headers {
+					switch hd.Key {
 					case HeaderSite:
-						rs = string(h.Value)
+						rs = string(hd.Value)
 					case HeaderStream:
-						rst = string(h.Value)
+						rst = string(hd.Value)
 					case HeaderOffset:
-						ro = string(h.Value)
+						ro = string(hd.Value)
+					case HeaderTime:
+						rt = string(hd.Value)
+					case HeaderTopic:
+						rtop = string(hd.Value)
 					}
 				}
 				if rs != site || rst != stream {
 					continue
 				}
-				if off, err := strconv.ParseUint(ro, 10, 64); err == nil && (!ok || off+1 > next) {
-					next, ok = off+1, true
+				if off, err := strconv.ParseUint(ro, 10, 64); err == nil && (!ok || off+1 > h.Next) {
+					ms, _ := strconv.ParseInt(rt, 10, 64)
+					h, ok = sink.Held{Next: off + 1, Time: ms, Topic: rtop}, true
 				}
 			}
 			if nextOff <= f {
@@ -458,7 +463,7 @@ func (c *conn) Resume(ctx context.Context, stream string) (next uint64, ok bool,
 			f = nextOff
 		}
 	}
-	return next, ok, nil
+	return h, ok, nil
 }
 
 // listOffsets returns each partition's earliest (ts -2) or last stable
