@@ -84,5 +84,6 @@
 // source's offsets: edge/mirror). A Conn may also be a Keeper (MQTT QoS 2: it completes its
 // predecessor's deliveries, so the pump keeps its window) or a Resumer
 // (Kafka exactly-once: the upstream's own tail says where to resume, so
-// the position moves past what it already holds).
+// the position moves past what it already holds, once its last record
+// proves to be the stream's record at that offset: Held, holdsOwn).
 package sink
