@@ -98,6 +98,13 @@ func (d *delivery) siteEstablish(cl *mochi.Client) bool {
 		return true
 	}
 	d.forgetLocal(id)
+	// Read again under the claim: what the site wrote of the session
+	// before it (another broker's Clean Start, a disconnect) is in this
+	// broker's replica now, and may not have been at the first read.
+	if stored, found, err = loadSiteSession(ss.site.SessionState(), id); err != nil {
+		d.logger.Warn("durable session: read failed", slog.String(attrClient, id), attrErr, err)
+		return false
+	}
 	if !found {
 		return true
 	}
@@ -106,6 +113,9 @@ func (d *delivery) siteEstablish(cl *mochi.Client) bool {
 	if err != nil {
 		d.logger.Warn("durable session: read offsets failed", slog.String(attrClient, id), attrErr, err)
 		return false
+	}
+	if cl.Properties.Clean {
+		return d.endSiteSession(id, s)
 	}
 	ss.mu.Lock()
 	ss.m[id] = s
@@ -116,6 +126,31 @@ func (d *delivery) siteEstablish(cl *mochi.Client) bool {
 	}
 	d.restoreClient(id, s)
 	return true
+}
+
+// endSiteSession deletes the stored session s of client id, which holds
+// the claim, for a connection with Clean Start 1, and returns once the
+// site holds the deletion: queued, it could still be waiting when the
+// client's next connection, on another broker, takes the claim, and a
+// broker that lost the claim drops its writes, so the session would come
+// back. False (not written within siteWriteWait) refuses the
+// connection.
+func (d *delivery) endSiteSession(id string, s *session) bool {
+	ss := d.sessions
+	done := make(chan error, 1)
+	ss.saveMetaDone(id, func(err error) { done <- err }) // no session in ss.m: a deletion
+	ss.saveCursors(id, true, s.cursorList()...)
+	select {
+	case err := <-done:
+		if err != nil {
+			d.logger.Warn("durable session: ending it failed", slog.String(attrClient, id), attrErr, err)
+			return false
+		}
+		return true
+	case <-time.After(siteWriteWait):
+		d.logger.Warn("durable session: ending it took too long", slog.String(attrClient, id))
+		return false
+	}
 }
 
 // loadSiteSession reads client id's stored session.
