@@ -55,7 +55,7 @@ import (
 func (d *delivery) siteEstablish(cl *mochi.Client) bool {
 	ss := d.sessions
 	id := cl.ID
-	stored, found, err := loadSiteSession(ss.site.SessionState(), id)
+	_, found, err := loadSiteSession(ss.site.SessionState(), id) // whether to claim; read again under the claim
 	if err != nil {
 		d.logger.Warn("durable session: read failed", slog.String(attrClient, id), attrErr, err)
 		return false
@@ -101,7 +101,8 @@ func (d *delivery) siteEstablish(cl *mochi.Client) bool {
 	// Read again under the claim: what the site wrote of the session
 	// before it (another broker's Clean Start, a disconnect) is in this
 	// broker's replica now, and may not have been at the first read.
-	if stored, found, err = loadSiteSession(ss.site.SessionState(), id); err != nil {
+	stored, found, err := loadSiteSession(ss.site.SessionState(), id)
+	if err != nil {
 		d.logger.Warn("durable session: read failed", slog.String(attrClient, id), attrErr, err)
 		return false
 	}
