@@ -189,31 +189,10 @@ func orDash(s string) string {
 func removeNodeCmd(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
 	var o opsOptions
 	fs := newOpsFlags("cluster remove-node", clusterUsage, &o, stdout, lookupEnv)
-	rest, err := parseInterspersed(fs, args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fs.Usage()
-		return exitOK
-	case err != nil:
-		fmt.Fprintf(stderr, "peat cluster remove-node: %v\nRun 'peat cluster --help' for the flags.\n", err)
-		return exitUsage
-	case len(rest) != 1 || rest[0] == "":
-		fmt.Fprintf(stderr, "peat cluster remove-node: one NODE_ID expected, got %q\n", rest)
-		return exitUsage
-	case o.output != "text" && o.output != "json":
-		fmt.Fprintf(stderr, "peat cluster remove-node: -o must be text or json, got %q\n", o.output)
-		return exitUsage
-	}
 	var rm cluster.Removal
-	err = callJSON(o, http.MethodPost, "/api/v1/cluster/nodes/"+url.PathEscape(rest[0])+"/remove", &rm)
-	var refused *apiStatusError
-	switch {
-	case errors.As(err, &refused) && refused.code >= 400 && refused.code < 500:
-		fmt.Fprintf(stderr, "peat cluster remove-node: %v\n", err)
-		return exitSiteUnwell
-	case err != nil:
-		fmt.Fprintf(stderr, "peat cluster remove-node: %v\n", err)
-		return exitUnknown
+	if code, done := adminCall("peat cluster remove-node", "peat cluster", "NODE_ID", fs, &o, args, stderr,
+		http.MethodPost, func(id string) string { return "/api/v1/cluster/nodes/" + url.PathEscape(id) + "/remove" }, &rm); done {
+		return code
 	}
 	if o.output == "json" {
 		writeJSONOut(stdout, rm)
@@ -232,4 +211,40 @@ func removeNodeCmd(args []string, stdout, stderr io.Writer, lookupEnv func(strin
 			rm.Node, strings.Join(rm.Moving, ", "))
 	}
 	return exitOK
+}
+
+// adminCall is what the one-argument admin commands share (peat cluster
+// remove-node ID, peat stream delete NAME): it parses args for exactly one
+// argument (named what in errors), sends method to path(arg) and decodes
+// the answer into out. done is true when the command ends there, with
+// code: bad flags or arguments (exitUsage), help (exitOK), a refusal
+// (4xx: exitSiteUnwell) or a node that cannot be asked (exitUnknown).
+func adminCall(cmd, helpCmd, what string, fs *flag.FlagSet, o *opsOptions, args []string, stderr io.Writer,
+	method string, path func(arg string) string, out any) (code int, done bool) {
+	rest, err := parseInterspersed(fs, args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return exitOK, true
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for the flags.\n", cmd, err, helpCmd)
+		return exitUsage, true
+	case len(rest) != 1 || rest[0] == "":
+		fmt.Fprintf(stderr, "%s: one %s expected, got %q\n", cmd, what, rest)
+		return exitUsage, true
+	case o.output != "text" && o.output != "json":
+		fmt.Fprintf(stderr, "%s: -o must be text or json, got %q\n", cmd, o.output)
+		return exitUsage, true
+	}
+	err = callJSON(*o, method, path(rest[0]), out)
+	var refused *apiStatusError
+	switch {
+	case errors.As(err, &refused) && refused.code >= 400 && refused.code < 500:
+		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
+		return exitSiteUnwell, true
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
+		return exitUnknown, true
+	}
+	return 0, false
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -48,31 +46,10 @@ func streamCmd(args []string, stdout, stderr io.Writer, lookupEnv func(string) (
 		fmt.Fprintln(stderr, "peat stream: 'delete NAME' expected; 'peat stream --help' tells more")
 		return exitUsage
 	}
-	rest, err := parseInterspersed(fs, args[1:])
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fs.Usage()
-		return exitOK
-	case err != nil:
-		fmt.Fprintf(stderr, "peat stream delete: %v\nRun 'peat stream --help' for the flags.\n", err)
-		return exitUsage
-	case len(rest) != 1 || rest[0] == "":
-		fmt.Fprintf(stderr, "peat stream delete: one stream NAME expected, got %q\n", rest)
-		return exitUsage
-	case o.output != "text" && o.output != "json":
-		fmt.Fprintf(stderr, "peat stream delete: -o must be text or json, got %q\n", o.output)
-		return exitUsage
-	}
 	var d edge.StreamDeletion
-	err = callJSON(o, http.MethodDelete, "/api/v1/streams/"+url.PathEscape(rest[0]), &d)
-	var refused *apiStatusError
-	switch {
-	case errors.As(err, &refused) && refused.code >= 400 && refused.code < 500:
-		fmt.Fprintf(stderr, "peat stream delete: %v\n", err)
-		return exitSiteUnwell
-	case err != nil:
-		fmt.Fprintf(stderr, "peat stream delete: %v\n", err)
-		return exitUnknown
+	if code, done := adminCall("peat stream delete", "peat stream", "stream NAME", fs, &o, args[1:], stderr,
+		http.MethodDelete, func(name string) string { return "/api/v1/streams/" + url.PathEscape(name) }, &d); done {
+		return code
 	}
 	switch {
 	case o.output == "json":
