@@ -66,15 +66,26 @@ type site struct {
 // wait scales a deadline for slow (emulated) binaries.
 func wait(d time.Duration) time.Duration { return d * time.Duration(max(1, *slowFlag)) }
 
-// freeAddr is a loopback address with a port the kernel just handed out.
+// handedOut is every address freeAddr returned in this process: the
+// kernel may hand a port out again as soon as its listener closes, and
+// a node given one port twice refuses its configuration.
+var handedOut sync.Map
+
+// freeAddr is a loopback address with a port the kernel just handed out
+// and no earlier call returned.
 func freeAddr(tb testing.TB) string {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if _, seen := handedOut.LoadOrStore(addr, true); !seen {
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // newSite writes the configs of n voters of one site and starts them;
