@@ -401,3 +401,83 @@ func TestSite_LeaderBalancing(t *testing.T) {
 		holdsAll(t, n, acked)
 	}
 }
+
+// A drain is undone by keep-node: the drained node, still serving, stops
+// draining and rejoins the voters; the replicas that moved stay moved. A
+// removed node (drained, then stopped) cannot be kept.
+func TestSite_KeepNodeEndsADrain(t *testing.T) {
+	specs, nodes := threeVoters(t, 3, 0)
+	spare := startSpec(t, &nodeSpec{id: "n4", rf: 3, join: []string{specs[0].serfAddr}})
+	all := append(slices.Clone(nodes), spare)
+	var victim *siteNode
+	waitUntil(t, "the default stream with a full ISR and every node registered", func() bool {
+		s := defaultStream(nodes[0])
+		for _, n := range all {
+			if !brokerAlive(nodes[0], n.Node.ID()) {
+				return false
+			}
+		}
+		if s == nil || len(s.ISR) != 3 {
+			return false
+		}
+		for _, n := range nodes {
+			if id := n.Node.ID(); id != s.Leader && !n.Node.IsController() && slices.Contains(s.Replicas, id) {
+				victim = n
+			}
+		}
+		return victim != nil
+	})
+	id := victim.Node.ID()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := spare.RemoveNode(ctx, id); err != nil {
+		t.Fatalf("RemoveNode of a live node: %v", err)
+	}
+	removalOf := func(n *siteNode) string {
+		for _, m := range n.Status().Members {
+			if m.ID == id {
+				return m.Removal
+			}
+		}
+		return "?"
+	}
+	waitUntil(t, id+" drained and out of the voters", func() bool {
+		voters, _, err := spare.Node.Quorum()
+		return err == nil && !slices.Contains(voters, id) && removalOf(spare) == "drained"
+	})
+	moved := defaultStream(spare).Replicas
+
+	if err := spare.KeepNode(ctx, id); err != nil {
+		t.Fatalf("KeepNode of a drained node: %v", err)
+	}
+	waitUntil(t, id+" no longer draining and a voter again, on every node", func() bool {
+		for _, n := range all {
+			voters, _, err := n.Node.Quorum()
+			if err != nil || !slices.Contains(voters, id) || removalOf(n) != "" {
+				return false
+			}
+		}
+		return true
+	})
+	if got := defaultStream(spare).Replicas; !slices.Equal(got, moved) {
+		t.Fatalf("replicas %v after keep-node, want them where the drain moved them: %v", got, moved)
+	}
+	if err := spare.KeepNode(ctx, "nobody"); !errors.Is(err, ErrUnknownBroker) {
+		t.Fatalf("KeepNode of an unknown node: %v, want ErrUnknownBroker", err)
+	}
+
+	// A drain that ended in a removal cannot be undone.
+	if _, err := spare.RemoveNode(ctx, id); err != nil {
+		t.Fatalf("RemoveNode again: %v", err)
+	}
+	waitUntil(t, id+" drained again", func() bool { return removalOf(spare) == "drained" })
+	victim.stopGracefully()
+	waitUntil(t, id+" removed", func() bool {
+		st, _ := spare.Node.State()
+		b := st.Brokers[id]
+		return b != nil && b.Removed
+	})
+	if err := spare.KeepNode(ctx, id); !errors.Is(err, ErrRemovedBroker) {
+		t.Fatalf("KeepNode of a removed node: %v, want ErrRemovedBroker", err)
+	}
+}

@@ -196,3 +196,23 @@ func TestPlanLeaders(t *testing.T) {
 		t.Fatalf("a draining broker is given %+v", e)
 	}
 }
+
+// KeepBroker ends a drain; a removed broker stays removed.
+func TestFSM_KeepBroker(t *testing.T) {
+	ft := newFSMT(t, "a", "b", "c", "d")
+	ft.ok(CreateStream{Name: "s", Replicas: abc(), ReplicationFactor: 3})
+	ft.ok(DrainBroker{ID: "c"})
+	ft.ok(KeepBroker{ID: "c"})
+	st, _ := ft.f.State()
+	if b := st.Brokers["c"]; b.Draining {
+		t.Fatalf("c after KeepBroker: %+v", b)
+	}
+	if moves := planMoves(st); len(moves) != 0 {
+		t.Fatalf("moves after KeepBroker: %+v, want none", moves)
+	}
+	ft.ok(KeepBroker{ID: "d"}) // not draining: nothing changes
+	ft.refused(KeepBroker{ID: "z"}, ErrUnknownBroker)
+	ft.ok(BrokerFailed{ID: "d", Epoch: 1})
+	ft.ok(RemoveBroker{ID: "d"})
+	ft.refused(KeepBroker{ID: "d"}, ErrRemovedBroker)
+}

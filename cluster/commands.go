@@ -28,6 +28,7 @@ const (
 const (
 	kindDrainBroker          byte = 16
 	kindSetReplicationFactor byte = 17
+	kindKeepBroker           byte = 18
 )
 
 // RegisterBroker records that broker ID runs with Epoch (new on every
@@ -90,6 +91,16 @@ type DrainBroker struct {
 	ID string
 }
 
+// KeepBroker ends a broker's drain (`peat cluster keep-node`): it may be
+// given replicas again and, if its configuration makes it a voter, the
+// controller adds it back to the quorum. The replicas that moved away
+// stay where they are; a stream caught mid-move drops its extra replica
+// as a lowered factor does. Refused for a removed broker (gone for good:
+// its node registers as a new broker), a no-op for one not draining.
+type KeepBroker struct {
+	ID string
+}
+
 // SetReplicationFactor changes how many replicas a stream should have
 // (its replication_factor changed in the configuration): the controller
 // adds replicas on alive brokers, or drops the extra ones (never the
@@ -134,6 +145,7 @@ func (RemoveBroker) kind() byte   { return kindRemoveBroker }
 
 func (DrainBroker) kind() byte          { return kindDrainBroker }
 func (SetReplicationFactor) kind() byte { return kindSetReplicationFactor }
+func (KeepBroker) kind() byte           { return kindKeepBroker }
 
 // EncodeCommand is the Raft entry data of c.
 func EncodeCommand(c Command) ([]byte, error) {
@@ -170,6 +182,8 @@ func DecodeCommand(b []byte) (Command, error) {
 		c, err = decodeAs[DrainBroker](b[1:])
 	case kindSetReplicationFactor:
 		c, err = decodeAs[SetReplicationFactor](b[1:])
+	case kindKeepBroker:
+		c, err = decodeAs[KeepBroker](b[1:])
 	default:
 		var ok bool
 		if c, ok, err = decodeDeletion(b[0], b[1:]); !ok {

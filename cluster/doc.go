@@ -89,13 +89,16 @@
 //   - DrainBroker marks a live broker draining (a decommission): never
 //     added to a replica set again, kept across its restarts; refused
 //     when a stream it holds could not have its replication factor on
-//     the other alive brokers. SetReplicationFactor changes a stream's
-//     factor (at least 1); the moves follow (reassign.go).
+//     the other alive brokers. KeepBroker ends a drain (`peat cluster
+//     keep-node`): the moved replicas stay, a stream caught mid-move
+//     drops its extra one; refused once the broker is removed.
+//     SetReplicationFactor changes a stream's factor (at least 1); the
+//     moves follow (reassign.go).
 //
 // Snapshots are the State as msgpack; fields added later (a stream's
 // ReplicationFactor, a broker's Removed and Draining) decode as zero
-// from older ones. Command kinds are never renumbered: DrainBroker and
-// SetReplicationFactor have explicit ones (16, 17).
+// from older ones. Command kinds are never renumbered: DrainBroker,
+// SetReplicationFactor and KeepBroker have explicit ones (16, 17, 18).
 //
 // # Moving replicas (reassign.go, remove.go, balance.go)
 //

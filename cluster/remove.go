@@ -68,6 +68,20 @@ func (s *Site) RemoveNode(ctx context.Context, id string) (Removal, error) {
 	return Removal{Node: id, Moving: orEmpty(st.replicaOf(id)), Draining: alive}, nil
 }
 
+// KeepNode ends member id's drain, a decommission started by mistake or
+// no longer wanted (KeepBroker): it may get replicas again and, if its
+// configuration makes it a voter, rejoins the controller's quorum. The
+// replicas that already moved stay where they are. It returns once the
+// controller has recorded it. Refused (ErrRemovedBroker) once the drain
+// has ended in a removal: the node was stopped after its last replica
+// moved.
+func (s *Site) KeepNode(ctx context.Context, id string) error {
+	if err := s.Node.Submit(ctx, KeepBroker{ID: id}); err != nil {
+		return fmt.Errorf("keep %s: %w", id, err)
+	}
+	return nil
+}
+
 // quorumWithout checks that Raft keeps a quorum once voter id stops
 // voting: the other voters alive now must be a majority of the voters
 // that remain. A 3-voter site with one voter down cannot lose another.

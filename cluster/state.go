@@ -151,6 +151,8 @@ func (s *State) apply(c Command) error {
 		return s.removeBroker(c)
 	case DrainBroker:
 		return s.drainBroker(c)
+	case KeepBroker:
+		return s.keepBroker(c)
 	case SetReplicationFactor:
 		return s.setReplicationFactor(c)
 	}
@@ -358,6 +360,20 @@ func (s *State) drainBroker(c DrainBroker) error {
 			"its replicas to (add a broker first, or lower their replication_factor)", ErrIneligibleReplica, c.ID, short)
 	}
 	b.Draining = true
+	return nil
+}
+
+// keepBroker ends c.ID's drain (KeepBroker).
+func (s *State) keepBroker(c KeepBroker) error {
+	b := s.Brokers[c.ID]
+	switch {
+	case b == nil:
+		return fmt.Errorf("%w: %s", ErrUnknownBroker, c.ID)
+	case b.Removed:
+		return fmt.Errorf("%w: %s was removed for good (drained and stopped, or dead): "+
+			"start it again and it joins as a new, empty broker", ErrRemovedBroker, c.ID)
+	}
+	b.Draining = false
 	return nil
 }
 

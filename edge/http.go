@@ -46,6 +46,7 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/groups", n.handleGroups)
 	mux.HandleFunc("GET /api/v1/cluster", n.handleCluster)
 	mux.HandleFunc("POST /api/v1/cluster/nodes/{id}/remove", n.handleRemoveNode)
+	mux.HandleFunc("POST /api/v1/cluster/nodes/{id}/keep", n.handleKeepNode)
 	page := status.Handler(n.Status)
 	mux.Handle("GET /{$}", page)
 	mux.Handle("GET /assets/", page)

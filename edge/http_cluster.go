@@ -60,6 +60,40 @@ func (n *Node) handleRemoveNode(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// NodeKept is the answer of POST /api/v1/cluster/nodes/{id}/keep.
+type NodeKept struct {
+	Node string `json:"node"`
+}
+
+// handleKeepNode is POST /api/v1/cluster/nodes/{id}/keep (`peat cluster
+// keep-node`; an admin token where there are tokens): a drain started by
+// remove-node ends and member id stays in the site
+// (cluster.Site.KeepNode). 200 once recorded (also for a member not
+// draining); 409 for a member already removed; 404 for one the
+// controller does not know.
+func (n *Node) handleKeepNode(w http.ResponseWriter, r *http.Request) {
+	site := n.site.Load()
+	if site == nil {
+		writeError(w, http.StatusNotFound, "this node is not in a cluster (no cluster: section in its configuration)")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), removeTimeout)
+	defer cancel()
+	id := r.PathValue("id")
+	err := site.KeepNode(ctx, id)
+	switch {
+	case err == nil:
+		n.log.Warn("cluster: node kept in the site; its drain, if any, ended", "member", id, attrRemote, r.RemoteAddr)
+		writeJSON(w, http.StatusOK, NodeKept{Node: id})
+	case errors.Is(err, cluster.ErrUnknownBroker):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, cluster.ErrRemovedBroker):
+		writeError(w, http.StatusConflict, err.Error())
+	default:
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	}
+}
+
 // clusterStatus is the cluster block of /api/v1/status, nil outside a
 // site.
 func (n *Node) clusterStatus() *cluster.SiteStatus {

@@ -16,6 +16,7 @@ import (
 
 const clusterUsage = `Usage: peat cluster [flags]
        peat cluster remove-node [flags] NODE_ID
+       peat cluster keep-node [flags] NODE_ID
 
 Prints a site node's view of its site (GET /api/v1/cluster): the node and
 whether it has caught up (its /readyz), the controller and the voters,
@@ -41,8 +42,14 @@ refused when its streams have no other broker to go to (add one, or
 lower replication_factor), or when the voters left alive would not be a
 majority. Watch the moves with 'peat cluster'. cluster.replace_after
 removes a member failed that long on its own.
-Exit status: 0 when the removal is recorded, 1 when refused, 2 for bad
-flags, 3 when the node cannot be asked.
+
+keep-node ends a live member's drain (POST
+/api/v1/cluster/nodes/NODE_ID/keep): it may be given replicas again and
+a voter rejoins the quorum; replicas that already moved stay where they
+are. Refused once the drained member was stopped and removed.
+
+Exit status of both: 0 when recorded, 1 when refused, 2 for bad flags,
+3 when the node cannot be asked.
 
 Flags:
 `
@@ -54,6 +61,9 @@ const exitSiteUnwell = 1
 func clusterCmd(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
 	if len(args) > 0 && args[0] == "remove-node" {
 		return removeNodeCmd(args[1:], stdout, stderr, lookupEnv)
+	}
+	if len(args) > 0 && args[0] == "keep-node" {
+		return keepNodeCmd(args[1:], stdout, stderr, lookupEnv)
 	}
 	var o opsOptions
 	fs := newOpsFlags("cluster", clusterUsage, &o, stdout, lookupEnv)
@@ -213,8 +223,27 @@ func removeNodeCmd(args []string, stdout, stderr io.Writer, lookupEnv func(strin
 	return exitOK
 }
 
+// keepNodeCmd is `peat cluster keep-node NODE_ID`.
+func keepNodeCmd(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	var o opsOptions
+	fs := newOpsFlags("cluster keep-node", clusterUsage, &o, stdout, lookupEnv)
+	var kept struct {
+		Node string `json:"node"`
+	}
+	if code, done := adminCall("peat cluster keep-node", "peat cluster", "NODE_ID", fs, &o, args, stderr,
+		http.MethodPost, func(id string) string { return "/api/v1/cluster/nodes/" + url.PathEscape(id) + "/keep" }, &kept); done {
+		return code
+	}
+	if o.output == "json" {
+		writeJSONOut(stdout, kept)
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "keeping %s in the site: no longer draining; it may get replicas again\n", kept.Node)
+	return exitOK
+}
+
 // adminCall is what the one-argument admin commands share (peat cluster
-// remove-node ID, peat stream delete NAME): it parses args for exactly one
+// remove-node and keep-node ID, peat stream delete NAME): it parses args for exactly one
 // argument (named what in errors), sends method to path(arg) and decodes
 // the answer into out. done is true when the command ends there, with
 // code: bad flags or arguments (exitUsage), help (exitOK), a refusal

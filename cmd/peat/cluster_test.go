@@ -66,6 +66,16 @@ func TestClusterCommand_AgainstASiteNode(t *testing.T) {
 	if code, _, stderr = runPeat(t, nil, "cluster", "remove-node", "--http", p.httpAddr); code != exitUsage {
 		t.Errorf("peat cluster remove-node without an id: exit %d, stderr %q; want 2", code, stderr)
 	}
+	// keep-node: a member not draining is kept as it is; one the site does
+	// not know is refused.
+	if code, out, stderr = runPeat(t, nil, "cluster", "keep-node", "--http", p.httpAddr, "n1"); code != exitOK ||
+		!strings.Contains(out, "keeping n1 in the site") {
+		t.Errorf("peat cluster keep-node n1: exit %d, stdout %q, stderr %q; want 0", code, out, stderr)
+	}
+	if code, out, stderr = runPeat(t, nil, "cluster", "keep-node", "--http", p.httpAddr, "gone"); code != exitSiteUnwell ||
+		!strings.Contains(stderr, "unknown broker") {
+		t.Errorf("peat cluster keep-node gone: exit %d, stdout %q, stderr %q; want 1 saying unknown broker", code, out, stderr)
+	}
 
 	single := startPeat(t, t.TempDir())
 	code, _, stderr = runPeat(t, nil, "cluster", "--http", single.httpAddr)
