@@ -686,12 +686,10 @@
 //     that never come back.
 //   - Mirror streams in a site (a mirror's appends must land at the
 //     source's offsets, which forwarding does not carry).
-//   - Undoing a drain (a node drained by mistake stays draining: it
-//     holds nothing and gets nothing until it is removed and registers
-//     as a new broker); balancing replicas (not only leaders) over
-//     brokers that joined later; leader balancing for acks: leader
-//     streams, which needs a leader that stops acknowledging and waits
-//     for its follower before it hands over.
+//   - Balancing replicas (not only leaders) over brokers that joined
+//     later; leader balancing for acks: leader streams, which needs a
+//     leader that stops acknowledging and waits for its follower before
+//     it hands over.
 //   - Deleting a stream: group positions that a Peat of key layout 3
 //     kept in the node's own state ("g/<group>/<stream>", moved into
 //     the stream at the first start that lists it) outlive a deletion,
