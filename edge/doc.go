@@ -60,9 +60,12 @@
 //	GET /api/v1/sinks    upstream sinks: state, position and lag per stream
 //	                     (sink.Status); /api/v1/sinks/{name} one of them
 //	POST /api/v1/sinks/{name}/pause, .../resume  until the node restarts
-//	POST /api/v1/cluster/nodes/{id}/remove  member id is gone for good: the
-//	                     controller moves its replicas (202 {"node","moving"};
-//	                     409 while it is alive, 404 for an unknown one)
+//	POST /api/v1/cluster/nodes/{id}/remove  member id leaves the site: the
+//	                     controller moves its replicas, draining it first
+//	                     while it is alive (202 {"node","moving","draining"};
+//	                     409 when refused, 404 for an unknown one)
+//	POST /api/v1/cluster/nodes/{id}/keep  ends member id's drain (200
+//	                     {"node"}; 409 once it is removed, 404 unknown)
 //	GET /                the status page (package status)
 //
 // The status document is made on request from the store, the broker's
