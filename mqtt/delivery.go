@@ -308,9 +308,10 @@ func (d *delivery) OnSubscribed(cl *mochi.Client, pk packets.Packet, reasonCodes
 	for _, code := range reasonCodes {
 		if code < packets.ErrUnspecifiedError.Code {
 			d.attach(cl)
-			return
+			break
 		}
 	}
+	d.retainedSubscribed(cl, pk, reasonCodes) // delivery_retained.go
 }
 
 // OnPacketRead takes the client's answers to deliveries (PUBACK, PUBREC,
