@@ -2,6 +2,8 @@ package mqtt
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
 // onSubscribedHook runs fn in mochi's OnSubscribed, after the delivery
@@ -69,35 +72,60 @@ func countPayload(msgs []dlvMsg, payload string) int {
 }
 
 // A retained record committed after a client's live delivery started but
-// before its retained messages are looked up reaches it once: it came to
-// the client twice (flagged retained among the retained messages, and
-// again live from the log) when mochi looked the retained messages up
-// after the SUBACK in a store ingest had already updated.
+// before its retained messages are looked up reaches it once, live, after
+// the topic's older retained message: it came to the client twice
+// (flagged retained among the retained messages, and again live from the
+// log) when mochi looked the retained messages up after the SUBACK in a
+// store ingest had already updated, and the older value, when there was
+// one, came after it. The same for a client's first subscription (it
+// joins the streams' readers then) and a later one (it is a live member
+// already).
 func TestRetained_CommittedWhileSubscribingArrivesOnce(t *testing.T) {
-	h := newDeliveryHarness(t, testDeliveryConfig(), "default=sensors/#")
-	st := h.log.stream(t, "default")
-	publishFence(t, h)
+	for _, later := range []bool{false, true} {
+		name := map[bool]string{false: "first subscription", true: "later subscription"}[later]
+		t.Run(name, func(t *testing.T) {
+			h := newDeliveryHarness(t, testDeliveryConfig(), "default=sensors/#")
+			st := h.log.stream(t, "default")
+			publishFence(t, h)
+			h.appendRecs(t, "default", retainedRec("sensors/r", "early"))
 
-	var once sync.Once
-	hookErr := make(chan error, 1)
-	hook := &onSubscribedHook{fn: func(cl *mochi.Client, pk packets.Packet) {
-		if cl.ID != "sub" || len(pk.Filters) == 0 || pk.Filters[0].Filter != "sensors/#" {
-			return
-		}
-		once.Do(func() { hookErr <- appendAndApply(h, st, retainedRec("sensors/r", "late")) })
-	}}
-	if err := h.srv.AddHook(hook, nil); err != nil {
-		t.Fatal(err)
-	}
-	sub := dialDlvPaho(t, h.addr, "sub")
-	sub.subscribe(t, "sensors/#", 1)
-	if err := <-hookErr; err != nil {
-		t.Fatal(err)
-	}
-	h.appendRecs(t, "default", &logstore.Record{Topic: "sensors/end", Payload: []byte("end"), QoS: 1})
-	got := settleSubscriber(t, sub, "end")
-	if n := countPayload(got, "late"); n != 1 {
-		t.Fatalf("the retained record committed while subscribing arrived %d times, want once: %+v", n, got)
+			var once sync.Once
+			hookErr := make(chan error, 1)
+			hook := &onSubscribedHook{fn: func(cl *mochi.Client, pk packets.Packet) {
+				if cl.ID != "sub" || len(pk.Filters) == 0 || pk.Filters[0].Filter != "sensors/#" {
+					return
+				}
+				once.Do(func() { hookErr <- appendAndApply(h, st, retainedRec("sensors/r", "late")) })
+			}}
+			if err := h.srv.AddHook(hook, nil); err != nil {
+				t.Fatal(err)
+			}
+			sub := dialDlvPaho(t, h.addr, "sub")
+			if later {
+				sub.subscribe(t, "sensors/other/#", 1)
+				h.appendRecs(t, "default", &logstore.Record{Topic: "sensors/other/x", Payload: []byte("before"), QoS: 1})
+				waitFor(t, "a live record of the first subscription", func() bool { return countPayload(sub.received(), "before") > 0 })
+			}
+			sub.subscribe(t, "sensors/#", 1)
+			if err := <-hookErr; err != nil {
+				t.Fatal(err)
+			}
+			h.appendRecs(t, "default", &logstore.Record{Topic: "sensors/end", Payload: []byte("end"), QoS: 1})
+			got := settleSubscriber(t, sub, "end")
+			var r []dlvMsg
+			for _, m := range got {
+				if m.topic == "sensors/r" {
+					r = append(r, m)
+				}
+			}
+			want := []dlvMsg{
+				{topic: "sensors/r", payload: "early", qos: 1, retain: true},
+				{topic: "sensors/r", payload: "late", qos: 1, retain: false},
+			}
+			if !slices.Equal(r, want) {
+				t.Fatalf("sensors/r arrived as %+v, want the retained early then the live late once each (all: %+v)", r, got)
+			}
+		})
 	}
 }
 
@@ -155,5 +183,114 @@ func TestRetained_CommittedBeforeSubscribingArrivesOnceWhileFollowerLags(t *test
 	}
 	if len(kept) != 1 || !kept[0].retain {
 		t.Fatalf("the retained record committed before subscribing arrived as %+v, want once, flagged retained (all: %+v)", kept, got)
+	}
+}
+
+// subscribeV5 subscribes raw to sub with packet id id and waits for its
+// SUBACK; the reason code is returned.
+func subscribeV5(tb testing.TB, raw *mqtttest.Raw, id uint16, sub packets.Subscription) byte {
+	tb.Helper()
+	raw.Write(packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
+		PacketID:    id,
+		Filters:     packets.Subscriptions{sub},
+	})
+	ack := raw.ReadUntil(packets.Suback)
+	if len(ack.ReasonCodes) != 1 {
+		tb.Fatalf("SUBACK with %d reason codes", len(ack.ReasonCodes))
+	}
+	return ack.ReasonCodes[0]
+}
+
+// publishesUntil appends a record with payload marker and returns the
+// PUBLISHes raw reads before it (QoS 0 subscriptions: nothing to
+// acknowledge). Everything sent for the subscriptions made before comes
+// first: their retained messages are queued before their live records.
+func publishesUntil(tb testing.TB, h *deliveryHarness, raw *mqtttest.Raw, marker string) []packets.Packet {
+	tb.Helper()
+	h.appendRecs(tb, "default", &logstore.Record{Topic: "sensors/end", Payload: []byte(marker)})
+	var out []packets.Packet
+	for {
+		pk := raw.Read()
+		if pk.FixedHeader.Type != packets.Publish {
+			continue
+		}
+		if string(pk.Payload) == marker {
+			return out
+		}
+		out = append(out, pk)
+	}
+}
+
+// MQTT 5 subscription options decide which subscriptions get the retained
+// messages of captured topics, as for mochi's own: Retain Handling 0
+// always, 1 only for a new subscription, 2 never; shared subscriptions
+// never. What they get is flagged retained, whatever Retain As Published
+// says; a live record keeps its flag only with Retain As Published.
+func TestRetained_SubscriptionOptions(t *testing.T) {
+	h := newDeliveryHarness(t, testDeliveryConfig(), "default=sensors/#")
+	h.appendRecs(t, "default", retainedRec("sensors/r", "kept"))
+	raw := dialDlvRaw(t, h.addr, "v5", 5, packets.Properties{})
+
+	steps := []struct {
+		name string
+		sub  packets.Subscription
+		want int // copies of "kept"
+	}{
+		{"retain handling 2", packets.Subscription{Filter: "sensors/#", RetainHandling: 2}, 0},
+		{"retain handling 1, new", packets.Subscription{Filter: "sensors/+", RetainHandling: 1}, 1},
+		{"retain handling 1, existing", packets.Subscription{Filter: "sensors/+", RetainHandling: 1}, 0},
+		{"retain handling 0, existing", packets.Subscription{Filter: "sensors/+"}, 1},
+		{"retain as published", packets.Subscription{Filter: "sensors/r", RetainAsPublished: true}, 1},
+	}
+	for i, step := range steps {
+		if code := subscribeV5(t, raw, uint16(100+i), step.sub); code != 0 {
+			t.Fatalf("%s: SUBACK reason %#x", step.name, code)
+		}
+		pubs := publishesUntil(t, h, raw, fmt.Sprintf("end%d", i))
+		n := 0
+		for _, pk := range pubs {
+			if string(pk.Payload) != "kept" {
+				continue
+			}
+			n++
+			if !pk.FixedHeader.Retain {
+				t.Errorf("%s: a retained message without its retain flag", step.name)
+			}
+		}
+		if n != step.want {
+			t.Errorf("%s: got the retained message %d times, want %d (%d publishes)", step.name, n, step.want, len(pubs))
+		}
+	}
+
+	h.appendRecs(t, "default", retainedRec("sensors/r", "live"))
+	pubs := publishesUntil(t, h, raw, "end-live")
+	if len(pubs) != 1 || string(pubs[0].Payload) != "live" || !pubs[0].FixedHeader.Retain {
+		t.Fatalf("a live retained record for a Retain As Published subscription: %+v, want it once, flag kept", pubs)
+	}
+
+	shared := dialDlvRaw(t, h.addr, "shared", 5, packets.Properties{})
+	if code := subscribeV5(t, shared, 100, packets.Subscription{Filter: "$share/g/sensors/#"}); code != 0 {
+		t.Fatalf("shared: SUBACK reason %#x", code)
+	}
+	if pubs := publishesUntil(t, h, shared, "end-shared"); len(pubs) != 0 {
+		t.Fatalf("a shared subscription got %d retained messages, want none", len(pubs))
+	}
+}
+
+// A subscription with No Local does not get the retained message its own
+// client published, as mochi does not send one [MQTT-3.8.3-3].
+func TestRetained_NoLocal(t *testing.T) {
+	h := newDeliveryHarness(t, testDeliveryConfig(), "default=sensors/#")
+	rec := retainedRec("sensors/own", "own")
+	rec.ClientID = "v5"
+	h.appendRecs(t, "default", rec, retainedRec("sensors/other", "other"))
+	raw := dialDlvRaw(t, h.addr, "v5", 5, packets.Properties{})
+	if code := subscribeV5(t, raw, 100, packets.Subscription{Filter: "sensors/#", NoLocal: true}); code != 0 {
+		t.Fatalf("SUBACK reason %#x", code)
+	}
+	pubs := publishesUntil(t, h, raw, "end")
+	if len(pubs) != 1 || string(pubs[0].Payload) != "other" {
+		t.Fatalf("No Local subscription got %d retained messages (%v), want only other's", len(pubs), pubs)
 	}
 }
