@@ -254,8 +254,7 @@ func (r *deliveryReader) resume(c *deliveryClient) {
 		m.retained, m.live = nil, true
 		return
 	}
-	r.d.m.CursorCatchup.Inc()
-	r.d.wg.Add(1)
+	r.d.wg.Add(1) // not a fallback: peat_mqtt_subscriber_fallbacks_total counts lagging subscribers
 	go r.runClientCursor(m, m.resumeAt)
 }
 
