@@ -85,7 +85,7 @@ func wantsRetained(cl *mochi.Client, sub packets.Subscription) bool {
 // retainedSubscribe is OnSubscribe's part: it pauses the client in the
 // streams the filters that get retained messages reach.
 func (d *delivery) retainedSubscribe(cl *mochi.Client, pk packets.Packet) {
-	if !d.retained.enabled() {
+	if !d.retained.enabled() || cl.Net.Inline { // the inline client gets no record of a captured topic
 		return
 	}
 	var wants []retainedWant

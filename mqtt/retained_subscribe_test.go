@@ -15,18 +15,28 @@ import (
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
-// onSubscribedHook runs fn in mochi's OnSubscribed, after the delivery
-// hook's (hooks run in the order added): between the moment a client's
-// live delivery starts and the moment its retained messages are chosen.
+// onSubscribedHook runs fn in mochi's OnSubscribed and before (when set)
+// in OnSubscribe, after the delivery hook's (hooks run in the order
+// added). OnSubscribed's comes between the moment mochi's delivery
+// started a client live and the moment mochi looked its retained messages
+// up; OnSubscribe's between the moment Peat pauses the client and the one
+// it takes the snapshot.
 type onSubscribedHook struct {
 	mochi.HookBase
-	fn func(cl *mochi.Client, pk packets.Packet)
+	fn     func(cl *mochi.Client, pk packets.Packet)
+	before func(cl *mochi.Client, pk packets.Packet)
 }
 
-func (k *onSubscribedHook) ID() string           { return "test-on-subscribed" }
-func (k *onSubscribedHook) Provides(b byte) bool { return b == mochi.OnSubscribed }
+func (k *onSubscribedHook) ID() string { return "test-on-subscribed" }
+func (k *onSubscribedHook) Provides(b byte) bool {
+	return b == mochi.OnSubscribed || b == mochi.OnSubscribe && k.before != nil
+}
 func (k *onSubscribedHook) OnSubscribed(cl *mochi.Client, pk packets.Packet, _ []byte) {
 	k.fn(cl, pk)
+}
+func (k *onSubscribedHook) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Packet {
+	k.before(cl, pk)
+	return pk
 }
 
 // retainedApplied is the offset below which the stream's retained follower
@@ -89,13 +99,22 @@ func TestRetained_CommittedWhileSubscribingArrivesOnce(t *testing.T) {
 			publishFence(t, h)
 			h.appendRecs(t, "default", retainedRec("sensors/r", "early"))
 
-			var once sync.Once
-			hookErr := make(chan error, 1)
+			var once, onceBefore sync.Once
+			hookErr := make(chan error, 2)
+			ours := func(cl *mochi.Client, pk packets.Packet) bool {
+				return cl.ID == "sub" && len(pk.Filters) > 0 && pk.Filters[0].Filter == "sensors/#"
+			}
 			hook := &onSubscribedHook{fn: func(cl *mochi.Client, pk packets.Packet) {
-				if cl.ID != "sub" || len(pk.Filters) == 0 || pk.Filters[0].Filter != "sensors/#" {
-					return
+				if ours(cl, pk) {
+					once.Do(func() { hookErr <- appendAndApply(h, st, retainedRec("sensors/r", "late")) })
 				}
-				once.Do(func() { hookErr <- appendAndApply(h, st, retainedRec("sensors/r", "late")) })
+			}, before: func(cl *mochi.Client, pk packets.Packet) {
+				// Committed after the client was paused and before its
+				// snapshot is taken: among its retained messages, and left
+				// out of what its cursor reads after the pause.
+				if ours(cl, pk) {
+					onceBefore.Do(func() { hookErr <- appendAndApply(h, st, retainedRec("sensors/b", "between")) })
+				}
 			}}
 			if err := h.srv.AddHook(hook, nil); err != nil {
 				t.Fatal(err)
@@ -107,8 +126,10 @@ func TestRetained_CommittedWhileSubscribingArrivesOnce(t *testing.T) {
 				waitFor(t, "a live record of the first subscription", func() bool { return countPayload(sub.received(), "before") > 0 })
 			}
 			sub.subscribe(t, "sensors/#", 1)
-			if err := <-hookErr; err != nil {
-				t.Fatal(err)
+			for range 2 {
+				if err := <-hookErr; err != nil {
+					t.Fatal(err)
+				}
 			}
 			h.appendRecs(t, "default", &logstore.Record{Topic: "sensors/end", Payload: []byte("end"), QoS: 1})
 			got := settleSubscriber(t, sub, "end")
@@ -124,6 +145,15 @@ func TestRetained_CommittedWhileSubscribingArrivesOnce(t *testing.T) {
 			}
 			if !slices.Equal(r, want) {
 				t.Fatalf("sensors/r arrived as %+v, want the retained early then the live late once each (all: %+v)", r, got)
+			}
+			var b []dlvMsg
+			for _, m := range got {
+				if m.topic == "sensors/b" {
+					b = append(b, m)
+				}
+			}
+			if want := []dlvMsg{{topic: "sensors/b", payload: "between", qos: 1, retain: true}}; !slices.Equal(b, want) {
+				t.Fatalf("sensors/b arrived as %+v, want once, retained (all: %+v)", b, got)
 			}
 		})
 	}
