@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	paho "github.com/eclipse/paho.mqtt.golang"
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
@@ -322,5 +324,74 @@ func TestRetained_NoLocal(t *testing.T) {
 	pubs := publishesUntil(t, h, raw, "end")
 	if len(pubs) != 1 || string(pubs[0].Payload) != "other" {
 		t.Fatalf("No Local subscription got %d retained messages (%v), want only other's", len(pubs), pubs)
+	}
+}
+
+// Through the whole broker (ingest, log, follower, delivery), subscribers
+// that subscribe while a topic's retained value keeps changing each see
+// one unbroken run of values: at most one flagged retained, then every
+// later one live, each once, in order. A value twice, a gap or a step
+// back is what a user would notice; the race this guards against lies
+// between OnSubscribed and mochi's look-up, so a broker with it fails
+// here only sometimes (the deterministic tests above always).
+func TestRetained_SubscribersDuringRetainedPublishes(t *testing.T) {
+	const values, subscribers = 150, 8
+	l := newMemLog(t, "default=#")
+	b := newTestBroker(t, l)
+	pub, _ := dialV3(t, b, "pub")
+
+	type msg struct {
+		v      int
+		retain bool
+	}
+	type recv struct {
+		mu   sync.Mutex
+		msgs []msg
+	}
+	got := make([]*recv, subscribers)
+	published := make(chan error, 1)
+	go func() {
+		for i := range values {
+			tok := pub.Publish("sensors/r", 1, true, strconv.Itoa(i))
+			if !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
+				published <- fmt.Errorf("publish %d: %v", i, tok.Error())
+				return
+			}
+		}
+		published <- nil
+	}()
+	for i := range subscribers {
+		r := &recv{}
+		got[i] = r
+		sub, _ := dialV3(t, b, fmt.Sprintf("sub%d", i))
+		if tok := sub.Subscribe("sensors/#", 1, func(_ paho.Client, m paho.Message) {
+			v, _ := strconv.Atoi(string(m.Payload()))
+			r.mu.Lock()
+			r.msgs = append(r.msgs, msg{v, m.Retained()})
+			r.mu.Unlock()
+		}); !tok.WaitTimeout(waitLimit) || tok.Error() != nil {
+			t.Fatalf("subscribe: %v", tok.Error())
+		}
+	}
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range got {
+		waitFor(t, fmt.Sprintf("sub%d to get the last value", i), func() bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return len(r.msgs) > 0 && r.msgs[len(r.msgs)-1].v >= values-1
+		})
+		r.mu.Lock()
+		msgs := slices.Clone(r.msgs)
+		r.mu.Unlock()
+		for j, m := range msgs {
+			switch {
+			case j > 0 && m.v != msgs[j-1].v+1:
+				t.Fatalf("sub%d: value %d after %d (a duplicate, a gap or a step back): %v", i, m.v, msgs[j-1].v, msgs)
+			case j > 0 && m.retain:
+				t.Fatalf("sub%d: value %d flagged retained after the first message: %v", i, m.v, msgs)
+			}
+		}
 	}
 }
