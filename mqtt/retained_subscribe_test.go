@@ -68,8 +68,9 @@ func publishFence(tb testing.TB, h *deliveryHarness) {
 func settleSubscriber(tb testing.TB, p *dlvPaho, marker string) []dlvMsg {
 	tb.Helper()
 	waitFor(tb, "the marker record", func() bool { return countPayload(p.received(), marker) > 0 })
+	fences := countPayload(p.received(), "fence") // a filter like # has one already
 	p.subscribe(tb, "u/fence", 1)
-	waitFor(tb, "mochi's retained fence", func() bool { return countPayload(p.received(), "fence") > 0 })
+	waitFor(tb, "mochi's retained fence", func() bool { return countPayload(p.received(), "fence") > fences })
 	return p.received()
 }
 
@@ -392,6 +393,63 @@ func TestRetained_SubscribersDuringRetainedPublishes(t *testing.T) {
 			case j > 0 && m.retain:
 				t.Fatalf("sub%d: value %d flagged retained after the first message: %v", i, m.v, msgs)
 			}
+		}
+	}
+}
+
+// A filter that reaches two streams gets each stream's retained messages
+// once, with the start of its live records fixed per stream.
+func TestRetained_FilterOverTwoStreams(t *testing.T) {
+	h := newDeliveryHarness(t, testDeliveryConfig(), "a=sensors/#", "b=meters/#")
+	sa, sb := h.log.stream(t, "a"), h.log.stream(t, "b")
+	publishFence(t, h)
+	h.appendRecs(t, "a", retainedRec("sensors/r", "a-early"))
+	h.appendRecs(t, "b", retainedRec("meters/r", "b-early"))
+
+	var once, onceBefore sync.Once
+	hookErr := make(chan error, 4)
+	hook := &onSubscribedHook{fn: func(cl *mochi.Client, _ packets.Packet) {
+		if cl.ID == "sub" {
+			once.Do(func() {
+				hookErr <- appendAndApply(h, sa, retainedRec("sensors/r", "a-late"))
+				hookErr <- appendAndApply(h, sb, retainedRec("meters/r", "b-late"))
+			})
+		}
+	}, before: func(cl *mochi.Client, _ packets.Packet) {
+		if cl.ID == "sub" {
+			onceBefore.Do(func() {
+				hookErr <- appendAndApply(h, sa, retainedRec("sensors/b", "a-between"))
+				hookErr <- appendAndApply(h, sb, retainedRec("meters/b", "b-between"))
+			})
+		}
+	}}
+	if err := h.srv.AddHook(hook, nil); err != nil {
+		t.Fatal(err)
+	}
+	sub := dialDlvPaho(t, h.addr, "sub")
+	sub.subscribe(t, "#", 1)
+	for range 4 {
+		if err := <-hookErr; err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.appendRecs(t, "a", &logstore.Record{Topic: "sensors/end", Payload: []byte("a-end"), QoS: 1})
+	h.appendRecs(t, "b", &logstore.Record{Topic: "meters/end", Payload: []byte("b-end"), QoS: 1})
+	waitFor(t, "the marker of a", func() bool { return countPayload(sub.received(), "a-end") > 0 })
+	got := settleSubscriber(t, sub, "b-end")
+	want := map[string]bool{ // payload: flagged retained
+		"a-early": true, "a-between": true, "a-late": false,
+		"b-early": true, "b-between": true, "b-late": false,
+	}
+	for payload, retain := range want {
+		var seen []dlvMsg
+		for _, m := range got {
+			if m.payload == payload {
+				seen = append(seen, m)
+			}
+		}
+		if len(seen) != 1 || seen[0].retain != retain {
+			t.Errorf("%s arrived as %+v, want once with retain %v", payload, seen, retain)
 		}
 	}
 }
