@@ -48,7 +48,9 @@ import (
 //     those more than QoS0MaxLag behind the log's end, as they fall that
 //     far behind, even while it waits for a subscriber that stopped reading.
 //
-// Lock order: delivery.mu, then deliveryReader.mu, then deliveryClient.mu.
+// Lock order: delivery.mu, then deliveryReader.mu, then deliveryClient.mu;
+// retainedSet.mu is taken under deliveryReader.mu (a snapshot's offset must
+// be the reader's), never the other way.
 // Queues are channels and are never sent to while blocking under a lock.
 
 // delivery is the mochi hook that delivers records of captured topics from
