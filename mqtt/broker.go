@@ -133,7 +133,6 @@ func New(cfg Config, log Log) (*Broker, error) {
 		return nil, err
 	}
 	b.deliv = deliv
-	b.ingest.retained = b.deliv.retained
 	if err := srv.AddHook(b.deliv, nil); err != nil {
 		b.deliv.Close()
 		return nil, fmt.Errorf("add delivery hook: %w", err)

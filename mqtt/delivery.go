@@ -48,7 +48,9 @@ import (
 //     those more than QoS0MaxLag behind the log's end, as they fall that
 //     far behind, even while it waits for a subscriber that stopped reading.
 //
-// Lock order: delivery.mu, then deliveryReader.mu, then deliveryClient.mu.
+// Lock order: delivery.mu, then deliveryReader.mu, then deliveryClient.mu;
+// retainedSet.mu is taken under deliveryReader.mu (a snapshot's offset must
+// be the reader's), never the other way.
 // Queues are channels and are never sent to while blocking under a lock.
 
 // delivery is the mochi hook that delivers records of captured topics from
@@ -234,7 +236,7 @@ func (d *delivery) Close() {
 // (processPacket -> Inflight.NextImmediate -> GetAll): with a writer such as
 // a delivery sender waiting in between, that client deadlocks. Delivery
 // enforces the client's Receive Maximum itself (the window); what mochi still
-// sends itself (retained messages on subscribe, topics no stream captures)
+// sends itself (topics no stream captures, and their retained messages)
 // goes out without it, as it does for MQTT 3 clients.
 func (d *delivery) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	cl.State.Inflight.ResetSendQuota(0)
@@ -291,7 +293,9 @@ func (d *delivery) StoredSubscriptions() ([]storage.Subscription, error) {
 
 // OnSubscribed starts delivery for a client's first granted subscription. It
 // runs before mochi writes the SUBACK; MQTT allows matching PUBLISHes to be
-// sent before it. The client starts live at each stream's committed offset.
+// sent before it. The client starts live at each stream's committed offset;
+// a subscription that gets retained messages starts where its snapshot of
+// them was taken (delivery_retained.go).
 func (d *delivery) OnSubscribed(cl *mochi.Client, pk packets.Packet, reasonCodes []byte) {
 	if c := d.client(cl); c != nil {
 		d.onSubscribedTaps(c, pk, reasonCodes)
@@ -308,9 +312,10 @@ func (d *delivery) OnSubscribed(cl *mochi.Client, pk packets.Packet, reasonCodes
 	for _, code := range reasonCodes {
 		if code < packets.ErrUnspecifiedError.Code {
 			d.attach(cl)
-			return
+			break
 		}
 	}
+	d.retainedSubscribed(cl, pk, reasonCodes) // delivery_retained.go
 }
 
 // OnPacketRead takes the client's answers to deliveries (PUBACK, PUBREC,

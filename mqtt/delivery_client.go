@@ -78,6 +78,7 @@ type deliveryClient struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	writing atomic.Bool            // the sender is inside a socket write
+	gated   atomic.Bool            // mu.gates is not empty
 	wbuf    []byte                 // the sender's encoding buffer (wire.go)
 	ubuf    []packets.UserProperty // the sender's scratch for packet
 	aliases *topicAliases          // the sender's topic aliases (topicalias.go); nil for none
@@ -98,6 +99,11 @@ type deliveryClient struct {
 		// subacks are the plans of SUBSCRIBEs with extension filters whose
 		// SUBACK is not yet sent, by packet id.
 		subacks map[uint16]*subackPlan
+		// wants are the filters of SUBSCRIBEs being processed that get
+		// retained messages, by packet id; gates hold back the records of
+		// new ones, by filter (delivery_retained.go).
+		wants map[uint16][]retainedWant
+		gates map[string]*retainedGate
 	}
 }
 

@@ -124,7 +124,7 @@ func (r *deliveryReader) runClientCursor(m *deliveryMember, from uint64) {
 	c := m.c
 	placeOne := func(rec *logstore.Record) error {
 		sub, ok := r.d.srv.Topics.Subscribers(rec.Topic).Subscriptions[c.id]
-		if !ok {
+		if !ok || c.gated.Load() && !c.passesGates(r.stream.Name(), rec) {
 			return nil
 		}
 		it, ok := c.item(r, sub, sub.Filter, rec)
@@ -161,9 +161,11 @@ func (r *deliveryReader) runClientCursor(m *deliveryMember, from uint64) {
 			return false // disconnected meanwhile
 		}
 		m.live, m.start = true, next
+		c.passGates(r.stream.Name(), next)
 		return true
 	}
-	r.catchUp(c.ctx, newDeliveryCursor(r.d, r.stream, from, attrClient, c.id), place, rejoinLocked)
+	prepLocked := func() (uint64, func() error, <-chan struct{}) { return r.retainedPrepLocked(m) }
+	r.catchUp(c.ctx, newDeliveryCursor(r.d, r.stream, from, attrClient, c.id), place, prepLocked, rejoinLocked)
 }
 
 // lagsTooFar reports whether rec is more than QoS0MaxLag records behind
@@ -207,7 +209,7 @@ func (r *deliveryReader) runGroupCursor(g *deliveryGroup, from uint64) {
 		g.live = true
 		return true
 	}
-	r.catchUp(r.ctx, newDeliveryCursor(r.d, r.stream, from, attrGroup, g.key), place, rejoinLocked)
+	r.catchUp(r.ctx, newDeliveryCursor(r.d, r.stream, from, attrGroup, g.key), place, nil, rejoinLocked)
 }
 
 // placeShared gives rec to one connected member of g, waiting for room when
@@ -254,11 +256,38 @@ func (r *deliveryReader) placeShared(g *deliveryGroup, rec *logstore.Record) err
 // the reader's dispatched offset; then rejoinLocked, called under r.mu,
 // puts the consumer back on the shared reader. It returns early when ctx
 // ends or place fails (the consumer is gone).
-func (r *deliveryReader) catchUp(ctx context.Context, k *deliveryCursor,
-	place func(*logstore.Record) error, rejoinLocked func(next uint64) bool) {
+//
+// prepLocked, when not nil, is asked under r.mu before each batch
+// (delivery_retained.go): an offset to read up to before rejoining even
+// when the reader is behind it, work to do first (outside the lock), and
+// a channel to wait on before rejoining.
+func (r *deliveryReader) catchUp(ctx context.Context, k *deliveryCursor, place func(*logstore.Record) error,
+	prepLocked func() (uint64, func() error, <-chan struct{}), rejoinLocked func(next uint64) bool) {
 	for ctx.Err() == nil && r.ctx.Err() == nil { // r.ctx: the stream was removed
 		r.mu.Lock()
 		end := r.mu.dispatched
+		if prepLocked != nil {
+			hold, work, wait := prepLocked()
+			if work != nil {
+				r.mu.Unlock()
+				if work() != nil {
+					return
+				}
+				continue
+			}
+			end = max(end, hold)
+			if wait != nil && k.next >= end {
+				r.mu.Unlock()
+				select {
+				case <-wait:
+				case <-ctx.Done():
+					return
+				case <-r.ctx.Done():
+					return
+				}
+				continue
+			}
+		}
 		if k.next >= end {
 			ok := rejoinLocked(k.next)
 			r.mu.Unlock()

@@ -56,6 +56,18 @@ type deliveryMember struct {
 	// prog follows a durable session's acknowledgements in this stream;
 	// nil for other clients.
 	prog *progress
+
+	// Retained messages for new subscriptions (delivery_retained.go).
+	// paused: between OnSubscribe and OnSubscribed; resumed is closed when
+	// it ends. needCursor: the member was live when paused, at resumeAt.
+	paused     bool
+	resumed    chan struct{}
+	needCursor bool
+	resumeAt   uint64
+	// retained are the snapshots its cursor queues before its next record;
+	// holdUntil is the highest filter start: it rejoins no lower.
+	retained  []pendingRetained
+	holdUntil uint64
 }
 
 // deliveryGroup is a $share group's place in one stream's reader.
@@ -182,9 +194,9 @@ func (r *deliveryReader) step(k *deliveryCursor) error {
 func (r *deliveryReader) truncatedLocked(end uint64) {
 	r.mu.dispatched = end
 	for _, m := range r.mu.members {
-		if m.start > end {
-			m.start = end
-		}
+		m.start = min(m.start, end)
+		m.resumeAt = min(m.resumeAt, end)
+		m.holdUntil = min(m.holdUntil, end)
 	}
 }
 

@@ -92,6 +92,7 @@ func (d *delivery) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Pack
 		c.mu.subacks[pk.PacketID] = plan
 		c.mu.Unlock()
 	}
+	d.retainedSubscribe(cl, pk) // delivery_retained.go
 	return pk
 }
 
@@ -308,6 +309,7 @@ func (d *delivery) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
 	}
 	for _, f := range pk.Filters {
 		c.removeTap(f.Filter)
+		c.removeGate(f.Filter, nil)
 	}
 }
 

@@ -20,13 +20,14 @@
 // it may be read; what is then delivered is checked record by record, in
 // deliveryClient.item, the one place every delivery from the log passes
 // (the shared reader, a lagging client's cursor, $share groups, $replay
-// and $group taps, resumed sessions), with the subscription's filter (the
+// and $group taps, resumed sessions, retained messages of captured
+// topics), with the subscription's filter (the
 // one inside $replay and $group), so that Access can answer at once for a
 // filter that lies wholly inside an allowed one. A record left out is
 // counted in peat_mqtt_dropped_messages_total{reason="not_authorized"}
 // and moves a group's or session's position like one that does not
-// match. mochi's own deliveries (retained messages, uncaptured topics)
-// pass mochi's per-message ACL check, which the hook answers too. Every
+// match. mochi's own deliveries (uncaptured topics and their retained
+// messages) pass mochi's per-message ACL check, which the hook answers too. Every
 // refusal (bad credentials, a publish, a subscription) is counted in
 // peat_mqtt_denied_total{reason} and logged with the client id and remote
 // address, rate-limited like connection lines.
@@ -85,23 +86,41 @@
 // (retained.go), so every node serving a stream has them, a restarted one
 // too. Each stream has a retained follower that reads its committed records
 // in order and, for each with Retain set, sets that topic's retained message
-// in mochi's store (an empty payload clears it); ingest also sets it when
-// its own append commits, so a publisher that got its PUBACK finds it there,
-// and a per-topic offset keeps either from going back to an older value. A
-// refused append takes no offset and never becomes retained. The follower
-// keeps a compact index in the log's StateStore, written with its position
-// in one step: one entry per retained topic with the offset of its latest
-// retained record (a cluster replicates it with the stream). At start the
-// retained set is rebuilt by reading only the indexed records, before the
-// broker serves; the follower then reads what came after its stored
-// position (stored with the index changes, at most once a second, and at
-// close). Retention is the rule, as in Kafka: a retained message lives
-// as long as the record that set it. When retention removes that record
-// (or a cluster truncates it) the topic's retained message goes, at once on
-// a running broker and at the next start otherwise; an older retained
-// record of the topic is not brought back. mochi's storage hooks are not
-// told (OnRetainMessage is private to mochi); Peat registers none.
+// in Peat's retained set (an empty payload clears it); mochi's own store
+// keeps only topics no stream captures. A refused append takes no offset
+// and never becomes retained. The follower keeps a compact index in the
+// log's StateStore, written with its position in one step: one entry per
+// retained topic with the offset of its latest retained record (a cluster
+// replicates it with the stream). At start the retained set is rebuilt by
+// reading only the indexed records, before the broker serves; the follower
+// then reads what came after its stored position (stored with the index
+// changes, at most once a second, and at close). Retention is the rule, as
+// in Kafka: a retained message lives as long as the record that set it.
+// When retention removes that record (or a cluster truncates it) the
+// topic's retained message goes, at once on a running broker and at the
+// next start otherwise; an older retained record of the topic is not
+// brought back. mochi's storage hooks are not told (OnRetainMessage is
+// private to mochi); Peat registers none.
 //
+// Delivery sends a new subscription its retained messages
+// (delivery_retained.go), each retained record once: among them or live,
+// never both, never neither, and before the live records. Per stream the
+// subscription's live records start at the committed offset in
+// OnSubscribed, and its retained messages are a snapshot that the
+// follower hands over once it has applied exactly the records below that
+// offset (on a busy node, or a follower replica whose log just advanced,
+// the subscriber waits for it: a retained record acknowledged before the
+// SUBSCRIBE is among them). The client is paused in those streams from
+// OnSubscribe to OnSubscribed, then a cursor of its own queues the
+// snapshot, then its records from where it was paused (leaving out those
+// below the start that only the new filter matches), and rejoins the
+// shared reader. Retain Handling (0 always, 1 for a new subscription, 2
+// never), No Local and ACLs apply as to any delivery; shared subscriptions
+// and extension topics get none; what is sent as retained carries the
+// retain flag, a live record only with Retain As Published (MQTT 5).
+// Clients of mochi's inline client get retained messages of uncaptured
+// topics only, as they get only those live.
+
 // Last wills on captured topics are taken from the client when its session
 // is established (mochi's sendLWT then skips them) and appended when the
 // connection ends without a normal DISCONNECT, after the will delay when one
@@ -219,7 +238,7 @@
 // toward a client from one allocator per connection, tracks its deliveries
 // itself, takes the client's PUBACK/PUBREC/PUBCOMP for them before mochi
 // sees them (and writes the PUBREL of a QoS 2 delivery), and gives mochi's
-// own deliveries (uncaptured topics, retained messages) ids from the same
+// own deliveries (uncaptured topics and their retained messages) ids from the same
 // allocator on the wire, mapping the answers back. mochi's map then holds
 // only the client's ids and mochi's own deliveries.
 //

@@ -64,9 +64,6 @@ type ingest struct {
 	// decides which publishes early takes.
 	acl    mochi.Hook
 	groups *groups // commits published to $offsets/<group>/<stream>
-	// retained is delivery's retained set (retained.go), set by New
-	// before the broker serves; nil: ingest leaves retained messages alone.
-	retained *retainedSet
 
 	conns   sync.Map      // *mochi.Client -> *ingestConn
 	closing chan struct{} // closed by beginClose
@@ -369,18 +366,16 @@ func (h *ingest) publishInline(cl *mochi.Client, pk packets.Packet) (packets.Pac
 		return pk, nil
 	}
 	rec := recordOf(cl.ID, &pk)
-	retained := retainedCopy(&pk)
-	st.AppendAsync([]*logstore.Record{rec}, func(first uint64, err error) {
-		h.appended(st, first, retained, err)
+	st.AppendAsync([]*logstore.Record{rec}, func(_ uint64, err error) {
+		h.appended(st, err)
 	})
 	return pk, packets.ErrRejectPacket
 }
 
-// appended is the common part of every append's completion, the record
-// being at offset first when err is nil. It runs on the log's appender
-// goroutine: it only counts, logs a state change, and updates the retained
-// store (a short lock in mochi's topic index).
-func (h *ingest) appended(st Stream, first uint64, retained *packets.Packet, err error) {
+// appended is the common part of every append's completion. It runs on
+// the log's appender goroutine: it only counts and logs a state change.
+// Retained messages come from the committed log (retained.go).
+func (h *ingest) appended(st Stream, err error) {
 	name := st.Name()
 	h.noteAppend(name, err)
 	if err != nil {
@@ -388,11 +383,6 @@ func (h *ingest) appended(st Stream, first uint64, retained *packets.Packet, err
 		return
 	}
 	h.m.Received.WithLabelValues(name).Inc()
-	if retained != nil && h.retained != nil {
-		// The stream's retained follower sets it too, from the log, on
-		// every node; this makes it visible before the PUBACK is sent.
-		h.retained.committed(name, first, *retained)
-	}
 }
 
 // noteAppend logs a stream starting to fail, and recovering, once each,
@@ -442,19 +432,4 @@ func recordOf(clientID string, pk *packets.Packet) *logstore.Record {
 		}
 	}
 	return r
-}
-
-// retainedCopy is what goes into mochi's retained store for a retained
-// publish, nil for others.
-func retainedCopy(pk *packets.Packet) *packets.Packet {
-	if !pk.FixedHeader.Retain {
-		return nil
-	}
-	out := pk.Copy(false)
-	out.PacketID = 0
-	out.Properties.TopicAlias, out.Properties.TopicAliasFlag = 0, false
-	if out.Created == 0 {
-		out.Created = time.Now().Unix()
-	}
-	return &out
 }

@@ -129,10 +129,9 @@ func (c *ingestConn) publish(st Stream, pk *packets.Packet) {
 		return // being disconnected, or the broker is closing: no ack, the client resends
 	}
 	e := c.expectAnswer(pk)
-	retained := retainedCopy(pk)
 	rec := recordOf(c.cl.ID, pk)
-	st.AppendAsync([]*logstore.Record{rec}, func(first uint64, err error) {
-		c.h.appended(st, first, retained, err)
+	st.AppendAsync([]*logstore.Record{rec}, func(_ uint64, err error) {
+		c.h.appended(st, err)
 		code := packets.CodeSuccess
 		if err != nil {
 			code = refusalCode(err)

@@ -35,7 +35,7 @@ func (l *memLog) wrap(s *mqtttest.MemStream) *memStream {
 	defer l.mu.Unlock()
 	w := l.wrappers[s]
 	if w == nil {
-		w = &memStream{s}
+		w = &memStream{MemStream: s}
 		l.wrappers[s] = w
 	}
 	return w
@@ -96,7 +96,45 @@ func (l *memLog) stream(tb testing.TB, name string) *memStream {
 
 // memStream is a Stream with the steering methods under this package's
 // tests' names.
-type memStream struct{ *mqtttest.MemStream }
+type memStream struct {
+	*mqtttest.MemStream
+	stall struct {
+		sync.Mutex
+		ch chan struct{} // not nil: reads wait until it is closed
+	}
+}
+
+// Read is the MemStream's, held while stallReads is in force.
+func (s *memStream) Read(from uint64, max, maxBytes int) ([]*logstore.Record, error) {
+	s.stall.Lock()
+	ch := s.stall.ch
+	s.stall.Unlock()
+	if ch != nil {
+		<-ch
+	}
+	return s.MemStream.Read(from, max, maxBytes)
+}
+
+// stallReads holds every read of the stream (the shared reader's, the
+// retained follower's, cursors') until the returned func is called; test
+// cleanup calls it too.
+func (s *memStream) stallReads(tb testing.TB) (resume func()) {
+	s.stall.Lock()
+	ch := make(chan struct{})
+	s.stall.ch = ch
+	s.stall.Unlock()
+	var once sync.Once
+	resume = func() {
+		once.Do(func() {
+			s.stall.Lock()
+			s.stall.ch = nil
+			s.stall.Unlock()
+			close(ch)
+		})
+	}
+	tb.Cleanup(resume)
+	return resume
+}
 
 var _ Stream = (*memStream)(nil)
 

@@ -27,8 +27,8 @@ import (
 //     PUBCOMP always answer a server PUBLISH: for one of these ids they are
 //     taken in OnPacketRead (handleAck) and reach mochi as a no-op. Peat
 //     writes the PUBREL of a QoS 2 delivery itself.
-//   - mochi's own QoS 1/2 deliveries (topics no stream captures, retained
-//     messages on subscribe) keep mochi's id in mochi's map, but leave with
+//   - mochi's own QoS 1/2 deliveries (topics no stream captures, and
+//     their retained messages on subscribe) keep mochi's id in mochi's map, but leave with
 //     an id from the same allocator: OnPacketEncode rewrites the PUBLISH and
 //     its PUBREL (wireID), and OnPacketRead maps the client's answers back
 //     (handleAck), so mochi's and Peat's deliveries never share an id.
@@ -42,7 +42,8 @@ import (
 // at reconnect, whose ids went out unchanged). Known limit: mochi's own
 // deliveries still sit in the shared map under mochi's id, so a client that
 // reuses that id while one is unacknowledged meets plain mochi's behaviour
-// (rare: only uncaptured topics and retained messages take that path).
+// (rare: only uncaptured topics and their retained messages take that
+// path).
 
 // outstandingDelivery is a QoS 1/2 delivery awaiting its acknowledgement:
 // PUBACK, or PUBCOMP after Peat answered PUBREC with PUBREL.

@@ -7,10 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -24,16 +24,23 @@ import (
 //
 // Each stream has a retained follower: a goroutine that reads the stream's
 // committed records in order and sets (or, with an empty payload, clears)
-// mochi's retained message for each record with Retain set. It keeps a
+// the retained message of each record's topic with Retain set. It keeps a
 // compact index in the log's StateStore, next to the records it points
 // into: one entry per retained topic holding the offset of its latest
 // retained record, and the follower's position. At start the retained set
 // is rebuilt by reading just those records, then the follower goes on from
 // its position.
 //
-// Ingest also sets a retained message as soon as its append is committed,
-// so a client that got its PUBACK finds it there at once; the per-topic
-// offset below keeps the two from ever going back to an older value.
+// The set is Peat's, not mochi's: mochi would send a subscriber what its
+// store holds at the moment it looks (after the SUBACK), which has no
+// relation to where that subscriber's live delivery from the log starts,
+// so a retained record committed in between went out twice, and one the
+// follower had not applied yet not at all. Instead a new subscription asks
+// for a snapshot at an offset (snapshot): the follower hands it over when
+// it has applied exactly the records below that offset, and the
+// subscriber's live delivery of that stream starts there
+// (delivery_retained.go). mochi's store keeps only topics no stream
+// captures.
 
 // retainedBatch bounds the records the follower reads at once; with its
 // position it stays below logstore.MaxStateWrite entries per write.
@@ -48,15 +55,29 @@ func retainedTopicKey(stream, topic string) string {
 }
 func retainedPosKey(stream string) string { return "rp/" + stream }
 
-// retainedEntry is what set a topic's retained message last.
+// retainedEntry is the record that set a topic's retained message.
 type retainedEntry struct {
-	stream  string
-	offset  uint64
-	cleared bool // an empty payload; kept until the follower has passed it
+	stream string
+	offset uint64
+	rec    *logstore.Record // a copy of its own: never modified
 }
 
+// retainedSnapshot is the retained messages of one stream matching one
+// filter, as they stood below offset at: what a new subscription to filter
+// gets before its live records, which start at at.
+type retainedSnapshot struct {
+	stream, filter string
+	at             uint64
+	ready          chan struct{}      // closed once recs is set
+	recs           []*logstore.Record // in no particular order (one per topic)
+}
+
+// retainedMark is the payload of the entries of index: mochi's index keeps
+// a topic only while its payload is not empty.
+var retainedMark = []byte{1}
+
 // retainedSet is the broker's view of which record set each captured
-// topic's retained message; it writes mochi's retained store.
+// topic's retained message.
 type retainedSet struct {
 	srv    *mochi.Server
 	st     StateStore
@@ -65,79 +86,126 @@ type retainedSet struct {
 	mu struct {
 		sync.Mutex
 		topics  map[string]retainedEntry
-		applied map[string]uint64 // per stream: the follower has applied every record below it
+		index   *mochi.TopicsIndex // the topics of topics, to match filters
+		applied map[string]uint64  // per stream: the follower has applied every record below it
+		waiting map[string][]*retainedSnapshot
 	}
 }
 
 func newRetainedSet(srv *mochi.Server, st StateStore, logger *slog.Logger) *retainedSet {
 	rs := &retainedSet{srv: srv, st: st, logger: logger}
 	rs.mu.topics = map[string]retainedEntry{}
+	rs.mu.index = mochi.NewTopicsIndex()
 	rs.mu.applied = map[string]uint64{}
+	rs.mu.waiting = map[string][]*retainedSnapshot{}
 	return rs
 }
 
 func (rs *retainedSet) enabled() bool { return rs.srv.Options.Capabilities.RetainAvailable != 0 }
 
-// committed is ingest's fast path: the retained publish pk was committed at
-// offset in stream. It is ignored when the follower or a later record of
-// the topic got there first.
-func (rs *retainedSet) committed(stream string, offset uint64, pk packets.Packet) {
-	if !rs.enabled() {
-		return
-	}
+// snapshot asks for the retained messages of s matching filter below its
+// committed offset, which it returns in at. The caller holds the lock of
+// s's reader, so that no record at or above at can reach the subscriber
+// before it decides what to do with them.
+func (rs *retainedSet) snapshot(s Stream, filter string) *retainedSnapshot {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if offset < rs.mu.applied[stream] {
-		return
+	name := s.Name()
+	snap := &retainedSnapshot{stream: name, filter: filter, at: s.Committed(), ready: make(chan struct{})}
+	// The follower read what it applied while at most at was committed;
+	// only a truncation puts it above.
+	if applied, ok := rs.mu.applied[name]; ok && applied >= snap.at {
+		rs.serveLocked(snap)
+		return snap
 	}
-	if e, ok := rs.mu.topics[pk.TopicName]; ok && e.stream == stream && e.offset > offset {
-		return
-	}
-	rs.setLocked(stream, offset, pk)
+	rs.mu.waiting[name] = append(rs.mu.waiting[name], snap)
+	return snap
 }
 
-// setLocked puts pk, retained from offset, into mochi's store.
-func (rs *retainedSet) setLocked(stream string, offset uint64, pk packets.Packet) {
-	rs.mu.topics[pk.TopicName] = retainedEntry{stream: stream, offset: offset, cleared: len(pk.Payload) == 0}
-	rs.srv.Topics.RetainMessage(pk)
-	atomic.StoreInt64(&rs.srv.Info.Retained, int64(rs.srv.Topics.Retained.Len()))
+// serveLocked fills snap from the set as it stands and hands it over.
+func (rs *retainedSet) serveLocked(snap *retainedSnapshot) {
+	for _, pk := range rs.mu.index.Messages(snap.filter) {
+		if e, ok := rs.mu.topics[pk.TopicName]; ok && e.stream == snap.stream {
+			snap.recs = append(snap.recs, e.rec)
+		}
+	}
+	close(snap.ready)
+}
+
+// serveBelowLocked hands over the snapshots of stream taken at or below
+// off: the set holds exactly the records below off that they want.
+func (rs *retainedSet) serveBelowLocked(stream string, off uint64) {
+	waiting := rs.mu.waiting[stream]
+	if len(waiting) == 0 {
+		return
+	}
+	kept := waiting[:0]
+	for _, snap := range waiting {
+		if snap.at <= off {
+			rs.serveLocked(snap)
+		} else {
+			kept = append(kept, snap)
+		}
+	}
+	clear(waiting[len(kept):])
+	if len(kept) == 0 {
+		delete(rs.mu.waiting, stream)
+		return
+	}
+	rs.mu.waiting[stream] = kept
+}
+
+// setLocked makes rec, of stream, its topic's retained message.
+func (rs *retainedSet) setLocked(stream string, rec *logstore.Record) {
+	rs.mu.topics[rec.Topic] = retainedEntry{stream: stream, offset: rec.Offset, rec: retainedCopy(rec)}
+	rs.mu.index.RetainMessage(packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: true},
+		TopicName:   rec.Topic,
+		Payload:     retainedMark,
+	})
+	rs.countLocked()
 }
 
 // clearLocked removes topic's retained message.
 func (rs *retainedSet) clearLocked(topic string) {
 	delete(rs.mu.topics, topic)
-	rs.srv.Topics.RetainMessage(packets.Packet{TopicName: topic})
-	atomic.StoreInt64(&rs.srv.Info.Retained, int64(rs.srv.Topics.Retained.Len()))
+	rs.mu.index.RetainMessage(packets.Packet{TopicName: topic})
+	rs.countLocked()
+}
+
+// countLocked keeps mochi's $SYS retained count at both stores' sum (mochi
+// sets it to its own alone when it retains an uncaptured topic).
+func (rs *retainedSet) countLocked() {
+	atomic.StoreInt64(&rs.srv.Info.Retained, int64(len(rs.mu.topics)+rs.srv.Topics.Retained.Len()))
 }
 
 // applyLocked applies the follower's records, in offset order, up to next,
-// and returns the index changes to store.
+// and returns the index changes to store. A snapshot is handed over just
+// before the first record at or above its offset.
 func (rs *retainedSet) applyLocked(stream string, recs []*logstore.Record, next uint64, puts map[string][]byte, dels *[]string) {
 	for _, rec := range recs {
+		rs.serveBelowLocked(stream, rec.Offset)
 		if !rec.Retain {
 			continue
 		}
 		key := retainedTopicKey(stream, rec.Topic)
-		if e, ok := rs.mu.topics[rec.Topic]; ok && e.stream == stream && e.offset > rec.Offset {
-			// Ingest set a later record of the topic already; the
-			// follower will store its offset when it gets there.
-			continue
-		}
 		if len(rec.Payload) == 0 {
 			rs.clearLocked(rec.Topic)
 			delete(puts, key)
 			*dels = append(*dels, key)
 			continue
 		}
-		rs.setLocked(stream, rec.Offset, retainedPacket(rec))
+		rs.setLocked(stream, rec)
 		puts[key] = encodeOffset(rec.Offset)
 	}
+	rs.advanceLocked(stream, next)
+}
+
+// advanceLocked records that the follower of stream has applied everything
+// below next, and hands over the snapshots that waited for it.
+func (rs *retainedSet) advanceLocked(stream string, next uint64) {
 	rs.mu.applied[stream] = next
-	for topic, e := range rs.mu.topics { // ingest's clears the follower has now passed
-		if e.cleared && e.stream == stream && e.offset < next {
-			delete(rs.mu.topics, topic)
-		}
-	}
+	rs.serveBelowLocked(stream, next)
 }
 
 // dropLocked clears the retained messages of stream set by records outside
@@ -191,10 +259,10 @@ func (rs *retainedSet) rebuild(s Stream) (uint64, error) {
 			continue
 		}
 		if rs.enabled() {
-			rs.setLocked(name, off, retainedPacket(rec))
+			rs.setLocked(name, rec)
 		}
 	}
-	rs.mu.applied[name] = pos
+	rs.advanceLocked(name, pos)
 	rs.mu.Unlock()
 	if err := writeStateChunks(rs.st, nil, dels, "", nil); err != nil {
 		return 0, fmt.Errorf("drop stale retained index entries of stream %s: %w", name, err)
@@ -250,32 +318,14 @@ func writeStateChunks(st StateStore, puts map[string][]byte, dels []string, last
 	return st.WriteState(batch, dels)
 }
 
-// retainedPacket is what mochi keeps for a retained record, as
-// retainedCopy makes it for a publish.
-func retainedPacket(rec *logstore.Record) packets.Packet {
-	pk := packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: rec.QoS, Retain: true},
-		TopicName:   rec.Topic,
-		Payload:     bytes.Clone(rec.Payload), // a read record's bytes may share a larger buffer
-		Origin:      rec.ClientID,
-		Created:     rec.Timestamp / 1000,
-		Properties: packets.Properties{
-			ContentType:           rec.ContentType,
-			ResponseTopic:         rec.ResponseTopic,
-			CorrelationData:       bytes.Clone(rec.CorrelationData),
-			MessageExpiryInterval: rec.MessageExpiry,
-		},
-	}
-	if pk.Created == 0 {
-		pk.Created = time.Now().Unix()
-	}
-	if rec.PayloadFormat != nil {
-		pk.Properties.PayloadFormat, pk.Properties.PayloadFormatFlag = *rec.PayloadFormat, true
-	}
-	for _, u := range rec.UserProperties {
-		pk.Properties.User = append(pk.Properties.User, packets.UserProperty{Key: u.Key, Val: u.Value})
-	}
-	return pk
+// retainedCopy is rec for the retained set: a read record's bytes may
+// share a larger buffer, which the set would otherwise keep alive.
+func retainedCopy(rec *logstore.Record) *logstore.Record {
+	out := *rec
+	out.Payload = bytes.Clone(rec.Payload)
+	out.CorrelationData = bytes.Clone(rec.CorrelationData)
+	out.UserProperties = slices.Clone(rec.UserProperties)
+	return &out
 }
 
 // start rebuilds the retained messages of s and starts its follower, owned
@@ -311,6 +361,7 @@ func (rs *retainedSet) forget(stream string) {
 		}
 	}
 	delete(rs.mu.applied, stream)
+	delete(rs.mu.waiting, stream) // their subscribers' reader has stopped too
 	rs.mu.Unlock()
 	dels := []string{retainedPosKey(stream)}
 	err := rs.st.LoadState(retainedTopicPrefix(stream), func(k string, _ []byte) error {

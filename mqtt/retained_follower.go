@@ -96,9 +96,7 @@ func (f *retainedFollower) step() error {
 	first, end := f.stream.FirstOffset(), f.stream.Committed()
 	if first > f.first || end < f.pos {
 		// Retention removed records, or the log was truncated below what
-		// was applied: their retained messages go. Without truncation
-		// nothing above is dropped: ingest may have set a record committed
-		// since end was read.
+		// was applied: their retained messages go.
 		keepEnd := uint64(math.MaxUint64)
 		if end < f.pos {
 			keepEnd = end
@@ -108,6 +106,9 @@ func (f *retainedFollower) step() error {
 		if end < f.pos {
 			f.pos = end
 			f.rs.mu.applied[name] = end
+			// Snapshots asked for above the new end get what is left: their
+			// subscribers' live delivery follows the log back too.
+			f.rs.serveBelowLocked(name, math.MaxUint64)
 		}
 		f.rs.mu.Unlock()
 		f.first = first
@@ -116,7 +117,12 @@ func (f *retainedFollower) step() error {
 		}
 	}
 	if f.pos < first {
+		// Retention removed what was not read yet: nothing below first can
+		// be applied any more, and a snapshot must not wait for it.
 		f.pos = first
+		f.rs.mu.Lock()
+		f.rs.advanceLocked(name, first)
+		f.rs.mu.Unlock()
 	}
 	if f.pos >= end {
 		return nil
@@ -136,7 +142,7 @@ func (f *retainedFollower) step() error {
 	if f.rs.enabled() {
 		f.rs.applyLocked(name, recs, next, puts, &dels)
 	} else {
-		f.rs.mu.applied[name] = next
+		f.rs.advanceLocked(name, next)
 	}
 	f.rs.mu.Unlock()
 	f.pos = next

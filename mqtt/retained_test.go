@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"testing"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
@@ -12,11 +13,20 @@ import (
 	"github.com/peatmq/peat/logstore"
 )
 
-// retainedPayloads returns the retained messages mochi holds for topic.
-func retainedPayloads(b *Broker, topic string) []string {
+// retainedPayloads returns the retained messages of captured topics
+// matching filter that b holds.
+func retainedPayloads(b *Broker, filter string) []string {
+	return setPayloads(b.deliv.retained, filter)
+}
+
+func setPayloads(rs *retainedSet, filter string) []string {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
 	var out []string
-	for _, pk := range b.Server().Topics.Messages(topic) {
-		out = append(out, string(pk.Payload))
+	for _, pk := range rs.mu.index.Messages(filter) {
+		if e, ok := rs.mu.topics[pk.TopicName]; ok {
+			out = append(out, string(e.rec.Payload))
+		}
 	}
 	return out
 }
@@ -241,27 +251,6 @@ func TestRetained_RefusedAppendNeverRetained(t *testing.T) {
 	}
 }
 
-// The ingest fast path and the follower never take a topic back to an
-// older retained message: a late ingest completion for an offset the
-// follower has passed changes nothing.
-func TestRetained_StaleSetIgnored(t *testing.T) {
-	l := newMemLog(t, "default=#")
-	st := l.stream(t, "default")
-	b := newTestBroker(t, l)
-	appendDirect(t, st, retainedRec("sensors/r", "v1"))
-	appendDirect(t, st, retainedRec("sensors/r", ""))
-	waitFor(t, "cleared", func() bool {
-		b.deliv.retained.mu.Lock()
-		defer b.deliv.retained.mu.Unlock()
-		return b.deliv.retained.mu.applied["default"] == 2
-	})
-	b.deliv.retained.committed("default", 0, packets.Packet{TopicName: "sensors/r", Payload: []byte("v1"),
-		FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: true}})
-	if m := retainedPayloads(b, "sensors/r"); len(m) != 0 {
-		t.Fatalf("a stale completion brought back %v", m)
-	}
-}
-
 // A log whose retained index was never written (a broker from before the
 // index, or one that crashed before its first store) is read from its
 // start: its retained messages come back without a publish.
@@ -310,38 +299,46 @@ func TestRetained_WriteStateChunks(t *testing.T) {
 	}
 }
 
-// The follower, behind ingest, does not take a topic back to an older
-// record than the one ingest set when its append committed.
-func TestRetained_FollowerBehindIngestKeepsNewer(t *testing.T) {
+// A snapshot holds exactly the retained records below its offset, even
+// when the follower applies records at and above it in the same batch:
+// those reach the subscriber live.
+func TestRetained_SnapshotAtItsOffset(t *testing.T) {
 	l := newMemLog(t, "default=#")
 	b := newTestBroker(t, l)
 	rs := newRetainedSet(b.Server(), l.State(), b.logger)
-	pk := func(payload string) packets.Packet {
-		return packets.Packet{TopicName: "other/r", Payload: []byte(payload),
-			FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: true}}
-	}
-	apply := func(off uint64, payload string) {
-		rec := retainedRec("other/r", payload)
-		rec.Offset = off
+	apply := func(next uint64, recs ...*logstore.Record) {
 		puts, dels := map[string][]byte{}, []string(nil)
 		rs.mu.Lock()
-		rs.applyLocked("other", []*logstore.Record{rec}, off+1, puts, &dels)
+		rs.applyLocked("other", recs, next, puts, &dels)
 		rs.mu.Unlock()
 	}
-	rs.committed("other", 5, pk("v5"))
-	apply(3, "v3")
-	if m := retainedPayloads(b, "other/r"); len(m) != 1 || m[0] != "v5" {
-		t.Fatalf("the follower at offset 3 took the topic back: %v, want v5", m)
+	at := func(off uint64, topic, payload string) *logstore.Record {
+		rec := retainedRec(topic, payload)
+		rec.Offset = off
+		return rec
 	}
-	rs.committed("other", 7, pk("")) // cleared by ingest
-	apply(5, "v5")
-	if m := retainedPayloads(b, "other/r"); len(m) != 0 {
-		t.Fatalf("the follower at offset 5 brought back a cleared topic: %v", m)
+	apply(4, at(3, "other/r", "v3"))
+	snap := &retainedSnapshot{stream: "other", filter: "other/#", at: 6, ready: make(chan struct{})}
+	rs.mu.Lock()
+	rs.mu.waiting["other"] = []*retainedSnapshot{snap}
+	rs.mu.Unlock()
+	apply(5, at(4, "other/q", "q4"))
+	select {
+	case <-snap.ready:
+		t.Fatal("snapshot at 6 handed over with the follower at 5")
+	default:
 	}
-	apply(7, "")
-	apply(8, "v8")
-	if m := retainedPayloads(b, "other/r"); len(m) != 1 || m[0] != "v8" {
-		t.Fatalf("after the follower caught up: %v, want v8", m)
+	apply(9, at(5, "other/r", "v5"), at(6, "other/r", "v6"), at(7, "other/q", ""), at(8, "other/s", "s8"))
+	<-snap.ready
+	got := map[string]string{}
+	for _, rec := range snap.recs {
+		got[rec.Topic] = string(rec.Payload)
+	}
+	if want := map[string]string{"other/r": "v5", "other/q": "q4"}; !maps.Equal(got, want) {
+		t.Fatalf("snapshot at 6 = %v, want %v", got, want)
+	}
+	if m := setPayloads(rs, "other/#"); len(m) != 2 {
+		t.Fatalf("after the batch the set holds %v, want v6 and s8", m)
 	}
 }
 

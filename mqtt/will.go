@@ -150,9 +150,8 @@ func (h *ingest) appendWill(clientID string, w mochi.Will) {
 		Origin:      clientID,
 		Created:     time.Now().Unix(),
 	}
-	retained := retainedCopy(&pk)
-	st.AppendAsync([]*logstore.Record{recordOf(clientID, &pk)}, func(first uint64, err error) {
-		h.appended(st, first, retained, err)
+	st.AppendAsync([]*logstore.Record{recordOf(clientID, &pk)}, func(_ uint64, err error) {
+		h.appended(st, err)
 		if err != nil {
 			h.logger.Debug("will not stored", slog.String(attrClient, clientID),
 				slog.String(attrTopic, w.TopicName), slog.Any(attrErr, err))
