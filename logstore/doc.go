@@ -466,9 +466,11 @@
 // compression, caches and value-log file size (see profile.go and issue 2),
 // and a Go memory limit (Profile.MemoryLimit) the caller applies. All three
 // keep records in the value log (profile.go, recordsInValueLog). Their
-// memtables are 4 MiB so that the heap a store holds stays a 5 MB arena
-// however many records pile up, which keeps a broker's RSS from climbing
-// through an upstream outage (profile.go, flatRSS, with the measurements).
+// memtables are small (pi-zero 4 MiB, pi and server 2 MiB, with 1 MiB
+// base tables) so that the heap a store holds stays an arena of a few MB
+// however many records pile up, and Badger's pooled table builders stay
+// small, which keeps a broker's RSS flat through an upstream outage
+// (profile.go, flatRSS, with the measurements).
 // Badger's warnings and errors go to the store's slog.Logger.
 //
 // # Memory-mapped pages

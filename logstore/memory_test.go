@@ -12,7 +12,7 @@ import (
 // the records, and it must be small, since Go's GC lets garbage grow to
 // twice it before collecting (profile.go, flatRSS). Badger's memtable
 // arena was most of it: 21 MB for the old 16 MiB memtables, about 5 MB
-// for 4 MiB. No timing: at each checkpoint the test collects until the live
+// for 4 MiB, 2.6 for 2 MiB. No timing: at each checkpoint the test collects until the live
 // heap is under the bound (a memtable being flushed, or a compaction, may
 // hold a second arena or a table builder for a moment), and fails only if
 // it never gets there.

@@ -78,15 +78,15 @@ var profiles = map[Profile]profileSpec{
 		memoryLimit: 128 * mib, numCompactors: 2, minFree: 64 * mib, mappedLimit: 8 * mib,
 	},
 	ProfilePi: { // compression and caches: see serverReplay; memtables, tables, compactors and mapped pages: see flatRSS
-		memTableSize: 4 * mib, numMemtables: 2, l0Tables: 3, l0Stall: 8,
-		baseTableSize: 4 * mib, baseLevelSize: 64 * mib,
+		memTableSize: 2 * mib, numMemtables: 2, l0Tables: 3, l0Stall: 8,
+		baseTableSize: 1 * mib, baseLevelSize: 64 * mib,
 		compression: options.None, blockCache: 0, indexCache: 16 * mib,
 		valueThreshold: recordsInValueLog, valueLogFileSize: 32 * mib,
 		memoryLimit: 256 * mib, numCompactors: 2, minFree: 128 * mib, mappedLimit: 4 * mib,
 	},
 	ProfileServer: { // compression and caches: see serverReplay; memtables, tables, compactors and mapped pages: see flatRSS
-		memTableSize: 4 * mib, numMemtables: 2, l0Tables: 5, l0Stall: 15,
-		baseTableSize: 4 * mib, baseLevelSize: 64 * mib,
+		memTableSize: 2 * mib, numMemtables: 2, l0Tables: 5, l0Stall: 15,
+		baseTableSize: 1 * mib, baseLevelSize: 64 * mib,
 		compression: options.None, blockCache: 0, indexCache: 64 * mib,
 		valueThreshold: recordsInValueLog, valueLogFileSize: 32 * mib,
 		memoryLimit: 0, numCompactors: 2, minFree: 512 * mib, mappedLimit: 4 * mib,
@@ -146,7 +146,7 @@ const recordsInValueLog = 64
 // shrank the pointer tables), so no block cache (Badger requires one with
 // compression; the tables are read through their memory map), a 64 MiB
 // index cache (0 would keep every table's index in the heap for good), and
-// 16 MiB memtables (4 MiB since: flatRSS). PROFILES=server REPS=3
+// 16 MiB memtables (2 MiB since: flatRSS). PROFILES=server REPS=3
 // MOSQUITTO=0 scripts/bench-replay.sh (2026-12-02, 2-core VM, load 3-6),
 // before -> after: QoS 0 250k -> 287k
 // msg/s (medians; 146-341k and 255-465k), 3.3 -> 3.1 us of broker CPU per
@@ -184,25 +184,37 @@ const recordsInValueLog = 64
 //   - Mapped pages of the value log and write-ahead log, 18.8 -> 25 MB:
 //     trimmed back to the binary's 17-19 MB each time they pass 16 MiB.
 //
-// Now: 4 MiB memtables (2), 4 MiB base tables, 2 compactors (Badger's
+// Then: 4 MiB memtables (2), 4 MiB base tables, 2 compactors (Badger's
 // least), 4 MiB of mapped pages. The live heap a store holds is 6 MB
 // above an empty process, however many records it took
-// (TestProfile_LiveHeapStaysSmallAsRecordsPileUp: 21.8 MB before), the GC
-// goal 16 MB, and RSS through 3M records rests at 35-41 MB (it was where
-// it was after 250,000), with rises of 10-20 MB during flushes and
-// compactions that Go's scavenger gives back within seconds: peak 64
-// against 114 MB (scripts/bench-results/sink.md, 2026-12-04 15:58). The
-// write path did not slow down (BenchmarkAppend, BenchmarkIngest, same
-// file). One group commit now holds at most 315 KB of records (7.5% of
-// the memtable, store.go): above 4,096 records of 77 bytes, a burst takes
-// more commits, each fsynced.
+// (TestProfile_LiveHeapStaysSmallAsRecordsPileUp: 21.8 MB before), and
+// RSS through 3M records rested at 35-41 MB (scripts/bench-results/
+// sink.md, 2026-12-04 15:58), but rose 10-20 MB during compactions: in
+// 1M-record pile-ups with a sink attached the RSS after each quarter
+// spread over 11-20 MB (3 runs, peaks 53-61 MB). What rose is Badger's
+// table builders: each takes an allocator of 2x the table size from a
+// pool that keeps up to 8 (ristretto's AllocatorPool) and frees one only
+// after 2 s with no Get; a compaction writes several tables at once, and
+// the memtable flushes that follow every second or so keep the pool's
+// allocators live until the pile-up ends, the GC goal at twice them.
 //
-// Flat to within a few MB needs the heap pinned at a fixed size: GOGC=200
-// with GOMEMLIMIT=40MiB held 45.5-49.5 MB from part 2 to 12 of a 3M-record
-// pile-up. It is not a default: 1,000 sensors at 1 msg/s each then cost 3
-// times the CPU per message (930 against 302 µs, 1,199 collections in 20 s
-// against 4), as their connections' memory sits at the limit. An operator
-// who wants it sets both variables (the node leaves GOMEMLIMIT alone).
+// Now: 2 MiB memtables and 1 MiB base tables, so an allocator is 2 MiB
+// and a memtable arena 2.6 MB. The same pile-up's quarters spread over
+// 2.5 and 3.4 MB, peak 40-41 MB (2 runs; 2026-12-04 21:40,
+// scripts/bench-results/sink.md). Ingest (fsync, 10 QoS 1 publishers)
+// and replay (scripts/bench-replay.sh, server) were no slower, within the
+// noise of a machine shared with test runs. Tables are 4 times as many
+// (deeper levels still double, TableSizeMultiplier), and one group commit
+// holds at most 157 KB of records (7.5% of the memtable, store.go): above
+// about 2,000 records of 77 bytes, a burst takes more commits, each
+// fsynced. pi-zero keeps 4 MiB: not measured on this workload.
+//
+// GOGC=50 halves the rest of the swing (1M pile-up, sink attached: spread
+// 0.9-1.9 MB, peak 36-37 MB) at about 5% more CPU per message at full
+// QoS 1 rate: an operator's choice, not a default. Pinning the heap does
+// not flatten it: GOGC=off with GOMEMLIMIT=48MiB swung between 27 and 42
+// MB of anonymous memory, as the limit makes the scavenger give pages
+// back after every collection.
 
 // DefaultProfile is pi on arm and arm64, server elsewhere.
 func DefaultProfile() Profile {

@@ -203,7 +203,7 @@ func TestProfile_ReserveScalesWithTheFilesystem(t *testing.T) {
 	}{
 		// The floor: two value-log files and two memtables.
 		{ProfilePiZero, 200 * mib, 2*16*mib + 2*4*mib},
-		{ProfileServer, 200 * mib, 2*32*mib + 2*4*mib},
+		{ProfileServer, 200 * mib, 2*32*mib + 2*2*mib},
 		// A twentieth of the filesystem in between.
 		{ProfilePiZero, 1 * gib, gib / 20},
 		{ProfilePi, 2 * gib, 2 * gib / 20},

@@ -159,7 +159,7 @@ func (st *Store) Space() SpaceStatus {
 // value-log files and two memtables: the value-log head may be written to
 // its end, a memtable's log and its flush to a table), at most the
 // profile's reserve (pi-zero 64 MiB, pi 128 MiB, server 512 MiB). On a
-// 200 MB card the server profile keeps 72 MiB, on a 16 GB one 512 MiB.
+// 200 MB card the server profile keeps 68 MiB, on a 16 GB one 512 MiB.
 func (p Profile) Reserve(fsSize uint64) int64 { return p.spec().reserve(fsSize) }
 
 func (s profileSpec) reserve(fsSize uint64) int64 {
