@@ -200,8 +200,10 @@ const recordsInValueLog = 64
 //
 // Now: 2 MiB memtables and 1 MiB base tables, so an allocator is 2 MiB
 // and a memtable arena 2.6 MB. The same pile-up's quarters spread over
-// 2.5 and 3.4 MB, peak 40-41 MB (2 runs; 2026-12-04 21:40,
-// scripts/bench-results/sink.md). Ingest (fsync, 10 QoS 1 publishers)
+// 2.3-3.4 MB, peak 39-41 MB (3 runs; 2026-12-04 21:40-21:49,
+// scripts/bench-results/sink.md). Through 3M records (no sink) the
+// twelfths spread over 9 MB, peak 43-47: deeper compactions hold more
+// builders at once (a table size multiplier of 1 did not change that). Ingest (fsync, 10 QoS 1 publishers)
 // and replay (scripts/bench-replay.sh, server) were no slower, within the
 // noise of a machine shared with test runs. Tables are 4 times as many
 // (deeper levels still double, TableSizeMultiplier), and one group commit
