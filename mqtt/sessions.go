@@ -123,6 +123,9 @@ type session struct {
 	// transient: the session ends with conn (its expiry is 0); it is not
 	// in the store.
 	transient bool `msgpack:"-"`
+	// orphan: adopted from a broker that is gone (sessions_orphans.go);
+	// its expiry runs here, from Disconnected, not in mochi.
+	orphan bool `msgpack:"-"`
 }
 
 // sessions is the registry of durable sessions.
