@@ -176,3 +176,16 @@ func TestCluster_OrphanedSessionKeepsItsExpiry(t *testing.T) {
 	}
 	expectAll(t, got, "sensors/away m0", "sensors/away m1", "sensors/away m2")
 }
+
+// A node that restarts does not read its sessions again (a client's
+// session is read when it connects): the site expires those it held as
+// a crashed node's, in its new broker epoch.
+func TestCluster_RestartedNodesSessionExpires(t *testing.T) {
+	nodes := startSiteNodes(t, 3)
+	v5Session(t, nodes[2], "restarted", 3, "sensors/#")
+	back := restartSiteNode(t, nodes[2], nodes[0])
+	waitSessionGone(t, []*Node{nodes[0], nodes[1], back}, "restarted")
+	if v5Session(t, back, "restarted", 3, "") {
+		t.Fatal("a session past its expiry is present on the node that held it before its restart")
+	}
+}
