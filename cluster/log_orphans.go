@@ -74,7 +74,7 @@ func (s *stream) adopt(ctx context.Context, key string) bool {
 	}
 	s.claimDec.Unlock()
 	if err != nil {
-		s.l.log.Info("cluster: orphaned session not adopted", slog.String("client", key), slog.Any("err", err))
+		s.l.log.Debug("cluster: orphaned session not adopted", slog.String("client", key), slog.Any("err", err))
 		return false
 	}
 	if held {

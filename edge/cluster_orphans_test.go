@@ -144,37 +144,39 @@ func TestCluster_OrphanedDisconnectedSessionExpires(t *testing.T) {
 	}
 }
 
-// The site expires a crashed node's sessions by their own expiry: one
-// with a long expiry is still there once a short one beside it has gone,
-// and its client, back on another node, resumes it with its
-// subscription and the messages published while it was away.
+// The site expires a crashed node's sessions by their own expiry: ones
+// with a long expiry are still there once a short one beside them has
+// gone, and their clients, back on the node that adopted them (the
+// sessions' leader) and on the other, resume them with their
+// subscriptions and the messages published while they were away.
 func TestCluster_OrphanedSessionKeepsItsExpiry(t *testing.T) {
 	nodes := startSiteNodes(t, 3)
-	_, followers := sessionsLeader(t, nodes)
-	home := followers[1]
-	var rest []*Node
-	for _, n := range nodes {
-		if n != home {
-			rest = append(rest, n)
-		}
+	leader, followers := sessionsLeader(t, nodes)
+	home, other := followers[1], followers[0]
+	for _, id := range []string{"keeper1", "keeper2"} {
+		c, _ := v5Client(t, home, id, 300, nil)
+		v5Subscribe(t, c, "sensors/#")
 	}
-	keeper, _ := v5Client(t, home, "keeper", 300, nil)
-	v5Subscribe(t, keeper, "sensors/#")
 	short, _ := v5Client(t, home, "short", 2, nil)
 	v5Subscribe(t, short, "sensors/#")
 	killNode(t, home)
-	publishQoS1(t, rest[0].MQTTAddr(), "sensors/away", 3)
+	publishQoS1(t, leader.MQTTAddr(), "sensors/away", 3)
+	rest := []*Node{leader, other}
 	waitSessionGone(t, rest, "short") // the site has dealt with the crashed node's sessions
 	for _, n := range rest {
-		if !sessionStored(t, n, "keeper") {
-			t.Fatalf("a session within its expiry is gone from %s", n.cfg.Cluster.NodeID)
+		for _, id := range []string{"keeper1", "keeper2"} {
+			if !sessionStored(t, n, id) {
+				t.Fatalf("%s's session, within its expiry, is gone from %s", id, n.cfg.Cluster.NodeID)
+			}
 		}
 	}
-	got := make(chan string, 100)
-	if _, present := v5Client(t, rest[1], "keeper", 300, got); !present {
-		t.Fatal("a session within its expiry is not present on another node after its node crashed")
+	for id, n := range map[string]*Node{"keeper1": leader, "keeper2": other} {
+		got := make(chan string, 100)
+		if _, present := v5Client(t, n, id, 300, got); !present {
+			t.Fatalf("%s's session, within its expiry, is not present on %s after its node crashed", id, n.cfg.Cluster.NodeID)
+		}
+		expectAll(t, got, "sensors/away m0", "sensors/away m1", "sensors/away m2")
 	}
-	expectAll(t, got, "sensors/away m0", "sensors/away m1", "sensors/away m2")
 }
 
 // A node that restarts does not read its sessions again (a client's

@@ -35,8 +35,8 @@ import (
 //   - A client that connects, here or on any broker, claims and resumes
 //     it as any stored session.
 //
-// A claim adopted meanwhile by a connection of the same client on this
-// broker is left to that connection.
+// A claim adopted while a connection of the same client claims it here
+// is left to that connection.
 
 // orphanSweepInterval is how often adopted sessions are looked at for
 // expiry: mochi's expiry tick ($SYS interval, a second by default).
@@ -87,23 +87,30 @@ func (d *delivery) runOrphans() {
 		ids := d.orphans.ids
 		d.orphans.ids = map[string]struct{}{}
 		d.orphans.mu.Unlock()
+		adopted := 0
 		for id := range ids {
 			if d.ctx.Err() != nil {
 				return
 			}
-			d.adopt(id)
+			if d.adopt(id) {
+				adopted++
+			}
+		}
+		if adopted > 0 {
+			d.logger.Info("durable sessions adopted from brokers that are gone", slog.Int("sessions", adopted))
 		}
 		d.sweepOrphans()
 	}
 }
 
-// adopt takes over client id's orphaned session.
-func (d *delivery) adopt(id string) {
+// adopt takes over client id's orphaned session; true when this broker
+// now runs its expiry.
+func (d *delivery) adopt(id string) bool {
 	ss := d.sessions
 	ss.mu.Lock()
 	if _, busy := ss.claimed[id]; busy || ss.m[id] != nil {
 		ss.mu.Unlock()
-		return // a connection of the client here holds it, or is claiming it
+		return false // a connection of the client here holds it, or is claiming it
 	}
 	ss.attempt++
 	attempt := ss.attempt
@@ -115,7 +122,7 @@ func (d *delivery) adopt(id string) {
 			delete(ss.claimed, id)
 		}
 		ss.mu.Unlock()
-		return
+		return false
 	}
 	s, found, err := loadSiteSession(ss.site.SessionState(), id)
 	if err == nil && found {
@@ -123,20 +130,21 @@ func (d *delivery) adopt(id string) {
 	}
 	if err != nil { // this broker's replica is unreadable: the client's next connect decides
 		d.logger.Warn("durable session: reading an orphaned session failed", slog.String(attrClient, id), attrErr, err)
-		return
+		return false
 	}
 	ss.mu.Lock()
-	if a, ok := ss.claimed[id]; ok && a != attempt || ss.m[id] != nil {
+	if ss.claimed[id] != attempt || ss.m[id] != nil {
+		// A connection of the client claimed it meanwhile, here (it has
+		// it) or on another broker (sessionTaken let it go).
 		ss.mu.Unlock()
-		return // a connection of the client here claimed it meanwhile: it has it
+		return false
 	}
 	if !found { // a claim left behind by a session that ended
 		delete(ss.claimed, id)
 		ss.mu.Unlock()
 		ss.site.ReleaseSession(id)
-		return
+		return false
 	}
-	ss.claimed[id] = attempt
 	s.orphan = true
 	since := s.Disconnected == 0
 	if since {
@@ -144,11 +152,12 @@ func (d *delivery) adopt(id string) {
 	}
 	ss.m[id] = s
 	ss.mu.Unlock()
-	d.logger.Info("durable session: adopted from a broker that is gone", slog.String(attrClient, id),
+	d.logger.Debug("durable session: adopted from a broker that is gone", slog.String(attrClient, id),
 		slog.Time("disconnected", time.Unix(s.Disconnected, 0)))
 	if since {
 		ss.saveMeta(id, true) // the clock survives this broker
 	}
+	return true
 }
 
 // sweepOrphans deletes the adopted sessions whose expiry ran out.
@@ -168,7 +177,7 @@ func (d *delivery) sweepOrphans() {
 	}
 	ss.mu.Unlock()
 	for _, e := range gone {
-		d.logger.Info("durable session: expired", slog.String(attrClient, e.id))
+		d.logger.Debug("durable session: expired", slog.String(attrClient, e.id))
 		ss.saveMeta(e.id, true)
 		ss.saveCursors(e.id, true, e.cs...)
 		ss.releaseAfterWrite(e.id)
