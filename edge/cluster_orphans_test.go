@@ -116,6 +116,14 @@ func TestCluster_OrphanedSessionExpires(t *testing.T) {
 	}
 	killNode(t, home)
 	waitSessionGone(t, others, "orphan")
+	var adopted, expired float64
+	for _, n := range others {
+		adopted += metricValue(t, n, "peat_mqtt_sessions_adopted_total")
+		expired += metricValue(t, n, "peat_mqtt_sessions_expired_total")
+	}
+	if adopted != 1 || expired != 1 {
+		t.Fatalf("the surviving nodes count %v sessions adopted and %v expired, want 1 and 1", adopted, expired)
+	}
 	if _, present := v5Client(t, others[0], "orphan", 3, nil); present {
 		t.Fatal("a session past its expiry since its node crashed is present on another node")
 	}

@@ -277,6 +277,7 @@ func (d *delivery) OnSessionEstablish(cl *mochi.Client, _ packets.Packet) {
 // OnClientExpired ends an expired session: its stored state, its cursor,
 // and its subscriptions in mochi's index (which mochi leaves behind).
 func (d *delivery) OnClientExpired(cl *mochi.Client) {
+	d.m.SessionsExpired.Inc()
 	d.sessions.expire(cl.ID)
 	d.srv.UnsubscribeClient(cl)
 }

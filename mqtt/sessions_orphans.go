@@ -36,7 +36,9 @@ import (
 //     it as any stored session.
 //
 // A claim adopted while a connection of the same client claims it here
-// is left to that connection.
+// is left to that connection. peat_mqtt_sessions_adopted_total counts the
+// adoptions, peat_mqtt_sessions_expired_total every expiry a broker runs
+// (mochi's, at connect, and these).
 
 // orphanSweepInterval is how often adopted sessions are looked at for
 // expiry: mochi's expiry tick ($SYS interval, a second by default).
@@ -97,6 +99,7 @@ func (d *delivery) runOrphans() {
 			}
 		}
 		if adopted > 0 {
+			d.m.SessionsAdopted.Add(float64(adopted))
 			d.logger.Info("durable sessions adopted from brokers that are gone", slog.Int("sessions", adopted))
 		}
 		d.sweepOrphans()
@@ -176,6 +179,7 @@ func (d *delivery) sweepOrphans() {
 		}
 	}
 	ss.mu.Unlock()
+	d.m.SessionsExpired.Add(float64(len(gone)))
 	for _, e := range gone {
 		d.logger.Debug("durable session: expired", slog.String(attrClient, e.id))
 		ss.saveMeta(e.id, true)

@@ -124,6 +124,7 @@ func (d *delivery) siteEstablish(cl *mochi.Client) bool {
 	ss.m[id] = s
 	ss.mu.Unlock()
 	if d.expired(s) {
+		d.m.SessionsExpired.Inc()
 		ss.drop(id) // deleted site-wide; the client starts a new session
 		return true
 	}
