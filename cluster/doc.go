@@ -537,9 +537,9 @@
 // take-over: the site decided they were gone. An adopter that dies in
 // turn is a gone holder like any other. A session without a claim (an
 // unclean election can lose claims) is not adopted: its client's next
-// connect decides it. TestLog_OrphanedSessionAdopted and edge's
-// TestCluster_Orphaned* tests and TestCluster_RestartedNodesSessionExpires
-// show it.
+// connect decides it. TestLog_OrphanedSessionAdopted, edge's
+// TestCluster_Orphaned* and TestCluster_RestartedNodesSessionExpires,
+// and sitetest's TestSite_OrphanedSessionExpires (kill -9) show it.
 //
 // The streams' state is shared (mqtt.SharedState), so mqtt never takes
 // another node's session offsets for leftovers
