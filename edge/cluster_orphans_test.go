@@ -153,7 +153,8 @@ func TestCluster_OrphanedDisconnectedSessionExpires(t *testing.T) {
 }
 
 // The site expires a crashed node's sessions by their own expiry: ones
-// with a long expiry are still there once a short one beside them has
+// with a long expiry, and an MQTT 3.1.1 persistent session (the server's
+// maximum: never), are still there once a short one beside them has
 // gone, and their clients, back on the node that adopted them (the
 // sessions' leader) and on the other, resume them with their
 // subscriptions and the messages published while they were away.
@@ -165,6 +166,10 @@ func TestCluster_OrphanedSessionKeepsItsExpiry(t *testing.T) {
 		c, _ := v5Client(t, home, id, 300, nil)
 		v5Subscribe(t, c, "sensors/#")
 	}
+	v3 := connectSite(t, home, "v3keeper", false, nil)
+	if tok := v3.Subscribe("sensors/#", 1, nil); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
 	short, _ := v5Client(t, home, "short", 2, nil)
 	v5Subscribe(t, short, "sensors/#")
 	killNode(t, home)
@@ -172,7 +177,7 @@ func TestCluster_OrphanedSessionKeepsItsExpiry(t *testing.T) {
 	rest := []*Node{leader, other}
 	waitSessionGone(t, rest, "short") // the site has dealt with the crashed node's sessions
 	for _, n := range rest {
-		for _, id := range []string{"keeper1", "keeper2"} {
+		for _, id := range []string{"keeper1", "keeper2", "v3keeper"} {
 			if !sessionStored(t, n, id) {
 				t.Fatalf("%s's session, within its expiry, is gone from %s", id, n.cfg.Cluster.NodeID)
 			}
@@ -185,6 +190,11 @@ func TestCluster_OrphanedSessionKeepsItsExpiry(t *testing.T) {
 		}
 		expectAll(t, got, "sensors/away m0", "sensors/away m1", "sensors/away m2")
 	}
+	got := make(chan string, 100)
+	if c := connectSite(t, other, "v3keeper", false, got); !c.present {
+		t.Fatal("an MQTT 3.1.1 persistent session is not present on another node after its node crashed")
+	}
+	expectAll(t, got, "sensors/away m0", "sensors/away m1", "sensors/away m2")
 }
 
 // A node that restarts does not read its sessions again (a client's

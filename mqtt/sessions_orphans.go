@@ -26,7 +26,8 @@ import (
 // mochi (mochi's clock would start at the adoption):
 //
 //   - A session stored while connected counts as disconnected from its
-//     adoption, a few seconds at most after the site saw its broker go;
+//     adoption, soon after the site saw its broker go (one claim, a
+//     round trip to the ISR, per session, one session after another);
 //     the time is written, so an adopter that dies in turn hands the
 //     same clock on. A session disconnected before keeps its time.
 //   - Each second (mochi's expiry tick) an adopted session whose expiry
