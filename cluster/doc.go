@@ -706,7 +706,8 @@
 //
 //   - Sessions: a leader-side fence of a session's writes (the writer's
 //     node in StateWriteRequest): a node seen failed wrongly can still
-//     land a write queued before it applied the adoption's move.
+//     land a write queued before it applied the adoption's move; and
+//     adopting sessions left without a claim (an unclean election).
 //   - Mirror streams in a site (a mirror's appends must land at the
 //     source's offsets, which forwarding does not carry).
 //   - Balancing replicas (not only leaders) over brokers that joined
