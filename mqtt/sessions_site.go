@@ -45,7 +45,7 @@ import (
 //     of the broker that lost it (its connection's end, an
 //     acknowledgement) is dropped when it comes to be written, and an
 //     ended session's deletion goes before its claim is released.
-////  4. A session whose holder died, left or restarted is adopted by one
+//  4. A session whose holder died, left or restarted is adopted by one
 //     broker, which runs its expiry (sessions_orphans.go).
 //
 // Clean sessions without expiry that find nothing stored claim nothing
