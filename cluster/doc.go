@@ -458,7 +458,8 @@
 //     its epoch that it did not grant, or let go (a claim written but
 //     whose answer was lost, a release lost with a leader), and releases
 //     them (repairClaims). Claims of gone nodes stay in the state until
-//     the key is claimed again: at most one per group and stream.
+//     the key is claimed again: at most one per group and stream. (The
+//     sessions' claims are adopted instead: "Sessions across the site".)
 //
 // There is no re-assertion to a new leader: it held every answered claim
 // already. An unclean election (a leader from outside the ISR) can lose
@@ -513,10 +514,32 @@
 // same instant is held by the SUBACK until the site has it. Writes are
 // fenced on the writing node, not on the leader: a write the old holder
 // sent before it applied the move can still land after it (the wire's
-// StateWriteRequest does not name its node). Expiry counts from the
-// disconnect a node saw (the session's Disconnected time); a session
-// whose node died while its client was connected counts from its next
-// connect, and one whose client never returns stays in the state.
+// StateWriteRequest does not name its node).
+//
+// Expiry is run by the node holding a session's claim (its mochi
+// expires the disconnected client), or by the node its client connects
+// to next. A node that dies, leaves or restarts (it reads sessions at
+// connect, not at start) leaves its sessions to no one, so the leader of
+// SessionsStream adopts them (log_orphans.go): at every change of the
+// controller's state or of its leadership, and every 5 s, it looks in
+// its replica for claims whose node the state has failed or in another
+// broker epoch (the claims' lease above) and offers their client ids to
+// mqtt on its node (OnSessionsOrphaned). mqtt adopts each one
+// (AdoptSession: a claim decided on the leader under claimDec, granted
+// only while the holder is still gone, so a client claiming meanwhile
+// keeps it), reads it, counts one stored while connected as
+// disconnected from the adoption (and writes that time, so a next
+// adopter keeps the clock), and deletes it site-wide once its expiry
+// runs out, by mochi's rule; its client claims it back from the adopter
+// like from any node (mqtt's sessions_orphans.go). A node seen failed
+// wrongly (a partition) that comes back in its epoch finds the claims
+// moved and closes its connections of those clients, as after any
+// take-over: the site decided they were gone. An adopter that dies in
+// turn is a gone holder like any other. A session without a claim (an
+// unclean election can lose claims) is not adopted: its client's next
+// connect decides it. TestLog_OrphanedSessionAdopted, edge's
+// TestCluster_Orphaned* and TestCluster_RestartedNodesSessionExpires,
+// and sitetest's TestSite_OrphanedSessionExpires (kill -9) show it.
 //
 // The streams' state is shared (mqtt.SharedState), so mqtt never takes
 // another node's session offsets for leftovers
@@ -682,8 +705,9 @@
 // # What is left
 //
 //   - Sessions: a leader-side fence of a session's writes (the writer's
-//     node in StateWriteRequest), and expiring the sessions of clients
-//     that never come back.
+//     node in StateWriteRequest): a node seen failed wrongly can still
+//     land a write queued before it applied the adoption's move; and
+//     adopting sessions left without a claim (an unclean election).
 //   - Mirror streams in a site (a mirror's appends must land at the
 //     source's offsets, which forwarding does not carry).
 //   - Balancing replicas (not only leaders) over brokers that joined

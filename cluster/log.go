@@ -31,10 +31,12 @@ type Log struct {
 	cfg   LogConfig
 
 	view atomic.Pointer[logView] // what Route, Streams and Stream answer
-	// taken is mqtt's OnSessionTaken (log_sessions.go).
-	taken atomic.Pointer[func(id string)]
-	stop  chan struct{}
-	done  chan struct{}
+	// taken is mqtt's OnSessionTaken, orphaned its OnSessionsOrphaned
+	// (log_sessions.go, log_orphans.go).
+	taken    atomic.Pointer[func(id string)]
+	orphaned atomic.Pointer[func(ids []string)]
+	stop     chan struct{}
+	done     chan struct{}
 
 	mu struct {
 		sync.Mutex

@@ -122,6 +122,17 @@ func (s *stream) claimOnLeader(ctx context.Context, ld *Leader, key string, h cl
 	if held && cur.holder != h.holder && !s.holderGone(cur) {
 		return false, cur.holder, nil
 	}
+	if err := s.putClaim(ctx, ld, key, cur, held, h); err != nil {
+		return false, "", err
+	}
+	return true, h.holder, nil
+}
+
+// putClaim writes h as key's claim on the leader ld, whose state had cur
+// (if held), and answers once the ISR holds it; one the ISR did not
+// acknowledge is taken back. claimDec is held.
+func (s *stream) putClaim(ctx context.Context, ld *Leader, key string, cur claimHolder, held bool, h claimHolder) error {
+	k := claimStateKey(key)
 	if err := s.writeState(ctx, ld, map[string][]byte{k: h.encode()}, nil, waitISR); err != nil {
 		var puts map[string][]byte
 		var dels []string
@@ -133,10 +144,10 @@ func (s *stream) claimOnLeader(ctx context.Context, ld *Leader, key string, h cl
 		if rerr := s.writeState(context.Background(), ld, puts, dels, waitNone); rerr != nil {
 			s.l.log.Debug("cluster: taking back an unanswered claim", slog.String("stream", s.name), slog.String("key", key), slog.Any("err", rerr))
 		}
-		return false, "", err
+		return err
 	}
 	s.claimsMoved(map[string][]byte{k: h.encode()})
-	return true, h.holder, nil
+	return nil
 }
 
 // decideClaim has the stream's leader decide a claim of this node's
@@ -163,7 +174,12 @@ func (s *stream) decideClaim(ctx context.Context, key, holder string, release bo
 
 // claimCtx bounds one decision by d and by the stream's close.
 func (s *stream) claimCtx(d time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	return s.claimCtxFrom(context.Background(), d)
+}
+
+// claimCtxFrom is claimCtx bounded by parent as well.
+func (s *stream) claimCtxFrom(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(parent, d)
 	go func() {
 		select {
 		case <-s.stop:

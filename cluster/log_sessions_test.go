@@ -7,10 +7,10 @@ import (
 )
 
 // sessionsSite is a three-node site serving the sessions' stream, led by
-// the first node, every node a replica.
-func sessionsSite(t *testing.T) []*logNode {
+// the first node, every node a replica; kill stops a node.
+func sessionsSite(t *testing.T) (nodes []*logNode, kill func(*logNode)) {
 	t.Helper()
-	nodes, _ := startLogSite(t, 3, 1)
+	nodes, kill = startLogSite(t, 3, 1)
 	var ids []string
 	for _, ln := range nodes {
 		ids = append(ids, ln.node.ID())
@@ -33,14 +33,14 @@ func sessionsSite(t *testing.T) []*logNode {
 			return id == ids[0] && addr != "" && (ln != nodes[0] || s.leading() != nil)
 		})
 	}
-	return nodes
+	return nodes, kill
 }
 
 // A session's state written on one node is on every node, the stream is
 // none of mqtt's, and a claim of the client id on another node takes the
 // session from the node that held it, which is told.
 func TestLog_SessionTakenOver(t *testing.T) {
-	nodes := sessionsSite(t)
+	nodes, _ := sessionsSite(t)
 	leader, a, b := nodes[0], nodes[1], nodes[2]
 	for _, ln := range nodes {
 		if ln.log.Stream(SessionsStream) != nil || len(ln.log.Streams()) != 0 { // "s" is not created
@@ -97,5 +97,71 @@ func TestLog_SessionTakenOver(t *testing.T) {
 			t.Fatalf("%s was told %q was taken, holding nothing", ln.node.ID(), id)
 		default:
 		}
+	}
+}
+
+// The claim of a node that died is offered to the sessions' leader
+// alone, which adopts it: the claim is then its own (a client claiming
+// it elsewhere takes it from the leader, which is told), no longer
+// offered, and adopting it again is refused. Claims of live nodes are
+// never offered.
+func TestLog_OrphanedSessionAdopted(t *testing.T) {
+	nodes, kill := sessionsSite(t)
+	leader, a, b := nodes[0], nodes[1], nodes[2]
+	type offer struct {
+		ln  *logNode
+		ids []string
+	}
+	offers := make(chan offer, 100)
+	taken := make(chan string, 4)
+	for _, ln := range nodes {
+		ln.log.OnSessionsOrphaned(func(ids []string) {
+			select {
+			case offers <- offer{ln, ids}:
+			default:
+			}
+		})
+	}
+	leader.log.OnSessionTaken(func(id string) { taken <- id })
+	if !a.log.ClaimSession("gone") || !b.log.ClaimSession("alive") {
+		t.Fatal("a claim was refused")
+	}
+	kill(a)
+	deadline := time.After(60 * time.Second)
+	for adopted := false; !adopted; {
+		select {
+		case o := <-offers:
+			if o.ln != leader {
+				t.Fatalf("%s, which does not lead the sessions' stream, was offered %v", o.ln.node.ID(), o.ids)
+			}
+			for _, id := range o.ids {
+				if id != "gone" {
+					t.Fatalf("offered %q, whose node is alive", id)
+				}
+			}
+			if b.log.AdoptSession(t.Context(), "gone") {
+				t.Fatal("a node that does not lead the sessions' stream adopted a session")
+			}
+			if leader.log.AdoptSession(t.Context(), "alive") {
+				t.Fatal("the leader adopted the session of a live node")
+			}
+			adopted = leader.log.AdoptSession(t.Context(), "gone")
+		case <-deadline:
+			t.Fatal("the session of the dead node was never adopted")
+		}
+	}
+	if leader.log.AdoptSession(t.Context(), "gone") {
+		t.Fatal("a session adopted already was adopted again")
+	}
+	if !b.log.ClaimSession("gone") {
+		t.Fatal("a client could not claim the adopted session")
+	}
+	select {
+	case id := <-taken:
+		if id != "gone" {
+			t.Fatalf("the leader was told of %q, want gone", id)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the adopter was not told its session was taken")
 	}
 }

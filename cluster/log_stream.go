@@ -61,10 +61,11 @@ type stream struct {
 	// claimOp makes this node's claims and releases of the stream one at
 	// a time, each until the leader answered; claimDec, the leader's
 	// decisions. Lock order: claimOp, claimDec, mu.
-	claimOp    sync.Mutex
-	claimDec   sync.Mutex
-	claimKick  chan struct{} // cap 1: a release is to be retried
-	repairDone chan struct{} // repairClaims ended
+	claimOp     sync.Mutex
+	claimDec    sync.Mutex
+	claimKick   chan struct{} // cap 1: a release is to be retried
+	repairDone  chan struct{} // repairClaims ended
+	orphansDone chan struct{} // watchOrphans ended (closed at once but for SessionsStream)
 }
 
 // pendingAppend is one AppendAsync call until its done is called.
@@ -92,11 +93,17 @@ func newStream(l *Log, st *logstore.Stream) *stream {
 	s.mu.granted = map[string]string{}
 	s.mu.releasing = map[claimRef]struct{}{}
 	s.claimKick, s.repairDone = make(chan struct{}, 1), make(chan struct{})
+	s.orphansDone = make(chan struct{})
 	s.rs.changed = make(chan struct{})
 	s.rs.reset(s.mu.leader)
 	s.fs.stop = make(chan struct{})
 	go s.run(st.Changed()) // taken before Changed can be called: no advance is missed
 	go s.repairClaims()
+	if s.name == SessionsStream {
+		go s.watchOrphans() // log_orphans.go
+	} else {
+		close(s.orphansDone)
+	}
 	return s
 }
 
@@ -433,6 +440,7 @@ func (s *stream) drain() {
 	}
 	s.fwds.Wait()
 	<-s.repairDone
+	<-s.orphansDone
 	s.rpc.close()
 	s.claimRPC.close()
 }

@@ -68,6 +68,7 @@ type delivery struct {
 	sessions *sessions
 	state    *stateWriter
 	retained *retainedSet // retained messages from the committed log (retained.go)
+	orphans  orphanQueue  // sessions to adopt, in a site (sessions_orphans.go)
 
 	// Drop counters, resolved once.
 	dropSlowQoS0  prometheus.Counter
@@ -156,6 +157,7 @@ func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slo
 	}
 	if ss.site != nil {
 		ss.site.OnSessionTaken(d.sessionTaken)
+		d.startOrphans()
 	}
 	events, cancelWatch := log.WatchStreams()
 	for i, s := range streams {
@@ -209,6 +211,7 @@ func (d *delivery) Close() {
 	d.closed.Do(func() {
 		if d.sessions.site != nil {
 			d.sessions.site.OnSessionTaken(nil)
+			d.sessions.site.OnSessionsOrphaned(nil)
 		}
 		d.cancel()
 		d.mu.Lock()
@@ -274,6 +277,7 @@ func (d *delivery) OnSessionEstablish(cl *mochi.Client, _ packets.Packet) {
 // OnClientExpired ends an expired session: its stored state, its cursor,
 // and its subscriptions in mochi's index (which mochi leaves behind).
 func (d *delivery) OnClientExpired(cl *mochi.Client) {
+	d.m.SessionsExpired.Inc()
 	d.sessions.expire(cl.ID)
 	d.srv.UnsubscribeClient(cl)
 }

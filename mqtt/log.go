@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -121,6 +122,16 @@ type SiteSessions interface {
 	// session this broker held that another broker claimed. fn must not
 	// block, nor claim or release.
 	OnSessionTaken(fn func(id string))
+	// OnSessionsOrphaned sets fn (nil: none), called on the one broker of
+	// the site that is to take them over with the client ids of sessions
+	// whose holder the site saw fail, leave or restart, again and again
+	// until they are adopted or claimed. fn must not block, nor claim.
+	OnSessionsOrphaned(fn func(ids []string))
+	// AdoptSession makes this broker the holder of client id's session
+	// if the broker holding it is still gone, so that it runs the
+	// session's expiry; false when not (it came back, a client claimed
+	// the session, this broker is no longer the one to adopt, ctx ended).
+	AdoptSession(ctx context.Context, id string) bool
 }
 
 // StateStore keeps small values by key (logstore.Store's consumer state).

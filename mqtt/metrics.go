@@ -13,6 +13,11 @@ type Metrics struct {
 	StartAdjusted prometheus.Counter     // peat_mqtt_replay_start_adjusted_total: replays and groups started elsewhere than asked (below the log start)
 	Closed        *prometheus.CounterVec // peat_mqtt_closed_connections_total{reason}: connections refused or disconnected on purpose
 	Denied        *prometheus.CounterVec // peat_mqtt_denied_total{reason}: what Auth refused (connect, publish, subscribe)
+	// SessionsExpired: durable sessions this broker ended because their
+	// expiry ran out; SessionsAdopted: sessions it took over, in a site,
+	// from a broker that failed, left or restarted (sessions_orphans.go).
+	SessionsExpired prometheus.Counter // peat_mqtt_sessions_expired_total
+	SessionsAdopted prometheus.Counter // peat_mqtt_sessions_adopted_total
 }
 
 // Reasons for Refused and Dropped.
@@ -86,6 +91,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Denied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "peat_mqtt_denied_total", Help: "CONNECTs, publishes and subscriptions refused by authentication or the ACL, by reason.",
 		}, []string{"reason"}),
+		SessionsExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "peat_mqtt_sessions_expired_total", Help: "Durable sessions this broker ended because their expiry ran out.",
+		}),
+		SessionsAdopted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "peat_mqtt_sessions_adopted_total", Help: "Durable sessions this broker took over from a broker of the site that failed, left or restarted, to run their expiry.",
+		}),
 	}
 	// Known reasons show at 0 from the start, so a dashboard or alert sees
 	// the series before the first refusal.
@@ -99,7 +110,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Denied.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Connected, m.Received, m.Refused, m.Delivered, m.Dropped, m.CursorCatchup, m.StartAdjusted, m.Closed, m.Denied)
+		reg.MustRegister(m.Connected, m.Received, m.Refused, m.Delivered, m.Dropped, m.CursorCatchup, m.StartAdjusted, m.Closed, m.Denied,
+			m.SessionsExpired, m.SessionsAdopted)
 	}
 	return m
 }

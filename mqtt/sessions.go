@@ -106,7 +106,9 @@ type session struct {
 	Subs            map[string]sessionSub `msgpack:"s"`
 	// Disconnected is when the session's last connection ended (unix
 	// seconds; 0 while connected): in a site, the broker the client
-	// reconnects to decides from it whether the session expired.
+	// reconnects to decides from it whether the session expired. For a
+	// session whose broker died while it was connected, it is when
+	// another broker adopted it (sessions_orphans.go).
 	Disconnected int64 `msgpack:"dt,omitempty"`
 	// Legacy holds the offsets that Peats of key layout 3 kept in the
 	// session (by stream name, or "$tap:"+filter), until they move to the
@@ -123,6 +125,9 @@ type session struct {
 	// transient: the session ends with conn (its expiry is 0); it is not
 	// in the store.
 	transient bool `msgpack:"-"`
+	// orphan: adopted from a broker that is gone (sessions_orphans.go);
+	// its expiry runs here, from Disconnected, not in mochi.
+	orphan bool `msgpack:"-"`
 }
 
 // sessions is the registry of durable sessions.

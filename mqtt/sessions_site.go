@@ -45,6 +45,8 @@ import (
 //     of the broker that lost it (its connection's end, an
 //     acknowledgement) is dropped when it comes to be written, and an
 //     ended session's deletion goes before its claim is released.
+//  4. A session whose holder died, left or restarted is adopted by one
+//     broker, which runs its expiry (sessions_orphans.go).
 //
 // Clean sessions without expiry that find nothing stored claim nothing
 // (a sensor that only publishes costs no replicated write per connect),
@@ -122,6 +124,7 @@ func (d *delivery) siteEstablish(cl *mochi.Client) bool {
 	ss.m[id] = s
 	ss.mu.Unlock()
 	if d.expired(s) {
+		d.m.SessionsExpired.Inc()
 		ss.drop(id) // deleted site-wide; the client starts a new session
 		return true
 	}
@@ -197,10 +200,13 @@ func (d *delivery) loadSiteCursors(id string) (map[cursorKey]uint64, error) {
 
 // expired reports whether s, disconnected, has outlived its expiry, by
 // mochi's rule (a v5 client's Session Expiry Interval, else the server's
-// maximum).
+// maximum; 0xFFFFFFFF seconds, also a v3 session's under mochi's
+// default maximum, is 136 years: never).
 func (d *delivery) expired(s *session) bool {
 	if s.Disconnected == 0 {
-		return false // connected when its broker went: it counts from now
+		// Connected when its broker went, and not adopted yet
+		// (sessions_orphans.go): its clock has not started.
+		return false
 	}
 	expire := int64(d.srv.Options.Capabilities.MaximumSessionExpiryInterval)
 	if s.ProtocolVersion == 5 && s.ExpiryFlag {

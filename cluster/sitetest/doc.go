@@ -82,6 +82,11 @@
 //     leaves Raft and the member list, and the checks pass on the three.
 //     About 13 s here; drained 4.0 s after the command (2 refusals, 3
 //     reconnects: producers of the stopped node and of the leader change).
+//   - TestSite_OrphanedSessionExpires (orphans_test.go): an MQTT 5
+//     client (Session Expiry Interval 3 s) connected to a node killed
+//     with kill -9: a surviving node expires its session with no client
+//     connecting (peat_mqtt_sessions_expired_total), and the client back
+//     on another node finds none. About 10 s here.
 //
 // What they showed (2026-12-04, a loaded 2-core machine, make
 // test-cluster in 3 min 15 s): acknowledgements resumed 2.5-3.8 s after a

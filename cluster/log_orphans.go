@@ -1,0 +1,129 @@
+package cluster
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Orphaned sessions (doc.go, "Sessions across the site").
+//
+// A session's expiry is run by the node holding its claim. A claim whose
+// node the controller's state has failed, left or restarted (another
+// broker epoch) has no one to run it: the leader of SessionsStream finds
+// such claims in its replica (watchOrphans) and offers their client ids
+// to mqtt on its node (OnSessionsOrphaned), which takes each over with
+// AdoptSession and expires it there.
+
+// orphanScanInterval is how often the sessions' leader looks for claims
+// of gone nodes besides when the controller's state or its leadership
+// changes: it retries an adoption that failed (no ISR yet) and picks up
+// what a view of the state taken before a change missed.
+const orphanScanInterval = 5 * time.Second
+
+// OnSessionsOrphaned sets fn (nil: none), called on the node leading the
+// sessions' stream with the client ids whose claim names a node the
+// controller's state has failed or in another epoch, at every change of
+// that state or of the leadership and every orphanScanInterval until
+// they are adopted or claimed. fn must not block.
+func (l *Log) OnSessionsOrphaned(fn func(ids []string)) {
+	if fn == nil {
+		l.orphaned.Store(nil)
+		return
+	}
+	l.orphaned.Store(&fn)
+}
+
+// AdoptSession makes this node, which leads the sessions' stream, the
+// holder of client id's session if its claim still names a gone node: a
+// claim like ClaimSession's, decided on this leader under the same lock,
+// so a client claiming meanwhile keeps its claim, and the old node, back
+// in the same epoch after a partition, applies the move (OnSessionTaken)
+// and drops its late writes. False when this node does not lead the
+// stream, the claim's node is alive again, another node claimed it, or
+// the ISR did not take the claim.
+func (l *Log) AdoptSession(ctx context.Context, id string) bool {
+	st := l.stream(SessionsStream)
+	if st == nil {
+		return false
+	}
+	return st.adopt(ctx, id)
+}
+
+// adopt is AdoptSession on the stream.
+func (s *stream) adopt(ctx context.Context, key string) bool {
+	s.claimOp.Lock()
+	defer s.claimOp.Unlock()
+	if s.closedErr("adopt in") != nil {
+		return false
+	}
+	ld := s.noteLeader()
+	if ld == nil {
+		return false
+	}
+	ctx, cancel := s.claimCtxFrom(ctx, rpcTimeout)
+	defer cancel()
+	s.claimDec.Lock()
+	cur, held, err := s.loadClaim(key)
+	if err == nil && held && s.holderGone(cur) {
+		err = s.putClaim(ctx, ld, key, cur, held, claimHolder{holder: key, node: s.l.node.ID(), epoch: s.l.node.Epoch()})
+		held = err == nil
+	} else {
+		held = false
+	}
+	s.claimDec.Unlock()
+	if err != nil {
+		s.l.log.Debug("cluster: orphaned session not adopted", slog.String("client", key), slog.Any("err", err))
+		return false
+	}
+	if held {
+		s.mu.Lock()
+		s.mu.granted[key] = key
+		delete(s.mu.releasing, claimRef{key, key})
+		s.mu.Unlock()
+	}
+	return held
+}
+
+// watchOrphans runs on the sessions' stream until it closes, offering
+// the claims of gone nodes to mqtt while this node leads the stream.
+func (s *stream) watchOrphans() {
+	defer close(s.orphansDone)
+	t := time.NewTicker(orphanScanInterval)
+	defer t.Stop()
+	for {
+		_, changed := s.l.node.State()
+		_, moved := s.l.rep.Leading(s.name)
+		s.offerOrphans()
+		select {
+		case <-s.stop:
+			return
+		case <-changed:
+		case <-moved:
+		case <-t.C:
+		}
+	}
+}
+
+// offerOrphans makes one pass of watchOrphans.
+func (s *stream) offerOrphans() {
+	fn := s.l.orphaned.Load()
+	if fn == nil || s.noteLeader() == nil {
+		return
+	}
+	var ids []string
+	err := s.st.LoadState(claimStatePrefix, func(k string, v []byte) error {
+		if h, err := decodeClaim(v); err == nil && s.holderGone(h) {
+			ids = append(ids, strings.TrimPrefix(k, claimStatePrefix))
+		}
+		return nil
+	})
+	if err != nil {
+		s.l.log.Debug("cluster: looking for orphaned sessions", slog.Any("err", err))
+		return
+	}
+	if len(ids) > 0 {
+		(*fn)(ids)
+	}
+}
