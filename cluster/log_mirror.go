@@ -61,23 +61,54 @@ type mirrorOut struct {
 // min_insync_replicas, ctx ended) refuses every record: the sender sends
 // them again, and what was written meanwhile comes back as duplicates.
 func (l *Log) Mirror(ctx context.Context, name string, in []MirrorRecord) ([]MirrorResult, []error) {
-	type result struct {
-		res  []MirrorResult
-		errs []error
-	}
-	ch := make(chan result, 1)
 	s := l.stream(name)
-	if s == nil || name == SessionsStream || !s.st.Mirror() {
+	switch {
+	case s == nil:
+		return refuseAll(len(in), fmt.Errorf("cluster: mirror %s: not served on this node (yet): %w", name, mqtt.ErrLeaderUnavailable))
+	case name == SessionsStream || !s.st.Mirror():
 		return refuseAll(len(in), fmt.Errorf("cluster: mirror %s: %w", name, ErrNotMirror))
 	}
-	s.mirrorAsync(in, func(res []MirrorResult, errs []error) { ch <- result{res, errs} }, true)
-	select {
-	case r := <-ch:
-		return r.res, r.errs
-	case <-ctx.Done():
-		return refuseAll(len(in), fmt.Errorf("cluster: mirror %s: %w", name, ctx.Err()))
+	for _, x := range in {
+		if x.Record == nil {
+			return refuseAll(len(in), fmt.Errorf("cluster: mirror %s: %w", name, logstore.ErrNilRecord))
+		}
 	}
+	// In calls of at most mirrorChunk bytes, queued in order: a forwarded
+	// call is one frame (wire.MaxFrame), and a sender's window of large
+	// records could pass it.
+	type call struct {
+		from, to int
+		ch       chan struct{}
+	}
+	res, errs := make([]MirrorResult, len(in)), make([]error, len(in))
+	var calls []call
+	for from := 0; from < len(in); {
+		to, size := from, 0
+		for to < len(in) && (to == from || size+in[to].Record.Size() <= mirrorChunk) {
+			size += in[to].Record.Size()
+			to++
+		}
+		c := call{from: from, to: to, ch: make(chan struct{})}
+		calls = append(calls, c)
+		s.mirrorAsync(in[from:to], func(r []MirrorResult, e []error) {
+			copy(res[c.from:c.to], r)
+			copy(errs[c.from:c.to], e)
+			close(c.ch)
+		}, true)
+		from = to
+	}
+	for _, c := range calls {
+		select {
+		case <-c.ch:
+		case <-ctx.Done():
+			return refuseAll(len(in), fmt.Errorf("cluster: mirror %s: %w", name, ctx.Err()))
+		}
+	}
+	return res, errs
 }
+
+// mirrorChunk bounds the records of one mirror call (Log.Mirror).
+const mirrorChunk = 8 << 20
 
 func refuseAll(n int, err error) ([]MirrorResult, []error) {
 	res, errs := make([]MirrorResult, n), make([]error, n)

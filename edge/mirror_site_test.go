@@ -136,9 +136,10 @@ func TestCluster_MirrorLeaderKilledMidStream(t *testing.T) {
 
 // In a site as on one node: a resend (offset below the mirror's end) is
 // acknowledged without a second record, a record past the end while the
-// source still holds the records between is refused, on a follower and on
-// the leader alike, and a gap the source's retention made is marked on
-// every replica.
+// source still holds the records between is refused, and so is an
+// ordinary publish to the mirror's filter, on a follower and on the
+// leader alike; a gap the source's retention made is marked on every
+// replica.
 func TestCluster_MirrorDuplicatesAndGaps(t *testing.T) {
 	nodes := startMirrorSite(t)
 	ldr := leaderOf(t, nodes, siteMirror)
@@ -180,6 +181,12 @@ func TestCluster_MirrorDuplicatesAndGaps(t *testing.T) {
 	}
 	if code := publish(viaL, 5, 0); code != 0x80 {
 		t.Errorf("offset 5 through the leader while the source still has 2..4: reason %#x, want 0x80", code)
+	}
+	for _, c := range []*pahov5.Client{viaF, viaL} {
+		resp, err := c.Publish(ctx, &pahov5.Publish{Topic: "site-a/x", QoS: 1, Payload: []byte("x")})
+		if resp == nil || resp.ReasonCode != 0x90 {
+			t.Errorf("an ordinary publish to the mirror's filter: %+v (%v), want reason 0x90", resp, err)
+		}
 	}
 	if got := ldr.Store().Stream(siteMirror).NextOffset(); got != 2 {
 		t.Fatalf("the leader's mirror ends at %d, want 2 (offsets 0 and 1, once each)", got)
