@@ -129,9 +129,14 @@ func TestCluster_MirrorLeaderKilledMidStream(t *testing.T) {
 	if others[0].Store().Stream(siteMirror).Committed() >= 400 {
 		t.Fatal("the sink mirrored everything before the kill: the test did not kill mid-stream")
 	}
+	at := m.Committed()
 	waitNewLeader(t, others, siteMirror, ldr.cfg.Cluster.NodeID)
 	pub.send(t, 50, time.Minute)
 	waitMirrorEqual(t, src, others)
+	rec := others[0].mu.mirror.Records()
+	t.Logf("killed at mirror offset %d; %s then took %v appended, %v duplicate, %v refused", at, others[0].cfg.Cluster.NodeID,
+		testutil.ToFloat64(rec.WithLabelValues(siteMirror, "appended")), testutil.ToFloat64(rec.WithLabelValues(siteMirror, "duplicate")),
+		testutil.ToFloat64(rec.WithLabelValues(siteMirror, "refused")))
 }
 
 // In a site as on one node: a resend (offset below the mirror's end) is
