@@ -73,6 +73,10 @@ type fwdReq struct {
 	recs []*logstore.Record
 	body [][]byte
 	seq  uint64
+	// mirror, for a mirror stream's append, holds the records' source
+	// offsets (sent with them); out gets the leader's result for each.
+	mirror []MirrorRecord
+	out    *mirrorOut
 }
 
 func newForwarder(s *stream, leader string, epoch uint32, addr string) *forwarder {
@@ -219,6 +223,9 @@ func (f *forwarder) run() {
 			f.mu.inflight = append(f.mu.inflight, r)
 			f.mu.Unlock()
 			req := wire.ProduceRequest{Stream: f.s.name, From: f.s.l.node.ID(), LeaderEpoch: f.epoch, Seq: r.seq, Records: r.body}
+			if r.mirror != nil {
+				req.Mirror = mirrorPositions(r.mirror)
+			}
 			buf = req.AppendTo(buf[:0])
 			_ = conn.SetWriteDeadline(time.Now().Add(fwdTimeout))
 			if err := wire.WriteFrame(bw, wire.KindProduceRequest, buf); err != nil {
@@ -275,8 +282,20 @@ func (f *forwarder) read(conn net.Conn) {
 			f.fail(fmt.Errorf("cluster: append to %s: leader %s: %v: %w", f.s.name, f.leader, err, mqtt.ErrLeaderUnavailable))
 			return
 		}
-		<-f.window
 		res := appendResult{err: produceErr(f.s.name, &resp), at: time.Now()}
+		if res.err == nil && r.mirror != nil {
+			if res.end, err = r.mirrorAnswered(f.s.name, &resp); err != nil {
+				f.mu.Lock()
+				f.mu.inflight = append([]*fwdReq{r}, f.mu.inflight...) // failed with the rest
+				f.mu.Unlock()
+				f.fail(fmt.Errorf("cluster: mirror %s: leader %s: %v: %w", f.s.name, f.leader, err, mqtt.ErrLeaderUnavailable))
+				return
+			}
+			<-f.window
+			f.s.settle(r.p, res)
+			continue
+		}
+		<-f.window
 		if res.err == nil {
 			res.first, res.end = resp.First, resp.First+uint64(len(r.recs))
 			for i, rec := range r.recs { // as the leader's appender set them

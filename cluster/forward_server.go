@@ -110,6 +110,18 @@ func (s *Server) produce(c net.Conn, first []byte) {
 			answer(0, err)
 		case ls == nil:
 			answer(0, errNotLeaderHere)
+		case len(req.Mirror) > 0:
+			in := make([]MirrorRecord, len(recs))
+			for i, r := range recs {
+				in[i] = MirrorRecord{Offset: req.Mirror[2*i], First: req.Mirror[2*i+1], Record: r}
+			}
+			ls.mirrorForwarded(req.LeaderEpoch, in, func(res []MirrorResult, errs []error) {
+				resp := mirrorResponse(sl.seq, res, errs)
+				mu.Lock()
+				sl.resp = resp
+				mu.Unlock()
+				signal(filled)
+			})
 		default:
 			ls.appendForwarded(req.LeaderEpoch, recs, answer)
 		}

@@ -66,6 +66,9 @@ type LogConfig struct {
 	// leader's death can then lose what it answered. nil: every stream
 	// is acks=all.
 	AcksLeader func(stream string) bool
+	// Mirror applies the mirror rules (edge/mirror.Apply) on a mirror
+	// stream's leader (Log.Mirror); nil: mirror appends are refused.
+	Mirror MirrorApply
 }
 
 // NewLog is NewLogConfig with a logger alone: every stream acks=all.

@@ -50,6 +50,10 @@ type stream struct {
 		// (log_claims.go).
 		granted   map[string]string
 		releasing map[claimRef]struct{}
+		// mirrorQ are the mirror appends the leader's mirrorWriter has
+		// not taken yet (log_mirror.go); mirrorRunning, it was started.
+		mirrorQ       []mirrorJob
+		mirrorRunning bool
 	}
 	stopOnce sync.Once
 	fwds     sync.WaitGroup // forwarders' goroutines
@@ -66,6 +70,7 @@ type stream struct {
 	claimKick   chan struct{} // cap 1: a release is to be retried
 	repairDone  chan struct{} // repairClaims ended
 	orphansDone chan struct{} // watchOrphans ended (closed at once but for SessionsStream)
+	mirrorKick  chan struct{} // cap 1: a mirror append was queued
 }
 
 // pendingAppend is one AppendAsync call until its done is called.
@@ -94,6 +99,7 @@ func newStream(l *Log, st *logstore.Stream) *stream {
 	s.mu.releasing = map[claimRef]struct{}{}
 	s.claimKick, s.repairDone = make(chan struct{}, 1), make(chan struct{})
 	s.orphansDone = make(chan struct{})
+	s.mirrorKick = make(chan struct{}, 1)
 	s.rs.changed = make(chan struct{})
 	s.rs.reset(s.mu.leader)
 	s.fs.stop = make(chan struct{})
@@ -160,6 +166,10 @@ func (s *stream) appendAsync(recs []*logstore.Record, done func(first uint64, er
 	ld := s.leading()
 	var fr *fwdReq
 	switch {
+	case s.st.Mirror() && s.name != SessionsStream:
+		// Its offsets are its source's (mirrorAsync): mqtt routes no
+		// publish here, and a forwarded one is refused too.
+		p.err = fmt.Errorf("cluster: append to %s: %w", s.name, ErrNotMirror)
 	case ld == nil && forward:
 		fr, p.err = s.forwardReq(recs)
 		if p.err == nil {

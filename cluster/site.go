@@ -47,6 +47,10 @@ type SiteConfig struct {
 	// leads it again (balance.go); 0: never.
 	LeaderBalanceAfter time.Duration
 
+	// Mirror applies the mirror rules on the leader of a mirror stream
+	// (LogConfig.Mirror): edge/mirror.Apply. nil: Log.Mirror refuses.
+	Mirror MirrorApply
+
 	Logger *slog.Logger
 }
 
@@ -144,7 +148,7 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 	s := &Site{
 		Node: node, Server: srv, Replicator: rep,
 		Log: NewLogConfig(node, cfg.Store, rep, LogConfig{Log: log.With(slog.String("component", "cluster-log")),
-			AcksLeader: func(name string) bool { return settings[name].AcksLeader }}),
+			AcksLeader: func(name string) bool { return settings[name].AcksLeader }, Mirror: cfg.Mirror}),
 		cfg: cfg, log: log, stop: make(chan struct{}),
 	}
 	s.watchControllers()

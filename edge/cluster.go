@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/peatmq/peat/cluster"
+	"github.com/peatmq/peat/edge/mirror"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
@@ -19,6 +20,7 @@ func (n *Node) startSite(store *logstore.Store) (mqtt.Log, error) {
 		sc.Node.Version = b.Version
 	}
 	sc.Node.MQTTAddr = n.cfg.MQTT.Listen
+	sc.Mirror = mirror.Apply // the rules, run on a mirror stream's leader
 	site, err := cluster.StartSite(sc)
 	if err != nil {
 		return nil, fmt.Errorf("join site %q: %w", n.cfg.Cluster.Name, err)

@@ -139,6 +139,9 @@ func TestClusterConfig_Validate(t *testing.T) {
 		{"the sessions' stream's name", func(c *Config) { c.Streams[0].Name = cluster.SessionsStream }, "streams[0].name"},
 		{"leader_balance_after too short", func(c *Config) { c.Cluster.LeaderBalanceAfter = Duration(time.Second) }, "cluster.leader_balance_after"},
 		{"negative leader_balance_after", func(c *Config) { c.Cluster.LeaderBalanceAfter = Duration(-time.Minute) }, "cluster.leader_balance_after"},
+		{"mirror with acks: leader", func(c *Config) { c.Streams[0].Mirror, c.Streams[0].Acks = true, AcksLeader }, "streams[0].acks: a mirror stream needs acks: all"},
+		{"mirror under cluster.acks: leader", func(c *Config) { c.Streams[0].Mirror, c.Cluster.Acks = true, AcksLeader }, "streams[0].acks: a mirror stream needs acks: all"},
+		{"mirror with unclean election", func(c *Config) { c.Streams[0].Mirror, c.Streams[0].UncleanLeaderElection = true, true }, "streams[0].unclean_leader_election"},
 		{"stream settings on one node", func(c *Config) { c.Cluster.NodeID, c.Cluster.Listen = "", ""; c.Streams[0].ReplicationFactor = 2 }, "streams[0].replication_factor: replication settings need a cluster"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -156,6 +159,11 @@ func TestClusterConfig_Validate(t *testing.T) {
 	cfg.Cluster.ReplaceAfter = Duration(24 * time.Hour)
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("a valid site config: %v", err)
+	}
+	mirrored := cfg
+	mirrored.Streams = append(slices.Clone(cfg.Streams), StreamConfig{Name: "site-a.default", Mirror: true, Filters: []string{"site-a/#"}})
+	if err := mirrored.Validate(); err != nil {
+		t.Fatalf("a site with a mirror stream: %v", err)
 	}
 	cfg.Sinks = sinkConfig(t, "127.0.0.1:1883").Sinks
 	if err := cfg.Validate(); err != nil {

@@ -214,12 +214,6 @@ func (c Config) validateCluster(add func(path, format string, args ...any)) {
 		add("cluster.listen", "%s is reachable from the network, and the site's traffic would be in the clear: "+
 			"set cluster.keyring_file and cluster.tls, or cluster.allow_plaintext: true", cc.Listen)
 	}
-	// Sinks run on each stream's leader (sinks_site.go). A mirror stream's
-	// records must land at the source's offsets, which forwarding to the
-	// leader does not carry.
-	if c.hasMirrors() {
-		add("streams", "mirror streams are not supported in a cluster yet")
-	}
 }
 
 // validateStreamReplication checks the streams' cluster fields, which
@@ -239,6 +233,17 @@ func (c Config) validateStreamReplication(add func(path, format string, args ...
 		}
 		if s.Acks != "" && s.Acks != AcksAll && s.Acks != AcksLeader {
 			add(p+"acks", "must be all or leader, got %q", s.Acks)
+		}
+		// A mirror's sender moves on past what was acknowledged: a record
+		// acknowledged and then lost in a failover would leave a hole
+		// that the mirror refuses every later record over, for good.
+		if s.Mirror && cmp.Or(s.Acks, c.Cluster.Acks) == AcksLeader {
+			add(p+"acks", "a mirror stream needs acks: all (acks: leader may lose acknowledged records in a failover, "+
+				"and the mirror would then refuse every record after the hole)")
+		}
+		if s.Mirror && s.UncleanLeaderElection {
+			add(p+"unclean_leader_election", "a mirror stream cannot have it: an unclean election loses committed records, "+
+				"and the mirror would then refuse every record after the hole")
 		}
 		if s.ReplicationFactor < 0 || s.ReplicationFactor > 5 {
 			add(p+"replication_factor", "must be 1 to 5, or 0 for cluster.replication_factor, got %d", s.ReplicationFactor)

@@ -215,7 +215,11 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	n.mu.broker = broker
 	if n.cfg.hasMirrors() {
-		h, err := mirror.NewHook(store, n.log.With(attrComponent, "mirror"), n.reg)
+		var site mirror.Site // in a site, through the mirror stream's leader
+		if n.mu.site != nil {
+			site = n.mu.site.Log
+		}
+		h, err := mirror.NewHook(store, site, n.log.With(attrComponent, "mirror"), n.reg)
 		if err != nil {
 			return fmt.Errorf("set up mirror streams: %w", err)
 		}

@@ -75,6 +75,24 @@ func (d *decoder) array(n int) error {
 	return nil
 }
 
+// arrayOf reads an array header of lo to hi fields: a message that grew
+// a trailing field keeps its older, shorter form decodable.
+func (d *decoder) arrayOf(lo, hi int) (int, error) {
+	if c, err := d.dec.PeekCode(); err != nil {
+		return 0, d.wrap(err)
+	} else if c == msgpcode.Nil {
+		return 0, errors.New("wire: want an array, got nil")
+	}
+	got, err := d.dec.DecodeArrayLen()
+	if err != nil {
+		return 0, d.wrap(err)
+	}
+	if got < lo || got > hi {
+		return 0, fmt.Errorf("wire: %d fields, want %d to %d", got, lo, hi)
+	}
+	return got, nil
+}
+
 // count reads an array header and checks the count fits in the bytes left.
 func (d *decoder) count() (int, error) {
 	if c, err := d.dec.PeekCode(); err != nil {

@@ -17,8 +17,8 @@
 //	4 EpochResponse   [code, epoch, end offset]
 //	5 CommandRequest  [from, broker epoch, raft term, command]
 //	6 CommandResponse [code, refusal, controller id, message]
-//	7 ProduceRequest  [stream, from, leader epoch, seq, [record, ...]]
-//	8 ProduceResponse [code, seq, first offset, message]
+//	7 ProduceRequest  [stream, from, leader epoch, seq, [record, ...](, [source offset, source start, ...])]
+//	8 ProduceResponse [code, seq, first offset, message(, results)]
 //	9 StateWriteRequest  [stream, leader epoch, [key, value, ...], [deleted key, ...]]
 //	10 StateWriteResponse [code, message]
 //	11 StateFetchRequest  [stream, replica id, leader epoch, held epoch, held seq, max wait ms]
@@ -31,7 +31,12 @@
 // answers, which come back in request order, each naming its seq. In a
 // ProduceRequest a record is the cluster package's msgpack array of a
 // record's producer fields (forward_codec.go), not a stored value: the
-// leader assigns offsets and its epoch.
+// leader assigns offsets and its epoch. An append to a mirror stream
+// adds a sixth field, each record's offset in its source and the source's
+// log start, and its answer a fifth, one byte per record (appended,
+// duplicate, refused): the leader writes each at its source's offset
+// (edge/mirror's rules). The shorter forms are the older frames, still
+// decoded; a leader that predates the longer ones refuses them.
 //
 // A record is a bin holding the leader's stored record value unchanged
 // (logstore.ReadRaw, checked again by logstore.AppendReplica against its

@@ -31,6 +31,13 @@ type ProduceRequest struct {
 	LeaderEpoch uint32
 	Seq         uint64
 	Records     [][]byte
+	// Mirror, for an append to a mirror stream, is each record's offset
+	// in the source and the source's log start (2 values a record): the
+	// leader applies the mirror rules at those offsets instead of
+	// assigning its own. Empty for any other append, which then encodes
+	// as before (5 fields); a leader that predates it refuses the frame
+	// (6 fields), so it never takes a mirror record for a publish.
+	Mirror []uint64
 }
 
 // ProduceResponse answers the request of the same Seq: First is the
@@ -40,7 +47,19 @@ type ProduceResponse struct {
 	Seq     uint64
 	First   uint64
 	Message string
+	// Results, answering a mirror append with Code None, is what became
+	// of each record: MirrorAppended, MirrorDuplicate or MirrorRefused
+	// (Message then says why the first refused one was). Empty otherwise
+	// (4 fields, as before).
+	Results []byte
 }
+
+// What became of a mirror record (ProduceResponse.Results).
+const (
+	MirrorAppended  byte = 0
+	MirrorDuplicate byte = 1 // below the mirror's log end: not appended again
+	MirrorRefused   byte = 2
+)
 
 // StateWriteRequest is a consumer-state write (puts, then deletes, one
 // atomic step) forwarded to the stream's leader.
@@ -182,7 +201,11 @@ func (d *decoder) strs() ([]string, error) {
 // AppendTo appends the request's body to dst.
 func (m *ProduceRequest) AppendTo(dst []byte) []byte {
 	e := newEncoder(dst)
-	e.array(5)
+	if len(m.Mirror) > 0 {
+		e.array(6)
+	} else {
+		e.array(5)
+	}
 	e.str(m.Stream)
 	e.str(m.From)
 	e.uint(uint64(m.LeaderEpoch))
@@ -190,6 +213,12 @@ func (m *ProduceRequest) AppendTo(dst []byte) []byte {
 	e.array(len(m.Records))
 	for _, r := range m.Records {
 		e.bin(r)
+	}
+	if len(m.Mirror) > 0 {
+		e.array(len(m.Mirror))
+		for _, v := range m.Mirror {
+			e.uint(v)
+		}
 	}
 	return e.bytes()
 }
@@ -199,7 +228,7 @@ func (m *ProduceRequest) Decode(b []byte) error {
 	d := newDecoder(b)
 	var v ProduceRequest
 	var le uint64
-	err := d.array(5)
+	fields, err := d.arrayOf(5, 6)
 	if err == nil {
 		v.Stream, err = d.str()
 	}
@@ -224,6 +253,18 @@ func (m *ProduceRequest) Decode(b []byte) error {
 			}
 		}
 	}
+	if err == nil && fields == 6 {
+		var m int
+		if m, err = d.count(); err == nil && (m == 0 || m != 2*n) {
+			err = fmt.Errorf("wire: %d mirror positions for %d records", m, n)
+		}
+		for i := 0; err == nil && i < m; i++ {
+			var u uint64
+			if u, err = d.uint(math.MaxUint64); err == nil {
+				v.Mirror = append(v.Mirror, u)
+			}
+		}
+	}
 	if err == nil {
 		err = d.end()
 	}
@@ -238,11 +279,18 @@ func (m *ProduceRequest) Decode(b []byte) error {
 // AppendTo appends the response's body to dst.
 func (m *ProduceResponse) AppendTo(dst []byte) []byte {
 	e := newEncoder(dst)
-	e.array(4)
+	if len(m.Results) > 0 {
+		e.array(5)
+	} else {
+		e.array(4)
+	}
 	e.uint(uint64(m.Code))
 	e.uint(m.Seq)
 	e.uint(m.First)
 	e.str(m.Message)
+	if len(m.Results) > 0 {
+		e.bin(m.Results)
+	}
 	return e.bytes()
 }
 
@@ -251,7 +299,7 @@ func (m *ProduceResponse) Decode(b []byte) error {
 	d := newDecoder(b)
 	var v ProduceResponse
 	var code uint64
-	err := d.array(4)
+	fields, err := d.arrayOf(4, 5)
 	if err == nil {
 		code, err = d.uint(math.MaxUint8)
 	}
@@ -263,6 +311,17 @@ func (m *ProduceResponse) Decode(b []byte) error {
 	}
 	if err == nil {
 		v.Message, err = d.str()
+	}
+	if err == nil && fields == 5 {
+		var r []byte
+		if r, err = d.raw(false); err == nil {
+			v.Results = append([]byte(nil), r...)
+		}
+		for _, x := range v.Results {
+			if x > MirrorRefused {
+				err = fmt.Errorf("wire: mirror result %d", x)
+			}
+		}
 	}
 	if err == nil {
 		err = d.end()

@@ -27,8 +27,10 @@ func TestMessages_RoundTrip(t *testing.T) {
 		{&CommandRequest{"n2", 1733300000000, 12, []byte{6, 0x94, 1}}, &CommandRequest{}},
 		{&CommandResponse{Refused, 5, "n1", "stale stream version"}, &CommandResponse{}},
 		{&CommandResponse{Code: NotController, Controller: "n3"}, &CommandResponse{}},
-		{&ProduceRequest{"s", "n2", 4, 17, [][]byte{{1, 2}, {}, bytes.Repeat([]byte{7}, 300)}}, &ProduceRequest{}},
-		{&ProduceResponse{None, 17, 1 << 33, ""}, &ProduceResponse{}},
+		{&ProduceRequest{"s", "n2", 4, 17, [][]byte{{1, 2}, {}, bytes.Repeat([]byte{7}, 300)}, nil}, &ProduceRequest{}},
+		{&ProduceRequest{"s", "n2", 4, 18, [][]byte{{1, 2}, {3}}, []uint64{1 << 40, 7, 1<<40 + 1, 7}}, &ProduceRequest{}},
+		{&ProduceResponse{None, 17, 1 << 33, "", nil}, &ProduceResponse{}},
+		{&ProduceResponse{None, 18, 0, "mirror s: got offset 9, next is 5", []byte{MirrorDuplicate, MirrorAppended, MirrorRefused}}, &ProduceResponse{}},
 		{&ProduceResponse{Code: NotEnoughReplicas, Seq: 3, Message: "isr 1 < 2"}, &ProduceResponse{}},
 		{&StateWriteRequest{"s", 4, []KV{{"g/a", []byte{0, 0, 1}}, {"c/x", []byte{}}}, []string{"g/b"}}, &StateWriteRequest{}},
 		{&StateWriteResponse{Timeout, "slow"}, &StateWriteResponse{}},
@@ -53,6 +55,23 @@ func TestMessages_RoundTrip(t *testing.T) {
 				t.Fatalf("%T: decoding %d of %d bytes succeeded", tc.in, i, len(b)-6)
 			}
 		}
+	}
+}
+
+// A mirror append's positions must match its records, one pair each, and
+// its answer's results be known ones; the older, shorter frames decode
+// as before.
+func TestProduce_MirrorFields(t *testing.T) {
+	bad := (&ProduceRequest{"s", "n2", 4, 17, [][]byte{{1}, {2}}, []uint64{5, 0}}).AppendTo(nil)
+	if err := new(ProduceRequest).Decode(bad); err == nil {
+		t.Error("2 records with 1 mirror position decoded")
+	}
+	if err := new(ProduceResponse).Decode((&ProduceResponse{Results: []byte{3}}).AppendTo(nil)); err == nil {
+		t.Error("mirror result 3 decoded")
+	}
+	var old ProduceRequest
+	if err := old.Decode((&ProduceRequest{"s", "n2", 4, 17, [][]byte{{1}}, nil}).AppendTo(nil)); err != nil || old.Mirror != nil {
+		t.Errorf("a 5-field request: %+v, %v", old, err)
 	}
 }
 
@@ -152,7 +171,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add((&FetchResponse{None, 7, 100, 3, 120, 100, [][]byte{{1, 2, 3}, {}}}).AppendTo(nil))
 	f.Add((&EpochRequest{"s", "n3", 9, 4}).AppendTo(nil))
 	f.Add((&EpochResponse{None, 4, 77}).AppendTo(nil))
-	f.Add((&ProduceRequest{"s", "n2", 4, 17, [][]byte{{1, 2}}}).AppendTo(nil))
+	f.Add((&ProduceRequest{"s", "n2", 4, 17, [][]byte{{1, 2}}, nil}).AppendTo(nil))
+	f.Add((&ProduceRequest{"s", "n2", 4, 17, [][]byte{{1, 2}}, []uint64{5, 0}}).AppendTo(nil))
+	f.Add((&ProduceResponse{None, 17, 0, "", []byte{MirrorAppended}}).AppendTo(nil))
 	f.Add((&StateWriteRequest{"s", 4, []KV{{"g/a", []byte{1}}}, []string{"g/b"}}).AppendTo(nil))
 	f.Add((&StateFetchResponse{None, 4, 100, true, []KV{{"g/a", []byte{1}}}, []string{"g/z"}}).AppendTo(nil))
 	f.Add((&ClaimRequest{"s", 4, "g/x", "c", "n2", 5, false}).AppendTo(nil))

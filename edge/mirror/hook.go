@@ -27,6 +27,7 @@ const queueLen = 1024
 type Hook struct {
 	mochi.HookBase
 	store   *logstore.Store
+	site    Site // nil on a single node
 	log     *slog.Logger
 	records *prometheus.CounterVec // stream, result
 
@@ -37,6 +38,13 @@ type Hook struct {
 	mu      sync.Mutex
 	writers map[*logstore.Stream]chan item // by stream, not name: a stream removed and added again gets a new writer
 	stopped bool
+}
+
+// Site is a site's log (cluster.Log): it applies the rules on the mirror
+// stream's leader, wherever the publish arrived, and answers once the
+// records it took are committed in the site.
+type Site interface {
+	Mirror(ctx context.Context, stream string, in []Incoming) ([]Result, []error)
 }
 
 // item is one publish waiting for its stream's writer.
@@ -59,9 +67,10 @@ const (
 	resultGap       = "gap" // offsets the source dropped before sending: markers, or the log start moved
 )
 
-// NewHook returns the hook over store's mirror streams; its metrics go to
-// reg when it is not nil.
-func NewHook(store *logstore.Store, log *slog.Logger, reg prometheus.Registerer) (*Hook, error) {
+// NewHook returns the hook over store's mirror streams, written through
+// site when it is not nil (a node of a site) and into store otherwise;
+// its metrics go to reg when it is not nil.
+func NewHook(store *logstore.Store, site Site, log *slog.Logger, reg prometheus.Registerer) (*Hook, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -78,7 +87,7 @@ func NewHook(store *logstore.Store, log *slog.Logger, reg prometheus.Registerer)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Hook{store: store, log: log, records: records, ctx: ctx, cancel: cancel, writers: map[*logstore.Stream]chan item{}}, nil
+	return &Hook{store: store, site: site, log: log, records: records, ctx: ctx, cancel: cancel, writers: map[*logstore.Stream]chan item{}}, nil
 }
 
 // ID names the hook.
@@ -197,8 +206,15 @@ func (h *Hook) write(st *logstore.Stream, q chan item) {
 		for _, it := range batch {
 			in = append(in, it.in)
 		}
-		next := st.NextOffset()
-		res, errs := Apply(h.ctx, st, in)
+		var res []Result
+		var errs []error
+		next, empty := st.NextOffset(), st.FirstOffset() == st.NextOffset()
+		if h.site != nil {
+			res, errs = h.site.Mirror(h.ctx, st.Name(), in)
+			next = siteNext(st, next, empty, res, in)
+		} else {
+			res, errs = Apply(h.ctx, st, 0, in)
+		}
 		if h.ctx.Err() != nil {
 			return
 		}
@@ -222,6 +238,37 @@ func (h *Hook) write(st *logstore.Stream, q chan item) {
 			_ = it.cl.WritePacket(ack)
 		}
 	}
+}
+
+// siteNext is the log end the leader applied a batch at, as far as gaps
+// need it: this replica's own end may lag the leader's. The first record
+// appended finds the marker of a gap before it in this replica, which
+// holds it by now (Site.Mirror answers once this replica's watermark
+// passed what it took), or the log starting at it where this replica was
+// empty (from before, its end then).
+func siteNext(st *logstore.Stream, before uint64, empty bool, res []Result, in []Incoming) uint64 {
+	for i, r := range res {
+		if r != Appended {
+			continue
+		}
+		n := in[i].Offset
+		switch {
+		case n == 0:
+		case n-1 >= st.FirstOffset():
+			recs, err := st.Read(n-1, 1, 0)
+			if err != nil || len(recs) == 0 || recs[0].Topic != GapTopic || len(recs[0].UserProperties) == 0 {
+				return n
+			}
+			from, _, _ := strings.Cut(recs[0].UserProperties[0].Value, "-")
+			if f, err := strconv.ParseUint(from, 10, 64); err == nil && f < n {
+				return f
+			}
+		case empty && before < n:
+			return before
+		}
+		return n
+	}
+	return before
 }
 
 // gaps names the offsets an Apply from log end next marked missing (or

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/peatmq/peat/cluster"
 	"github.com/peatmq/peat/logstore"
 )
 
@@ -46,12 +47,10 @@ const (
 // in pieces).
 const maxBatch = 4096
 
-// Incoming is one record received for a mirror stream.
-type Incoming struct {
-	Offset uint64 // in the source
-	First  uint64 // the source's log start when it was sent
-	Record *logstore.Record
-}
+// Incoming is one record received for a mirror stream: its offset in the
+// source, the source's log start when it was sent, and the record. It is
+// cluster's type, which carries it to a site's mirror leader.
+type Incoming = cluster.MirrorRecord
 
 // MissingError refuses a record that comes after records the mirror does
 // not have while the source still does: a transport loss, not retention.
@@ -67,14 +66,16 @@ func (e *MissingError) Error() string {
 		e.Stream, e.Got, e.Next, max(e.SourceFirst, e.Next), e.Got-1)
 }
 
-// Result says what became of one Incoming.
-type Result uint8
+// Result says what became of one Incoming (cluster's type too).
+type Result = cluster.MirrorResult
 
 const (
-	Appended  Result = iota
-	Duplicate        // below the mirror's log end: acknowledged, not appended
-	Refused          // Err says why
+	Appended  = cluster.MirrorAppended
+	Duplicate = cluster.MirrorDuplicate // below the mirror's log end: acknowledged, not appended
+	Refused   = cluster.MirrorRefused   // with an error saying why
 )
+
+var _ cluster.MirrorApply = Apply
 
 // Apply writes in, in order, into st at the source's offsets, and returns
 // what became of each (with the error of those refused). Record N is
@@ -85,8 +86,10 @@ const (
 // above it otherwise is refused. Appends go through AppendReplica, which
 // appends only at the log end, so no offset is ever given twice whatever
 // else writes to st. Everything reported Appended or Duplicate is durable
-// when Apply returns.
-func Apply(ctx context.Context, st *logstore.Stream, in []Incoming) ([]Result, []error) {
+// when Apply returns. What it appends carries epoch: 0 on a single node,
+// the leader's epoch in a site (a replica's log refuses records of an
+// older epoch than it holds, and truncates by them after a failover).
+func Apply(ctx context.Context, st *logstore.Stream, epoch uint32, in []Incoming) ([]Result, []error) {
 	res := make([]Result, len(in))
 	errs := make([]error, len(in))
 	next := st.NextOffset()
@@ -132,7 +135,7 @@ func Apply(ctx context.Context, st *logstore.Stream, in []Incoming) ([]Result, [
 			next, base = x.Offset, x.Offset
 		}
 		for from := next; next < x.Offset; {
-			vals = append(vals, logstore.EncodeValue(marker(next, from, x)))
+			vals = append(vals, logstore.EncodeValue(marker(next, from, epoch, x)))
 			next++
 			if len(vals) >= maxBatch {
 				if err := flush(); err != nil {
@@ -141,7 +144,7 @@ func Apply(ctx context.Context, st *logstore.Stream, in []Incoming) ([]Result, [
 			}
 		}
 		r := x.Record
-		r.Offset, r.Epoch = x.Offset, 0
+		r.Offset, r.Epoch = x.Offset, epoch
 		vals = append(vals, logstore.EncodeValue(r))
 		waiting = append(waiting, i)
 		res[i] = Appended
@@ -157,9 +160,10 @@ func Apply(ctx context.Context, st *logstore.Stream, in []Incoming) ([]Result, [
 }
 
 // marker is the gap marker at off, in the gap [from, x.Offset).
-func marker(off, from uint64, x Incoming) *logstore.Record {
+func marker(off, from uint64, epoch uint32, x Incoming) *logstore.Record {
 	return &logstore.Record{
 		Offset:         off,
+		Epoch:          epoch,
 		Timestamp:      x.Record.Timestamp,
 		Topic:          GapTopic,
 		UserProperties: []logstore.UserProperty{{Key: PropGap, Value: strconv.FormatUint(from, 10) + "-" + strconv.FormatUint(x.Offset, 10)}},

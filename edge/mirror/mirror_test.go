@@ -51,7 +51,7 @@ func TestApplyNextDuplicateGap(t *testing.T) {
 	// An empty mirror starts where the source's records start.
 	first := rec(5)
 	first.First = 5
-	res, errs := Apply(ctx, s, []Incoming{first, rec(6), rec(7)})
+	res, errs := Apply(ctx, s, 0, []Incoming{first, rec(6), rec(7)})
 	for i, r := range res {
 		if r != Appended || errs[i] != nil {
 			t.Fatalf("record %d: %v %v, want appended", i, r, errs[i])
@@ -62,7 +62,7 @@ func TestApplyNextDuplicateGap(t *testing.T) {
 	}
 
 	// A rewind after a reconnect: 6 and 7 again, then 8 new.
-	res, errs = Apply(ctx, s, []Incoming{rec(6), rec(7), rec(8)})
+	res, errs = Apply(ctx, s, 0, []Incoming{rec(6), rec(7), rec(8)})
 	if res[0] != Duplicate || res[1] != Duplicate || res[2] != Appended || errors.Join(errs...) != nil {
 		t.Fatalf("rewind: %v %v", res, errs)
 	}
@@ -73,7 +73,7 @@ func TestApplyNextDuplicateGap(t *testing.T) {
 	// 12 arrives while the source still has 9..11: refused, nothing written.
 	lost := rec(12)
 	lost.First = 3
-	res, errs = Apply(ctx, s, []Incoming{lost})
+	res, errs = Apply(ctx, s, 0, []Incoming{lost})
 	var me *MissingError
 	if res[0] != Refused || !errors.As(errs[0], &me) || s.NextOffset() != 9 {
 		t.Fatalf("transport gap: %v %v, next %d", res, errs, s.NextOffset())
@@ -82,7 +82,7 @@ func TestApplyNextDuplicateGap(t *testing.T) {
 	// 12 after the source's retention dropped 9..11: markers at 9..11.
 	dropped := rec(12)
 	dropped.First = 12
-	res, errs = Apply(ctx, s, []Incoming{dropped, rec(13)})
+	res, errs = Apply(ctx, s, 0, []Incoming{dropped, rec(13)})
 	if res[0] != Appended || res[1] != Appended || errors.Join(errs...) != nil {
 		t.Fatalf("retention gap: %v %v", res, errs)
 	}
