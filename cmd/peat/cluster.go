@@ -252,8 +252,7 @@ func adminCall(cmd, helpCmd, what string, fs *flag.FlagSet, o *opsOptions, args 
 	method string, path func(arg string) string, out any) (code int, done bool) {
 	rest, err := parseInterspersed(fs, args)
 	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fs.Usage()
+	case errors.Is(err, flag.ErrHelp): // flag printed the help
 		return exitOK, true
 	case err != nil:
 		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for the flags.\n", cmd, err, helpCmd)

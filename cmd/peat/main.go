@@ -216,10 +216,7 @@ func loadConfig(args []string, help io.Writer, lookupEnv func(string) (string, b
 	fs, configPath, values := newServeFlags(help)
 	positional, err := parseInterspersed(fs, args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
-		}
-		return edge.Config{}, err
+		return edge.Config{}, err // flag printed the help for -h and --help
 	}
 	if len(positional) > 0 {
 		return edge.Config{}, fmt.Errorf("unexpected argument %q (serve takes only flags)", positional[0])

@@ -47,6 +47,9 @@ func TestHelp(t *testing.T) {
 				t.Errorf("peat %q: stdout does not have %q:\n%s", tc.args, w, stdout)
 			}
 		}
+		if n := strings.Count(stdout, "Usage: peat"); n > 1 {
+			t.Errorf("peat %q printed its help %d times:\n%s", tc.args, n, stdout)
+		}
 		if strings.Contains(stdout, "\n  -mqtt") || strings.Contains(stdout, "\n  -from") {
 			t.Errorf("peat %q lists flags with one dash:\n%s", tc.args, stdout)
 		}

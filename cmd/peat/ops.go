@@ -107,8 +107,7 @@ func newNodeFlags(name, usage string, o *opsOptions, w io.Writer, lookupEnv func
 func parseOps(fs *flag.FlagSet, o *opsOptions, args []string, stderr io.Writer) int {
 	rest, err := parseInterspersed(fs, args)
 	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fs.Usage()
+	case errors.Is(err, flag.ErrHelp): // flag printed the help
 		return exitOK
 	case err != nil:
 		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for the flags.\n", fs.Name(), err, fs.Name())

@@ -173,7 +173,7 @@ func TestOpsCommands_Help(t *testing.T) {
 	for _, cmd := range []string{"status", "streams", "groups", "check"} {
 		for _, args := range [][]string{{"help", cmd}, {cmd, "--help"}} {
 			code, out, stderr := runPeat(t, nil, args...)
-			if code != 0 || stderr != "" || !strings.Contains(out, "Usage: peat "+cmd) || !strings.Contains(out, "\n  --http string\n") {
+			if code != 0 || stderr != "" || strings.Count(out, "Usage: peat "+cmd) != 1 || !strings.Contains(out, "\n  --http string\n") {
 				t.Errorf("peat %q: exit %d, stderr %q, stdout:\n%s", args, code, stderr, out)
 			}
 		}

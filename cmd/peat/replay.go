@@ -109,10 +109,7 @@ func parseReplayArgs(args []string, help io.Writer) (replayOptions, error) {
 	fs := newReplayFlags(&o, help)
 	positional, err := parseInterspersed(fs, args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
-		}
-		return o, err
+		return o, err // flag printed the help for -h and --help
 	}
 	var problems []error
 	switch len(positional) {
