@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,7 +13,20 @@ import (
 // at the first argument that is not a flag, so on its own it would read
 // `peat replay 'sensors/#' --from earliest` as three filters. "--" ends the
 // flags; everything after it is positional (a filter starting with '-').
+// The help (fs.Usage) is printed for -h and --help only: the flag package
+// prints it for a bad flag too, burying the one-line error under a page.
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	usage := fs.Usage
+	fs.Usage = func() {}
+	defer func() { fs.Usage = usage }()
+	positional, err := parseFlagsAndArgs(fs, args)
+	if errors.Is(err, flag.ErrHelp) && usage != nil {
+		usage()
+	}
+	return positional, err
+}
+
+func parseFlagsAndArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {

@@ -180,5 +180,15 @@ func TestOpsCommands_Help(t *testing.T) {
 		if code, out, _ := runPeat(t, nil, "help"); code != 0 || !strings.Contains(out, "\n  peat "+cmd+" [flags]") {
 			t.Errorf("peat help does not list peat %s:\n%s", cmd, out)
 		}
+		// A bad flag gets its one-line error, not the help's page (check
+		// exits 3, UNKNOWN to a monitoring system).
+		wantCode := exitUsage
+		if cmd == "check" {
+			wantCode = checkUnknown
+		}
+		if code, out, stderr := runPeat(t, nil, cmd, "--bogus"); code != wantCode || out != "" ||
+			!strings.Contains(stderr, "flag provided but not defined: -bogus") {
+			t.Errorf("peat %s --bogus: exit %d, stdout %q, stderr %q; want %d, the error alone", cmd, code, out, stderr, wantCode)
+		}
 	}
 }
