@@ -145,22 +145,16 @@ func (s *stream) mirrorAsync(in []MirrorRecord, done func([]MirrorResult, []erro
 	p := &pendingAppend{done: pdone}
 	ld := s.leading()
 	var fr *fwdReq
-	switch {
-	case s.l.cfg.Mirror == nil:
+	if s.l.cfg.Mirror == nil {
 		p.err = fmt.Errorf("cluster: mirror %s: this node applies no mirror rules: %w", s.name, ErrNotMirror)
-	case ld == nil && forward:
-		fr, p.err = s.forwardReq(mirrorRecords(in))
-		if p.err == nil {
-			p.fwd, fr.p, fr.mirror, fr.out = true, p, in, out
+	} else {
+		var recs []*logstore.Record // only a forwarded call sends them as they are
+		if ld == nil && forward {
+			recs = mirrorRecords(in)
 		}
-	case ld == nil:
-		p.err = fmt.Errorf("cluster: mirror %s: %w", s.name, errNotLeaderHere)
-	case !s.l.acksLeader(s.name) && !ld.InSync():
-		p.err = fmt.Errorf("cluster: mirror %s: %w", s.name, mqtt.ErrNotEnoughReplicas)
-	case !ld.beginAppend():
-		p.err = fmt.Errorf("cluster: mirror %s: leadership ending: %w", s.name, mqtt.ErrLeaderUnavailable)
-	default:
-		p.leader = ld
+		if fr = s.admitLocked(p, ld, "mirror", forward, recs); fr != nil {
+			fr.mirror, fr.out = in, out
+		}
 	}
 	s.mu.pending = append(s.mu.pending, p)
 	switch {
@@ -173,13 +167,7 @@ func (s *stream) mirrorAsync(in []MirrorRecord, done func([]MirrorResult, []erro
 		}
 		signal(s.mirrorKick)
 	case p.fwd:
-		if f := s.mu.fwd; !f.add(fr) {
-			f.close()
-			s.mu.fwd = newForwarder(s, f.leader, f.epoch, f.addr)
-			if !s.mu.fwd.add(fr) {
-				s.settle(p, appendResult{err: fmt.Errorf("cluster: mirror %s: forwarding to %s failed: %w", s.name, f.leader, mqtt.ErrLeaderUnavailable)})
-			}
-		}
+		s.forwardLocked(p, fr, "mirror")
 	}
 	s.mu.Unlock()
 	s.wake()

@@ -165,24 +165,12 @@ func (s *stream) appendAsync(recs []*logstore.Record, done func(first uint64, er
 	p := &pendingAppend{done: done}
 	ld := s.leading()
 	var fr *fwdReq
-	switch {
-	case s.st.Mirror() && s.name != SessionsStream:
+	if s.st.Mirror() && s.name != SessionsStream {
 		// Its offsets are its source's (mirrorAsync): mqtt routes no
 		// publish here, and a forwarded one is refused too.
 		p.err = fmt.Errorf("cluster: append to %s: %w", s.name, ErrNotMirror)
-	case ld == nil && forward:
-		fr, p.err = s.forwardReq(recs)
-		if p.err == nil {
-			p.fwd, fr.p = true, p
-		}
-	case ld == nil:
-		p.err = fmt.Errorf("cluster: append to %s: %w", s.name, errNotLeaderHere)
-	case !s.l.acksLeader(s.name) && !ld.InSync():
-		p.err = fmt.Errorf("cluster: append to %s: %w", s.name, mqtt.ErrNotEnoughReplicas)
-	case !ld.beginAppend():
-		p.err = fmt.Errorf("cluster: append to %s: leadership ending: %w", s.name, mqtt.ErrLeaderUnavailable)
-	default:
-		p.leader = ld
+	} else {
+		fr = s.admitLocked(p, ld, "append to", forward, recs)
 	}
 	s.mu.pending = append(s.mu.pending, p)
 	switch {
@@ -195,17 +183,47 @@ func (s *stream) appendAsync(recs []*logstore.Record, done func(first uint64, er
 			s.settle(p, appendResult{first: first, end: first + n, err: err})
 		})
 	case p.fwd:
-		// Under mu too: the forwarder sends in the order it is handed.
-		if f := s.mu.fwd; !f.add(fr) { // it failed meanwhile: one more try
-			f.close()
-			s.mu.fwd = newForwarder(s, f.leader, f.epoch, f.addr)
-			if !s.mu.fwd.add(fr) {
-				s.settle(p, appendResult{err: fmt.Errorf("cluster: append to %s: forwarding to %s failed: %w", s.name, f.leader, mqtt.ErrLeaderUnavailable)})
-			}
-		}
+		s.forwardLocked(p, fr, "append to")
 	}
 	s.mu.Unlock()
 	s.wake()
+}
+
+// admitLocked decides, under mu, where p goes: to ld, this node's
+// leadership (p.leader), forwarded to the leader (forward true and no
+// leadership here: the returned request, p.fwd), or nowhere (p.err). what
+// names the call in errors ("append to", "mirror").
+func (s *stream) admitLocked(p *pendingAppend, ld *Leader, what string, forward bool, recs []*logstore.Record) *fwdReq {
+	var fr *fwdReq
+	switch {
+	case ld == nil && forward:
+		fr, p.err = s.forwardReq(recs)
+		if p.err == nil {
+			p.fwd, fr.p = true, p
+		}
+	case ld == nil:
+		p.err = fmt.Errorf("cluster: %s %s: %w", what, s.name, errNotLeaderHere)
+	case !s.l.acksLeader(s.name) && !ld.InSync():
+		p.err = fmt.Errorf("cluster: %s %s: %w", what, s.name, mqtt.ErrNotEnoughReplicas)
+	case !ld.beginAppend():
+		p.err = fmt.Errorf("cluster: %s %s: leadership ending: %w", what, s.name, mqtt.ErrLeaderUnavailable)
+	default:
+		p.leader = ld
+	}
+	return fr
+}
+
+// forwardLocked hands fr to the forwarder, under mu so that it sends in
+// the order it is handed; a forwarder that failed meanwhile is replaced
+// once, and p refused if that one fails too.
+func (s *stream) forwardLocked(p *pendingAppend, fr *fwdReq, what string) {
+	if f := s.mu.fwd; !f.add(fr) {
+		f.close()
+		s.mu.fwd = newForwarder(s, f.leader, f.epoch, f.addr)
+		if !s.mu.fwd.add(fr) {
+			s.settle(p, appendResult{err: fmt.Errorf("cluster: %s %s: forwarding to %s failed: %w", what, s.name, f.leader, mqtt.ErrLeaderUnavailable)})
+		}
+	}
 }
 
 // forwardReq encodes recs for the leader the state names, and makes sure
