@@ -12,13 +12,22 @@ import (
 	"github.com/peatmq/peat/edge/status"
 )
 
+// siteOr404 is this node's site, or nil after answering 404: outside a
+// site the cluster endpoints have nothing to show or do.
+func (n *Node) siteOr404(w http.ResponseWriter) *cluster.Site {
+	site := n.site.Load()
+	if site == nil {
+		writeError(w, http.StatusNotFound, "this node is not in a cluster (no cluster: section in its configuration)")
+	}
+	return site
+}
+
 // handleCluster is GET /api/v1/cluster: this node's view of its site
 // (cluster.SiteStatus). Outside a site there is nothing to show: 404,
 // saying so.
 func (n *Node) handleCluster(w http.ResponseWriter, _ *http.Request) {
-	site := n.site.Load()
+	site := n.siteOr404(w)
 	if site == nil {
-		writeError(w, http.StatusNotFound, "this node is not in a cluster (no cluster: section in its configuration)")
 		return
 	}
 	writeJSON(w, http.StatusOK, site.Status())
@@ -37,9 +46,8 @@ const removeTimeout = 15 * time.Second
 // controller's quorum without a majority; 404 for a member the
 // controller does not know.
 func (n *Node) handleRemoveNode(w http.ResponseWriter, r *http.Request) {
-	site := n.site.Load()
+	site := n.siteOr404(w)
 	if site == nil {
-		writeError(w, http.StatusNotFound, "this node is not in a cluster (no cluster: section in its configuration)")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), removeTimeout)
@@ -72,9 +80,8 @@ type NodeKept struct {
 // draining); 409 for a member already removed; 404 for one the
 // controller does not know.
 func (n *Node) handleKeepNode(w http.ResponseWriter, r *http.Request) {
-	site := n.site.Load()
+	site := n.siteOr404(w)
 	if site == nil {
-		writeError(w, http.StatusNotFound, "this node is not in a cluster (no cluster: section in its configuration)")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), removeTimeout)
