@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -308,32 +307,16 @@ func TestCluster_CleanStartEndsTheSessionSiteWide(t *testing.T) {
 // present.
 func v5Session(t *testing.T, n *Node, id string, expiry uint32, filter string) bool {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for {
-		conn, err := net.Dial("tcp", n.MQTTAddr().String())
-		if err != nil {
-			t.Fatal(err)
+	c, present := v5Client(t, n, id, expiry, nil)
+	if filter != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if _, err := c.Subscribe(ctx, &pahov5.Subscribe{Subscriptions: []pahov5.SubscribeOptions{{Topic: filter, QoS: 1}}}); err != nil {
+			t.Fatalf("subscribe %s: %v", id, err)
 		}
-		c := pahov5.NewClient(pahov5.ClientConfig{Conn: conn})
-		ca, err := c.Connect(ctx, &pahov5.Connect{ClientID: id, CleanStart: false, KeepAlive: 30,
-			Properties: &pahov5.ConnectProperties{SessionExpiryInterval: &expiry}})
-		if err != nil { // the site refused it (its sessions' leader failing over): again
-			conn.Close()
-			if ctx.Err() != nil {
-				t.Fatalf("connect %s: %v", id, err)
-			}
-			time.Sleep(200 * time.Millisecond)
-			continue
-		}
-		if filter != "" {
-			if _, err := c.Subscribe(ctx, &pahov5.Subscribe{Subscriptions: []pahov5.SubscribeOptions{{Topic: filter, QoS: 1}}}); err != nil {
-				t.Fatalf("subscribe %s: %v", id, err)
-			}
-		}
-		_ = c.Disconnect(&pahov5.Disconnect{})
-		return ca.SessionPresent
 	}
+	_ = c.Disconnect(&pahov5.Disconnect{})
+	return present
 }
 
 // MQTT 5 sessions expire site-wide: one whose Session Expiry Interval
