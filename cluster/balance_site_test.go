@@ -218,11 +218,14 @@ func TestSite_RemoveLiveNode(t *testing.T) {
 	t.Run("a follower", func(t *testing.T) { testRemoveLiveNode(t, false) })
 }
 
-func testRemoveLiveNode(t *testing.T, ofLeader bool) {
+// threeVotersAndSpare starts three voters and a fourth broker, n4, and
+// waits until every node is registered and the default stream has a full
+// ISR; ready, when not nil, must also hold of the stream (given the
+// voters). It returns the voters, then n4.
+func threeVotersAndSpare(t *testing.T, ready func(s *Stream, voters []*siteNode) bool) (all []*siteNode) {
+	t.Helper()
 	specs, nodes := threeVoters(t, 3, 0)
-	all := append(slices.Clone(nodes), startSpec(t, &nodeSpec{id: "n4", rf: 3, join: []string{specs[0].serfAddr}}))
-	var leader string
-	var replicas []string
+	all = append(slices.Clone(nodes), startSpec(t, &nodeSpec{id: "n4", rf: 3, join: []string{specs[0].serfAddr}}))
 	waitUntil(t, "the default stream with a full ISR and every node registered", func() bool {
 		s := defaultStream(nodes[0])
 		for _, n := range all {
@@ -230,9 +233,15 @@ func testRemoveLiveNode(t *testing.T, ofLeader bool) {
 				return false
 			}
 		}
-		if s == nil || len(s.ISR) != 3 {
-			return false
-		}
+		return s != nil && len(s.ISR) == 3 && (ready == nil || ready(s, nodes))
+	})
+	return all
+}
+
+func testRemoveLiveNode(t *testing.T, ofLeader bool) {
+	var leader string
+	var replicas []string
+	all := threeVotersAndSpare(t, func(s *Stream, _ []*siteNode) bool {
 		leader, replicas = s.Leader, s.Replicas
 		return true
 	})
@@ -406,29 +415,18 @@ func TestSite_LeaderBalancing(t *testing.T) {
 // draining and rejoins the voters; the replicas that moved stay moved. A
 // removed node (drained, then stopped) cannot be kept.
 func TestSite_KeepNodeEndsADrain(t *testing.T) {
-	specs, nodes := threeVoters(t, 3, 0)
-	spare := startSpec(t, &nodeSpec{id: "n4", rf: 3, join: []string{specs[0].serfAddr}})
-	all := append(slices.Clone(nodes), spare)
 	var victim *siteNode
-	waitUntil(t, "the default stream with a full ISR and every node registered", func() bool {
-		s := defaultStream(nodes[0])
-		for _, n := range all {
-			if !brokerAlive(nodes[0], n.Node.ID()) {
-				return false
-			}
-		}
-		if s == nil || len(s.ISR) != 3 {
-			return false
-		}
+	all := threeVotersAndSpare(t, func(s *Stream, voters []*siteNode) bool {
 		// A voter holding a replica, not the controller: of the three
 		// replicas at least two are voters, at most one the controller.
-		for _, n := range nodes {
+		for _, n := range voters {
 			if !n.Node.IsController() && slices.Contains(s.Replicas, n.Node.ID()) {
 				victim = n
 			}
 		}
 		return victim != nil
 	})
+	spare := all[3]
 	id := victim.Node.ID()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
