@@ -56,13 +56,14 @@ func TestSite_MirrorLeaderKill(t *testing.T) {
 	s.waitFullISR(mst.name, restartAt)
 
 	// Round 2: the sink writes to a follower, which forwards to the
-	// leader, which dies.
+	// leader, which dies. The follower is not the node just restarted:
+	// that one is first in the replica list here and takes the lead, so
+	// the follower goes on forwarding, to the new leader.
 	cur := s.leader(mst.name)
-	f := ld
-	if f == cur {
-		f = s.nodes[0]
-		if f == cur {
-			f = s.nodes[1]
+	var f *node
+	for _, nd := range s.nodes {
+		if nd != cur && nd != ld {
+			f = nd
 		}
 	}
 	door.moveTo(f)
@@ -70,6 +71,9 @@ func TestSite_MirrorLeaderKill(t *testing.T) {
 	src.pauseSink(t, false)
 	t.Logf("round 2: the sink at %d, now through %s, a follower of %s", pos, f.id, cur.id)
 	ld, killAt := s.killMirrorLeader(src, mst, pos+500)
+	if now := s.leader(mst.name); now != f {
+		t.Logf("round 2: %s, which the sink writes to, forwards to the new leader %s", f.id, now.id)
+	}
 
 	<-produced
 	if prodErr != nil {
