@@ -100,8 +100,8 @@
 //     record once, at its source offset, with its topic (under site-a/)
 //     and payload, and nothing past the end. About 16 s here: a new
 //     leader 2.2-3.0 s after each kill, the sink at the source's end
-//     about 5 s after the second; per run 7-24 resends were acknowledged
-//     as duplicates and 5-24 refused and sent again.
+//     about 5 s after the second; per run 7-25 resends were acknowledged
+//     as duplicates and a few dozen at most refused and sent again.
 //
 // What they showed (2026-12-04, a loaded 2-core machine, make
 // test-cluster in 3 min 15 s): acknowledgements resumed 2.5-3.8 s after a
