@@ -21,7 +21,7 @@ build:
 test: test-deps vet fmt-check
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m ./...
 
-## test-cluster: real-process fault tests of a three-node site (cluster/sitetest): leader, follower and controller kill -9, rolling restart, consumer group failover, a dead node's removal, a live node's drain; a few minutes
+## test-cluster: real-process fault tests of a three-node site (cluster/sitetest): leader, follower and controller kill -9, rolling restart, consumer group failover, a dead node's removal, a live node's drain, a mirror leader's kill; a few minutes
 test-cluster: test-deps
 	PEAT_SITETEST=1 CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m -v ./cluster/sitetest/
 

@@ -599,7 +599,8 @@
 // already past it, never fills, and the mirror would refuse every later
 // record. edge's TestCluster_MirrorThroughAFollower,
 // TestCluster_MirrorLeaderKilledMidStream and
-// TestCluster_MirrorDuplicatesAndGaps show it.
+// TestCluster_MirrorDuplicatesAndGaps show it in process, and sitetest's
+// TestSite_MirrorLeaderKill with real processes and kill -9.
 //
 // # A node of a site (site.go)
 //

@@ -44,6 +44,19 @@ func (s *site) settle(stream string) uint64 {
 // $replay/0/+/<filter> at QoS 0: what a subscriber on that node sees.
 func (nd *node) read(tb testing.TB, st streamSpec, end uint64) replica {
 	tb.Helper()
+	out := make(replica, 0, end)
+	for _, r := range nd.replay(tb, st, end) {
+		out = append(out, r.payload)
+	}
+	return out
+}
+
+// replayed is one record as a $replay subscriber gets it.
+type replayed struct{ topic, payload string }
+
+// replay is read with each record's original topic.
+func (nd *node) replay(tb testing.TB, st streamSpec, end uint64) []replayed {
+	tb.Helper()
 	c, err := dial(nd.mqtt, "check-"+nd.id+"-"+strconv.FormatInt(time.Now().UnixNano(), 36), 5)
 	if err != nil {
 		tb.Fatalf("%s: %v", nd.id, err)
@@ -52,7 +65,7 @@ func (nd *node) read(tb testing.TB, st streamSpec, end uint64) replica {
 	if err := c.subscribe("$replay/0/+/"+st.filter, 0); err != nil {
 		tb.Fatalf("%s: %v", nd.id, err)
 	}
-	out := make(replica, 0, end)
+	out := make([]replayed, 0, end)
 	for uint64(len(out)) < end {
 		pk, err := c.readTimeout(wait(30 * time.Second))
 		if err != nil {
@@ -70,7 +83,7 @@ func (nd *node) read(tb testing.TB, st streamSpec, end uint64) replica {
 		if off != uint64(len(out)) {
 			tb.Fatalf("%s: replay of %s delivered offset %d after %d records: a gap or a reordering", nd.id, st.name, off, len(out))
 		}
-		out = append(out, string(pk.Payload))
+		out = append(out, replayed{topic: parts[3], payload: string(pk.Payload)})
 	}
 	return out
 }

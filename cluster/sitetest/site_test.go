@@ -99,6 +99,13 @@ func newSite(t *testing.T, n int, streams ...streamSpec) *site {
 // follow the controller without voting (voter: false, expect: 0).
 func newSiteOf(t *testing.T, n, brokers int, streams ...streamSpec) *site {
 	t.Helper()
+	return newSiteMirrors(t, n, brokers, nil, streams...)
+}
+
+// newSiteMirrors is newSiteOf with mirror streams after streams (mirror:
+// true: written only by another Peat's peat sink, at its offsets).
+func newSiteMirrors(t *testing.T, n, brokers int, mirrors []streamSpec, streams ...streamSpec) *site {
+	t.Helper()
 	s := &site{t: t, streams: streams}
 	dir := t.TempDir()
 	var join []string
@@ -121,6 +128,9 @@ func newSiteOf(t *testing.T, n, brokers int, streams ...streamSpec) *site {
 			filepath.Join(nd.dir, "data"), nd.http, nd.mqtt)
 		for _, st := range streams {
 			fmt.Fprintf(&b, "  - {name: %s, filters: [%q]}\n", st.name, st.filter)
+		}
+		for _, st := range mirrors {
+			fmt.Fprintf(&b, "  - {name: %s, mirror: true, filters: [%q]}\n", st.name, st.filter)
 		}
 		fmt.Fprintf(&b, "cluster:\n  name: sitetest\n  node_id: %s\n  listen: %q\n  raft_listen: %q\n  transport_listen: %q\n"+
 			"  join: [%s]\n  voter: %v\n  expect: %d\n", nd.id, nd.serf, nd.raft, nd.transport, `"`+strings.Join(join, `", "`)+`"`, voter, expect)
@@ -145,7 +155,7 @@ func newSiteOf(t *testing.T, n, brokers int, streams ...streamSpec) *site {
 	for _, nd := range s.nodes {
 		nd.waitServing()
 	}
-	for _, st := range streams {
+	for _, st := range append(slices.Clone(streams), mirrors...) {
 		s.leader(st.name)
 	}
 	return s
@@ -413,22 +423,31 @@ func (s *site) waitFullISR(stream string, since time.Time) {
 // committed is the node's committed offset of stream (its replica's high
 // watermark), from GET /api/v1/streams/<name>.
 func (nd *node) committed(stream string) (uint64, error) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + nd.http + "/api/v1/streams/" + stream)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	var info struct {
-		Committed uint64 `json:"committed_offset"`
-	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET stream %s: %s", stream, resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
+	var info streamInfo
+	if err := getJSON(nd.http, "/api/v1/streams/"+stream, &info); err != nil {
 		return 0, err
 	}
 	return info.Committed, nil
+}
+
+// streamInfo is GET /api/v1/streams/<name>.
+type streamInfo struct {
+	Next      uint64 `json:"next_offset"`
+	Committed uint64 `json:"committed_offset"`
+}
+
+// getJSON decodes GET http://<addr><path>.
+func getJSON(addr, path string, v any) error {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + addr + path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 func (s *site) addrs() []string {
