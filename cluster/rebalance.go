@@ -3,6 +3,7 @@ package cluster
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 )
@@ -264,7 +265,11 @@ func (s *Site) Rebalance(ctx context.Context) (Rebalancing, error) {
 		out.Moves = []StreamMove{}
 		return out, nil
 	}
-	if err := s.Node.Submit(ctx, MoveReplicas{Moves: moves}); err != nil {
+	err := s.Node.Submit(ctx, MoveReplicas{Moves: moves})
+	switch {
+	case errors.Is(err, ErrBadCommand):
+		return Rebalancing{}, fmt.Errorf("rebalance: %w (the controller runs a Peat without rebalance: upgrade every node first)", err)
+	case err != nil:
 		return Rebalancing{}, fmt.Errorf("rebalance: %w", err)
 	}
 	return out, nil
