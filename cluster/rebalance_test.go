@@ -71,15 +71,10 @@ func TestFSM_MoveReplicas(t *testing.T) {
 	ft.refused(mv("t", "a", "e"), ErrIneligibleReplica) // both dead
 }
 
-// A snapshot keeps the moves under way; a state written before moves
-// existed (no Moves field) restores as a state without any.
-func TestFSM_MovesInSnapshots(t *testing.T) {
-	ft := newFSMT(t, "a", "b", "c", "d")
-	ft.ok(CreateStream{Name: "s", Replicas: abc(), ReplicationFactor: 3})
-	ft.ok(CreateStream{Name: "t", Replicas: abc(), ReplicationFactor: 3})
-	ft.ok(MoveReplicas{Moves: []StreamMove{{"s", "a", "d"}}})
-	want, _ := ft.f.State()
-	snap, err := ft.f.Snapshot()
+// roundTrip is a new FSM restored from f's snapshot.
+func roundTrip(t *testing.T, f *FSM) *FSM {
+	t.Helper()
+	snap, err := f.Snapshot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,48 +83,40 @@ func TestFSM_MovesInSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := NewFSM()
-	if err := g.Restore(io.NopCloser(bytes.NewReader(out.Bytes()))); err != nil {
+	if err := g.Restore(io.NopCloser(&out)); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := g.State(); !reflect.DeepEqual(got, want) {
+	return g
+}
+
+// A snapshot keeps the moves under way; a state without moves encodes
+// as an older Peat wrote it (no Moves key), and such a state restores as
+// one without any.
+func TestFSM_MovesInSnapshots(t *testing.T) {
+	ft := newFSMT(t, "a", "b", "c", "d")
+	ft.ok(CreateStream{Name: "s", Replicas: abc(), ReplicationFactor: 3})
+	ft.ok(CreateStream{Name: "t", Replicas: abc(), ReplicationFactor: 3})
+	ft.ok(MoveReplicas{Moves: []StreamMove{{"s", "a", "d"}}})
+	want, _ := ft.f.State()
+	if got, _ := roundTrip(t, ft.f).State(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("restored\n%+v\nwant\n%+v", got, want)
 	}
 
-	// The stream as an older Peat wrote it: no Moves key at all.
-	type oldStream struct {
-		Name              string
-		Replicas          []string
-		Leader            string
-		LeaderEpoch       uint32
-		ISR               []string
-		Version           uint64
-		UncleanElection   bool
-		ReplicationFactor int
-		Created           uint64
-	}
-	old, err := msgpack.Marshal(struct {
-		Brokers map[string]*Broker
-		Streams map[string]oldStream
-	}{want.Brokers, map[string]oldStream{"s": {Name: "s", Replicas: abc(), Leader: "a", LeaderEpoch: 1,
-		ISR: abc(), Version: 1, ReplicationFactor: 3}}})
+	old := want.clone()
+	old.Streams["s"].Moves = nil
+	b, err := msgpack.Marshal(old)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bytes.Contains(old, []byte("Moves")) {
-		t.Fatal("the old encoding names Moves")
-	}
-	if err := g.Restore(io.NopCloser(bytes.NewReader(old))); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := g.State(); got.Streams["s"] == nil || got.Streams["s"].Moves != nil || len(planMoves(got)) != 0 {
-		t.Fatalf("old state restored as %+v", got.Streams["s"])
-	}
-	// And a state without moves encodes as an older Peat's did.
-	x, _ := ft.f.State()
-	x.Streams["s"].Moves = nil
-	b, _ := msgpack.Marshal(x)
 	if bytes.Contains(b, []byte("Moves")) {
 		t.Fatal("a state without moves names Moves")
+	}
+	g := NewFSM()
+	if err := g.Restore(io.NopCloser(bytes.NewReader(b))); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := g.State(); !reflect.DeepEqual(got, old) || len(planMoves(got)) != 0 {
+		t.Fatalf("a state without moves restored as %+v", got.Streams["s"])
 	}
 }
 
@@ -187,12 +174,8 @@ func loadOf(st *State) map[string]int {
 // of factor rf on the first rf brokers, every replica in the ISR.
 func rebalanceState(brokers []string, n, rf int) *State {
 	streams := map[string][2][]string{}
-	var first []string
-	for _, b := range brokers[:rf] {
-		first = append(first, b)
-	}
 	for i := range n {
-		rs := slices.Clone(first)
+		rs := slices.Clone(brokers[:rf])
 		// Leaders spread over the first brokers, as pickReplicas spreads them.
 		k := i % rf
 		rs = append(rs[k:], rs[:k]...)
