@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func siteSettled(st *State, ids []string) (bool, map[string]int) {
 // A three-voter site with streams of factor 3 and 2 grows to five
 // nodes: the new ones hold nothing until a rebalance, which spreads the
 // replicas (counts within one), every acknowledged record on every
-// replica of its stream, publishes to two streams acknowledged (acks:
+// replica of its stream, publishes to every stream acknowledged (acks:
 // all) throughout.
 func TestSite_Rebalance(t *testing.T) {
 	streams := []SiteStream{{Name: "default", ReplicationFactor: 3}, {Name: "s1", ReplicationFactor: 2},
@@ -75,6 +76,11 @@ func TestSite_Rebalance(t *testing.T) {
 	var shown atomic.Bool
 	done := make(chan struct{})
 	watched := make(chan struct{})
+	stopWatching := sync.OnceFunc(func() {
+		close(done)
+		<-watched
+	})
+	t.Cleanup(stopWatching) // also when the test fails before it stops
 	go func() {
 		defer close(watched)
 		for {
@@ -115,8 +121,7 @@ func TestSite_Rebalance(t *testing.T) {
 		}
 		return true
 	})
-	close(done)
-	<-watched
+	stopWatching()
 	if !shown.Load() {
 		t.Fatal("Status never showed a stream moving")
 	}
