@@ -29,6 +29,7 @@ const (
 	kindDrainBroker          byte = 16
 	kindSetReplicationFactor byte = 17
 	kindKeepBroker           byte = 18
+	kindMoveReplicas         byte = 19
 )
 
 // RegisterBroker records that broker ID runs with Epoch (new on every
@@ -184,6 +185,8 @@ func DecodeCommand(b []byte) (Command, error) {
 		c, err = decodeAs[SetReplicationFactor](b[1:])
 	case kindKeepBroker:
 		c, err = decodeAs[KeepBroker](b[1:])
+	case kindMoveReplicas:
+		c, err = decodeAs[MoveReplicas](b[1:])
 	default:
 		var ok bool
 		if c, ok, err = decodeDeletion(b[0], b[1:]); !ok {

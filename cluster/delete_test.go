@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"errors"
-	"io"
 	"testing"
 )
 
@@ -38,19 +37,7 @@ func TestFSM_DeleteStream(t *testing.T) {
 	}
 
 	// The tombstones and incarnations survive a snapshot.
-	snap, err := ft.f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf sink
-	if err := snap.Persist(&buf); err != nil {
-		t.Fatal(err)
-	}
-	f2 := NewFSM()
-	if err := f2.Restore(io.NopCloser(&buf)); err != nil {
-		t.Fatal(err)
-	}
-	st2, _ := f2.State()
+	st2, _ := roundTrip(t, ft.f).State()
 	if st2.Deleted["old"] != first || st2.Incarnations != st.Incarnations || st2.Streams["old"].Created != st.Streams["old"].Created {
 		t.Fatalf("restored: tombstones %v, incarnations %d", st2.Deleted, st2.Incarnations)
 	}

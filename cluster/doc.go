@@ -94,20 +94,35 @@
 //     drops its extra one; refused once the broker is removed.
 //     SetReplicationFactor changes a stream's factor (at least 1); the
 //     moves follow (reassign.go).
+//   - MoveReplicas records replica moves (Stream.Moves, from -> to) of
+//     streams with a leader and no move under way, from an alive
+//     replica to an alive broker outside the replicas, neither leaving;
+//     one bad move refuses them all. A move ends when its source leaves
+//     the replicas, and is dropped at once when its source or target
+//     fails, is removed or drains (every command ends with pruneMoves).
 //
 // Snapshots are the State as msgpack; fields added later (a stream's
-// ReplicationFactor, a broker's Removed and Draining) decode as zero
-// from older ones. Command kinds are never renumbered: DrainBroker,
-// SetReplicationFactor and KeepBroker have explicit ones (16, 17, 18).
+// ReplicationFactor and Moves, a broker's Removed and Draining) decode
+// as zero from older ones, and an older Peat ignores Moves. Command
+// kinds are never renumbered: DrainBroker, SetReplicationFactor,
+// KeepBroker and MoveReplicas have explicit ones (16, 17, 18, 19).
+// A node of an older version cannot decode a kind newer than itself: a
+// controller refuses it (ErrBadCommand: Site.Rebalance says to upgrade);
+// a follower does not apply it, and its state lacks the moves (it
+// applies the AssignReplicas that make them, old kinds; as controller
+// it would leave them undone, or drop a target already added as an
+// extra replica). Upgrade every node (a rolling restart) before using a
+// new command: remove-node of a live node, keep-node, a changed
+// replication_factor, rebalance.
 //
-// # Moving replicas (reassign.go, remove.go, balance.go)
+// # Moving replicas (reassign.go, remove.go, rebalance.go, balance.go)
 //
 // A stream keeps the replicas it was created on until a broker is
-// removed or drained, or until its replica count differs from its
+// removed or drained, until its replica count differs from its
 // ReplicationFactor (created on a site with fewer brokers, or the factor
-// changed). A broker is removed by an operator
-// (Site.RemoveNode: `peat cluster remove-node`, POST
-// /api/v1/cluster/nodes/<id>/remove) or, with Config.ReplaceAfter
+// changed), or until a rebalance moves them (below). A broker is
+// removed by an operator (Site.RemoveNode: `peat cluster remove-node`,
+// POST /api/v1/cluster/nodes/<id>/remove) or, with Config.ReplaceAfter
 // (cluster.replace_after, 0 = never), by the controller once it has
 // seen it failed that long. The count is in the controller's memory,
 // from when it first saw the failure: a new controller starts again, so
@@ -171,6 +186,29 @@
 // the dead first, then those outside the ISR, then the last in replica
 // order, so the ISR keeps every member it can. edge refuses a
 // min_insync_replicas above the factor (every publish would be refused).
+//
+// Rebalancing (rebalance.go; Kafka's kafka-reassign-partitions, which
+// Cruise Control automates): a site grown from 3 to 5 nodes keeps every
+// stream on the first three, whose disks fill while the new ones hold
+// nothing. Site.Rebalance (`peat cluster rebalance`, POST
+// /api/v1/cluster/rebalance) runs planRebalance (no I/O) on its node's
+// state: among the brokers that may hold replicas (alive, not leaving),
+// it moves a replica from the most loaded to the least loaded, ties in
+// id order, until no count is more than one above another. Only settled
+// streams move (a leader, their factor of replicas, all alive, in the
+// ISR and staying, no move under way), a follower's replica before a
+// leader's, never an acks: leader stream's leader (see below). The
+// counts take the moves under way as done. It submits the plan as one
+// MoveReplicas; a controller whose state moved on refuses it (run it
+// again). planMoves then treats each move's source as a draining
+// broker's replica: the target is added in its place (steps 1-2),
+// and the source leaves once the stream has its factor on kept replicas
+// all in the ISR, its leadership, if any, going in the same
+// AssignReplicas to the next kept ISR member in replica order: the
+// target, which takes its rank (leader balancing then makes it the
+// preferred leader too). A stream is never less replicated or less in
+// sync than before. Status shows each stream's moves (Moving) until
+// they end.
 //
 // Leader balancing (balance.go, Kafka's preferred replica election): a
 // stream's first replica not leaving is its preferred leader. After a
@@ -749,10 +787,11 @@
 //     node in StateWriteRequest): a node seen failed wrongly can still
 //     land a write queued before it applied the adoption's move; and
 //     adopting sessions left without a claim (an unclean election).
-//   - Balancing replicas (not only leaders) over brokers that joined
-//     later; leader balancing for acks: leader streams, which needs a
-//     leader that stops acknowledging and waits for its follower before
-//     it hands over.
+//   - Rebalancing on its own (Cruise Control's goals: disk bytes, not
+//     replica counts; a stream's records are not counted); leader
+//     balancing for acks: leader streams, which needs a leader that
+//     stops acknowledging and waits for its follower before it hands
+//     over (a rebalance leaves their leaders where they are).
 //   - Deleting a stream: group positions that a Peat of key layout 3
 //     kept in the node's own state ("g/<group>/<stream>", moved into
 //     the stream at the first start that lists it) outlive a deletion,

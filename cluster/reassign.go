@@ -35,6 +35,9 @@ import (
 //     decommission is never an under-replicated moment, and waits for a
 //     broker (or a lower factor) when one it counted on has gone. If it
 //     leads, the first kept ISR member takes over in the same command.
+//   - a replica a rebalance moves (Stream.Moves) leaves as a draining
+//     broker's does, the move's target added in its place rather than
+//     the least loaded broker.
 //
 // The new replicas catch up as any follower does and the stream's leader
 // takes them into the ISR (the Replicator's rules). An offline stream
@@ -62,22 +65,27 @@ func planMoves(st *State) []AssignReplicas {
 		var keep, gone []string
 		draining := false
 		for _, r := range s.Replicas {
-			if st.leaving(r) {
+			if moved := s.movedFrom(r); moved || st.leaving(r) {
 				gone = append(gone, r)
 				b := st.Brokers[r]
-				draining = draining || (b.Draining && !b.Removed) // removed: dead, gone for good
+				// Removed: dead, gone for good. Moved (a rebalance): as
+				// draining, alive and in the ISR until it is dropped.
+				draining = draining || moved || (b.Draining && !b.Removed)
 			} else {
 				keep = append(keep, r)
 			}
 		}
 		want := s.Want()
 		if need := want - len(keep); need > 0 {
-			add := pickAdded(name, alive, s.Replicas, load, need)
+			// A move's target first, the least loaded brokers for the rest.
+			add := s.moveTargets()
+			add = add[:min(need, len(add))]
+			add = append(add, pickAdded(name, alive, slices.Concat(s.Replicas, add), load, need-len(add))...)
 			if len(add) > 0 {
 				for _, a := range add {
 					load[a]++
 				}
-				out = append(out, AssignReplicas{Name: name, Replicas: placeAdded(s.Replicas, gone, add)})
+				out = append(out, AssignReplicas{Name: name, Replicas: placeAdded(s.Replicas, gone, add, s.Moves)})
 				continue
 			}
 		}
@@ -148,19 +156,33 @@ func pickAdded(name string, alive, replicas []string, load map[string]int, need 
 	return cands[:min(need, len(cands))]
 }
 
-// placeAdded is replicas with add inserted, each right after a removed
+// placeAdded is replicas with add inserted, each right after a leaving
 // replica it replaces (so it inherits that one's rank in elections once
-// the removed one is dropped), the rest at the end.
-func placeAdded(replicas, gone, add []string) []string {
+// the leaving one is dropped): a move's target after its source, the
+// others in order, the rest at the end.
+func placeAdded(replicas, gone, add []string, moves []ReplicaMove) []string {
+	target := func(from string) string {
+		for _, m := range moves {
+			if m.From == from && slices.Contains(add, m.To) {
+				return m.To
+			}
+		}
+		return ""
+	}
+	rest := slices.DeleteFunc(slices.Clone(add), func(a string) bool {
+		return slices.ContainsFunc(moves, func(m ReplicaMove) bool { return m.To == a })
+	})
 	var out []string
 	for _, r := range replicas {
 		out = append(out, r)
-		if slices.Contains(gone, r) && len(add) > 0 {
-			out = append(out, add[0])
-			add = add[1:]
+		if to := target(r); to != "" {
+			out = append(out, to)
+		} else if slices.Contains(gone, r) && len(rest) > 0 {
+			out = append(out, rest[0])
+			rest = rest[1:]
 		}
 	}
-	return append(out, add...)
+	return append(out, rest...)
 }
 
 // control is what one term of the controller remembers between passes.

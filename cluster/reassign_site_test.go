@@ -37,6 +37,22 @@ func (n *siteNode) crash(t *testing.T) {
 // or a broker (expect 0, voter false) joining join.
 func startSiteNode(t *testing.T, id string, voter bool, expect, rf int, join []string, replaceAfter time.Duration) *siteNode {
 	t.Helper()
+	return startSiteNodeOf(t, id, voter, expect, join, replaceAfter, []SiteStream{{Name: "default", ReplicationFactor: rf}})
+}
+
+// startSiteNodeOf is startSiteNode with streams: "default" captures #,
+// the others <name>/#.
+func startSiteNodeOf(t *testing.T, id string, voter bool, expect int, join []string, replaceAfter time.Duration,
+	streams []SiteStream) *siteNode {
+	t.Helper()
+	var stores []logstore.StreamConfig
+	for _, x := range streams {
+		filter := x.Name + "/#"
+		if x.Name == "default" {
+			filter = "#"
+		}
+		stores = append(stores, logstore.StreamConfig{Name: x.Name, Filters: []string{filter}})
+	}
 	cfg := DefaultConfig()
 	cfg.NodeID, cfg.SerfAddr, cfg.RaftAddr = id, "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Voter, cfg.BootstrapExpect, cfg.Join = voter, expect, join
@@ -44,13 +60,12 @@ func startSiteNode(t *testing.T, id string, voter bool, expect, rf int, join []s
 	cfg.MQTTAddr, cfg.Version = "127.0.0.1:1883", "test"
 	cfg.ReplaceAfter = replaceAfter
 	store, err := logstore.Open(logstore.Config{Dir: t.TempDir(), Profile: logstore.ProfilePiZero,
-		Streams:           []logstore.StreamConfig{{Name: "default", Filters: []string{"#"}}},
-		RetentionInterval: time.Hour, MinFreeBytes: -1, ManualCommit: true})
+		Streams: stores, RetentionInterval: time.Hour, MinFreeBytes: -1, ManualCommit: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s, err := StartSite(SiteConfig{Node: cfg, TransportListen: "127.0.0.1:0", Store: store,
-		Streams: []SiteStream{{Name: "default", ReplicationFactor: rf}}, LagMax: 2 * time.Second})
+		Streams: streams, LagMax: 2 * time.Second})
 	if err != nil {
 		_ = store.Close()
 		t.Fatal(err)
@@ -74,7 +89,10 @@ type producer struct {
 	done  chan struct{}
 }
 
-func produce(n *siteNode) *producer {
+func produce(n *siteNode) *producer { return produceTo(n, "default") }
+
+// produceTo is produce to stream name.
+func produceTo(n *siteNode, name string) *producer {
 	p := &producer{acked: map[uint64]string{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
@@ -84,7 +102,7 @@ func produce(n *siteNode) *producer {
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			s := n.Log.Stream("default")
+			s := n.Log.Stream(name)
 			if s == nil {
 				continue
 			}
@@ -133,16 +151,22 @@ func (p *producer) moreAcked(t *testing.T, what string, k int) {
 // own replica, at the offset it was acknowledged with.
 func holdsAll(t *testing.T, n *siteNode, acked map[uint64]string) {
 	t.Helper()
-	local := n.store.Stream("default")
+	holdsAllOf(t, n, "default", acked)
+}
+
+// holdsAllOf is holdsAll of stream name.
+func holdsAllOf(t *testing.T, n *siteNode, name string, acked map[uint64]string) {
+	t.Helper()
+	local := n.store.Stream(name)
 	var top uint64
 	for off := range acked {
 		top = max(top, off+1)
 	}
-	waitUntil(t, n.Node.ID()+" commits every acknowledged record", func() bool { return local.Committed() >= top })
+	waitUntil(t, n.Node.ID()+" commits every acknowledged record of "+name, func() bool { return local.Committed() >= top })
 	for off, want := range acked {
 		recs, err := local.Read(off, 1, 0)
 		if err != nil || len(recs) != 1 || recs[0].Offset != off || string(recs[0].Payload) != want {
-			t.Fatalf("%s at offset %d: %v %v, want %q", n.Node.ID(), off, recs, err, want)
+			t.Fatalf("%s: %s at offset %d: %v %v, want %q", n.Node.ID(), name, off, recs, err, want)
 		}
 	}
 }

@@ -71,6 +71,11 @@ type Stream struct {
 	// name (State.Incarnations at its creation; 0 for a stream created
 	// before deletions existed).
 	Created uint64
+	// Moves are the replicas this stream is giving up to other brokers
+	// (MoveReplicas, rebalance.go): each target is added, catches up,
+	// and the source leaves, as a draining broker's replica does.
+	// Absent from states written before rebalancing existed.
+	Moves []ReplicaMove `msgpack:",omitempty"`
 }
 
 // Want is how many replicas the stream should have.
@@ -107,6 +112,7 @@ func (st *Stream) clone() *Stream {
 	c := *st
 	c.Replicas = slices.Clone(st.Replicas)
 	c.ISR = slices.Clone(st.ISR)
+	c.Moves = slices.Clone(st.Moves)
 	return &c
 }
 
@@ -130,7 +136,16 @@ func (s *State) alive(id string) bool {
 }
 
 // apply changes the state by c, or returns why not and changes nothing.
+// Every change may end a replica move (pruneMoves).
 func (s *State) apply(c Command) error {
+	if err := s.applyCommand(c); err != nil {
+		return err
+	}
+	s.pruneMoves()
+	return nil
+}
+
+func (s *State) applyCommand(c Command) error {
 	if ok, err := s.applyDeletion(c); ok {
 		return err
 	}
@@ -155,6 +170,8 @@ func (s *State) apply(c Command) error {
 		return s.keepBroker(c)
 	case SetReplicationFactor:
 		return s.setReplicationFactor(c)
+	case MoveReplicas:
+		return s.moveReplicas(c)
 	}
 	return fmt.Errorf("%w: %T", ErrBadCommand, c)
 }

@@ -67,6 +67,8 @@ type StreamStatus struct {
 	LogEnd        uint64 `json:"log_end"`
 	// ReplicaLag is filled on the node leading the stream only.
 	ReplicaLag []ReplicaLag `json:"replica_lag,omitempty"`
+	// Moving are the replicas a rebalance is moving (Stream.Moves).
+	Moving []ReplicaMove `json:"moving,omitempty"`
 }
 
 // ReplicaLag is one replica's place as its leader sees it.
@@ -127,6 +129,7 @@ func (s *Site) streamStatus(x *Stream) StreamStatus {
 		Name: x.Name, Leader: x.Leader, LeaderEpoch: x.LeaderEpoch, Version: x.Version,
 		Replicas: orEmpty(slices.Clone(x.Replicas)), ISR: orEmpty(slices.Clone(x.ISR)),
 		ReplicationFactor: x.Want(), UnderReplicated: len(x.ISR) < len(x.Replicas) || len(x.Replicas) < x.Want(),
+		Moving: slices.Clone(x.Moves),
 	}
 	if slices.Contains(x.Replicas, self) && s.cfg.Store != nil {
 		if local := s.cfg.Store.Stream(x.Name); local != nil {

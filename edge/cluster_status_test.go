@@ -155,6 +155,13 @@ func TestCluster_StatusAPI(t *testing.T) {
 	if len(doc.Alarms) != 0 {
 		t.Fatalf("alarms on a healthy site: %+v", doc.Alarms)
 	}
+	// Every node holds every stream: nothing to rebalance.
+	code, _, body := get(t, "POST", "http://"+others[0].HTTPAddr().String()+"/api/v1/cluster/rebalance")
+	var rb cluster.Rebalancing
+	if err := json.Unmarshal(body, &rb); code != 200 || err != nil || rb.Moves == nil || len(rb.Moves) != 0 ||
+		!rb.Balanced || len(rb.Replicas) != 3 {
+		t.Fatalf("POST /api/v1/cluster/rebalance: %d %s, want 200 with no moves on a balanced site", code, body)
+	}
 
 	// A follower stops.
 	gone := others[0]
@@ -295,6 +302,10 @@ func TestCluster_StatusAPIOutsideASite(t *testing.T) {
 	code, _, body := get(t, "GET", "http://"+n.HTTPAddr().String()+"/api/v1/cluster")
 	if code != 404 || !strings.Contains(string(body), "not in a cluster") {
 		t.Fatalf("/api/v1/cluster on a single node: %d %s", code, body)
+	}
+	code, _, body = get(t, "POST", "http://"+n.HTTPAddr().String()+"/api/v1/cluster/rebalance")
+	if code != 404 || !strings.Contains(string(body), "not in a cluster") {
+		t.Fatalf("POST /api/v1/cluster/rebalance on a single node: %d %s", code, body)
 	}
 	_, _, body = get(t, "GET", "http://"+n.HTTPAddr().String()+"/api/v1/status")
 	if strings.Contains(string(body), `"cluster"`) {

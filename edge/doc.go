@@ -66,6 +66,10 @@
 //	                     409 when refused, 404 for an unknown one)
 //	POST /api/v1/cluster/nodes/{id}/keep  ends member id's drain (200
 //	                     {"node"}; 409 once it is removed, 404 unknown)
+//	POST /api/v1/cluster/rebalance  spreads replicas over the brokers,
+//	                     counts within one (202 {"moves","replicas",
+//	                     "balanced"}; 200 with no moves: nothing to do;
+//	                     409 when the controller refused the plan)
 //	GET /                the status page (package status)
 //
 // The status document is made on request from the store, the broker's

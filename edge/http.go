@@ -47,6 +47,7 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/cluster", n.handleCluster)
 	mux.HandleFunc("POST /api/v1/cluster/nodes/{id}/remove", n.handleRemoveNode)
 	mux.HandleFunc("POST /api/v1/cluster/nodes/{id}/keep", n.handleKeepNode)
+	mux.HandleFunc("POST /api/v1/cluster/rebalance", n.handleRebalance)
 	page := status.Handler(n.Status)
 	mux.Handle("GET /{$}", page)
 	mux.Handle("GET /assets/", page)

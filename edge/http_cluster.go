@@ -101,6 +101,38 @@ func (n *Node) handleKeepNode(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// handleRebalance is POST /api/v1/cluster/rebalance (`peat cluster
+// rebalance`; an admin token where there are tokens): replicas move from
+// the brokers holding the most to those holding the fewest, add first
+// and remove after, until their counts are within one
+// (cluster.Site.Rebalance). 202 with the moves recorded; 200 with none
+// when there is nothing to move (Balanced says whether the site is, or
+// whether the streams that would move are busy); 409 when the
+// controller refused the plan (its state moved on, or it runs a Peat
+// without rebalance).
+func (n *Node) handleRebalance(w http.ResponseWriter, r *http.Request) {
+	site := n.siteOr404(w)
+	if site == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), removeTimeout)
+	defer cancel()
+	rb, err := site.Rebalance(ctx)
+	switch {
+	case err == nil && len(rb.Moves) == 0:
+		writeJSON(w, http.StatusOK, rb)
+	case err == nil:
+		n.log.Warn("cluster: rebalance: replicas move", "moves", rb.Moves, attrRemote, r.RemoteAddr)
+		writeJSON(w, http.StatusAccepted, rb)
+	case errors.Is(err, cluster.ErrBadReplicas), errors.Is(err, cluster.ErrIneligibleReplica),
+		errors.Is(err, cluster.ErrUnknownBroker), errors.Is(err, cluster.ErrUnknownStream),
+		errors.Is(err, cluster.ErrRemovedBroker), errors.Is(err, cluster.ErrBadCommand):
+		writeError(w, http.StatusConflict, err.Error())
+	default:
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	}
+}
+
 // clusterStatus is the cluster block of /api/v1/status, nil outside a
 // site.
 func (n *Node) clusterStatus() *cluster.SiteStatus {

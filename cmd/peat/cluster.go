@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -17,6 +19,7 @@ import (
 const clusterUsage = `Usage: peat cluster [flags]
        peat cluster remove-node [flags] NODE_ID
        peat cluster keep-node [flags] NODE_ID
+       peat cluster rebalance [flags]
 
 Prints a site node's view of its site (GET /api/v1/cluster): the node and
 whether it has caught up (its /readyz), the controller and the voters,
@@ -48,8 +51,19 @@ keep-node ends a live member's drain (POST
 a voter rejoins the quorum; replicas that already moved stay where they
 are. Refused once the drained member was stopped and removed.
 
-Exit status of both: 0 when recorded, 1 when refused, 2 for bad flags,
-3 when the node cannot be asked.
+rebalance spreads the replicas over the site (POST
+/api/v1/cluster/rebalance), typically after nodes joined: streams keep
+their replicas until a node leaves, so new nodes hold nothing until
+then. It moves replicas from the nodes holding the most to those
+holding the fewest until no node holds more than one more than another,
+and prints each move (stream: from -> to). Each new replica catches up
+and joins the ISR before the old one is dropped; 'peat cluster' shows
+the streams still moving. Streams under-replicated, out of sync or
+already moving wait for a later run.
+
+Exit status of these three: 0 when recorded (rebalance: also when
+nothing needs to move), 1 when refused (rebalance: also when nothing
+can move yet), 2 for bad flags, 3 when the node cannot be asked.
 
 Flags:
 `
@@ -64,6 +78,9 @@ func clusterCmd(args []string, stdout, stderr io.Writer, lookupEnv func(string) 
 	}
 	if len(args) > 0 && args[0] == "keep-node" {
 		return keepNodeCmd(args[1:], stdout, stderr, lookupEnv)
+	}
+	if len(args) > 0 && args[0] == "rebalance" {
+		return rebalanceCmd(args[1:], stdout, stderr, lookupEnv)
 	}
 	var o opsOptions
 	fs := newOpsFlags("cluster", clusterUsage, &o, stdout, lookupEnv)
@@ -152,6 +169,9 @@ func printCluster(w io.Writer, st *cluster.SiteStatus) {
 				state = fmt.Sprintf("UNDER-REPLICATED (%d of %d replicas)", len(s.Replicas), s.ReplicationFactor)
 			case s.UnderReplicated:
 				state = "UNDER-REPLICATED"
+			}
+			for _, m := range s.Moving {
+				state += fmt.Sprintf(", moving %s -> %s", m.From, m.To)
 			}
 			hw, end := "-", "-"
 			if s.LocalReplica {
@@ -264,7 +284,13 @@ func adminCall(cmd, helpCmd, what string, fs *flag.FlagSet, o *opsOptions, args 
 		fmt.Fprintf(stderr, "%s: -o must be text or json, got %q\n", cmd, o.output)
 		return exitUsage, true
 	}
-	err = callJSON(*o, method, path(rest[0]), out)
+	return adminSend(cmd, *o, method, path(rest[0]), out, stderr)
+}
+
+// adminSend sends an admin command's request and decodes the answer
+// into out; done and code as adminCall's.
+func adminSend(cmd string, o opsOptions, method, path string, out any, stderr io.Writer) (code int, done bool) {
+	err := callJSON(o, method, path, out)
 	var refused *apiStatusError
 	switch {
 	case errors.As(err, &refused) && refused.code >= 400 && refused.code < 500:
@@ -275,4 +301,49 @@ func adminCall(cmd, helpCmd, what string, fs *flag.FlagSet, o *opsOptions, args 
 		return exitUnknown, true
 	}
 	return 0, false
+}
+
+// rebalanceCmd is `peat cluster rebalance`.
+func rebalanceCmd(args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	var o opsOptions
+	fs := newOpsFlags("cluster rebalance", clusterUsage, &o, stdout, lookupEnv)
+	if code := parseOps(fs, &o, args, stderr); code >= 0 {
+		return code
+	}
+	var rb cluster.Rebalancing
+	if code, done := adminSend("peat cluster rebalance", o, http.MethodPost, "/api/v1/cluster/rebalance", &rb, stderr); done {
+		return code
+	}
+	if o.output == "json" {
+		writeJSONOut(stdout, rb)
+	} else {
+		printRebalance(stdout, &rb)
+	}
+	if len(rb.Moves) == 0 && !rb.Balanced {
+		return exitSiteUnwell
+	}
+	return exitOK
+}
+
+func printRebalance(w io.Writer, rb *cluster.Rebalancing) {
+	var counts []string
+	for _, id := range slices.Sorted(maps.Keys(rb.Replicas)) {
+		counts = append(counts, fmt.Sprintf("%s %d", id, rb.Replicas[id]))
+	}
+	per := strings.Join(counts, ", ")
+	switch {
+	case len(rb.Moves) == 0 && rb.Balanced:
+		fmt.Fprintf(w, "nothing to move: the replicas are spread within one per node (%s)\n", per)
+		return
+	case len(rb.Moves) == 0:
+		fmt.Fprintf(w, "nothing can move now (%s): the streams that would move are under-replicated, out of sync "+
+			"or moving already; run it again once 'peat cluster' shows them settled\n", per)
+		return
+	}
+	fmt.Fprintf(w, "moving %d replica(s), each new one syncing before the old one goes (watch with 'peat cluster'):\n",
+		len(rb.Moves))
+	for _, m := range rb.Moves {
+		fmt.Fprintf(w, "  %s: %s -> %s\n", m.Stream, m.From, m.To)
+	}
+	fmt.Fprintf(w, "replicas per node once done: %s\n", per)
 }

@@ -77,9 +77,43 @@ func TestClusterCommand_AgainstASiteNode(t *testing.T) {
 		t.Errorf("peat cluster keep-node gone: exit %d, stdout %q, stderr %q; want 1 saying unknown broker", code, out, stderr)
 	}
 
+	// rebalance: one node holds every replica, nothing to move.
+	if code, out, stderr = runPeat(t, nil, "cluster", "rebalance", "--http", p.httpAddr); code != exitOK ||
+		!strings.Contains(out, "nothing to move") || !strings.Contains(out, "(n1 2)") {
+		t.Errorf("peat cluster rebalance: exit %d, stdout %q, stderr %q; want 0 saying nothing to move", code, out, stderr)
+	}
+	if code, _, stderr = runPeat(t, nil, "cluster", "rebalance", "--http", p.httpAddr, "n1"); code != exitUsage {
+		t.Errorf("peat cluster rebalance n1: exit %d, stderr %q; want 2", code, stderr)
+	}
+
 	single := startPeat(t, t.TempDir())
 	code, _, stderr = runPeat(t, nil, "cluster", "--http", single.httpAddr)
 	if code != exitUnknown || !strings.Contains(stderr, "not in a cluster") {
 		t.Errorf("peat cluster against a single node: exit %d, stderr %q; want 3 saying it is not in a cluster", code, stderr)
+	}
+}
+
+// The rebalance's moves and the streams still moving are printed as an
+// operator reads them: stream, from -> to.
+func TestCluster_PrintMoves(t *testing.T) {
+	var b strings.Builder
+	printRebalance(&b, &cluster.Rebalancing{Moves: []cluster.StreamMove{{Stream: "default", From: "n1", To: "n4"}},
+		Replicas: map[string]int{"n1": 2, "n2": 3, "n4": 2}, Balanced: true})
+	for _, want := range []string{"moving 1 replica(s)", "  default: n1 -> n4\n", "replicas per node once done: n1 2, n2 3, n4 2"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("rebalance output lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	printRebalance(&b, &cluster.Rebalancing{Replicas: map[string]int{"n1": 3, "n2": 1}})
+	if !strings.Contains(b.String(), "nothing can move now (n1 3, n2 1)") {
+		t.Errorf("rebalance output with nothing movable:\n%s", b.String())
+	}
+	b.Reset()
+	printCluster(&b, &cluster.SiteStatus{NodeID: "n1", Ready: true, Streams: []cluster.StreamStatus{{Name: "default",
+		Leader: "n1", Replicas: []string{"n1", "n4", "n2"}, ISR: []string{"n1", "n2"}, ReplicationFactor: 2,
+		UnderReplicated: true, Moving: []cluster.ReplicaMove{{From: "n1", To: "n4"}}}}})
+	if !strings.Contains(b.String(), "UNDER-REPLICATED, moving n1 -> n4") {
+		t.Errorf("peat cluster does not show the move:\n%s", b.String())
 	}
 }
