@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -51,6 +52,17 @@ import (
 // Clean sessions without expiry that find nothing stored claim nothing
 // (a sensor that only publishes costs no replicated write per connect),
 // so two such connections of one client id on two brokers both stay.
+
+// SiteSessionKey is where client id's session is in
+// SiteSessions.SessionState, and SiteSessionClient the client a key
+// there belongs to (false: no session's): a site that fences each
+// session's writes by its claim maps keys to claims with them.
+func SiteSessionKey(id string) string { return sessionStatePrefix + id }
+
+// SiteSessionClient is SiteSessionKey's inverse.
+func SiteSessionClient(key string) (id string, ok bool) {
+	return strings.CutPrefix(key, sessionStatePrefix)
+}
 
 // siteEstablish readies cl's session on a broker of a site before mochi
 // hands the session over; false refuses the connection.
@@ -159,7 +171,7 @@ func (d *delivery) endSiteSession(id string, s *session) bool {
 
 // loadSiteSession reads client id's stored session.
 func loadSiteSession(st StateStore, id string) (s *session, found bool, err error) {
-	key := sessionStatePrefix + id
+	key := SiteSessionKey(id)
 	err = st.LoadState(key, func(k string, v []byte) error {
 		if k != key {
 			return nil
