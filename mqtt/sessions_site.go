@@ -45,9 +45,12 @@ import (
 //  3. Only the broker holding a session's claim writes it: a late write
 //     of the broker that lost it (its connection's end, an
 //     acknowledgement) is dropped when it comes to be written, and an
-//     ended session's deletion goes before its claim is released.
-//  4. A session whose holder died, left or restarted is adopted by one
-//     broker, which runs its expiry (sessions_orphans.go).
+//     ended session's deletion goes before its claim is released. One
+//     already on its way when the claim moved is dropped by the site
+//     (Peat's sessions' leader refuses it: SiteSessionKey).
+//  4. A session whose holder died, left or restarted, or that no broker
+//     holds, is adopted by one broker, which runs its expiry
+//     (sessions_orphans.go).
 //
 // Clean sessions without expiry that find nothing stored claim nothing
 // (a sensor that only publishes costs no replicated write per connect),
