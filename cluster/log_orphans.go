@@ -14,8 +14,8 @@ import (
 // A session's expiry is run by the node holding its claim. A claim whose
 // node the controller's state has failed, left or restarted (another
 // broker epoch) has no one to run it, nor has a stored session that no
-// claim holds (claims lost with an unclean election, or a late write of
-// an older node, which the leader does not fence): the leader of
+// claim holds (a late write of an older node, which the leader does not
+// fence, or claims lost with the stream's data): the leader of
 // SessionsStream finds both in its replica (watchOrphans) and offers
 // their client ids to mqtt on its node (OnSessionsOrphaned), which takes
 // each over with AdoptSession and expires it there.
@@ -29,9 +29,9 @@ const orphanScanInterval = 5 * time.Second
 // OnSessionsOrphaned sets fn (nil: none), called on the node leading the
 // sessions' stream with the client ids whose claim names a node the
 // controller's state has failed or in another epoch, or whose stored
-// session no claim holds, at every change of
-// that state or of the leadership and every orphanScanInterval until
-// they are adopted or claimed. fn must not block.
+// session no claim holds, at every change of that state or of the
+// leadership and every orphanScanInterval until they are adopted or
+// claimed. fn must not block.
 func (l *Log) OnSessionsOrphaned(fn func(ids []string)) {
 	if fn == nil {
 		l.orphaned.Store(nil)
@@ -42,10 +42,11 @@ func (l *Log) OnSessionsOrphaned(fn func(ids []string)) {
 
 // AdoptSession makes this node, which leads the sessions' stream, the
 // holder of client id's session if its claim still names a gone node,
-// or if no claim holds it and it is stored: a claim like ClaimSession's, decided on this leader under the same lock,
-// so a client claiming meanwhile keeps its claim, and the old node, back
-// in the same epoch after a partition, applies the move (OnSessionTaken)
-// and drops its late writes. False when this node does not lead the
+// or if no claim holds it and it is stored: a claim like ClaimSession's,
+// decided on this leader under the same lock, so a client claiming
+// meanwhile keeps its claim, and the old node, back in the same epoch
+// after a partition, applies the move (OnSessionTaken) and drops its
+// late writes. False when this node does not lead the
 // stream, the claim's node is alive again, another node claimed it, an
 // unclaimed session is gone, or the ISR did not take the claim.
 func (l *Log) AdoptSession(ctx context.Context, id string) bool {

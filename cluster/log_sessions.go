@@ -137,21 +137,12 @@ func (s *stream) writeStateFrom(ctx context.Context, ld *Leader, puts map[string
 // session is claimed before its first write and released only after its
 // deletion is written, so a write finding no claim is late too: the
 // session was adopted and expired meanwhile (or its claim was lost with
-// an unclean election, and its holder must claim it again). Keys that
-// are no session's are not fenced. claimDec is held.
+// the stream's data, and its client claims it again). Keys that are no
+// session's are not fenced. claimDec is held.
 func (s *stream) unheld(puts map[string][]byte, dels []string, from stateFrom) ([]string, error) {
-	keys := slices.Compact(slices.Sorted(func(yield func(string) bool) {
-		for k := range puts {
-			if !yield(k) {
-				return
-			}
-		}
-		for _, k := range dels {
-			if !yield(k) {
-				return
-			}
-		}
-	}))
+	keys := slices.AppendSeq(slices.Clone(dels), maps.Keys(puts))
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
 	var moved []string
 	for _, k := range keys {
 		id, ok := mqtt.SiteSessionClient(k)
