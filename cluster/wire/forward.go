@@ -71,9 +71,9 @@ type StateWriteRequest struct {
 	// Node and BrokerEpoch name the writing node, for a write the leader
 	// fences by its claims (the site's sessions): the leader refuses it
 	// (NotHolder) if a key it touches belongs to a claim that names
-	// another node or epoch. Empty Node encodes as before (4 fields) and
-	// is written unfenced; a leader that predates them refuses the
-	// 6-field frame.
+	// another node or epoch, or to none. Empty Node encodes as before
+	// (4 fields) and is written unfenced; a leader that predates them
+	// refuses the 6-field frame.
 	Node        string
 	BrokerEpoch uint64
 }
