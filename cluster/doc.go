@@ -529,19 +529,20 @@
 // The Log keeps the stream out of Streams, Stream, Route and
 // WatchStreams, and serves it to mqtt as mqtt.SiteSessions:
 //
-//   - SessionState is its state: writes through its leader, loads from
-//     this node's replica.
+//   - SessionState is its state: writes through its leader, fenced there
+//     by the sessions' claims (below), loads from this node's replica.
 //   - ClaimSession claims the client id with the id itself as holder, so
 //     the leader grants it whoever held it, naming this node: MQTT's one
 //     connection per client id becomes the claim's move. The node that
-//     held it sees its replica's claim name another node (claimsMoved, on
-//     the leader as it decides and on a follower as it applies fetched
-//     changes) and calls OnSessionTaken: mqtt there closes the old
-//     connection and drops its later writes of the session. An ISR member
-//     applies the move before the new claim is answered (its
-//     acknowledgement is its next fetch); an observer a fetch later. A
-//     site still forming, or whose sessions' leader is failing over, is
-//     waited for up to 10 s (sessionClaimWait), trying every 250 ms.
+//     held it sees its replica's claim name another node, or go
+//     (claimsMoved, on the leader as it decides and on a follower as it
+//     applies fetched changes) and calls OnSessionTaken: mqtt there
+//     closes the old connection and drops its later writes of the
+//     session. An ISR member applies the move before the new claim is
+//     answered (its acknowledgement is its next fetch); an observer a
+//     fetch later. A site still forming, or whose sessions' leader is
+//     failing over, is waited for up to 10 s (sessionClaimWait), trying
+//     every 250 ms.
 //   - ReleaseSession goes through the claims' retried releases
 //     (repairClaims), without waiting.
 //
@@ -549,10 +550,34 @@
 // says how), not at start; the node holding the claim alone writes it.
 // What a node's death can cost: up to mqtt's state interval (100 ms) of
 // acknowledged progress, delivered again, and a subscription made in the
-// same instant is held by the SUBACK until the site has it. Writes are
-// fenced on the writing node, not on the leader: a write the old holder
-// sent before it applied the move can still land after it (the wire's
-// StateWriteRequest does not name its node).
+// same instant is held by the SUBACK until the site has it.
+//
+// Writes are fenced on the leader as well as on the writing node
+// (writeStateFrom): a write of the sessions' state names its node and
+// broker epoch (StateWriteRequest's optional fields), and the leader,
+// under claimDec, the lock claims are decided with, refuses it as a
+// whole (NotHolder, naming the keys) when a session it touches is
+// claimed by another node, by the writer's node in another epoch, or by
+// no one. A session is claimed before its first write and released only
+// once its deletion is written, so a write finding no claim is late too:
+// the session was adopted and expired meanwhile (or its claim was lost,
+// and its client claims it again at its next connect). Writes of the
+// leader's own node are checked alike. The writing node drops those keys
+// and writes the rest at once (sessionState.WriteState), as mqtt drops
+// its own writes of a session it knows moved, and lets the session go
+// once its replica shows the claim moved or deleted. So a write the old
+// holder sent or queued before it applied the move never lands after
+// it. The check reads each session's claim; claimDec is let go once the
+// write is in the leader's store, so writes wait for a claim being
+// decided (its ISR round trip) but not for each other's acknowledgement.
+//
+// In a site of mixed versions, a 4-field StateWriteRequest (an older
+// node's) names no node and is written unfenced, as before; a node names
+// itself only to a leader whose Serf tags show its own Peat version,
+// since an older leader drops the longer frame (and every session write
+// with it until the upgrade ends). Writes then go unfenced, as they did,
+// and an older node's late write of an expired session is adopted again
+// (below).
 //
 // Expiry is run by the node holding a session's claim (its mochi
 // expires the disconnected client), or by the node its client connects
@@ -573,11 +598,18 @@
 // wrongly (a partition) that comes back in its epoch finds the claims
 // moved and closes its connections of those clients, as after any
 // take-over: the site decided they were gone. An adopter that dies in
-// turn is a gone holder like any other. A session without a claim (an
-// unclean election can lose claims) is not adopted: its client's next
-// connect decides it. TestLog_OrphanedSessionAdopted, edge's
-// TestCluster_Orphaned* and TestCluster_RestartedNodesSessionExpires,
-// and sitetest's TestSite_OrphanedSessionExpires (kill -9) show it.
+// turn is a gone holder like any other. A stored session that no claim
+// holds (a late write of an older node, which is not fenced; claims lost
+// with the stream's data, SessionsStream having no unclean election) is
+// offered too, and adopted once AdoptSession, under claimDec, finds it
+// still stored and unclaimed: its expiry runs. A client connected to a
+// node whose claim was lost then loses its connection (the move, as for
+// a fenced write), and claims the session back when it reconnects.
+// TestLog_OrphanedSessionAdopted, TestLog_UnclaimedSessionAdopted,
+// TestLog_SessionWriteFencedOnLeader,
+// TestLog_AdoptedSessionNotBroughtBack, edge's TestCluster_Orphaned* and
+// TestCluster_RestartedNodesSessionExpires, and sitetest's
+// TestSite_OrphanedSessionExpires (kill -9) show it.
 //
 // The streams' state is shared (mqtt.SharedState), so mqtt never takes
 // another node's session offsets for leftovers
@@ -783,10 +815,11 @@
 //
 // # What is left
 //
-//   - Sessions: a leader-side fence of a session's writes (the writer's
-//     node in StateWriteRequest): a node seen failed wrongly can still
-//     land a write queued before it applied the adoption's move; and
-//     adopting sessions left without a claim (an unclean election).
+//   - Sessions: a session's offsets are in its streams' state, whose
+//     leaders know no claims, so they are not fenced: a node that lost a
+//     session can still land a late offset of it (a position that goes
+//     back, or offsets of an expired session, left behind for the next
+//     session of its client id to find).
 //   - Rebalancing on its own (Cruise Control's goals: disk bytes, not
 //     replica counts; a stream's records are not counted); leader
 //     balancing for acks: leader streams, which needs a leader that

@@ -146,7 +146,7 @@ func (s *stream) putClaim(ctx context.Context, ld *Leader, key string, cur claim
 		}
 		return err
 	}
-	s.claimsMoved(map[string][]byte{k: h.encode()})
+	s.claimsMoved(map[string][]byte{k: h.encode()}, nil)
 	return nil
 }
 

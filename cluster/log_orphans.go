@@ -5,16 +5,20 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/peatmq/peat/mqtt"
 )
 
 // Orphaned sessions (doc.go, "Sessions across the site").
 //
 // A session's expiry is run by the node holding its claim. A claim whose
 // node the controller's state has failed, left or restarted (another
-// broker epoch) has no one to run it: the leader of SessionsStream finds
-// such claims in its replica (watchOrphans) and offers their client ids
-// to mqtt on its node (OnSessionsOrphaned), which takes each over with
-// AdoptSession and expires it there.
+// broker epoch) has no one to run it, nor has a stored session that no
+// claim holds (a late write of an older node, which the leader does not
+// fence, or claims lost with the stream's data): the leader of
+// SessionsStream finds both in its replica (watchOrphans) and offers
+// their client ids to mqtt on its node (OnSessionsOrphaned), which takes
+// each over with AdoptSession and expires it there.
 
 // orphanScanInterval is how often the sessions' leader looks for claims
 // of gone nodes besides when the controller's state or its leadership
@@ -24,9 +28,10 @@ const orphanScanInterval = 5 * time.Second
 
 // OnSessionsOrphaned sets fn (nil: none), called on the node leading the
 // sessions' stream with the client ids whose claim names a node the
-// controller's state has failed or in another epoch, at every change of
-// that state or of the leadership and every orphanScanInterval until
-// they are adopted or claimed. fn must not block.
+// controller's state has failed or in another epoch, or whose stored
+// session no claim holds, at every change of that state or of the
+// leadership and every orphanScanInterval until they are adopted or
+// claimed. fn must not block.
 func (l *Log) OnSessionsOrphaned(fn func(ids []string)) {
 	if fn == nil {
 		l.orphaned.Store(nil)
@@ -36,13 +41,14 @@ func (l *Log) OnSessionsOrphaned(fn func(ids []string)) {
 }
 
 // AdoptSession makes this node, which leads the sessions' stream, the
-// holder of client id's session if its claim still names a gone node: a
-// claim like ClaimSession's, decided on this leader under the same lock,
-// so a client claiming meanwhile keeps its claim, and the old node, back
-// in the same epoch after a partition, applies the move (OnSessionTaken)
-// and drops its late writes. False when this node does not lead the
-// stream, the claim's node is alive again, another node claimed it, or
-// the ISR did not take the claim.
+// holder of client id's session if its claim still names a gone node,
+// or if no claim holds it and it is stored: a claim like ClaimSession's,
+// decided on this leader under the same lock, so a client claiming
+// meanwhile keeps its claim, and the old node, back in the same epoch
+// after a partition, applies the move (OnSessionTaken) and drops its
+// late writes. False when this node does not lead the
+// stream, the claim's node is alive again, another node claimed it, an
+// unclaimed session is gone, or the ISR did not take the claim.
 func (l *Log) AdoptSession(ctx context.Context, id string) bool {
 	st := l.stream(SessionsStream)
 	if st == nil {
@@ -66,7 +72,11 @@ func (s *stream) adopt(ctx context.Context, key string) bool {
 	defer cancel()
 	s.claimDec.Lock()
 	cur, held, err := s.loadClaim(key)
-	if err == nil && held && s.holderGone(cur) {
+	orphan := held && s.holderGone(cur)
+	if err == nil && !held {
+		orphan, err = s.sessionStored(key)
+	}
+	if err == nil && orphan {
 		err = s.putClaim(ctx, ld, key, cur, held, claimHolder{holder: key, node: s.l.node.ID(), epoch: s.l.node.Epoch()})
 		held = err == nil
 	} else {
@@ -106,19 +116,42 @@ func (s *stream) watchOrphans() {
 	}
 }
 
-// offerOrphans makes one pass of watchOrphans.
+// sessionStored reports whether client id's session is in this replica's
+// state.
+func (s *stream) sessionStored(id string) (bool, error) {
+	key, found := mqtt.SiteSessionKey(id), false
+	err := s.st.LoadState(key, func(k string, _ []byte) error {
+		found = found || k == key
+		return nil
+	})
+	return found, err
+}
+
+// offerOrphans makes one pass of watchOrphans: the claims of gone nodes,
+// and the stored sessions that no claim holds.
 func (s *stream) offerOrphans() {
 	fn := s.l.orphaned.Load()
 	if fn == nil || s.noteLeader() == nil {
 		return
 	}
 	var ids []string
+	claimed := map[string]bool{}
 	err := s.st.LoadState(claimStatePrefix, func(k string, v []byte) error {
+		id := strings.TrimPrefix(k, claimStatePrefix)
+		claimed[id] = true
 		if h, err := decodeClaim(v); err == nil && s.holderGone(h) {
-			ids = append(ids, strings.TrimPrefix(k, claimStatePrefix))
+			ids = append(ids, id)
 		}
 		return nil
 	})
+	if err == nil {
+		err = s.st.LoadState(mqtt.SiteSessionKey(""), func(k string, _ []byte) error {
+			if id, ok := mqtt.SiteSessionClient(k); ok && !claimed[id] {
+				ids = append(ids, id)
+			}
+			return nil
+		})
+	}
 	if err != nil {
 		s.l.log.Debug("cluster: looking for orphaned sessions", slog.Any("err", err))
 		return

@@ -1,7 +1,12 @@
 package cluster
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,6 +45,10 @@ func (l *Log) SessionState() mqtt.StateStore { return sessionState{l} }
 
 type sessionState struct{ l *Log }
 
+// WriteState drops the part of the write that the leader refused
+// because another node holds those sessions (writeStateFrom), as mqtt
+// drops its own writes of a session it knows moved, and writes the rest.
+// This node learns of the move itself from its replica (claimsMoved).
 func (s sessionState) WriteState(puts map[string][]byte, dels []string) error {
 	st := s.l.stream(SessionsStream)
 	if st == nil {
@@ -48,7 +57,126 @@ func (s sessionState) WriteState(puts map[string][]byte, dels []string) error {
 		}
 		return fmt.Errorf("cluster: write sessions: %s not served yet: %w", SessionsStream, mqtt.ErrLeaderUnavailable)
 	}
-	return st.WriteState(puts, dels)
+	for {
+		err := st.WriteState(puts, dels)
+		moved, ok := errors.AsType[*movedError](err)
+		if !ok {
+			return err
+		}
+		n := len(puts) + len(dels)
+		puts, dels = withoutKeys(puts, dels, moved.keys)
+		if len(puts)+len(dels) == n {
+			return err // the leader named none of them: not to be retried here
+		}
+		s.l.log.Debug("cluster: dropped writes of sessions another node holds", slog.Any("keys", moved.keys))
+		if len(puts)+len(dels) == 0 {
+			return nil
+		}
+	}
+}
+
+// withoutKeys is puts and dels without keys, copied (the caller's are
+// left alone).
+func withoutKeys(puts map[string][]byte, dels []string, keys []string) (map[string][]byte, []string) {
+	p := maps.Clone(puts)
+	for _, k := range keys {
+		delete(p, k)
+	}
+	d := slices.DeleteFunc(slices.Clone(dels), func(k string) bool { return slices.Contains(keys, k) })
+	return p, d
+}
+
+// stateFrom names the node a state write comes from, in its broker
+// epoch; zero for a write that names none (an older node's frame),
+// which is written unfenced.
+type stateFrom struct {
+	node  string
+	epoch uint64
+}
+
+// movedError refuses a write of the sessions' state as a whole: keys
+// are those of sessions whose claim names another node, another epoch
+// of the writer's, or no one.
+type movedError struct{ keys []string }
+
+func (e *movedError) Error() string {
+	return fmt.Sprintf("cluster: write sessions: %d of them held by another node", len(e.keys))
+}
+
+// writeStateFrom is writeStateLeader for a write from node from. On the
+// sessions' stream, a write naming its node is the fence of "Sessions
+// across the site": refused (movedError) when a session it touches is
+// not claimed by from (unheld), checked and written under claimDec, the
+// lock claims are decided with, so that no claim moves between the
+// check and the write: a late write of a node that lost a session
+// (taken over, or adopted by the leader and expired) cannot land after
+// the move. The ISR's acknowledgement is waited for after claimDec is
+// let go.
+func (s *stream) writeStateFrom(ctx context.Context, ld *Leader, puts map[string][]byte, dels []string, from stateFrom) error {
+	if s.name != SessionsStream || from.node == "" {
+		return s.writeStateLeader(ctx, ld, puts, dels)
+	}
+	s.claimDec.Lock()
+	moved, err := s.unheld(puts, dels, from)
+	var seq uint64
+	if err == nil && len(moved) == 0 {
+		seq, err = s.stageState(ld, puts, dels, waitAcks)
+	}
+	s.claimDec.Unlock()
+	switch {
+	case err != nil:
+		return err
+	case len(moved) > 0:
+		return &movedError{keys: moved}
+	}
+	return s.awaitState(ctx, ld, seq, waitAcks)
+}
+
+// unheld returns the keys of a write whose session's claim does not name
+// from: another node's, from's node's in another epoch, or none. A
+// session is claimed before its first write and released only after its
+// deletion is written, so a write finding no claim is late too: the
+// session was adopted and expired meanwhile (or its claim was lost with
+// the stream's data, and its client claims it again). Keys that are no
+// session's are not fenced. claimDec is held.
+func (s *stream) unheld(puts map[string][]byte, dels []string, from stateFrom) ([]string, error) {
+	keys := slices.AppendSeq(slices.Clone(dels), maps.Keys(puts))
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	var moved []string
+	for _, k := range keys {
+		id, ok := mqtt.SiteSessionClient(k)
+		if !ok {
+			continue
+		}
+		h, held, err := s.loadClaim(id)
+		if err != nil {
+			return nil, err
+		}
+		if !held || h.node != from.node || h.epoch != from.epoch {
+			moved = append(moved, k)
+		}
+	}
+	return moved, nil
+}
+
+// fromFor is what this node names itself as in a write of the stream's
+// state forwarded to leader: itself on the sessions' stream, when leader
+// runs this node's Peat version (its Serf tag). A leader of another
+// version may predate the fence and would drop the longer frame, leaving
+// sessions unwritten until a rolling upgrade ends: it gets the older
+// frame, which it writes unfenced, as before.
+func (s *stream) fromFor(leader string) stateFrom {
+	n := s.l.node
+	if s.name != SessionsStream {
+		return stateFrom{}
+	}
+	for _, m := range n.serf.Members() {
+		if m.Name == leader && m.Tags[tagVersion] == n.cfg.Version {
+			return stateFrom{n.ID(), n.Epoch()}
+		}
+	}
+	return stateFrom{}
 }
 
 func (s sessionState) LoadState(prefix string, fn func(key string, val []byte) error) error {
@@ -118,29 +246,35 @@ func (l *Log) OnSessionTaken(fn func(id string)) {
 
 // claimsMoved looks, on the sessions' stream, at claims just written to
 // this replica (a leader's decision, or a follower's fetched changes) for
-// those granted here that now name another holder's node: the session
-// was taken over elsewhere, and this node lets it go.
-func (s *stream) claimsMoved(puts map[string][]byte) {
+// those granted here that now name another holder's node, or that went
+// (deleted: this node's own releases are no longer granted when they
+// go): the session was taken over elsewhere, or adopted and expired, and
+// this node lets it go.
+func (s *stream) claimsMoved(puts map[string][]byte, dels []string) {
 	if s.name != SessionsStream {
 		return
 	}
 	me, epoch := s.l.node.ID(), s.l.node.Epoch()
 	var lost []string
 	s.mu.Lock()
-	for k, v := range puts {
+	take := func(k string, moved func() bool) {
 		key, ok := strings.CutPrefix(k, claimStatePrefix)
 		if !ok {
-			continue
+			return
 		}
-		holder, granted := s.mu.granted[key]
-		if !granted {
-			continue
+		if holder, granted := s.mu.granted[key]; granted && moved() {
+			delete(s.mu.granted, key)
+			lost = append(lost, holder)
 		}
-		if h, err := decodeClaim(v); err != nil || h.node == me && h.epoch == epoch {
-			continue
-		}
-		delete(s.mu.granted, key)
-		lost = append(lost, holder)
+	}
+	for k, v := range puts {
+		take(k, func() bool {
+			h, err := decodeClaim(v)
+			return err == nil && (h.node != me || h.epoch != epoch)
+		})
+	}
+	for _, k := range dels {
+		take(k, func() bool { return true })
 	}
 	s.mu.Unlock()
 	if fn := s.l.taken.Load(); fn != nil {

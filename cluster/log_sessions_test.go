@@ -2,15 +2,27 @@ package cluster
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/peatmq/peat/cluster/faultnet"
+	"github.com/peatmq/peat/cluster/wire"
 )
 
 // sessionsSite is a three-node site serving the sessions' stream, led by
 // the first node, every node a replica; kill stops a node.
 func sessionsSite(t *testing.T) (nodes []*logNode, kill func(*logNode)) {
 	t.Helper()
-	nodes, kill = startLogSite(t, 3, 1)
+	return sessionsSiteNet(t, nil)
+}
+
+// sessionsSiteNet is sessionsSite with the cluster transport on fnet
+// when it is not nil.
+func sessionsSiteNet(t *testing.T, fnet *faultnet.Network) (nodes []*logNode, kill func(*logNode)) {
+	t.Helper()
+	nodes, kill = startLogSiteNet(t, 3, 1, LogConfig{}, fnet)
 	var ids []string
 	for _, ln := range nodes {
 		ids = append(ids, ln.node.ID())
@@ -163,5 +175,206 @@ func TestLog_OrphanedSessionAdopted(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the adopter was not told its session was taken")
+	}
+}
+
+// writeSessions writes the sessions' state from ln, as mqtt's state
+// writer does.
+func writeSessions(t *testing.T, ln *logNode, puts map[string]string, dels ...string) {
+	t.Helper()
+	p := map[string][]byte{}
+	for k, v := range puts {
+		p[k] = []byte(v)
+	}
+	if err := ln.log.SessionState().WriteState(p, dels); err != nil {
+		t.Fatalf("%s: write sessions: %v", ln.node.ID(), err)
+	}
+}
+
+// storedSessions is ln's replica of the sessions' state.
+func storedSessions(ln *logNode) map[string]string {
+	got := map[string]string{}
+	_ = ln.log.SessionState().LoadState("", func(k string, v []byte) error {
+		got[k] = string(v)
+		return nil
+	})
+	return got
+}
+
+// waitSessions waits until every node's replica of the sessions' state
+// is want.
+func waitSessions(t *testing.T, nodes []*logNode, want map[string]string) {
+	t.Helper()
+	for _, ln := range nodes {
+		eventually(t, ln.node.ID()+" holds the sessions "+fmtKeys(want), func() bool {
+			return maps.Equal(storedSessions(ln), want)
+		})
+	}
+}
+
+func fmtKeys(m map[string]string) string {
+	var out string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out += " " + k + "=" + m[k]
+	}
+	return "{" + out + " }"
+}
+
+// A session's writes are fenced on the sessions' leader by its claim: a
+// late write of the node that held it, sent after another node claimed
+// it, is dropped, whether it puts or deletes, and the new holder's state
+// stays; the rest of the same write (a session the node still holds) is
+// written. The leader's own node, and a node writing a session no one
+// claimed, are fenced alike. An older node's frame, which names no node,
+// is written as before.
+func TestLog_SessionWriteFencedOnLeader(t *testing.T) {
+	nodes, _ := sessionsSite(t)
+	leader, a, b := nodes[0], nodes[1], nodes[2]
+	if !a.log.ClaimSession("c1") || !a.log.ClaimSession("c2") {
+		t.Fatal("a claim was refused")
+	}
+	writeSessions(t, a, map[string]string{"s/c1": "a1", "s/c2": "a2"})
+	if !b.log.ClaimSession("c1") {
+		t.Fatal("the claim on another node was refused")
+	}
+	writeSessions(t, b, map[string]string{"s/c1": "b1"})
+
+	writeSessions(t, a, map[string]string{"s/c1": "a-late", "s/c2": "a2-again"})
+	writeSessions(t, a, nil, "s/c1")
+	writeSessions(t, leader, map[string]string{"s/c1": "leader", "s/c2": "leader"})
+	writeSessions(t, b, map[string]string{"s/c3": "nobody's"})
+	want := map[string]string{"s/c1": "b1", "s/c2": "a2-again"}
+	waitSessions(t, nodes, want)
+
+	ls := leader.log.stream(SessionsStream)
+	ld := ls.leading()
+	late := wire.StateWriteRequest{Stream: SessionsStream, LeaderEpoch: ld.epoch, Node: a.node.ID(), BrokerEpoch: a.node.Epoch(),
+		Puts: []wire.KV{{Key: "s/c1", Val: []byte("x")}, {Key: "s/c2", Val: []byte("y")}}}
+	if resp := ls.serveStateWrite(t.Context(), &late); resp.Code != wire.NotHolder || !slices.Equal(resp.Moved, []string{"s/c1"}) {
+		t.Fatalf("a late write naming %s: %+v, want NotHolder moving s/c1 alone", a.node.ID(), resp)
+	}
+	old := wire.StateWriteRequest{Stream: SessionsStream, LeaderEpoch: ld.epoch, Puts: []wire.KV{{Key: "s/c1", Val: []byte("old")}}}
+	if resp := ls.serveStateWrite(t.Context(), &old); resp.Code != wire.None {
+		t.Fatalf("an older node's write: %+v, want written", resp)
+	}
+	want["s/c1"] = "old"
+	waitSessions(t, nodes, want)
+}
+
+// adoptNow has the sessions' leader ls adopt client id's session as
+// AdoptSession does (the claim moves to it under claimDec, and it holds
+// it), without waiting for the site to see the holder's node fail: a
+// partition from the leader alone leaves that node alive to Serf.
+func adoptNow(t *testing.T, ls *stream, id string) {
+	t.Helper()
+	eventually(t, "the leader adopts "+id, func() bool {
+		ls.claimDec.Lock()
+		defer ls.claimDec.Unlock()
+		cur, held, err := ls.loadClaim(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), rpcTimeout)
+		defer cancel()
+		me := claimHolder{holder: id, node: ls.l.node.ID(), epoch: ls.l.node.Epoch()}
+		return ls.putClaim(ctx, ls.leading(), id, cur, held, me) == nil
+	})
+	ls.mu.Lock()
+	ls.mu.granted[id] = id
+	ls.mu.Unlock()
+}
+
+// A node cut off from the sessions' leader holds a session; the leader
+// adopts it (as it adopts the session of a node it sees fail, here
+// wrongly), runs its expiry (deletes it) and lets the claim go. Once the
+// link heals, the old holder's late write of the session does not bring
+// it back, and the old holder learns it lost the session although its
+// replica never saw the claim move, only go.
+func TestLog_AdoptedSessionNotBroughtBack(t *testing.T) {
+	fnet := faultnet.New()
+	nodes, _ := sessionsSiteNet(t, fnet)
+	leader, a := nodes[0], nodes[1]
+	if a.node.Controller() == a.node.ID() {
+		a = nodes[2] // the leader must reach the controller to drop a from the ISR
+	}
+	taken := make(chan string, 4)
+	a.log.OnSessionTaken(func(id string) { taken <- id })
+	if !a.log.ClaimSession("p") {
+		t.Fatal("the claim was refused")
+	}
+	writeSessions(t, a, map[string]string{"s/p": "connected"})
+	isolate(fnet, a, leader)
+
+	ls := leader.log.stream(SessionsStream)
+	adoptNow(t, ls, "p") // waits for the ISR to drop the cut-off node
+	writeSessions(t, leader, nil, "s/p")
+	leader.log.ReleaseSession("p")
+	eventually(t, "the adopter's release", func() bool {
+		_, held, err := ls.loadClaim("p")
+		return err == nil && !held
+	})
+
+	fnet.Heal(a.node.ID(), leader.node.ID())
+	eventually(t, "the old holder's late write answered", func() bool {
+		return a.log.SessionState().WriteState(map[string][]byte{"s/p": []byte("late")}, nil) == nil
+	})
+	if got := storedSessions(leader); len(got) != 0 {
+		t.Fatalf("the expired session came back: %v", got)
+	}
+	select {
+	case id := <-taken:
+		if id != "p" {
+			t.Fatalf("%s was told of %q, want p", a.node.ID(), id)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s was never told it lost the session", a.node.ID())
+	}
+	waitSessions(t, nodes, map[string]string{})
+}
+
+// A stored session that no claim holds (an older node's late write, or
+// claims lost with an unclean election) is offered to the sessions'
+// leader alone, which adopts it so that its expiry runs; a client id
+// with nothing stored is not adopted.
+func TestLog_UnclaimedSessionAdopted(t *testing.T) {
+	nodes, _ := sessionsSite(t)
+	leader, b := nodes[0], nodes[2]
+	offered := make(chan []string, 100)
+	for _, ln := range nodes {
+		ln.log.OnSessionsOrphaned(func(ids []string) {
+			if ln != leader {
+				t.Errorf("%s, which does not lead the sessions' stream, was offered %v", ln.node.ID(), ids)
+			}
+			select {
+			case offered <- ids:
+			default:
+			}
+		})
+	}
+	ls := leader.log.stream(SessionsStream)
+	old := wire.StateWriteRequest{Stream: SessionsStream, LeaderEpoch: ls.leading().epoch, Puts: []wire.KV{{Key: "s/u", Val: []byte("v")}}}
+	if resp := ls.serveStateWrite(t.Context(), &old); resp.Code != wire.None {
+		t.Fatalf("an older node's write: %+v", resp)
+	}
+	select {
+	case ids := <-offered:
+		if !slices.Equal(ids, []string{"u"}) {
+			t.Fatalf("offered %v, want [u]", ids)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the unclaimed session was never offered")
+	}
+	if b.log.AdoptSession(t.Context(), "u") {
+		t.Fatal("a node that does not lead the sessions' stream adopted it")
+	}
+	if leader.log.AdoptSession(t.Context(), "nothing-stored") {
+		t.Fatal("a client id with no session and no claim was adopted")
+	}
+	if !leader.log.AdoptSession(t.Context(), "u") {
+		t.Fatal("the leader did not adopt the unclaimed session")
+	}
+	h, held, err := ls.loadClaim("u")
+	if err != nil || !held || h.node != leader.node.ID() {
+		t.Fatalf("claim after the adoption: %+v %v %v, want the leader's", h, held, err)
 	}
 }

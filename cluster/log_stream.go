@@ -547,7 +547,7 @@ func (s *stream) WriteState(puts map[string][]byte, dels []string) error {
 		}
 	}()
 	if ld := s.noteLeader(); ld != nil {
-		return s.writeStateLeader(ctx, ld, puts, dels)
+		return s.writeStateFrom(ctx, ld, puts, dels, stateFrom{s.l.node.ID(), s.l.node.Epoch()})
 	}
 	return s.forwardStateWrite(ctx, puts, dels)
 }

@@ -109,25 +109,32 @@ func (s *stream) writeStateLeader(ctx context.Context, ld *Leader, puts map[stri
 
 // writeState is writeStateLeader with what to wait for.
 func (s *stream) writeState(ctx context.Context, ld *Leader, puts map[string][]byte, dels []string, w stateWait) error {
-	acksLeader := s.l.acksLeader(s.name)
-	checkMin := !acksLeader && w != waitNone
-	wait := w == waitISR || w == waitAcks && !acksLeader
-	if checkMin && !ld.InSync() {
-		return fmt.Errorf("cluster: write state of %s: %w", s.name, mqtt.ErrNotEnoughReplicas)
+	seq, err := s.stageState(ld, puts, dels, w)
+	if err != nil {
+		return err
+	}
+	return s.awaitState(ctx, ld, seq, w)
+}
+
+// stageState writes into the leader ld's store under the next seq, which
+// it returns: what awaitState then waits for the ISR to acknowledge.
+// Split so that a fenced write (writeStateFrom) holds claimDec while it
+// is written, not while the ISR acknowledges it.
+func (s *stream) stageState(ld *Leader, puts map[string][]byte, dels []string, w stateWait) (uint64, error) {
+	if s.checksMin(w) && !ld.InSync() {
+		return 0, fmt.Errorf("cluster: write state of %s: %w", s.name, mqtt.ErrNotEnoughReplicas)
 	}
 	r := &s.rs
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.leader != ld {
-		r.mu.Unlock()
-		return fmt.Errorf("cluster: write state of %s: leadership moved: %w", s.name, mqtt.ErrLeaderUnavailable)
+		return 0, fmt.Errorf("cluster: write state of %s: leadership moved: %w", s.name, mqtt.ErrLeaderUnavailable)
 	}
 	if err := s.st.WriteState(puts, dels); err != nil {
-		r.mu.Unlock()
-		return err
+		return 0, err
 	}
 	r.seq++
-	seq := r.seq
-	c := stateChange{seq: seq, puts: make(map[string][]byte, len(puts)), dels: slices.Clone(dels)}
+	c := stateChange{seq: r.seq, puts: make(map[string][]byte, len(puts)), dels: slices.Clone(dels)}
 	for k, v := range puts {
 		c.puts[k] = slices.Clone(v) // the caller may reuse its values
 	}
@@ -138,10 +145,23 @@ func (s *stream) writeState(ctx context.Context, ld *Leader, puts map[string][]b
 		r.log = r.log[1:]
 	}
 	r.notifyLocked()
-	r.mu.Unlock()
-	if !wait {
+	return r.seq, nil
+}
+
+// checksMin reports whether a write waiting for w is refused below
+// min_insync_replicas.
+func (s *stream) checksMin(w stateWait) bool {
+	return !s.l.acksLeader(s.name) && w != waitNone
+}
+
+// awaitState waits, unless w or the stream's acks say not to, until
+// every other ISR member of the leader ld has acknowledged seq.
+func (s *stream) awaitState(ctx context.Context, ld *Leader, seq uint64, w stateWait) error {
+	if w != waitISR && (w != waitAcks || s.l.acksLeader(s.name)) {
 		return nil
 	}
+	checkMin := s.checksMin(w)
+	r := &s.rs
 	for {
 		st, stChanged := s.l.node.State()
 		r.mu.Lock()
@@ -172,7 +192,8 @@ func (s *stream) writeState(ctx context.Context, ld *Leader, puts map[string][]b
 	}
 }
 
-// forwardStateWrite passes a follower's state write to the leader.
+// forwardStateWrite passes a follower's state write to the leader,
+// naming this node when the leader fences it (fromFor).
 func (s *stream) forwardStateWrite(ctx context.Context, puts map[string][]byte, dels []string) error {
 	leader, epoch, addr := s.stateLeader()
 	if leader == "" || leader == s.l.node.ID() || addr == "" {
@@ -181,13 +202,17 @@ func (s *stream) forwardStateWrite(ctx context.Context, puts map[string][]byte, 
 	if n := len(puts) + len(dels); n > logstore.MaxStateWrite {
 		return fmt.Errorf("cluster: write state of %s: %d entries, at most %d", s.name, n, logstore.MaxStateWrite)
 	}
-	req := wire.StateWriteRequest{Stream: s.name, LeaderEpoch: epoch, Dels: dels}
+	from := s.fromFor(leader)
+	req := wire.StateWriteRequest{Stream: s.name, LeaderEpoch: epoch, Dels: dels, Node: from.node, BrokerEpoch: from.epoch}
 	for _, k := range slices.Sorted(maps.Keys(puts)) {
 		req.Puts = append(req.Puts, wire.KV{Key: k, Val: puts[k]})
 	}
 	var resp wire.StateWriteResponse
 	if err := s.rpc.call(ctx, s.l.node.dialer(), addr, wire.KindStateWriteRequest, req.AppendTo(nil), wire.KindStateWriteResponse, &resp); err != nil {
 		return fmt.Errorf("cluster: write state of %s through %s: %v: %w", s.name, leader, err, mqtt.ErrLeaderUnavailable)
+	}
+	if resp.Code == wire.NotHolder && len(resp.Moved) > 0 {
+		return &movedError{keys: resp.Moved}
 	}
 	return codeErr("write state of", s.name, resp.Code, resp.Message)
 }
@@ -204,7 +229,10 @@ func (s *stream) serveStateWrite(ctx context.Context, req *wire.StateWriteReques
 	for _, kv := range req.Puts {
 		puts[kv.Key] = kv.Val
 	}
-	if err := s.writeStateLeader(ctx, ld, puts, req.Dels); err != nil {
+	if err := s.writeStateFrom(ctx, ld, puts, req.Dels, stateFrom{req.Node, req.BrokerEpoch}); err != nil {
+		if moved, ok := errors.AsType[*movedError](err); ok {
+			return wire.StateWriteResponse{Code: wire.NotHolder, Message: err.Error(), Moved: moved.keys}
+		}
 		return wire.StateWriteResponse{Code: produceCode(err), Message: err.Error()}
 	}
 	return wire.StateWriteResponse{}
@@ -426,7 +454,7 @@ func (s *stream) applyState(resp *wire.StateFetchResponse) error {
 			return err
 		}
 	}
-	keys := slices.Sorted(maps.Keys(puts))
+	keys, gone := slices.Sorted(maps.Keys(puts)), dels
 	for len(keys) > 0 || len(dels) > 0 {
 		p := map[string][]byte{}
 		for len(keys) > 0 && len(p) < logstore.MaxStateWrite {
@@ -439,6 +467,6 @@ func (s *stream) applyState(resp *wire.StateFetchResponse) error {
 		}
 		dels = dels[n:]
 	}
-	s.claimsMoved(puts)
+	s.claimsMoved(puts, gone)
 	return nil
 }

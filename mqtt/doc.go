@@ -271,8 +271,9 @@
 // site (a Log that is SiteSessions) a session is the site's: it is read
 // when its client connects to any broker, claimed there (the broker that
 // held it closes its connection and stops writing it), and handed to mochi
-// then (sessions_site.go); one whose broker died or restarted is adopted
-// by one broker of the site, which expires it (sessions_orphans.go).
+// then (sessions_site.go); one whose broker died or restarted, or that
+// no broker holds, is adopted by one broker of the site, which expires
+// it (sessions_orphans.go).
 //
 // Publishes to $replay/... and $group/... are refused: those topics belong
 // to the replay protocol; a publish to $offsets/<group>/<stream> commits

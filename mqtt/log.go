@@ -108,7 +108,9 @@ type SiteSessions interface {
 	// SessionState keeps the sessions' properties and subscriptions, the
 	// same on every broker of the site: a write reaches them all, a load
 	// reads this broker's copy. Before the site serves it, writes fail
-	// with ErrLeaderUnavailable and loads find nothing.
+	// with ErrLeaderUnavailable and loads find nothing. The site may drop
+	// the part of a write whose session's claim another broker holds
+	// (SiteSessionKey), as this broker drops its own once it knows.
 	SessionState() StateStore
 	// ClaimSession makes this broker the holder of client id's session,
 	// taking it from the broker that held it, which is told
@@ -119,18 +121,21 @@ type SiteSessions interface {
 	// waiting.
 	ReleaseSession(id string)
 	// OnSessionTaken sets fn (nil: none), called with the client id of a
-	// session this broker held that another broker claimed. fn must not
-	// block, nor claim or release.
+	// session this broker held that another broker claimed (or whose
+	// claim the site no longer gives it at all). fn must not block, nor
+	// claim or release.
 	OnSessionTaken(fn func(id string))
 	// OnSessionsOrphaned sets fn (nil: none), called on the one broker of
 	// the site that is to take them over with the client ids of sessions
-	// whose holder the site saw fail, leave or restart, again and again
-	// until they are adopted or claimed. fn must not block, nor claim.
+	// whose holder the site saw fail, leave or restart, or that no broker
+	// holds, again and again until they are adopted or claimed. fn must
+	// not block, nor claim.
 	OnSessionsOrphaned(fn func(ids []string))
 	// AdoptSession makes this broker the holder of client id's session
-	// if the broker holding it is still gone, so that it runs the
-	// session's expiry; false when not (it came back, a client claimed
-	// the session, this broker is no longer the one to adopt, ctx ended).
+	// if the broker holding it is still gone (or none holds it), so that
+	// it runs the session's expiry; false when not (it came back, a
+	// client claimed the session, this broker is no longer the one to
+	// adopt, ctx ended).
 	AdoptSession(ctx context.Context, id string) bool
 }
 

@@ -17,8 +17,9 @@ import (
 // session in the site's state for good.
 //
 // So the site offers the sessions whose holder it saw fail, leave or
-// restart to one broker (SiteSessions.OnSessionsOrphaned; in Peat the
-// leader of the sessions' stream), which adopts each one
+// restart, and those no broker holds, to one broker
+// (SiteSessions.OnSessionsOrphaned; in Peat the leader of the sessions'
+// stream), which adopts each one
 // (AdoptSession): the claim moves to it, under the claims' rules, so a
 // broker that comes back in the same epoch drops the session and its
 // late writes as after any take-over. The adopter reads the session and

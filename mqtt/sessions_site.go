@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -44,13 +45,27 @@ import (
 //  3. Only the broker holding a session's claim writes it: a late write
 //     of the broker that lost it (its connection's end, an
 //     acknowledgement) is dropped when it comes to be written, and an
-//     ended session's deletion goes before its claim is released.
-//  4. A session whose holder died, left or restarted is adopted by one
-//     broker, which runs its expiry (sessions_orphans.go).
+//     ended session's deletion goes before its claim is released. One
+//     already on its way when the claim moved is dropped by the site
+//     (Peat's sessions' leader refuses it: SiteSessionKey).
+//  4. A session whose holder died, left or restarted, or that no broker
+//     holds, is adopted by one broker, which runs its expiry
+//     (sessions_orphans.go).
 //
 // Clean sessions without expiry that find nothing stored claim nothing
 // (a sensor that only publishes costs no replicated write per connect),
 // so two such connections of one client id on two brokers both stay.
+
+// SiteSessionKey is where client id's session is in
+// SiteSessions.SessionState, and SiteSessionClient the client a key
+// there belongs to (false: no session's): a site that fences each
+// session's writes by its claim maps keys to claims with them.
+func SiteSessionKey(id string) string { return sessionStatePrefix + id }
+
+// SiteSessionClient is SiteSessionKey's inverse.
+func SiteSessionClient(key string) (id string, ok bool) {
+	return strings.CutPrefix(key, sessionStatePrefix)
+}
 
 // siteEstablish readies cl's session on a broker of a site before mochi
 // hands the session over; false refuses the connection.
@@ -159,7 +174,7 @@ func (d *delivery) endSiteSession(id string, s *session) bool {
 
 // loadSiteSession reads client id's stored session.
 func loadSiteSession(st StateStore, id string) (s *session, found bool, err error) {
-	key := sessionStatePrefix + id
+	key := SiteSessionKey(id)
 	err = st.LoadState(key, func(k string, v []byte) error {
 		if k != key {
 			return nil

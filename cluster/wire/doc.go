@@ -19,8 +19,8 @@
 //	6 CommandResponse [code, refusal, controller id, message]
 //	7 ProduceRequest  [stream, from, leader epoch, seq, [record, ...](, [source offset, source start, ...])]
 //	8 ProduceResponse [code, seq, first offset, message(, results)]
-//	9 StateWriteRequest  [stream, leader epoch, [key, value, ...], [deleted key, ...]]
-//	10 StateWriteResponse [code, message]
+//	9 StateWriteRequest  [stream, leader epoch, [key, value, ...], [deleted key, ...](, node, broker epoch)]
+//	10 StateWriteResponse [code, message(, [moved key, ...])]
 //	11 StateFetchRequest  [stream, replica id, leader epoch, held epoch, held seq, max wait ms]
 //	12 StateFetchResponse [code, epoch, seq, reset (0|1), [key, value, ...], [deleted key, ...]]
 //	13 ClaimRequest   [stream, leader epoch, key, holder, node, broker epoch, release (0|1)]
@@ -37,6 +37,13 @@
 // duplicate, refused): the leader writes each at its source's offset
 // (edge/mirror's rules). The shorter forms are the older frames, still
 // decoded; a leader that predates the longer ones refuses them.
+//
+// A state write naming its node and broker epoch (the site's sessions)
+// is fenced by the stream's claims: the leader refuses it as a whole
+// (code NotHolder) when a key it touches belongs to a claim naming
+// another node or epoch, or to none, and lists those keys in the
+// answer's third field. Only such a request gets the longer answer; a
+// 4-field request is written unfenced, as before.
 //
 // A record is a bin holding the leader's stored record value unchanged
 // (logstore.ReadRaw, checked again by logstore.AppendReplica against its

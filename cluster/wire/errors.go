@@ -21,6 +21,7 @@ const (
 	RecordTooLarge          // a record is larger than the leader's log takes
 	NoSpace                 // the leader's disk is at its reserve
 	Timeout                 // the leader gave up waiting for its in-sync replicas
+	NotHolder               // a claim the write is fenced by names another node (StateWriteResponse.Moved)
 )
 
 var codeText = [...]string{
@@ -38,6 +39,7 @@ var codeText = [...]string{
 	RecordTooLarge:     "record too large",
 	NoSpace:            "no space left on the leader",
 	Timeout:            "timed out waiting for the in-sync replicas",
+	NotHolder:          "claimed by another node",
 }
 
 func (c Code) Error() string {

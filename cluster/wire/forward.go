@@ -68,6 +68,14 @@ type StateWriteRequest struct {
 	LeaderEpoch uint32
 	Puts        []KV
 	Dels        []string
+	// Node and BrokerEpoch name the writing node, for a write the leader
+	// fences by its claims (the site's sessions): the leader refuses it
+	// (NotHolder) if a key it touches belongs to a claim that names
+	// another node or epoch, or to none. Empty Node encodes as before
+	// (4 fields) and is written unfenced; a leader that predates them
+	// refuses the 6-field frame.
+	Node        string
+	BrokerEpoch uint64
 }
 
 // KV is one state entry.
@@ -81,6 +89,10 @@ type KV struct {
 type StateWriteResponse struct {
 	Code    Code
 	Message string
+	// Moved, with NotHolder, are the keys of the write whose claim names
+	// another node (nothing was written). Empty otherwise (2 fields, as
+	// before): only a request naming its node is answered with it.
+	Moved []string
 }
 
 // StateFetchRequest asks the stream's leader for its consumer state after
@@ -337,11 +349,19 @@ func (m *ProduceResponse) Decode(b []byte) error {
 // AppendTo appends the request's body to dst.
 func (m *StateWriteRequest) AppendTo(dst []byte) []byte {
 	e := newEncoder(dst)
-	e.array(4)
+	if m.Node != "" {
+		e.array(6)
+	} else {
+		e.array(4)
+	}
 	e.str(m.Stream)
 	e.uint(uint64(m.LeaderEpoch))
 	e.kvs(m.Puts)
 	e.strs(m.Dels)
+	if m.Node != "" {
+		e.str(m.Node)
+		e.uint(m.BrokerEpoch)
+	}
 	return e.bytes()
 }
 
@@ -350,7 +370,10 @@ func (m *StateWriteRequest) Decode(b []byte) error {
 	d := newDecoder(b)
 	var v StateWriteRequest
 	var le uint64
-	err := d.array(4)
+	fields, err := d.arrayOf(4, 6)
+	if err == nil && fields == 5 {
+		err = fmt.Errorf("wire: 5 fields, want 4 or 6")
+	}
 	if err == nil {
 		v.Stream, err = d.str()
 	}
@@ -362,6 +385,14 @@ func (m *StateWriteRequest) Decode(b []byte) error {
 	}
 	if err == nil {
 		v.Dels, err = d.strs()
+	}
+	if err == nil && fields == 6 {
+		if v.Node, err = d.str(); err == nil && v.Node == "" {
+			err = fmt.Errorf("wire: an empty writing node")
+		}
+	}
+	if err == nil && fields == 6 {
+		v.BrokerEpoch, err = d.uint(math.MaxUint64)
 	}
 	if err == nil {
 		err = d.end()
@@ -377,9 +408,16 @@ func (m *StateWriteRequest) Decode(b []byte) error {
 // AppendTo appends the response's body to dst.
 func (m *StateWriteResponse) AppendTo(dst []byte) []byte {
 	e := newEncoder(dst)
-	e.array(2)
+	if len(m.Moved) > 0 {
+		e.array(3)
+	} else {
+		e.array(2)
+	}
 	e.uint(uint64(m.Code))
 	e.str(m.Message)
+	if len(m.Moved) > 0 {
+		e.strs(m.Moved)
+	}
 	return e.bytes()
 }
 
@@ -388,12 +426,17 @@ func (m *StateWriteResponse) Decode(b []byte) error {
 	d := newDecoder(b)
 	var v StateWriteResponse
 	var code uint64
-	err := d.array(2)
+	fields, err := d.arrayOf(2, 3)
 	if err == nil {
 		code, err = d.uint(math.MaxUint8)
 	}
 	if err == nil {
 		v.Message, err = d.str()
+	}
+	if err == nil && fields == 3 {
+		if v.Moved, err = d.strs(); err == nil && len(v.Moved) == 0 {
+			err = fmt.Errorf("wire: an empty list of moved keys")
+		}
 	}
 	if err == nil {
 		err = d.end()

@@ -32,8 +32,10 @@ func TestMessages_RoundTrip(t *testing.T) {
 		{&ProduceResponse{None, 17, 1 << 33, "", nil}, &ProduceResponse{}},
 		{&ProduceResponse{None, 18, 0, "mirror s: got offset 9, next is 5", []byte{MirrorDuplicate, MirrorAppended, MirrorRefused}}, &ProduceResponse{}},
 		{&ProduceResponse{Code: NotEnoughReplicas, Seq: 3, Message: "isr 1 < 2"}, &ProduceResponse{}},
-		{&StateWriteRequest{"s", 4, []KV{{"g/a", []byte{0, 0, 1}}, {"c/x", []byte{}}}, []string{"g/b"}}, &StateWriteRequest{}},
-		{&StateWriteResponse{Timeout, "slow"}, &StateWriteResponse{}},
+		{&StateWriteRequest{"s", 4, []KV{{"g/a", []byte{0, 0, 1}}, {"c/x", []byte{}}}, []string{"g/b"}, "", 0}, &StateWriteRequest{}},
+		{&StateWriteRequest{"_sessions", 4, []KV{{"s/a", []byte{1}}}, []string{"s/b"}, "n2", 1733300000000}, &StateWriteRequest{}},
+		{&StateWriteResponse{Timeout, "slow", nil}, &StateWriteResponse{}},
+		{&StateWriteResponse{NotHolder, "", []string{"s/a", "s/b"}}, &StateWriteResponse{}},
 		{&StateFetchRequest{"s", "n3", 4, 3, 99, 500}, &StateFetchRequest{}},
 		{&StateFetchResponse{None, 4, 100, true, []KV{{"g/a", []byte{1}}}, []string{"g/z"}}, &StateFetchResponse{}},
 		{&ClaimRequest{"s", 4, "g/x", "client-1", "n2", 1733300000000, true}, &ClaimRequest{}},
@@ -72,6 +74,34 @@ func TestProduce_MirrorFields(t *testing.T) {
 	var old ProduceRequest
 	if err := old.Decode((&ProduceRequest{"s", "n2", 4, 17, [][]byte{{1}}, nil}).AppendTo(nil)); err != nil || old.Mirror != nil {
 		t.Errorf("a 5-field request: %+v, %v", old, err)
+	}
+}
+
+// A state write names its node only in the longer frame, and its answer
+// lists moved keys only in the longer one: the older frames decode as
+// before (unfenced, nothing moved), and the bytes an older node sends
+// are those it always sent.
+func TestStateWrite_FenceFields(t *testing.T) {
+	old := (&StateWriteRequest{Stream: "s", LeaderEpoch: 4, Dels: []string{"s/a"}}).AppendTo(nil)
+	if got, want := hex.EncodeToString(old), "94"+"a173"+"04"+"90"+"91a3732f61"; got != want {
+		t.Fatalf("unfenced StateWriteRequest bytes\n got %s\nwant %s", got, want)
+	}
+	var req StateWriteRequest
+	if err := req.Decode(old); err != nil || req.Node != "" || req.BrokerEpoch != 0 {
+		t.Errorf("a 4-field request: %+v, %v", req, err)
+	}
+	if got, want := hex.EncodeToString((&StateWriteResponse{Code: Timeout}).AppendTo(nil)), "92"+"0d"+"a0"; got != want {
+		t.Fatalf("StateWriteResponse bytes %s, want %s", got, want)
+	}
+	for name, b := range map[string]string{
+		"5 fields, 4 given": "95a173049090",
+		"an empty node":     "96a1730490" + "90" + "a0" + "07",
+		"an empty moved []": "93" + "0e" + "a0" + "90",
+	} {
+		raw, _ := hex.DecodeString(b)
+		if new(StateWriteRequest).Decode(raw) == nil || new(StateWriteResponse).Decode(raw) == nil {
+			t.Errorf("%s (%s) decoded", name, b)
+		}
 	}
 }
 
@@ -174,7 +204,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add((&ProduceRequest{"s", "n2", 4, 17, [][]byte{{1, 2}}, nil}).AppendTo(nil))
 	f.Add((&ProduceRequest{"s", "n2", 4, 17, [][]byte{{1, 2}}, []uint64{5, 0}}).AppendTo(nil))
 	f.Add((&ProduceResponse{None, 17, 0, "", []byte{MirrorAppended}}).AppendTo(nil))
-	f.Add((&StateWriteRequest{"s", 4, []KV{{"g/a", []byte{1}}}, []string{"g/b"}}).AppendTo(nil))
+	f.Add((&StateWriteRequest{"s", 4, []KV{{"g/a", []byte{1}}}, []string{"g/b"}, "", 0}).AppendTo(nil))
+	f.Add((&StateWriteRequest{"s", 4, []KV{{"s/a", []byte{1}}}, nil, "n2", 7}).AppendTo(nil))
+	f.Add((&StateWriteResponse{NotHolder, "", []string{"s/a"}}).AppendTo(nil))
 	f.Add((&StateFetchResponse{None, 4, 100, true, []KV{{"g/a", []byte{1}}}, []string{"g/z"}}).AppendTo(nil))
 	f.Add((&ClaimRequest{"s", 4, "g/x", "c", "n2", 5, false}).AppendTo(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
