@@ -63,12 +63,25 @@ func (n *Node) handleDeleteStream(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	broker := n.broker.Load()
+	if broker == nil {
+		writeError(w, http.StatusServiceUnavailable, "the node is starting: try again")
+		return
+	}
 	var gone StreamDeletion
 	if un, err := store.Unlisted(); err == nil {
 		for _, u := range un {
 			if u.Name == name {
 				gone = StreamDeletion{Name: name, Records: u.NextOffset - u.FirstOffset, Bytes: u.Bytes}
 			}
+		}
+	}
+	// Positions an older Peat kept of it by name go first (a stop in
+	// between leaves the stream without them, never them without it).
+	if gone.Name != "" {
+		if err := broker.ForgetLegacy(r.Context(), name); err != nil {
+			writeError(w, http.StatusInternalServerError, err.Error())
+			return
 		}
 	}
 	err := store.DeleteStream(name)
