@@ -33,7 +33,10 @@ const deleteTimeout = 15 * time.Second
 // that a stream is deleted only by this command and never because a line
 // went missing. On a single node the stored stream is deleted before the
 // answer (200); in a site the controller records it (202) and every
-// replica deletes its copy (cluster.Site.DeleteStream).
+// replica deletes its copy (cluster.Site.DeleteStream). Both delete the
+// positions a Peat of key layout 3 kept of it in the node's own state
+// first (mqtt.ForgetLegacy): a single node's broker holds some of them
+// in memory, so there the deletion waits until it runs (503 before).
 func (n *Node) handleDeleteStream(w http.ResponseWriter, r *http.Request) {
 	store := n.store.Load()
 	if store == nil {
