@@ -34,7 +34,6 @@ func migrateState(l Log, logger *slog.Logger) error {
 		moves[stream][ref.key] = val
 	}
 	var dels []string
-	rewrite := map[string][]byte{}
 
 	err := st.LoadState(groupStatePrefix, func(k string, v []byte) error {
 		rest := strings.TrimPrefix(k, groupStatePrefix)
@@ -54,15 +53,8 @@ func migrateState(l Log, logger *slog.Logger) error {
 		return fmt.Errorf("move consumer groups to their streams: %w", err)
 	}
 
-	err = st.LoadState(sessionStatePrefix, func(k string, v []byte) error {
-		var s session
-		if err := msgpack.Unmarshal(v, &s); err != nil {
-			return fmt.Errorf("session %q: %w", k, err)
-		}
-		if len(s.Legacy) == 0 {
-			return nil
-		}
-		id := strings.TrimPrefix(k, sessionStatePrefix)
+	rewrite, err := rewriteSessions(st, func(id string, s *session) bool {
+		n := len(s.Legacy)
 		for name, off := range s.Legacy {
 			c, ok := legacyCursor(l, name)
 			if !ok {
@@ -71,12 +63,7 @@ func migrateState(l Log, logger *slog.Logger) error {
 			put(c.stream, c.ref(id), binary.BigEndian.AppendUint64(nil, off))
 			delete(s.Legacy, name)
 		}
-		b, err := msgpack.Marshal(&s)
-		if err != nil {
-			return fmt.Errorf("session %q: %w", k, err)
-		}
-		rewrite[k] = b
-		return nil
+		return len(s.Legacy) != n
 	})
 	if err != nil {
 		return fmt.Errorf("move durable sessions' offsets to their streams: %w", err)
@@ -136,36 +123,9 @@ var legacyMu sync.Mutex
 // the site, not here); a single broker calls Broker.ForgetLegacy, which
 // keeps its sessions in memory.
 func ForgetLegacy(l Log, name string) error {
-	legacyMu.Lock()
-	defer legacyMu.Unlock()
-	st := l.State()
-	dels, err := legacyGroups(st, name)
-	if err != nil {
-		return err
-	}
-	rewrite := map[string][]byte{}
-	err = st.LoadState(sessionStatePrefix, func(k string, v []byte) error {
-		var s session
-		if err := msgpack.Unmarshal(v, &s); err != nil {
-			return fmt.Errorf("session %q: %w", k, err)
-		}
-		if !s.forgetLegacy(l, name) {
-			return nil
-		}
-		b, err := msgpack.Marshal(&s)
-		if err != nil {
-			return fmt.Errorf("session %q: %w", k, err)
-		}
-		rewrite[k] = b
-		return nil
+	return dropLegacy(l, name, func() (map[string][]byte, error) {
+		return rewriteSessions(l.State(), func(_ string, s *session) bool { return s.forgetLegacy(l, name) })
 	})
-	if err != nil {
-		return fmt.Errorf("forget stream %s's old session offsets: %w", name, err)
-	}
-	if err := writeStateChunks(st, rewrite, dels, "", nil); err != nil {
-		return fmt.Errorf("forget stream %s's old consumer positions: %w", name, err)
-	}
-	return nil
 }
 
 // ForgetLegacy is ForgetLegacy for this broker's log. A single broker
@@ -177,6 +137,37 @@ func (b *Broker) ForgetLegacy(ctx context.Context, name string) error {
 	if _, site := l.(SiteSessions); site {
 		return ForgetLegacy(l, name)
 	}
+	ss := b.deliv.sessions
+	return dropLegacy(l, name, func() (map[string][]byte, error) {
+		var ids []string
+		ss.mu.Lock()
+		for id, s := range ss.m {
+			if s.forgetLegacy(l, name) {
+				ids = append(ids, id)
+			}
+		}
+		ss.mu.Unlock()
+		written := make(chan error, len(ids))
+		for _, id := range ids {
+			ss.saveMetaDone(id, func(err error) { written <- err })
+		}
+		for range ids {
+			select {
+			case err := <-written:
+				if err != nil {
+					return nil, err
+				}
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return nil, nil
+	})
+}
+
+// dropLegacy deletes stream name's layout 3 groups from l's state, and
+// writes the session values that sessions returns (by key) with them.
+func dropLegacy(l Log, name string, sessions func() (map[string][]byte, error)) error {
 	legacyMu.Lock()
 	defer legacyMu.Unlock()
 	st := l.State()
@@ -184,33 +175,36 @@ func (b *Broker) ForgetLegacy(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if err := writeStateChunks(st, nil, dels, "", nil); err != nil {
-		return fmt.Errorf("forget stream %s's old group offsets: %w", name, err)
+	rewrite, err := sessions()
+	if err != nil {
+		return fmt.Errorf("forget stream %s's old session offsets: %w", name, err)
 	}
-	ss := b.deliv.sessions
-	var ids []string
-	ss.mu.Lock()
-	for id, s := range ss.m {
-		if s.forgetLegacy(l, name) {
-			ids = append(ids, id)
-		}
-	}
-	ss.mu.Unlock()
-	written := make(chan error, len(ids))
-	for _, id := range ids {
-		ss.saveMetaDone(id, func(err error) { written <- err })
-	}
-	for range ids {
-		select {
-		case err := <-written:
-			if err != nil {
-				return fmt.Errorf("forget stream %s's old session offsets: %w", name, err)
-			}
-		case <-ctx.Done():
-			return fmt.Errorf("forget stream %s's old session offsets: %w", name, ctx.Err())
-		}
+	if err := writeStateChunks(st, rewrite, dels, "", nil); err != nil {
+		return fmt.Errorf("forget stream %s's old consumer positions: %w", name, err)
 	}
 	return nil
+}
+
+// rewriteSessions returns the stored sessions with layout 3 offsets that
+// edit changed (it reports whether it did), encoded again, by key.
+func rewriteSessions(st StateStore, edit func(id string, s *session) bool) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	err := st.LoadState(sessionStatePrefix, func(k string, v []byte) error {
+		var s session
+		if err := msgpack.Unmarshal(v, &s); err != nil {
+			return fmt.Errorf("session %q: %w", k, err)
+		}
+		if len(s.Legacy) == 0 || !edit(strings.TrimPrefix(k, sessionStatePrefix), &s) {
+			return nil
+		}
+		b, err := msgpack.Marshal(&s)
+		if err != nil {
+			return fmt.Errorf("session %q: %w", k, err)
+		}
+		out[k] = b
+		return nil
+	})
+	return out, err
 }
 
 // legacyGroups returns the keys of stream name's groups in st, layout 3's.
