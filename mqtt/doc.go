@@ -268,8 +268,9 @@
 // begins, so that a stop in between leaves a stream without them, never
 // them without their stream (nothing writes such positions any more, so
 // none can come back); migrateState and ForgetLegacy take turns, so a
-// start never moves what a deletion is dropping. A client connecting with Clean
-// Start 0 resumes its stored session whatever Session Expiry Interval it
+// start never moves what a deletion is dropping. A client connecting
+// with Clean Start 0 resumes its stored session whatever Session Expiry
+// Interval it
 // gives; that interval decides only whether the session outlives this
 // connection. A progress tracks the end of a consumer's contiguous
 // acknowledged prefix; it advances group offsets and session positions.
