@@ -270,9 +270,8 @@
 // none can come back); migrateState and ForgetLegacy take turns, so a
 // start never moves what a deletion is dropping. A client connecting
 // with Clean Start 0 resumes its stored session whatever Session Expiry
-// Interval it
-// gives; that interval decides only whether the session outlives this
-// connection. A progress tracks the end of a consumer's contiguous
+// Interval it gives; that interval decides only whether the session
+// outlives this connection. A progress tracks the end of a consumer's contiguous
 // acknowledged prefix; it advances group offsets and session positions.
 // Durable sessions are handed to mochi at start through its storage hooks,
 // and resume through the same fallback cursor a slow subscriber uses. In a
