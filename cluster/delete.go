@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt"
 )
 
 // Deleting a stream from a site (doc.go, "Deleting a stream").
@@ -240,6 +241,10 @@ func (s *Site) deleteCopies(st *State) (done bool) {
 		if cs := st.Streams[u.Name]; cs != nil && u.Incarnation != 0 && u.Incarnation == cs.Created {
 			continue // a replica of the stream created again, merely unlisted here
 		}
+		if err := s.forgetLegacy(u.Name); err != nil {
+			done = false
+			continue
+		}
 		if err := store.DeleteStream(u.Name); err != nil {
 			s.log.Warn("cluster: deleted stream's copy not deleted yet", slog.String("stream", u.Name), slog.Any("err", err))
 			done = false
@@ -253,6 +258,10 @@ func (s *Site) deleteCopies(st *State) (done bool) {
 		if cs == nil || servesIncarnation(ls, cs, st) {
 			continue
 		}
+		if err := s.forgetLegacy(ls.Name()); err != nil {
+			done = false
+			continue
+		}
 		if _, err := store.ResetStream(ls.Name(), cs.Created); err != nil {
 			s.log.Warn("cluster: copy of a deleted stream not emptied yet", slog.String("stream", ls.Name()), slog.Any("err", err))
 			done = false
@@ -263,4 +272,16 @@ func (s *Site) deleteCopies(st *State) (done bool) {
 		s.Replicator.nudge()
 	}
 	return done
+}
+
+// forgetLegacy deletes the positions of stream name that a Peat of key
+// layout 3 kept in this node's own state, before the stream's copy goes:
+// a stream created later under that name must not take them over
+// (mqtt.ForgetLegacy).
+func (s *Site) forgetLegacy(name string) error {
+	err := mqtt.ForgetLegacy(s.Log, name)
+	if err != nil {
+		s.log.Warn("cluster: deleted stream's old consumer positions not deleted yet", slog.String("stream", name), slog.Any("err", err))
+	}
+	return err
 }

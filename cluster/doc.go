@@ -806,12 +806,20 @@
 //     node was down, and it then fetches the new stream from offset 0.
 //     A node down at the time of the deletion does either when it is
 //     back, from the state Raft gives it.
+//   - Before either, it deletes the positions a Peat of key layout 3
+//     kept of the stream in the node's own state, by its name
+//     (mqtt.ForgetLegacy): mqtt's start would move them into a stream
+//     created again under that name. A stop in between leaves the copy
+//     without them, and the next pass deletes it.
 //
 // TestSite_DeleteStream runs it on three in-process nodes: refused while
 // one lists the stream; deleted on the two alive replicas; created
 // again, from offset 0; and the third, down meanwhile with the deleted
 // records on disk and the stream listed again, empties them and holds
 // the new stream's records only.
+// TestSite_DeleteStreamForgetsLayout3Positions deletes a stream whose
+// layout 3 positions a node kept, creates it again and starts mqtt on
+// the site: they are not in the new stream.
 //
 // # What is left
 //
@@ -825,11 +833,7 @@
 //     balancing for acks: leader streams, which needs a leader that
 //     stops acknowledging and waits for its follower before it hands
 //     over (a rebalance leaves their leaders where they are).
-//   - Deleting a stream: group positions that a Peat of key layout 3
-//     kept in the node's own state ("g/<group>/<stream>", moved into
-//     the stream at the first start that lists it) outlive a deletion,
-//     and a stream listed again would take them over; the creation race
-//     (a stream created while a just-crashed replica still counts as
-//     alive starts with that replica alone in its ISR) is createStreams',
-//     not the deletion's.
+//   - Creating a stream: one created while a just-crashed replica still
+//     counts as alive starts with that replica alone in its ISR
+//     (createStreams).
 package cluster

@@ -51,7 +51,8 @@
 //	                     202 {"name","site":true} once the controller
 //	                     recorded it; 409 for a stream the configuration
 //	                     (in a site: any node's) lists, 404 for an unknown
-//	                     one (streams_delete.go)
+//	                     one, 503 on a single node still starting
+//	                     (streams_delete.go)
 //	GET /api/v1/status   the node at a glance (package status documents it)
 //	GET /api/v1/groups   the consumer groups of the status document
 //	GET /api/v1/cluster  a site node's view of its site (cluster.SiteStatus),

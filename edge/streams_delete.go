@@ -33,7 +33,10 @@ const deleteTimeout = 15 * time.Second
 // that a stream is deleted only by this command and never because a line
 // went missing. On a single node the stored stream is deleted before the
 // answer (200); in a site the controller records it (202) and every
-// replica deletes its copy (cluster.Site.DeleteStream).
+// replica deletes its copy (cluster.Site.DeleteStream). Both delete the
+// positions a Peat of key layout 3 kept of it in the node's own state
+// first (mqtt.ForgetLegacy): a single node's broker holds some of them
+// in memory, so there the deletion waits until it runs (503 before).
 func (n *Node) handleDeleteStream(w http.ResponseWriter, r *http.Request) {
 	store := n.store.Load()
 	if store == nil {
@@ -63,12 +66,25 @@ func (n *Node) handleDeleteStream(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	broker := n.broker.Load()
+	if broker == nil {
+		writeError(w, http.StatusServiceUnavailable, "the node is starting: try again")
+		return
+	}
 	var gone StreamDeletion
 	if un, err := store.Unlisted(); err == nil {
 		for _, u := range un {
 			if u.Name == name {
 				gone = StreamDeletion{Name: name, Records: u.NextOffset - u.FirstOffset, Bytes: u.Bytes}
 			}
+		}
+	}
+	// Positions an older Peat kept of it by name go first (a stop in
+	// between leaves the stream without them, never them without it).
+	if gone.Name != "" {
+		if err := broker.ForgetLegacy(r.Context(), name); err != nil {
+			writeError(w, http.StatusInternalServerError, err.Error())
+			return
 		}
 	}
 	err := store.DeleteStream(name)

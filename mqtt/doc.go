@@ -261,10 +261,17 @@
 // it. The stream also decides a group's single consumer (Stream.Claim).
 // Sessions' properties and subscriptions are in the log's StateStore. One
 // coalescing writer writes both (state_migrate.go moves what Peats of key
-// layout 3 kept in the log's StateStore). A client connecting with Clean
-// Start 0 resumes its stored session whatever Session Expiry Interval it
-// gives; that interval decides only whether the session outlives this
-// connection. A progress tracks the end of a consumer's contiguous
+// layout 3 kept in the log's StateStore, by stream name, into the streams
+// the log has at start). Those of a stream that is being deleted would go
+// into a later stream of the same name, so a deletion drops them first
+// (ForgetLegacy, Broker.ForgetLegacy): before the stream's deletion
+// begins, so that a stop in between leaves a stream without them, never
+// them without their stream (nothing writes such positions any more, so
+// none can come back); migrateState and ForgetLegacy take turns, so a
+// start never moves what a deletion is dropping. A client connecting
+// with Clean Start 0 resumes its stored session whatever Session Expiry
+// Interval it gives; that interval decides only whether the session
+// outlives this connection. A progress tracks the end of a consumer's contiguous
 // acknowledged prefix; it advances group offsets and session positions.
 // Durable sessions are handed to mochi at start through its storage hooks,
 // and resume through the same fallback cursor a slow subscriber uses. In a
