@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -99,6 +101,32 @@ func NewLogConfig(node *Node, store *logstore.Store, rep *Replicator, cfg LogCon
 
 func (l *Log) acksLeader(stream string) bool {
 	return l.cfg.AcksLeader != nil && l.cfg.AcksLeader(stream)
+}
+
+// drainAcksLeader drains (Leader.Drain), all at once, every acks: leader
+// stream this node leads with another ISR member, and returns those whose
+// followers had not caught up when ctx ended. Under acks=all every
+// acknowledged record is in the ISR already: nothing to wait for.
+func (l *Log) drainAcksLeader(ctx context.Context) (behind []string) {
+	self := l.node.ID()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, cs := range l.node.View().Streams {
+		ld, _ := l.rep.Leading(name)
+		if ld == nil || cs.Leader != self || len(cs.ISR) < 2 || !l.acksLeader(name) {
+			continue
+		}
+		wg.Go(func() {
+			if !ld.Drain(ctx) {
+				mu.Lock()
+				behind = append(behind, name)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(behind)
+	return behind
 }
 
 func mustRouter(filters [][]string) *logstore.Router {

@@ -184,23 +184,40 @@ const handOverTimeout = 5 * time.Second
 // every ISR, new leaders for the streams it led) instead of after Serf's
 // failure detection, and a controller hands Raft's leadership to another
 // voter. Publishes to the streams it led move within a round trip, not
-// seconds. Only call it on the way out: the node leaves every ISR.
+// seconds. First, on each acks: leader stream it leads, it stops taking
+// appends and waits for its ISR followers to fetch what it acknowledged
+// (Leader.Drain), for at most 2/5 of timeout. Only call it on the way
+// out: the node leaves every ISR.
 func (s *Site) HandOver(timeout time.Duration) {
+	handOver(s.Node, s.Log, timeout, s.log)
+}
+
+// handOver is HandOver on a node's parts.
+func handOver(node *Node, lg *Log, timeout time.Duration, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	self := s.Node.ID()
-	st, _ := s.Node.State()
+	// A follower that fetches catches up within a round trip; one that
+	// does not must not hold the stop: the rest of the time is for the
+	// controller's election and Raft's transfer.
+	dctx, dcancel := context.WithTimeout(ctx, timeout*2/5)
+	if behind := lg.drainAcksLeader(dctx); len(behind) > 0 {
+		log.Warn("cluster: hand-over: followers did not catch up; what only this node holds of them may be lost",
+			slog.Any("streams", behind))
+	}
+	dcancel()
+	self := node.ID()
+	st, _ := node.State()
 	for _, x := range st.Streams {
 		if slices.Contains(x.ISR, self) && len(x.ISR) > 1 {
-			if err := s.Node.Submit(ctx, BrokerFailed{ID: self, Epoch: s.Node.Epoch()}); err != nil {
-				s.log.Warn("cluster: hand-over: the others find this node failed by themselves", slog.Any("err", err))
+			if err := node.Submit(ctx, BrokerFailed{ID: self, Epoch: node.Epoch()}); err != nil {
+				log.Warn("cluster: hand-over: the others find this node failed by themselves", slog.Any("err", err))
 			}
 			break
 		}
 	}
-	if s.Node.IsController() {
-		if err := s.Node.raft.LeadershipTransfer().Error(); err != nil {
-			s.log.Warn("cluster: hand-over: controller not transferred", slog.Any("err", err))
+	if node.IsController() {
+		if err := node.raft.LeadershipTransfer().Error(); err != nil {
+			log.Warn("cluster: hand-over: controller not transferred", slog.Any("err", err))
 		}
 	}
 }
