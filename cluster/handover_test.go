@@ -102,10 +102,27 @@ func TestLog_HandOverKeepsAcksLeaderRecords(t *testing.T) {
 	p.end()
 	kill(leader)
 
-	next := others[0] // the first ISR member in replica order after the leader
-	eventually(t, next.node.ID()+" leads", func() bool {
-		st, _ := next.node.State()
-		return st.Streams["s"].Leader == next.node.ID() && next.log.Stream("s").(*stream).leading() != nil
+	holdsAcked(t, others, p)
+	if p.refused == 0 {
+		t.Errorf("no append was refused while the leader handed over")
+	}
+	t.Logf("%d acknowledged, %d refused during the hand-over", len(p.acked), p.refused)
+}
+
+// holdsAcked waits until the controller names one of others, the old
+// leader's followers, to lead "s", then checks that the new leader holds
+// every record p had acknowledged, at its offset, and commits them.
+func holdsAcked(t *testing.T, others []*logNode, p *ackedProducer) {
+	t.Helper()
+	var next *logNode
+	eventually(t, "a follower elected and leading", func() bool {
+		st, _ := others[0].node.State()
+		for _, ln := range others {
+			if st.Streams["s"].Leader == ln.node.ID() {
+				next = ln
+			}
+		}
+		return next != nil && next.log.Stream("s").(*stream).leading() != nil
 	})
 	var top uint64
 	for off := range p.acked {
@@ -113,7 +130,7 @@ func TestLog_HandOverKeepsAcksLeaderRecords(t *testing.T) {
 	}
 	ns := next.store.Stream("s")
 	if end := ns.NextOffset(); end < top {
-		t.Fatalf("the new leader's log ends at %d: %d acknowledged records up to offset %d lost", end, top-end, top)
+		t.Fatalf("the new leader %s's log ends at %d: %d acknowledged records up to offset %d lost", next.node.ID(), end, top-end, top)
 	}
 	eventually(t, "the new leader commits every acknowledged record", func() bool { return ns.Committed() >= top })
 	recs, err := ns.Read(0, int(top), 0)
@@ -125,8 +142,39 @@ func TestLog_HandOverKeepsAcksLeaderRecords(t *testing.T) {
 			t.Fatalf("offset %d: the new leader holds %s, %s was acknowledged there", off, got, topic)
 		}
 	}
-	if p.refused == 0 {
-		t.Errorf("no append was refused while the leader handed over")
+}
+
+// TestLog_HandOverElectsAFollowerHoldingEveryRecord: when one ISR
+// follower has stopped fetching (it stays in the ISR for
+// replica_lag_max) and comes first in replica order, the hand-over waits
+// for it only so long, then shrinks the ISR to the follower that holds
+// everything, which the controller elects: no acknowledged record is
+// lost.
+func TestLog_HandOverElectsAFollowerHoldingEveryRecord(t *testing.T) {
+	fnet := faultnet.New()
+	cfg := LogConfig{AcksLeader: func(s string) bool { return s == "s" }}
+	nodes, kill := startLogSiteNet(t, 3, 2, cfg, fnet)
+	ctl, rest := roles(t, nodes)
+	leader, stuck := rest[0], rest[1]
+	replicas := []string{leader.node.ID(), stuck.node.ID(), ctl.node.ID()}
+	for _, ln := range nodes {
+		createStreams(t, ln, replicas, "s")
 	}
-	t.Logf("%d acknowledged, %d refused during the hand-over", len(p.acked), p.refused)
+	eventually(t, "every replica in the ISR", func() bool {
+		st, _ := leader.node.State()
+		return len(st.Streams["s"].ISR) == 3
+	})
+	fnet.Cut(stuck.node.ID(), leader.node.ID()) // its fetches no longer arrive
+	p := produceAcked(t, leader.log.Route("s/x"))
+	eventually(t, "the leader acknowledges records the stuck follower lacks", func() bool {
+		return leader.store.Stream("s").NextOffset() > stuck.store.Stream("s").NextOffset() && p.count() > 50
+	})
+	if st, _ := leader.node.State(); !st.Streams["s"].InISR(stuck.node.ID()) {
+		t.Fatalf("the stuck follower left the ISR before the hand-over (ISR %v): the test shows nothing", st.Streams["s"].ISR)
+	}
+
+	handOver(leader.node, leader.log, handOverTimeout, slog.New(slog.DiscardHandler))
+	p.end()
+	kill(leader)
+	holdsAcked(t, []*logNode{ctl, stuck}, p)
 }

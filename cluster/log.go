@@ -2,11 +2,13 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
@@ -103,11 +105,12 @@ func (l *Log) acksLeader(stream string) bool {
 	return l.cfg.AcksLeader != nil && l.cfg.AcksLeader(stream)
 }
 
-// drainAcksLeader drains (Leader.Drain), all at once, every acks: leader
-// stream this node leads with another ISR member, and returns those whose
-// followers had not caught up when ctx ended. Under acks=all every
-// acknowledged record is in the ISR already: nothing to wait for.
-func (l *Log) drainAcksLeader(ctx context.Context) (behind []string) {
+// drainAcksLeader drains (Leader.Drain), all at once and each for at
+// most wait, every acks: leader stream this node leads with another ISR
+// member, and returns those whose ISR may still lack records this node
+// acknowledged. Under acks=all every acknowledged record is in the ISR
+// already: nothing to wait for.
+func (l *Log) drainAcksLeader(ctx context.Context, wait time.Duration) (behind []string) {
 	self := l.node.ID()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -117,7 +120,10 @@ func (l *Log) drainAcksLeader(ctx context.Context) (behind []string) {
 			continue
 		}
 		wg.Go(func() {
-			if !ld.Drain(ctx) {
+			dctx, cancel := context.WithTimeout(ctx, wait)
+			drained := ld.Drain(dctx)
+			cancel()
+			if !drained && !l.keepHolders(ctx, name, ld) {
 				mu.Lock()
 				behind = append(behind, name)
 				mu.Unlock()
@@ -127,6 +133,48 @@ func (l *Log) drainAcksLeader(ctx context.Context) (behind []string) {
 	wg.Wait()
 	slices.Sort(behind)
 	return behind
+}
+
+// keepHolders shrinks the ISR of stream name, which ld leads and has
+// drained, to the followers that hold all of its log, when some do and
+// others do not: the controller elects the first ISR member in replica
+// order, which could otherwise be one that lacks acknowledged records (a
+// follower that stopped fetching stays in the ISR for replica_lag_max).
+// It reports whether the ISR then holds only such followers.
+func (l *Log) keepHolders(ctx context.Context, name string, ld *Leader) bool {
+	self := l.node.ID()
+	for {
+		st, changed := l.node.State()
+		cs, me := st.Streams[name], st.Brokers[self]
+		if cs == nil || me == nil || cs.Leader != self || cs.LeaderEpoch != ld.epoch {
+			return false // no longer this leadership's to decide
+		}
+		isr := []ISRMember{{ID: self, Epoch: me.Epoch}}
+		for _, m := range ld.holdingAll() {
+			if cs.InISR(m.ID) {
+				isr = append(isr, m)
+			}
+		}
+		switch {
+		case len(isr) == len(cs.ISR):
+			return true // every member caught up meanwhile
+		case len(isr) == 1:
+			return false // none holds it all: the election takes what there is
+		}
+		err := l.node.Submit(ctx, AlterISR{Name: name, Leader: self, LeaderEpoch: cs.LeaderEpoch, Version: cs.Version, ISR: isr})
+		if !errors.Is(err, ErrStaleVersion) { // the Replicator's own ISR change came first: look again
+			if err != nil {
+				l.log.Warn("cluster: hand-over: ISR not shrunk to the followers holding every record",
+					slog.String("stream", name), slog.Any("err", err))
+			}
+			return err == nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 func mustRouter(filters [][]string) *logstore.Router {

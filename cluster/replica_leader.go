@@ -142,6 +142,23 @@ func (l *Leader) Drain(ctx context.Context) bool {
 	}
 }
 
+// holdingAll are the ISR followers that have fetched up to the leader's
+// log end, with the broker epochs they fetched in: after a Drain that ran
+// out of time, the members the ISR may shrink to so that the controller's
+// election cannot pick one that lacks acknowledged records.
+func (l *Leader) holdingAll() []ISRMember {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	end := l.stream.NextOffset()
+	var out []ISRMember
+	for _, id := range l.mu.tr.isr {
+		if r := l.mu.tr.replicas[id]; id != l.self && r != nil && r.end >= end {
+			out = append(out, ISRMember{ID: id, Epoch: r.brokerEpoch})
+		}
+	}
+	return out
+}
+
 // wakeDrainLocked tells a waiting Drain that a log end or the ISR moved;
 // l.mu is held.
 func (l *Leader) wakeDrainLocked() {

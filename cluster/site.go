@@ -199,12 +199,10 @@ func handOver(node *Node, lg *Log, timeout time.Duration, log *slog.Logger) {
 	// A follower that fetches catches up within a round trip; one that
 	// does not must not hold the stop: the rest of the time is for the
 	// controller's election and Raft's transfer.
-	dctx, dcancel := context.WithTimeout(ctx, timeout*2/5)
-	if behind := lg.drainAcksLeader(dctx); len(behind) > 0 {
-		log.Warn("cluster: hand-over: followers did not catch up; what only this node holds of them may be lost",
+	if behind := lg.drainAcksLeader(ctx, timeout*2/5); len(behind) > 0 {
+		log.Warn("cluster: hand-over: no follower caught up; records only this node holds may be lost",
 			slog.Any("streams", behind))
 	}
-	dcancel()
 	self := node.ID()
 	st, _ := node.State()
 	for _, x := range st.Streams {
