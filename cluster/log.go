@@ -107,9 +107,10 @@ func (l *Log) acksLeader(stream string) bool {
 
 // drainAcksLeader drains (Leader.Drain), all at once and each for at
 // most wait, every acks: leader stream this node leads with another ISR
-// member, and returns those whose ISR may still lack records this node
-// acknowledged. Under acks=all every acknowledged record is in the ISR
-// already: nothing to wait for.
+// member, records then consumer state (drainState), and returns those
+// whose ISR may still lack what this node acknowledged. Under acks=all
+// every acknowledged record and state write is in the ISR already:
+// nothing to wait for.
 func (l *Log) drainAcksLeader(ctx context.Context, wait time.Duration) (behind []string) {
 	self := l.node.ID()
 	var mu sync.Mutex
@@ -122,8 +123,15 @@ func (l *Log) drainAcksLeader(ctx context.Context, wait time.Duration) (behind [
 		wg.Go(func() {
 			dctx, cancel := context.WithTimeout(ctx, wait)
 			drained := ld.Drain(dctx)
+			if s := l.stream(name); drained && s != nil {
+				// Records drained: no shrink needed, but consumer state
+				// may still lag (the shrink counts records only).
+				drained = s.drainState(dctx, ld)
+			} else if !drained {
+				drained = l.keepHolders(ctx, name, ld)
+			}
 			cancel()
-			if !drained && !l.keepHolders(ctx, name, ld) {
+			if !drained {
 				mu.Lock()
 				behind = append(behind, name)
 				mu.Unlock()

@@ -107,14 +107,16 @@ func (l *Leader) Close() {
 }
 
 // Drain is a graceful stop's wait on an acks: leader stream, whose
-// leader acknowledges records before any follower holds them: it refuses
-// appends from now on (ErrLeaderUnavailable, as while leadership moves:
-// producers resend to the next leader), waits for those admitted to be
-// written, then until every ISR member, and every joiner the watermark
-// counts, has fetched up to the leader's log end. Any of them the
-// controller then elects holds every record acknowledged. It reports
-// whether they did before ctx ended or the leader closed. Appends stay
-// refused: only call it on the way out (Site.HandOver).
+// leader acknowledges records before any follower holds them. From now
+// on it refuses appends, and the Log's consumer-state writes, with
+// ErrLeaderUnavailable, as while leadership moves (producers resend to
+// the next leader, mqtt writes the state again); it waits for the
+// appends admitted to be written, then until every ISR member, and every
+// joiner the watermark counts, has fetched up to the leader's log end.
+// Any of them the controller then elects holds every record
+// acknowledged. It reports whether they did before ctx ended or the
+// leader closed. Appends stay refused: only call it on the way out
+// (Site.HandOver).
 func (l *Leader) Drain(ctx context.Context) bool {
 	l.appends.Lock()
 	l.appends.draining = true
@@ -157,6 +159,14 @@ func (l *Leader) holdingAll() []ISRMember {
 		}
 	}
 	return out
+}
+
+// draining reports whether Drain has begun: consumer-state writes are
+// refused from then on, as appends are.
+func (l *Leader) draining() bool {
+	l.appends.Lock()
+	defer l.appends.Unlock()
+	return l.appends.draining
 }
 
 // wakeDrainLocked tells a waiting Drain that a log end or the ISR moved;
