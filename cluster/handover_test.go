@@ -1,76 +1,19 @@
 package cluster
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/peatmq/peat/cluster/faultnet"
-	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
 
-// ackedProducer appends one record at a time to s until stopped, keeping
-// what was acknowledged (offset -> topic) and counting refusals with
-// ErrLeaderUnavailable.
-type ackedProducer struct {
-	mu      sync.Mutex
-	acked   map[uint64]string
-	refused int
-	stop    chan struct{}
-	done    chan struct{}
-}
-
-func produceAcked(t *testing.T, s mqtt.Stream) *ackedProducer {
-	p := &ackedProducer{acked: map[uint64]string{}, stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		for i := 0; ; i++ {
-			select {
-			case <-p.stop:
-				return
-			default:
-			}
-			topic := fmt.Sprintf("s/p/%d", i)
-			ch := make(chan error, 1)
-			var first uint64
-			s.AppendAsync([]*logstore.Record{{Topic: topic, QoS: 1, Payload: []byte(topic)}},
-				func(f uint64, err error) { first = f; ch <- err })
-			err := <-ch
-			p.mu.Lock()
-			switch {
-			case err == nil:
-				p.acked[first] = topic
-			case errors.Is(err, mqtt.ErrLeaderUnavailable):
-				p.refused++
-			}
-			p.mu.Unlock()
-			if err != nil {
-				time.Sleep(time.Millisecond) // as a client would before it resends
-			}
-		}
-	}()
-	t.Cleanup(p.end)
+// produceOn runs a producer on s until the test ends or it is ended.
+func produceOn(t *testing.T, s mqtt.Stream) *producer {
+	p := produceOnto(func() mqtt.Stream { return s })
+	t.Cleanup(func() { p.end() })
 	return p
-}
-
-func (p *ackedProducer) count() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.acked)
-}
-
-// end stops the producer; idempotent.
-func (p *ackedProducer) end() {
-	select {
-	case <-p.stop:
-	default:
-		close(p.stop)
-	}
-	<-p.done
 }
 
 // TestLog_HandOverKeepsAcksLeaderRecords: on an acks: leader stream whose
@@ -86,7 +29,7 @@ func TestLog_HandOverKeepsAcksLeaderRecords(t *testing.T) {
 	for _, f := range others {
 		fnet.Delay(f.node.ID(), leader.node.ID(), 300*time.Millisecond)
 	}
-	p := produceAcked(t, leader.log.Route("s/x"))
+	p := produceOn(t, leader.log.Route("s/x"))
 	ls := leader.store.Stream("s")
 	eventually(t, "the leader acknowledges records no follower holds yet", func() bool {
 		end := ls.NextOffset()
@@ -112,7 +55,7 @@ func TestLog_HandOverKeepsAcksLeaderRecords(t *testing.T) {
 // holdsAcked waits until the controller names one of others, the old
 // leader's followers, to lead "s", then checks that the new leader holds
 // every record p had acknowledged, at its offset, and commits them.
-func holdsAcked(t *testing.T, others []*logNode, p *ackedProducer) (next *logNode) {
+func holdsAcked(t *testing.T, others []*logNode, p *producer) (next *logNode) {
 	t.Helper()
 	eventually(t, "a follower elected and leading", func() bool {
 		st, _ := others[0].node.State()
@@ -136,9 +79,9 @@ func holdsAcked(t *testing.T, others []*logNode, p *ackedProducer) (next *logNod
 	if err != nil || uint64(len(recs)) < top {
 		t.Fatalf("the new leader reads %d of %d records: %v", len(recs), top, err)
 	}
-	for off, topic := range p.acked {
-		if got := recs[off].Topic; got != topic {
-			t.Fatalf("offset %d: the new leader holds %s, %s was acknowledged there", off, got, topic)
+	for off, payload := range p.acked {
+		if got := string(recs[off].Payload); got != payload {
+			t.Fatalf("offset %d: the new leader holds %s, %s was acknowledged there", off, got, payload)
 		}
 	}
 	return next
@@ -154,7 +97,7 @@ func TestLog_HandOverElectsAFollowerHoldingEveryRecord(t *testing.T) {
 	fnet := faultnet.New()
 	leader, stuck, ctl, kill := acksLeaderSite(t, fnet)
 	fnet.Cut(stuck.node.ID(), leader.node.ID()) // its fetches no longer arrive
-	p := produceAcked(t, leader.log.Route("s/x"))
+	p := produceOn(t, leader.log.Route("s/x"))
 	eventually(t, "the leader acknowledges records the stuck follower lacks", func() bool {
 		return leader.store.Stream("s").NextOffset() > stuck.store.Stream("s").NextOffset() && p.count() > 50
 	})
@@ -211,7 +154,7 @@ func TestLog_HandOverKeepsAcksLeaderState(t *testing.T) {
 	}
 	handOver(leader.node, leader.log, handOverTimeout, slog.New(slog.DiscardHandler))
 	kill(leader)
-	got := holdsAcked(t, []*logNode{next, ctl}, &ackedProducer{})
+	got := holdsAcked(t, []*logNode{next, ctl}, &producer{})
 	if v := loadKey(t, got.log.Route("s/x"), "g/last"); string(v) != string(offsetVal(2)) {
 		t.Fatalf("the new leader %s's g/last = %x, want %x: an answered state write was lost", got.node.ID(), v, offsetVal(2))
 	}
