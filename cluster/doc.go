@@ -221,8 +221,13 @@
 // leader stops committing once its state names another, and the new
 // one, an ISR member, holds everything acknowledged under acks=all;
 // appends in flight on the old leader are refused (clients resend).
-// Streams with acks: leader are never moved: their leader may have
-// acknowledged records no follower has yet (see What is left).
+// The controller leaves streams with acks: leader alone: their leader
+// may have acknowledged records no follower has yet. Their leader moves
+// them itself (Site.handOff), on the same rule counted in its own
+// memory: it drains the stream as a hand-over does (appends and state
+// writes refused, every ISR member caught up, 2 s at most), then submits
+// the ElectLeader; if the followers did not catch up, or the election
+// was not made and its state still names it, it takes appends again.
 //
 // # Raft's keys in the key-value space (raftstore.go)
 //
@@ -840,13 +845,12 @@
 //     back, or offsets of an expired session, left behind for the next
 //     session of its client id to find).
 //   - Rebalancing on its own (Cruise Control's goals: disk bytes, not
-//     replica counts; a stream's records are not counted); leader
-//     balancing for acks: leader streams (a rebalance leaves their
-//     leaders where they are), and a decommission's move of such a
-//     leader, which elects at once and can lose what it answered last:
-//     the controller would ask the leader to drain as a hand-over does
-//     (Leader.Drain), then elect, and the drain would need undoing when
-//     the election fails.
+//     replica counts; a stream's records are not counted). A rebalance
+//     leaves acks: leader streams' leaders where they are, and a
+//     decommission moves them at once, which can lose what they
+//     answered last: the controller would ask the leader (a command it
+//     watches for, as handOff's leader does its own) to drain, then
+//     elect.
 //   - Deleting a stream: group positions that a Peat of key layout 3
 //     kept in the node's own state ("g/<group>/<stream>", moved into
 //     the stream at the first start that lists it) outlive a deletion,

@@ -1,11 +1,13 @@
 package cluster
 
 import (
+	"context"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/peatmq/peat/cluster/faultnet"
+	"github.com/peatmq/peat/cluster/wire"
 	"github.com/peatmq/peat/mqtt"
 )
 
@@ -158,4 +160,42 @@ func TestLog_HandOverKeepsAcksLeaderState(t *testing.T) {
 	if v := loadKey(t, got.log.Route("s/x"), "g/last"); string(v) != string(offsetVal(2)) {
 		t.Fatalf("the new leader %s's g/last = %x, want %x: an answered state write was lost", got.node.ID(), v, offsetVal(2))
 	}
+}
+
+// TestLeader_DrainWaitsForTheISRAndResumes: Drain refuses appends at
+// once, waits for an ISR follower that has not fetched the leader's end
+// (giving up when its context ends), returns once the follower fetched
+// it, and Resume takes appends again.
+func TestLeader_DrainWaitsForTheISRAndResumes(t *testing.T) {
+	ls := openReplica(t)
+	l := NewLeader("L", ls, 1, []string{"L", "F"}, nil)
+	t.Cleanup(l.Close)
+	appendRecs(t, ls, 5, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if l.Drain(ctx) {
+		t.Fatal("drained with a follower that never fetched")
+	}
+	if l.beginAppend() {
+		t.Fatal("an append admitted while draining")
+	}
+	done := make(chan bool, 1)
+	go func() { done <- l.Drain(context.Background()) }()
+	resp := l.fetch(context.Background(), &wire.FetchRequest{Stream: ls.Name(), ReplicaID: "F", BrokerEpoch: 1, LeaderEpoch: 1, Offset: 5})
+	if resp.Code != wire.None {
+		t.Fatalf("fetch at the leader's end: %v", resp.Code)
+	}
+	select {
+	case ok := <-done:
+		if !ok {
+			t.Fatal("Drain gave up with the follower at the leader's end")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Drain still waits after the follower fetched the leader's end")
+	}
+	l.Resume()
+	if !l.beginAppend() {
+		t.Fatal("an append refused after Resume")
+	}
+	l.endAppend()
 }

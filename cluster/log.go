@@ -121,16 +121,12 @@ func (l *Log) drainAcksLeader(ctx context.Context, wait time.Duration) (behind [
 			continue
 		}
 		wg.Go(func() {
-			dctx, cancel := context.WithTimeout(ctx, wait)
-			drained := ld.Drain(dctx)
-			if s := l.stream(name); drained && s != nil {
-				// Records drained: no shrink needed, but consumer state
-				// may still lag (the shrink counts records only).
-				drained = s.drainState(dctx, ld)
-			} else if !drained {
+			// With the records held the state may still lag: no shrink
+			// then, it counts records only.
+			records, drained := l.drain(ctx, name, ld, wait)
+			if !records {
 				drained = l.keepHolders(ctx, name, ld)
 			}
-			cancel()
 			if !drained {
 				mu.Lock()
 				behind = append(behind, name)
@@ -141,6 +137,20 @@ func (l *Log) drainAcksLeader(ctx context.Context, wait time.Duration) (behind [
 	wg.Wait()
 	slices.Sort(behind)
 	return behind
+}
+
+// drain drains stream name, which ld leads, for at most wait: records
+// (Leader.Drain), then consumer state (drainState). records reports
+// whether every ISR member holds ld's records, held whether it holds its
+// state writes too.
+func (l *Log) drain(ctx context.Context, name string, ld *Leader, wait time.Duration) (records, held bool) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if !ld.Drain(ctx) {
+		return false, false
+	}
+	s := l.stream(name)
+	return true, s == nil || s.drainState(ctx, ld)
 }
 
 // keepHolders shrinks the ISR of stream name, which ld leads and has

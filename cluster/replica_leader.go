@@ -115,8 +115,8 @@ func (l *Leader) Close() {
 // joiner the watermark counts, has fetched up to the leader's log end.
 // Any of them the controller then elects holds every record
 // acknowledged. It reports whether they did before ctx ended or the
-// leader closed. Appends stay refused: only call it on the way out
-// (Site.HandOver).
+// leader closed. Appends stay refused until Resume (a leader balancing
+// whose election was not made; a hand-over never resumes).
 func (l *Leader) Drain(ctx context.Context) bool {
 	l.appends.Lock()
 	l.appends.draining = true
@@ -142,6 +142,14 @@ func (l *Leader) Drain(ctx context.Context) bool {
 			return false
 		}
 	}
+}
+
+// Resume takes appends and state writes again after a Drain, when the
+// leadership it was to end stays (the election was not made).
+func (l *Leader) Resume() {
+	l.appends.Lock()
+	defer l.appends.Unlock()
+	l.appends.draining = false
 }
 
 // holdingAll are the ISR followers that have fetched up to the leader's

@@ -42,9 +42,10 @@ type SiteConfig struct {
 	MinInsyncReplicas int
 	LagMax            time.Duration // replica_lag_max; 0: DefaultReplicaLagMax
 
-	// LeaderBalanceAfter: on the controller, a stream's preferred leader
-	// (its first replica) that has been alive and in the ISR this long
-	// leads it again (balance.go); 0: never.
+	// LeaderBalanceAfter: a stream's preferred leader (its first replica)
+	// that has been alive and in the ISR this long leads it again
+	// (balance.go: the controller elects it, or for an acks: leader
+	// stream the leader hands over); 0: never.
 	LeaderBalanceAfter time.Duration
 
 	// Mirror applies the mirror rules on the leader of a mirror stream
