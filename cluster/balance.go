@@ -21,7 +21,8 @@ const balanceRetry = 2 * time.Second
 //     last wins, and a rolling restart that changes the value on every
 //     node moves replicas once, never back and forth as it would if each
 //     controller in turn applied its own configuration;
-//   - on the controller, leader balancing (LeaderBalanceAfter).
+//   - on the controller, leader balancing (LeaderBalanceAfter); on a
+//     leader, the same for the acks: leader streams it leads.
 func (s *Site) manage() {
 	defer s.wg.Done()
 	done := map[string]bool{} // streams whose factor this run has settled
@@ -80,6 +81,9 @@ func (s *Site) setFactors(st *State, done map[string]bool) {
 // count does.
 type balancer struct {
 	since map[string]time.Time
+	// mine is the same count on a stream's leader, for the acks: leader
+	// streams it leads (handOff).
+	mine map[string]time.Time
 }
 
 // balanceLeaders is Kafka's preferred replica election: a stream's
@@ -92,14 +96,20 @@ type balancer struct {
 // one, an ISR member, holds every record acknowledged under acks=all
 // and leads from its log end; publishes in flight on the old leader are
 // refused and sent again by their clients. Streams with acks: leader
-// are left alone: their old leader may have acknowledged records its
-// followers have not fetched yet, which a change would lose.
+// are left to their leader (handOff): it may have acknowledged records
+// its followers have not fetched yet, which a change made here would
+// lose.
 // It returns when the next stream is due (zero: none).
 func (s *Site) balanceLeaders(b *balancer, st *State, now time.Time) (next time.Time) {
 	after := s.cfg.LeaderBalanceAfter
-	if after <= 0 || !s.Node.IsController() {
-		b.since = nil
+	if after <= 0 {
+		b.since, b.mine = nil, nil
 		return time.Time{}
+	}
+	next = s.handOff(b, st, now, after)
+	if !s.Node.IsController() {
+		b.since = nil
+		return next
 	}
 	if b.since == nil {
 		b.since = map[string]time.Time{}
@@ -108,9 +118,9 @@ func (s *Site) balanceLeaders(b *balancer, st *State, now time.Time) (next time.
 	for _, c := range s.cfg.Streams {
 		acksLeader[c.Name] = c.AcksLeader
 	}
-	elect, next := planLeaders(st, b.since, now, after, func(name string) bool { return acksLeader[name] })
+	elect, due := planLeaders(st, b.since, now, after, func(name string) bool { return acksLeader[name] })
 	if elect == nil {
-		return next
+		return earliest(next, due)
 	}
 	x := st.Streams[elect.Name]
 	s.log.Info("cluster: leader balancing: the preferred replica leads again", slog.String("stream", elect.Name),
@@ -122,6 +132,78 @@ func (s *Site) balanceLeaders(b *balancer, st *State, now time.Time) (next time.
 	}
 	delete(b.since, elect.Name) // counted afresh if it is still due
 	return now.Add(balanceRetry)
+}
+
+// handOff is leader balancing for the acks: leader streams this node
+// leads, which the controller leaves alone: their leader may have
+// answered records no follower holds, so the leader moves them itself.
+// Once a stream's preferred replica has been eligible for after (counted
+// here), it drains the stream as a hand-over does (Log.drain: appends
+// and state writes refused, every ISR member caught up), then submits
+// the ElectLeader; when either fails it takes appends again. It returns
+// when the next stream is due (zero: none).
+func (s *Site) handOff(b *balancer, st *State, now time.Time, after time.Duration) time.Time {
+	if b.mine == nil {
+		b.mine = map[string]time.Time{}
+	}
+	self := s.Node.ID()
+	elect, next := planLeaders(st, b.mine, now, after, func(name string) bool {
+		return st.Streams[name].Leader != self || !s.Log.acksLeader(name)
+	})
+	if elect == nil {
+		return next
+	}
+	delete(b.mine, elect.Name) // counted afresh if it is still due
+	ld, _ := s.Replicator.Leading(elect.Name)
+	if ld == nil {
+		return now.Add(balanceRetry)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), handOverTimeout)
+	defer cancel()
+	if _, held := s.Log.drain(ctx, elect.Name, ld, handOverTimeout*2/5); !held {
+		ld.Resume()
+		s.log.Warn("cluster: leader balancing: followers not caught up", slog.String("stream", elect.Name))
+		return now.Add(balanceRetry)
+	}
+	if err := s.Node.Submit(ctx, *elect); err != nil {
+		// A Submit that timed out may still have been applied: resume
+		// only a leadership the state still gives this node, or a
+		// deposed leader would answer appends no one will hold.
+		if !s.leadershipEnded(elect.Name, ld.epoch, balanceRetry) {
+			ld.Resume()
+		}
+		s.log.Warn("cluster: leader balancing", slog.String("stream", elect.Name), slog.Any("err", err))
+		return now.Add(balanceRetry)
+	}
+	s.log.Info("cluster: leader balancing: the preferred replica leads again", slog.String("stream", elect.Name),
+		slog.String("from", self), slog.String("to", elect.Preferred))
+	return now.Add(balanceRetry)
+}
+
+// leadershipEnded waits up to d for this node's state to show that its
+// leadership of stream name in epoch has ended.
+func (s *Site) leadershipEnded(name string, epoch uint32, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		st, changed := s.Node.State()
+		if x := st.Streams[name]; x == nil || x.Leader != s.Node.ID() || x.LeaderEpoch != epoch {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			return false
+		}
+	}
+}
+
+// earliest is the earlier of two due times, zero being none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
 }
 
 // planLeaders is balanceLeaders' rule, without I/O: the first stream (in

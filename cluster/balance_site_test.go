@@ -20,6 +20,7 @@ type nodeSpec struct {
 	rf           int
 	join         []string
 	balanceAfter time.Duration
+	acksLeader   bool // the default stream is acks: leader
 
 	dataDir, snapDir              string // "": fresh on the first start
 	serfAddr, raftAddr, transport string // "": a free port on the first start
@@ -43,7 +44,7 @@ func startSpec(t *testing.T, sp *nodeSpec) *siteNode {
 		t.Fatal(err)
 	}
 	s, err := StartSite(SiteConfig{Node: cfg, TransportListen: sp.transport, Store: store,
-		Streams: []SiteStream{{Name: "default", ReplicationFactor: sp.rf}}, LagMax: 2 * time.Second,
+		Streams: []SiteStream{{Name: "default", ReplicationFactor: sp.rf, AcksLeader: sp.acksLeader}}, LagMax: 2 * time.Second,
 		LeaderBalanceAfter: sp.balanceAfter})
 	if err != nil {
 		_ = store.Close()
@@ -67,10 +68,16 @@ func (n *siteNode) stopGracefully() {
 
 // threeVoters starts n1-n3, voters, with the default stream of factor rf.
 func threeVoters(t *testing.T, rf int, balanceAfter time.Duration) ([]*nodeSpec, []*siteNode) {
-	specs := []*nodeSpec{{id: "n1", voter: true, expect: 3, rf: rf, balanceAfter: balanceAfter}}
+	return threeVotersAcks(t, rf, balanceAfter, false)
+}
+
+// threeVotersAcks is threeVoters with the default stream acks: leader.
+func threeVotersAcks(t *testing.T, rf int, balanceAfter time.Duration, acksLeader bool) ([]*nodeSpec, []*siteNode) {
+	specs := []*nodeSpec{{id: "n1", voter: true, expect: 3, rf: rf, balanceAfter: balanceAfter, acksLeader: acksLeader}}
 	nodes := []*siteNode{startSpec(t, specs[0])}
 	for _, id := range []string{"n2", "n3"} {
-		sp := &nodeSpec{id: id, voter: true, expect: 3, rf: rf, join: []string{specs[0].serfAddr}, balanceAfter: balanceAfter}
+		sp := &nodeSpec{id: id, voter: true, expect: 3, rf: rf, join: []string{specs[0].serfAddr},
+			balanceAfter: balanceAfter, acksLeader: acksLeader}
 		specs = append(specs, sp)
 		nodes = append(nodes, startSpec(t, sp))
 	}
@@ -367,10 +374,18 @@ func TestSite_RemoveLiveNodeRefused(t *testing.T) {
 }
 
 // A node that restarts gets its preferred leadership back once it has
-// been in the ISR for leader_balance_after; publishes acknowledged
-// across both leader changes are all there.
+// been in the ISR for leader_balance_after, under acks=all and under
+// acks=leader; publishes acknowledged across both leader changes are all
+// there.
 func TestSite_LeaderBalancing(t *testing.T) {
-	specs, nodes := threeVoters(t, 3, 3*time.Second)
+	t.Run("acks all", func(t *testing.T) { leaderBalancing(t, false) })
+	// The controller leaves these alone: their leader moves them itself,
+	// once it has drained them (Site.handOff).
+	t.Run("acks leader", func(t *testing.T) { leaderBalancing(t, true) })
+}
+
+func leaderBalancing(t *testing.T, acksLeader bool) {
+	specs, nodes := threeVotersAcks(t, 3, 3*time.Second, acksLeader)
 	streamIs(t, nodes, "n1", "n2", "n3")
 	s := defaultStream(nodes[0])
 	preferred := s.Replicas[0]

@@ -221,8 +221,13 @@
 // leader stops committing once its state names another, and the new
 // one, an ISR member, holds everything acknowledged under acks=all;
 // appends in flight on the old leader are refused (clients resend).
-// Streams with acks: leader are never moved: their leader may have
-// acknowledged records no follower has yet.
+// The controller leaves streams with acks: leader alone: their leader
+// may have acknowledged records no follower has yet. Their leader moves
+// them itself (Site.handOff), on the same rule counted in its own
+// memory: it drains the stream as a hand-over does (appends and state
+// writes refused, every ISR member caught up, 2 s at most), then submits
+// the ElectLeader; if the followers did not catch up, or the election
+// was not made and its state still names it, it takes appends again.
 //
 // # Raft's keys in the key-value space (raftstore.go)
 //
@@ -368,9 +373,9 @@
 // "stream leader unavailable"), if the ISR falls below the minimum with
 // ErrNotEnoughReplicas; the records may still commit under the next
 // leader, so a producer's retry can duplicate them (at least once). A
-// Leader admits appends until Close begins and Close waits until those
-// are written: no record of an ended leadership lands after the Fetcher
-// that follows it truncated the log.
+// Leader admits appends until Close (or a hand-over's Drain) begins and
+// Close waits until those are written: no record of an ended leadership
+// lands after the Fetcher that follows it truncated the log.
 //
 // On a follower, AppendAsync forwards: the records (forward_codec.go: the
 // producer's fields; a zero timestamp is stamped here, with this node's
@@ -408,7 +413,8 @@
 // its own watermark. Such an answer is given before the records are
 // committed: a leader that dies can lose them, and Committed may still be
 // below them when done runs. Consumer-state writes of such a stream are
-// answered once the leader wrote them, too.
+// answered once the leader wrote them, too. A graceful stop of the
+// leader loses neither: it drains first (see "A node of a site").
 //
 // Reads, Committed and Changed serve the committed records of this node's
 // replica, on every replica; Changed is forwarded from the store's (the
@@ -702,6 +708,24 @@
 // detection before taking publishes again, and acks=all would wait for a
 // follower that has gone.
 //
+// An acks: leader stream's leader has answered records and state writes
+// its followers may not hold yet, and BrokerFailed elects at once. So
+// first, on each such stream it leads with another ISR member (all at
+// once), it drains (Leader.Drain, Log.drainAcksLeader): it refuses
+// appends and state writes with ErrLeaderUnavailable, as while a leader
+// moves (clients resend to the next), waits for those admitted, then
+// until every ISR member, and every joiner the watermark counts, has
+// fetched to its log end and acknowledged its state writes. Waiting for
+// all, not one, leaves the election as it is: it takes the first ISR
+// member in replica order, and each then holds everything answered. A
+// follower that stopped fetching stays in the ISR for replica_lag_max
+// and must not hold the stop: the drain gets 2 s of the hand-over's 5 s;
+// then the leader shrinks the ISR (AlterISR) to the followers at its log
+// end, if some are, so that one of them is elected. With none, it hands
+// over as before, and what it alone held is lost (logged). A follower
+// fetches while the leader waits: the Server and the Replicator close
+// after HandOver. A crash still loses what acks=leader answered.
+//
 // # Security (keyring.go, tls.go)
 //
 // Gossip is encrypted when Config.KeyringFile names Serf's keyring: a
@@ -829,10 +853,12 @@
 //     back, or offsets of an expired session, left behind for the next
 //     session of its client id to find).
 //   - Rebalancing on its own (Cruise Control's goals: disk bytes, not
-//     replica counts; a stream's records are not counted); leader
-//     balancing for acks: leader streams, which needs a leader that
-//     stops acknowledging and waits for its follower before it hands
-//     over (a rebalance leaves their leaders where they are).
+//     replica counts; a stream's records are not counted). A rebalance
+//     leaves acks: leader streams' leaders where they are, and a
+//     decommission moves them at once, which can lose what they
+//     answered last: the controller would ask the leader (a command it
+//     watches for, as handOff's leader does its own) to drain, then
+//     elect.
 //   - Creating a stream: one created while a just-crashed replica still
 //     counts as alive starts with that replica alone in its ISR
 //     (createStreams).

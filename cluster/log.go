@@ -1,10 +1,14 @@
 package cluster
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
@@ -99,6 +103,96 @@ func NewLogConfig(node *Node, store *logstore.Store, rep *Replicator, cfg LogCon
 
 func (l *Log) acksLeader(stream string) bool {
 	return l.cfg.AcksLeader != nil && l.cfg.AcksLeader(stream)
+}
+
+// drainAcksLeader drains (Leader.Drain), all at once and each for at
+// most wait, every acks: leader stream this node leads with another ISR
+// member, records then consumer state (drainState), and returns those
+// whose ISR may still lack what this node acknowledged. Under acks=all
+// every acknowledged record and state write is in the ISR already:
+// nothing to wait for.
+func (l *Log) drainAcksLeader(ctx context.Context, wait time.Duration) (behind []string) {
+	self := l.node.ID()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, cs := range l.node.View().Streams {
+		ld, _ := l.rep.Leading(name)
+		if ld == nil || cs.Leader != self || len(cs.ISR) < 2 || !l.acksLeader(name) {
+			continue
+		}
+		wg.Go(func() {
+			// With the records held the state may still lag: no shrink
+			// then, it counts records only.
+			records, drained := l.drain(ctx, name, ld, wait)
+			if !records {
+				drained = l.keepHolders(ctx, name, ld)
+			}
+			if !drained {
+				mu.Lock()
+				behind = append(behind, name)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(behind)
+	return behind
+}
+
+// drain drains stream name, which ld leads, for at most wait: records
+// (Leader.Drain), then consumer state (drainState). records reports
+// whether every ISR member holds ld's records, held whether it holds its
+// state writes too.
+func (l *Log) drain(ctx context.Context, name string, ld *Leader, wait time.Duration) (records, held bool) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if !ld.Drain(ctx) {
+		return false, false
+	}
+	s := l.stream(name)
+	return true, s == nil || s.drainState(ctx, ld)
+}
+
+// keepHolders shrinks the ISR of stream name, which ld leads and has
+// drained, to the followers that hold all of its log, when some do and
+// others do not: the controller elects the first ISR member in replica
+// order, which could otherwise be one that lacks acknowledged records (a
+// follower that stopped fetching stays in the ISR for replica_lag_max).
+// It reports whether the ISR then holds only such followers.
+func (l *Log) keepHolders(ctx context.Context, name string, ld *Leader) bool {
+	self := l.node.ID()
+	for {
+		st, changed := l.node.State()
+		cs, me := st.Streams[name], st.Brokers[self]
+		if cs == nil || me == nil || cs.Leader != self || cs.LeaderEpoch != ld.epoch {
+			return false // no longer this leadership's to decide
+		}
+		isr := []ISRMember{{ID: self, Epoch: me.Epoch}}
+		for _, m := range ld.holdingAll() {
+			if cs.InISR(m.ID) {
+				isr = append(isr, m)
+			}
+		}
+		switch {
+		case len(isr) == len(cs.ISR):
+			return true // every member caught up meanwhile
+		case len(isr) == 1:
+			return false // none holds it all: the election takes what there is
+		}
+		err := l.node.Submit(ctx, AlterISR{Name: name, Leader: self, LeaderEpoch: cs.LeaderEpoch, Version: cs.Version, ISR: isr})
+		if !errors.Is(err, ErrStaleVersion) { // the Replicator's own ISR change came first: look again
+			if err != nil {
+				l.log.Warn("cluster: hand-over: ISR not shrunk to the followers holding every record",
+					slog.String("stream", name), slog.Any("err", err))
+			}
+			return err == nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 func mustRouter(filters [][]string) *logstore.Router {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt"
 )
 
 // siteNode is one in-process node of a test site (StartSite), and how to
@@ -81,18 +83,25 @@ func startSiteNodeOf(t *testing.T, id string, voter bool, expect int, join []str
 }
 
 // producer appends one record at a time to the default stream on a node
-// until stopped, keeping what was acknowledged (offset -> payload).
+// until stopped, keeping what was acknowledged (offset -> payload) and
+// counting refusals with ErrLeaderUnavailable.
 type producer struct {
-	mu    sync.Mutex
-	acked map[uint64]string
-	stop  chan struct{}
-	done  chan struct{}
+	mu      sync.Mutex
+	acked   map[uint64]string
+	refused int
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 func produce(n *siteNode) *producer { return produceTo(n, "default") }
 
 // produceTo is produce to stream name.
 func produceTo(n *siteNode, name string) *producer {
+	return produceOnto(func() mqtt.Stream { return n.Log.Stream(name) })
+}
+
+// produceOnto is produce to the stream stream returns (nil: not yet).
+func produceOnto(stream func() mqtt.Stream) *producer {
 	p := &producer{acked: map[uint64]string{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
@@ -102,7 +111,7 @@ func produceTo(n *siteNode, name string) *producer {
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			s := n.Log.Stream(name)
+			s := stream()
 			if s == nil {
 				continue
 			}
@@ -118,11 +127,14 @@ func produceTo(n *siteNode, name string) *producer {
 				<-ch
 				return
 			}
-			if err == nil {
-				p.mu.Lock()
+			p.mu.Lock()
+			switch {
+			case err == nil:
 				p.acked[off] = payload
-				p.mu.Unlock()
+			case errors.Is(err, mqtt.ErrLeaderUnavailable):
+				p.refused++
 			}
+			p.mu.Unlock()
 		}
 	}()
 	return p
@@ -134,8 +146,13 @@ func (p *producer) count() int {
 	return len(p.acked)
 }
 
+// end stops the producer and returns what was acknowledged; idempotent.
 func (p *producer) end() map[uint64]string {
-	close(p.stop)
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
+	}
 	<-p.done
 	return p.acked
 }

@@ -41,24 +41,29 @@ type Leader struct {
 		// leader replicates (the Log's consumer state): only then is it a
 		// Joiner.
 		joinable func(id string) bool
+		// drainWake, while Drain waits, is closed (and cleared) by the
+		// next fetch or ISR change: a follower's log end may have moved.
+		drainWake chan struct{}
 	}
 	// appends counts the producers' appends Log has handed to the stream
 	// under this Leader: Close waits for them to be written, so no record
 	// of this epoch lands after a Fetcher has truncated the log.
 	appends struct {
 		sync.Mutex
-		closing bool
-		n       sync.WaitGroup
+		closing  bool
+		draining bool // Drain began: appends are refused as once closing
+		n        sync.WaitGroup
 	}
 	stop chan struct{}
 	done chan struct{}
 }
 
-// beginAppend admits a producer's append; false once Close has begun.
+// beginAppend admits a producer's append; false once Close or Drain has
+// begun.
 func (l *Leader) beginAppend() bool {
 	l.appends.Lock()
 	defer l.appends.Unlock()
-	if l.appends.closing {
+	if l.appends.closing || l.appends.draining {
 		return false
 	}
 	l.appends.n.Add(1)
@@ -99,6 +104,86 @@ func (l *Leader) Close() {
 		close(l.stop)
 	}
 	<-l.done
+}
+
+// Drain is a graceful stop's wait on an acks: leader stream, whose
+// leader acknowledges records before any follower holds them. From now
+// on it refuses appends, and the Log's consumer-state writes, with
+// ErrLeaderUnavailable, as while leadership moves (producers resend to
+// the next leader, mqtt writes the state again); it waits for the
+// appends admitted to be written, then until every ISR member, and every
+// joiner the watermark counts, has fetched up to the leader's log end.
+// Any of them the controller then elects holds every record
+// acknowledged. It reports whether they did before ctx ended or the
+// leader closed. Appends stay refused until Resume (a leader balancing
+// whose election was not made; a hand-over never resumes).
+func (l *Leader) Drain(ctx context.Context) bool {
+	l.appends.Lock()
+	l.appends.draining = true
+	l.appends.Unlock()
+	l.appends.n.Wait() // each is written or refused within a group commit
+	for {
+		l.mu.Lock()
+		end := l.stream.NextOffset()
+		caughtUp := l.mu.tr.hw(end) >= end // every member's end, not the watermark min_insync_replicas may hold
+		if !caughtUp && l.mu.drainWake == nil {
+			l.mu.drainWake = make(chan struct{})
+		}
+		wake := l.mu.drainWake
+		l.mu.Unlock()
+		if caughtUp {
+			return true
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return false
+		case <-l.stop:
+			return false
+		}
+	}
+}
+
+// Resume takes appends and state writes again after a Drain, when the
+// leadership it was to end stays (the election was not made).
+func (l *Leader) Resume() {
+	l.appends.Lock()
+	defer l.appends.Unlock()
+	l.appends.draining = false
+}
+
+// holdingAll are the ISR followers that have fetched up to the leader's
+// log end, with the broker epochs they fetched in: after a Drain that ran
+// out of time, the members the ISR may shrink to so that the controller's
+// election cannot pick one that lacks acknowledged records.
+func (l *Leader) holdingAll() []ISRMember {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	end := l.stream.NextOffset()
+	var out []ISRMember
+	for _, id := range l.mu.tr.isr {
+		if r := l.mu.tr.replicas[id]; id != l.self && r != nil && r.end >= end {
+			out = append(out, ISRMember{ID: id, Epoch: r.brokerEpoch})
+		}
+	}
+	return out
+}
+
+// draining reports whether Drain has begun: consumer-state writes are
+// refused from then on, as appends are.
+func (l *Leader) draining() bool {
+	l.appends.Lock()
+	defer l.appends.Unlock()
+	return l.appends.draining
+}
+
+// wakeDrainLocked tells a waiting Drain that a log end or the ISR moved;
+// l.mu is held.
+func (l *Leader) wakeDrainLocked() {
+	if l.mu.drainWake != nil {
+		close(l.mu.drainWake)
+		l.mu.drainWake = nil
+	}
 }
 
 func (l *Leader) run() {
@@ -148,6 +233,7 @@ func (l *Leader) InSync() bool {
 func (l *Leader) SetISR(isr []string) {
 	l.mu.Lock()
 	l.mu.tr.setISR(isr)
+	l.wakeDrainLocked()
 	l.mu.Unlock()
 	l.advance()
 }
@@ -191,6 +277,7 @@ func (l *Leader) Joiners() []ISRMember {
 func (l *Leader) KeepJoining(ids []string) {
 	l.mu.Lock()
 	l.mu.tr.keepJoining(ids)
+	l.wakeDrainLocked()
 	l.mu.Unlock()
 	l.advance()
 }
@@ -257,6 +344,7 @@ func (l *Leader) fetch(ctx context.Context, req *wire.FetchRequest) wire.FetchRe
 	}
 	l.mu.Lock()
 	l.mu.tr.fetched(req.ReplicaID, req.BrokerEpoch, req.Offset, end, time.Now())
+	l.wakeDrainLocked()
 	l.mu.Unlock()
 	l.advance()
 	if req.Offset >= l.stream.ShipEnd() && req.MaxWaitMs > 0 {

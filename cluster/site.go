@@ -42,9 +42,10 @@ type SiteConfig struct {
 	MinInsyncReplicas int
 	LagMax            time.Duration // replica_lag_max; 0: DefaultReplicaLagMax
 
-	// LeaderBalanceAfter: on the controller, a stream's preferred leader
-	// (its first replica) that has been alive and in the ISR this long
-	// leads it again (balance.go); 0: never.
+	// LeaderBalanceAfter: a stream's preferred leader (its first replica)
+	// that has been alive and in the ISR this long leads it again
+	// (balance.go: the controller elects it, or for an acks: leader
+	// stream the leader hands over); 0: never.
 	LeaderBalanceAfter time.Duration
 
 	// Mirror applies the mirror rules on the leader of a mirror stream
@@ -184,23 +185,38 @@ const handOverTimeout = 5 * time.Second
 // every ISR, new leaders for the streams it led) instead of after Serf's
 // failure detection, and a controller hands Raft's leadership to another
 // voter. Publishes to the streams it led move within a round trip, not
-// seconds. Only call it on the way out: the node leaves every ISR.
+// seconds. First, on each acks: leader stream it leads, it stops taking
+// appends and waits for its ISR followers to fetch what it acknowledged
+// (Leader.Drain), for at most 2/5 of timeout. Only call it on the way
+// out: the node leaves every ISR.
 func (s *Site) HandOver(timeout time.Duration) {
+	handOver(s.Node, s.Log, timeout, s.log)
+}
+
+// handOver is HandOver on a node's parts.
+func handOver(node *Node, lg *Log, timeout time.Duration, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	self := s.Node.ID()
-	st, _ := s.Node.State()
+	// A follower that fetches catches up within a round trip; one that
+	// does not must not hold the stop: the rest of the time is for the
+	// controller's election and Raft's transfer.
+	if behind := lg.drainAcksLeader(ctx, timeout*2/5); len(behind) > 0 {
+		log.Warn("cluster: hand-over: no follower caught up; records only this node holds may be lost",
+			slog.Any("streams", behind))
+	}
+	self := node.ID()
+	st, _ := node.State()
 	for _, x := range st.Streams {
 		if slices.Contains(x.ISR, self) && len(x.ISR) > 1 {
-			if err := s.Node.Submit(ctx, BrokerFailed{ID: self, Epoch: s.Node.Epoch()}); err != nil {
-				s.log.Warn("cluster: hand-over: the others find this node failed by themselves", slog.Any("err", err))
+			if err := node.Submit(ctx, BrokerFailed{ID: self, Epoch: node.Epoch()}); err != nil {
+				log.Warn("cluster: hand-over: the others find this node failed by themselves", slog.Any("err", err))
 			}
 			break
 		}
 	}
-	if s.Node.IsController() {
-		if err := s.Node.raft.LeadershipTransfer().Error(); err != nil {
-			s.log.Warn("cluster: hand-over: controller not transferred", slog.Any("err", err))
+	if node.IsController() {
+		if err := node.raft.LeadershipTransfer().Error(); err != nil {
+			log.Warn("cluster: hand-over: controller not transferred", slog.Any("err", err))
 		}
 	}
 }

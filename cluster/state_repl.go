@@ -130,6 +130,10 @@ func (s *stream) stageState(ld *Leader, puts map[string][]byte, dels []string, w
 	if r.leader != ld {
 		return 0, fmt.Errorf("cluster: write state of %s: leadership moved: %w", s.name, mqtt.ErrLeaderUnavailable)
 	}
+	// Under r.mu, so that drainState's seq counts every write let through.
+	if w != waitNone && ld.draining() {
+		return 0, fmt.Errorf("cluster: write state of %s: leadership ending: %w", s.name, mqtt.ErrLeaderUnavailable)
+	}
 	if err := s.st.WriteState(puts, dels); err != nil {
 		return 0, err
 	}
@@ -190,6 +194,18 @@ func (s *stream) awaitState(ctx context.Context, ld *Leader, seq uint64, w state
 			return fmt.Errorf("cluster: write state of %s: the ISR did not acknowledge it: %w (%w)", s.name, mqtt.ErrNotEnoughReplicas, ctx.Err())
 		}
 	}
+}
+
+// drainState waits, once ld drains (Leader.Drain refuses state writes
+// too), until every other ISR member has acknowledged the state writes
+// of ld's leadership, which acks=leader answered without waiting; it
+// reports whether they did before ctx ended.
+func (s *stream) drainState(ctx context.Context, ld *Leader) bool {
+	r := &s.rs
+	r.mu.Lock()
+	seq, mine := r.seq, r.leader == ld
+	r.mu.Unlock()
+	return mine && s.awaitState(ctx, ld, seq, waitISR) == nil
 }
 
 // forwardStateWrite passes a follower's state write to the leader,
