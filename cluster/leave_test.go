@@ -1,0 +1,79 @@
+package cluster
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/peatmq/peat/cluster/faultnet"
+)
+
+// leaveLoop runs Log.leaveLeads on ln as Site.manage does, until the
+// test ends.
+func leaveLoop(t *testing.T, ln *logNode) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tried := map[string]time.Time{}
+		for {
+			_, changed := ln.node.State()
+			ln.log.leaveLeads(tried, time.Now())
+			select {
+			case <-stop:
+				return
+			case <-changed:
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}
+
+// TestLog_DrainKeepsAcksLeaderRecords: decommissioning (DrainBroker) the
+// leader of an acks: leader stream whose followers fetch slowly, while a
+// producer publishes to it, leaves every record it acknowledged on the
+// new leader at its offset once the drain has moved the replica: the
+// leader hands over after a drain, the controller does not elect at once.
+func TestLog_DrainKeepsAcksLeaderRecords(t *testing.T) {
+	fnet := faultnet.New()
+	cfg := LogConfig{AcksLeader: func(s string) bool { return s == "s" }}
+	nodes, _ := startLogSiteNet(t, 4, 2, cfg, fnet)
+	ctl, rest := roles(t, nodes)
+	leader, next, spare := rest[0], rest[1], rest[2]
+	for _, ln := range nodes {
+		createStreams(t, ln, []string{leader.node.ID(), next.node.ID(), ctl.node.ID()}, "s")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// As a site sets it: without a factor, a drain would keep the added one.
+	if err := ctl.node.Submit(ctx, SetReplicationFactor{Name: "s", ReplicationFactor: 3}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "every replica in the ISR", func() bool {
+		st, _ := leader.node.State()
+		return len(st.Streams["s"].ISR) == 3
+	})
+	for _, ln := range nodes {
+		leaveLoop(t, ln)
+		if ln != leader {
+			fnet.Delay(ln.node.ID(), leader.node.ID(), 300*time.Millisecond)
+		}
+	}
+	p := produceOn(t, leader.log.Route("s/x"))
+	eventually(t, "the leader acknowledges records no follower holds yet", func() bool {
+		end := leader.store.Stream("s").NextOffset()
+		return next.store.Stream("s").NextOffset() < end && ctl.store.Stream("s").NextOffset() < end && p.count() > 50
+	})
+
+	if err := ctl.node.Submit(ctx, DrainBroker{ID: leader.node.ID()}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the drained leader's replica moved", func() bool {
+		st, _ := ctl.node.State()
+		return !slices.Contains(st.Streams["s"].Replicas, leader.node.ID())
+	})
+	p.end()
+	holdsAcked(t, []*logNode{next, ctl, spare}, p)
+	t.Logf("%d acknowledged, %d refused during the drain", len(p.acked), p.refused)
+}
