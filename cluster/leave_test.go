@@ -30,12 +30,26 @@ func leaveLoop(t *testing.T, ln *logNode) {
 	t.Cleanup(func() { close(stop); <-done })
 }
 
-// TestLog_DrainKeepsAcksLeaderRecords: decommissioning (DrainBroker) the
-// leader of an acks: leader stream whose followers fetch slowly, while a
-// producer publishes to it, leaves every record it acknowledged on the
-// new leader at its offset once the drain has moved the replica: the
-// leader hands over after a drain, the controller does not elect at once.
-func TestLog_DrainKeepsAcksLeaderRecords(t *testing.T) {
+// TestLog_LeavingKeepsAcksLeaderRecords: decommissioning (DrainBroker)
+// the leader of an acks: leader stream whose followers fetch slowly, or
+// moving its replica away (MoveReplicas, a rebalance), while a producer
+// publishes to it, leaves every record it acknowledged on the new leader
+// at its offset once the replica has moved: the leader hands over after
+// a drain, the controller does not elect at once.
+func TestLog_LeavingKeepsAcksLeaderRecords(t *testing.T) {
+	t.Run("drain", func(t *testing.T) {
+		leaving(t, func(leader, spare string) Command { return DrainBroker{ID: leader} })
+	})
+	t.Run("rebalance", func(t *testing.T) {
+		leaving(t, func(leader, spare string) Command {
+			return MoveReplicas{Moves: []StreamMove{{Stream: "s", From: leader, To: spare}}}
+		})
+	})
+}
+
+// leaving runs TestLog_LeavingKeepsAcksLeaderRecords with the command
+// leave submits to take the leader's replica away.
+func leaving(t *testing.T, leave func(leader, spare string) Command) {
 	fnet := faultnet.New()
 	cfg := LogConfig{AcksLeader: func(s string) bool { return s == "s" }}
 	nodes, _ := startLogSiteNet(t, 4, 2, cfg, fnet)
@@ -66,14 +80,14 @@ func TestLog_DrainKeepsAcksLeaderRecords(t *testing.T) {
 		return next.store.Stream("s").NextOffset() < end && ctl.store.Stream("s").NextOffset() < end && p.count() > 50
 	})
 
-	if err := ctl.node.Submit(ctx, DrainBroker{ID: leader.node.ID()}); err != nil {
+	if err := ctl.node.Submit(ctx, leave(leader.node.ID(), spare.node.ID())); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the drained leader's replica moved", func() bool {
+	eventually(t, "the leader's replica moved", func() bool {
 		st, _ := ctl.node.State()
 		return !slices.Contains(st.Streams["s"].Replicas, leader.node.ID())
 	})
 	p.end()
 	holdsAcked(t, []*logNode{next, ctl, spare}, p)
-	t.Logf("%d acknowledged, %d refused during the drain", len(p.acked), p.refused)
+	t.Logf("%d acknowledged, %d refused while it moved", len(p.acked), p.refused)
 }

@@ -36,7 +36,7 @@ import (
 //     broker (or a lower factor) when one it counted on has gone. If it
 //     leads, the first kept ISR member takes over in the same command,
 //     except while hold(stream) says its leader (alive: draining or a
-//     move's source) hands over itself first (acks: leader, Site.leaveLeads);
+//     move's source) hands over itself first (acks: leader, Log.leaveLeads);
 //   - a replica a rebalance moves (Stream.Moves) leaves as a draining
 //     broker's does, the move's target added in its place rather than
 //     the least loaded broker.
