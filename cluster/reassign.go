@@ -249,7 +249,7 @@ func (n *Node) replaceDue(ctx context.Context, ctl *control, st *State, now time
 }
 
 // handOffLimit is how long the controller leaves an acks: leader stream's
-// leadership to a leaving leader (Site.leaveLeads, which tries every
+// leadership to a leaving leader (Log.leaveLeads, which tries every
 // balanceRetry with a drain of up to 2 s) before it moves the stream at
 // once, as for any other: a decommission never waits forever on a
 // follower that cannot catch up, or on a leader that does not try (an
