@@ -281,6 +281,14 @@ func (n *Node) reassign(ctx context.Context, ctl *control, now time.Time) (next 
 		return false
 	}
 	moves := planMovesHolding(st, hold)
+	for name, since := range ctl.heldSince {
+		// Not due this pass (a kept replica fell out of the ISR, say)
+		// but its leader still leaving: the count goes on, or a flapping
+		// ISR would hold the decommission forever.
+		if x := st.Streams[name]; held[name].IsZero() && x != nil && (st.leaving(x.Leader) || x.movedFrom(x.Leader)) {
+			held[name] = since
+		}
+	}
 	ctl.heldSince = held
 	for _, c := range moves {
 		n.log.Info("cluster: moving replicas", slog.String("stream", c.Name), slog.Any("from", st.Streams[c.Name].Replicas),
