@@ -3,7 +3,9 @@ package cluster
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
+	"slices"
 	"time"
 )
 
@@ -22,16 +24,21 @@ const balanceRetry = 2 * time.Second
 //     node moves replicas once, never back and forth as it would if each
 //     controller in turn applied its own configuration;
 //   - on the controller, leader balancing (LeaderBalanceAfter); on a
-//     leader, the same for the acks: leader streams it leads.
+//     leader, the same for the acks: leader streams it leads;
+//   - on a leaving leader (draining, or a move's source), the hand-over
+//     of its acks: leader streams (Log.leaveLeads).
 func (s *Site) manage() {
 	defer s.wg.Done()
 	done := map[string]bool{} // streams whose factor this run has settled
 	var b balancer
+	leaving := map[string]time.Time{} // Log.leaveLeads' last failed try, by stream
 	for {
 		st, changed := s.Node.State()
 		s.setFactors(st, done)
 		wait := balanceRetry
-		if next := s.balanceLeaders(&b, st, time.Now()); !next.IsZero() {
+		now := time.Now()
+		next := earliest(s.Log.leaveLeads(leaving, now), s.balanceLeaders(&b, st, now))
+		if !next.IsZero() {
 			wait = min(wait, max(time.Until(next), 0))
 		}
 		t := time.NewTimer(wait)
@@ -154,24 +161,7 @@ func (s *Site) handOff(b *balancer, st *State, now time.Time, after time.Duratio
 		return next
 	}
 	delete(b.mine, elect.Name) // counted afresh if it is still due
-	ld, _ := s.Replicator.Leading(elect.Name)
-	if ld == nil {
-		return now.Add(balanceRetry)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), handOverTimeout)
-	defer cancel()
-	if _, held := s.Log.drain(ctx, elect.Name, ld, handOverTimeout*2/5); !held {
-		ld.Resume()
-		s.log.Warn("cluster: leader balancing: followers not caught up", slog.String("stream", elect.Name))
-		return now.Add(balanceRetry)
-	}
-	if err := s.Node.Submit(ctx, *elect); err != nil {
-		// A Submit that timed out may still have been applied: resume
-		// only a leadership the state still gives this node, or a
-		// deposed leader would answer appends no one will hold.
-		if !s.leadershipEnded(elect.Name, ld.epoch, balanceRetry) {
-			ld.Resume()
-		}
+	if err := s.Log.electDrained(*elect); err != nil {
 		s.log.Warn("cluster: leader balancing", slog.String("stream", elect.Name), slog.Any("err", err))
 		return now.Add(balanceRetry)
 	}
@@ -180,14 +170,86 @@ func (s *Site) handOff(b *balancer, st *State, now time.Time, after time.Duratio
 	return now.Add(balanceRetry)
 }
 
+var (
+	// errNotCaughtUp: a drain before a change of leader ran out of time.
+	errNotCaughtUp = errors.New("followers not caught up")
+	errNotLeading  = errors.New("this node does not lead the stream")
+)
+
+// electDrained moves the leadership of an acks: leader stream this node
+// leads as elect says, losing nothing it acknowledged: it drains the
+// stream as a hand-over does (drain: appends and state writes refused,
+// every ISR member caught up), then submits elect; when either fails it
+// takes appends again (Leader.Resume).
+func (l *Log) electDrained(elect ElectLeader) error {
+	ld, _ := l.rep.Leading(elect.Name)
+	if ld == nil {
+		return errNotLeading
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), handOverTimeout)
+	defer cancel()
+	if _, held := l.drain(ctx, elect.Name, ld, handOverTimeout*2/5); !held {
+		ld.Resume()
+		return errNotCaughtUp
+	}
+	if err := l.node.Submit(ctx, elect); err != nil {
+		// A Submit that timed out may still have been applied: resume
+		// only a leadership the state still gives this node, or a
+		// deposed leader would answer appends no one will hold.
+		if !l.leadershipEnded(elect.Name, ld.epoch, balanceRetry) {
+			ld.Resume()
+		}
+		return err
+	}
+	return nil
+}
+
+// leaveLeads hands over the acks: leader streams this node leads and is
+// leaving (its broker draining, or a move's source), which the
+// controller holds for it (planMovesHolding): once the controller would
+// drop its replica (the kept replicas caught up), it elects the first
+// kept, alive ISR member after a drain (electDrained), so nothing it
+// acknowledged is lost; the controller then drops it. A stream it failed
+// on is tried again after balanceRetry (tried); the controller gives up
+// waiting after handOffLimit. It returns when the next try is due (zero:
+// none).
+func (l *Log) leaveLeads(tried map[string]time.Time, now time.Time) (next time.Time) {
+	st, _ := l.node.State()
+	self := l.node.ID()
+	for _, c := range planMoves(st) {
+		x := st.Streams[c.Name]
+		if x.Leader != self || slices.Contains(c.Replicas, self) || !l.acksLeader(c.Name) {
+			continue
+		}
+		if due := tried[c.Name].Add(balanceRetry); now.Before(due) {
+			next = earliest(next, due)
+			continue
+		}
+		i := slices.IndexFunc(c.Replicas, func(r string) bool { return x.InISR(r) && st.alive(r) })
+		if i < 0 {
+			continue
+		}
+		elect := ElectLeader{Name: c.Name, Preferred: c.Replicas[i]}
+		if err := l.electDrained(elect); err != nil {
+			tried[c.Name] = now
+			next = earliest(next, now.Add(balanceRetry))
+			l.log.Warn("cluster: leaving: leadership not handed over yet", slog.String("stream", c.Name), slog.Any("err", err))
+			continue
+		}
+		delete(tried, c.Name)
+		l.log.Info("cluster: leaving: leadership handed over", slog.String("stream", c.Name), slog.String("to", elect.Preferred))
+	}
+	return next
+}
+
 // leadershipEnded waits up to d for this node's state to show that its
 // leadership of stream name in epoch has ended.
-func (s *Site) leadershipEnded(name string, epoch uint32, d time.Duration) bool {
+func (l *Log) leadershipEnded(name string, epoch uint32, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
-		st, changed := s.Node.State()
-		if x := st.Streams[name]; x == nil || x.Leader != s.Node.ID() || x.LeaderEpoch != epoch {
+		st, changed := l.node.State()
+		if x := st.Streams[name]; x == nil || x.Leader != l.node.ID() || x.LeaderEpoch != epoch {
 			return true
 		}
 		select {

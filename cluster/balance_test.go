@@ -216,3 +216,27 @@ func TestFSM_KeepBroker(t *testing.T) {
 	ft.ok(RemoveBroker{ID: "d"})
 	ft.refused(KeepBroker{ID: "d"}, ErrRemovedBroker)
 }
+
+// A held stream (acks: leader) keeps its draining leader until that
+// leader hands over (ElectLeader); then the same plan drops it. A stream
+// not held moves leader and all in one step.
+func TestPlanMoves_DrainHoldsAcksLeaderLeader(t *testing.T) {
+	ft := newFSMT(t, "a", "b", "c", "d")
+	for _, name := range []string{"held", "free"} {
+		ft.ok(CreateStream{Name: name, Replicas: []string{"a", "b", "c", "d"}, ReplicationFactor: 3})
+	}
+	ft.ok(DrainBroker{ID: "a"})
+	hold := func(name string) bool { return name == "held" }
+	st, _ := ft.f.State()
+	moves := planMovesHolding(st, hold)
+	if len(moves) != 1 || moves[0].Name != "free" {
+		t.Fatalf("moves while held's leader a has not handed over: %v", moves)
+	}
+	ft.ok(moves[0])
+	ft.ok(ElectLeader{Name: "held", Preferred: "b"}) // a hands over
+	st, _ = ft.f.State()
+	moves = planMovesHolding(st, hold)
+	if len(moves) != 1 || moves[0].Name != "held" || slices.Contains(moves[0].Replicas, "a") {
+		t.Fatalf("moves once a has handed over: %v", moves)
+	}
+}

@@ -53,6 +53,11 @@ type Config struct {
 	ClusterAddr string
 	Dial        Dialer // nil: TCPDialer
 
+	// AcksLeader names the acks: leader streams: the controller leaves
+	// moving their leadership off a leaving leader to that leader, for a
+	// while (handOffLimit). nil: none. StartSite sets it.
+	AcksLeader func(stream string) bool
+
 	// RaftListener, when set, carries Raft instead of a TCP listener on
 	// RaftAddr (which is then not used), and Raft dials with Dial: tests
 	// run Raft over faultnet to partition a node from the controller.

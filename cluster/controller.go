@@ -139,10 +139,13 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		if err := n.reconcileAll(ctx); err != nil && ctx.Err() == nil {
 			n.log.Warn("cluster: reconcile", slog.Any("err", err))
 		}
-		next := n.replaceDue(ctx, ctl, st, time.Now())
-		if err := n.reassign(ctx); err != nil && ctx.Err() == nil {
+		now := time.Now()
+		next := n.replaceDue(ctx, ctl, st, now)
+		held, err := n.reassign(ctx, ctl, now)
+		if err != nil && ctx.Err() == nil {
 			n.log.Warn("cluster: moving replicas", slog.Any("err", err))
 		}
+		next = earliest(next, held)
 		var due <-chan time.Time
 		var t *time.Timer
 		if !next.IsZero() {

@@ -162,7 +162,19 @@
 // replicas that are all alive and in the ISR (never an under-replicated
 // moment: with a broker gone meanwhile it waits). When it leads, the
 // same AssignReplicas elects the first kept ISR member, the controlled
-// leader change a hand-over makes. Once it holds no replica the
+// leader change a hand-over makes; except on acks: leader streams
+// (Config.AcksLeader, which StartSite sets), whose leader may have
+// answered records no follower has: the controller holds that step
+// (planMovesHolding) and the leader, seeing in the state that its
+// replica is to go (its Site.manage runs Log.leaveLeads, which asks
+// planMoves), drains the stream as leader balancing does below and
+// elects the first kept, alive ISR member; the next pass drops it. A
+// leader that fails (followers not caught up in 2 s, the election not
+// made) takes appends again and tries after 2 s; after handOffLimit
+// (30 s, counted in the controller's memory) the controller moves it at
+// once as before and logs a warning: a decommission never hangs on a
+// follower that cannot keep up, or on a leader running an older Peat
+// (which never hands over; an older controller never holds). Once it holds no replica the
 // controller demotes a draining voter to non-voter (it follows the
 // state, so its clients' publishes are still forwarded right) if the
 // voters left alive stay a majority of those remaining; a draining
@@ -197,7 +209,7 @@
 // id order, until no count is more than one above another. Only settled
 // streams move (a leader, their factor of replicas, all alive, in the
 // ISR and staying, no move under way), a follower's replica before a
-// leader's, never an acks: leader stream's leader (see below). The
+// leader's. The
 // counts take the moves under way as done. It submits the plan as one
 // MoveReplicas; a controller whose state moved on refuses it (run it
 // again). planMoves then treats each move's source as a draining
@@ -206,7 +218,8 @@
 // all in the ISR, its leadership, if any, going in the same
 // AssignReplicas to the next kept ISR member in replica order: the
 // target, which takes its rank (leader balancing then makes it the
-// preferred leader too). A stream is never less replicated or less in
+// preferred leader too); an acks: leader stream's leader hands over
+// itself first, as a draining one does. A stream is never less replicated or less in
 // sync than before. Status shows each stream's moves (Moving) until
 // they end.
 //
@@ -853,12 +866,10 @@
 //     back, or offsets of an expired session, left behind for the next
 //     session of its client id to find).
 //   - Rebalancing on its own (Cruise Control's goals: disk bytes, not
-//     replica counts; a stream's records are not counted). A rebalance
-//     leaves acks: leader streams' leaders where they are, and a
-//     decommission moves them at once, which can lose what they
-//     answered last: the controller would ask the leader (a command it
-//     watches for, as handOff's leader does its own) to drain, then
-//     elect.
+//     replica counts; a stream's records are not counted).
+//   - A decommission or rebalance of an acks: leader stream whose
+//     leader cannot hand over within handOffLimit still moves it at
+//     once, losing what it answered last (logged).
 //   - Creating a stream: one created while a just-crashed replica still
 //     counts as alive starts with that replica alone in its ISR
 //     (createStreams).

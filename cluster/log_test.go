@@ -101,6 +101,7 @@ func openLogNodeNet(tb testing.TB, id, dir string, join []string, expect int, mi
 	if fnet != nil {
 		cfg.Dial = fnet.Dialer(id)
 	}
+	cfg.AcksLeader = lcfg.AcksLeader
 	cfg.Join, cfg.BootstrapExpect = join, expect
 	cfg.SnapshotDir = dir + "/snapshots"
 	cfg.MQTTAddr, cfg.Version = "127.0.0.1:1883", "test"

@@ -34,7 +34,9 @@ import (
 //     factor on kept replicas that are all alive and in sync: a
 //     decommission is never an under-replicated moment, and waits for a
 //     broker (or a lower factor) when one it counted on has gone. If it
-//     leads, the first kept ISR member takes over in the same command.
+//     leads, the first kept ISR member takes over in the same command,
+//     except while hold(stream) says its leader (alive: draining or a
+//     move's source) hands over itself first (acks: leader, Log.leaveLeads);
 //   - a replica a rebalance moves (Stream.Moves) leaves as a draining
 //     broker's does, the move's target added in its place rather than
 //     the least loaded broker.
@@ -42,7 +44,10 @@ import (
 // The new replicas catch up as any follower does and the stream's leader
 // takes them into the ISR (the Replicator's rules). An offline stream
 // (no leader to copy from) is left alone.
-func planMoves(st *State) []AssignReplicas {
+func planMoves(st *State) []AssignReplicas { return planMovesHolding(st, nil) }
+
+// planMovesHolding is planMoves with hold (nil: none).
+func planMovesHolding(st *State, hold func(stream string) bool) []AssignReplicas {
 	load := map[string]int{}
 	var alive []string
 	for id, b := range st.Brokers {
@@ -106,6 +111,9 @@ func planMoves(st *State) []AssignReplicas {
 			// A dead kept replica holds a removed broker's move up only
 			// while it is in sync; a draining one's always (it is alive).
 			caughtUp = caughtUp && (s.InISR(r) || (!draining && !st.alive(r)))
+		}
+		if caughtUp && hold != nil && slices.Contains(gone, s.Leader) && st.alive(s.Leader) && hold(name) {
+			continue // its leader hands over first, then this drops it
 		}
 		if caughtUp {
 			for _, g := range gone {
@@ -191,6 +199,10 @@ type control struct {
 	// a new controller starts counting again, so cluster.replace_after
 	// is never cut short by a clock or by a change of controller.
 	failedSince map[string]time.Time
+	// heldSince is when it first held each acks: leader stream's move
+	// for its leaving leader to hand over (reassign), counted afresh by
+	// a new controller too.
+	heldSince map[string]time.Time
 }
 
 // replaceDue removes brokers failed for longer than ReplaceAfter
@@ -236,17 +248,56 @@ func (n *Node) replaceDue(ctx context.Context, ctl *control, st *State, now time
 	return next
 }
 
-// reassign makes the moves planMoves asks for on the state now.
-func (n *Node) reassign(ctx context.Context) error {
+// handOffLimit is how long the controller leaves an acks: leader stream's
+// leadership to a leaving leader (Log.leaveLeads, which tries every
+// balanceRetry with a drain of up to 2 s) before it moves the stream at
+// once, as for any other: a decommission never waits forever on a
+// follower that cannot catch up, or on a leader that does not try (an
+// older Peat).
+const handOffLimit = 30 * time.Second
+
+// reassign makes the moves planMoves asks for on the state now, holding
+// the move of an acks: leader stream whose leader leaves for up to
+// handOffLimit (ctl.heldSince). It returns when the next hold ends (zero:
+// none).
+func (n *Node) reassign(ctx context.Context, ctl *control, now time.Time) (next time.Time, err error) {
 	st, _ := n.fsm.State()
-	for _, c := range planMoves(st) {
+	held := map[string]time.Time{}
+	hold := func(name string) bool {
+		if n.cfg.AcksLeader == nil || !n.cfg.AcksLeader(name) {
+			return false
+		}
+		since, ok := ctl.heldSince[name]
+		if !ok {
+			since = now
+		}
+		held[name] = since
+		if due := since.Add(handOffLimit); now.Before(due) {
+			next = earliest(next, due)
+			return true
+		}
+		n.log.Warn("cluster: moving an acks: leader stream's leader at once: it did not hand over (records it acknowledged last may be lost)",
+			slog.String("stream", name), slog.String("leader", st.Streams[name].Leader), slog.Duration("waited", now.Sub(since)))
+		return false
+	}
+	moves := planMovesHolding(st, hold)
+	for name, since := range ctl.heldSince {
+		// Not due this pass (a kept replica fell out of the ISR, say)
+		// but its leader still leaving: the count goes on, or a flapping
+		// ISR would hold the decommission forever.
+		if x := st.Streams[name]; held[name].IsZero() && x != nil && (st.leaving(x.Leader) || x.movedFrom(x.Leader)) {
+			held[name] = since
+		}
+	}
+	ctl.heldSince = held
+	for _, c := range moves {
 		n.log.Info("cluster: moving replicas", slog.String("stream", c.Name), slog.Any("from", st.Streams[c.Name].Replicas),
 			slog.Any("to", c.Replicas))
 		if err := n.apply(ctx, c); err != nil {
-			return err
+			return next, err
 		}
 	}
-	return nil
+	return next, nil
 }
 
 // forgetRemoved takes a removed broker out of Raft's configuration and,

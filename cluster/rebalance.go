@@ -128,10 +128,10 @@ func (st *Stream) moveTargets() []string {
 // least loaded one that can take it (ties: broker id order), and the
 // first stream in name order that has a replica on the one and none on
 // the other, one its source follows before one it leads (a leader's move
-// is a change of leader too). The leader of a pinned stream (acks:
-// leader: it may have acknowledged what no follower has) is not moved.
-// Every step lowers the spread, so planning ends.
-func planRebalance(st *State, pinned func(stream string) bool) ([]StreamMove, map[string]int) {
+// is a change of leader too: an acks: leader stream's leader hands over
+// itself first, as on a drain, Log.leaveLeads). Every step lowers the
+// spread, so planning ends.
+func planRebalance(st *State) ([]StreamMove, map[string]int) {
 	load := map[string]int{}
 	var hold []string
 	for id := range st.Brokers {
@@ -173,7 +173,7 @@ func planRebalance(st *State, pinned func(stream string) bool) ([]StreamMove, ma
 		for _, leading := range []bool{false, true} {
 			for _, name := range movable {
 				x := st.Streams[name]
-				if (x.Leader == src) != leading || (leading && pinned(name)) {
+				if (x.Leader == src) != leading {
 					continue
 				}
 				if slices.Contains(x.Replicas, src) && slices.Contains(after[name], src) && !slices.Contains(after[name], dst) {
@@ -254,12 +254,8 @@ type Rebalancing struct {
 // plan (ErrBadReplicas, ErrIneligibleReplica and the like) when its
 // state has moved on from this node's meanwhile: run it again.
 func (s *Site) Rebalance(ctx context.Context) (Rebalancing, error) {
-	pinned := map[string]bool{}
-	for _, c := range s.cfg.Streams {
-		pinned[c.Name] = c.AcksLeader
-	}
 	st, _ := s.Node.State()
-	moves, load := planRebalance(st, func(name string) bool { return pinned[name] })
+	moves, load := planRebalance(st)
 	out := Rebalancing{Moves: moves, Replicas: load, Balanced: balanced(load)}
 	if out.Moves == nil {
 		out.Moves = []StreamMove{}

@@ -185,11 +185,10 @@ func rebalanceState(brokers []string, n, rf int) *State {
 }
 
 func TestPlanRebalance(t *testing.T) {
-	none := func(string) bool { return false }
 	t.Run("3 to 5 brokers, factor 3: counts within one", func(t *testing.T) {
 		for _, n := range []int{1, 2, 5, 10, 17} {
 			st := rebalanceState([]string{"a", "b", "c", "d", "e"}, n, 3)
-			moves, load := planRebalance(st, none)
+			moves, load := planRebalance(st)
 			if !balanced(load) || len(load) != 5 {
 				t.Fatalf("%d streams: counts after %v: %v", n, moves, load)
 			}
@@ -207,7 +206,7 @@ func TestPlanRebalance(t *testing.T) {
 				t.Fatalf("10 streams: %d moves %v, want 12", len(moves), moves)
 			}
 			// Deterministic.
-			again, _ := planRebalance(rebalanceState([]string{"a", "b", "c", "d", "e"}, n, 3), none)
+			again, _ := planRebalance(rebalanceState([]string{"a", "b", "c", "d", "e"}, n, 3))
 			if !slices.Equal(moves, again) {
 				t.Fatalf("planned %v, then %v", moves, again)
 			}
@@ -215,36 +214,24 @@ func TestPlanRebalance(t *testing.T) {
 	})
 	t.Run("factor 1", func(t *testing.T) {
 		st := rebalanceState([]string{"a", "b", "c"}, 6, 1)
-		moves, load := planRebalance(st, none)
+		moves, load := planRebalance(st)
 		if len(moves) != 4 || !maps.Equal(load, map[string]int{"a": 2, "b": 2, "c": 2}) {
 			t.Fatalf("moves %v, counts %v", moves, load)
 		}
 	})
 	t.Run("followers move before leaders", func(t *testing.T) {
 		st := rebalanceState([]string{"a", "b", "c", "d"}, 3, 3)
-		moves, _ := planRebalance(st, none)
+		moves, _ := planRebalance(st)
 		for _, m := range moves {
 			if st.Streams[m.Stream].Leader == m.From {
 				t.Fatalf("moves %v: %s leads %s", moves, m.From, m.Stream)
 			}
 		}
 	})
-	t.Run("a pinned stream's leader stays", func(t *testing.T) {
-		st := rebalanceState([]string{"a", "b"}, 2, 1) // s00 on a, s01 on a: one must move
-		st.Streams["s01"].Leader = "a"
-		moves, _ := planRebalance(st, func(name string) bool { return name == "s00" })
-		if len(moves) != 1 || moves[0].Stream != "s01" {
-			t.Fatalf("moves %v, want s01 only", moves)
-		}
-		moves, load := planRebalance(st, func(string) bool { return true })
-		if len(moves) != 0 || balanced(load) {
-			t.Fatalf("all pinned: moves %v, counts %v", moves, load)
-		}
-	})
 	t.Run("dead, draining and removed brokers are never chosen", func(t *testing.T) {
 		st := rebalanceState([]string{"a", "b", "c", "-d", "e", "f", "!g"}, 6, 3)
 		st.Brokers["f"].Draining = true
-		moves, load := planRebalance(st, none)
+		moves, load := planRebalance(st)
 		if _, ok := load["d"]; ok || load["f"] != 0 || load["g"] != 0 || len(load) != 4 {
 			t.Fatalf("counts %v, want a, b, c and e only", load)
 		}
@@ -261,19 +248,19 @@ func TestPlanRebalance(t *testing.T) {
 		st := rebalanceState([]string{"a", "b", "c", "d"}, 2, 3)
 		st.Streams["s00"].ISR = []string{"a", "b"}
 		st.Streams["s01"].ISR = []string{"b", "c"}
-		if moves, _ := planRebalance(st, none); len(moves) != 0 {
+		if moves, _ := planRebalance(st); len(moves) != 0 {
 			t.Fatalf("moves %v of a stream out of sync", moves)
 		}
 		st = rebalanceState([]string{"a", "b", "c", "d", "e"}, 2, 3)
 		st.Brokers["c"].Draining = true
-		if moves, _ := planRebalance(st, none); len(moves) != 0 {
+		if moves, _ := planRebalance(st); len(moves) != 0 {
 			t.Fatalf("moves %v of streams a drain is moving", moves)
 		}
 	})
 	t.Run("a stream already moving is not planned again, and counts as moved", func(t *testing.T) {
 		st := rebalanceState([]string{"a", "b", "c", "d"}, 4, 3)
 		st.Streams["s01"].Moves = []ReplicaMove{{"a", "d"}}
-		moves, load := planRebalance(st, none)
+		moves, load := planRebalance(st)
 		for _, m := range moves {
 			if m.Stream == "s01" {
 				t.Fatalf("moves %v: s01 planned again", moves)
@@ -285,11 +272,11 @@ func TestPlanRebalance(t *testing.T) {
 	})
 	t.Run("nothing to do on a balanced site", func(t *testing.T) {
 		st := rebalanceState([]string{"a", "b", "c"}, 4, 3)
-		if moves, load := planRebalance(st, none); len(moves) != 0 || !balanced(load) {
+		if moves, load := planRebalance(st); len(moves) != 0 || !balanced(load) {
 			t.Fatalf("moves %v, counts %v", moves, load)
 		}
 		st = rebalanceState([]string{"a", "b", "c", "d"}, 1, 3) // 1, 1, 1, 0: within one
-		if moves, load := planRebalance(st, none); len(moves) != 0 || !balanced(load) {
+		if moves, load := planRebalance(st); len(moves) != 0 || !balanced(load) {
 			t.Fatalf("moves %v, counts %v", moves, load)
 		}
 	})
@@ -308,7 +295,7 @@ func TestRebalance_Accepted(t *testing.T) {
 	ft.ok(RegisterBroker{ID: "d", Epoch: 1})
 	ft.ok(RegisterBroker{ID: "e", Epoch: 1})
 	st, _ := ft.f.State()
-	moves, want := planRebalance(st, func(string) bool { return false })
+	moves, want := planRebalance(st)
 	if len(moves) == 0 {
 		t.Fatal("nothing planned")
 	}
@@ -347,7 +334,7 @@ func TestRebalance_Accepted(t *testing.T) {
 			t.Fatalf("%s after the rebalance: %+v", x.Name, x)
 		}
 	}
-	if m, _ := planRebalance(st, func(string) bool { return false }); len(m) != 0 {
+	if m, _ := planRebalance(st); len(m) != 0 {
 		t.Fatalf("planned again: %v", m)
 	}
 }

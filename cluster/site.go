@@ -130,14 +130,16 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 	if cfg.Node.Logger == nil {
 		cfg.Node.Logger = log
 	}
+	settings := map[string]SiteStream{} // each configured stream's own settings, by name
+	for _, st := range cfg.Streams {
+		settings[st.Name] = st
+	}
+	acksLeader := func(name string) bool { return settings[name].AcksLeader }
+	cfg.Node.AcksLeader = acksLeader
 	node, err := Open(cfg.Node, cfg.Store)
 	if err != nil {
 		_ = ln.Close()
 		return nil, err
-	}
-	settings := map[string]SiteStream{} // each configured stream's own settings, by name
-	for _, st := range cfg.Streams {
-		settings[st.Name] = st
 	}
 	srv := Serve(node.ClusterListener(ln), log.With(slog.String("component", "cluster-server")))
 	srv.ServeNode(node)
@@ -149,7 +151,7 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 	s := &Site{
 		Node: node, Server: srv, Replicator: rep,
 		Log: NewLogConfig(node, cfg.Store, rep, LogConfig{Log: log.With(slog.String("component", "cluster-log")),
-			AcksLeader: func(name string) bool { return settings[name].AcksLeader }, Mirror: cfg.Mirror}),
+			AcksLeader: acksLeader, Mirror: cfg.Mirror}),
 		cfg: cfg, log: log, stop: make(chan struct{}),
 	}
 	s.watchControllers()
