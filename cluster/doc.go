@@ -864,7 +864,12 @@
 //     leaders know no claims, so they are not fenced: a node that lost a
 //     session can still land a late offset of it (a position that goes
 //     back, or offsets of an expired session, left behind for the next
-//     session of its client id to find).
+//     session of its client id to find). And on an observer of the
+//     sessions' stream, a deleted claim the replica applies after this
+//     node claimed the key again (a session ended and a new one began
+//     faster than the observer's state fetch) closes the new
+//     connection once, as a move would (claimsMoved); not seen, and
+//     the client reconnects.
 //   - Rebalancing on its own (Cruise Control's goals: disk bytes, not
 //     replica counts; a stream's records are not counted).
 //   - A decommission or rebalance of an acks: leader stream whose
