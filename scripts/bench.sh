@@ -21,8 +21,10 @@
 #   W4  Peat only: replay of W4_COUNT records from offset 0 (QoS 0; QoS 1
 #       window 100; QoS 0 while W1 runs at half of peat-interval's knee)
 #   W5  3 local nodes, acks=all (scripts/site.sh): QoS 1 fan-in, window 16,
-#       against the leader beside a single peat-fsync; and the time from a
-#       leader kill -9 until acknowledgements resume (W5_KILLS kills)
+#       against the leader beside a single peat-fsync, all sharing one core;
+#       again with each node held to W5_CAP percent of a core (W5/capped);
+#       and the time from a leader kill -9 until acknowledgements resume
+#       (W5_KILLS kills)
 #   W6  SENSORS connections publishing QoS 1 at 1 msg/s: RSS and CPU per message
 # Took 9 min 11 s on a quiet 2-core machine with the defaults. Installs
 # Mosquitto and gnuplot (apt-get, as root or through sudo) when missing.
@@ -58,6 +60,7 @@ W4_COUNT=${W4_COUNT:-1000000}           # records filled once, then replayed fro
 W4_WINDOW=${W4_WINDOW:-100}             # QoS 1 consumer's Receive Maximum (and Peat's mqtt.window)
 W4_LOAD_FOR=${W4_LOAD_FOR:-12s}         # how long the W1 fan-in runs beside the loaded replay
 W5_KILLS=${W5_KILLS:-10}               # leader kills timed in the first repetition (0: none)
+W5_CAP=${W5_CAP:-33}                   # W5/capped: each node's share of CPU 0, percent (0: not run)
 SENSORS=${SENSORS:-1000}
 W6_DURATION=${W6_DURATION:-10s}
 if [ "${QUICK:-0}" = 1 ]; then
@@ -96,7 +99,8 @@ work=$(mktemp -d "$PWD/$out/run.XXXXXX")
 results="$out/results.txt"
 : >"$results"
 # shellcheck disable=SC2154 # d is the trap's own loop variable
-trap 'stop_system; for d in "$work"/site-*/; do [ -d "$d" ] && scripts/site.sh down "$d"; done; rm -rf "$work"' EXIT
+capgroup=peat-bench-$$ # W5/capped's cgroups: capgroup.<pid>
+trap 'stop_system; for d in "$work"/site-*/; do [ -d "$d" ] && scripts/site.sh down "$d"; done; rm -rf "$work"; scripts/cpu-cap.sh --remove "$capgroup"' EXIT
 
 # Mosquitto and gnuplot from Debian, installed together when missing.
 bench_need_tools() {
@@ -132,7 +136,7 @@ go build -o "$work/benchtable" ./scripts/benchtable
 	echo
 	echo "- machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, $(awk '/^MemTotal:/{printf "%.0f", $2/1048576}' /proc/meminfo) GiB; $(uname -sr)"
 	echo "- brokers: Mosquitto $("$mosquitto_bin" -h 2>/dev/null | sed -n 's/^mosquitto version //p' | head -1), mochi $(go list -m -f '{{.Version}}' github.com/mochi-mqtt/server/v2), Peat $(git describe --always --dirty 2>/dev/null); $(go version | cut -d' ' -f3)"
-	echo "- command: \`${BENCH_COMMAND:-make bench-compare}\` (REPS=$REPS; W1 rates $W1_RATES for ${W1_SECONDS}s each)"
+	echo "- command: \`${BENCH_COMMAND:-make bench-compare}\` (REPS=$REPS; W1 rates $W1_RATES for ${W1_SECONDS}s each; W5_CAP=$W5_CAP)"
 	echo "- load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$out/header.md"
 cat "$out/header.md" >&2
@@ -242,33 +246,59 @@ w4() {
 # W5: a site of three local nodes (scripts/site.sh; acks all, the default
 # in a site; the default stream, fsync), QoS 1 fan-in with window 16
 # against the stream's leader, beside a single peat-fsync in the same
-# repetition (order alternating). The three nodes share CPU 0, as the
-# single node has it alone: one core per node is not possible on two cores,
-# so this is the site's cost in CPU and fsyncs on one machine, not a site
-# of three machines (W5_SITE_WRAP="" leaves the nodes unpinned, sharing
-# both cores with the load generator). Then, in the first repetition, W5_KILLS leader kill -9
+# repetition (order alternating). Twice:
+#   W5         the three nodes share CPU 0, as the single node has it
+#              alone: the site's cost in CPU and fsyncs on one machine
+#              (W5_SITE_WRAP="" leaves the nodes unpinned, sharing both
+#              cores with the load generator);
+#   W5/capped  every node, the single one too, held to W5_CAP percent of
+#              CPU 0 by a CPU quota (scripts/cpu-cap.sh; root): three
+#              equal machines against one of them, the comparison Kafka's
+#              replicated-against-unreplicated ratios make. The disk is
+#              still shared.
+# Then, in the first repetition, W5_KILLS leader kill -9
 # rounds of cluster/sitetest (its own QoS 1 load: six producers, one
 # message in flight each, on all three nodes) time how long after each kill
 # acknowledgements resume.
 w5() {
-	local s
-	local order5=(peat-fsync peat-site-3)
-	[ $((rep % 2)) -eq 0 ] && order5=(peat-site-3 peat-fsync)
-	for s in "${order5[@]}"; do
-		case $s in
-		peat-fsync) fanin W5 peat-fsync --qos 1 --window 16 --count "$W2_COUNT" --drain 1s ;;
-		peat-site-3) w5_site ;;
-		esac
-	done
+	w5_pair W5 "${W5_SITE_WRAP-$pin_broker}"
+	[ "$W5_CAP" -gt 0 ] && w5_capped
 	[ "$rep" -eq 1 ] && [ "$W5_KILLS" -gt 0 ] && w5_failover
 	return 0
 }
 
+w5_capped() {
+	if ! scripts/cpu-cap.sh --check; then
+		local e='"error":"no cgroup CPU quota here (scripts/cpu-cap.sh --check)"'
+		record W5/capped "$rep" "{\"label\":\"peat-fsync\",$e}"
+		record W5/capped "$rep" "{\"label\":\"peat-site-3\",$e}"
+		return 0
+	fi
+	local pin_broker="$PWD/scripts/cpu-cap.sh $capgroup $W5_CAP $pin_broker" # start_once's, for the single node
+	w5_pair W5/capped "$pin_broker"
+	scripts/cpu-cap.sh --remove "$capgroup"
+}
+
+# w5_pair tag wrap: the single node (under start_once's pin_broker) and the
+# site (each node under wrap), in the repetition's order.
+w5_pair() {
+	local tag=$1 wrap=$2 s
+	local order5=(peat-fsync peat-site-3)
+	[ $((rep % 2)) -eq 0 ] && order5=(peat-site-3 peat-fsync)
+	for s in "${order5[@]}"; do
+		case $s in
+		peat-fsync) fanin "$tag" peat-fsync --qos 1 --window 16 --count "$W2_COUNT" --drain 1s ;;
+		peat-site-3) w5_site "$tag" "$wrap" ;;
+		esac
+	done
+}
+
 w5_site() {
-	local dir=$work/site-$rep nodes leader addr pid others line rc=0
-	if ! nodes=$(PEAT_BIN=$work/peat PEAT_WRAP="${W5_SITE_WRAP-$pin_broker}" scripts/site.sh up 3 "$dir" 2>"$work/site-$rep.err"); then
+	local tag=$1 wrap=$2
+	local dir=$work/site-$rep-${tag//\//-} nodes leader addr pid others line rc=0
+	if ! nodes=$(PEAT_BIN=$work/peat PEAT_WRAP="$wrap" scripts/site.sh up 3 "$dir" 2>"$work/site-$rep.err"); then
 		cat "$work/site-$rep.err" >&2
-		record W5 "$rep" '{"label":"peat-site-3","error":"scripts/site.sh up failed"}'
+		record "$tag" "$rep" '{"label":"peat-site-3","error":"scripts/site.sh up failed"}'
 		scripts/site.sh down "$dir" || true
 		return 0
 	fi
@@ -284,7 +314,7 @@ w5_site() {
 	if [ "$rc" -ne 0 ] || [ -z "$line" ]; then
 		line="{\"label\":\"peat-site-3\",\"error\":\"peat-bench fanin exited $rc\"}"
 	fi
-	record W5 "$rep" "$line"
+	record "$tag" "$rep" "$line"
 }
 
 w5_failover() {

@@ -44,14 +44,14 @@ func compare(w io.Writer, res *results, limit float64) {
 	}
 	fmt.Fprintf(w, "\n### W5: 3 nodes, acks=all\n\n")
 	if res.hasTag("W5") {
-		fmt.Fprintf(w, "QoS 1 fan-in, window 16, against the stream's leader of a three-node site on this one machine, beside a single node with fsync in the same repetition.\n\n")
-		table(w, "system", res.bySystem("W5"), res.systems, []column{
-			col("acked/s", "acked_per_s"), col("delivered/s", "delivered_per_s"), total("lost", "lost"), total("dups", "dups"),
-			col("PUBACK p50 / p99 / p99.9 ms", "puback_p50_ms", "puback_p99_ms", "puback_p999_ms"),
-			col("CPU µs/msg, the node taking the load / all nodes", "cpu_us_per_msg", "all_cpu_us_per_msg"),
-		}, []ratio{vs("acked/s vs peat-fsync", "acked_per_s", basePeatFsync), vs("CPU/msg, all nodes, vs peat-fsync", "all_cpu_us_per_msg", basePeatFsync)})
+		fmt.Fprintf(w, "QoS 1 fan-in, window 16, against the stream's leader of a three-node site on this one machine, beside a single node with fsync in the same repetition. The three nodes share one core, which the single node has alone.\n\n")
+		w5Table(w, res, "W5")
 	} else {
 		fmt.Fprintln(w, "Not measured.")
+	}
+	if res.hasTag("W5/capped") {
+		fmt.Fprintf(w, "\nThe same, with every node (the single one too) held to an equal share of that core by a CPU quota (bench.sh W5_CAP): three equal machines against one of them. The disk is still shared.\n\n")
+		w5Table(w, res, "W5/capped")
 	}
 	if res.hasTag("W5/failover") {
 		fmt.Fprintf(w, "\nLeader kill -9 under QoS 1 load (cluster/sitetest): time from the kill to the first acknowledgement of a message sent after it.\n\n")
@@ -72,6 +72,15 @@ func compare(w io.Writer, res *results, limit float64) {
 			vs("RSS under load vs mochi", "rss_max_mb", baseMochi), vs("RSS under load vs mosquitto", "rss_max_mb", baseMosquitto),
 		})
 	}
+}
+
+// w5Table writes a site's fan-in beside the single node's of tag.
+func w5Table(w io.Writer, res *results, tag string) {
+	table(w, "system", res.bySystem(tag), res.systems, []column{
+		col("acked/s", "acked_per_s"), col("delivered/s", "delivered_per_s"), total("lost", "lost"), total("dups", "dups"),
+		col("PUBACK p50 / p99 / p99.9 ms", "puback_p50_ms", "puback_p99_ms", "puback_p999_ms"),
+		col("CPU µs/msg, the node taking the load / all nodes", "cpu_us_per_msg", "all_cpu_us_per_msg"),
+	}, []ratio{vs("acked/s vs peat-fsync", "acked_per_s", basePeatFsync), vs("CPU/msg, all nodes, vs peat-fsync", "all_cpu_us_per_msg", basePeatFsync)})
 }
 
 // w1Tables writes the knee of each system, then every point of the sweep.

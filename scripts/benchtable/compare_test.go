@@ -228,7 +228,7 @@ func TestKnees_RatioSkipsASweepBelowItsLowestRate(t *testing.T) {
 }
 
 // W5 compares the site with the single fsync node of the same repetition,
-// and shows the failover times.
+// sharing a core and again capped, and shows the failover times.
 func TestCompare_W5(t *testing.T) {
 	var out bytes.Buffer
 	compare(&out, parse(t, w5Run(t)), 10)
@@ -239,6 +239,8 @@ func TestCompare_W5(t *testing.T) {
 		"| 30.0 / 60.0 |",               // the leader's CPU per message, then the three nodes'
 		"| 3.00 |",                      // all nodes' CPU per message against the single node's
 		"| peat-site-3 | 1/1 | 10.0 | 2,500 / 3,100 |",
+		"equal share of that core",
+		"| 0.80 |", // capped: 2,400/3,000 and 4,800/6,000
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("tables lack %q\n%s", want, got)
@@ -247,7 +249,7 @@ func TestCompare_W5(t *testing.T) {
 }
 
 // w5Run is a bench.sh W5 of two repetitions: the site at 0.6x peat-fsync in
-// each, and one round of 10 leader kills.
+// each, at 0.8x with the nodes capped, and one round of 10 leader kills.
 func w5Run(t testing.TB) string {
 	var in strings.Builder
 	for rep := 1; rep <= 2; rep++ {
@@ -255,6 +257,10 @@ func w5Run(t testing.TB) string {
 			"cpu_us_per_msg": 20.0, "all_cpu_us_per_msg": 20.0}))
 		in.WriteString(line(t, "W5", rep, map[string]any{"label": "peat-site-3", "acked_per_s": 6000.0 * float64(rep), "lost": 0, "dups": 0,
 			"cpu_us_per_msg": 30.0, "all_cpu_us_per_msg": 60.0}))
+		in.WriteString(line(t, "W5/capped", rep, map[string]any{"label": "peat-fsync", "acked_per_s": 3000.0 * float64(rep), "lost": 0, "dups": 0,
+			"cpu_us_per_msg": 20.0, "all_cpu_us_per_msg": 20.0}))
+		in.WriteString(line(t, "W5/capped", rep, map[string]any{"label": "peat-site-3", "acked_per_s": 2400.0 * float64(rep), "lost": 0, "dups": 0,
+			"cpu_us_per_msg": 25.0, "all_cpu_us_per_msg": 50.0}))
 	}
 	in.WriteString(line(t, "W5/failover", 1, map[string]any{"label": "peat-site-3", "kills": 10, "resume_median_ms": 2500.0, "resume_max_ms": 3100.0}))
 	return in.String()
@@ -286,11 +292,15 @@ func TestWritePlot_W5(t *testing.T) {
 				t.Errorf("w5.dat lacks %q:\n%s", want, got)
 			}
 		}
+		if got := read("w5-capped.dat"); !strings.Contains(got, "\npeat-site-3 3600 \"0.80x peat-fsync\"\n") {
+			t.Errorf("w5-capped.dat lacks the capped site's median and ratio:\n%s", got)
+		}
 		if got := read("w5-failover.dat"); !strings.Contains(got, "\npeat-site-3 2500 3100\n") {
 			t.Errorf("w5-failover.dat lacks the median and max:\n%s", got)
 		}
-		// Seven panels without W5 (four rows), nine with its two.
+		// Seven panels without W5 (four rows), ten with its three.
 		for _, want := range []string{"layout 5,2", "w5.dat", "7500 with lines dt 2 lc 'red' title 'target: 0.5x peat-fsync'",
+			"w5-capped.dat", "2250 with lines dt 2 lc 'red'", "each node an equal share of one core",
 			"w5-failover.dat", "(10 kills)", "5000 with lines dt 2 lc 'red' title 'target 5000 ms'"} {
 			if !strings.Contains(gp, want) {
 				t.Errorf("compare.gp lacks %q:\n%s", want, gp)
@@ -324,7 +334,8 @@ func TestWritePlot_GnuplotDraws(t *testing.T) {
 		// cannedRun has no W2 window 1: a column of NaN.
 		{"every workload, W2 window 1 absent", cannedRun(t) + w5Run(t)},
 		{"every run of a workload failed", failed("W2/16", "mochi") + failed("W3", "peat-fsync") + failed("W4/qos0", "peat-interval") +
-			failed("W5", "peat-fsync") + failed("W5", "peat-site-3") + failed("W5/failover", "peat-site-3") + failed("W6", "mochi") +
+			failed("W5", "peat-fsync") + failed("W5", "peat-site-3") + failed("W5/capped", "peat-fsync") + failed("W5/capped", "peat-site-3") +
+			failed("W5/failover", "peat-site-3") + failed("W6", "mochi") +
 			line(t, "fsync", 1, map[string]any{"label": "disk", "per_s_at_p50": 2000})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -129,7 +129,10 @@ func writePlot(dir, out, title string, res *results, limit float64) error {
 
 	// W5: the site's acks/s beside one fsync node's, and the failover times.
 	if anyMeasured(res.bySystem("W5"), "acked_per_s") {
-		panels = append(panels, w5Panel(res, file("w5.dat"), q("w5.dat")))
+		panels = append(panels, w5Panel(res, "W5", "3 nodes sharing one core", file("w5.dat"), q("w5.dat")))
+	}
+	if anyMeasured(res.bySystem("W5/capped"), "acked_per_s") {
+		panels = append(panels, w5Panel(res, "W5/capped", "each node an equal share of one core", file("w5-capped.dat"), q("w5-capped.dat")))
 	}
 	if anyMeasured(res.bySystem("W5/failover"), "resume_median_ms") {
 		panels = append(panels, w5FailoverPanel(res, file("w5-failover.dat"), q("w5-failover.dat")))
@@ -176,14 +179,14 @@ const (
 	targetFailoverMS = 5000 // from a leader's kill -9 until acks resume
 )
 
-// w5Panel draws the acks/s of each W5 system (medians over the
+// w5Panel draws the acks/s of each system of a W5 tag (medians over the
 // repetitions), a site's bar labelled with its ratio to peat-fsync taken
 // within each repetition, as the table does, and the target as a line.
-func w5Panel(res *results, b *strings.Builder, data string) string {
-	g := res.bySystem("W5")
+func w5Panel(res *results, tag, how string, b *strings.Builder, data string) string {
+	g := res.bySystem(tag)
 	fmt.Fprintln(b, "# system acked_per_s ratio_label")
 	top := 0.0
-	for _, sys := range systemsIn(res, "W5") {
+	for _, sys := range systemsIn(res, tag) {
 		label := ""
 		if r, ok := ratioMedian(g[sys], g[basePeatFsync], metric("acked_per_s"), metric("acked_per_s")); ok && sys != basePeatFsync {
 			label = fmt.Sprintf("%.2fx %s", r, basePeatFsync)
@@ -198,8 +201,8 @@ func w5Panel(res *results, b *strings.Builder, data string) string {
 		line = fmt.Sprintf(", %g with lines dt 2 lc 'red' title 'target: %gx %s'", v*targetSiteRatio, targetSiteRatio, basePeatFsync)
 	}
 	// Room above the highest bar for its label.
-	return fmt.Sprintf("set title 'W5: QoS 1 acks/s, 3 nodes with acks=all vs 1 node with fsync'\nset ylabel 'acks/s'\nset key top right\n%s\nset yrange [0:%g]\n"+
-		"plot %s using 2:xtic(1) title 'acked/s', '' using 0:2:3 with labels offset 0,1 notitle%s", histogram, max(top, 1)*1.25, data, line)
+	return fmt.Sprintf("set title 'W5: QoS 1 acks/s, 3 nodes with acks=all vs 1 with fsync, %s'\nset ylabel 'acks/s'\nset key top right\n%s\nset yrange [0:%g]\n"+
+		"plot %s using 2:xtic(1) title 'acked/s', '' using 0:2:3 with labels offset 0,1 notitle%s", how, histogram, max(top, 1)*1.25, data, line)
 }
 
 // anyMeasured says whether a run of any system measured k: a histogram
