@@ -255,7 +255,8 @@ w4() {
 #              CPU 0 by a CPU quota (scripts/cpu-cap.sh; root): three
 #              equal machines against one of them, the comparison Kafka's
 #              replicated-against-unreplicated ratios make. The disk is
-#              still shared.
+#              still shared. A run must last many 100 ms quota periods
+#              (the default counts: 2-3 s); QUICK's are too short.
 # Then, in the first repetition, W5_KILLS leader kill -9
 # rounds of cluster/sitetest (its own QoS 1 load: six producers, one
 # message in flight each, on all three nodes) time how long after each kill
