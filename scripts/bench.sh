@@ -74,12 +74,18 @@ mkdir -p "$out"
 tables() { # results-file: the tables on stdout and in tables.md, the chart in compare.png
 	local results=$1
 	go build -o "$out/benchtable" ./scripts/benchtable
-	local n
-	n=$(awk '$2 > n { n = $2 } END { print n + 0 }' "$results")
+	local n day
+	# Repetitions per workload: "3", or "3-5" when results of runs with
+	# other REPS were put together (bench-results/tables.md). W4's fill and
+	# W5's kills, run once by design, do not count.
+	n=$(awk '$2 > m[$1] { m[$1] = $2 } END { for (t in m) if (m[t] > 1) { if (!lo || m[t] < lo) lo = m[t]; if (m[t] > hi) hi = m[t] }
+		print (!hi ? 1 : lo == hi ? hi : lo "-" hi) }' "$results")
+	# The run's day, from its header when there is one (--tables redraws).
+	day=$(sed -n '1s/^## bench-compare, \([0-9-]*\) .*/\1/p' "$out/header.md" 2>/dev/null)
 	{
 		[ -f "$out/header.md" ] && cat "$out/header.md"
 		"$out/benchtable" compare --p99 "$W1_P99_MS" --plot "$out/plot" --png "$out/compare.png" \
-			--title "Peat beside Mosquitto and mochi, $(date -u +%Y-%m-%d), $(nproc) cores, medians of $n repetitions" <"$results"
+			--title "Peat beside Mosquitto and mochi, ${day:-$(date -u +%Y-%m-%d)}, $(nproc) cores, medians of $n repetitions" <"$results"
 	} | tee "$out/tables.md"
 	if command -v gnuplot >/dev/null; then
 		gnuplot "$out/plot/compare.gp" && echo "chart: $out/compare.png" >&2
