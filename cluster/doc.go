@@ -590,6 +590,24 @@
 // write is in the leader's store, so writes wait for a claim being
 // decided (its ISR round trip) but not for each other's acknowledgement.
 //
+// A session's offsets are in its streams' own state, whose leaders
+// decide no claims; each fences them from its replica of the sessions'
+// stream instead (offsetsUnheld): a write of a stream's state names its
+// node as well, and its leader refuses the keys of session offsets
+// (mqtt.SessionOffsetClient) whose claim there does not name the writer,
+// as above. Only a member of the sessions' ISR checks: the sessions'
+// leader answers a claim once its ISR has applied it, so such a replica
+// shows every claim a writer can hold, and a late write of the old holder
+// either finds the move or landed before the new holder was answered (as
+// if sent a moment earlier). An observer of the sessions' stream (a site
+// of more than three nodes) leading a stream writes offsets unfenced, as
+// all did before. Group offsets are no session's and are not fenced.
+// A node's own sessions from before it joined a site are none of the
+// site's, so the offsets of theirs that its start moves into streams
+// (mqtt's migrateState) are dropped the same way.
+// TestLog_SessionOffsetsFencedOnStreamLeader and
+// TestSite_DeleteStreamForgetsLayout3Positions show it.
+//
 // In a site of mixed versions, a 4-field StateWriteRequest (an older
 // node's) names no node and is written unfenced, as before; a node names
 // itself only to a leader whose Serf tags show its own Peat version,
@@ -860,11 +878,12 @@
 //
 // # What is left
 //
-//   - Sessions: a session's offsets are in its streams' state, whose
-//     leaders know no claims, so they are not fenced: a node that lost a
-//     session can still land a late offset of it (a position that goes
-//     back, or offsets of an expired session, left behind for the next
-//     session of its client id to find). And on an observer of the
+//   - Sessions: a stream led by an observer of the sessions' stream
+//     (a site of more than three nodes) does not fence its session
+//     offsets, so a node that lost a session can still land a late
+//     offset of it there (a position that goes back, or offsets of an
+//     expired session, left behind for the next session of its client
+//     id to find). And on an observer of the
 //     sessions' stream, a deleted claim the replica applies after this
 //     node claimed the key again (a session ended and a new one began
 //     faster than the observer's state fetch) closes the new

@@ -45,10 +45,9 @@ func (l *Log) SessionState() mqtt.StateStore { return sessionState{l} }
 
 type sessionState struct{ l *Log }
 
-// WriteState drops the part of the write that the leader refused
-// because another node holds those sessions (writeStateFrom), as mqtt
-// drops its own writes of a session it knows moved, and writes the rest.
-// This node learns of the move itself from its replica (claimsMoved).
+// WriteState writes the sessions' state as stream.WriteState writes any
+// stream's: what the leader refused because another node holds those
+// sessions is dropped.
 func (s sessionState) WriteState(puts map[string][]byte, dels []string) error {
 	st := s.l.stream(SessionsStream)
 	if st == nil {
@@ -57,8 +56,17 @@ func (s sessionState) WriteState(puts map[string][]byte, dels []string) error {
 		}
 		return fmt.Errorf("cluster: write sessions: %s not served yet: %w", SessionsStream, mqtt.ErrLeaderUnavailable)
 	}
+	return st.WriteState(puts, dels)
+}
+
+// writeStateHeld is writeState (one try) without the keys the leader
+// refused because another node holds their sessions (writeStateFrom), as
+// mqtt drops its own writes of a session it knows moved; the rest is
+// written at once. This node learns of the move itself from its replica
+// of the sessions' stream (claimsMoved).
+func (s *stream) writeStateHeld(puts map[string][]byte, dels []string) error {
 	for {
-		err := st.WriteState(puts, dels)
+		err := s.writeStateOnce(puts, dels)
 		moved, ok := errors.AsType[*movedError](err)
 		if !ok {
 			return err
@@ -68,7 +76,7 @@ func (s sessionState) WriteState(puts map[string][]byte, dels []string) error {
 		if len(puts)+len(dels) == n {
 			return err // the leader named none of them: not to be retried here
 		}
-		s.l.log.Debug("cluster: dropped writes of sessions another node holds", slog.Any("keys", moved.keys))
+		s.l.log.Debug("cluster: dropped state writes of sessions another node holds", slog.String("stream", s.name), slog.Any("keys", moved.keys))
 		if len(puts)+len(dels) == 0 {
 			return nil
 		}
@@ -94,13 +102,13 @@ type stateFrom struct {
 	epoch uint64
 }
 
-// movedError refuses a write of the sessions' state as a whole: keys
-// are those of sessions whose claim names another node, another epoch
-// of the writer's, or no one.
+// movedError refuses a state write as a whole: keys are those of
+// sessions (in the sessions' stream, or their offsets in another) whose
+// claim names another node, another epoch of the writer's, or no one.
 type movedError struct{ keys []string }
 
 func (e *movedError) Error() string {
-	return fmt.Sprintf("cluster: write sessions: %d of them held by another node", len(e.keys))
+	return fmt.Sprintf("cluster: state write: %d keys of sessions another node holds", len(e.keys))
 }
 
 // writeStateFrom is writeStateLeader for a write from node from. On the
@@ -111,13 +119,24 @@ func (e *movedError) Error() string {
 // check and the write: a late write of a node that lost a session
 // (taken over, or adopted by the leader and expired) cannot land after
 // the move. The ISR's acknowledgement is waited for after claimDec is
-// let go.
+// let go. On another stream, its session offsets are fenced alike
+// (offsetsUnheld).
 func (s *stream) writeStateFrom(ctx context.Context, ld *Leader, puts map[string][]byte, dels []string, from stateFrom) error {
-	if s.name != SessionsStream || from.node == "" {
+	if from.node == "" {
+		return s.writeStateLeader(ctx, ld, puts, dels)
+	}
+	if s.name != SessionsStream {
+		moved, err := s.offsetsUnheld(puts, dels, from)
+		switch {
+		case err != nil:
+			return err
+		case len(moved) > 0:
+			return &movedError{keys: moved}
+		}
 		return s.writeStateLeader(ctx, ld, puts, dels)
 	}
 	s.claimDec.Lock()
-	moved, err := s.unheld(puts, dels, from)
+	moved, err := unheld(s, puts, dels, from, mqtt.SiteSessionClient)
 	var seq uint64
 	if err == nil && len(moved) == 0 {
 		seq, err = s.stageState(ld, puts, dels, waitAcks)
@@ -132,24 +151,25 @@ func (s *stream) writeStateFrom(ctx context.Context, ld *Leader, puts map[string
 	return s.awaitState(ctx, ld, seq, waitAcks)
 }
 
-// unheld returns the keys of a write whose session's claim does not name
-// from: another node's, from's node's in another epoch, or none. A
-// session is claimed before its first write and released only after its
-// deletion is written, so a write finding no claim is late too: the
-// session was adopted and expired meanwhile (or its claim was lost with
-// the stream's data, and its client claims it again). Keys that are no
-// session's are not fenced. claimDec is held.
-func (s *stream) unheld(puts map[string][]byte, dels []string, from stateFrom) ([]string, error) {
+// unheld returns the keys of a write whose session's claim in claims
+// (the sessions' stream) does not name from: another node's, from's
+// node's in another epoch, or none. A session is claimed before its
+// first write and released only after its deletion is written (its
+// offsets' too), so a write finding no claim is late too: the session
+// was adopted and expired meanwhile (or its claim was lost with the
+// stream's data, and its client claims it again). clientOf maps a key to
+// its session's client; other keys are not fenced.
+func unheld(claims *stream, puts map[string][]byte, dels []string, from stateFrom, clientOf func(string) (string, bool)) ([]string, error) {
 	keys := slices.AppendSeq(slices.Clone(dels), maps.Keys(puts))
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
 	var moved []string
 	for _, k := range keys {
-		id, ok := mqtt.SiteSessionClient(k)
+		id, ok := clientOf(k)
 		if !ok {
 			continue
 		}
-		h, held, err := s.loadClaim(id)
+		h, held, err := claims.loadClaim(id)
 		if err != nil {
 			return nil, err
 		}
@@ -160,17 +180,34 @@ func (s *stream) unheld(puts map[string][]byte, dels []string, from stateFrom) (
 	return moved, nil
 }
 
+// offsetsUnheld is unheld for the session offsets in this stream's
+// state, checked against this node's replica of the sessions' stream.
+// Only a member of that stream's ISR checks: its leader answers a claim
+// once the ISR has applied it, so such a replica shows every claim a
+// writer can hold, and a late write either finds the move or landed
+// before the new holder was answered (as if written a moment earlier).
+// An observer's replica may not show a claim just answered yet: it
+// writes unfenced, as a site of older nodes does. Not under claimDec,
+// which is the sessions' leader's.
+func (s *stream) offsetsUnheld(puts map[string][]byte, dels []string, from stateFrom) ([]string, error) {
+	claims := s.l.stream(SessionsStream)
+	if claims == nil {
+		return nil, nil
+	}
+	if cs := s.l.node.View().Streams[SessionsStream]; cs == nil || !cs.InISR(s.l.node.ID()) {
+		return nil, nil
+	}
+	return unheld(claims, puts, dels, from, mqtt.SessionOffsetClient)
+}
+
 // fromFor is what this node names itself as in a write of the stream's
-// state forwarded to leader: itself on the sessions' stream, when leader
-// runs this node's Peat version (its Serf tag). A leader of another
-// version may predate the fence and would drop the longer frame, leaving
-// sessions unwritten until a rolling upgrade ends: it gets the older
-// frame, which it writes unfenced, as before.
+// state forwarded to leader: itself, when leader runs this node's Peat
+// version (its Serf tag). A leader of another version may predate the
+// fence and would drop the longer frame, leaving state unwritten until a
+// rolling upgrade ends: it gets the older frame, which it writes
+// unfenced, as before.
 func (s *stream) fromFor(leader string) stateFrom {
 	n := s.l.node
-	if s.name != SessionsStream {
-		return stateFrom{}
-	}
 	for _, m := range n.serf.Members() {
 		if m.Name == leader && m.Tags[tagVersion] == n.cfg.Version {
 			return stateFrom{n.ID(), n.Epoch()}

@@ -261,6 +261,72 @@ func TestLog_SessionWriteFencedOnLeader(t *testing.T) {
 	waitSessions(t, nodes, want)
 }
 
+// A session's offsets in a stream's own state are fenced by its claim on
+// that stream's leader, as the session is on the sessions' leader: a late
+// write of the node that lost the session, made on the stream's leader
+// itself or forwarded to it, is dropped, whether it puts or deletes, and
+// the new holder's offsets stay; a write of offsets no one claimed is
+// dropped too, and a group's keys, which are no session's, are written.
+// An older node's frame, which names no node, is written as before.
+func TestLog_SessionOffsetsFencedOnStreamLeader(t *testing.T) {
+	nodes, _ := sessionsSite(t)
+	leader, a, b := nodes[0], nodes[1], nodes[2]
+	// a leads the stream and loses the session: its late write is fenced
+	// where it is made; b's writes are forwarded to a.
+	createStreams(t, a, []string{a.node.ID(), b.node.ID(), leader.node.ID()}, "s")
+	if !a.log.ClaimSession("c1") || !a.log.ClaimSession("c2") {
+		t.Fatal("a claim was refused")
+	}
+	tap := "t/c1\x00s/#"
+	writeStreamState(t, a, "s", map[string]string{"s/c1": "a1", "s/c2": "a2", tap: "a-tap"})
+	if !b.log.ClaimSession("c1") {
+		t.Fatal("the claim on another node was refused")
+	}
+	writeStreamState(t, b, "s", map[string]string{"s/c1": "b1"})
+
+	writeStreamState(t, a, "s", map[string]string{"s/c1": "a-late", "s/c2": "a2-again", "g/lake": "a-group"}, tap)
+	writeStreamState(t, leader, "s", map[string]string{"s/c2": "not the leader's"})
+	writeStreamState(t, b, "s", map[string]string{"s/c3": "nobody's"})
+	want := map[string]string{"s/c1": "b1", "s/c2": "a2-again", tap: "a-tap", "g/lake": "a-group"}
+	waitStreamState(t, nodes, "s", want)
+
+	ls := a.log.stream("s")
+	old := wire.StateWriteRequest{Stream: "s", LeaderEpoch: ls.leading().epoch, Puts: []wire.KV{{Key: "s/c1", Val: []byte("old")}}}
+	if resp := ls.serveStateWrite(t.Context(), &old); resp.Code != wire.None {
+		t.Fatalf("an older node's write: %+v, want written", resp)
+	}
+	want["s/c1"] = "old"
+	waitStreamState(t, nodes, "s", want)
+}
+
+// writeStreamState writes stream name's own state through ln.
+func writeStreamState(t *testing.T, ln *logNode, name string, puts map[string]string, dels ...string) {
+	t.Helper()
+	p := map[string][]byte{}
+	for k, v := range puts {
+		p[k] = []byte(v)
+	}
+	if err := ln.log.Stream(name).WriteState(p, dels); err != nil {
+		t.Fatalf("%s: write the state of %s: %v", ln.node.ID(), name, err)
+	}
+}
+
+// waitStreamState waits until every node's replica of stream name's
+// state is want.
+func waitStreamState(t *testing.T, nodes []*logNode, name string, want map[string]string) {
+	t.Helper()
+	for _, ln := range nodes {
+		eventually(t, ln.node.ID()+" holds the state "+fmtKeys(want)+" of "+name, func() bool {
+			got := map[string]string{}
+			_ = ln.log.Stream(name).LoadState("", func(k string, v []byte) error {
+				got[k] = string(v)
+				return nil
+			})
+			return maps.Equal(got, want)
+		})
+	}
+}
+
 // adoptNow has the sessions' leader ls adopt client id's session as
 // AdoptSession does (the claim moves to it under claimDec, and it holds
 // it), without waiting for the site to see the holder's node fail: a

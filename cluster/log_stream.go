@@ -522,8 +522,14 @@ func (s *stream) Changed() <-chan struct{} {
 
 // WriteState writes the stream's consumer state through its leader
 // (state_repl.go): on the leader, into its store, answered once the ISR
-// holds it; elsewhere forwarded to the leader.
+// holds it; elsewhere forwarded to the leader. Keys of sessions another
+// node holds are dropped (writeStateHeld).
 func (s *stream) WriteState(puts map[string][]byte, dels []string) error {
+	return s.writeStateHeld(puts, dels)
+}
+
+// writeStateOnce is one try of WriteState.
+func (s *stream) writeStateOnce(puts map[string][]byte, dels []string) error {
 	if err := s.closedErr("write state of"); err != nil {
 		return err
 	}

@@ -67,6 +67,14 @@ func SiteSessionClient(key string) (id string, ok bool) {
 	return strings.CutPrefix(key, sessionStatePrefix)
 }
 
+// SessionOffsetClient is the client whose session offset key is in a
+// stream's own state (false: no session's, a group's for one): a site
+// fences those writes by the session's claim too.
+func SessionOffsetClient(key string) (id string, ok bool) {
+	id, _, ok = cursorOf("", key)
+	return id, ok
+}
+
 // siteEstablish readies cl's session on a broker of a site before mochi
 // hands the session over; false refuses the connection.
 func (d *delivery) siteEstablish(cl *mochi.Client) bool {

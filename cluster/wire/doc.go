@@ -38,11 +38,12 @@
 // (edge/mirror's rules). The shorter forms are the older frames, still
 // decoded; a leader that predates the longer ones refuses them.
 //
-// A state write naming its node and broker epoch (the site's sessions)
-// is fenced by the stream's claims: the leader refuses it as a whole
-// (code NotHolder) when a key it touches belongs to a claim naming
-// another node or epoch, or to none, and lists those keys in the
-// answer's third field. Only such a request gets the longer answer; a
+// A state write naming its node and broker epoch is fenced by the
+// sessions' claims (the sessions' own keys, and a stream's session
+// offsets, checked against the leader's replica of the claims): the
+// leader refuses it as a whole (code NotHolder) when a key it touches
+// belongs to a claim naming another node or epoch, or to none, and
+// lists those keys in the answer's third field. Only such a request gets the longer answer; a
 // 4-field request is written unfenced, as before.
 //
 // A record is a bin holding the leader's stored record value unchanged

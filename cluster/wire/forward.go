@@ -69,7 +69,7 @@ type StateWriteRequest struct {
 	Puts        []KV
 	Dels        []string
 	// Node and BrokerEpoch name the writing node, for a write the leader
-	// fences by its claims (the site's sessions): the leader refuses it
+	// fences by the sessions' claims: the leader refuses it
 	// (NotHolder) if a key it touches belongs to a claim that names
 	// another node or epoch, or to none. Empty Node encodes as before
 	// (4 fields) and is written unfenced; a leader that predates them
