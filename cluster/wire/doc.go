@@ -43,8 +43,8 @@
 // offsets, checked against the leader's replica of the claims): the
 // leader refuses it as a whole (code NotHolder) when a key it touches
 // belongs to a claim naming another node or epoch, or to none, and
-// lists those keys in the answer's third field. Only such a request gets the longer answer; a
-// 4-field request is written unfenced, as before.
+// lists those keys in the answer's third field. Only such a request gets
+// the longer answer; a 4-field request is written unfenced, as before.
 //
 // A record is a bin holding the leader's stored record value unchanged
 // (logstore.ReadRaw, checked again by logstore.AppendReplica against its
