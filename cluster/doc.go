@@ -592,7 +592,7 @@
 //
 // A session's offsets are in its streams' own state, whose leaders
 // decide no claims; each fences them from its replica of the sessions'
-// stream instead (offsetsUnheld): a write of a stream's state names its
+// stream instead (unheld): a write of a stream's state names its
 // node as well, and its leader refuses the keys of session offsets
 // (mqtt.SessionOffsetClient) whose claim there does not name the writer,
 // as above. Only a member of the sessions' ISR checks: the sessions'

@@ -120,28 +120,23 @@ func (e *movedError) Error() string {
 // (taken over, or adopted by the leader and expired) cannot land after
 // the move. The ISR's acknowledgement is waited for after claimDec is
 // let go. On another stream, its session offsets are fenced alike
-// (offsetsUnheld).
+// (unheld).
 func (s *stream) writeStateFrom(ctx context.Context, ld *Leader, puts map[string][]byte, dels []string, from stateFrom) error {
 	if from.node == "" {
 		return s.writeStateLeader(ctx, ld, puts, dels)
 	}
-	if s.name != SessionsStream {
-		moved, err := s.offsetsUnheld(puts, dels, from)
-		switch {
-		case err != nil:
-			return err
-		case len(moved) > 0:
-			return &movedError{keys: moved}
-		}
-		return s.writeStateLeader(ctx, ld, puts, dels)
+	decides := s.name == SessionsStream // claims are decided here, under claimDec
+	if decides {
+		s.claimDec.Lock()
 	}
-	s.claimDec.Lock()
-	moved, err := unheld(s, puts, dels, from, mqtt.SiteSessionClient)
+	moved, err := s.unheld(puts, dels, from)
 	var seq uint64
 	if err == nil && len(moved) == 0 {
 		seq, err = s.stageState(ld, puts, dels, waitAcks)
 	}
-	s.claimDec.Unlock()
+	if decides {
+		s.claimDec.Unlock()
+	}
 	switch {
 	case err != nil:
 		return err
@@ -151,7 +146,7 @@ func (s *stream) writeStateFrom(ctx context.Context, ld *Leader, puts map[string
 	return s.awaitState(ctx, ld, seq, waitAcks)
 }
 
-// unheld returns the keys of a write whose session's claim in claims
+// unheldIn returns the keys of a write whose session's claim in claims
 // (the sessions' stream) does not name from: another node's, from's
 // node's in another epoch, or none. A session is claimed before its
 // first write and released only after its deletion is written (its
@@ -159,7 +154,7 @@ func (s *stream) writeStateFrom(ctx context.Context, ld *Leader, puts map[string
 // was adopted and expired meanwhile (or its claim was lost with the
 // stream's data, and its client claims it again). clientOf maps a key to
 // its session's client; other keys are not fenced.
-func unheld(claims *stream, puts map[string][]byte, dels []string, from stateFrom, clientOf func(string) (string, bool)) ([]string, error) {
+func unheldIn(claims *stream, puts map[string][]byte, dels []string, from stateFrom, clientOf func(string) (string, bool)) ([]string, error) {
 	keys := slices.AppendSeq(slices.Clone(dels), maps.Keys(puts))
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
@@ -180,16 +175,20 @@ func unheld(claims *stream, puts map[string][]byte, dels []string, from stateFro
 	return moved, nil
 }
 
-// offsetsUnheld is unheld for the session offsets in this stream's
-// state, checked against this node's replica of the sessions' stream.
-// Only a member of that stream's ISR checks: its leader answers a claim
-// once the ISR has applied it, so such a replica shows every claim a
-// writer can hold, and a late write either finds the move or landed
-// before the new holder was answered (as if written a moment earlier).
-// An observer's replica may not show a claim just answered yet: it
-// writes unfenced, as a site of older nodes does. Not under claimDec,
-// which is the sessions' leader's.
-func (s *stream) offsetsUnheld(puts map[string][]byte, dels []string, from stateFrom) ([]string, error) {
+// unheld is unheldIn for a write of this stream's state: on the
+// sessions' stream, its sessions' keys against its own claims (claimDec
+// held); on another, its session offsets against this node's replica of
+// the sessions' stream. Only a member of that stream's ISR checks the
+// latter: its leader answers a claim once the ISR has applied it, so
+// such a replica shows every claim a writer can hold, and a late write
+// either finds the move or landed before the new holder was answered
+// (as if written a moment earlier). An observer's replica may not show
+// a claim just answered yet: it writes unfenced, as a site of older
+// nodes does.
+func (s *stream) unheld(puts map[string][]byte, dels []string, from stateFrom) ([]string, error) {
+	if s.name == SessionsStream {
+		return unheldIn(s, puts, dels, from, mqtt.SiteSessionClient)
+	}
 	claims := s.l.stream(SessionsStream)
 	if claims == nil {
 		return nil, nil
@@ -197,7 +196,7 @@ func (s *stream) offsetsUnheld(puts map[string][]byte, dels []string, from state
 	if cs := s.l.node.View().Streams[SessionsStream]; cs == nil || !cs.InISR(s.l.node.ID()) {
 		return nil, nil
 	}
-	return unheld(claims, puts, dels, from, mqtt.SessionOffsetClient)
+	return unheldIn(claims, puts, dels, from, mqtt.SessionOffsetClient)
 }
 
 // fromFor is what this node names itself as in a write of the stream's
