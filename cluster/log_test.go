@@ -123,11 +123,13 @@ func openLogNodeNet(tb testing.TB, id, dir string, join []string, expect int, mi
 func createStreams(tb testing.TB, n *logNode, replicas []string, names ...string) {
 	tb.Helper()
 	// The controller registers brokers as it reconciles with Serf; a
-	// stream naming one it has not registered yet is refused.
+	// stream naming one it has not registered yet is refused. A reopened
+	// node's state names it alive in its last epoch until its new one is
+	// registered, which fences it and elects its streams' leaders anew.
 	eventually(tb, "the controller to register "+strings.Join(replicas, ", "), func() bool {
 		st, _ := n.node.State()
 		for _, id := range replicas {
-			if b := st.Brokers[id]; b == nil || !b.Alive {
+			if b := st.Brokers[id]; b == nil || !b.Alive || id == n.node.ID() && b.Epoch != n.node.Epoch() {
 				return false
 			}
 		}
@@ -146,7 +148,13 @@ func createStreams(tb testing.TB, n *logNode, replicas []string, names ...string
 			if s == nil {
 				return false
 			}
-			return replicas[0] != n.node.ID() || s.leading() != nil
+			if replicas[0] != n.node.ID() {
+				return true
+			}
+			// Led in the state's leader epoch: an older leadership ends.
+			_, epoch := s.stateLeaderID()
+			ld := s.leading()
+			return ld != nil && ld.epoch == epoch
 		})
 	}
 }
