@@ -265,6 +265,9 @@ func (n *Node) shutdownRaft() error {
 	if terr := n.trans.Close(); terr != nil && err == nil {
 		err = fmt.Errorf("cluster: raft transport: %w", terr)
 	}
+	// Close leaves the connections in its pool open, and each peer's
+	// handler waits on its end of one for good: release them.
+	n.trans.CloseStreams()
 	return err
 }
 
