@@ -110,12 +110,17 @@ func TestDashboard_EverySeriesExists(t *testing.T) {
 	exported := map[string]bool{}
 	scrapeNames(t, n, exported)
 	// The cluster's series exist on a site node only (sinks do not run
-	// in a site yet): a site of one, once its stream has a leader.
+	// in a site yet): a site of one, once it leads its stream (the
+	// replicas' lag is the leader's to report, once its leadership runs).
 	site := startNode(t, siteConfig(t, "n1", 1))
-	waitFor(t, "the site's default stream led", func() bool {
+	waitFor(t, "the site's default stream led here", func() bool {
 		ok, _ := site.site.Load().CaughtUp()
-		st, _ := site.site.Load().Node.State()
-		return ok && st.Streams["default"] != nil && st.Streams["default"].Leader != ""
+		for _, x := range site.site.Load().Status().Streams {
+			if x.Name == "default" && len(x.ReplicaLag) > 0 {
+				return ok
+			}
+		}
+		return false
 	})
 	scrapeNames(t, site, exported)
 	checked := 0
