@@ -339,7 +339,11 @@
 // those caught up in their current broker epoch; the compare-and-set on
 // leader epoch and version refuses a deposed leader's proposals. After
 // every pass it publishes the Leaders it runs (Leading), which the Log's
-// appends ask.
+// appends ask. A node leads only once its state has registered its
+// current broker epoch: a restarted node's state, restored from a
+// snapshot, may name it the sole ISR member of a stream that moved on
+// since, and the registration comes after all that (and fences the old
+// incarnation's leaderships).
 //
 // A leader commits (moves its watermark) only while:
 //

@@ -264,6 +264,15 @@ func (r *Replicator) want(st *State, name string) *role {
 		return nil
 	}
 	if s.Leader == self {
+		// A restarted node's state may predate its registration, which
+		// fences the old incarnation's leaderships: a snapshot naming it
+		// the sole ISR member of a stream that has moved on since would
+		// let it acknowledge records the stream's leader never gets. It
+		// leads once the state shows this incarnation, and so all that
+		// came before it.
+		if b := st.Brokers[self]; b == nil || b.Epoch != r.cfg.Node.Epoch() {
+			return nil
+		}
 		return &role{leader: true, leaderID: self, epoch: s.LeaderEpoch, stream: r.cfg.Stream(name)}
 	}
 	addr := r.cfg.Node.memberAddr(s.Leader)

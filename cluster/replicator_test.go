@@ -328,3 +328,30 @@ func TestReplicator_LeaderCutOffFromTheControllerStopsCommitting(t *testing.T) {
 	}
 	s.converged(s.nodes, 20)
 }
+
+// A restarted node's state, restored from a snapshot, can name it leader
+// of a stream that has moved on since: it leads only once that state
+// shows its current incarnation registered (everything before it
+// applied), never from what predates it.
+func TestReplicator_LeadsOnlyOnceItsIncarnationIsRegistered(t *testing.T) {
+	s := startServingSite(t, 1, faultnet.New())
+	n := s.controller(s.nodes)
+	s.registered(s.nodes)
+	s.replicate(time.Minute, 1)
+	r := s.reps[n]
+	state := func(brokerEpoch uint64) *State {
+		return &State{
+			Brokers: map[string]*Broker{n.ID(): {ID: n.ID(), Epoch: brokerEpoch, Alive: true}},
+			Streams: map[string]*Stream{"s": {Name: "s", Replicas: []string{n.ID()}, ISR: []string{n.ID()}, Leader: n.ID(), LeaderEpoch: 4}},
+		}
+	}
+	if ro := r.want(state(n.Epoch()-1), "s"); ro != nil {
+		t.Fatalf("leads in epoch %d from a state that has the previous incarnation registered", ro.epoch)
+	}
+	if ro := r.want(&State{Streams: state(n.Epoch()).Streams}, "s"); ro != nil {
+		t.Fatalf("leads in epoch %d from a state that has no broker registered", ro.epoch)
+	}
+	if ro := r.want(state(n.Epoch()), "s"); ro == nil || !ro.leader || ro.epoch != 4 {
+		t.Fatalf("role %+v from a state with this incarnation registered, want the leader in epoch 4", ro)
+	}
+}
