@@ -2,9 +2,7 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -57,30 +55,6 @@ func (s sessionState) WriteState(puts map[string][]byte, dels []string) error {
 		return fmt.Errorf("cluster: write sessions: %s not served yet: %w", SessionsStream, mqtt.ErrLeaderUnavailable)
 	}
 	return st.WriteState(puts, dels)
-}
-
-// writeStateHeld is writeState (one try) without the keys the leader
-// refused because another node holds their sessions (writeStateFrom), as
-// mqtt drops its own writes of a session it knows moved; the rest is
-// written at once. This node learns of the move itself from its replica
-// of the sessions' stream (claimsMoved).
-func (s *stream) writeStateHeld(puts map[string][]byte, dels []string) error {
-	for {
-		err := s.writeStateOnce(puts, dels)
-		moved, ok := errors.AsType[*movedError](err)
-		if !ok {
-			return err
-		}
-		n := len(puts) + len(dels)
-		puts, dels = withoutKeys(puts, dels, moved.keys)
-		if len(puts)+len(dels) == n {
-			return err // the leader named none of them: not to be retried here
-		}
-		s.l.log.Debug("cluster: dropped state writes of sessions another node holds", slog.String("stream", s.name), slog.Any("keys", moved.keys))
-		if len(puts)+len(dels) == 0 {
-			return nil
-		}
-	}
 }
 
 // withoutKeys is puts and dels without keys, copied (the caller's are

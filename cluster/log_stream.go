@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -522,17 +524,12 @@ func (s *stream) Changed() <-chan struct{} {
 
 // WriteState writes the stream's consumer state through its leader
 // (state_repl.go): on the leader, into its store, answered once the ISR
-// holds it; elsewhere forwarded to the leader. Keys of sessions another
-// node holds are dropped (writeStateHeld).
+// holds it; elsewhere forwarded to the leader. Keys the leader refuses
+// because another node holds their sessions (writeStateFrom) are dropped
+// and the rest written, as mqtt drops its own writes of a session it
+// knows moved; this node learns of the move itself from its replica of
+// the sessions' stream (claimsMoved).
 func (s *stream) WriteState(puts map[string][]byte, dels []string) error {
-	return s.writeStateHeld(puts, dels)
-}
-
-// writeStateOnce is one try of WriteState.
-func (s *stream) writeStateOnce(puts map[string][]byte, dels []string) error {
-	if err := s.closedErr("write state of"); err != nil {
-		return err
-	}
 	for k := range puts {
 		if strings.HasPrefix(k, claimStatePrefix) {
 			return fmt.Errorf("cluster: write state of %s: key %q is reserved for claims", s.name, k)
@@ -542,6 +539,29 @@ func (s *stream) writeStateOnce(puts map[string][]byte, dels []string) error {
 		if strings.HasPrefix(k, claimStatePrefix) {
 			return fmt.Errorf("cluster: write state of %s: key %q is reserved for claims", s.name, k)
 		}
+	}
+	for {
+		err := s.writeStateOnce(puts, dels)
+		moved, ok := errors.AsType[*movedError](err)
+		if !ok {
+			return err
+		}
+		n := len(puts) + len(dels)
+		puts, dels = withoutKeys(puts, dels, moved.keys)
+		if len(puts)+len(dels) == n {
+			return err // the leader named none of them: not to be retried here
+		}
+		s.l.log.Debug("cluster: dropped state writes of sessions another node holds", slog.String("stream", s.name), slog.Any("keys", moved.keys))
+		if len(puts)+len(dels) == 0 {
+			return nil
+		}
+	}
+}
+
+// writeStateOnce is one try of WriteState, on the leader or forwarded.
+func (s *stream) writeStateOnce(puts map[string][]byte, dels []string) error {
+	if err := s.closedErr("write state of"); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 	defer cancel()
