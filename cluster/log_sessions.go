@@ -181,10 +181,8 @@ func (s *stream) unheld(puts map[string][]byte, dels []string, from stateFrom) (
 // unfenced, as before.
 func (s *stream) fromFor(leader string) stateFrom {
 	n := s.l.node
-	for _, m := range n.serf.Members() {
-		if m.Name == leader && m.Tags[tagVersion] == n.cfg.Version {
-			return stateFrom{n.ID(), n.Epoch()}
-		}
+	if m, ok := n.member(leader); ok && m.Tags[tagVersion] == n.cfg.Version {
+		return stateFrom{n.ID(), n.Epoch()}
 	}
 	return stateFrom{}
 }

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/hashicorp/serf/serf"
+
 	"github.com/peatmq/peat/cluster/wire"
 )
 
@@ -87,22 +89,23 @@ func (n *Node) controllerAddr() string {
 	if id == "" {
 		return ""
 	}
-	for _, m := range n.serf.Members() {
-		if m.Name == id {
-			return m.Tags[tagCluster]
-		}
-	}
-	return ""
+	return n.memberAddr(id)
 }
 
 // memberAddr is the cluster address member id advertises, "" if unknown.
 func (n *Node) memberAddr(id string) string {
+	m, _ := n.member(id)
+	return m.Tags[tagCluster]
+}
+
+// member is Serf's member id, false if Serf does not know it.
+func (n *Node) member(id string) (serf.Member, bool) {
 	for _, m := range n.serf.Members() {
 		if m.Name == id {
-			return m.Tags[tagCluster]
+			return m, true
 		}
 	}
-	return ""
+	return serf.Member{}, false
 }
 
 func (n *Node) dialer() Dialer {
