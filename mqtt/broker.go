@@ -83,6 +83,9 @@ func New(cfg Config, log Log) (*Broker, error) {
 	caps.MaximumClientWritesPending = int32(cfg.WritesPending)
 	caps.MaximumMessageExpiryInterval = 0 // otherwise mochi deletes retained and inflight messages after 24 h
 	caps.MaximumPacketSize = maxPacketSize(cfg.MaxPayload)
+	// mochi keeps each inbound alias's topic for the connection's life:
+	// announcing 65,535 would let one client hold 65,535 topic names.
+	caps.TopicAliasMaximum = uint16(cfg.TopicAliases)
 
 	srv := mochi.New(&mochi.Options{
 		Capabilities:             caps,
@@ -187,6 +190,7 @@ func (b *Broker) bind(l Listener) (*guardListener, error) {
 		maxConnect:     b.cfg.MaxConnectSize,
 		maxPacket:      int(b.srv.Options.Capabilities.MaximumPacketSize),
 		maxPending:     b.cfg.MaxPendingConnections,
+		topicAliases:   b.srv.Options.Capabilities.TopicAliasMaximum,
 		tls:            l.TLS,
 	}
 	if l.websocket() {

@@ -77,9 +77,11 @@ type Config struct {
 	// WritesPending is mochi's per-client outbound channel length; traffic
 	// fed from the log does not use it, so it can be small.
 	WritesPending int
-	// TopicAliases caps the topic aliases delivery uses toward an MQTT 5
-	// client: it uses min(TopicAliases, the client's Topic Alias Maximum),
-	// least recently used first out. 0 sends every topic in full.
+	// TopicAliases caps the topic aliases each way on an MQTT 5
+	// connection: delivery uses min(TopicAliases, the client's Topic Alias
+	// Maximum), least recently used first out, and it is the Topic Alias
+	// Maximum announced to clients for their publishes. 0 sends every
+	// topic in full and accepts no alias.
 	TopicAliases int
 
 	// ConnectTimeout is how long a new connection has to send a complete

@@ -2,37 +2,42 @@ package mqtt
 
 import (
 	"fmt"
-	"unicode/utf8"
 
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
 // framer follows the packet boundaries of a client's inbound bytes as they
-// pass from the socket to mochi, without buffering them, and finds what
-// mochi either allocates for before checking (a CONNECT's announced size)
-// or refuses without telling an MQTT 5 client why (a packet above the
-// Maximum Packet Size, a PUBLISH topic name with a wildcard or ill-formed
-// UTF-8). It reads only fixed headers, a CONNECT's protocol level and
-// PUBLISH topic names; bodies are skipped by count.
+// pass from the socket to mochi and checks each packet's structure before
+// its last byte reaches mochi (packetcheck.go), so mochi decodes only
+// well-formed packets. It also finds what mochi either allocates for
+// before checking (a CONNECT's announced size) or refuses without telling
+// an MQTT 5 client why (a packet above the Maximum Packet Size, a PUBLISH
+// topic name with a wildcard or ill-formed UTF-8). It copies the bodies
+// of packets other than PUBLISH (at most the Maximum Packet Size, or
+// maxConnect for the CONNECT) and of a PUBLISH only its variable header;
+// payloads are skipped by count.
 type framer struct {
 	maxConnect int // whole CONNECT packet, bytes
 	maxPacket  int // whole packet, bytes (the Maximum Packet Size)
 
 	st       frameState
 	typ      byte // type of the packet being read
-	qos      byte // its QoS, for a PUBLISH
+	flags    byte // its fixed header flags
 	remain   int  // its remaining length (while stLength: decoded so far)
 	mult     int  // stLength: weight of the next length byte
 	lenBytes int  // stLength: length bytes read
 	pos      int  // stBody: body bytes read
 	seen     int  // complete packets read; the first is the CONNECT
 
-	version  byte // the CONNECT's protocol level (4: 3.1.1, 5: MQTT 5), 0 until read
-	nameLen  int  // the CONNECT's protocol name length
-	bigConn  bool // the CONNECT is above maxConnect: refused once its level is known or the chunk ends
-	topicLen int  // a PUBLISH's topic name length
-	rn       int  // bytes of an incomplete UTF-8 sequence in r
-	r        [utf8.UTFMax]byte
+	version byte // the CONNECT's protocol level (4: 3.1.1, 5: MQTT 5), 0 until read
+	nameLen int  // a too large CONNECT's protocol name length
+	bigConn bool // the CONNECT is above maxConnect: refused once its level is known or the chunk ends
+
+	buf     []byte // the body bytes being checked
+	want    int    // body bytes to copy into buf
+	checked bool   // this packet's checks are done
+	topicOK bool   // a PUBLISH's topic name is checked
+	aliases aliasTable
 }
 
 type frameState uint8
@@ -62,12 +67,16 @@ func (f *framer) scan(b []byte) (start int, ref *refusal) {
 		switch f.st {
 		case stType:
 			start = i
-			f.typ, f.qos = b[i]>>4, (b[i]>>1)&3
+			f.typ, f.flags = b[i]>>4, b[i]&15
 			f.remain, f.mult, f.lenBytes, f.pos = 0, 1, 0, 0
-			f.topicLen, f.nameLen, f.rn = 0, 0, 0
+			f.nameLen, f.want, f.checked, f.topicOK = 0, 0, false, false
+			f.buf = f.buf[:0]
 			i++
-			if f.typ == packets.Publish && f.qos == 3 && f.connectDone() {
-				return start, malformed("PUBLISH with QoS 3")
+			if ref := checkType(f.typ, f.connectDone(), f.version); ref != nil {
+				return start, ref
+			}
+			if ref := checkFlags(f.typ, f.flags); ref != nil {
+				return start, ref
 			}
 			f.st = stLength
 		case stLength:
@@ -113,92 +122,149 @@ func (f *framer) header() *refusal {
 		}
 	}
 	f.st = stBody
-	f.endIfDone()
-	return nil
+	switch {
+	case f.bigConn:
+	case f.typ == packets.Publish:
+		f.want = min(2, f.remain)
+	default:
+		f.want = f.remain
+	}
+	return f.endIfDone()
 }
 
-// endIfDone ends the packet when its body is read.
-func (f *framer) endIfDone() {
-	if f.pos == f.remain {
-		f.st = stType
-		f.seen++
+// endIfDone checks the packet and ends it when its body is read.
+func (f *framer) endIfDone() *refusal {
+	if f.pos != f.remain {
+		return nil
 	}
+	if ref := f.check(); ref != nil {
+		return ref
+	}
+	f.st = stType
+	f.seen++
+	if cap(f.buf) > 4<<10 {
+		f.buf = nil // a large SUBSCRIBE's bytes are not kept for the connection's life
+	}
+	return nil
 }
 
 // body reads the body from b[i:] and returns where it stopped.
 func (f *framer) body(b []byte, i int) (int, *refusal) {
+	if f.bigConn {
+		return f.bigConnectBody(b, i)
+	}
+	for i < len(b) && f.pos < f.remain {
+		n := min(f.remain-f.pos, len(b)-i)
+		if more := f.want - len(f.buf); more > 0 {
+			n = min(n, more)
+			f.buf = append(f.buf, b[i:i+n]...)
+		}
+		i += n
+		f.pos += n
+		if ref := f.collected(); ref != nil {
+			return i, ref
+		}
+	}
+	return i, f.endIfDone()
+}
+
+// collected looks at what buf holds so far: a CONNECT's protocol level,
+// or as much of a PUBLISH's variable header as there is.
+func (f *framer) collected() *refusal {
+	switch {
+	case f.typ == packets.Connect && f.version == 0 && len(f.buf) >= 2:
+		if at := 2 + (int(f.buf[0])<<8 | int(f.buf[1])); len(f.buf) > at {
+			f.version = f.buf[at]
+		}
+	case f.typ == packets.Publish && !f.checked:
+		return f.publishCollected()
+	}
+	return nil
+}
+
+// publishCollected checks a PUBLISH's topic name once it is read, then its
+// whole variable header, and asks for more bytes until then.
+func (f *framer) publishCollected() *refusal {
+	qos, v5 := (f.flags>>1)&3, f.version == 5
+	need, done := publishHeaderNeed(f.buf, qos, v5)
+	if len(f.buf) >= 2 && !f.topicOK {
+		topicEnd := 2 + (int(f.buf[0])<<8 | int(f.buf[1]))
+		idEnd := topicEnd
+		if qos > 0 {
+			idEnd += 2
+		}
+		if idEnd > f.remain {
+			return malformed("topic name runs past the packet")
+		}
+		if len(f.buf) >= topicEnd {
+			f.topicOK = true
+			if ref := checkTopicText(f.buf[2:topicEnd], v5); ref != nil {
+				return ref
+			}
+		}
+	}
+	if need > f.remain {
+		return malformed("PUBLISH header runs past the packet")
+	}
+	if !done || len(f.buf) < need {
+		f.want = need
+		return nil
+	}
+	f.checked = true
+	return checkPublish(f.buf[:need], qos, v5, &f.aliases)
+}
+
+// check runs the checks of a packet whose body is read.
+func (f *framer) check() *refusal {
+	if f.checked || f.bigConn {
+		return nil
+	}
+	f.checked = true
+	switch f.typ {
+	case packets.Connect:
+		level, ref := checkConnect(f.buf)
+		f.version = level
+		return ref
+	case packets.Publish:
+		return malformed("PUBLISH header runs past the packet")
+	}
+	return checkBody(f.typ, f.buf, f.version == 5)
+}
+
+// bigConnectBody follows a CONNECT above maxConnect, uncopied, to its
+// protocol level (so that an MQTT 5 client is told why in a CONNACK).
+func (f *framer) bigConnectBody(b []byte, i int) (int, *refusal) {
 	for i < len(b) && f.pos < f.remain {
 		switch {
-		case f.typ == packets.Connect && !f.connectDone() && f.pos < 2:
+		case f.pos < 2:
 			f.nameLen = f.nameLen<<8 | int(b[i])
-		case f.typ == packets.Connect && !f.connectDone() && f.pos == 2+f.nameLen:
+		case f.pos == 2+f.nameLen:
 			f.version = b[i]
-			if f.bigConn {
-				return i + 1, f.connectTooLarge()
-			}
-		case f.typ == packets.Publish && f.connectDone() && f.pos < 2:
-			f.topicLen = f.topicLen<<8 | int(b[i])
-			if f.pos == 1 {
-				need := 2 + f.topicLen
-				if f.qos > 0 {
-					need += 2 // packet identifier
-				}
-				if need > f.remain {
-					return i, malformed("topic name runs past the packet")
-				}
-			}
-		case f.typ == packets.Publish && f.connectDone() && f.pos < 2+f.topicLen:
-			if ref := f.topicByte(b[i], f.pos == 1+f.topicLen); ref != nil {
-				return i, ref
-			}
-		default:
-			// Skip to the next byte worth reading: a CONNECT's protocol
-			// level, or the end of the packet (or of b).
-			until := f.remain
-			if f.typ == packets.Connect && !f.connectDone() && f.pos < 2+f.nameLen {
-				until = min(until, 2+f.nameLen)
-			}
-			n := min(until-f.pos, len(b)-i)
-			i += n
-			f.pos += n
-			continue
+			return i + 1, f.connectTooLarge()
 		}
 		i++
 		f.pos++
 	}
-	f.endIfDone()
-	return i, nil
+	return i, f.endIfDone()
 }
 
-// topicByte checks one byte of a PUBLISH topic name: no wildcard, valid
-// UTF-8 without U+0000 (mochi's rule, [MQTT-1.5.4-1] [MQTT-1.5.4-2]).
-func (f *framer) topicByte(c byte, last bool) *refusal {
-	if f.rn == 0 && c < utf8.RuneSelf {
-		switch c {
-		case '+', '#':
-			return &refusal{
-				err:    fmt.Errorf("%w: %q", ErrTopicInvalid, c),
-				reason: ReasonTopicInvalid,
-				code:   packets.Code{Code: packets.ErrTopicNameInvalid.Code, Reason: "topic name contains a wildcard"},
-			}
-		case 0:
-			return malformed("topic name contains U+0000")
+// checkTopicText checks a PUBLISH topic name's bytes: valid UTF-8 without
+// U+0000 [MQTT-1.5.4-1] [MQTT-1.5.4-2], no wildcard [MQTT-3.3.2-2].
+// An empty one is checked with the properties (a Topic Alias may stand
+// for it).
+func checkTopicText(topic []byte, v5 bool) *refusal {
+	c := packetCheck{b: append([]byte{byte(len(topic) >> 8), byte(len(topic))}, topic...)}
+	c.string("topic name")
+	if c.ref != nil {
+		return c.ref
+	}
+	if len(topic) == 0 {
+		if !v5 {
+			return protocolError("topic name is empty") // [MQTT-4.7.3-1]
 		}
 		return nil
 	}
-	f.r[f.rn] = c
-	f.rn++
-	if utf8.FullRune(f.r[:f.rn]) {
-		r, n := utf8.DecodeRune(f.r[:f.rn])
-		f.rn = 0
-		if r == utf8.RuneError && n == 1 {
-			return malformed("topic name is not valid UTF-8")
-		}
-	} else if last {
-		f.rn = 0
-		return malformed("topic name is not valid UTF-8")
-	}
-	return nil
+	return checkTopicName(topic, "topic name")
 }
 
 func (f *framer) connectTooLarge() *refusal {

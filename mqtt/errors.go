@@ -41,8 +41,13 @@ var (
 	// ErrTopicInvalid: a PUBLISH topic name with a wildcard (+ or #).
 	ErrTopicInvalid = errors.New("mqtt: PUBLISH topic name with a wildcard")
 	// ErrMalformed: a packet MQTT calls malformed (ill-formed UTF-8 or
-	// U+0000 in a topic name, a topic running past its packet, QoS 3).
+	// U+0000 in a string, a field running past its packet, reserved bits
+	// set, QoS 3).
 	ErrMalformed = errors.New("mqtt: malformed packet")
+	// ErrProtocolError: a well-framed packet that breaks a rule of the
+	// protocol (an empty topic filter, a topic alias never set, Retain
+	// Handling 3, a property given twice).
+	ErrProtocolError = errors.New("mqtt: protocol error")
 	// ErrWebSocketOrigin: a WebSocket upgrade from a browser page whose
 	// origin the listener does not allow (HTTP 403).
 	ErrWebSocketOrigin = errors.New("mqtt: WebSocket origin not allowed")

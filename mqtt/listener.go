@@ -16,9 +16,10 @@ import (
 // guardConfig is what the guard listener enforces.
 type guardConfig struct {
 	connectTimeout time.Duration
-	maxConnect     int // bytes of a whole CONNECT
-	maxPacket      int // bytes of any other packet (the Maximum Packet Size)
-	maxPending     int // connections awaiting their CONNACK
+	maxConnect     int    // bytes of a whole CONNECT
+	maxPacket      int    // bytes of any other packet (the Maximum Packet Size)
+	maxPending     int    // connections awaiting their CONNACK
+	topicAliases   uint16 // the Topic Alias Maximum announced to MQTT 5 clients
 	// tls, when set, is served on each connection under the guard: the
 	// deadline and the pending count cover the handshake, and the framing
 	// checks read the decrypted packets.
@@ -155,6 +156,7 @@ func (l *guardListener) admit(nc net.Conn) (*guardConn, bool) {
 		gc.Conn = &wsConn{Conn: gc.Conn}
 	}
 	gc.fr.maxConnect, gc.fr.maxPacket = l.cfg.maxConnect, l.cfg.maxPacket
+	gc.fr.aliases.max = l.cfg.topicAliases
 	l.mu.Lock()
 	full := len(l.mu.pending) >= l.cfg.maxPending
 	closing := l.end.Load()
