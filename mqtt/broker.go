@@ -47,6 +47,8 @@ type Broker struct {
 	logger *slog.Logger
 	m      *Metrics
 	conns  *connLog // connection log lines, rate-limited
+	panics panics
+	hooks  []mochi.Hook // Peat's, in the order added to mochi (afterPanic)
 
 	mu struct {
 		sync.Mutex
@@ -120,27 +122,39 @@ func New(cfg Config, log Log) (*Broker, error) {
 		logger: logger,
 		m:      m,
 		conns:  conns,
+		panics: panics{m: m, logs: conns},
 		ingest: newIngest(srv, log, cfg, m, logger, ah, gs),
 	}
-	if err := srv.AddHook(new(connHook), nil); err != nil {
-		return nil, fmt.Errorf("add connection hook: %w", err)
+	b.ingest.panics = b.panics
+	if err := b.addHook(new(connHook), "connection"); err != nil {
+		return nil, err
 	}
-	if err := srv.AddHook(ah, nil); err != nil {
-		return nil, fmt.Errorf("add auth hook: %w", err)
+	if err := b.addHook(ah, "auth"); err != nil {
+		return nil, err
 	}
-	if err := srv.AddHook(b.ingest, nil); err != nil {
-		return nil, fmt.Errorf("add ingest hook: %w", err)
+	if err := b.addHook(b.ingest, "ingest"); err != nil {
+		return nil, err
 	}
 	deliv, err := newDelivery(srv, log, cfg, m, logger, cfg.Auth, gs, ss)
 	if err != nil {
 		return nil, err
 	}
 	b.deliv = deliv
-	if err := srv.AddHook(b.deliv, nil); err != nil {
+	b.deliv.panics = b.panics
+	if err := b.addHook(b.deliv, "delivery"); err != nil {
 		b.deliv.Close()
-		return nil, fmt.Errorf("add delivery hook: %w", err)
+		return nil, err
 	}
 	return b, nil
+}
+
+// addHook adds h to mochi's hooks and to b.hooks.
+func (b *Broker) addHook(h mochi.Hook, name string) error {
+	if err := b.srv.AddHook(h, nil); err != nil {
+		return fmt.Errorf("add %s hook: %w", name, err)
+	}
+	b.hooks = append(b.hooks, h)
+	return nil
 }
 
 // Start binds the listeners and starts serving; it returns once every
@@ -196,7 +210,9 @@ func (b *Broker) bind(l Listener) (*guardListener, error) {
 	if l.websocket() {
 		gc.ws = newWSConfig(l, b.cfg.BufferSize)
 	}
-	return newGuardListener(l.Name, ln, gc, b.m, b.conns), nil
+	gl := newGuardListener(l.Name, ln, gc, b.m, b.conns)
+	gl.afterPanic = b.afterPanic
+	return gl, nil
 }
 
 // closeUnserved closes the bound listeners after a failed Start; mochi

@@ -63,6 +63,7 @@ type delivery struct {
 	cfg      Config
 	m        *Metrics
 	logger   *slog.Logger
+	panics   panics
 	auth     Auth // nil: everyone reads everything; else every record is checked (auth.go)
 	groups   *groups
 	sessions *sessions
@@ -119,7 +120,8 @@ func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slo
 	}
 	d := &delivery{
 		srv: srv, log: log, cfg: cfg, m: m, logger: logger,
-		auth: auth, groups: gs, sessions: ss,
+		panics: panics{m: m, logs: newConnLog(logger)},
+		auth:   auth, groups: gs, sessions: ss,
 		dropSlowQoS0:  m.Dropped.WithLabelValues(ReasonSlowQoS0),
 		dropRetention: m.Dropped.WithLabelValues(ReasonOutOfRetain),
 		dropClosed:    m.Dropped.WithLabelValues(ReasonClientClosed),

@@ -161,6 +161,7 @@ func (c *deliveryClient) push(ctx context.Context, it deliveryItem) error {
 // run is the sender loop.
 func (c *deliveryClient) run() {
 	defer c.d.wg.Done()
+	defer c.d.panics.catch(c.cl, "delivery")
 	for {
 		select {
 		case <-c.ctx.Done():

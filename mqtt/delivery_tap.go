@@ -68,6 +68,7 @@ func (t *tap) stop() { t.cancel() }
 func (t *tap) run() {
 	t.d.taps.Add(1)
 	defer t.d.wg.Done()
+	defer t.d.panics.catch(t.c.cl, "tap")
 	defer t.d.taps.Add(-1)
 	defer t.cancel()
 	if t.ext.kind == extGroup {

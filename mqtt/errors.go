@@ -48,6 +48,9 @@ var (
 	// protocol (an empty topic filter, a topic alias never set, Retain
 	// Handling 3, a property given twice).
 	ErrProtocolError = errors.New("mqtt: protocol error")
+	// ErrPanic: a goroutine serving the client panicked; the panic was
+	// recovered and only this connection closed (panics.go).
+	ErrPanic = errors.New("mqtt: recovered panic")
 	// ErrWebSocketOrigin: a WebSocket upgrade from a browser page whose
 	// origin the listener does not allow (HTTP 403).
 	ErrWebSocketOrigin = errors.New("mqtt: WebSocket origin not allowed")

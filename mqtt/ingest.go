@@ -59,6 +59,7 @@ type ingest struct {
 	cfg    Config
 	m      *Metrics
 	logger *slog.Logger
+	panics panics
 	tooBig packets.Code
 	// acl is the broker's auth hook if it checks ACLs (nil if not): it
 	// decides which publishes early takes.
@@ -89,6 +90,7 @@ func newIngest(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slog.
 		cfg:     cfg,
 		m:       m,
 		logger:  logger.With(slog.String(attrPart, "ingest")),
+		panics:  panics{m: m, logs: newConnLog(logger)},
 		closing: make(chan struct{}),
 		failing: map[string]bool{},
 		tooBig: packets.Code{

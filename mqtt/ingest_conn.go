@@ -264,6 +264,7 @@ func (c *ingestConn) reserveSlot() bool {
 // drain writes the answers at the head of the queue as they become known,
 // in arrival order, and ends when the queue is empty.
 func (c *ingestConn) drain() {
+	defer c.h.panics.catch(c.cl, "ack drainer")
 	var batch []*ackEntry
 	for {
 		c.mu.Lock()

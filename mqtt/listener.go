@@ -45,6 +45,9 @@ type guardListener struct {
 	cfg  guardConfig
 	m    *Metrics
 	logs *connLog
+	// afterPanic cleans up after a client whose read goroutine panicked
+	// (Broker.afterPanic); nil in tests of the listener alone.
+	afterPanic func(*guardConn, error)
 
 	end  atomic.Bool
 	done chan struct{} // closed by Close: stops the accept back-off
@@ -125,6 +128,7 @@ func (l *guardListener) Serve(establish listeners.EstablishFn) {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
+			defer l.catch(gc)
 			if err := l.upgrade(gc); err != nil {
 				_ = gc.Close()
 				l.logs.ended(gc, err)
@@ -134,6 +138,22 @@ func (l *guardListener) Serve(establish listeners.EstablishFn) {
 			l.logs.ended(gc, err)
 		}()
 	}
+}
+
+// catch, deferred on a connection's goroutine (the client's read
+// goroutine, running mochi and every hook), recovers a panic there: it
+// closes that connection alone (panics.go).
+func (l *guardListener) catch(gc *guardConn) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	err := panics{m: l.m, logs: l.logs}.record(r, "read", gc.clientID, gc.RemoteAddr().String())
+	_ = gc.Close()
+	if l.afterPanic != nil {
+		l.afterPanic(gc, err)
+	}
+	l.logs.ended(gc, err)
 }
 
 // acceptRetryable reports whether Accept may succeed again later.

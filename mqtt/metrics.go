@@ -18,6 +18,9 @@ type Metrics struct {
 	// from a broker that failed, left or restarted (sessions_orphans.go).
 	SessionsExpired prometheus.Counter // peat_mqtt_sessions_expired_total
 	SessionsAdopted prometheus.Counter // peat_mqtt_sessions_adopted_total
+	// Panics: panics recovered on a goroutine serving one client (panics.go);
+	// each closed that client's connection and nothing else.
+	Panics prometheus.Counter // peat_mqtt_panics_total
 }
 
 // Reasons for Refused and Dropped.
@@ -44,7 +47,7 @@ const (
 	ReasonTooManyPending  = "too_many_pending"  // max_pending_connections already await their CONNACK
 	ReasonPacketTooLarge  = "packet_too_large"  // a packet above the Maximum Packet Size
 	ReasonTopicInvalid    = "topic_invalid"     // a PUBLISH topic name with + or #
-	ReasonMalformed       = "malformed"         // a malformed packet the guard recognises
+	ReasonMalformed       = "malformed"         // a malformed packet or protocol error the guard recognises (packetcheck.go)
 	ReasonReceiveMaximum  = "receive_maximum"   // an MQTT 5 client above the Receive Maximum Peat announced
 	ReasonTLSHandshake    = "tls_handshake"     // a failed TLS handshake: no TLS, or a client certificate refused
 	// ReasonWebSocketOrigin: a WebSocket upgrade from a page of an origin
@@ -97,6 +100,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		SessionsAdopted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "peat_mqtt_sessions_adopted_total", Help: "Durable sessions this broker took over from a broker of the site that failed, left or restarted, to run their expiry.",
 		}),
+		Panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "peat_mqtt_panics_total", Help: "Panics recovered on a goroutine serving one client; each closed that client's connection and nothing else. Any is a bug: report it with the logged stack.",
+		}),
 	}
 	// Known reasons show at 0 from the start, so a dashboard or alert sees
 	// the series before the first refusal.
@@ -111,7 +117,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Connected, m.Received, m.Refused, m.Delivered, m.Dropped, m.CursorCatchup, m.StartAdjusted, m.Closed, m.Denied,
-			m.SessionsExpired, m.SessionsAdopted)
+			m.SessionsExpired, m.SessionsAdopted, m.Panics)
 	}
 	return m
 }

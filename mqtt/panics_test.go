@@ -1,0 +1,72 @@
+package mqtt
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// panicHook panics on the client's read goroutine when a PUBLISH to
+// topic arrives, standing in for a bug in mochi or in a hook.
+type panicHook struct {
+	mochi.HookBase
+	topic string
+}
+
+func (h *panicHook) ID() string { return "test-panic" }
+
+func (h *panicHook) Provides(b byte) bool { return b == mochi.OnPacketRead }
+
+func (h *panicHook) OnPacketRead(_ *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type == packets.Publish && pk.TopicName == h.topic {
+		panic("boom: " + h.topic)
+	}
+	return pk, nil
+}
+
+// TestBroker_PanicClosesOnlyThatConnection: a panic while serving one
+// client closes that client's connection, is counted and logged at ERROR
+// with its stack, and every other client goes on; the panicking client's
+// clean session is gone, as after any disconnect.
+func TestBroker_PanicClosesOnlyThatConnection(t *testing.T) {
+	rec := newLogRecorder(slog.LevelInfo)
+	m := NewMetrics(nil)
+	// "boom" is left to mochi, so ingest does not take it before the hook.
+	b := newTestBroker(t, newMemLog(t, "news=news/#"), func(c *Config) {
+		c.Metrics = m
+		c.Logger = slog.New(rec)
+	})
+	if err := b.srv.AddHook(&panicHook{topic: "boom"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	bystander := dialRaw(t, b, "bystander", 5)
+	bystander.Subscribe("news/#", 1)
+
+	for i, version := range []byte{4, 5} {
+		victim := dialRaw(t, b, "victim", version)
+		victim.Subscribe("news/#", 1)
+		victim.Publish("boom", 1, 1, "x")
+		expectClosed(t, victim)
+		if got := metricValue(m.Panics); got != float64(i+1) {
+			t.Fatalf("peat_mqtt_panics_total = %v, want %d", got, i+1)
+		}
+		waitFor(t, "the victim's session to end", func() bool {
+			_, ok := b.srv.Clients.Get("victim")
+			return !ok
+		})
+	}
+	lines := rec.find(func(l logLine) bool { return l.level == slog.LevelError && strings.Contains(l.attrs["panic"], "boom") })
+	if len(lines) != 2 || !strings.Contains(lines[0].attrs["stack"], "OnPacketRead") || lines[0].attrs[attrClient] != "victim" {
+		t.Fatalf("ERROR lines %+v, want two naming the client, the panic and its stack", lines)
+	}
+
+	pub := dialRaw(t, b, "pub", 5)
+	pub.Publish("news/after", 1, 1, "still serving")
+	expectPacket(t, pub, packets.Puback, 0)
+	if pk := bystander.ReadUntil(packets.Publish); string(pk.Payload) != "still serving" {
+		t.Fatalf("bystander got %q", pk.Payload)
+	}
+}
