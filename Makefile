@@ -5,7 +5,7 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 export CGO_ENABLED = 0
 
-.PHONY: all run build test test-cluster test-deps vet fmt-check lint bench bench-fanin bench-memory bench-pi pi cross test-arm clean
+.PHONY: all run build test test-cluster test-deps vet fmt-check lint fuzz bench bench-fanin bench-memory bench-pi pi cross test-arm clean
 
 all: build
 
@@ -41,6 +41,14 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint: vet fmt-check
 	GOOS=linux GOARCH=arm GOARM=7 $(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+
+FUZZTIME ?= 5m
+
+## fuzz: the fuzz targets of what clients send, FUZZTIME each (default 5m, one worker): the whole ingress path of a real node, the guard's packet checks behind mochi's decoders, the guard's framing; a failing input is written under the package's testdata/fuzz
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzIngress$$' -fuzztime $(FUZZTIME) -parallel 1 ./edge/
+	$(GO) test -run '^$$' -fuzz '^FuzzPacketCheck$$' -fuzztime $(FUZZTIME) -parallel 1 ./mqtt/
+	$(GO) test -run '^$$' -fuzz '^FuzzFramer$$' -fuzztime $(FUZZTIME) -parallel 1 ./mqtt/
 
 ## bench: Go benchmarks of the hot paths (append, read from offset)
 bench:
