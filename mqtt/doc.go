@@ -122,11 +122,15 @@
 // topics only, as they get only those live.
 
 // Last wills on captured topics are taken from the client when its session
-// is established (mochi's sendLWT then skips them) and appended when the
-// connection ends without a normal DISCONNECT, after the will delay when one
-// is set (cancelled if the client reconnects first). A will reaches
-// subscribers only through the log, once. Closing the broker does not fire
-// wills.
+// is established (mochi's sendLWT then skips them), with all their Will
+// Properties (mochi keeps only User Properties), and appended when the
+// connection ends without a DISCONNECT of reason 0x00, after the will delay
+// when one is set (cancelled if the client reconnects first). Any other
+// DISCONNECT reason publishes the will: OnPacketRead turns it into 0x04,
+// the one mochi honours, reading the code mochi drops from a DISCONNECT of
+// remaining length 1 from the connection (corkConn.lastRead). A will
+// reaches subscribers only through the log, once. Closing the broker does
+// not fire wills.
 //
 // # Connections (listener.go, connguard.go, connframe.go, connlog.go, wsconn.go)
 //

@@ -199,6 +199,8 @@ func (h *ingest) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Pack
 			c.(*ingestConn).pubrel(pk.PacketID) // before mochi answers PUBCOMP
 		}
 		return pk, nil
+	case packets.Disconnect:
+		return willOnDisconnect(cl, pk), nil
 	default:
 		return pk, nil
 	}
