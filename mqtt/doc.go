@@ -132,6 +132,14 @@
 // reaches subscribers only through the log, once. Closing the broker does
 // not fire wills.
 //
+// # CONNECT and CONNACK (connect.go)
+//
+// A will with an empty payload is valid: mochi refuses it, so ingest
+// hands mochi a placeholder payload to validate and empties it again in
+// OnConnect. An MQTT 3.1.1 client is never sent an MQTT 5 reason code in
+// its CONNACK: OnPacketEncode maps each to 3.1.1's return codes 1 to 5
+// (an empty client id with Clean Session 0 gets 2).
+//
 // # Connections (listener.go, connguard.go, connframe.go, connlog.go, wsconn.go)
 //
 // Peat serves mochi through a listener of its own, one per address. With TLS each

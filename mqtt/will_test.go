@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -107,6 +108,24 @@ func TestWill_KeepsItsProperties(t *testing.T) {
 				if !ch.ok {
 					t.Errorf("will %s: got %v", ch.name, ch.got)
 				}
+			}
+		})
+	}
+}
+
+// A will with an empty payload is valid (MQTT 3.1.3.4: the Will Payload
+// may be zero length): the CONNECT is accepted, and the will is published
+// with an empty payload.
+func TestWill_EmptyPayload(t *testing.T) {
+	for _, version := range []byte{4, 5} {
+		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
+			b := newTestBroker(t, newMemLog(t, "default=#"))
+			sub := dialRaw(t, b, "sub", version)
+			sub.Subscribe("w/#", 1)
+			c := dialWill(t, b, "empty", version, &mqtttest.Will{Topic: "w/empty", Qos: 1})
+			c.Close()
+			if pk := readWill(t, sub, "w/empty"); len(pk.Payload) != 0 {
+				t.Fatalf("will payload %q, want empty", pk.Payload)
 			}
 		})
 	}
