@@ -32,6 +32,16 @@ func (h *ingest) OnConnect(cl *mochi.Client, _ packets.Packet) error {
 	return nil
 }
 
+// connack corrects mochi's CONNACK to cl: Session Present 0 when the
+// session cl took over ended with its connection (sessions_takeover.go),
+// and, for MQTT 3.1.1, a return code of that version (connackV3).
+func connack(cl *mochi.Client, pk packets.Packet) packets.Packet {
+	if cc, ok := cl.Net.Conn.(*corkConn); ok && cc.sessionEnded.Load() {
+		pk.SessionPresent = false
+	}
+	return connackV3(cl, pk)
+}
+
 // connackV3 gives an MQTT 3.1.1 client that is refused a return code of
 // its version: 1 to 5 are all there are [MQTT-3.2.2-6], and mochi passes
 // MQTT 5 reason codes through (0x80 for an empty client id with Clean

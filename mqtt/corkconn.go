@@ -27,6 +27,9 @@ type corkConn struct {
 	access atomic.Pointer[accessBox]
 	// willDenied: Auth let the client in, but not its will's topic.
 	willDenied atomic.Bool
+	// sessionEnded: the session this connection took over ended with the
+	// connection it took over (sessions_takeover.go).
+	sessionEnded atomic.Bool
 	// lastRead is the last byte mochi's read goroutine read, the only
 	// goroutine that reads or uses it (will.go).
 	lastRead byte

@@ -283,7 +283,9 @@
 // start never moves what a deletion is dropping. A client connecting
 // with Clean Start 0 resumes its stored session whatever Session Expiry
 // Interval it gives; that interval decides only whether the session
-// outlives this connection. A progress tracks the end of a consumer's contiguous
+// outlives this connection. A session that ends with its connection (expiry 0)
+// ends at a takeover too: the connection that takes it over gets a new
+// one and Session Present 0 (sessions_takeover.go). A progress tracks the end of a consumer's contiguous
 // acknowledged prefix; it advances group offsets and session positions.
 // Durable sessions are handed to mochi at start through its storage hooks,
 // and resume through the same fallback cursor a slow subscriber uses; a

@@ -299,7 +299,7 @@ func (h *ingest) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Pac
 		pk.Properties.MaximumPacketSize = h.srv.Options.Capabilities.MaximumPacketSize
 	}
 	if pk.FixedHeader.Type == packets.Connack {
-		return connackV3(cl, pk)
+		return connack(cl, pk)
 	}
 	return pk
 }
