@@ -264,9 +264,12 @@ func (d *delivery) OnSessionEstablish(cl *mochi.Client, _ packets.Packet) {
 		d.refuseConnect(cl)
 		return
 	}
+	old, ok := d.srv.Clients.Get(cl.ID)
+	if ok {
+		d.endTakenOver(cl, old) // sessions_takeover.go
+	}
 	d.sessions.claim(cl)
 	ownTopicAliases(cl)
-	old, ok := d.srv.Clients.Get(cl.ID)
 	if !ok {
 		return
 	}

@@ -29,6 +29,8 @@ type deliveryItem struct {
 	// delivery: acknowledged (PUBACK, PUBCOMP), written (QoS 0), or skipped
 	// (expired, too large for the client). It moves the consumer's progress.
 	settle func()
+	// rs marks a durable session's resends (resend.go); nil for others.
+	rs *resends
 }
 
 // item builds what c is sent for rec of stream r under sub, or reports
@@ -275,6 +277,7 @@ func (c *deliveryClient) send(it deliveryItem) error {
 			return err
 		}
 		out.PacketID = id
+		out.FixedHeader.Dup = it.rs.dup(it.rec.Offset) // [MQTT-3.3.1-1] [MQTT-3.3.1-3]
 	}
 	topic, binds := out.TopicName, false
 	if x == nil {
@@ -309,6 +312,9 @@ func (c *deliveryClient) send(it deliveryItem) error {
 	}
 	if it.r != nil {
 		it.r.delivered.Inc()
+	}
+	if it.qos > 0 {
+		it.rs.wrote(it.rec.Offset)
 	}
 	if it.qos == 0 && it.settle != nil {
 		it.settle()

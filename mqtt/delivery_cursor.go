@@ -137,6 +137,7 @@ func (r *deliveryReader) runClientCursor(m *deliveryMember, from uint64) {
 		}
 		if m.prog != nil {
 			it.settle = m.prog.track(rec.Offset)
+			it.rs = m.rs
 		}
 		if it.qos > 0 {
 			return c.push(c.ctx, it)

@@ -53,9 +53,10 @@ type deliveryMember struct {
 	// that is not live is being fed by its own cursor.
 	live  bool
 	start uint64
-	// prog follows a durable session's acknowledgements in this stream;
-	// nil for other clients.
+	// prog follows a durable session's acknowledgements in this stream,
+	// and rs marks its resends (resend.go); nil for other clients.
 	prog *progress
+	rs   *resends
 
 	// Retained messages for new subscriptions (delivery_retained.go).
 	// paused: between OnSubscribe and OnSubscribed; resumed is closed when
@@ -105,6 +106,11 @@ func (r *deliveryReader) join(c *deliveryClient) {
 			from = off
 		}
 		m.prog = newProgress(from, func(v uint64) { r.d.sessions.advance(c.id, key, v) })
+		var prev *resends // a connection taken over, still here
+		if old := r.mu.members[c.id]; old != nil {
+			prev = old.rs
+		}
+		m.rs = newResends(r.d.sessions.written(c.id, key), prev)
 		// A new session's position is where it starts: records written
 		// while it is offline, before it got any, are still its to get.
 		r.d.sessions.advance(c.id, key, from)
@@ -120,12 +126,16 @@ func (r *deliveryReader) join(c *deliveryClient) {
 }
 
 // leave removes c, unless a newer connection with the same client id has
-// taken its place.
+// taken its place, and leaves the session the mark of what c was written
+// (resend.go).
 func (r *deliveryReader) leave(c *deliveryClient) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if m := r.mu.members[c.id]; m != nil && m.c == c {
 		delete(r.mu.members, c.id)
+		if m.rs != nil {
+			r.d.sessions.wrote(c.id, cursorKey{stream: r.stream.Name()}, m.rs.end())
+		}
 	}
 }
 
@@ -214,6 +224,7 @@ func (r *deliveryReader) dispatchLocked(rec *logstore.Record) {
 		}
 		if m.prog != nil {
 			it.settle = m.prog.track(rec.Offset)
+			it.rs = m.rs
 		}
 		if m.c.offer(it) {
 			continue

@@ -122,11 +122,23 @@
 // topics only, as they get only those live.
 
 // Last wills on captured topics are taken from the client when its session
-// is established (mochi's sendLWT then skips them) and appended when the
-// connection ends without a normal DISCONNECT, after the will delay when one
-// is set (cancelled if the client reconnects first). A will reaches
-// subscribers only through the log, once. Closing the broker does not fire
-// wills.
+// is established (mochi's sendLWT then skips them), with all their Will
+// Properties (mochi keeps only User Properties), and appended when the
+// connection ends without a DISCONNECT of reason 0x00, after the will delay
+// when one is set (cancelled if the client reconnects first). Any other
+// DISCONNECT reason publishes the will: OnPacketRead turns it into 0x04,
+// the one mochi honours, reading the code mochi drops from a DISCONNECT of
+// remaining length 1 from the connection (corkConn.lastRead). A will
+// reaches subscribers only through the log, once. Closing the broker does
+// not fire wills.
+//
+// # CONNECT and CONNACK (connect.go)
+//
+// A will with an empty payload is valid: mochi refuses it, so ingest
+// hands mochi a placeholder payload to validate and empties it again in
+// OnConnect. An MQTT 3.1.1 client is never sent an MQTT 5 reason code in
+// its CONNACK: OnPacketEncode maps each to 3.1.1's return codes 1 to 5
+// (an empty client id with Clean Session 0 gets 2).
 //
 // # Connections (listener.go, connguard.go, connframe.go, connlog.go, wsconn.go)
 //
@@ -271,10 +283,15 @@
 // start never moves what a deletion is dropping. A client connecting
 // with Clean Start 0 resumes its stored session whatever Session Expiry
 // Interval it gives; that interval decides only whether the session
-// outlives this connection. A progress tracks the end of a consumer's contiguous
+// outlives this connection. A session that ends with its connection (expiry 0)
+// ends at a takeover too: the connection that takes it over gets a new
+// one and Session Present 0 (sessions_takeover.go). A progress tracks the end of a consumer's contiguous
 // acknowledged prefix; it advances group offsets and session positions.
 // Durable sessions are handed to mochi at start through its storage hooks,
-// and resume through the same fallback cursor a slow subscriber uses. In a
+// and resume through the same fallback cursor a slow subscriber uses; a
+// record an earlier connection of the session was sent is sent again with
+// DUP 1 (resend.go; $replay taps of a session and resends after a broker
+// restart still carry DUP 0). In a
 // site (a Log that is SiteSessions) a session is the site's: it is read
 // when its client connects to any broker, claimed there (the broker that
 // held it closes its connection and stops writing it), and handed to mochi

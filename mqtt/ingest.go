@@ -111,7 +111,7 @@ func (h *ingest) ID() string { return "peat-ingest" }
 // Provides reports the hook events ingest handles.
 func (h *ingest) Provides(b byte) bool {
 	switch b {
-	case mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnPublish,
+	case mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnPublish, mochi.OnConnect,
 		mochi.OnSessionEstablish, mochi.OnSessionEstablished, mochi.OnDisconnect:
 		return true
 	}
@@ -201,6 +201,10 @@ func (h *ingest) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Pack
 			c.(*ingestConn).pubrel(pk.PacketID) // before mochi answers PUBCOMP
 		}
 		return pk, nil
+	case packets.Disconnect:
+		return willOnDisconnect(cl, pk), nil
+	case packets.Connect:
+		return emptyWillPayload(pk), nil
 	default:
 		return pk, nil
 	}
@@ -290,10 +294,14 @@ func (h *ingest) owner(topic string) (Stream, bool) {
 }
 
 // OnPacketEncode tells MQTT 5 clients the largest packet Peat accepts
-// (mochi enforces Maximum Packet Size but does not advertise it).
+// (mochi enforces Maximum Packet Size but does not advertise it), and
+// gives MQTT 3.1.1 clients refusals they can read (connect.go).
 func (h *ingest) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
 	if pk.FixedHeader.Type == packets.Connack && pk.ReasonCode < packets.ErrUnspecifiedError.Code {
 		pk.Properties.MaximumPacketSize = h.srv.Options.Capabilities.MaximumPacketSize
+	}
+	if pk.FixedHeader.Type == packets.Connack {
+		return connack(cl, pk)
 	}
 	return pk
 }

@@ -45,7 +45,7 @@ type ingestConn struct {
 		draining bool                 // an ack drainer runs
 		qos2     map[uint16]*ackEntry // unanswered QoS 2 publishes by packet id
 		refusing bool                 // a v3 client being disconnected for a refusal
-		will     *mochi.Will          // a will on a captured topic, taken from mochi
+		will     *will                // a will on a captured topic, taken from mochi
 		flows    int                  // open inbound QoS 1/2 flows: the count Receive Maximum bounds
 		awaitRel map[uint16]bool      // QoS 2 flows whose PUBREC went out, until PUBREL
 	}

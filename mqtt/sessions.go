@@ -117,6 +117,9 @@ type session struct {
 
 	// cursors are where the client resumes, kept in the streams' state.
 	cursors map[cursorKey]uint64 `msgpack:"-"`
+	// written: records below these offsets were written to the session's
+	// earlier connections, so they are resent with DUP 1 (resend.go).
+	written map[cursorKey]uint64 `msgpack:"-"`
 
 	// conn is the connection that holds the session (nil while none does):
 	// when an earlier connection of the same client id ends, it must not
@@ -467,6 +470,30 @@ func (ss *sessions) advance(id string, c cursorKey, off uint64) {
 	if keep {
 		ss.saveCursors(id, false, c)
 	}
+}
+
+// wrote notes that the session of id was written the records below off
+// in c.
+func (ss *sessions) wrote(id string, c cursorKey, off uint64) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if s := ss.m[id]; s != nil && off > s.written[c] {
+		if s.written == nil {
+			s.written = map[cursorKey]uint64{}
+		}
+		s.written[c] = off
+	}
+}
+
+// written returns the offset below which id's session was written the
+// records of c.
+func (ss *sessions) written(id string, c cursorKey) uint64 {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if s := ss.m[id]; s != nil {
+		return s.written[c]
+	}
+	return 0
 }
 
 // offset returns where the client resumes for c, if it has a stored one.

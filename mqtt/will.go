@@ -12,6 +12,16 @@ import (
 	"github.com/peatmq/peat/logstore"
 )
 
+// will is a client's last will with the properties mochi's Will leaves
+// out: mochi keeps only the User Properties of the CONNECT's Will
+// Properties, and a will is published with all of them (Payload Format
+// Indicator, Message Expiry Interval, Content Type, Response Topic,
+// Correlation Data: MQTT 5 3.1.3.2).
+type will struct {
+	mochi.Will
+	props packets.Properties
+}
+
 // delayedWill is a will waiting out its Will Delay Interval.
 type delayedWill struct {
 	timer *time.Timer
@@ -33,18 +43,18 @@ func (h *ingest) OnSessionEstablish(cl *mochi.Client, _ packets.Packet) {
 // OnSessionEstablished counts the client and takes a will on a captured (or
 // reserved) topic away from mochi, whose sendLWT would fan it out directly:
 // ingest appends it when the connection ends abnormally.
-func (h *ingest) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
+func (h *ingest) OnSessionEstablished(cl *mochi.Client, connect packets.Packet) {
 	h.m.Connected.Inc()
 	if cl.Net.Inline || atomic.LoadUint32(&cl.Properties.Will.Flag) == 0 {
 		return
 	}
-	w := cl.Properties.Will
+	w := &will{Will: cl.Properties.Will, props: connect.Connect.WillProperties}
 	if !reservedTopic(w.TopicName) && h.log.Route(w.TopicName) == nil {
 		return // mochi sends it, as for any topic no stream captures
 	}
 	c := h.conn(cl)
 	c.mu.Lock()
-	c.mu.will = &w
+	c.mu.will = w
 	c.mu.Unlock()
 	atomic.StoreUint32(&cl.Properties.Will.Flag, 0) // mochi's sendLWT skips it now
 }
@@ -73,6 +83,42 @@ func (h *ingest) OnDisconnect(cl *mochi.Client, err error, _ bool) {
 	h.scheduleWill(cl, *w)
 }
 
+// willPublishProps are the properties a will is published with: its Will
+// Properties but the Will Delay Interval [MQTT-3.3.2-4] [MQTT-3.3.2-15]
+// [MQTT-3.3.2-16] [MQTT-3.3.2-20].
+func willPublishProps(wp *packets.Properties) packets.Properties {
+	return packets.Properties{
+		PayloadFormat:         wp.PayloadFormat,
+		PayloadFormatFlag:     wp.PayloadFormatFlag,
+		MessageExpiryInterval: wp.MessageExpiryInterval,
+		ContentType:           wp.ContentType,
+		ResponseTopic:         wp.ResponseTopic,
+		CorrelationData:       wp.CorrelationData,
+		User:                  wp.User,
+	}
+}
+
+// willOnDisconnect makes mochi treat a v5 DISCONNECT whose reason is not
+// 0x00 (Normal disconnection) as 0x04 (Disconnect with Will Message): the
+// will is published for every other reason [MQTT-3.1.2-8], and mochi
+// publishes it only for 0x04. mochi also reads no reason code from a
+// DISCONNECT of remaining length 1 (the reason code alone, MQTT 5
+// 3.14.2.2.1). A client sends nothing after its DISCONNECT
+// [MQTT-3.14.4-1], so that code is the last byte read from the connection.
+func willOnDisconnect(cl *mochi.Client, pk packets.Packet) packets.Packet {
+	if cl.Properties.ProtocolVersion != 5 {
+		return pk
+	}
+	reason := pk.ReasonCode
+	if cc, ok := cl.Net.Conn.(*corkConn); ok && pk.FixedHeader.Remaining == 1 {
+		reason = cc.lastRead
+	}
+	if reason != packets.CodeSuccess.Code {
+		pk.ReasonCode = packets.CodeDisconnectWillMessage.Code
+	}
+	return pk
+}
+
 // disconnectedForError reports whether the server sent cl a DISCONNECT
 // with an error reason (a protocol error: the will is sent). mochi's read
 // loop then ends without an error when the DISCONNECT came from a hook.
@@ -84,7 +130,7 @@ func disconnectedForError(cl *mochi.Client) bool {
 
 // scheduleWill appends w after its delay, unless the client reconnects
 // first or the broker closes.
-func (h *ingest) scheduleWill(cl *mochi.Client, w mochi.Will) {
+func (h *ingest) scheduleWill(cl *mochi.Client, w will) {
 	id := cl.ID
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -129,7 +175,7 @@ func (h *ingest) cancelWill(id string) {
 
 // appendWill appends a will as the publish it stands for. Nobody waits for
 // an ack; a failure is counted and logged.
-func (h *ingest) appendWill(clientID string, w mochi.Will) {
+func (h *ingest) appendWill(clientID string, w will) {
 	if reservedTopic(w.TopicName) {
 		h.m.Refused.WithLabelValues(ReasonReadOnly).Inc()
 		return
@@ -146,7 +192,7 @@ func (h *ingest) appendWill(clientID string, w mochi.Will) {
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: w.Qos, Retain: w.Retain},
 		TopicName:   w.TopicName,
 		Payload:     w.Payload,
-		Properties:  packets.Properties{User: w.User},
+		Properties:  willPublishProps(&w.props),
 		Origin:      clientID,
 		Created:     time.Now().Unix(),
 	}

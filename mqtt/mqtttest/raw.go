@@ -41,6 +41,10 @@ type Will struct {
 	Retain  bool
 	// Delay is the MQTT 5 Will Delay Interval in seconds.
 	Delay uint32
+	// Properties are the other MQTT 5 will properties (Content Type,
+	// Response Topic, Message Expiry Interval...); Delay overrides their
+	// WillDelayInterval.
+	Properties packets.Properties
 }
 
 // Raw is a connected client that reads and writes only when told to. Next
@@ -108,6 +112,8 @@ func Handshake(tb testing.TB, conn net.Conn, c Connect) *Raw {
 		pk.Connect.WillPayload = w.Payload
 		pk.Connect.WillQos = w.Qos
 		pk.Connect.WillRetain = w.Retain
+		pk.Connect.WillProperties = w.Properties
+		pk.Mods.AllowResponseInfo = true // else mochi's encoder leaves Response Topic and Correlation Data out
 		pk.Connect.WillProperties.WillDelayInterval = w.Delay
 	}
 	r.Write(pk)
