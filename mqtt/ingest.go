@@ -26,7 +26,7 @@ func holdsPlaceholder(cl *mochi.Client, id uint16) bool {
 // Reason codes of refused publishes (MQTT 5 PUBACK/PUBREC).
 var (
 	codeNotSaved  = packets.Code{Code: packets.ErrUnspecifiedError.Code, Reason: "not stored"}
-	codeReserved  = packets.Code{Code: packets.ErrTopicNameInvalid.Code, Reason: "reserved topic: $replay/ and $group/ are read-only"}
+	codeReserved  = packets.Code{Code: packets.ErrTopicNameInvalid.Code, Reason: "reserved topic: $SYS, $replay/ and $group/ are read-only"}
 	codeBadOffset = packets.Code{Code: packets.ErrPayloadFormatInvalid.Code, Reason: "an $offsets commit's payload must be a decimal offset"}
 	codeMirror    = packets.Code{Code: packets.ErrTopicNameInvalid.Code, Reason: "the stream of this topic is a mirror: only its source writes it, through $mirror/"}
 )
@@ -38,8 +38,10 @@ func isMirror(st Stream) bool {
 	return ok && m.Mirror()
 }
 
-// reservedPrefixes are topics of the replay protocol, closed to publishers.
-var reservedPrefixes = []string{"$replay/", "$group/"}
+// reservedPrefixes are topics closed to publishers: the broker's own
+// (mochi's prefix, which it drops without an answer) and the replay
+// protocol's.
+var reservedPrefixes = []string{mochi.SysPrefix, "$replay/", "$group/"}
 
 func reservedTopic(topic string) bool {
 	for _, p := range reservedPrefixes {
@@ -251,6 +253,10 @@ func (h *ingest) early(cl *mochi.Client, pk *packets.Packet) (bool, error) {
 	switch {
 	case !owned:
 		return false, nil // mochi's, unchanged
+	case strings.HasPrefix(pk.TopicName, mochi.SysPrefix):
+		// mochi would drop it with no answer; a QoS 1/2 publish must get
+		// one [MQTT-4.3.2-4]: the refusal, whatever the ACL says.
+		return true, h.routePublish(h.conn(cl), pk, nil)
 	case pk.PublishValidate(caps.TopicAliasMaximum) != packets.CodeSuccess, !mochi.IsValidFilter(pk.TopicName, true):
 		return false, nil
 	case h.acl == nil || !mayPublishQuietly(h.acl, cl, pk.TopicName):
