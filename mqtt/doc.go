@@ -140,24 +140,44 @@
 // its CONNACK: OnPacketEncode maps each to 3.1.1's return codes 1 to 5
 // (an empty client id with Clean Session 0 gets 2).
 //
-// # Connections (listener.go, connguard.go, connframe.go, connlog.go, wsconn.go)
+// # Connections (listener.go, connguard.go, connframe.go, packetcheck*.go, panics.go, connlog.go, wsconn.go)
 //
 // Peat serves mochi through a listener of its own, one per address. With TLS each
 // accepted connection is a TLS server connection inside the guard: the
 // guard's deadline and pending count cover the handshake, and its framing
 // checks read the decrypted bytes. Each connection's bytes pass a guard on
-// their way to mochi's reader: it follows the packet
-// framing without buffering and closes a connection that sends no whole
-// CONNECT within Config.ConnectTimeout, announces a CONNECT above
-// Config.MaxConnectSize (mochi allocates the announced size before
-// reading), or any packet above the Maximum Packet Size; at most
-// Config.MaxPendingConnections may await their CONNACK, more are closed at
-// once. A PUBLISH topic name with + or # (MQTT 5: DISCONNECT 0x90) or
-// ill-formed UTF-8 or U+0000 (a Malformed Packet: 0x81) is refused there
-// too, mochi having handled every packet before it. MQTT 5 clients are
-// told why (CONNACK or DISCONNECT with the reason code), MQTT 3.1.1
-// clients are disconnected; each refusal is counted in
-// peat_mqtt_closed_connections_total{reason}.
+// their way to mochi's reader: it follows the packet framing and closes a
+// connection that sends no whole CONNECT within Config.ConnectTimeout,
+// announces a CONNECT above Config.MaxConnectSize (mochi allocates the
+// announced size before reading), or any packet above the Maximum Packet
+// Size; at most Config.MaxPendingConnections may await their CONNACK,
+// more are closed at once.
+//
+// No packet reaches mochi's decoders unchecked: mochi v2.7.9 indexes past
+// the end of some malformed packets and panics. The guard copies each
+// packet's body (a PUBLISH's variable header only; payloads are skipped
+// by count) and checks it against the MQTT 3.1.1 and 5 formats before its
+// last byte reaches mochi: the type and fixed header flags, every field's
+// length, strings' UTF-8, reserved bits, each property allowed where it
+// stands, once, in range, and ending at its announced length, non-empty
+// topics and filters, Retain Handling 3, Subscription Identifier 0, and
+// topic aliases (0 or above the Topic Alias Maximum: 0x94; one never set:
+// 0x82). A bad packet closes its connection: an MQTT 5 client gets a
+// CONNACK or DISCONNECT with the reason code (0x81 malformed, 0x82 protocol
+// error, 0x90 a wildcard in a topic name) and a reason string, an MQTT
+// 3.1.1 client is disconnected; each is counted in
+// peat_mqtt_closed_connections_total{reason}. The packets mochi handled
+// before it are answered first. FuzzPacketCheck decodes whatever the
+// checks let through with mochi's decoders; FuzzIngress sends a real node
+// any bytes after a CONNECT.
+//
+// If a goroutine serving one client panics all the same (its read
+// goroutine, which runs mochi and every hook, or Peat's ack drainer,
+// delivery sender and taps), the panic is recovered there: counted in
+// peat_mqtt_panics_total, logged at ERROR with the stack, and that
+// client's connection closed. A panic on the read goroutine skips mochi's
+// end of the read loop, so the broker runs Peat's OnDisconnect hooks and
+// drops a clean session itself (Broker.afterPanic).
 //
 // A WebSocket listener (MQTT over WebSocket, subprotocol "mqtt") is the
 // same guard listener with one more step: on its connection goroutine,
