@@ -148,9 +148,10 @@ func New(cfg Config, log Log) (*Broker, error) {
 	return b, nil
 }
 
-// addHook adds h to mochi's hooks and to b.hooks.
+// addHook adds h to mochi's hooks, recovering panics of its hooks that
+// run on a client's write goroutine (panics.go), and to b.hooks.
 func (b *Broker) addHook(h mochi.Hook, name string) error {
-	if err := b.srv.AddHook(h, nil); err != nil {
+	if err := b.srv.AddHook(writeRecover{Hook: h, p: b.panics}, nil); err != nil {
 		return fmt.Errorf("add %s hook: %w", name, err)
 	}
 	b.hooks = append(b.hooks, h)

@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 
 	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
 )
 
 // A panic on a goroutine that serves one client (its read goroutine, with
@@ -15,8 +16,10 @@ import (
 // no packet should get that far; if one does, or a bug in Peat or mochi
 // panics, the goroutine recovers: it counts the panic in
 // peat_mqtt_panics_total, logs it once at ERROR with the stack, and closes
-// that client's connection. mochi's write goroutine is mochi's own and
-// only encodes packets Peat or mochi built.
+// that client's connection. mochi's write goroutine is mochi's own: Peat's
+// hooks that run on it (OnPacketEncode, OnPacketSent) recover their own
+// panics (writeRecover); mochi's encoding there only encodes packets Peat
+// or mochi built.
 
 // panicKey is the rate-limit key of panic log lines: a client that finds a
 // panic can repeat it, and the counter holds the true number.
@@ -75,4 +78,23 @@ func (b *Broker) afterPanic(gc *guardConn, err error) {
 		b.srv.UnsubscribeClient(cl)
 		b.srv.Clients.Delete(cl.ID)
 	}
+}
+
+// writeRecover is one of Peat's hooks as mochi sees it: the hooks that
+// also run on a client's write goroutine, where no recover of Peat's
+// stands above them, recover their own panics.
+type writeRecover struct {
+	mochi.Hook
+	p panics
+}
+
+func (w writeRecover) OnPacketEncode(cl *mochi.Client, pk packets.Packet) (out packets.Packet) {
+	out = pk
+	defer w.p.catch(cl, "encode")
+	return w.Hook.OnPacketEncode(cl, pk)
+}
+
+func (w writeRecover) OnPacketSent(cl *mochi.Client, pk packets.Packet, b []byte) {
+	defer w.p.catch(cl, "sent")
+	w.Hook.OnPacketSent(cl, pk, b)
 }

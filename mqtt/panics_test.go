@@ -70,3 +70,40 @@ func TestBroker_PanicClosesOnlyThatConnection(t *testing.T) {
 		t.Fatalf("bystander got %q", pk.Payload)
 	}
 }
+
+// sentPanicHook panics when a PUBLISH to topic has been sent: on the
+// client's write goroutine for mochi's own deliveries.
+type sentPanicHook struct {
+	mochi.HookBase
+	topic string
+}
+
+func (h *sentPanicHook) ID() string { return "test-sent-panic" }
+
+func (h *sentPanicHook) Provides(b byte) bool { return b == mochi.OnPacketSent }
+
+func (h *sentPanicHook) OnPacketSent(_ *mochi.Client, pk packets.Packet, _ []byte) {
+	if pk.FixedHeader.Type == packets.Publish && pk.TopicName == h.topic {
+		panic("boom on the write goroutine")
+	}
+}
+
+// TestBroker_PanicInAHookOnTheWriteGoroutine: a hook of Peat's that panics
+// on mochi's write goroutine (a delivery of a topic no stream captures)
+// closes that subscriber's connection only.
+func TestBroker_PanicInAHookOnTheWriteGoroutine(t *testing.T) {
+	m := NewMetrics(nil)
+	b := newTestBroker(t, newMemLog(t, "news=news/#"), func(c *Config) { c.Metrics = m })
+	if err := b.addHook(&sentPanicHook{topic: "boom/out"}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	victim := dialRaw(t, b, "victim", 4)
+	victim.Subscribe("boom/#", 0)
+	pub := dialRaw(t, b, "pub", 5)
+	pub.Publish("boom/out", 0, 0, "x")
+	expectClosed(t, victim)
+	waitFor(t, "the panic to be counted", func() bool { return metricValue(m.Panics) == 1 })
+
+	pub.Publish("news/after", 1, 1, "still serving")
+	expectPacket(t, pub, packets.Puback, 0)
+}
