@@ -146,7 +146,7 @@ func (a *Auth) Authenticate(clientID, username string, password []byte, certName
 		if !a.v.verify(set.users, username, password) {
 			return nil, "bad user name or password", false
 		}
-		x.user = username
+		x.user, x.hash = username, set.users.m[username].raw
 	}
 	return x, "", true
 }
@@ -159,10 +159,12 @@ type Access struct {
 	user      string
 	client    string
 	anonymous bool
+	hash      string // the user's line when it logged in (revoke.go); "" unless by password
 
 	mu struct {
 		sync.Mutex
 		set     *ruleset // the rules grants were built from
+		revoked bool     // set's users file no longer has the line the client logged in with
 		grants  []grant  // nil with no ACL: everything allowed
 		readAll map[string]bool
 		topics  map[string]bool
@@ -183,13 +185,14 @@ func (x *Access) currentLocked() (grants []grant, acl bool) {
 	if x.mu.set != set {
 		x.mu.set = set
 		x.mu.grants = nil
-		if set.acl != nil {
+		x.mu.revoked = x.revokedBy(set) != ""
+		if set.acl != nil && !x.mu.revoked {
 			x.mu.grants = set.acl.forClient(x.user, x.client, x.anonymous)
 		}
 		x.mu.readAll = map[string]bool{}
 		x.mu.topics = map[string]bool{}
 	}
-	return x.mu.grants, set.acl != nil
+	return x.mu.grants, set.acl != nil || x.mu.revoked
 }
 
 // MayPublish reports whether the client may publish to topic.

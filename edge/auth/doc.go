@@ -57,4 +57,11 @@
 // Auth.Reload reads both files again (Tokens.Reload its own); only when
 // both are good do they replace the rules, for connected clients too (each Access rebuilds its
 // rules and empties its caches when it sees a new generation).
+//
+// A client that logged in with a password keeps the users file line it
+// logged in with (revoke.go). Under rules whose users file no longer has
+// that line (the user removed, or given a new password) its Access
+// answers no to every question, and Revoked says why, for the broker to
+// close the connection. Anonymous clients and certificate identities
+// are not revoked by a reload.
 package auth
