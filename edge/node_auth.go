@@ -12,6 +12,7 @@ import (
 const (
 	attrUsers    = "users"
 	attrACLRules = "acl_rules"
+	attrRevoked  = "disconnected" // clients whose identity a reload revoked
 )
 
 // ErrNoAuth is Reload's answer on a node that runs without auth files.
@@ -72,7 +73,8 @@ func (k *keyPairs) all() []*keyPair {
 }
 
 // Reload reads the users and ACL files again (SIGHUP) and applies them to
-// every client, connected ones included. When a file cannot be read or is
+// every client, connected ones included: a client whose user was removed
+// or given a new password is disconnected (mqtt.Broker.Revoke). When a file cannot be read or is
 // invalid, the rules in force stay and the error says why.
 func (n *Node) Reload() error {
 	a := n.auth.Load()
@@ -93,7 +95,11 @@ func (n *Node) Reload() error {
 			errs = append(errs, err)
 		} else {
 			users, rules := a.Counts()
-			n.log.Info("auth reloaded", attrUsers, users, attrACLRules, rules)
+			var revoked int
+			if b := n.broker.Load(); b != nil {
+				revoked = b.Revoke()
+			}
+			n.log.Info("auth reloaded", attrUsers, users, attrACLRules, rules, attrRevoked, revoked)
 		}
 	}
 	if err := n.reloadTokens(); err != nil {

@@ -135,6 +135,11 @@ func New(cfg Config, log Log) (*Broker, error) {
 	if err := b.addHook(b.ingest, "ingest"); err != nil {
 		return nil, err
 	}
+	if cfg.Auth != nil {
+		if err := b.addHook(&revokeHook{b: b}, "revoke"); err != nil {
+			return nil, err
+		}
+	}
 	deliv, err := newDelivery(srv, log, cfg, m, logger, cfg.Auth, gs, ss)
 	if err != nil {
 		return nil, err

@@ -32,6 +32,19 @@
 // peat_mqtt_denied_total{reason} and logged with the client id and remote
 // address, rate-limited like connection lines.
 //
+// Rules change under live connections (revoke.go). Every publish is
+// judged under the rules in force when it is read, and a last will on a
+// captured topic when it fires. Broker.Revoke, which the node runs after
+// each reload, closes the connection of every client whose Access is
+// Revocable and revoked (MQTT 5: DISCONNECT 0x87 with the reason, within
+// a second however slowly it reads; 3.1.1: closed), counted as
+// peat_mqtt_denied_total{reason="revoked"}, and drops a will mochi holds
+// (an uncaptured topic) that the client may no longer publish. A client
+// authenticated under the old rules that joins mochi's clients after the
+// walk is caught by the revoke hook's OnSessionEstablished. Known limit:
+// a delayed will of an uncaptured topic whose connection had already
+// ended when the rules changed is in mochi's queue, out of reach.
+//
 // # Ingest (ingest.go, ingest_conn.go, will.go)
 //
 // mochi acks a QoS 1/2 publish as soon as OnPublish returns. Peat acks only

@@ -12,7 +12,7 @@ type Metrics struct {
 	CursorCatchup prometheus.Counter     // peat_mqtt_subscriber_fallbacks_total: subscribers that left the shared reader for their own cursor
 	StartAdjusted prometheus.Counter     // peat_mqtt_replay_start_adjusted_total: replays and groups started elsewhere than asked (below the log start)
 	Closed        *prometheus.CounterVec // peat_mqtt_closed_connections_total{reason}: connections refused or disconnected on purpose
-	Denied        *prometheus.CounterVec // peat_mqtt_denied_total{reason}: what Auth refused (connect, publish, subscribe)
+	Denied        *prometheus.CounterVec // peat_mqtt_denied_total{reason}: what Auth refused (connect, publish, subscribe, revoked)
 	// SessionsExpired: durable sessions this broker ended because their
 	// expiry ran out; SessionsAdopted: sessions it took over, in a site,
 	// from a broker that failed, left or restarted (sessions_orphans.go).
@@ -112,7 +112,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range closeReasons {
 		m.Closed.WithLabelValues(r)
 	}
-	for _, r := range []string{DeniedConnect, DeniedPublish, DeniedSubscribe} {
+	for _, r := range []string{DeniedConnect, DeniedPublish, DeniedSubscribe, DeniedRevoked} {
 		m.Denied.WithLabelValues(r)
 	}
 	if reg != nil {
