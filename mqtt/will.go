@@ -20,6 +20,9 @@ import (
 type will struct {
 	mochi.Will
 	props packets.Properties
+	// acc is the client's Access (nil without Auth): a will is judged
+	// when it fires, under the rules then in force.
+	acc Access
 }
 
 // delayedWill is a will waiting out its Will Delay Interval.
@@ -48,7 +51,7 @@ func (h *ingest) OnSessionEstablished(cl *mochi.Client, connect packets.Packet) 
 	if cl.Net.Inline || atomic.LoadUint32(&cl.Properties.Will.Flag) == 0 {
 		return
 	}
-	w := &will{Will: cl.Properties.Will, props: connect.Connect.WillProperties}
+	w := &will{Will: cl.Properties.Will, props: connect.Connect.WillProperties, acc: accessOf(cl)}
 	if !reservedTopic(w.TopicName) && h.log.Route(w.TopicName) == nil {
 		return // mochi sends it, as for any topic no stream captures
 	}
@@ -182,6 +185,11 @@ func (h *ingest) appendWill(clientID string, w will) {
 	}
 	if len(w.Payload) > h.cfg.MaxPayload {
 		h.m.Refused.WithLabelValues(ReasonTooLarge).Inc()
+		return
+	}
+	if w.acc != nil && !w.acc.MayPublish(w.TopicName) {
+		h.m.Denied.WithLabelValues(DeniedPublish).Inc()
+		h.logger.Debug("will not authorized", slog.String(attrClient, clientID), slog.String(attrTopic, w.TopicName))
 		return
 	}
 	st := h.log.Route(w.TopicName)
