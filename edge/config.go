@@ -80,6 +80,7 @@ type MQTTConfig struct {
 	ConnectTimeout        Duration `yaml:"connect_timeout"`
 	MaxConnectBytes       ByteSize `yaml:"max_connect_bytes"`
 	MaxPendingConnections int      `yaml:"max_pending_connections"`
+	MaxPendingPerAddress  int      `yaml:"max_pending_per_address"`
 
 	// TLS of the listener (config_auth.go).
 	TLS TLSConfig `yaml:"tls"`
@@ -165,6 +166,7 @@ func DefaultConfig() Config {
 			ConnectTimeout:        Duration(m.ConnectTimeout),
 			MaxConnectBytes:       ByteSize(m.MaxConnectSize),
 			MaxPendingConnections: m.MaxPendingConnections,
+			MaxPendingPerAddress:  m.MaxPendingPerAddress,
 			TLS:                   TLSConfig{ClientAuth: "none"},
 		},
 		Storage: StorageConfig{
@@ -262,5 +264,6 @@ func (c Config) BrokerConfig() mqtt.Config {
 	m.ConnectTimeout = time.Duration(c.MQTT.ConnectTimeout)
 	m.MaxConnectSize = int(c.MQTT.MaxConnectBytes)
 	m.MaxPendingConnections = c.MQTT.MaxPendingConnections
+	m.MaxPendingPerAddress = c.MQTT.MaxPendingPerAddress
 	return m
 }

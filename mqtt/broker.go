@@ -210,6 +210,7 @@ func (b *Broker) bind(l Listener) (*guardListener, error) {
 		maxConnect:     b.cfg.MaxConnectSize,
 		maxPacket:      int(b.srv.Options.Capabilities.MaximumPacketSize),
 		maxPending:     b.cfg.MaxPendingConnections,
+		maxPendingSrc:  b.cfg.MaxPendingPerAddress,
 		topicAliases:   b.srv.Options.Capabilities.TopicAliasMaximum,
 		tls:            l.TLS,
 	}

@@ -34,6 +34,11 @@ const (
 	DefaultConnectTimeout        = 5 * time.Second
 	DefaultMaxConnectSize        = 64 << 10 // bytes of a whole CONNECT packet, will and credentials included
 	DefaultMaxPendingConnections = 256      // connections awaiting their CONNACK
+	// DefaultMaxPendingPerAddress is an eighth of the pending places: a
+	// host with silent sockets holds that much, and leaves the rest to
+	// others; a host's own reconnecting clients, each answered in a few
+	// milliseconds, rarely have so many unanswered at once.
+	DefaultMaxPendingPerAddress = DefaultMaxPendingConnections / 8
 )
 
 // Config is the MQTT front-end's configuration. YAML lives in edge; this is a
@@ -96,6 +101,9 @@ type Config struct {
 	// MaxPendingConnections bounds the connections that have not been
 	// sent a CONNACK yet (not yet authenticated); more are closed at once.
 	MaxPendingConnections int
+	// MaxPendingPerAddress bounds those of them from one source address
+	// (an IPv6 /64); more from it are closed at once.
+	MaxPendingPerAddress int
 
 	// GroupStart is where a consumer group that never committed starts:
 	// "earliest" (the log start, the default) or "latest" (only new
@@ -142,6 +150,7 @@ func DefaultConfig() Config {
 		ConnectTimeout:        DefaultConnectTimeout,
 		MaxConnectSize:        DefaultMaxConnectSize,
 		MaxPendingConnections: DefaultMaxPendingConnections,
+		MaxPendingPerAddress:  DefaultMaxPendingPerAddress,
 	}
 }
 
@@ -169,6 +178,7 @@ func (c Config) Validate() error {
 		{"writes_pending", c.WritesPending},
 		{"max_connect_bytes", c.MaxConnectSize},
 		{"max_pending_connections", c.MaxPendingConnections},
+		{"max_pending_per_address", c.MaxPendingPerAddress},
 	}
 	for _, p := range positive {
 		if p.v <= 0 {

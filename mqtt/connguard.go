@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"sync/atomic"
 	"time"
@@ -34,8 +35,9 @@ type guardConn struct {
 	net.Conn
 	l *guardListener
 
-	tc       *tls.Conn // the TLS connection beneath, nil without TLS
-	deadline time.Time // the connect deadline: CONNECT (and TLS, WebSocket) by then
+	tc       *tls.Conn    // the TLS connection beneath, nil without TLS
+	src      netip.Prefix // the source its pending place counts against (pending.go)
+	deadline time.Time    // the connect deadline: CONNECT (and TLS, WebSocket) by then
 
 	fr       framer
 	deferred *refusal // refused packet mochi has not reached yet

@@ -323,7 +323,7 @@ func TestGuard_AcceptRetriesWhenOutOfFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	gl := newGuardListener("t", &flakyListener{Listener: ln}, guardConfig{
-		connectTimeout: time.Hour, maxConnect: 1 << 10, maxPacket: 1 << 10, maxPending: 8,
+		connectTimeout: time.Hour, maxConnect: 1 << 10, maxPacket: 1 << 10, maxPending: 8, maxPendingSrc: 8,
 	}, NewMetrics(nil), newConnLog(slog.New(slog.DiscardHandler)))
 	served := make(chan struct{}, 1)
 	go gl.Serve(func(_ string, c net.Conn) error {

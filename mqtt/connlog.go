@@ -95,12 +95,6 @@ func (l *connLog) log(level slog.Level, msg, key string, attrs ...slog.Attr) {
 	l.logger.LogAttrs(ctx, level, msg, attrs...)
 }
 
-// refused logs a connection closed as soon as it was accepted.
-func (l *connLog) refused(nc net.Conn, err error, limit int) {
-	l.log(slog.LevelWarn, "refusing connection: too many awaiting CONNACK", ReasonTooManyPending,
-		slog.String(attrRemote, nc.RemoteAddr().String()), slog.Int(attrLimit, limit), slog.Any(attrErr, err))
-}
-
 // denied logs a refusal of Auth's: a CONNECT with bad credentials, a
 // publish or a subscription the ACL does not allow. The rate-limit key is
 // the kind of refusal, so a storm of one kind cannot hide another.

@@ -164,7 +164,8 @@
 // announces a CONNECT above Config.MaxConnectSize (mochi allocates the
 // announced size before reading), or any packet above the Maximum Packet
 // Size; at most Config.MaxPendingConnections may await their CONNACK,
-// more are closed at once.
+// and Config.MaxPendingPerAddress of them from one source (an IPv4
+// address or an IPv6 /64, pending.go); more are closed at once.
 //
 // No packet reaches mochi's decoders unchecked: mochi v2.7.9 indexes past
 // the end of some malformed packets and panics. The guard copies each

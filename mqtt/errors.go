@@ -60,4 +60,7 @@ var (
 	// ErrTooManyPending: more connections awaiting their CONNACK than
 	// Config.MaxPendingConnections.
 	ErrTooManyPending = errors.New("mqtt: too many connections awaiting CONNACK")
+	// ErrTooManyPendingFromAddress: more connections from one source
+	// awaiting their CONNACK than Config.MaxPendingPerAddress.
+	ErrTooManyPendingFromAddress = errors.New("mqtt: too many connections from one address awaiting CONNACK")
 )

@@ -19,6 +19,7 @@ type guardConfig struct {
 	maxConnect     int    // bytes of a whole CONNECT
 	maxPacket      int    // bytes of any other packet (the Maximum Packet Size)
 	maxPending     int    // connections awaiting their CONNACK
+	maxPendingSrc  int    // of them from one source (pending.go)
 	topicAliases   uint16 // the Topic Alias Maximum announced to MQTT 5 clients
 	// tls, when set, is served on each connection under the guard: the
 	// deadline and the pending count cover the handshake, and the framing
@@ -53,7 +54,7 @@ type guardListener struct {
 	done chan struct{} // closed by Close: stops the accept back-off
 	mu   struct {
 		sync.Mutex
-		pending map[*guardConn]struct{} // accepted, no CONNACK yet
+		pending pendingSet // accepted, no CONNACK yet
 	}
 	wg        sync.WaitGroup // connection goroutines
 	serving   atomic.Bool    // Serve has started (on mochi's goroutine)
@@ -65,7 +66,7 @@ var _ listeners.Listener = (*guardListener)(nil)
 func newGuardListener(id string, ln net.Listener, cfg guardConfig, m *Metrics, logs *connLog) *guardListener {
 	l := &guardListener{ln: ln, id: id, cfg: cfg, m: m, logs: logs,
 		done: make(chan struct{}), serveDone: make(chan struct{})}
-	l.mu.pending = map[*guardConn]struct{}{}
+	l.mu.pending = newPendingSet(cfg.maxPending, cfg.maxPendingSrc)
 	return l
 }
 
@@ -165,9 +166,10 @@ func acceptRetryable(err error) bool {
 }
 
 // admit puts nc under guard, or closes it when maxPending connections
-// already await their CONNACK or the listener is closing.
+// (or maxPendingSrc from its source) already await their CONNACK or the
+// listener is closing.
 func (l *guardListener) admit(nc net.Conn) (*guardConn, bool) {
-	gc := &guardConn{Conn: nc, l: l, deadline: time.Now().Add(l.cfg.connectTimeout)}
+	gc := &guardConn{Conn: nc, l: l, deadline: time.Now().Add(l.cfg.connectTimeout), src: pendingKey(nc.RemoteAddr())}
 	if l.cfg.tls != nil {
 		gc.tc = tls.Server(nc, l.cfg.tls) // handshakes on the first read, under nc's deadline
 		gc.Conn = gc.tc
@@ -178,17 +180,21 @@ func (l *guardListener) admit(nc net.Conn) (*guardConn, bool) {
 	gc.fr.maxConnect, gc.fr.maxPacket = l.cfg.maxConnect, l.cfg.maxPacket
 	gc.fr.aliases.max = l.cfg.topicAliases
 	l.mu.Lock()
-	full := len(l.mu.pending) >= l.cfg.maxPending
 	closing := l.end.Load()
-	if !full && !closing {
-		l.mu.pending[gc] = struct{}{}
+	full := ""
+	if !closing {
+		full = l.mu.pending.add(gc)
 	}
 	l.mu.Unlock()
-	if full && !closing {
-		l.count(ReasonTooManyPending)
-		l.logs.refused(nc, ErrTooManyPending, l.cfg.maxPending)
+	if full != "" {
+		l.count(full)
+		limit := l.cfg.maxPending
+		if full == ReasonTooManyPendingFromAddress {
+			limit = l.cfg.maxPendingSrc
+		}
+		l.logs.refusedPending(nc, full, limit)
 	}
-	if full || closing {
+	if full != "" || closing {
 		_ = nc.Close()
 		return nil, false
 	}
@@ -209,7 +215,7 @@ func (l *guardListener) upgrade(gc *guardConn) error {
 
 func (l *guardListener) leavePending(gc *guardConn) {
 	l.mu.Lock()
-	delete(l.mu.pending, gc)
+	l.mu.pending.remove(gc)
 	l.mu.Unlock()
 }
 
@@ -217,7 +223,7 @@ func (l *guardListener) leavePending(gc *guardConn) {
 func (l *guardListener) pending() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.mu.pending)
+	return len(l.mu.pending.conns)
 }
 
 func (l *guardListener) count(reason string) { l.m.Closed.WithLabelValues(reason).Inc() }
@@ -233,8 +239,8 @@ func (l *guardListener) Close(closeClients listeners.CloseFn) {
 	closeClients(l.id)
 	_ = l.ln.Close()
 	l.mu.Lock()
-	pending := make([]*guardConn, 0, len(l.mu.pending))
-	for gc := range l.mu.pending {
+	pending := make([]*guardConn, 0, len(l.mu.pending.conns))
+	for gc := range l.mu.pending.conns {
 		pending = append(pending, gc)
 	}
 	l.mu.Unlock()

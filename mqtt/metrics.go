@@ -45,11 +45,14 @@ const (
 	ReasonConnectTimeout  = "connect_timeout"   // no complete CONNECT within connect_timeout
 	ReasonConnectTooLarge = "connect_too_large" // CONNECT announced above max_connect_bytes
 	ReasonTooManyPending  = "too_many_pending"  // max_pending_connections already await their CONNACK
-	ReasonPacketTooLarge  = "packet_too_large"  // a packet above the Maximum Packet Size
-	ReasonTopicInvalid    = "topic_invalid"     // a PUBLISH topic name with + or #
-	ReasonMalformed       = "malformed"         // a malformed packet or protocol error the guard recognises (packetcheck.go)
-	ReasonReceiveMaximum  = "receive_maximum"   // an MQTT 5 client above the Receive Maximum Peat announced
-	ReasonTLSHandshake    = "tls_handshake"     // a failed TLS handshake: no TLS, or a client certificate refused
+	// ReasonTooManyPendingFromAddress: max_pending_per_address from the
+	// connection's source already await their CONNACK (pending.go).
+	ReasonTooManyPendingFromAddress = "too_many_pending_from_address"
+	ReasonPacketTooLarge            = "packet_too_large" // a packet above the Maximum Packet Size
+	ReasonTopicInvalid              = "topic_invalid"    // a PUBLISH topic name with + or #
+	ReasonMalformed                 = "malformed"        // a malformed packet or protocol error the guard recognises (packetcheck.go)
+	ReasonReceiveMaximum            = "receive_maximum"  // an MQTT 5 client above the Receive Maximum Peat announced
+	ReasonTLSHandshake              = "tls_handshake"    // a failed TLS handshake: no TLS, or a client certificate refused
 	// ReasonWebSocketOrigin: a WebSocket upgrade from a page of an origin
 	// the listener does not allow (answered 403).
 	ReasonWebSocketOrigin = "websocket_origin"
@@ -59,7 +62,7 @@ const (
 )
 
 // closeReasons are the reasons of Closed, shown at 0 from the start.
-var closeReasons = []string{ReasonConnectTimeout, ReasonConnectTooLarge, ReasonTooManyPending,
+var closeReasons = []string{ReasonConnectTimeout, ReasonConnectTooLarge, ReasonTooManyPending, ReasonTooManyPendingFromAddress,
 	ReasonPacketTooLarge, ReasonTopicInvalid, ReasonMalformed, ReasonReceiveMaximum, ReasonTLSHandshake,
 	ReasonWebSocketOrigin, ReasonWebSocketHandshake}
 
