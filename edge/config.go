@@ -81,6 +81,8 @@ type MQTTConfig struct {
 	MaxConnectBytes       ByteSize `yaml:"max_connect_bytes"`
 	MaxPendingConnections int      `yaml:"max_pending_connections"`
 	MaxPendingPerAddress  int      `yaml:"max_pending_per_address"`
+	LoginBackoff          Duration `yaml:"login_backoff"`
+	MaxLoginBackoff       Duration `yaml:"max_login_backoff"`
 
 	// TLS of the listener (config_auth.go).
 	TLS TLSConfig `yaml:"tls"`
@@ -167,6 +169,8 @@ func DefaultConfig() Config {
 			MaxConnectBytes:       ByteSize(m.MaxConnectSize),
 			MaxPendingConnections: m.MaxPendingConnections,
 			MaxPendingPerAddress:  m.MaxPendingPerAddress,
+			LoginBackoff:          Duration(m.LoginBackoff),
+			MaxLoginBackoff:       Duration(m.MaxLoginBackoff),
 			TLS:                   TLSConfig{ClientAuth: "none"},
 		},
 		Storage: StorageConfig{
@@ -265,5 +269,7 @@ func (c Config) BrokerConfig() mqtt.Config {
 	m.MaxConnectSize = int(c.MQTT.MaxConnectBytes)
 	m.MaxPendingConnections = c.MQTT.MaxPendingConnections
 	m.MaxPendingPerAddress = c.MQTT.MaxPendingPerAddress
+	m.LoginBackoff = time.Duration(c.MQTT.LoginBackoff)
+	m.MaxLoginBackoff = time.Duration(c.MQTT.MaxLoginBackoff)
 	return m
 }

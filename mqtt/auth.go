@@ -63,9 +63,11 @@ const (
 // is kept on its connection (corkConn), so it goes with it.
 type authHook struct {
 	mochi.HookBase
-	auth Auth
-	m    *Metrics
-	logs *connLog
+	auth    Auth
+	m       *Metrics
+	logs    *connLog
+	backoff *loginBackoff   // backoff.go
+	done    <-chan struct{} // closed when the broker closes: logins stop waiting
 }
 
 var _ mochi.Hook = (*authHook)(nil)
@@ -113,6 +115,9 @@ func (h *authHook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.P
 	}
 	cc, _ := cl.Net.Conn.(*corkConn)
 	switch {
+	case cc != nil && cc.throttled.Load():
+		pk.ReasonCode = packets.ErrConnectionRateExceeded.Code // 3.1.1: 3 (connect.go)
+		pk.Properties.ReasonString = "too many failed logins: try again later"
 	case cc != nil && cc.willDenied.Load() && cl.Properties.ProtocolVersion == 5:
 		pk.ReasonCode = packets.ErrNotAuthorized.Code
 		pk.Properties.ReasonString = "not authorized to publish to the will topic"
@@ -141,7 +146,11 @@ func (h *authHook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bo
 		Listener:  cl.Net.Listener,
 		CertNames: cc.certNames(),
 	}
+	if !h.waitLogin(cl, cc, l.Username) {
+		return false
+	}
 	acc, why, ok := h.auth.Authenticate(l)
+	h.loginDone(cl, l.Username, ok && acc != nil)
 	if !ok || acc == nil {
 		h.m.Denied.WithLabelValues(DeniedConnect).Inc()
 		h.logs.denied(DeniedConnect, cl.ID, cl.Net.Remote, slog.String(attrUser, l.Username), slog.String(attrReason, why))

@@ -49,6 +49,9 @@ type Broker struct {
 	conns  *connLog // connection log lines, rate-limited
 	panics panics
 	hooks  []mochi.Hook // Peat's, in the order added to mochi (afterPanic)
+	// closing is closed when Close begins: logins waiting out the
+	// backoff (backoff.go) stop waiting.
+	closing chan struct{}
 
 	mu struct {
 		sync.Mutex
@@ -112,18 +115,21 @@ func New(cfg Config, log Log) (*Broker, error) {
 		}
 	}
 	conns := newConnLog(logger.With(slog.String(attrPart, "conn")))
+	closing := make(chan struct{})
 	var ah mochi.Hook = new(auth.AllowHook)
 	if cfg.Auth != nil {
-		ah = &authHook{auth: cfg.Auth, m: m, logs: conns}
+		ah = &authHook{auth: cfg.Auth, m: m, logs: conns, done: closing,
+			backoff: newLoginBackoff(cfg.LoginBackoff, cfg.MaxLoginBackoff)}
 	}
 	b := &Broker{
-		cfg:    cfg,
-		srv:    srv,
-		logger: logger,
-		m:      m,
-		conns:  conns,
-		panics: panics{m: m, logs: conns},
-		ingest: newIngest(srv, log, cfg, m, logger, ah, gs),
+		closing: closing,
+		cfg:     cfg,
+		srv:     srv,
+		logger:  logger,
+		m:       m,
+		conns:   conns,
+		panics:  panics{m: m, logs: conns},
+		ingest:  newIngest(srv, log, cfg, m, logger, ah, gs),
 	}
 	b.ingest.panics = b.panics
 	if err := b.addHook(new(connHook), "connection"); err != nil {
@@ -272,6 +278,7 @@ func (b *Broker) Close(ctx context.Context) error {
 		b.mu.Lock()
 		b.mu.closed = true
 		b.mu.Unlock()
+		close(b.closing)
 
 		// Delivery first: its senders may be blocked writing to clients that
 		// do not read, which would hold up mochi's disconnects. Then ingest:

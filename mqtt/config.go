@@ -39,6 +39,14 @@ const (
 	// others; a host's own reconnecting clients, each answered in a few
 	// milliseconds, rarely have so many unanswered at once.
 	DefaultMaxPendingPerAddress = DefaultMaxPendingConnections / 8
+
+	// DefaultLoginBackoff and DefaultMaxLoginBackoff: after a failed
+	// login, the next from the same address or for the same user waits
+	// 100 ms, doubling with each failure up to 5 s (backoff.go): a device
+	// with a wrong password retries a few times a minute, a guesser gets
+	// one guess per 5 s per address.
+	DefaultLoginBackoff    = 100 * time.Millisecond
+	DefaultMaxLoginBackoff = 5 * time.Second
 )
 
 // Config is the MQTT front-end's configuration. YAML lives in edge; this is a
@@ -104,6 +112,11 @@ type Config struct {
 	// MaxPendingPerAddress bounds those of them from one source address
 	// (an IPv6 /64); more from it are closed at once.
 	MaxPendingPerAddress int
+	// LoginBackoff is the wait after one failed login, doubling with each
+	// further failure up to MaxLoginBackoff, per source address and per
+	// user name (backoff.go); 0 turns the backoff off.
+	LoginBackoff    time.Duration
+	MaxLoginBackoff time.Duration
 
 	// GroupStart is where a consumer group that never committed starts:
 	// "earliest" (the log start, the default) or "latest" (only new
@@ -151,6 +164,8 @@ func DefaultConfig() Config {
 		MaxConnectSize:        DefaultMaxConnectSize,
 		MaxPendingConnections: DefaultMaxPendingConnections,
 		MaxPendingPerAddress:  DefaultMaxPendingPerAddress,
+		LoginBackoff:          DefaultLoginBackoff,
+		MaxLoginBackoff:       DefaultMaxLoginBackoff,
 	}
 }
 
@@ -184,6 +199,9 @@ func (c Config) Validate() error {
 		if p.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %d", p.name, p.v))
 		}
+	}
+	if c.LoginBackoff < 0 || c.LoginBackoff > c.MaxLoginBackoff && c.LoginBackoff > 0 {
+		errs = append(errs, fmt.Errorf("login_backoff: 0 (off) to max_login_backoff (%v), got %v", c.MaxLoginBackoff, c.LoginBackoff))
 	}
 	if c.ConnectTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("connect_timeout: must be positive, got %v", c.ConnectTimeout))

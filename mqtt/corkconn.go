@@ -27,6 +27,8 @@ type corkConn struct {
 	access atomic.Pointer[accessBox]
 	// willDenied: Auth let the client in, but not its will's topic.
 	willDenied atomic.Bool
+	// throttled: the login backoff refused the CONNECT unchecked (backoff.go).
+	throttled atomic.Bool
 	// sessionEnded: the session this connection took over ended with the
 	// connection it took over (sessions_takeover.go).
 	sessionEnded atomic.Bool

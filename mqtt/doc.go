@@ -32,6 +32,17 @@
 // peat_mqtt_denied_total{reason} and logged with the client id and remote
 // address, rate-limited like connection lines.
 //
+// Failed logins slow down their source address and user name
+// (backoff.go): before Auth checks a CONNECT, it waits out a delay that
+// doubles with each recent failure from the same address (logins from it
+// queue, so parallel guesses go no faster) or for the same user name (no
+// queue: the real user waits at most Config.MaxLoginBackoff), up to
+// Config.MaxLoginBackoff; a login that would queue longer is refused
+// unchecked (CONNACK 0x9F; 3.1.1: 3). Waits are counted in
+// peat_mqtt_login_backoffs_total{by} and
+// peat_mqtt_login_backoff_seconds_total, refusals in
+// peat_mqtt_denied_total{reason="throttled"}.
+//
 // Rules change under live connections (revoke.go). Every publish is
 // judged under the rules in force when it is read, and a last will on a
 // captured topic when it fires. Broker.Revoke, which the node runs after

@@ -21,6 +21,12 @@ type Metrics struct {
 	// Panics: panics recovered on a goroutine serving one client (panics.go);
 	// each closed that client's connection and nothing else.
 	Panics prometheus.Counter // peat_mqtt_panics_total
+	// LoginBackoff: logins made to wait after failed ones (backoff.go),
+	// by the key that made them wait (address or user); LoginBackoffSeconds:
+	// how long they waited in all. Logins refused without a check count in
+	// Denied{reason="throttled"}.
+	LoginBackoff        *prometheus.CounterVec // peat_mqtt_login_backoffs_total{by}
+	LoginBackoffSeconds prometheus.Counter     // peat_mqtt_login_backoff_seconds_total
 }
 
 // Reasons for Refused and Dropped.
@@ -106,6 +112,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "peat_mqtt_panics_total", Help: "Panics recovered on a goroutine serving one client; each closed that client's connection and nothing else. Any is a bug: report it with the logged stack.",
 		}),
+		LoginBackoff: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "peat_mqtt_login_backoffs_total", Help: "Logins made to wait after failed logins from the same address or for the same user, by which.",
+		}, []string{"by"}),
+		LoginBackoffSeconds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "peat_mqtt_login_backoff_seconds_total", Help: "Seconds logins waited after failed logins from the same address or for the same user.",
+		}),
+	}
+	for _, by := range []string{backoffBySource, backoffByUser} {
+		m.LoginBackoff.WithLabelValues(by)
 	}
 	// Known reasons show at 0 from the start, so a dashboard or alert sees
 	// the series before the first refusal.
@@ -115,12 +130,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range closeReasons {
 		m.Closed.WithLabelValues(r)
 	}
-	for _, r := range []string{DeniedConnect, DeniedPublish, DeniedSubscribe, DeniedRevoked} {
+	for _, r := range []string{DeniedConnect, DeniedPublish, DeniedSubscribe, DeniedRevoked, DeniedThrottled} {
 		m.Denied.WithLabelValues(r)
 	}
 	if reg != nil {
 		reg.MustRegister(m.Connected, m.Received, m.Refused, m.Delivered, m.Dropped, m.CursorCatchup, m.StartAdjusted, m.Closed, m.Denied,
-			m.SessionsExpired, m.SessionsAdopted, m.Panics)
+			m.SessionsExpired, m.SessionsAdopted, m.Panics, m.LoginBackoff, m.LoginBackoffSeconds)
 	}
 	return m
 }

@@ -15,8 +15,11 @@ import (
 // IPv6 /64 (one host often has a whole /64 to pick from).
 
 // pendingKey is the source a connection from a counts against.
-func pendingKey(a net.Addr) netip.Prefix {
-	ap, err := netip.ParseAddrPort(a.String())
+func pendingKey(a net.Addr) netip.Prefix { return sourceKey(a.String()) }
+
+// sourceKey is the source of the remote address remote (host:port).
+func sourceKey(remote string) netip.Prefix {
+	ap, err := netip.ParseAddrPort(remote)
 	if err != nil {
 		return netip.Prefix{} // not TCP (a test's pipe): one source
 	}
