@@ -12,8 +12,10 @@
 // time. A reconnect storm is bounded twice: at most MaxConcurrentHashes
 // hashes run at once, and a cache keyed by an HMAC of user, stored hash
 // and password (never the password) answers a device that reconnects with
-// the same password without hashing again. An unknown user costs a hash
-// too, so timing does not tell which names exist.
+// its right password without hashing again. Timing does not tell which
+// names exist: a wrong password is hashed every time (the cache holds
+// right ones only), and an unknown user costs a hash of the kind and cost
+// most of the file's users have (dummy.go).
 //
 // # ACLs
 //

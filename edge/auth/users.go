@@ -17,7 +17,8 @@ import (
 // can be used as it is. Blank lines and lines starting with # are
 // skipped.
 type Users struct {
-	m map[string]user
+	m     map[string]user
+	dummy dummy // checked for unknown names (dummy.go)
 }
 
 type user struct {
@@ -75,11 +76,11 @@ func (us *Users) Len() int { return len(us.m) }
 type verifier struct {
 	sem   chan struct{}
 	key   []byte
-	dummy hash // verified for unknown users, so they take as long as known ones
+	dummy hash // for unknown users when the file has no hash to copy (dummy.go)
 
 	mu struct {
 		sync.Mutex
-		cache map[[sha256.Size]byte]bool
+		cache map[[sha256.Size]byte]bool // right passwords only
 	}
 }
 
@@ -109,7 +110,7 @@ func newVerifier(limit int) (*verifier, error) {
 func (v *verifier) verify(us *Users, name string, password []byte) bool {
 	u, known := us.m[name]
 	if !known {
-		v.hashOne(v.dummy, password)
+		v.hashOne(us.dummyFor(v.dummy), password)
 		return false
 	}
 	mac := hmac.New(sha256.New, v.key)
@@ -124,13 +125,19 @@ func (v *verifier) verify(us *Users, name string, password []byte) bool {
 		return ok
 	}
 	ok = v.hashOne(u.h, password)
+	if !ok {
+		// Only right passwords are kept: a wrong one answered from the
+		// cache would come back faster than the first time, telling a
+		// guesser which names it tried exist.
+		return false
+	}
 	v.mu.Lock()
 	if len(v.mu.cache) >= verifyCacheSize {
 		clear(v.mu.cache)
 	}
-	v.mu.cache[k] = ok
+	v.mu.cache[k] = true
 	v.mu.Unlock()
-	return ok
+	return true
 }
 
 // hashOne runs one verification, waiting for a slot.
