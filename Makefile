@@ -76,6 +76,11 @@ bench-connect:
 bench-storm:
 	./scripts/bench-storm.sh
 
+## bench-attack: sensors' connect latency while one address guesses passwords and holds silent sockets
+.PHONY: bench-attack
+bench-attack:
+	./scripts/bench-attack.sh
+
 ## bench-disk: disk use under max_bytes retention for records of 16 B to 1 MiB, profiles pi-zero and server
 .PHONY: bench-disk
 bench-disk:

@@ -40,6 +40,8 @@ func main() {
 		err = stormCmd(os.Args[2:])
 	case "storm-users":
 		err = stormUsersCmd(os.Args[2:])
+	case "attack":
+		err = attackCmd(os.Args[2:])
 	default:
 		usage()
 	}
@@ -58,7 +60,8 @@ func usage() {
   peat-bench fsync [flags]   append small blocks to a file in --dir, fdatasync each, print one JSON line
   peat-bench connect [flags] open connections that never send a (whole) CONNECT to --addr, print the broker's RSS as one JSON line
   peat-bench storm [flags]   reconnect --clients users with hashed passwords at once, print connected clients' PINGRESP latency as one JSON line
-  peat-bench storm-users [flags] write the users file storm logs in with`)
+  peat-bench storm-users [flags] write the users file storm logs in with
+  peat-bench attack [flags]  sensors reconnect while one address guesses a password and holds silent sockets; one JSON line`)
 	os.Exit(2)
 }
 

@@ -35,6 +35,9 @@ type dialOptions struct {
 	receiveMax uint16
 	// user and password, when user is set, log in (a broker with users).
 	user, password string
+	// local, when set, is the source IP to connect from (any 127.0.0.0/8
+	// address reaches a loopback broker on Linux).
+	local string
 }
 
 var defaultDial = dialOptions{clean: true, keepalive: 60, readBuf: 64 << 10}
@@ -45,7 +48,11 @@ var defaultDial = dialOptions{clean: true, keepalive: 60, readBuf: 64 << 10}
 var errConnackRefused = errors.New("refused by CONNACK")
 
 func dial(addr, clientID string, o dialOptions) (*conn, error) {
-	nc, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	d := net.Dialer{Timeout: 10 * time.Second}
+	if o.local != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(o.local)}
+	}
+	nc, err := d.Dial("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", clientID, err)
 	}
