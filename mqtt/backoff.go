@@ -19,9 +19,10 @@ import (
 //     Config.LoginBackoff x 2^(n-1) (at most Config.MaxLoginBackoff), one
 //     after another: its logins queue, so parallel guesses from one host
 //     run no faster than serial ones. A login that would wait longer than
-//     MaxLoginBackoff is refused at once without asking Auth (MQTT 5:
-//     CONNACK 0x9F connection rate exceeded; 3.1.1: 3, server
-//     unavailable), so a queue never holds a connection longer than that.
+//     MaxLoginBackoff is refused without asking Auth (MQTT 5: CONNACK 0x9F
+//     connection rate exceeded; 3.1.1: 3, server unavailable) after
+//     MaxLoginBackoff, so a queue never holds a connection longer than
+//     that, and a guesser cannot turn refusals into a flood.
 //   - a user name with n recent failures waits the same delay after its
 //     latest failure, but logins do not queue behind each other: a guesser
 //     delays the real user by at most MaxLoginBackoff. A successful login
@@ -186,6 +187,11 @@ const DeniedThrottled = "throttled"
 func (h *authHook) waitLogin(cl *mochi.Client, cc *corkConn, user string) bool {
 	wait, by, ok := h.backoff.admit(sourceKey(cl.Net.Remote), user, time.Now())
 	if !ok {
+		// The refusal waits the bound too: answered at once, a guesser
+		// would just ask again, thousands of times a second. Waiting, it
+		// holds one of its address's pending places (pending.go), so an
+		// address has at most MaxPendingPerAddress logins in the broker.
+		h.sleep(h.backoff.rule.max)
 		cc.throttled.Store(true)
 		h.m.Denied.WithLabelValues(DeniedThrottled).Inc()
 		h.logs.denied(DeniedThrottled, cl.ID, cl.Net.Remote, slog.String(attrUser, user))
@@ -196,13 +202,18 @@ func (h *authHook) waitLogin(cl *mochi.Client, cc *corkConn, user string) bool {
 	}
 	h.m.LoginBackoff.WithLabelValues(by).Inc()
 	h.m.LoginBackoffSeconds.Add(wait.Seconds())
-	t := time.NewTimer(wait)
+	h.sleep(wait)
+	return true
+}
+
+// sleep waits d, or until the broker closes.
+func (h *authHook) sleep(d time.Duration) {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-h.done:
 	}
-	return true
 }
 
 // loginDone records how Auth judged a login of cl for user.

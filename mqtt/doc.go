@@ -38,7 +38,7 @@
 // queue, so parallel guesses go no faster) or for the same user name (no
 // queue: the real user waits at most Config.MaxLoginBackoff), up to
 // Config.MaxLoginBackoff; a login that would queue longer is refused
-// unchecked (CONNACK 0x9F; 3.1.1: 3). Waits are counted in
+// unchecked (CONNACK 0x9F; 3.1.1: 3) once it has waited that bound. Waits are counted in
 // peat_mqtt_login_backoffs_total{by} and
 // peat_mqtt_login_backoff_seconds_total, refusals in
 // peat_mqtt_denied_total{reason="throttled"}.
