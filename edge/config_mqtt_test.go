@@ -41,3 +41,22 @@ func TestConfig_TopicAliases(t *testing.T) {
 		t.Fatalf("Validate() = %v, want a problem naming mqtt.topic_aliases", err)
 	}
 }
+
+func TestConfig_LoginAndPendingLimits(t *testing.T) {
+	cfg, err := Parse([]byte("mqtt: {max_pending_per_address: 4, login_backoff: 50ms, max_login_backoff: 2s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc := cfg.BrokerConfig()
+	if bc.MaxPendingPerAddress != 4 || bc.LoginBackoff != 50*time.Millisecond || bc.MaxLoginBackoff != 2*time.Second {
+		t.Fatalf("broker config = %d %v %v, want 4 50ms 2s", bc.MaxPendingPerAddress, bc.LoginBackoff, bc.MaxLoginBackoff)
+	}
+	cfg.MQTT.MaxPendingPerAddress = 0
+	cfg.MQTT.LoginBackoff = Duration(3 * time.Second)
+	err = cfg.Validate()
+	for _, want := range []string{"mqtt.max_pending_per_address", "mqtt.login_backoff"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want a problem naming %s", err, want)
+		}
+	}
+}
