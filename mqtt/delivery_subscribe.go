@@ -303,6 +303,9 @@ func (d *delivery) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
 		}
 		d.sessions.unsubscribed(cl.ID, filters)
 	}
+	for _, f := range pk.Filters {
+		d.subs.remove(cl, f.Filter)
+	}
 	c := d.client(cl)
 	if c == nil {
 		return
