@@ -133,3 +133,64 @@ func FuzzTopicIndexes(f *testing.F) {
 		indexesAgree(t, filters, topics)
 	})
 }
+
+// deepLevels is n levels of level, joined by '/'.
+func deepLevels(level string, n int) string {
+	return strings.TrimSuffix(strings.Repeat(level+"/", n), "/")
+}
+
+// BenchmarkTopicIndexes_Deep matches a 20,000-level filter against a set
+// holding a topic that deep, and such a topic against an index holding
+// the filter: linear in the length, so microseconds per lookup.
+func BenchmarkTopicIndexes_Deep(b *testing.B) {
+	topic := deepLevels("a", 20000)
+	for _, bc := range []struct{ name, filter string }{
+		{"plus", deepLevels("+", 20000)},
+		{"literal-hash", deepLevels("a", 19999) + "/#"},
+		{"plus-hash", deepLevels("+", 19999) + "/#"},
+	} {
+		filter := bc.filter
+		b.Run("TopicSet/"+bc.name, func(b *testing.B) {
+			var set TopicSet
+			set.Add(topic)
+			set.Add("a/b")
+			b.SetBytes(int64(len(filter)))
+			b.ReportAllocs()
+			for range b.N {
+				n := 0
+				set.Match(filter, func(string) { n++ })
+				if n != 1 {
+					b.Fatalf("%d matches", n)
+				}
+			}
+		})
+		b.Run("FilterIndex/"+bc.name, func(b *testing.B) {
+			var idx FilterIndex[int]
+			idx.Add(filter, 1)
+			idx.Add("a/b", 2)
+			b.SetBytes(int64(len(topic)))
+			b.ReportAllocs()
+			for range b.N {
+				n := 0
+				idx.Match(topic, func(string, int) { n++ })
+				if n != 1 {
+					b.Fatalf("%d matches", n)
+				}
+			}
+		})
+	}
+	b.Run("Reach", func(b *testing.B) {
+		r, err := NewRouter([][]string{{"a/#"}, {"b/+/c", "#"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		filter := deepLevels("+", 20000)
+		b.SetBytes(int64(len(filter)))
+		b.ReportAllocs()
+		for range b.N {
+			if got := r.Reach(filter); len(got) != 2 {
+				b.Fatalf("reached %v", got)
+			}
+		}
+	})
+}
