@@ -75,6 +75,7 @@ type MQTTConfig struct {
 	BufferBytes     ByteSize         `yaml:"buffer_bytes"`
 	WritesPending   int              `yaml:"writes_pending"`
 	TopicAliases    int              `yaml:"topic_aliases"`
+	MaxTopicLevels  int              `yaml:"max_topic_levels"`
 	GroupStart      string           `yaml:"group_start"`
 
 	ConnectTimeout        Duration `yaml:"connect_timeout"`
@@ -160,6 +161,7 @@ func DefaultConfig() Config {
 			BufferBytes:     ByteSize(m.BufferSize),
 			WritesPending:   m.WritesPending,
 			TopicAliases:    m.TopicAliases,
+			MaxTopicLevels:  m.MaxTopicLevels,
 			GroupStart:      m.GroupStart,
 
 			ConnectTimeout:        Duration(m.ConnectTimeout),
@@ -258,6 +260,7 @@ func (c Config) BrokerConfig() mqtt.Config {
 	m.BufferSize = int(c.MQTT.BufferBytes)
 	m.WritesPending = c.MQTT.WritesPending
 	m.TopicAliases = c.MQTT.TopicAliases
+	m.MaxTopicLevels = c.MQTT.MaxTopicLevels
 	m.GroupStart = c.MQTT.GroupStart
 	m.ConnectTimeout = time.Duration(c.MQTT.ConnectTimeout)
 	m.MaxConnectSize = int(c.MQTT.MaxConnectBytes)

@@ -52,11 +52,12 @@ type Access interface {
 	MayRead(filter, topic string) bool
 }
 
-// Reasons of Denied: what the broker refused because of Auth.
+// Reasons of Denied: what the broker refused because of Auth, or a limit.
 const (
-	DeniedConnect   = "connect"   // bad credentials
-	DeniedPublish   = "publish"   // a publish the ACL refused
-	DeniedSubscribe = "subscribe" // a subscription no readable topic matches
+	DeniedConnect     = "connect"      // bad credentials
+	DeniedPublish     = "publish"      // a publish the ACL refused
+	DeniedSubscribe   = "subscribe"    // a subscription no readable topic matches
+	DeniedTopicLevels = "topic_levels" // a subscription deeper than max_topic_levels
 )
 
 // authHook is the mochi hook that asks Auth. The Access of a connection

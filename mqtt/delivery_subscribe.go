@@ -44,16 +44,22 @@ const (
 	subackNotAuthorized = 0x87
 )
 
-// OnSubscribe prepares the extension filters of a SUBSCRIBE.
+// OnSubscribe refuses the filters deeper than Config.MaxTopicLevels and
+// prepares the extension filters of a SUBSCRIBE.
 func (d *delivery) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Packet {
 	var plan *subackPlan
 	var c *deliveryClient
 	now := time.Now()
 	for i := range pk.Filters {
 		sub := pk.Filters[i]
-		ext, err := parseExtension(sub.Filter, now)
-		if err == nil && ext.kind == extNone {
-			continue
+		deep := tooDeep(sub.Filter, d.cfg.MaxTopicLevels)
+		var ext extFilter
+		var err error
+		if !deep {
+			ext, err = parseExtension(sub.Filter, now)
+			if err == nil && ext.kind == extNone {
+				continue
+			}
 		}
 		if plan == nil {
 			plan = &subackPlan{taps: map[int]*tap{}, refused: map[int]*tapError{}}
@@ -62,6 +68,10 @@ func (d *delivery) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Pack
 		var t *tap
 		var refusal *tapError
 		switch {
+		case deep: // before mochi indexes it (topiclevels.go)
+			d.m.Denied.WithLabelValues(DeniedTopicLevels).Inc()
+			refusal = &tapError{code: subackInvalid, reason: topicLevelsReason("topic filter", d.cfg.MaxTopicLevels)}
+			sub.Filter = fmt.Sprintf("%.64s...", sub.Filter) // for the log line
 		case c == nil:
 			refusal = &tapError{code: subackNotAccepted, reason: "broker shutting down"}
 		case err != nil:
@@ -72,7 +82,7 @@ func (d *delivery) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Pack
 		if refusal != nil {
 			plan.refused[i] = refusal
 			pk.Filters[i].Filter = "" // mochi refuses it without touching its index
-			d.logger.Info("delivery: extension subscription refused", attrClient, cl.ID,
+			d.logger.Info("delivery: subscription refused", attrClient, cl.ID,
 				attrFilter, sub.Filter, attrReason, refusal.reason)
 			continue
 		}
