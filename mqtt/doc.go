@@ -106,7 +106,10 @@
 // (delivery_retained.go), each retained record once: among them or live,
 // never both, never neither, and before the live records. Per stream the
 // subscription's live records start at the committed offset in
-// OnSubscribed, and its retained messages are a snapshot that the
+// OnSubscribed (its start, kept with it in delivery's subscription
+// index, so a record acked before the SUBSCRIBE that the shared reader
+// dispatches later is no live message for it), and its retained messages
+// are a snapshot that the
 // follower hands over once it has applied exactly the records below that
 // offset (on a busy node, or a follower replica whose log just advanced,
 // the subscriber waits for it: a retained record acknowledged before the
@@ -213,10 +216,15 @@
 // stacks take about 20 MB, the floor under the broker's RSS for that load
 // (make bench-memory).
 //
-// # Delivery (delivery.go, delivery_reader.go, delivery_cursor.go)
+// # Delivery (delivery.go, delivery_reader.go, delivery_cursor.go, delivery_match.go)
 //
 // Live subscribers of a stream share one reader, so the cost of a record
-// is one log read however many subscribers there are. A QoS 1 subscriber
+// is one log read however many subscribers there are. Which connections a
+// record goes to comes from delivery's own index of their subscriptions
+// (logstore.FilterIndex), not mochi's topic index, which lets '#' miss the
+// parent level after '+': routing, ACLs, retained and live delivery
+// match by the same rules (logstore.MatchFilter). mochi's index still
+// serves topics no stream captures. A QoS 1 subscriber
 // that cannot keep up never loses a message and never grows the broker's
 // memory: when its queue is full it leaves the shared reader, reads the log
 // from the first record it missed with its own cursor, and rejoins when it
@@ -318,6 +326,13 @@
 // then (sessions_site.go); one whose broker died or restarted, or that
 // no broker holds, is adopted by one broker of the site, which expires
 // it (sessions_orphans.go).
+//
+// Topic names and filters have at most Config.MaxTopicLevels levels
+// (topiclevels.go): a deeper filter is refused in OnSubscribe, before
+// mochi's index (which parses each level from the start) or any matcher
+// sees it, a deeper publish in ingest, captured or not; counted in
+// peat_mqtt_denied_total and peat_mqtt_refused_messages_total
+// {reason="topic_levels"}.
 //
 // Publishes to $replay/... and $group/... are refused: those topics belong
 // to the replay protocol; a publish to $offsets/<group>/<stream> commits
