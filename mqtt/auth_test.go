@@ -66,6 +66,11 @@ func (x *testAccess) MaySubscribe(filter string) bool {
 	return true
 }
 
+// Tenancy: each client id is its own identity, with every group.
+func (x *testAccess) Identity() string                   { return "client:" + x.client }
+func (x *testAccess) MayUseClientID() bool               { return true }
+func (x *testAccess) MayGroup(group string, _ bool) bool { return true }
+
 func (x *testAccess) MayRead(filter, topic string) bool {
 	x.a.reads.Add(1)
 	return x.decide(topic, false)
