@@ -275,3 +275,56 @@ allow readwrite *          sensors/#
 		t.Errorf("peat_mqtt_denied_total{reason=\"client_id\"} = %v, want 3", got)
 	}
 }
+
+// In a site, a session's owner travels with it: another user connecting
+// with its client id on another node is refused there, while the owner
+// is connected (the owner's connection stays) and after.
+func TestCluster_SessionBelongsToItsUser(t *testing.T) {
+	dir := t.TempDir()
+	users := writeAuthFile(t, dir, "users", userLine(t, "alice", "pw-alice")+userLine(t, "bob", "pw-bob"))
+	acl := writeAuthFile(t, dir, "acl", tenancyACL)
+	withAuth := func(c Config) Config {
+		c.Auth.UsersFile, c.Auth.ACLFile = users, acl
+		return c
+	}
+	first := startNode(t, withAuth(siteConfig(t, "n1", 3)))
+	seed := first.site.Load().Node.SerfAddr()
+	nodes := []*Node{first,
+		startNode(t, withAuth(siteConfig(t, "n2", 3, seed))),
+		startNode(t, withAuth(siteConfig(t, "n3", 3, seed)))}
+	waitFor(t, "the site", func() bool {
+		for _, n := range nodes {
+			if n.site.Load().Log.Stream("default") == nil {
+				return false
+			}
+		}
+		return true
+	})
+
+	alice := mqtttest.Handshake(t, dialMQTT(t, nodes[0]), persistentConnect("dev-1", "alice", 5))
+	if alice.Connack.ReasonCode != 0 {
+		t.Fatalf("alice: CONNACK %#x", alice.Connack.ReasonCode)
+	}
+	alice.Subscribe("sensors/#", 1) // the SUBACK waits until the site holds the session
+	bobTries := func() {
+		t.Helper()
+		bob := mqtttest.Handshake(t, dialMQTT(t, nodes[1]), persistentConnect("dev-1", "bob", 5))
+		if bob.Connack.ReasonCode != packets.ErrNotAuthorized.Code || bob.Connack.SessionPresent {
+			t.Fatalf("bob as dev-1 on another node: CONNACK %#x present %v, want 0x87",
+				bob.Connack.ReasonCode, bob.Connack.SessionPresent)
+		}
+	}
+	bobTries()
+	alice.Ping()
+	if pk := alice.ReadUntil(packets.Pingresp); pk.FixedHeader.Type != packets.Pingresp {
+		t.Fatal("alice's connection ended")
+	}
+	alice.Write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}})
+	alice.Close()
+	time.Sleep(200 * time.Millisecond)
+	bobTries()
+	again := mqtttest.Handshake(t, dialMQTT(t, nodes[1]), persistentConnect("dev-1", "alice", 5))
+	if again.Connack.ReasonCode != 0 || !again.Connack.SessionPresent {
+		t.Fatalf("alice on another node: CONNACK %#x present %v, want her session", again.Connack.ReasonCode, again.Connack.SessionPresent)
+	}
+}
