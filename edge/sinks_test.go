@@ -7,12 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -20,7 +18,6 @@ import (
 	"github.com/peatmq/peat/edge/sink/sinktest"
 	"github.com/peatmq/peat/edge/status"
 	"github.com/peatmq/peat/logstore"
-	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
 func TestParse_SinkDefaults(t *testing.T) {
@@ -310,21 +307,11 @@ func TestNode_SinkSendsUpstreamAndKeepsItsPosition(t *testing.T) {
 		t.Errorf("upstream got %d messages, want 60: the restart resent records", got)
 	}
 
-	// The position is a consumer group: $offsets shows it as it moves.
-	raw := mqtttest.Dial(t, n2.MQTTAddr().String(), mqtttest.Connect{ClientID: "offs", Version: 5, Clean: true})
-	raw.Subscribe("$offsets/$sink.cloud/default", 1)
-	for {
-		pk := raw.ReadUntil(packets.Publish)
-		if pk.FixedHeader.Qos > 0 {
-			raw.Puback(pk.PacketID)
-		}
-		if string(pk.Payload) == "60" {
-			break
-		}
-		if off, err := strconv.Atoi(string(pk.Payload)); err != nil || off < 50 || off > 60 {
-			t.Fatalf("$offsets/$sink.cloud/default = %q, want the sink's position (50 to 60)", pk.Payload)
-		}
-	}
+	// The position is the consumer group $sink.cloud (out of MQTT's reach).
+	sinktest.WaitFor(t, "the sink's group at 60", time.Minute, func() bool {
+		off, ok, _ := n2.broker.Load().GroupOffset("$sink.cloud", "default")
+		return ok && off == 60
+	})
 }
 
 func TestNode_SinkStartFailsOnAnUnreadablePasswordFile(t *testing.T) {
@@ -520,8 +507,9 @@ func hasAlarm(doc status.Status, id string) bool {
 	return false
 }
 
-// A commit published to $offsets/$sink.<name>/<stream> moves the sink: it
-// sends again from there (here: back to offset 5).
+// A commit to the sink's group, $sink.<name> (Broker.CommitGroup: not
+// over MQTT, which cannot reach it), moves the sink: it sends again from
+// there (here: back to offset 5).
 func TestNode_SinkFollowsACommitToItsOffsets(t *testing.T) {
 	upstream := sinktest.StartMosquitto(t)
 	col := sinktest.NewCollector(t, upstream, "site-a/#")
@@ -530,10 +518,8 @@ func TestNode_SinkFollowsACommitToItsOffsets(t *testing.T) {
 	sinktest.WaitFor(t, "20 records upstream", time.Minute, func() bool { return len(col.Payloads()) >= 20 })
 	sinktest.WaitFor(t, "position 20", time.Minute, func() bool { return sinkStatuses(t, n)[0].Streams[0].CommittedOffset == 20 })
 
-	raw := mqtttest.Dial(t, n.MQTTAddr().String(), mqtttest.Connect{ClientID: "seek", Version: 5, Clean: true})
-	raw.Publish("$offsets/$sink.cloud/default", 1, 1, "5")
-	if ack := raw.ReadUntil(packets.Puback); ack.ReasonCode >= 0x80 {
-		t.Fatalf("commit refused: %#x %s", ack.ReasonCode, ack.Properties.ReasonString)
+	if err := n.broker.Load().CommitGroup(context.Background(), "$sink.cloud", "default", 5); err != nil {
+		t.Fatalf("commit refused: %v", err)
 	}
 	sinktest.WaitFor(t, "offsets 5 to 19 again", time.Minute, func() bool { return len(col.Payloads()) >= 35 })
 	got := col.Payloads()

@@ -114,7 +114,7 @@ func New(cfg Config, log Log) (*Broker, error) {
 	conns := newConnLog(logger.With(slog.String(attrPart, "conn")))
 	var ah mochi.Hook = new(auth.AllowHook)
 	if cfg.Auth != nil {
-		ah = &authHook{auth: cfg.Auth, m: m, logs: conns}
+		ah = &authHook{auth: cfg.Auth, m: m, logs: conns, ten: &tenancy{srv: srv, ss: ss}}
 	}
 	b := &Broker{
 		cfg:    cfg,

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
 )
 
 // corkLimit is how many bytes a corked connection holds before it writes
@@ -27,6 +28,9 @@ type corkConn struct {
 	access atomic.Pointer[accessBox]
 	// willDenied: Auth let the client in, but not its will's topic.
 	willDenied atomic.Bool
+	// refusal: Auth let the client in, but not with this client id
+	// (tenancy.go); its CONNACK's code and reason string.
+	refusal atomic.Pointer[packets.Code]
 	// sessionEnded: the session this connection took over ended with the
 	// connection it took over (sessions_takeover.go).
 	sessionEnded atomic.Bool

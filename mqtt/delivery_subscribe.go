@@ -110,6 +110,9 @@ func (d *delivery) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Pack
 // is refused. resume is set for a subscription a durable session had: a
 // $replay goes on from where the client got to, not from <from> again.
 func (d *delivery) prepareTap(c *deliveryClient, sub packets.Subscription, ext extFilter, resume bool) (*tap, *tapError) {
+	if refusal := d.groupRefusal(c, ext); refusal != nil { // tenancy.go
+		return nil, refusal
+	}
 	t := newTap(c, sub, ext)
 	if ext.kind == extOffsets {
 		if d.reader(ext.stream) == nil {
@@ -368,11 +371,13 @@ func (d *delivery) canRead(cl *mochi.Client, filter string) bool {
 	return acc != nil && acc.MaySubscribe(filter)
 }
 
-// OnACLCheck lets $replay/ and $group/ subscriptions through mochi's own
-// check of the whole filter: OnSubscribe checks the filter inside them,
-// over the original topics, which is what an ACL is written for.
+// OnACLCheck lets $replay/, $group/ and $offsets/ subscriptions through
+// mochi's own check of the whole filter: OnSubscribe checks the filter
+// inside them, over the original topics, which is what an ACL is written
+// for, and the group's rules (tenancy.go).
 func (d *delivery) OnACLCheck(_ *mochi.Client, topic string, write bool) bool {
-	return !write && (strings.HasPrefix(topic, replayPrefix) || strings.HasPrefix(topic, groupPrefix))
+	return !write && (strings.HasPrefix(topic, replayPrefix) || strings.HasPrefix(topic, groupPrefix) ||
+		strings.HasPrefix(topic, offsetsPrefix))
 }
 
 // reader returns the shared reader of the named stream, or nil.

@@ -32,6 +32,31 @@
 // peat_mqtt_denied_total{reason} and logged with the client id and remote
 // address, rate-limited like connection lines.
 //
+// # Tenancy (tenancy.go)
+//
+// Groups and sessions belong to someone. $group/<name>/... needs the
+// rights to read and write group <name> (Access.MayGroup), and
+// $offsets/<group>/<stream> to read it (subscribe) or write it (commit);
+// topic rules do not decide them. The group is checked before its
+// consumer is looked at, so a refusal (0x87 with a reason string) never
+// names another user's client. Groups whose names start with $ (sinks'
+// $sink.<name>) are Peat's own: no MQTT client reaches them, with Auth or
+// without; the node moves them with Broker.CommitGroup. A CONNECT whose
+// client id the client-id rules refuse gets 0x85 (3.1.1: 2), counted as
+// denied{reason="client_id"}. A persistent session records the identity
+// that made it (Access.Identity: the user, by password or certificate);
+// a CONNECT from another identity with its client id, or with the id of
+// any live connection of another identity, is refused in
+// OnConnectAuthenticate, before mochi looks at the session: CONNACK 0x87
+// (3.1.1: 5), counted as denied{reason="session"}; the session is neither
+// resumed nor ended, and the owner's connection stays. In a site the
+// owner is read from the site's stored session. A session stored without
+// an owner (by a Peat before owners, or one run without Auth) is adopted
+// by the first identity that connects to it. Known limit: in a site, a
+// clean connection (nothing stored) on another broker has no recorded
+// owner there, so another identity's persistent CONNECT on this broker
+// can still take that client id over.
+//
 // # Ingest (ingest.go, ingest_conn.go, will.go)
 //
 // mochi acks a QoS 1/2 publish as soon as OnPublish returns. Peat acks only
@@ -336,5 +361,6 @@
 //
 // Publishes to $replay/... and $group/... are refused: those topics belong
 // to the replay protocol; a publish to $offsets/<group>/<stream> commits
-// the group's offset. Malformed packets disconnect that client only.
+// the group's offset (with the right to write the group; never for a $
+// group). Malformed packets disconnect that client only.
 package mqtt

@@ -23,7 +23,9 @@ import (
 // exactly %u or %c stands for the client's user name or client id. Blank
 // lines and lines starting with # are skipped.
 type ACL struct {
-	rules []rule
+	rules     []rule
+	groups    []objRule // group:<pattern> rules (tenancy.go)
+	clientIDs []objRule // clientid:<pattern> rules (tenancy.go)
 }
 
 // rule is one line of an ACL file.
@@ -47,6 +49,17 @@ func ParseACL(r io.Reader) (*ACL, error) {
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || line[0] == '#' {
+			continue
+		}
+		if or, clientID, ok, err := parseObjectRule(line); ok { // tenancy.go
+			switch {
+			case err != nil:
+				probs = append(probs, fmt.Sprintf("line %d: %v", n, err))
+			case clientID:
+				acl.clientIDs = append(acl.clientIDs, or)
+			default:
+				acl.groups = append(acl.groups, or)
+			}
 			continue
 		}
 		ru, err := parseRule(line)
@@ -118,7 +131,7 @@ func parseRule(line string) (rule, error) {
 }
 
 // Rules returns how many rules the ACL has.
-func (a *ACL) Rules() int { return len(a.rules) }
+func (a *ACL) Rules() int { return len(a.rules) + len(a.groups) + len(a.clientIDs) }
 
 // grant is one rule as it applies to one client: %u and %c substituted.
 type grant struct {
