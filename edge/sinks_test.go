@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -507,9 +508,9 @@ func hasAlarm(doc status.Status, id string) bool {
 	return false
 }
 
-// A commit to the sink's group, $sink.<name> (Broker.CommitGroup: not
-// over MQTT, which cannot reach it), moves the sink: it sends again from
-// there (here: back to offset 5).
+// An operator's seek (POST /api/v1/sinks/{name}/seek, a commit to the
+// sink's group $sink.<name>, which no MQTT client can reach) moves the
+// sink: it sends again from there (here: back to offset 5).
 func TestNode_SinkFollowsACommitToItsOffsets(t *testing.T) {
 	upstream := sinktest.StartMosquitto(t)
 	col := sinktest.NewCollector(t, upstream, "site-a/#")
@@ -518,8 +519,27 @@ func TestNode_SinkFollowsACommitToItsOffsets(t *testing.T) {
 	sinktest.WaitFor(t, "20 records upstream", time.Minute, func() bool { return len(col.Payloads()) >= 20 })
 	sinktest.WaitFor(t, "position 20", time.Minute, func() bool { return sinkStatuses(t, n)[0].Streams[0].CommittedOffset == 20 })
 
-	if err := n.broker.Load().CommitGroup(context.Background(), "$sink.cloud", "default", 5); err != nil {
-		t.Fatalf("commit refused: %v", err)
+	seek := func(body string) (int, string) {
+		req, err := http.NewRequest(http.MethodPost, "http://"+n.HTTPAddr().String()+"/api/v1/sinks/cloud/seek", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, bad := range []string{`{"stream":"default"}`, `{"stream":"nope","offset":5}`, `{"stream":"default","offset":999}`, `x`} {
+		if code, body := seek(bad); code < 400 {
+			t.Fatalf("seek %s: %d %s, want a refusal", bad, code, body)
+		}
+	}
+	if code, body := seek(`{"stream":"default","offset":5}`); code != http.StatusOK {
+		t.Fatalf("seek: %d %s", code, body)
 	}
 	sinktest.WaitFor(t, "offsets 5 to 19 again", time.Minute, func() bool { return len(col.Payloads()) >= 35 })
 	got := col.Payloads()
