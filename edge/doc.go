@@ -123,4 +123,7 @@
 // not name the node (DNS rebinding, 403; http.allowed_hosts), and any
 // change on a network listener (403: auth.allow_anonymous opens reads
 // only).
+// A users, ACL, tokens, key or keyring file its group or others may read
+// or write is warned of at start and is the status alarm file_permissions
+// (filemodes.go), which `peat check` reports as a WARNING.
 package edge
