@@ -25,8 +25,8 @@ import (
 //     must be the API's own origin, scheme included: 403.
 //   - Without http.tokens_file, the Host must name the node: an IP
 //     address (a loopback one on a loopback listener), localhost, the
-//     listen host, the machine's host name (network listeners), or one
-//     of http.allowed_hosts. Otherwise a page whose name is rebound to
+//     listen host, the machine's host name, or one of
+//     http.allowed_hosts. Otherwise a page whose name is rebound to
 //     the node's address (DNS rebinding) would be same-origin with it
 //     and could read and change everything: 403. /healthz and /readyz
 //     answer under any name, for probes.
@@ -58,7 +58,7 @@ func newBrowserGuard(c HTTPConfig) *browserGuard {
 	if host, _, err := net.SplitHostPort(c.Listen); err == nil && host != "" && net.ParseIP(host) == nil {
 		g.names[normalHost(host)] = true
 	}
-	if h, err := os.Hostname(); err == nil && h != "" && !g.loopback {
+	if h, err := os.Hostname(); err == nil && h != "" { // Debian maps it to 127.0.1.1
 		g.names[normalHost(h)] = true
 	}
 	for _, h := range c.AllowedHosts {

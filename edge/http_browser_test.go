@@ -65,6 +65,7 @@ func TestNode_HTTPRefusesBrowsersOfOtherSites(t *testing.T) {
 	addr := n.HTTPAddr().String()
 	_, port, _ := net.SplitHostPort(addr)
 	form := map[string]string{"Content-Type": "application/x-www-form-urlencoded"}
+	hostname, _ := os.Hostname()
 	const pause = "/api/v1/sinks/cloud/pause"
 
 	refused := []struct {
@@ -109,6 +110,7 @@ func TestNode_HTTPRefusesBrowsersOfOtherSites(t *testing.T) {
 		{"localhost", browserRequest{http.MethodGet, "/api/v1/status", "localhost:" + port, nil}},
 		{"LOCALHOST.", browserRequest{http.MethodGet, "/api/v1/status", "LOCALHOST.:" + port, nil}},
 		{"[::1]", browserRequest{http.MethodGet, "/api/v1/status", "[::1]:" + port, nil}},
+		{"the host name", browserRequest{http.MethodGet, "/api/v1/status", hostname + ":" + port, nil}},
 		{"health under any name", browserRequest{http.MethodGet, "/healthz", "evil.example:" + port, nil}},
 		{"the status page's own fetch", browserRequest{http.MethodGet, "/api/v1/status", "", map[string]string{
 			"Sec-Fetch-Site": "same-origin", "Referer": "http://" + addr + "/"}}},
