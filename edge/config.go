@@ -57,6 +57,10 @@ type HTTPConfig struct {
 	// AllowPlaintext lets a listener reachable from the network run
 	// without TLS.
 	AllowPlaintext bool `yaml:"allow_plaintext"`
+	// AllowedHosts are the names, besides the node's addresses,
+	// localhost and its host name, under which the API answers while
+	// TokensFile is empty (http_browser.go).
+	AllowedHosts []string `yaml:"allowed_hosts"`
 }
 
 // MQTTConfig is the YAML face of mqtt.Config.
@@ -148,7 +152,7 @@ func DefaultConfig() Config {
 	return Config{
 		DataDir: DefaultDataDir,
 		Log:     LogConfig{Level: DefaultLogLevel, Format: DefaultLogFormat},
-		HTTP:    HTTPConfig{Listen: DefaultHTTPListen},
+		HTTP:    HTTPConfig{Listen: DefaultHTTPListen, AllowedHosts: []string{}},
 		MQTT: MQTTConfig{
 			Listen:          m.Listen,
 			MaxPayloadBytes: ByteSize(m.MaxPayload),

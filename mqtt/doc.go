@@ -194,7 +194,10 @@
 // CONNACK or DISCONNECT with the reason code (0x81 malformed, 0x82 protocol
 // error, 0x90 a wildcard in a topic name) and a reason string, an MQTT
 // 3.1.1 client is disconnected; each is counted in
-// peat_mqtt_closed_connections_total{reason}. The packets mochi handled
+// peat_mqtt_closed_connections_total{reason}. Peat does no MQTT 5
+// enhanced authentication: a CONNECT naming an Authentication Method gets
+// CONNACK 0x8C (bad_auth_method) rather than mochi's success, which would
+// leave the client believing its method ran. The packets mochi handled
 // before it are answered first. FuzzPacketCheck decodes whatever the
 // checks let through with mochi's decoders; FuzzIngress sends a real node
 // any bytes after a CONNECT.

@@ -60,4 +60,7 @@ var (
 	// ErrTooManyPending: more connections awaiting their CONNACK than
 	// Config.MaxPendingConnections.
 	ErrTooManyPending = errors.New("mqtt: too many connections awaiting CONNACK")
+	// ErrBadAuthMethod: an MQTT 5 CONNECT asking for enhanced
+	// authentication (an Authentication Method), which Peat does not do.
+	ErrBadAuthMethod = errors.New("mqtt: authentication method not supported")
 )

@@ -57,12 +57,15 @@ const (
 	// ReasonWebSocketHandshake: a connection to a WebSocket listener that
 	// is no WebSocket upgrade (answered 400).
 	ReasonWebSocketHandshake = "websocket_handshake"
+	// ReasonBadAuthMethod: an MQTT 5 CONNECT naming an Authentication
+	// Method; Peat supports none (CONNACK 0x8C).
+	ReasonBadAuthMethod = "bad_auth_method"
 )
 
 // closeReasons are the reasons of Closed, shown at 0 from the start.
 var closeReasons = []string{ReasonConnectTimeout, ReasonConnectTooLarge, ReasonTooManyPending,
 	ReasonPacketTooLarge, ReasonTopicInvalid, ReasonMalformed, ReasonReceiveMaximum, ReasonTLSHandshake,
-	ReasonWebSocketOrigin, ReasonWebSocketHandshake}
+	ReasonWebSocketOrigin, ReasonWebSocketHandshake, ReasonBadAuthMethod}
 
 // NewMetrics creates the collectors and registers them with reg when reg is
 // not nil.

@@ -84,8 +84,13 @@ func checkConnect(b []byte) (byte, *refusal) {
 	}
 	c.uint16("keep alive")
 	if c.v5 {
-		if p := c.properties(inConnect, "CONNECT"); c.ref == nil && p.authData && !p.authMethod {
+		switch p := c.properties(inConnect, "CONNECT"); {
+		case c.ref != nil:
+		case p.authData && !p.authMethod:
 			c.protocol("Authentication Data without an Authentication Method")
+		case p.authMethod: // Peat does no enhanced authentication [MQTT-4.12.0-1]
+			c.fail(&refusal{err: ErrBadAuthMethod, reason: ReasonBadAuthMethod, code: packets.Code{
+				Code: packets.ErrBadAuthenticationMethod.Code, Reason: "no authentication method is supported: use a user name and password"}})
 		}
 	}
 	c.string("client identifier")
