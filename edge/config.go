@@ -57,6 +57,10 @@ type HTTPConfig struct {
 	// AllowPlaintext lets a listener reachable from the network run
 	// without TLS.
 	AllowPlaintext bool `yaml:"allow_plaintext"`
+	// AllowedHosts are the names, besides the node's addresses,
+	// localhost and its host name, under which the API answers while
+	// TokensFile is empty (http_browser.go).
+	AllowedHosts []string `yaml:"allowed_hosts"`
 }
 
 // MQTTConfig is the YAML face of mqtt.Config.
@@ -75,6 +79,7 @@ type MQTTConfig struct {
 	BufferBytes     ByteSize         `yaml:"buffer_bytes"`
 	WritesPending   int              `yaml:"writes_pending"`
 	TopicAliases    int              `yaml:"topic_aliases"`
+	MaxTopicLevels  int              `yaml:"max_topic_levels"`
 	GroupStart      string           `yaml:"group_start"`
 
 	ConnectTimeout        Duration `yaml:"connect_timeout"`
@@ -150,7 +155,7 @@ func DefaultConfig() Config {
 	return Config{
 		DataDir: DefaultDataDir,
 		Log:     LogConfig{Level: DefaultLogLevel, Format: DefaultLogFormat},
-		HTTP:    HTTPConfig{Listen: DefaultHTTPListen},
+		HTTP:    HTTPConfig{Listen: DefaultHTTPListen, AllowedHosts: []string{}},
 		MQTT: MQTTConfig{
 			Listen:          m.Listen,
 			MaxPayloadBytes: ByteSize(m.MaxPayload),
@@ -163,6 +168,7 @@ func DefaultConfig() Config {
 			BufferBytes:     ByteSize(m.BufferSize),
 			WritesPending:   m.WritesPending,
 			TopicAliases:    m.TopicAliases,
+			MaxTopicLevels:  m.MaxTopicLevels,
 			GroupStart:      m.GroupStart,
 
 			ConnectTimeout:        Duration(m.ConnectTimeout),
@@ -264,6 +270,7 @@ func (c Config) BrokerConfig() mqtt.Config {
 	m.BufferSize = int(c.MQTT.BufferBytes)
 	m.WritesPending = c.MQTT.WritesPending
 	m.TopicAliases = c.MQTT.TopicAliases
+	m.MaxTopicLevels = c.MQTT.MaxTopicLevels
 	m.GroupStart = c.MQTT.GroupStart
 	m.ConnectTimeout = time.Duration(c.MQTT.ConnectTimeout)
 	m.MaxConnectSize = int(c.MQTT.MaxConnectBytes)

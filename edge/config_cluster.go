@@ -52,7 +52,8 @@ type ClusterConfig struct {
 
 	KeyringFile string           `yaml:"keyring_file"`
 	TLS         ClusterTLSConfig `yaml:"tls"`
-	// AllowPlaintext lets a site on non-loopback addresses run without
+	// AllowPlaintext lets a node whose listen, raft_listen or
+	// transport_listen is a non-loopback address run without
 	// keyring_file and tls.
 	AllowPlaintext bool `yaml:"allow_plaintext"`
 }
@@ -210,9 +211,13 @@ func (c Config) validateCluster(add func(path, format string, args ...any)) {
 	if (t.CAFile != "" || t.CertFile != "" || t.KeyFile != "") && (t.CAFile == "" || t.CertFile == "" || t.KeyFile == "") {
 		add("cluster.tls", "ca_file, cert_file and key_file go together")
 	}
-	if !cc.AllowPlaintext && !loopback(cc.Listen) && !cc.secured() {
-		add("cluster.listen", "%s is reachable from the network, and the site's traffic would be in the clear: "+
-			"set cluster.keyring_file and cluster.tls, or cluster.allow_plaintext: true", cc.Listen)
+	// Gossip, Raft and replication each carry the site's data: any one
+	// on the network in the clear is enough to read or forge it.
+	for _, a := range addrs {
+		if !cc.AllowPlaintext && !cc.secured() && checkSiteAddr(a.addr) == "" && !loopback(a.addr) {
+			add(a.path, "%s is reachable from the network, and the site's traffic would be in the clear: "+
+				"set cluster.keyring_file and cluster.tls, or cluster.allow_plaintext: true", a.addr)
+		}
 	}
 }
 

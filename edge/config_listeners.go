@@ -21,7 +21,7 @@ type ListenerConfig struct {
 	AllowPlaintext bool `yaml:"allow_plaintext"`
 	// AllowedOrigins are the browser origins a websocket listener
 	// accepts ("https://hmi.site:8443", or "*"); empty: the page's
-	// origin must be the listener's own.
+	// origin must be the listener's own (scheme and host:port).
 	AllowedOrigins []string `yaml:"allowed_origins"`
 }
 

@@ -42,6 +42,24 @@ func TestConfig_TopicAliases(t *testing.T) {
 	}
 }
 
+// mqtt.max_topic_levels reaches the broker, and a bound that is not
+// positive is refused by its YAML name.
+func TestConfig_MaxTopicLevels(t *testing.T) {
+	cfg, err := Parse([]byte("mqtt: {max_topic_levels: 16}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.BrokerConfig().MaxTopicLevels; got != 16 {
+		t.Fatalf("max_topic_levels 16 reached the broker as %d", got)
+	}
+	for _, bad := range []int{0, -1, 40000} {
+		cfg.MQTT.MaxTopicLevels = bad
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "mqtt.max_topic_levels") {
+			t.Fatalf("max_topic_levels %d: Validate() = %v, want a problem naming mqtt.max_topic_levels", bad, err)
+		}
+	}
+}
+
 func TestConfig_LoginAndPendingLimits(t *testing.T) {
 	cfg, err := Parse([]byte("mqtt: {max_pending_per_address: 4, login_backoff: 50ms, max_login_backoff: 2s}\n"))
 	if err != nil {

@@ -116,4 +116,14 @@
 // With http.tokens_file every path but /healthz and /readyz needs
 // "Authorization: Bearer <token>" (401 without, 403 for a read token on a
 // method other than GET and HEAD), counted in peat_http_denied_total.
+// Before the token, http_browser.go refuses what a page of another site
+// could make a browser send: a change (any method but GET, HEAD, OPTIONS)
+// without Content-Type application/json, Authorization or X-Peat-Request
+// (415) or from another origin (403); without tokens, a Host that does
+// not name the node (DNS rebinding, 403; http.allowed_hosts), and any
+// change on a network listener (403: auth.allow_anonymous opens reads
+// only).
+// A users, ACL, tokens, key or keyring file its group or others may read
+// or write is warned of at start and is the status alarm file_permissions
+// (filemodes.go), which `peat check` reports as a WARNING.
 package edge

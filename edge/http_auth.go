@@ -37,9 +37,9 @@ const (
 
 func newHTTPDenied(reg prometheus.Registerer) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "peat_http_denied_total", Help: "HTTP API requests refused for a missing, unknown or too weak bearer token, by reason.",
+		Name: "peat_http_denied_total", Help: "HTTP API requests refused, by reason: a missing, unknown or too weak bearer token, or what a browser could be made to send.",
 	}, []string{"reason"})
-	for _, r := range []string{httpUnauthenticated, httpForbidden} {
+	for _, r := range []string{httpUnauthenticated, httpForbidden, httpCrossOrigin, httpContentType, httpHost, httpNoTokens} {
 		c.WithLabelValues(r)
 	}
 	reg.MustRegister(c)
@@ -51,6 +51,11 @@ func (c Config) validateHTTPSecurity(add func(path, format string, args ...any))
 	t := c.HTTP.TLS
 	if (t.CertFile == "") != (t.KeyFile == "") {
 		add("http.tls", "cert_file and key_file go together")
+	}
+	for i, h := range c.HTTP.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, ":/ *") {
+			add(fmt.Sprintf("http.allowed_hosts[%d]", i), "%q: want a host name, without scheme, port or wildcard", h)
+		}
 	}
 	if c.HTTP.Listen == "" || checkHostPort(c.HTTP.Listen) != "" || loopback(c.HTTP.Listen) {
 		return
@@ -95,14 +100,12 @@ func (n *Node) httpListen() (net.Listener, error) {
 	return ln, nil
 }
 
-// protect asks every request but /healthz and /readyz for a bearer token
-// from the tokens file, when there is one: GET and HEAD need a read or
-// admin token, other methods admin. Refusals are counted and logged,
-// rate-limited.
+// protect refuses what a browser could be made to send (browserGuard,
+// http_browser.go), then asks every request but /healthz and /readyz for
+// a bearer token from the tokens file, when there is one: GET and HEAD
+// need a read or admin token, other methods admin. Refusals are counted
+// and logged, rate-limited.
 func (n *Node) protect(next http.Handler) http.Handler {
-	if n.cfg.HTTP.TokensFile == "" {
-		return next
-	}
 	limit := newLogLimit(5, 10*time.Second)
 	deny := func(w http.ResponseWriter, r *http.Request, status int, reason, name, msg string) {
 		n.httpDenied.WithLabelValues(reason).Inc()
@@ -115,8 +118,13 @@ func (n *Node) protect(next http.Handler) http.Handler {
 		}
 		writeError(w, status, msg)
 	}
+	guard := newBrowserGuard(n.cfg.HTTP)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+		if status, reason, msg := guard.check(r); status != 0 {
+			deny(w, r, status, reason, "", msg)
+			return
+		}
+		if n.cfg.HTTP.TokensFile == "" || publicPath(r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
 		}

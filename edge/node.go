@@ -174,6 +174,7 @@ func (n *Node) start(ctx context.Context) error {
 	n.logUnlisted(store)
 	n.warnLowSpace(store.Space())
 	n.warnPayloadAboveRecord(n.cfg.BrokerConfig().MaxPayload, store.MaxRecordBytes())
+	n.warnLooseFiles() // filemodes.go
 	n.applyProcs(store.CommitsWaitForFsync())
 
 	if err := ctx.Err(); err != nil {

@@ -76,12 +76,16 @@ func publishQoS1(tb testing.TB, addr net.Addr, topic string, n int) {
 	}
 }
 
-// get returns the status, content type and body of GET url.
+// get returns the status, content type and body of a request to url,
+// sent as `peat` sends it (a change as JSON).
 func get(tb testing.TB, method, url string) (int, string, []byte) {
 	tb.Helper()
 	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		tb.Fatal(err)
+	}
+	if method != http.MethodGet {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 
 // brokerPositions keeps sink positions as the broker's consumer groups
 // (mqtt/groups_api.go): "$sink.<name>" is a group like any other, stored
-// with its stream and shown at $offsets/$sink.<name>/<stream>. The
+// with its stream (a $ group: MQTT clients cannot reach it). The
 // broker loads the configured streams' groups before it starts, so Load
 // sees a position stored by an earlier run.
 type brokerPositions struct{ b *mqtt.Broker }
@@ -33,8 +33,8 @@ func (p brokerPositions) Commit(group, stream string, off uint64) error {
 	return p.b.CommitGroup(context.Background(), group, stream, off)
 }
 
-// Watch follows the group's durable offset, which a client may also set
-// by publishing to $offsets/<group>/<stream>.
+// Watch follows the group's durable offset, which the node may also set
+// (Broker.CommitGroup).
 func (p brokerPositions) Watch(group, stream string) (uint64, bool, <-chan struct{}) {
 	return p.b.GroupOffset(group, stream)
 }

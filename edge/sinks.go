@@ -324,6 +324,7 @@ func (n *Node) sinkRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/v1/sinks/{name}", n.handleSink)
 	mux.HandleFunc("POST /api/v1/sinks/{name}/pause", n.handleSinkPause(true))
 	mux.HandleFunc("POST /api/v1/sinks/{name}/resume", n.handleSinkPause(false))
+	mux.HandleFunc("POST /api/v1/sinks/{name}/seek", n.handleSinkSeek)
 }
 
 func (n *Node) handleSinks(w http.ResponseWriter, _ *http.Request) {

@@ -3,16 +3,15 @@ package edge
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -20,7 +19,6 @@ import (
 	"github.com/peatmq/peat/edge/sink/sinktest"
 	"github.com/peatmq/peat/edge/status"
 	"github.com/peatmq/peat/logstore"
-	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
 func TestParse_SinkDefaults(t *testing.T) {
@@ -310,21 +308,11 @@ func TestNode_SinkSendsUpstreamAndKeepsItsPosition(t *testing.T) {
 		t.Errorf("upstream got %d messages, want 60: the restart resent records", got)
 	}
 
-	// The position is a consumer group: $offsets shows it as it moves.
-	raw := mqtttest.Dial(t, n2.MQTTAddr().String(), mqtttest.Connect{ClientID: "offs", Version: 5, Clean: true})
-	raw.Subscribe("$offsets/$sink.cloud/default", 1)
-	for {
-		pk := raw.ReadUntil(packets.Publish)
-		if pk.FixedHeader.Qos > 0 {
-			raw.Puback(pk.PacketID)
-		}
-		if string(pk.Payload) == "60" {
-			break
-		}
-		if off, err := strconv.Atoi(string(pk.Payload)); err != nil || off < 50 || off > 60 {
-			t.Fatalf("$offsets/$sink.cloud/default = %q, want the sink's position (50 to 60)", pk.Payload)
-		}
-	}
+	// The position is the consumer group $sink.cloud (out of MQTT's reach).
+	sinktest.WaitFor(t, "the sink's group at 60", time.Minute, func() bool {
+		off, ok, _ := n2.broker.Load().GroupOffset("$sink.cloud", "default")
+		return ok && off == 60
+	})
 }
 
 func TestNode_SinkStartFailsOnAnUnreadablePasswordFile(t *testing.T) {
@@ -520,8 +508,9 @@ func hasAlarm(doc status.Status, id string) bool {
 	return false
 }
 
-// A commit published to $offsets/$sink.<name>/<stream> moves the sink: it
-// sends again from there (here: back to offset 5).
+// An operator's seek (POST /api/v1/sinks/{name}/seek, a commit to the
+// sink's group $sink.<name>, which no MQTT client can reach) moves the
+// sink: it sends again from there (here: back to offset 5).
 func TestNode_SinkFollowsACommitToItsOffsets(t *testing.T) {
 	upstream := sinktest.StartMosquitto(t)
 	col := sinktest.NewCollector(t, upstream, "site-a/#")
@@ -530,10 +519,27 @@ func TestNode_SinkFollowsACommitToItsOffsets(t *testing.T) {
 	sinktest.WaitFor(t, "20 records upstream", time.Minute, func() bool { return len(col.Payloads()) >= 20 })
 	sinktest.WaitFor(t, "position 20", time.Minute, func() bool { return sinkStatuses(t, n)[0].Streams[0].CommittedOffset == 20 })
 
-	raw := mqtttest.Dial(t, n.MQTTAddr().String(), mqtttest.Connect{ClientID: "seek", Version: 5, Clean: true})
-	raw.Publish("$offsets/$sink.cloud/default", 1, 1, "5")
-	if ack := raw.ReadUntil(packets.Puback); ack.ReasonCode >= 0x80 {
-		t.Fatalf("commit refused: %#x %s", ack.ReasonCode, ack.Properties.ReasonString)
+	seek := func(body string) (int, string) {
+		req, err := http.NewRequest(http.MethodPost, "http://"+n.HTTPAddr().String()+"/api/v1/sinks/cloud/seek", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, bad := range []string{`{"stream":"default"}`, `{"stream":"nope","offset":5}`, `{"stream":"default","offset":999}`, `x`} {
+		if code, body := seek(bad); code < 400 {
+			t.Fatalf("seek %s: %d %s, want a refusal", bad, code, body)
+		}
+	}
+	if code, body := seek(`{"stream":"default","offset":5}`); code != http.StatusOK {
+		t.Fatalf("seek: %d %s", code, body)
 	}
 	sinktest.WaitFor(t, "offsets 5 to 19 again", time.Minute, func() bool { return len(col.Payloads()) >= 35 })
 	got := col.Payloads()

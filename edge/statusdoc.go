@@ -261,7 +261,7 @@ func (n *Node) alarms(sp logstore.SpaceStatus) []status.Alarm {
 		out = append(out, status.Alarm{ID: status.AlarmCorruptRecords, Severity: status.SeverityWarning,
 			Message: fmt.Sprintf("%.0f stored records failed their checksum since start (peat_log_corrupt_records_total; the log names stream and offset)", c)})
 	}
-	return out
+	return append(out, n.fileAlarms()...) // filemodes.go
 }
 
 // humanBytes is n as the status page writes sizes.

@@ -23,9 +23,14 @@
 // (MatchFilter); route.go the Router, a trie that routes a topic with a
 // few map lookups and no allocation. Router.Reach (Store.Reach) answers
 // the front-end's question "which streams can a subscription to this
-// filter receive from", exactly and from the filters alone: it routes one
-// witness topic per stream filter and length, and its doc comment proves
-// that no other topic reaches another stream. Shared subscriptions
+// filter receive from", exactly and from the filters alone: it routes a
+// witness topic per stream filter and length both can match, and its doc
+// comment proves that no other topic reaches another stream.
+// topicindex.go holds two tries on MatchFilter's rules for the
+// front-end: TopicSet (the topics a filter matches: retained messages)
+// and FilterIndex (the filters a topic matches: live subscriptions).
+// Every lookup here is linear in the topic's or filter's length. Shared
+// subscriptions
 // ($share/<name>/<filter>) are the front-end's business (mochi takes the
 // prefix off); a stream cannot capture one (Config.Validate).
 //

@@ -10,8 +10,8 @@ import (
 // Topic filters, as MQTT 3.1.1 and 5 define them (§4.7 in both): levels
 // separated by '/', '+' matching exactly one level and '#' the rest of the
 // topic, parent level included. This file holds the one validator and the
-// one matcher Peat has for them; routing (route.go) and every front-end
-// use these. Shared subscriptions ($share/<name>/<filter>) are not a filter
+// one matcher Peat has for them; routing (route.go), the indexes of many
+// topics or filters (topicindex.go) and every front-end follow these. Shared subscriptions ($share/<name>/<filter>) are not a filter
 // syntax here: the front-end takes the prefix off (mochi does, for
 // ordinary subscriptions), and a stream cannot capture one
 // (Config.Validate).

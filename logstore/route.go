@@ -156,10 +156,10 @@ const freshLevel = "\x00"
 // filter is routed to: the streams a subscription to filter can receive
 // from. filter must be valid (ValidateFilter).
 //
-// It is exact, and routes at most (number of filters) x N topics: for
+// It is exact, and routes a few witness topics per stream filter: for
 // each stream filter g and each length n from 1 to N (one more than the
-// levels of the longest filter, filter included), it builds the witness W(g, n): n
-// levels, each the literal filter has at that level, else the literal g
+// levels of the longest filter, filter included), the witness W(g, n) has
+// n levels, each the literal filter has at that level, else the literal g
 // has there, else freshLevel; when W matches both filter and g it is
 // routed, and its stream is reached. Why that finds every reached stream
 // and nothing else:
@@ -182,19 +182,24 @@ const freshLevel = "\x00"
 //     precedence order (one order for every topic, see Router): w wins W
 //     too, and W is routed to S.
 //
+// Most lengths need no witness (witnessLengths): only those both filter
+// and g can match, and, past the longest stream filter, one stands for
+// all (the stream filters match all of them alike). So a filter of L
+// levels costs O(L) per stream filter and length tried, not O(L^2).
+//
 // A witness is never the empty topic: n >= 1 and freshLevel is not empty,
 // and a one-level witness "" would need the filter "", which is invalid.
 func (r *Router) Reach(filter string) []int {
-	depth := max(r.depth, strings.Count(filter, "/")+1) + 1
 	flevels := strings.Split(filter, "/")
 	reached := map[int]bool{}
-	w := make([]string, 0, depth)
+	var w []string
 	for _, g := range r.filters {
 		if reached[g.stream] {
 			continue
 		}
 		glevels := strings.Split(g.filter, "/")
-		for n := 1; n <= depth; n++ {
+		lo, hi := r.witnessLengths(flevels, glevels)
+		for n := lo; n <= hi; n++ {
 			w = w[:0]
 			for i := range n {
 				w = append(w, witnessLevel(flevels, glevels, i))
@@ -214,6 +219,26 @@ func (r *Router) Reach(filter string) []int {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// witnessLengths returns the lengths of the witnesses of filters a and b
+// worth routing: those both can match (a filter ending in '#' matches
+// its levels before it and more, another exactly its levels), up to one
+// more than the longest stream filter or the shortest of them, whichever
+// is higher. Beyond that every witness routes as the last one does: a
+// stream filter shorter than the witness matches it only through its
+// '#', which does not look past its own levels.
+func (r *Router) witnessLengths(a, b []string) (lo, hi int) {
+	lo, hi = 1, int(^uint(0)>>1)
+	for _, f := range [2][]string{a, b} {
+		n := len(f)
+		if f[n-1] == "#" {
+			lo = max(lo, n-1)
+		} else {
+			lo, hi = max(lo, n), min(hi, n)
+		}
+	}
+	return lo, min(hi, max(lo, r.depth)+1)
 }
 
 // witnessLevel is level i of a witness for filters a and b: a's literal

@@ -50,13 +50,17 @@ type Access interface {
 	// $replay or $group subscription). An implementation answers at once
 	// for a filter that lies wholly inside an allowed one.
 	MayRead(filter, topic string) bool
+	// Tenancy says which groups, client ids and sessions are the
+	// client's (tenancy.go).
+	Tenancy
 }
 
-// Reasons of Denied: what the broker refused because of Auth.
+// Reasons of Denied: what the broker refused because of Auth, or a limit.
 const (
-	DeniedConnect   = "connect"   // bad credentials
-	DeniedPublish   = "publish"   // a publish the ACL refused
-	DeniedSubscribe = "subscribe" // a subscription no readable topic matches
+	DeniedConnect     = "connect"      // bad credentials
+	DeniedPublish     = "publish"      // a publish the ACL refused
+	DeniedSubscribe   = "subscribe"    // a subscription no readable topic matches
+	DeniedTopicLevels = "topic_levels" // a subscription deeper than max_topic_levels
 )
 
 // authHook is the mochi hook that asks Auth. The Access of a connection
@@ -66,6 +70,7 @@ type authHook struct {
 	auth    Auth
 	m       *Metrics
 	logs    *connLog
+	ten     *tenancy        // who owns a client id's session (tenancy.go)
 	backoff *loginBackoff   // backoff.go
 	done    <-chan struct{} // closed when the broker closes: logins stop waiting
 }
@@ -90,7 +95,7 @@ func (h *authHook) OnSubscribed(cl *mochi.Client, pk packets.Packet, reasonCodes
 			continue
 		}
 		f := pk.Filters[i].Filter
-		if f == "" || strings.HasPrefix(f, replayPrefix) || strings.HasPrefix(f, groupPrefix) {
+		if f == "" || strings.HasPrefix(f, replayPrefix) || strings.HasPrefix(f, groupPrefix) || strings.HasPrefix(f, offsetsPrefix) {
 			continue
 		}
 		// MQTT 3.1.1 has only 0x80 for every refusal: ask again.
@@ -114,6 +119,11 @@ func (h *authHook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.P
 		return pk
 	}
 	cc, _ := cl.Net.Conn.(*corkConn)
+	if cc != nil {
+		if pk, ok := tenancyConnack(cl, cc, pk); ok {
+			return pk
+		}
+	}
 	switch {
 	case cc != nil && cc.throttled.Load():
 		pk.ReasonCode = packets.ErrConnectionRateExceeded.Code // 3.1.1: 3 (connect.go)
@@ -156,6 +166,9 @@ func (h *authHook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bo
 		h.logs.denied(DeniedConnect, cl.ID, cl.Net.Remote, slog.String(attrUser, l.Username), slog.String(attrReason, why))
 		return false
 	}
+	if !h.admit(cl, cc, acc) { // tenancy.go
+		return false
+	}
 	// A last will is a publish made later on the client's behalf (ingest
 	// appends it without asking again): its topic is judged now.
 	if pk.Connect.WillFlag && !acc.MayPublish(pk.Connect.WillTopic) {
@@ -180,13 +193,13 @@ func (h *authHook) OnACLCheck(cl *mochi.Client, topic string, write bool) bool {
 	switch {
 	case acc == nil:
 	case write:
-		ok = acc.MayPublish(topic)
+		ok = mayPublishTopic(acc, topic)
 		if !ok {
 			h.m.Denied.WithLabelValues(DeniedPublish).Inc()
 			h.logs.denied(DeniedPublish, cl.ID, cl.Net.Remote, slog.String(attrTopic, topic))
 		}
-	case strings.HasPrefix(topic, replayPrefix) || strings.HasPrefix(topic, groupPrefix):
-		// delivery answers: it checks the filter inside (prepareTap).
+	case strings.HasPrefix(topic, replayPrefix) || strings.HasPrefix(topic, groupPrefix) || strings.HasPrefix(topic, offsetsPrefix):
+		// delivery answers: it checks the filter inside, or the group (prepareTap).
 	default: // a subscription (refusals are counted in OnSubscribed) or a delivery
 		ok = mayReadFilter(acc, sharedFilter(topic)) // mochi asks with $share/<group>/ on
 	}
@@ -204,7 +217,7 @@ func mayPublishQuietly(acl mochi.Hook, cl *mochi.Client, topic string) bool {
 		return true
 	}
 	acc := accessOf(cl)
-	return acc != nil && acc.MayPublish(topic)
+	return acc != nil && mayPublishTopic(acc, topic)
 }
 
 // mayReadFilter is the answer OnACLCheck gave mochi for a subscription

@@ -34,12 +34,13 @@ func (a *testAuth) Authenticate(l Login) (Access, string, bool) {
 	if l.ClientID == a.refuse {
 		return nil, "refused by the test", false
 	}
-	return &testAccess{a: a, client: l.ClientID}, "", true
+	return &testAccess{a: a, client: l.ClientID, user: l.Username}, "", true
 }
 
 type testAccess struct {
 	a      *testAuth
 	client string
+	user   string
 }
 
 func (x *testAccess) decide(topic string, write bool) bool {
@@ -65,6 +66,17 @@ func (x *testAccess) MaySubscribe(filter string) bool {
 	}
 	return true
 }
+
+// Tenancy: a client is its user, or without one its client id; every
+// group is everyone's.
+func (x *testAccess) Identity() string {
+	if x.user != "" {
+		return "user:" + x.user
+	}
+	return "client:" + x.client
+}
+func (x *testAccess) MayUseClientID() bool               { return true }
+func (x *testAccess) MayGroup(group string, _ bool) bool { return true }
 
 func (x *testAccess) MayRead(filter, topic string) bool {
 	x.a.reads.Add(1)

@@ -118,7 +118,7 @@ func New(cfg Config, log Log) (*Broker, error) {
 	closing := make(chan struct{})
 	var ah mochi.Hook = new(auth.AllowHook)
 	if cfg.Auth != nil {
-		ah = &authHook{auth: cfg.Auth, m: m, logs: conns, done: closing,
+		ah = &authHook{auth: cfg.Auth, m: m, logs: conns, ten: &tenancy{srv: srv, ss: ss}, done: closing,
 			backoff: newLoginBackoff(cfg.LoginBackoff, cfg.MaxLoginBackoff)}
 	}
 	b := &Broker{

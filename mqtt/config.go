@@ -23,6 +23,10 @@ const (
 	DefaultBufferSize      = 2048    // socket read/write buffer per client
 	DefaultWritesPending   = 64      // mochi's outbound channel per client (only non-log traffic uses it)
 	DefaultMaxSessionHours = 24 * 7
+	// DefaultMaxTopicLevels bounds the levels of topic names and filters,
+	// as peer brokers do: deep enough for any device's naming, shallow
+	// enough that no topic's matching costs more than a few microseconds.
+	DefaultMaxTopicLevels = 128
 	// DefaultTopicAliases is how many topic aliases Peat uses toward an MQTT
 	// 5 client that offers them: enough for the handful of topics a device
 	// or dashboard follows at a time to go by alias, at about 2 KB per
@@ -96,6 +100,12 @@ type Config struct {
 	// Maximum announced to clients for their publishes. 0 sends every
 	// topic in full and accepts no alias.
 	TopicAliases int
+	// MaxTopicLevels bounds the levels of a topic name or filter: a deeper
+	// filter is refused in the SUBACK (MQTT 5: 0x8F with a reason string;
+	// MQTT 3.1.1: 0x80), a deeper publish like any refused publish (MQTT 5
+	// QoS 1/2: 0x90 with a reason string; QoS 0 dropped; MQTT 3.1.1:
+	// disconnected). Matching costs time in proportion to depth.
+	MaxTopicLevels int
 
 	// ConnectTimeout is how long a new connection has to send a complete
 	// CONNECT; then it is closed. Until CONNECT, a connection has no
@@ -158,6 +168,7 @@ func DefaultConfig() Config {
 		BufferSize:     DefaultBufferSize,
 		WritesPending:  DefaultWritesPending,
 		TopicAliases:   DefaultTopicAliases,
+		MaxTopicLevels: DefaultMaxTopicLevels,
 		GroupStart:     "earliest",
 
 		ConnectTimeout:        DefaultConnectTimeout,
@@ -194,6 +205,7 @@ func (c Config) Validate() error {
 		{"max_connect_bytes", c.MaxConnectSize},
 		{"max_pending_connections", c.MaxPendingConnections},
 		{"max_pending_per_address", c.MaxPendingPerAddress},
+		{"max_topic_levels", c.MaxTopicLevels},
 	}
 	for _, p := range positive {
 		if p.v <= 0 {
@@ -219,6 +231,9 @@ func (c Config) Validate() error {
 	}
 	if c.SendWindow > 65535 {
 		errs = append(errs, fmt.Errorf("send_window: at most 65535 (MQTT packet identifiers), got %d", c.SendWindow))
+	}
+	if c.MaxTopicLevels > 32768 {
+		errs = append(errs, fmt.Errorf("max_topic_levels: at most 32768 (levels of a 65535-byte topic), got %d", c.MaxTopicLevels))
 	}
 	if c.MaxPayload > 268435455 {
 		errs = append(errs, fmt.Errorf("max_payload: at most 268435455 (the MQTT limit), got %d", c.MaxPayload))

@@ -1,7 +1,9 @@
 package mqtt
 
 import (
+	"bytes"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/mochi-mqtt/server/v2/packets"
 )
@@ -253,10 +255,8 @@ func (f *framer) bigConnectBody(b []byte, i int) (int, *refusal) {
 // An empty one is checked with the properties (a Topic Alias may stand
 // for it).
 func checkTopicText(topic []byte, v5 bool) *refusal {
-	c := packetCheck{b: append([]byte{byte(len(topic) >> 8), byte(len(topic))}, topic...)}
-	c.string("topic name")
-	if c.ref != nil {
-		return c.ref
+	if !utf8.Valid(topic) || bytes.IndexByte(topic, 0) >= 0 {
+		return malformed("topic name is not valid UTF-8")
 	}
 	if len(topic) == 0 {
 		if !v5 {

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
 )
 
 // corkLimit is how many bytes a corked connection holds before it writes
@@ -29,6 +30,9 @@ type corkConn struct {
 	willDenied atomic.Bool
 	// throttled: the login backoff refused the CONNECT unchecked (backoff.go).
 	throttled atomic.Bool
+	// refusal: Auth let the client in, but not with this client id
+	// (tenancy.go); its CONNACK's code and reason string.
+	refusal atomic.Pointer[packets.Code]
 	// sessionEnded: the session this connection took over ended with the
 	// connection it took over (sessions_takeover.go).
 	sessionEnded atomic.Bool

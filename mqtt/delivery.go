@@ -88,6 +88,7 @@ type delivery struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup // readers, senders, cursors and taps
 	stateDone chan struct{}  // closed when the state writer has written its last
+	subs      *subIndex      // the connections' subscriptions (delivery_match.go)
 	closed    sync.Once
 
 	mu struct {
@@ -130,6 +131,7 @@ func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slo
 		dropDenied:    m.Dropped.WithLabelValues(ReasonNotAuthorized),
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
+	d.subs = newSubIndex()
 	d.mu.clients = map[*mochi.Client]*deliveryClient{}
 	d.mu.byName = map[string]*deliveryReader{}
 	d.retained = newRetainedSet(srv, log.State(), logger.With(slog.String(attrPart, "retained")))
@@ -245,6 +247,7 @@ func (d *delivery) Close() {
 // goes out without it, as it does for MQTT 3 clients.
 func (d *delivery) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	cl.State.Inflight.ResetSendQuota(0)
+	d.indexSession(cl) // delivery_match.go
 	d.sessions.establish(cl)
 	if cl.State.Subscriptions.Len() > 0 {
 		if c := d.attach(cl); c != nil {
@@ -306,6 +309,7 @@ func (d *delivery) StoredSubscriptions() ([]storage.Subscription, error) {
 // a subscription that gets retained messages starts where its snapshot of
 // them was taken (delivery_retained.go).
 func (d *delivery) OnSubscribed(cl *mochi.Client, pk packets.Packet, reasonCodes []byte) {
+	d.indexSubscribed(cl, pk, reasonCodes) // delivery_match.go
 	if c := d.client(cl); c != nil {
 		d.onSubscribedTaps(c, pk, reasonCodes)
 	}
@@ -365,6 +369,7 @@ func (d *delivery) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
 		}
 		c.countUnsent()
 	}
+	d.subs.removeConn(cl)
 	d.sessions.disconnected(cl, expire)
 }
 

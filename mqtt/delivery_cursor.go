@@ -123,7 +123,7 @@ func (r *deliveryReader) runClientCursor(m *deliveryMember, from uint64) {
 	defer r.d.wg.Done()
 	c := m.c
 	placeOne := func(rec *logstore.Record) error {
-		sub, ok := r.d.srv.Topics.Subscribers(rec.Topic).Subscriptions[c.id]
+		sub, ok := r.d.subs.subscribers(r.stream.Name(), rec).Subscriptions[c.id]
 		if !ok || c.gated.Load() && !c.passesGates(r.stream.Name(), rec) {
 			return nil
 		}
@@ -216,7 +216,7 @@ func (r *deliveryReader) runGroupCursor(g *deliveryGroup, from uint64) {
 // placeShared gives rec to one connected member of g, waiting for room when
 // every member's queue is full.
 func (r *deliveryReader) placeShared(g *deliveryGroup, rec *logstore.Record) error {
-	shared := r.d.srv.Topics.Subscribers(rec.Topic).Shared[g.key]
+	shared := r.d.subs.subscribers(r.stream.Name(), rec).Shared[g.key]
 	if len(shared) == 0 {
 		return nil
 	}

@@ -212,7 +212,7 @@ func (r *deliveryReader) truncatedLocked(end uint64) {
 
 // dispatchLocked offers rec to every live member and group it matches.
 func (r *deliveryReader) dispatchLocked(rec *logstore.Record) {
-	subs := r.d.srv.Topics.Subscribers(rec.Topic)
+	subs := r.d.subs.subscribers(r.stream.Name(), rec)
 	for id, sub := range subs.Subscriptions {
 		m := r.mu.members[id]
 		if m == nil || !m.live || rec.Offset < m.start {

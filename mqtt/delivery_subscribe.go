@@ -44,16 +44,22 @@ const (
 	subackNotAuthorized = 0x87
 )
 
-// OnSubscribe prepares the extension filters of a SUBSCRIBE.
+// OnSubscribe refuses the filters deeper than Config.MaxTopicLevels and
+// prepares the extension filters of a SUBSCRIBE.
 func (d *delivery) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Packet {
 	var plan *subackPlan
 	var c *deliveryClient
 	now := time.Now()
 	for i := range pk.Filters {
 		sub := pk.Filters[i]
-		ext, err := parseExtension(sub.Filter, now)
-		if err == nil && ext.kind == extNone {
-			continue
+		deep := tooDeep(sub.Filter, d.cfg.MaxTopicLevels)
+		var ext extFilter
+		var err error
+		if !deep {
+			ext, err = parseExtension(sub.Filter, now)
+			if err == nil && ext.kind == extNone {
+				continue
+			}
 		}
 		if plan == nil {
 			plan = &subackPlan{taps: map[int]*tap{}, refused: map[int]*tapError{}}
@@ -62,6 +68,10 @@ func (d *delivery) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Pack
 		var t *tap
 		var refusal *tapError
 		switch {
+		case deep: // before mochi indexes it (topiclevels.go)
+			d.m.Denied.WithLabelValues(DeniedTopicLevels).Inc()
+			refusal = &tapError{code: subackInvalid, reason: topicLevelsReason("topic filter", d.cfg.MaxTopicLevels)}
+			sub.Filter = fmt.Sprintf("%.64s...", sub.Filter) // for the log line
 		case c == nil:
 			refusal = &tapError{code: subackNotAccepted, reason: "broker shutting down"}
 		case err != nil:
@@ -72,7 +82,7 @@ func (d *delivery) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Pack
 		if refusal != nil {
 			plan.refused[i] = refusal
 			pk.Filters[i].Filter = "" // mochi refuses it without touching its index
-			d.logger.Info("delivery: extension subscription refused", attrClient, cl.ID,
+			d.logger.Info("delivery: subscription refused", attrClient, cl.ID,
 				attrFilter, sub.Filter, attrReason, refusal.reason)
 			continue
 		}
@@ -100,6 +110,9 @@ func (d *delivery) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Pack
 // is refused. resume is set for a subscription a durable session had: a
 // $replay goes on from where the client got to, not from <from> again.
 func (d *delivery) prepareTap(c *deliveryClient, sub packets.Subscription, ext extFilter, resume bool) (*tap, *tapError) {
+	if refusal := d.groupRefusal(c, ext); refusal != nil { // tenancy.go
+		return nil, refusal
+	}
 	t := newTap(c, sub, ext)
 	if ext.kind == extOffsets {
 		if d.reader(ext.stream) == nil {
@@ -303,6 +316,9 @@ func (d *delivery) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
 		}
 		d.sessions.unsubscribed(cl.ID, filters)
 	}
+	for _, f := range pk.Filters {
+		d.subs.remove(cl, f.Filter)
+	}
 	c := d.client(cl)
 	if c == nil {
 		return
@@ -355,11 +371,13 @@ func (d *delivery) canRead(cl *mochi.Client, filter string) bool {
 	return acc != nil && acc.MaySubscribe(filter)
 }
 
-// OnACLCheck lets $replay/ and $group/ subscriptions through mochi's own
-// check of the whole filter: OnSubscribe checks the filter inside them,
-// over the original topics, which is what an ACL is written for.
+// OnACLCheck lets $replay/, $group/ and $offsets/ subscriptions through
+// mochi's own check of the whole filter: OnSubscribe checks the filter
+// inside them, over the original topics, which is what an ACL is written
+// for, and the group's rules (tenancy.go).
 func (d *delivery) OnACLCheck(_ *mochi.Client, topic string, write bool) bool {
-	return !write && (strings.HasPrefix(topic, replayPrefix) || strings.HasPrefix(topic, groupPrefix))
+	return !write && (strings.HasPrefix(topic, replayPrefix) || strings.HasPrefix(topic, groupPrefix) ||
+		strings.HasPrefix(topic, offsetsPrefix))
 }
 
 // reader returns the shared reader of the named stream, or nil.

@@ -56,6 +56,31 @@
 // a delayed will of an uncaptured topic whose connection had already
 // ended when the rules changed is in mochi's queue, out of reach.
 //
+// # Tenancy (tenancy.go)
+//
+// Groups and sessions belong to someone. $group/<name>/... needs the
+// rights to read and write group <name> (Access.MayGroup), and
+// $offsets/<group>/<stream> to read it (subscribe) or write it (commit);
+// topic rules do not decide them. The group is checked before its
+// consumer is looked at, so a refusal (0x87 with a reason string) never
+// names another user's client. Groups whose names start with $ (sinks'
+// $sink.<name>) are Peat's own: no MQTT client reaches them, with Auth or
+// without; the node moves them with Broker.CommitGroup. A CONNECT whose
+// client id the client-id rules refuse gets 0x85 (3.1.1: 2), counted as
+// denied{reason="client_id"}. A persistent session records the identity
+// that made it (Access.Identity: the user, by password or certificate);
+// a CONNECT from another identity with its client id, or with the id of
+// any live connection of another identity, is refused in
+// OnConnectAuthenticate, before mochi looks at the session: CONNACK 0x87
+// (3.1.1: 5), counted as denied{reason="session"}; the session is neither
+// resumed nor ended, and the owner's connection stays. In a site the
+// owner is read from the site's stored session. A session stored without
+// an owner (by a Peat before owners, or one run without Auth) is adopted
+// by the first identity that connects to it. Known limit: in a site, a
+// clean connection (nothing stored) on another broker has no recorded
+// owner there, so another identity's persistent CONNECT on this broker
+// can still take that client id over.
+//
 // # Ingest (ingest.go, ingest_conn.go, will.go)
 //
 // mochi acks a QoS 1/2 publish as soon as OnPublish returns. Peat acks only
@@ -130,7 +155,10 @@
 // (delivery_retained.go), each retained record once: among them or live,
 // never both, never neither, and before the live records. Per stream the
 // subscription's live records start at the committed offset in
-// OnSubscribed, and its retained messages are a snapshot that the
+// OnSubscribed (its start, kept with it in delivery's subscription
+// index, so a record acked before the SUBSCRIBE that the shared reader
+// dispatches later is no live message for it), and its retained messages
+// are a snapshot that the
 // follower hands over once it has applied exactly the records below that
 // offset (on a busy node, or a follower replica whose log just advanced,
 // the subscriber waits for it: a retained record acknowledged before the
@@ -191,7 +219,10 @@
 // CONNACK or DISCONNECT with the reason code (0x81 malformed, 0x82 protocol
 // error, 0x90 a wildcard in a topic name) and a reason string, an MQTT
 // 3.1.1 client is disconnected; each is counted in
-// peat_mqtt_closed_connections_total{reason}. The packets mochi handled
+// peat_mqtt_closed_connections_total{reason}. Peat does no MQTT 5
+// enhanced authentication: a CONNECT naming an Authentication Method gets
+// CONNACK 0x8C (bad_auth_method) rather than mochi's success, which would
+// leave the client believing its method ran. The packets mochi handled
 // before it are answered first. FuzzPacketCheck decodes whatever the
 // checks let through with mochi's decoders; FuzzIngress sends a real node
 // any bytes after a CONNECT.
@@ -238,10 +269,15 @@
 // stacks take about 20 MB, the floor under the broker's RSS for that load
 // (make bench-memory).
 //
-// # Delivery (delivery.go, delivery_reader.go, delivery_cursor.go)
+// # Delivery (delivery.go, delivery_reader.go, delivery_cursor.go, delivery_match.go)
 //
 // Live subscribers of a stream share one reader, so the cost of a record
-// is one log read however many subscribers there are. A QoS 1 subscriber
+// is one log read however many subscribers there are. Which connections a
+// record goes to comes from delivery's own index of their subscriptions
+// (logstore.FilterIndex), not mochi's topic index, which lets '#' miss the
+// parent level after '+': routing, ACLs, retained and live delivery
+// match by the same rules (logstore.MatchFilter). mochi's index still
+// serves topics no stream captures. A QoS 1 subscriber
 // that cannot keep up never loses a message and never grows the broker's
 // memory: when its queue is full it leaves the shared reader, reads the log
 // from the first record it missed with its own cursor, and rejoins when it
@@ -344,7 +380,15 @@
 // no broker holds, is adopted by one broker of the site, which expires
 // it (sessions_orphans.go).
 //
+// Topic names and filters have at most Config.MaxTopicLevels levels
+// (topiclevels.go): a deeper filter is refused in OnSubscribe, before
+// mochi's index (which parses each level from the start) or any matcher
+// sees it, a deeper publish in ingest, captured or not; counted in
+// peat_mqtt_denied_total and peat_mqtt_refused_messages_total
+// {reason="topic_levels"}.
+//
 // Publishes to $replay/... and $group/... are refused: those topics belong
 // to the replay protocol; a publish to $offsets/<group>/<stream> commits
-// the group's offset. Malformed packets disconnect that client only.
+// the group's offset (with the right to write the group; never for a $
+// group). Malformed packets disconnect that client only.
 package mqtt

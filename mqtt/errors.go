@@ -63,4 +63,7 @@ var (
 	// ErrTooManyPendingFromAddress: more connections from one source
 	// awaiting their CONNACK than Config.MaxPendingPerAddress.
 	ErrTooManyPendingFromAddress = errors.New("mqtt: too many connections from one address awaiting CONNACK")
+	// ErrBadAuthMethod: an MQTT 5 CONNECT asking for enhanced
+	// authentication (an Authentication Method), which Peat does not do.
+	ErrBadAuthMethod = errors.New("mqtt: authentication method not supported")
 )

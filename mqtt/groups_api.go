@@ -7,11 +7,13 @@ import (
 
 // Consumer groups for consumers inside the node, such as upstream sinks,
 // which read the log directly rather than over MQTT: their positions are
-// groups like any other, visible and movable through $offsets/<group>/<stream>.
+// groups like any other, but named with a leading $ (such as $sink.cloud),
+// which keeps them out of MQTT clients' reach (tenancy.go).
 
 // GroupOffset returns group's durable committed offset in stream (ok is
 // false while it has none) and a channel closed when that changes: by a
-// commit here, a publish to $offsets/<group>/<stream>, or the stream's
+// commit here, a publish to $offsets/<group>/<stream> (not for a $
+// group), or the stream's
 // state moving to this node.
 func (b *Broker) GroupOffset(group, stream string) (off uint64, ok bool, changed <-chan struct{}) {
 	return b.deliv.groups.watch(groupKey{group: group, stream: stream})

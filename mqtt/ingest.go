@@ -253,6 +253,8 @@ func (h *ingest) early(cl *mochi.Client, pk *packets.Packet) (bool, error) {
 	switch {
 	case !owned:
 		return false, nil // mochi's, unchanged
+	case st == nil && tooDeep(pk.TopicName, h.cfg.MaxTopicLevels):
+		return true, h.routePublish(h.conn(cl), pk, nil) // refused before any matching
 	case strings.HasPrefix(pk.TopicName, mochi.SysPrefix):
 		// mochi would drop it with no answer; a QoS 1/2 publish must get
 		// one [MQTT-4.3.2-4]: the refusal, whatever the ACL says.
@@ -290,9 +292,9 @@ func messageExpiry(maxInterval, interval int64) int64 {
 
 // owner returns the stream that captures topic, and whether ingest takes
 // publishes to topic at all: a stream captures it, or it is one of the
-// replay protocol's (then the stream is nil).
+// replay protocol's, or too deep to route (then the stream is nil).
 func (h *ingest) owner(topic string) (Stream, bool) {
-	if strings.HasPrefix(topic, offsetsPrefix) || reservedTopic(topic) {
+	if strings.HasPrefix(topic, offsetsPrefix) || reservedTopic(topic) || tooDeep(topic, h.cfg.MaxTopicLevels) {
 		return nil, true
 	}
 	st := h.log.Route(topic)
@@ -342,7 +344,7 @@ func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 }
 
 // routePublish appends pk to st, the stream owner found for it, or, when st is nil
-// (a topic of the replay protocol), commits a consumer group's offset or
+// (a topic of the replay protocol, or one too deep), commits a consumer group's offset or
 // refuses the publish. Its answer, if any, comes from c's ack drainer.
 //
 // An MQTT 5 client may have at most Window QoS 1/2 publishes unanswered
@@ -357,6 +359,8 @@ func (h *ingest) routePublish(c *ingestConn, pk *packets.Packet, st Stream) erro
 		return packets.ErrReceiveMaximum
 	}
 	switch {
+	case tooDeep(pk.TopicName, h.cfg.MaxTopicLevels):
+		c.refuse(pk, codeTopicLevels(h.cfg.MaxTopicLevels), ReasonTopicLevels)
 	case st != nil && isMirror(st):
 		c.refuse(pk, codeMirror, ReasonMirror)
 	case st != nil && len(pk.Payload) > h.cfg.MaxPayload:

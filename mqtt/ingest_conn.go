@@ -154,6 +154,10 @@ func (c *ingestConn) commitOffset(pk *packets.Packet) {
 		c.refuse(pk, packets.Code{Code: packets.ErrTopicNameInvalid.Code, Reason: err.Error()}, ReasonBadCommit)
 		return
 	}
+	if reservedGroup(ext.group) { // tenancy.go; with Auth, the ACL check refused it already
+		c.refuse(pk, packets.Code{Code: packets.ErrNotAuthorized.Code, Reason: reservedGroupReason(ext.group)}, ReasonNotAuthorized)
+		return
+	}
 	off, notice, err := commitOffsetOf(pk.Payload, st) // groups.go: what is refused, what is clamped, and why
 	if err != nil {
 		c.refuse(pk, packets.Code{Code: codeBadOffset.Code, Reason: err.Error()}, ReasonBadCommit)

@@ -36,7 +36,8 @@ type Listener struct {
 	// AllowedOrigins are the browser origins ("https://hmi.site:8443") a
 	// WebSocket listener accepts; "*" accepts any. A request without an
 	// Origin header (not a browser) is accepted; with an empty list only
-	// a page of the listener's own origin is (the Host header's).
+	// a page of the listener's own origin is (https for wss, http for
+	// ws, and the Host header's host:port).
 	AllowedOrigins []string
 }
 

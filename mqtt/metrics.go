@@ -12,7 +12,7 @@ type Metrics struct {
 	CursorCatchup prometheus.Counter     // peat_mqtt_subscriber_fallbacks_total: subscribers that left the shared reader for their own cursor
 	StartAdjusted prometheus.Counter     // peat_mqtt_replay_start_adjusted_total: replays and groups started elsewhere than asked (below the log start)
 	Closed        *prometheus.CounterVec // peat_mqtt_closed_connections_total{reason}: connections refused or disconnected on purpose
-	Denied        *prometheus.CounterVec // peat_mqtt_denied_total{reason}: what Auth refused (connect, publish, subscribe, revoked)
+	Denied        *prometheus.CounterVec // peat_mqtt_denied_total{reason}: what Auth refused (connect, publish, subscribe, revoked, throttled), and filters deeper than max_topic_levels
 	// SessionsExpired: durable sessions this broker ended because their
 	// expiry ran out; SessionsAdopted: sessions it took over, in a site,
 	// from a broker that failed, left or restarted (sessions_orphans.go).
@@ -39,6 +39,7 @@ const (
 	ReasonReadOnly     = "reserved_topic" // a publish to a reserved topic
 	ReasonBadCommit    = "bad_commit"     // a publish to $offsets/<group>/<stream> that is not a valid commit
 	ReasonMirror       = "mirror"         // a publish routed to a mirror stream, which only its source writes (edge/mirror)
+	ReasonTopicLevels  = "topic_levels"   // a topic name deeper than max_topic_levels
 	ReasonExpired      = "expired"        // a record whose Message Expiry Interval passed before it was sent (expiry.go)
 	// ReasonNotAuthorized: a record a subscription matched that the
 	// subscriber's ACL does not let it read (a subscription to # beside a
@@ -65,12 +66,15 @@ const (
 	// ReasonWebSocketHandshake: a connection to a WebSocket listener that
 	// is no WebSocket upgrade (answered 400).
 	ReasonWebSocketHandshake = "websocket_handshake"
+	// ReasonBadAuthMethod: an MQTT 5 CONNECT naming an Authentication
+	// Method; Peat supports none (CONNACK 0x8C).
+	ReasonBadAuthMethod = "bad_auth_method"
 )
 
 // closeReasons are the reasons of Closed, shown at 0 from the start.
 var closeReasons = []string{ReasonConnectTimeout, ReasonConnectTooLarge, ReasonTooManyPending, ReasonTooManyPendingFromAddress,
 	ReasonPacketTooLarge, ReasonTopicInvalid, ReasonMalformed, ReasonReceiveMaximum, ReasonTLSHandshake,
-	ReasonWebSocketOrigin, ReasonWebSocketHandshake}
+	ReasonWebSocketOrigin, ReasonWebSocketHandshake, ReasonBadAuthMethod}
 
 // NewMetrics creates the collectors and registers them with reg when reg is
 // not nil.
@@ -101,7 +105,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "peat_mqtt_closed_connections_total", Help: "Connections the broker refused or disconnected on purpose (before CONNECT, or for a protocol error), by reason.",
 		}, []string{"reason"}),
 		Denied: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "peat_mqtt_denied_total", Help: "CONNECTs, publishes and subscriptions refused by authentication or the ACL, by reason.",
+			Name: "peat_mqtt_denied_total", Help: "CONNECTs, publishes and subscriptions refused by authentication, the ACL or max_topic_levels, by reason.",
 		}, []string{"reason"}),
 		SessionsExpired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "peat_mqtt_sessions_expired_total", Help: "Durable sessions this broker ended because their expiry ran out.",
@@ -124,13 +128,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	// Known reasons show at 0 from the start, so a dashboard or alert sees
 	// the series before the first refusal.
-	for _, r := range []string{ReasonTooLarge, ReasonStoreFailed, ReasonReadOnly, ReasonBadCommit} {
+	for _, r := range []string{ReasonTooLarge, ReasonStoreFailed, ReasonReadOnly, ReasonBadCommit, ReasonTopicLevels} {
 		m.Refused.WithLabelValues(r)
 	}
 	for _, r := range closeReasons {
 		m.Closed.WithLabelValues(r)
 	}
-	for _, r := range []string{DeniedConnect, DeniedPublish, DeniedSubscribe, DeniedRevoked, DeniedThrottled} {
+	for _, r := range []string{DeniedConnect, DeniedPublish, DeniedSubscribe, DeniedTopicLevels, DeniedRevoked, DeniedThrottled} {
 		m.Denied.WithLabelValues(r)
 	}
 	if reg != nil {

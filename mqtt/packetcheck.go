@@ -80,11 +80,17 @@ func (c *packetCheck) uint32(what string) uint32 {
 }
 
 // binary reads MQTT Binary Data: a two-byte length and that many bytes.
+// Names are put together only for a refusal: this runs for every PUBLISH.
 func (c *packetCheck) binary(what string) []byte {
-	n := int(c.uint16(what + " length"))
 	if c.ref != nil {
 		return nil
 	}
+	if c.left() < 2 {
+		c.malformed("%s length missing", what)
+		return nil
+	}
+	n := int(binary.BigEndian.Uint16(c.b[c.off:]))
+	c.off += 2
 	if c.left() < n {
 		c.malformed("%s runs past the packet", what)
 		return nil
@@ -190,7 +196,7 @@ type props struct {
 // its range, and the list ending exactly at its announced length.
 func (c *packetCheck) properties(where int, pkt string) props {
 	var p props
-	n := c.varint(pkt + " property length")
+	n := c.varint("property length")
 	if c.ref != nil {
 		return p
 	}
@@ -266,7 +272,7 @@ func checkTopicName(s []byte, what string) *refusal {
 	switch {
 	case len(s) == 0:
 		return protocolError(what + " is empty")
-	case bytes.ContainsAny(s, "+#"):
+	case bytes.IndexByte(s, '+') >= 0 || bytes.IndexByte(s, '#') >= 0:
 		return &refusal{
 			err:    fmt.Errorf("%w: %s %q", ErrTopicInvalid, what, s),
 			reason: ReasonTopicInvalid,

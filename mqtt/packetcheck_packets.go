@@ -84,8 +84,13 @@ func checkConnect(b []byte) (byte, *refusal) {
 	}
 	c.uint16("keep alive")
 	if c.v5 {
-		if p := c.properties(inConnect, "CONNECT"); c.ref == nil && p.authData && !p.authMethod {
+		switch p := c.properties(inConnect, "CONNECT"); {
+		case c.ref != nil:
+		case p.authData && !p.authMethod:
 			c.protocol("Authentication Data without an Authentication Method")
+		case p.authMethod: // Peat does no enhanced authentication [MQTT-4.12.0-1]
+			c.fail(&refusal{err: ErrBadAuthMethod, reason: ReasonBadAuthMethod, code: packets.Code{
+				Code: packets.ErrBadAuthenticationMethod.Code, Reason: "no authentication method is supported: use a user name and password"}})
 		}
 	}
 	c.string("client identifier")
@@ -192,8 +197,14 @@ func checkDisconnect(b []byte, v5 bool) *refusal {
 
 // packetID reads a packet identifier, which is never 0 [MQTT-2.2.1-3].
 func (c *packetCheck) packetID(pkt string) {
-	if id := c.uint16(pkt + " packet identifier"); c.ref == nil && id == 0 {
+	switch {
+	case c.ref != nil:
+	case c.left() < 2:
+		c.malformed("%s packet identifier missing", pkt)
+	case c.b[c.off] == 0 && c.b[c.off+1] == 0:
 		c.protocol("%s packet identifier 0", pkt)
+	default:
+		c.off += 2
 	}
 }
 
@@ -259,10 +270,11 @@ type aliasTable struct {
 }
 
 // checkPublish checks a PUBLISH's variable header (topic name, packet
-// identifier, properties), b, and registers a topic alias it sets.
+// identifier, properties), b, and registers a topic alias it sets. The
+// topic name's text was checked as it arrived (checkTopicText).
 func checkPublish(b []byte, qos byte, v5 bool, aliases *aliasTable) *refusal {
 	c := packetCheck{b: b, v5: v5}
-	topic := c.string("topic name")
+	topic := c.binary("topic name")
 	if qos > 0 {
 		c.packetID("PUBLISH")
 	}
@@ -294,5 +306,8 @@ func checkPublish(b []byte, qos byte, v5 bool, aliases *aliasTable) *refusal {
 		}
 		aliases.set[p.topicAlias] = struct{}{}
 	}
-	return checkTopicName(topic, "topic name")
+	if len(topic) == 0 && !p.hasAlias {
+		return protocolError("topic name is empty and no Topic Alias stands for it") // [MQTT-3.3.2-1]
+	}
+	return nil
 }

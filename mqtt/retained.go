@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 
 	mochi "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/peatmq/peat/logstore"
 )
@@ -72,10 +71,6 @@ type retainedSnapshot struct {
 	recs           []*logstore.Record // in no particular order (one per topic)
 }
 
-// retainedMark is the payload of the entries of index: mochi's index keeps
-// a topic only while its payload is not empty.
-var retainedMark = []byte{1}
-
 // retainedSet is the broker's view of which record set each captured
 // topic's retained message.
 type retainedSet struct {
@@ -86,8 +81,8 @@ type retainedSet struct {
 	mu struct {
 		sync.Mutex
 		topics  map[string]retainedEntry
-		index   *mochi.TopicsIndex // the topics of topics, to match filters
-		applied map[string]uint64  // per stream: the follower has applied every record below it
+		index   logstore.TopicSet // the topics of topics, to match filters
+		applied map[string]uint64 // per stream: the follower has applied every record below it
 		waiting map[string][]*retainedSnapshot
 	}
 }
@@ -95,7 +90,6 @@ type retainedSet struct {
 func newRetainedSet(srv *mochi.Server, st StateStore, logger *slog.Logger) *retainedSet {
 	rs := &retainedSet{srv: srv, st: st, logger: logger}
 	rs.mu.topics = map[string]retainedEntry{}
-	rs.mu.index = mochi.NewTopicsIndex()
 	rs.mu.applied = map[string]uint64{}
 	rs.mu.waiting = map[string][]*retainedSnapshot{}
 	return rs
@@ -124,11 +118,11 @@ func (rs *retainedSet) snapshot(s Stream, filter string) *retainedSnapshot {
 
 // serveLocked fills snap from the set as it stands and hands it over.
 func (rs *retainedSet) serveLocked(snap *retainedSnapshot) {
-	for _, pk := range rs.mu.index.Messages(snap.filter) {
-		if e, ok := rs.mu.topics[pk.TopicName]; ok && e.stream == snap.stream {
+	rs.mu.index.Match(snap.filter, func(topic string) {
+		if e, ok := rs.mu.topics[topic]; ok && e.stream == snap.stream {
 			snap.recs = append(snap.recs, e.rec)
 		}
-	}
+	})
 	close(snap.ready)
 }
 
@@ -158,18 +152,14 @@ func (rs *retainedSet) serveBelowLocked(stream string, off uint64) {
 // setLocked makes rec, of stream, its topic's retained message.
 func (rs *retainedSet) setLocked(stream string, rec *logstore.Record) {
 	rs.mu.topics[rec.Topic] = retainedEntry{stream: stream, offset: rec.Offset, rec: retainedCopy(rec)}
-	rs.mu.index.RetainMessage(packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: true},
-		TopicName:   rec.Topic,
-		Payload:     retainedMark,
-	})
+	rs.mu.index.Add(rec.Topic)
 	rs.countLocked()
 }
 
 // clearLocked removes topic's retained message.
 func (rs *retainedSet) clearLocked(topic string) {
 	delete(rs.mu.topics, topic)
-	rs.mu.index.RetainMessage(packets.Packet{TopicName: topic})
+	rs.mu.index.Remove(topic)
 	rs.countLocked()
 }
 

@@ -23,11 +23,11 @@ func setPayloads(rs *retainedSet, filter string) []string {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	var out []string
-	for _, pk := range rs.mu.index.Messages(filter) {
-		if e, ok := rs.mu.topics[pk.TopicName]; ok {
+	rs.mu.index.Match(filter, func(topic string) {
+		if e, ok := rs.mu.topics[topic]; ok {
 			out = append(out, string(e.rec.Payload))
 		}
-	}
+	})
 	return out
 }
 

@@ -96,14 +96,18 @@ type sessionSub struct {
 
 // session is one durable session.
 type session struct {
-	ProtocolVersion byte                  `msgpack:"v"`
-	Username        []byte                `msgpack:"u,omitempty"`
-	Listener        string                `msgpack:"l,omitempty"`
-	Clean           bool                  `msgpack:"c,omitempty"`
-	Expiry          uint32                `msgpack:"e,omitempty"`
-	ExpiryFlag      bool                  `msgpack:"ef,omitempty"`
-	ReceiveMaximum  uint16                `msgpack:"rm,omitempty"`
-	Subs            map[string]sessionSub `msgpack:"s"`
+	ProtocolVersion byte   `msgpack:"v"`
+	Username        []byte `msgpack:"u,omitempty"`
+	// Owner is the identity that made the session (Tenancy.Identity):
+	// no other may connect with its client id. "" for a session stored
+	// without Auth or by an older Peat: the next identity adopts it.
+	Owner          string                `msgpack:"ow,omitempty"`
+	Listener       string                `msgpack:"l,omitempty"`
+	Clean          bool                  `msgpack:"c,omitempty"`
+	Expiry         uint32                `msgpack:"e,omitempty"`
+	ExpiryFlag     bool                  `msgpack:"ef,omitempty"`
+	ReceiveMaximum uint16                `msgpack:"rm,omitempty"`
+	Subs           map[string]sessionSub `msgpack:"s"`
 	// Disconnected is when the session's last connection ended (unix
 	// seconds; 0 while connected): in a site, the broker the client
 	// reconnects to decides from it whether the session expired. For a
@@ -371,6 +375,9 @@ func (ss *sessions) establish(cl *mochi.Client) {
 	s.transient = !persistent(cl) // resumed, but it ends with this connection
 	s.ProtocolVersion = cl.Properties.ProtocolVersion
 	s.Username = cl.Properties.Username
+	if id := identityOf(cl); id != "" { // tenancy.go: admit refused other identities
+		s.Owner = id
+	}
 	s.Listener = cl.Net.Listener
 	s.Clean = cl.Properties.Clean
 	s.Expiry = cl.Properties.Props.SessionExpiryInterval

@@ -50,18 +50,24 @@ func newWSConfig(l Listener, bufferSize int) *wsConfig {
 	return c
 }
 
-// originAllowed reports whether a browser page at origin may connect.
-// A request without an Origin header does not come from a browser (which
-// always sends one on a WebSocket upgrade), so the check, which protects
-// browsers' users from other sites' pages, does not apply to it.
-func (c *wsConfig) originAllowed(r *http.Request) bool {
+// originAllowed reports whether a browser page at origin may connect to
+// a listener with TLS (wss) or without. A request without an Origin
+// header does not come from a browser (which always sends one on a
+// WebSocket upgrade), so the check, which protects browsers' users from
+// other sites' pages, does not apply to it. Same origin is the scheme
+// (https for wss, http for ws) and host:port.
+func (c *wsConfig) originAllowed(r *http.Request, isTLS bool) bool {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
 		return true
 	}
 	if len(c.origins) == 0 { // same origin only
+		scheme := "http"
+		if isTLS {
+			scheme = "https"
+		}
 		u, err := url.Parse(origin)
-		return err == nil && strings.EqualFold(u.Host, r.Host)
+		return err == nil && strings.EqualFold(u.Scheme, scheme) && strings.EqualFold(u.Host, r.Host)
 	}
 	return slices.Contains(c.origins, "*") || slices.Contains(c.origins, strings.ToLower(origin))
 }
@@ -159,7 +165,7 @@ func (c *wsConn) upgrade(cfg *wsConfig, deadline time.Time, count func(reason st
 		}
 		return err
 	}
-	if !cfg.originAllowed(req) {
+	if _, isTLS := c.Conn.(*tls.Conn); !cfg.originAllowed(req, isTLS) {
 		count(ReasonWebSocketOrigin)
 		c.httpError(http.StatusForbidden, "origin not allowed")
 		return fmt.Errorf("%w: %q", ErrWebSocketOrigin, req.Header.Get("Origin"))

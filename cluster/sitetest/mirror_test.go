@@ -220,7 +220,7 @@ func (nd *node) pauseSink(t testing.TB, pause bool) {
 	if pause {
 		verb = "pause"
 	}
-	resp, err := http.Post("http://"+nd.http+"/api/v1/sinks/hq/"+verb, "", nil)
+	resp, err := http.Post("http://"+nd.http+"/api/v1/sinks/hq/"+verb, "application/json", nil)
 	if err != nil {
 		t.Fatalf("%s: %v", nd.id, err)
 	}

@@ -138,6 +138,9 @@ func callJSON(o opsOptions, method, path string, v any) error {
 	if err != nil {
 		return fmt.Errorf("bad --http %q: %w", o.http, err)
 	}
+	if method != http.MethodGet {
+		req.Header.Set("Content-Type", "application/json") // the node refuses a change a form could send
+	}
 	client, err := o.authorize(req)
 	if err != nil {
 		return err

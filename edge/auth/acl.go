@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	"github.com/peatmq/peat/logstore"
@@ -22,7 +23,9 @@ import (
 // exactly %u or %c stands for the client's user name or client id. Blank
 // lines and lines starting with # are skipped.
 type ACL struct {
-	rules []rule
+	rules     []rule
+	groups    []objRule // group:<pattern> rules (tenancy.go)
+	clientIDs []objRule // clientid:<pattern> rules (tenancy.go)
 }
 
 // rule is one line of an ACL file.
@@ -46,6 +49,17 @@ func ParseACL(r io.Reader) (*ACL, error) {
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || line[0] == '#' {
+			continue
+		}
+		if or, clientID, ok, err := parseObjectRule(line); ok { // tenancy.go
+			switch {
+			case err != nil:
+				probs = append(probs, fmt.Sprintf("line %d: %v", n, err))
+			case clientID:
+				acl.clientIDs = append(acl.clientIDs, or)
+			default:
+				acl.groups = append(acl.groups, or)
+			}
 			continue
 		}
 		ru, err := parseRule(line)
@@ -117,7 +131,7 @@ func parseRule(line string) (rule, error) {
 }
 
 // Rules returns how many rules the ACL has.
-func (a *ACL) Rules() int { return len(a.rules) }
+func (a *ACL) Rules() int { return len(a.rules) + len(a.groups) + len(a.clientIDs) }
 
 // grant is one rule as it applies to one client: %u and %c substituted.
 type grant struct {
@@ -270,24 +284,38 @@ func covers(a, b string) bool {
 }
 
 // overlaps reports whether some topic matches both filters. If a topic T
-// does, the witness of T's length (at each level a's literal, else b's,
-// else fresh) does too: where either filter has a literal T has it, and
-// elsewhere both have wildcards.
+// does, the witness of the shortest length both can match (at each level
+// a's literal, else b's, else fresh) does too: T is at least that long,
+// where either filter has a literal T has it, and elsewhere both have
+// wildcards. One witness: linear in the filters' length.
 func overlaps(a, b string) bool {
 	al, bl := strings.Split(a, "/"), strings.Split(b, "/")
-	depth := max(len(al), len(bl)) + 1
-	w := make([]string, 0, depth)
-	for n := 1; n <= depth; n++ {
-		w = w[:0]
-		for i := range n {
-			w = append(w, witnessLevel(al, bl, i))
-		}
-		t := strings.Join(w, "/")
-		if logstore.MatchFilter(a, t) && logstore.MatchFilter(b, t) {
-			return true
-		}
+	n := max(minLevels(al), minLevels(bl), 1)
+	if n > maxLevels(al) || n > maxLevels(bl) {
+		return false
 	}
-	return false
+	w := make([]string, n)
+	for i := range n {
+		w[i] = witnessLevel(al, bl, i)
+	}
+	t := strings.Join(w, "/")
+	return logstore.MatchFilter(a, t) && logstore.MatchFilter(b, t)
+}
+
+// minLevels and maxLevels bound the levels of the topics a filter's
+// levels match: "a/#" matches "a" and below, "a/+" only two levels.
+func minLevels(f []string) int {
+	if f[len(f)-1] == "#" {
+		return len(f) - 1
+	}
+	return len(f)
+}
+
+func maxLevels(f []string) int {
+	if f[len(f)-1] == "#" {
+		return math.MaxInt
+	}
+	return len(f)
 }
 
 func witnessLevel(a, b []string, i int) string {

@@ -34,9 +34,31 @@
 // pattern ACLs, CVE-2017-7650): an allow rule that needs it does not apply,
 // and a deny rule gets + in its place, denying at least as much. Topics
 // are matched by logstore.MatchFilter, the matcher routing uses, so # does
-// not match $ topics: $offsets/... needs rules of its own. Unlike mochi's
+// not match $ topics ($offsets/... is decided by group rules). Unlike mochi's
 // ledger, rules keep their order, the default is deny, and a filter a/b
 // does not match a/b/c.
+//
+// Consumer groups and client ids are objects of the same file, in the
+// same order (tenancy.go):
+//
+//	# <allow|deny> <read|write|readwrite> <who> group:<pattern>
+//	# <allow|deny> connect <who> clientid:<pattern>
+//	allow readwrite *          group:%u.*
+//	allow read      user:ops   group:*
+//	allow connect   user:admin clientid:*
+//	allow connect   *          clientid:%u-*
+//
+// In a pattern, * is any text and %u and %c stand anywhere (a
+// substituted name is matched literally: a user "a*" is no wildcard); an
+// allow that needs a name the client lacks does not apply, a deny matches
+// any text there. Group rules answer MayGroup: read is a group's
+// committed offsets, write consuming and committing; with an ACL and no
+// match, no. Client-id rules answer MayUseClientID only when the file has
+// some (with none, any id is allowed: %c then proves nothing); the first
+// that applies to the client and matches its id decides, no match is no.
+// A line whose object starts with group: or clientid: is one of these,
+// never a topic rule. Identity names the client for session ownership:
+// "user:<name>" (by password or certificate alike) or "anonymous".
 //
 // A subscription is granted when some topic matching it may be read
 // (maySubscribe); every record delivered is then checked by topic, unless

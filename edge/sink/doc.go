@@ -2,9 +2,9 @@
 // store-and-forward: the log itself is the buffer.
 //
 // A sink is a consumer group of each stream it sends, named
-// "$sink.<name>" (visible to MQTT clients as $offsets/$sink.<name>/<stream>;
-// a commit published there is a seek, which the pump follows when its
-// Positions is a Watcher).
+// "$sink.<name>" (a group whose name starts with $, which no MQTT client
+// can consume, read or commit; a commit from inside the node is a seek,
+// which the pump follows when its Positions is a Watcher).
 // Its position in a stream is the offset below which every record was
 // acknowledged upstream or skipped by the sink's topic filter. The sink
 // reads "everything after my position" from the log, so an outage of any

@@ -286,7 +286,7 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 				changed = append(changed, c.stream.Changed())
 			}
 		}
-		// A position moved from outside (a commit to $offsets) is a seek.
+		// A position moved from outside (Broker.CommitGroup) is a seek.
 		if watcher != nil {
 			for _, c := range p.cursors {
 				if !c.led {
@@ -395,7 +395,7 @@ func (s *Sink) refresh(p *pumpState) {
 }
 
 // Watcher is Positions whose values may also change from outside the
-// sink (a commit published to $offsets/$sink.<name>/<stream>): Watch
+// sink (a commit from inside the node, Broker.CommitGroup): Watch
 // returns the durable position and a channel closed when it changes.
 // The pump seeks when the value changes from the one it last saw and is
 // not its own position: a value still stale when the sink takes a stream

@@ -24,8 +24,8 @@ const (
 )
 
 // GroupPrefix starts the consumer group that holds a sink's position in
-// each of its streams: the sink "cloud" is the group "$sink.cloud", whose
-// offsets MQTT clients see at $offsets/$sink.cloud/<stream>.
+// each of its streams: the sink "cloud" is the group "$sink.cloud", out of
+// MQTT clients' reach as every group whose name starts with $.
 const GroupPrefix = "$sink."
 
 // Group is the consumer group of the sink named name.

@@ -15,7 +15,7 @@
 //	sessions    durable sessions, connected, the largest lag and whose
 //	disk        free, size, reserve, refusing
 //	alarms      [{id, severity, message}]: disk_reserve (critical),
-//	            disk_low, corrupt_records (warning)
+//	            disk_low, corrupt_records, file_permissions (warning)
 //	history     per-interval rates and the largest group lag, for sparklines
 //
 // New parts are added beside these, never by changing them: sinks (state,

@@ -149,6 +149,7 @@ const (
 	AlarmDiskReserve     = "disk_reserve"            // free space below the reserve: publishes refused
 	AlarmDiskLow         = "disk_low"                // free space below twice the reserve
 	AlarmCorruptRecords  = "corrupt_records"         // stored records failed their checksum since start
+	AlarmFilePermissions = "file_permissions"        // a users, ACL, tokens, key or keyring file others may read or write
 )
 
 // Severities: critical means data is refused or lost now; warning means it

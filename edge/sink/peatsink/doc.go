@@ -24,6 +24,6 @@
 // So a peat sink sends whole streams: a filter, or a start other than
 // earliest, would skip records the source still has, and the mirror would
 // refuse what follows; the config refuses both. Moving the sink's position
-// forward by hand ($offsets/$sink.<name>/<stream>) is refused the same way
+// forward by hand (Broker.CommitGroup) is refused the same way
 // by the mirror (the sink reports the refusal and stalls).
 package peatsink

@@ -1,0 +1,158 @@
+package mqtt
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/mqtt/mqtttest"
+)
+
+// publishQoS1 publishes a QoS 1 message from c and waits for its PUBACK:
+// once it returns, the broker has the message.
+func publishQoS1(tb testing.TB, c *mqtttest.Raw, id uint16, topic, payload string, retain bool) {
+	tb.Helper()
+	c.Write(packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: retain},
+		TopicName:   topic,
+		PacketID:    id,
+		Payload:     []byte(payload),
+	})
+	for {
+		pk := c.ReadUntil(packets.Puback)
+		if pk.PacketID != id {
+			continue
+		}
+		if pk.ReasonCode >= 0x80 {
+			tb.Fatalf("publish %s refused: %#x %s", topic, pk.ReasonCode, pk.Properties.ReasonString)
+		}
+		return
+	}
+}
+
+// readPublish reads c's next PUBLISH, acknowledging it when QoS 1.
+func readPublish(tb testing.TB, c *mqtttest.Raw) packets.Packet {
+	tb.Helper()
+	for {
+		pk := c.Read()
+		if pk.FixedHeader.Type != packets.Publish {
+			continue
+		}
+		if pk.FixedHeader.Qos == 1 {
+			c.Puback(pk.PacketID)
+		}
+		return pk
+	}
+}
+
+// '#' matches the parent level too, and '+' an empty level: a retained
+// message on a/b reaches a new subscription to a/b/# or +/+/#
+// [MQTT-4.7.1-2], as a live publish on a/b does, and so for the spec's
+// sport/tennis/player1/# and for empty levels [MQTT-4.7.1-3]
+// [MQTT-4.7.3-3]. Each subscriber then gets a live publish on the topic
+// once, unflagged.
+func TestTopicMatch_RetainedAndLiveAgree(t *testing.T) {
+	cases := []struct{ topic, filter string }{
+		{"a/b", "a/b/#"},
+		{"a/b", "+/+/#"},
+		{"a/b", "a/+/#"},
+		{"a", "+/#"},
+		{"foo/x/baz", "foo/+/baz/#"},
+		{"foo//baz", "foo//baz"},
+		{"foo//baz", "foo/+/baz"},
+		{"foo//baz", "foo/+/+/#"},
+		{"sport/tennis/player1", "sport/tennis/player1/#"},
+		{"sport", "sport/#"},
+		{"/finance", "+/+"},
+		{"/finance", "/+"},
+	}
+	for _, v := range []byte{4, 5} {
+		for i, tc := range cases {
+			t.Run(fmt.Sprintf("v%d %s on %s", v, tc.filter, tc.topic), func(t *testing.T) {
+				b := newTestBroker(t, newMemLog(t, "default=#"))
+				pub := dialRaw(t, b, "pub", v)
+				payload := fmt.Sprintf("retained-%d", i)
+				publishQoS1(t, pub, 1, tc.topic, payload, true)
+
+				sub := dialRaw(t, b, "sub", v)
+				sub.Subscribe(tc.filter, 1)
+				got := readPublish(t, sub)
+				if string(got.Payload) != payload || got.TopicName != tc.topic || !got.FixedHeader.Retain {
+					t.Fatalf("new subscriber got %q on %q retain=%v, want %q on %q retained",
+						got.Payload, got.TopicName, got.FixedHeader.Retain, payload, tc.topic)
+				}
+				publishQoS1(t, pub, 2, tc.topic, "live", false)
+				got = readPublish(t, sub)
+				if string(got.Payload) != "live" || got.FixedHeader.Retain {
+					t.Fatalf("subscriber got %q retain=%v, want the live publish unflagged", got.Payload, got.FixedHeader.Retain)
+				}
+			})
+		}
+	}
+}
+
+// A publish the broker received before a SUBSCRIBE is not a live message
+// for it [MQTT-4.5.0-1] (the subscription's matching starts when it is
+// made, 4.6.0 orders messages from then): a client that publishes a
+// retained message, has its PUBACK, then subscribes gets it once, as a
+// retained message, or, with Retain Handling 2, not at all (a message
+// not retained: not at all); also when it
+// had another subscription already (the shared reader may not have
+// dispatched the publish yet when the SUBSCRIBE comes).
+func TestTopicMatch_NoLiveCopyOfEarlierPublish(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		version        byte
+		retainHandling byte
+		retain         bool // the earlier publishes are retained
+		wantRetained   bool
+	}{
+		{"v3", 4, 0, true, true},
+		{"v3 not retained", 4, 0, false, false},
+		{"v5 retain handling 0", 5, 0, true, true},
+		{"v5 retain handling 0 not retained", 5, 0, false, false},
+		{"v5 retain handling 2", 5, 2, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newMemLog(t, "default=#")
+			b := newTestBroker(t, l)
+			c := dialRaw(t, b, "c", tc.version)
+			c.Subscribe("other/#", 1) // delivery already serves c
+			// The shared reader is behind: it has not dispatched the
+			// publishes when the SUBSCRIBE comes.
+			resume := l.stream(t, "default").stallReads(t)
+			for i := range 20 {
+				publishQoS1(t, c, uint16(i+1), fmt.Sprintf("t/%d", i), "before", tc.retain)
+			}
+			c.Write(packets.Packet{
+				FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
+				PacketID:    100,
+				Filters:     packets.Subscriptions{{Filter: "t/#", Qos: 1, RetainHandling: tc.retainHandling}},
+			})
+			c.ReadUntil(packets.Suback)
+			resume()
+			publishQoS1(t, c, 200, "t/end", "marker", false)
+			var retained, live int
+			for {
+				pk := readPublish(t, c)
+				if string(pk.Payload) == "marker" {
+					break
+				}
+				if pk.FixedHeader.Retain {
+					retained++
+				} else {
+					live++
+					t.Errorf("live copy of %s, published before the SUBSCRIBE", pk.TopicName)
+				}
+			}
+			want := 0
+			if tc.wantRetained {
+				want = 20
+			}
+			if retained != want || live != 0 {
+				t.Fatalf("got %d retained and %d live copies of the 20 earlier publishes, want %d retained", retained, live, want)
+			}
+		})
+	}
+}
