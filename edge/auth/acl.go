@@ -79,6 +79,20 @@ func ParseACL(r io.Reader) (*ACL, error) {
 	return &acl, nil
 }
 
+// parseWho reads a rule's who: * (anyone), user:<name> or client:<id>.
+func parseWho(who string) (user, client string, err error) {
+	switch {
+	case who == "*":
+	case strings.HasPrefix(who, "user:") && len(who) > len("user:"):
+		user = strings.TrimPrefix(who, "user:")
+	case strings.HasPrefix(who, "client:") && len(who) > len("client:"):
+		client = strings.TrimPrefix(who, "client:")
+	default:
+		err = fmt.Errorf("%q: want *, user:<name> or client:<client id>", who)
+	}
+	return user, client, err
+}
+
 func parseRule(line string) (rule, error) {
 	var ru rule
 	fields := strings.Fields(line)
@@ -102,14 +116,9 @@ func parseRule(line string) (rule, error) {
 	default:
 		return ru, fmt.Errorf("%q: want read, write or readwrite", fields[1])
 	}
-	switch who := fields[2]; {
-	case who == "*":
-	case strings.HasPrefix(who, "user:") && len(who) > len("user:"):
-		ru.user = strings.TrimPrefix(who, "user:")
-	case strings.HasPrefix(who, "client:") && len(who) > len("client:"):
-		ru.client = strings.TrimPrefix(who, "client:")
-	default:
-		return ru, fmt.Errorf("%q: want *, user:<name> or client:<client id>", who)
+	var err error
+	if ru.user, ru.client, err = parseWho(fields[2]); err != nil {
+		return ru, err
 	}
 	// The filter is the rest of the line: topics may hold spaces.
 	rest := line

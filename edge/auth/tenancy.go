@@ -69,14 +69,8 @@ func parseObjectRule(line string) (ru objRule, clientID, ok bool, err error) {
 	default:
 		return ru, clientID, true, fmt.Errorf("%q: want read, write or readwrite", access)
 	}
-	switch who := fields[2]; {
-	case who == "*":
-	case strings.HasPrefix(who, "user:") && len(who) > len("user:"):
-		ru.user = strings.TrimPrefix(who, "user:")
-	case strings.HasPrefix(who, "client:") && len(who) > len("client:"):
-		ru.client = strings.TrimPrefix(who, "client:")
-	default:
-		return ru, clientID, true, fmt.Errorf("%q: want *, user:<name> or client:<client id>", who)
+	if ru.user, ru.client, err = parseWho(fields[2]); err != nil {
+		return ru, clientID, true, err
 	}
 	if isGroup {
 		ru.pattern = strings.TrimPrefix(object, groupObject)
