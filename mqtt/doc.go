@@ -44,17 +44,14 @@
 // peat_mqtt_denied_total{reason="throttled"}.
 //
 // Rules change under live connections (revoke.go). Every publish is
-// judged under the rules in force when it is read, and a last will on a
-// captured topic when it fires. Broker.Revoke, which the node runs after
+// judged under the rules in force when it is read, and a last will when
+// it fires. Broker.Revoke, which the node runs after
 // each reload, closes the connection of every client whose Access is
 // Revocable and revoked (MQTT 5: DISCONNECT 0x87 with the reason, within
 // a second however slowly it reads; 3.1.1: closed), counted as
-// peat_mqtt_denied_total{reason="revoked"}, and drops a will mochi holds
-// (an uncaptured topic) that the client may no longer publish. A client
-// authenticated under the old rules that joins mochi's clients after the
-// walk is caught by the revoke hook's OnSessionEstablished. Known limit:
-// a delayed will of an uncaptured topic whose connection had already
-// ended when the rules changed is in mochi's queue, out of reach.
+// peat_mqtt_denied_total{reason="revoked"}. A client authenticated under
+// the old rules that joins mochi's clients after the walk is caught by the
+// revoke hook's OnSessionEstablished.
 //
 // # Tenancy (tenancy.go)
 //
@@ -172,16 +169,18 @@
 // retain flag, a live record only with Retain As Published (MQTT 5).
 // Clients of mochi's inline client get retained messages of uncaptured
 // topics only, as they get only those live.
-
-// Last wills on captured topics are taken from the client when its session
-// is established (mochi's sendLWT then skips them), with all their Will
-// Properties (mochi keeps only User Properties), and appended when the
-// connection ends without a DISCONNECT of reason 0x00, after the will delay
-// when one is set (cancelled if the client reconnects first). Any other
+//
+// Last wills are taken from the client when its session is established
+// (mochi's sendLWT then skips them), with all their Will Properties (mochi
+// keeps only User Properties), and published when the connection ends
+// without a DISCONNECT of reason 0x00, after the will delay when one is
+// set (cancelled if the client reconnects first): appended to the log on
+// a captured topic, handed to mochi as an inline client's publish on
+// another. Any other
 // DISCONNECT reason publishes the will: OnPacketRead turns it into 0x04,
 // the one mochi honours, reading the code mochi drops from a DISCONNECT of
-// remaining length 1 from the connection (corkConn.lastRead). A will
-// reaches subscribers only through the log, once. Closing the broker does
+// remaining length 1 from the connection (corkConn.lastRead). A will on
+// a captured topic reaches subscribers only through the log, once. Closing the broker does
 // not fire wills.
 //
 // # CONNECT and CONNACK (connect.go)

@@ -3,7 +3,6 @@ package mqtt
 import (
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -26,11 +25,9 @@ const DeniedRevoked = "revoked"
 
 // Revoke applies the rules in force to the clients already connected,
 // after the node reloaded them: it closes the connection of each client
-// whose identity was revoked (MQTT 5: DISCONNECT 0x87 with the reason),
-// and drops a last will that mochi holds for a client when the rules no
-// longer let the client publish to its topic (a will on a captured
-// topic is judged when it fires, will.go). It returns how many clients
-// it disconnected.
+// whose identity was revoked (MQTT 5: DISCONNECT 0x87 with the reason).
+// A last will is judged when it fires, under the rules then in force
+// (will.go). It returns how many clients it disconnected.
 func (b *Broker) Revoke() int {
 	if b.cfg.Auth == nil {
 		return 0
@@ -49,13 +46,6 @@ func (b *Broker) Revoke() int {
 		if why, ok := revoked(acc); ok {
 			n++
 			wg.Go(func() { b.revoke(cl, why) })
-			continue
-		}
-		if atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 && !acc.MayPublish(cl.Properties.Will.TopicName) {
-			atomic.StoreUint32(&cl.Properties.Will.Flag, 0)
-			b.m.Denied.WithLabelValues(DeniedPublish).Inc()
-			b.conns.denied(DeniedPublish, cl.ID, cl.Net.Remote, slog.String(attrTopic, cl.Properties.Will.TopicName),
-				slog.String(attrReason, "last will topic"))
 		}
 	}
 	return n

@@ -43,18 +43,16 @@ func (h *ingest) OnSessionEstablish(cl *mochi.Client, _ packets.Packet) {
 	}
 }
 
-// OnSessionEstablished counts the client and takes a will on a captured (or
-// reserved) topic away from mochi, whose sendLWT would fan it out directly:
-// ingest appends it when the connection ends abnormally.
+// OnSessionEstablished counts the client and takes its will away from
+// mochi, whose sendLWT would publish it with its User Properties alone:
+// ingest publishes it, with all its properties, when the connection ends
+// abnormally (appendWill).
 func (h *ingest) OnSessionEstablished(cl *mochi.Client, connect packets.Packet) {
 	h.m.Connected.Inc()
 	if cl.Net.Inline || atomic.LoadUint32(&cl.Properties.Will.Flag) == 0 {
 		return
 	}
 	w := &will{Will: cl.Properties.Will, props: connect.Connect.WillProperties, acc: accessOf(cl)}
-	if !reservedTopic(w.TopicName) && h.log.Route(w.TopicName) == nil {
-		return // mochi sends it, as for any topic no stream captures
-	}
 	c := h.conn(cl)
 	c.mu.Lock()
 	c.mu.will = w
@@ -176,8 +174,9 @@ func (h *ingest) cancelWill(id string) {
 	}
 }
 
-// appendWill appends a will as the publish it stands for. Nobody waits for
-// an ack; a failure is counted and logged.
+// appendWill appends a will as the publish it stands for, or, on a topic
+// no stream captures, hands it to mochi to fan out. Nobody waits for an
+// ack; a failure is counted and logged.
 func (h *ingest) appendWill(clientID string, w will) {
 	if reservedTopic(w.TopicName) {
 		h.m.Refused.WithLabelValues(ReasonReadOnly).Inc()
@@ -192,10 +191,6 @@ func (h *ingest) appendWill(clientID string, w will) {
 		h.logger.Debug("will not authorized", slog.String(attrClient, clientID), slog.String(attrTopic, w.TopicName))
 		return
 	}
-	st := h.log.Route(w.TopicName)
-	if st == nil {
-		return
-	}
 	pk := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: w.Qos, Retain: w.Retain},
 		TopicName:   w.TopicName,
@@ -204,6 +199,11 @@ func (h *ingest) appendWill(clientID string, w will) {
 		Origin:      clientID,
 		Created:     time.Now().Unix(),
 	}
+	st := h.log.Route(w.TopicName)
+	if st == nil {
+		h.publishUncaptured(clientID, pk)
+		return
+	}
 	st.AppendAsync([]*logstore.Record{recordOf(clientID, &pk)}, func(_ uint64, err error) {
 		h.appended(st, err)
 		if err != nil {
@@ -211,4 +211,19 @@ func (h *ingest) appendWill(clientID string, w will) {
 				slog.String(attrTopic, w.TopicName), slog.Any(attrErr, err))
 		}
 	})
+}
+
+// publishUncaptured publishes pk, a will on a topic no stream captures,
+// through mochi as a client of the broker's own would: mochi retains it
+// if asked and fans it out with its properties (mochi's own sendLWT keeps
+// only the User Properties). The will was judged by the ACL already.
+func (h *ingest) publishUncaptured(clientID string, pk packets.Packet) {
+	inline := h.srv.NewClient(nil, mochi.LocalListener, mochi.InlineClientId, true)
+	if pk.FixedHeader.Qos > 0 {
+		pk.PacketID = 1 // mochi's validity check wants one; nothing is acked
+	}
+	if err := h.srv.InjectPacket(inline, pk); err != nil {
+		h.logger.Debug("will not published", slog.String(attrClient, clientID),
+			slog.String(attrTopic, pk.TopicName), slog.Any(attrErr, err))
+	}
 }

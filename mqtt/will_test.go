@@ -75,7 +75,7 @@ func TestWill_NormalDisconnectDiscardsIt(t *testing.T) {
 // [MQTT-3.3.2-20], Message Expiry Interval (3.1.3.2.4: sent as the
 // publication's expiry) and User Properties [MQTT-3.3.2-17].
 func TestWill_KeepsItsProperties(t *testing.T) {
-	for _, spec := range []string{"default=#"} {
+	for _, spec := range []string{"default=#", "other=elsewhere/#"} { // captured, and mochi's
 		t.Run(spec, func(t *testing.T) {
 			b := newTestBroker(t, newMemLog(t, spec))
 			sub := dialRaw(t, b, "sub", 5)
