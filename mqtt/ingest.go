@@ -302,11 +302,15 @@ func (h *ingest) owner(topic string) (Stream, bool) {
 }
 
 // OnPacketEncode tells MQTT 5 clients the largest packet Peat accepts
-// (mochi enforces Maximum Packet Size but does not advertise it), and
-// gives MQTT 3.1.1 clients refusals they can read (connect.go).
+// (mochi enforces Maximum Packet Size but does not advertise it) and how
+// many topic aliases they may use, and gives MQTT 3.1.1 clients refusals
+// they can read (connect.go).
 func (h *ingest) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
 	if pk.FixedHeader.Type == packets.Connack && pk.ReasonCode < packets.ErrUnspecifiedError.Code {
 		pk.Properties.MaximumPacketSize = h.srv.Options.Capabilities.MaximumPacketSize
+		// mochi announces no Topic Alias Maximum, which a client must take
+		// as 0 [MQTT-3.2.2-17]: the guard accepts this many (packetcheck.go).
+		pk.Properties.TopicAliasMaximum = h.srv.Options.Capabilities.TopicAliasMaximum
 	}
 	if pk.FixedHeader.Type == packets.Connack {
 		return connack(cl, pk)

@@ -369,8 +369,11 @@ func TestGuard_MalformedPacketsCloseOnlyTheirConnection(t *testing.T) {
 // announces is topic_aliases, and a client that uses an alias when none
 // was offered is disconnected with 0x94 [MQTT-3.2.2-17] [MQTT-3.3.2-9].
 func TestGuard_TopicAliasesOffered(t *testing.T) {
-	l := newMemLog(t, "default=#")
-	b := newTestBroker(t, l, func(c *Config) { c.TopicAliases = 0 })
+	byDefault := newTestBroker(t, newMemLog(t, "default=#"))
+	if got := dialRaw(t, byDefault, "offered", 5).Connack.Properties.TopicAliasMaximum; got != DefaultTopicAliases {
+		t.Fatalf("CONNACK Topic Alias Maximum %d, want topic_aliases' default %d", got, DefaultTopicAliases)
+	}
+	b := newTestBroker(t, newMemLog(t, "default=#"), func(c *Config) { c.TopicAliases = 0 })
 	c := dialRaw(t, b, "aliaser", 5)
 	if got := c.Connack.Properties.TopicAliasMaximum; got != 0 {
 		t.Fatalf("CONNACK Topic Alias Maximum %d, want 0", got)
