@@ -40,6 +40,9 @@ type framer struct {
 	checked bool   // this packet's checks are done
 	topicOK bool   // a PUBLISH's topic name is checked
 	aliases aliasTable
+	// disconnectReason is the reason code of the last DISCONNECT read
+	// (0x00 when it had none), for the read goroutine's hooks (will.go).
+	disconnectReason byte
 }
 
 type frameState uint8
@@ -229,6 +232,11 @@ func (f *framer) check() *refusal {
 		return ref
 	case packets.Publish:
 		return malformed("PUBLISH header runs past the packet")
+	case packets.Disconnect:
+		f.disconnectReason = 0
+		if len(f.buf) > 0 {
+			f.disconnectReason = f.buf[0]
+		}
 	}
 	return checkBody(f.typ, f.buf, f.version == 5)
 }

@@ -36,24 +36,12 @@ type corkConn struct {
 	// sessionEnded: the session this connection took over ended with the
 	// connection it took over (sessions_takeover.go).
 	sessionEnded atomic.Bool
-	// lastRead is the last byte mochi's read goroutine read, the only
-	// goroutine that reads or uses it (will.go).
-	lastRead byte
-	mu       struct {
+	mu           struct {
 		sync.Mutex
 		corks int
 		buf   []byte
 		err   error // the first failed flush; later writes return it
 	}
-}
-
-// Read reads as the connection does, keeping the last byte read.
-func (c *corkConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.lastRead = p[n-1]
-	}
-	return n, err
 }
 
 // Write sends p, or appends it to the cork buffer while corked.

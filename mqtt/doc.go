@@ -176,12 +176,11 @@
 // without a DISCONNECT of reason 0x00, after the will delay when one is
 // set (cancelled if the client reconnects first): appended to the log on
 // a captured topic, handed to mochi as an inline client's publish on
-// another. Any other
-// DISCONNECT reason publishes the will: OnPacketRead turns it into 0x04,
-// the one mochi honours, reading the code mochi drops from a DISCONNECT of
-// remaining length 1 from the connection (corkConn.lastRead). A will on
-// a captured topic reaches subscribers only through the log, once. Closing the broker does
-// not fire wills.
+// another. Any other DISCONNECT reason publishes the will: OnPacketRead
+// turns it into 0x04, the one mochi honours, taking the code mochi drops
+// from a DISCONNECT of remaining length 1 from the guard's framer. A will
+// on a captured topic reaches subscribers only through the log, once.
+// Closing the broker does not fire wills.
 //
 // # CONNECT and CONNACK (connect.go)
 //

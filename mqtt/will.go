@@ -104,15 +104,15 @@ func willPublishProps(wp *packets.Properties) packets.Properties {
 // will is published for every other reason [MQTT-3.1.2-8], and mochi
 // publishes it only for 0x04. mochi also reads no reason code from a
 // DISCONNECT of remaining length 1 (the reason code alone, MQTT 5
-// 3.14.2.2.1). A client sends nothing after its DISCONNECT
-// [MQTT-3.14.4-1], so that code is the last byte read from the connection.
+// 3.14.2.2.1); the connection guard, which checked the packet on the
+// same goroutine before mochi read it, has it.
 func willOnDisconnect(cl *mochi.Client, pk packets.Packet) packets.Packet {
 	if cl.Properties.ProtocolVersion != 5 {
 		return pk
 	}
 	reason := pk.ReasonCode
-	if cc, ok := cl.Net.Conn.(*corkConn); ok && pk.FixedHeader.Remaining == 1 {
-		reason = cc.lastRead
+	if gc := guardOf(cl); gc != nil && pk.FixedHeader.Remaining == 1 {
+		reason = gc.fr.disconnectReason
 	}
 	if reason != packets.CodeSuccess.Code {
 		pk.ReasonCode = packets.CodeDisconnectWillMessage.Code
