@@ -55,8 +55,9 @@ type deliveryMember struct {
 	start uint64
 	// prog follows a durable session's acknowledgements in this stream,
 	// and rs marks its resends (resend.go); nil for other clients.
-	prog *progress
-	rs   *resends
+	prog    *progress
+	rs      *resends
+	untrack func() // hands rs's mark to the session
 
 	// Retained messages for new subscriptions (delivery_retained.go).
 	// paused: between OnSubscribe and OnSubscribed; resumed is closed when
@@ -111,6 +112,7 @@ func (r *deliveryReader) join(c *deliveryClient) {
 			prev = old.rs
 		}
 		m.rs = newResends(r.d.sessions.written(c.id, key), prev)
+		m.untrack = r.d.sessions.track(c.id, key, m.rs)
 		// A new session's position is where it starts: records written
 		// while it is offline, before it got any, are still its to get.
 		r.d.sessions.advance(c.id, key, from)
@@ -133,8 +135,8 @@ func (r *deliveryReader) leave(c *deliveryClient) {
 	defer r.mu.Unlock()
 	if m := r.mu.members[c.id]; m != nil && m.c == c {
 		delete(r.mu.members, c.id)
-		if m.rs != nil {
-			r.d.sessions.wrote(c.id, cursorKey{stream: r.stream.Name()}, m.rs.end())
+		if m.untrack != nil {
+			m.untrack()
 		}
 	}
 }

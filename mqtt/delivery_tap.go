@@ -32,7 +32,11 @@ type tap struct {
 	start  uint64
 	notice string    // why start is not what the client asked for
 	group  groupKey  // $group, $offsets
-	prog   *progress // $group
+	prog   *progress // $group, and a durable session's $replay
+	// rs marks a durable session's resends in a $replay (resend.go);
+	// untrack hands its mark to the session when the tap ends.
+	rs      *resends
+	untrack func()
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -71,6 +75,9 @@ func (t *tap) run() {
 	defer t.d.panics.catch(t.c.cl, "tap")
 	defer t.d.taps.Add(-1)
 	defer t.cancel()
+	if t.untrack != nil {
+		defer t.untrack()
+	}
 	if t.ext.kind == extGroup {
 		defer t.d.groups.release(t.group, t)
 	}
@@ -138,6 +145,7 @@ func (t *tap) place(rec *logstore.Record) error {
 		return nil
 	}
 	it.ext = &t.ext
+	it.rs = t.rs
 	if t.prog != nil {
 		it.settle = t.prog.track(rec.Offset)
 	}

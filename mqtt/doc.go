@@ -369,8 +369,9 @@
 // Durable sessions are handed to mochi at start through its storage hooks,
 // and resume through the same fallback cursor a slow subscriber uses; a
 // record an earlier connection of the session was sent is sent again with
-// DUP 1 (resend.go; $replay taps of a session and resends after a broker
-// restart still carry DUP 0). In a
+// DUP 1 (resend.go: after a restart, and on another broker of a site,
+// too, except for records first sent in the last 100 ms before a kill -9).
+// In a
 // site (a Log that is SiteSessions) a session is the site's: it is read
 // when its client connects to any broker, claimed there (the broker that
 // held it closes its connection and stops writing it), and handed to mochi

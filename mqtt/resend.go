@@ -1,6 +1,10 @@
 package mqtt
 
-import "sync/atomic"
+import (
+	"encoding/binary"
+	"strings"
+	"sync/atomic"
+)
 
 // Resends to a durable session.
 //
@@ -8,14 +12,23 @@ import "sync/atomic"
 // the first time DUP 0 [MQTT-3.3.1-1] [MQTT-3.3.1-3]. A resumed session is
 // served from the log, from its first unacknowledged offset, so what it
 // gets first may be records an earlier connection was sent and did not
-// acknowledge. Each durable client's place in a stream keeps a resends:
-// the offset below which its records were written to an earlier
-// connection of the session, and the highest one written on this one.
-// The session keeps the latter when the connection ends (sessions.wrote),
-// and a connection that takes over a live one also follows that one's
-// mark, since the old connection leaves the reader after the new one
-// joined and may still be finishing a write. The mark lives in memory: after a broker restart resends carry
-// DUP 0.
+// acknowledge. Each durable client's place in a stream, and each of its
+// $replay subscriptions, keeps a resends: the offset below which its
+// records were written to an earlier connection of the session, and the
+// highest one written on this one. The session keeps the latter when the
+// connection ends (sessions.wrote), and a connection that takes over a
+// live one also follows that one's mark, since the old connection leaves
+// the reader after the new one joined and may still be finishing a write.
+//
+// The marks outlive the broker: each is kept beside its offset in the
+// stream's state ("w" before the offset's key), written with the offset
+// and, while nothing is acknowledged, within the state writer's interval
+// of the first record written after the last write. So after a restart,
+// or in a site on another broker, a resend still carries DUP 1, except
+// for records first written in the last interval before a kill -9: those
+// go again with DUP 0 (a receiver must treat DUP as a hint anyway,
+// [MQTT-3.3.1-3]). A separate key rather than a longer offset value: a
+// Peat that does not know marks reads the offset as before.
 
 // resends marks one durable client's deliveries from one stream.
 type resends struct {
@@ -24,6 +37,10 @@ type resends struct {
 	// this connection; prev is that of the connection this one took over
 	// while it was still writing (nil if none).
 	written, prev *atomic.Uint64
+	// save, when not nil, asks for the mark to be stored; saving is set
+	// from that request until the store took the mark.
+	save   func()
+	saving atomic.Bool
 }
 
 // newResends starts the marks of a connection: below is where the
@@ -51,8 +68,11 @@ func (rs *resends) wrote(offset uint64) {
 	for {
 		old := rs.written.Load()
 		if old > offset || rs.written.CompareAndSwap(old, offset+1) {
-			return
+			break
 		}
+	}
+	if rs.save != nil && !rs.saving.Load() && rs.saving.CompareAndSwap(false, true) {
+		rs.save()
 	}
 }
 
@@ -63,4 +83,144 @@ func (rs *resends) end() uint64 {
 		n = max(n, rs.prev.Load())
 	}
 	return n
+}
+
+// Resend marks in a stream's state: "w" before the key of the offset
+// they go with (cursorKey.ref).
+const markStatePrefix = "w"
+
+// markRef is where the resend mark of id's offset c is stored.
+func (c cursorKey) markRef(id string) stateRef {
+	r := c.ref(id)
+	r.key = markStatePrefix + r.key
+	return r
+}
+
+// markOf parses a resend mark's key of stream's state; ok is false for
+// other keys.
+func markOf(stream, key string) (id string, c cursorKey, ok bool) {
+	rest, ok := strings.CutPrefix(key, markStatePrefix)
+	if !ok {
+		return "", cursorKey{}, false
+	}
+	return cursorOf(stream, rest)
+}
+
+// liveEnds is the marks of connections still writing.
+func liveEnds(live map[cursorKey]*resends) map[cursorKey]uint64 {
+	ends := make(map[cursorKey]uint64, len(live))
+	for c, rs := range live {
+		ends[c] = rs.end()
+	}
+	return ends
+}
+
+// track makes rs the live mark of id's offset c: it is stored as it
+// moves, and taken into the session when untrack is called, unless c was
+// unsubscribed or another connection tracks it meanwhile.
+func (ss *sessions) track(id string, c cursorKey, rs *resends) (untrack func()) {
+	ss.mu.Lock()
+	s := ss.m[id]
+	if s != nil && !s.transient {
+		if s.live == nil {
+			s.live = map[cursorKey]*resends{}
+		}
+		s.live[c] = rs
+		rs.save = func() { ss.saveMark(id, c, false) }
+	}
+	ss.mu.Unlock()
+	return func() {
+		ss.mu.Lock()
+		s := ss.m[id]
+		tracked := s != nil && s.live[c] == rs // not since unsubscribed or taken over
+		if tracked {
+			delete(s.live, c)
+		}
+		ss.mu.Unlock()
+		if tracked {
+			ss.wrote(id, c, rs.end())
+		}
+	}
+}
+
+// wrote notes that the session of id was written the records below off
+// in c.
+func (ss *sessions) wrote(id string, c cursorKey, off uint64) {
+	ss.mu.Lock()
+	s := ss.m[id]
+	if s == nil || off <= s.written[c] {
+		ss.mu.Unlock()
+		return
+	}
+	if s.written == nil {
+		s.written = map[cursorKey]uint64{}
+	}
+	s.written[c] = off
+	ss.mu.Unlock()
+	ss.saveMark(id, c, false)
+}
+
+// written returns the offset below which id's session was written the
+// records of c.
+func (ss *sessions) written(id string, c cursorKey) uint64 {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if s := ss.m[id]; s != nil {
+		return s.written[c]
+	}
+	return 0
+}
+
+// saveMark writes the resend mark of id's offset c, as saveCursors does
+// the offset: deleted when the session ended or is transient, or has no
+// mark for c.
+func (ss *sessions) saveMark(id string, c cursorKey, urgent bool) {
+	ss.w.putFunc(c.markRef(id), func() ([]byte, bool) {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		if !ss.mayWrite(id) {
+			return nil, false
+		}
+		s := ss.m[id]
+		if s == nil || s.transient {
+			return nil, true
+		}
+		mark := s.written[c]
+		if rs := s.live[c]; rs != nil {
+			rs.saving.Store(false) // a write after this one takes what follows
+			mark = max(mark, rs.end())
+		}
+		if mark == 0 {
+			return nil, true
+		}
+		return encodeOffset(mark), true
+	}, urgentDone(urgent))
+}
+
+// loadMarks reads the resend marks stored in stream s into the sessions
+// they belong to, and deletes those of clients without a session (as
+// loadCursors does offsets).
+func (ss *sessions) loadMarks(s Stream) ([]stateRef, error) {
+	var stale []stateRef
+	err := s.LoadState(markStatePrefix, func(k string, v []byte) error {
+		id, c, ok := markOf(s.Name(), k)
+		if !ok || len(v) != 8 {
+			return nil // not a mark this Peat knows: leave it
+		}
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		sess := ss.m[id]
+		if sess == nil {
+			if !ss.shared {
+				stale = append(stale, c.markRef(id))
+			}
+			return nil
+		}
+		if sess.written == nil {
+			sess.written = map[cursorKey]uint64{}
+		}
+		sess.written[c] = max(sess.written[c], binary.BigEndian.Uint64(v))
+		return nil
+	})
+	return stale, err
 }

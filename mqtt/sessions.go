@@ -3,6 +3,7 @@ package mqtt
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -122,8 +123,10 @@ type session struct {
 	// cursors are where the client resumes, kept in the streams' state.
 	cursors map[cursorKey]uint64 `msgpack:"-"`
 	// written: records below these offsets were written to the session's
-	// earlier connections, so they are resent with DUP 1 (resend.go).
-	written map[cursorKey]uint64 `msgpack:"-"`
+	// earlier connections, so they are resent with DUP 1; live are the
+	// marks of its connection's deliveries, written with them (resend.go).
+	written map[cursorKey]uint64   `msgpack:"-"`
+	live    map[cursorKey]*resends `msgpack:"-"`
 
 	// conn is the connection that holds the session (nil while none does):
 	// when an earlier connection of the same client id ends, it must not
@@ -230,7 +233,10 @@ func (ss *sessions) loadCursors(s Stream) error {
 			return fmt.Errorf("stream %s: %w", s.Name(), err)
 		}
 	}
-	var stale []stateRef
+	stale, err := ss.loadMarks(s)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", s.Name(), err)
+	}
 	ss.mu.Lock()
 	for _, e := range got {
 		if sess := ss.m[e.id]; sess != nil {
@@ -292,6 +298,7 @@ func (ss *sessions) saveMetaDone(id string, done func(error)) {
 // when the session ended, is transient, or no longer has the offset.
 func (ss *sessions) saveCursors(id string, urgent bool, cs ...cursorKey) {
 	for _, c := range cs {
+		ss.saveMark(id, c, urgent)
 		ss.w.putFunc(c.ref(id), func() ([]byte, bool) {
 			ss.mu.Lock()
 			defer ss.mu.Unlock()
@@ -320,11 +327,18 @@ func urgentDone(urgent bool) func(error) {
 	return nil
 }
 
-// cursorList returns the keys of s's offsets.
+// cursorList returns the keys of s's offsets and resend marks.
 func (s *session) cursorList() []cursorKey {
 	cs := make([]cursorKey, 0, len(s.cursors))
 	for c := range s.cursors {
 		cs = append(cs, c)
+	}
+	for _, marks := range []map[cursorKey]uint64{s.written, liveEnds(s.live)} {
+		for c := range marks {
+			if _, ok := s.cursors[c]; !ok && !slices.Contains(cs, c) {
+				cs = append(cs, c)
+			}
+		}
 	}
 	return cs
 }
@@ -449,9 +463,11 @@ func (ss *sessions) unsubscribed(id string, filters []string) {
 	if s != nil {
 		for _, f := range filters {
 			delete(s.Subs, f)
-			for c := range s.cursors {
+			for _, c := range s.cursorList() {
 				if c.tap == f {
 					delete(s.cursors, c)
+					delete(s.written, c)
+					delete(s.live, c)
 					gone = append(gone, c)
 				}
 			}
@@ -477,30 +493,6 @@ func (ss *sessions) advance(id string, c cursorKey, off uint64) {
 	if keep {
 		ss.saveCursors(id, false, c)
 	}
-}
-
-// wrote notes that the session of id was written the records below off
-// in c.
-func (ss *sessions) wrote(id string, c cursorKey, off uint64) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if s := ss.m[id]; s != nil && off > s.written[c] {
-		if s.written == nil {
-			s.written = map[cursorKey]uint64{}
-		}
-		s.written[c] = off
-	}
-}
-
-// written returns the offset below which id's session was written the
-// records of c.
-func (ss *sessions) written(id string, c cursorKey) uint64 {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if s := ss.m[id]; s != nil {
-		return s.written[c]
-	}
-	return 0
 }
 
 // offset returns where the client resumes for c, if it has a stored one.

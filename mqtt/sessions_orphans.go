@@ -131,7 +131,7 @@ func (d *delivery) adopt(id string) bool {
 	}
 	s, found, err := loadSiteSession(ss.site.SessionState(), id)
 	if err == nil && found {
-		s.cursors, err = d.loadSiteCursors(id)
+		s.cursors, s.written, err = d.loadSiteCursors(id)
 	}
 	if err != nil { // this broker's replica is unreadable: the client's next connect decides
 		d.logger.Warn("durable session: reading an orphaned session failed", slog.String(attrClient, id), attrErr, err)

@@ -71,7 +71,10 @@ func SiteSessionClient(key string) (id string, ok bool) {
 // stream's own state (false: no session's, a group's for one): a site
 // fences those writes by the session's claim too.
 func SessionOffsetClient(key string) (id string, ok bool) {
-	id, _, ok = cursorOf("", key)
+	if id, _, ok = cursorOf("", key); ok {
+		return id, ok
+	}
+	id, _, ok = markOf("", key) // a resend mark goes with its offset
 	return id, ok
 }
 
@@ -135,7 +138,7 @@ func (d *delivery) siteEstablish(cl *mochi.Client) bool {
 		return true
 	}
 	s := stored
-	s.cursors, err = d.loadSiteCursors(id)
+	s.cursors, s.written, err = d.loadSiteCursors(id)
 	if err != nil {
 		d.logger.Warn("durable session: read offsets failed", slog.String(attrClient, id), attrErr, err)
 		return false
@@ -200,25 +203,31 @@ func loadSiteSession(st StateStore, id string) (s *session, found bool, err erro
 	return s, found, err
 }
 
-// loadSiteCursors reads client id's offsets from this broker's replica of
-// each stream's state.
-func (d *delivery) loadSiteCursors(id string) (map[cursorKey]uint64, error) {
-	cs := map[cursorKey]uint64{}
+// loadSiteCursors reads client id's offsets, and the resend marks that go
+// with them (resend.go), from this broker's replica of each stream's state.
+func (d *delivery) loadSiteCursors(id string) (cursors, marks map[cursorKey]uint64, err error) {
+	cursors, marks = map[cursorKey]uint64{}, map[cursorKey]uint64{}
 	for _, s := range d.log.Streams() {
 		for _, prefix := range []string{cursorStatePrefix + id, tapCursorStatePrefix + id + "\x00"} {
-			err := s.LoadState(prefix, func(k string, v []byte) error {
-				got, c, ok := cursorOf(s.Name(), k)
-				if ok && got == id && len(v) == 8 {
-					cs[c] = binary.BigEndian.Uint64(v)
+			for _, kind := range []struct {
+				prefix string
+				parse  func(stream, key string) (string, cursorKey, bool)
+				into   map[cursorKey]uint64
+			}{{"", cursorOf, cursors}, {markStatePrefix, markOf, marks}} {
+				err := s.LoadState(kind.prefix+prefix, func(k string, v []byte) error {
+					got, c, ok := kind.parse(s.Name(), k)
+					if ok && got == id && len(v) == 8 {
+						kind.into[c] = binary.BigEndian.Uint64(v)
+					}
+					return nil
+				})
+				if err != nil {
+					return nil, nil, fmt.Errorf("stream %s: %w", s.Name(), err)
 				}
-				return nil
-			})
-			if err != nil {
-				return nil, fmt.Errorf("stream %s: %w", s.Name(), err)
 			}
 		}
 	}
-	return cs, nil
+	return cursors, marks, nil
 }
 
 // expired reports whether s, disconnected, has outlived its expiry, by

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
@@ -119,4 +120,40 @@ func TestCrash_ConsumersResumeAfterKill9(t *testing.T) {
 		}
 	}
 	t.Logf("durable session: %d messages delivered again after kill -9", repeats)
+}
+
+// What a durable session was sent and did not acknowledge goes again with
+// DUP 1 after kill -9 of the broker [MQTT-3.3.1-1]: the session's resend
+// marks reach the store while it is connected, within the state writer's
+// interval (100 ms) of the writes.
+func TestCrash_ResendsAfterKill9CarryDup(t *testing.T) {
+	data := t.TempDir()
+	p := startPeat(t, data)
+	durable := mqtttest.Connect{ClientID: "dur", Version: 5, Keepalive: 60}
+	durable.Properties.SessionExpiryInterval, durable.Properties.SessionExpiryIntervalFlag = 3600, true
+	dur := mqtttest.Dial(t, p.mqttAddr, durable)
+	dur.Subscribe("sensors/#", 1)
+	publishAll(t, p, "a", "sensors/a", 3)
+	for i := range 3 {
+		if pk := readPublish(t, dur, false); pk.FixedHeader.Dup || string(pk.Payload) != fmt.Sprintf("a/%d", i) {
+			t.Fatalf("first delivery %d: %q DUP %v", i, pk.Payload, pk.FixedHeader.Dup)
+		}
+	}
+	time.Sleep(time.Second) // ten state-writer intervals
+
+	p.kill()
+	p = startPeat(t, data)
+	dur = mqtttest.Dial(t, p.mqttAddr, durable)
+	if !dur.Connack.SessionPresent {
+		t.Fatal("durable session not present after kill -9")
+	}
+	for i := range 3 {
+		if pk := readPublish(t, dur, true); !pk.FixedHeader.Dup || string(pk.Payload) != fmt.Sprintf("a/%d", i) {
+			t.Fatalf("resend %d after kill -9: %q DUP %v, want a/%d with DUP 1", i, pk.Payload, pk.FixedHeader.Dup, i)
+		}
+	}
+	publishAll(t, p, "b", "sensors/a", 1)
+	if pk := readPublish(t, dur, true); pk.FixedHeader.Dup || string(pk.Payload) != "b/0" {
+		t.Fatalf("new record: %q DUP %v, want b/0 with DUP 0", pk.Payload, pk.FixedHeader.Dup)
+	}
 }
