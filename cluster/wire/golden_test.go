@@ -118,8 +118,8 @@ func TestMessages_GoldenBytes(t *testing.T) {
 			if err := got.Decode(want); err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(normal(got), normal(s.m)) {
-				t.Fatalf("decoded %+v, want %+v", got, s.m)
+			if want := canon(s.m); !reflect.DeepEqual(got, want) {
+				t.Fatalf("decoded %+v, want %+v", got, want)
 			}
 		})
 	}
