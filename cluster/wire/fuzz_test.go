@@ -5,6 +5,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"strconv"
 	"testing"
 )
 
@@ -214,5 +215,52 @@ func fill(v reflect.Value, f *filler) {
 		}
 	default:
 		panic("fill: " + v.Type().String())
+	}
+}
+
+// doc.go's table of kinds lists every message with its kind and as many
+// fields as the struct has (optional ones in parentheses).
+func TestDoc_KindsTable(t *testing.T) {
+	src, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]byte{"FetchRequest": KindFetchRequest, "FetchResponse": KindFetchResponse,
+		"EpochRequest": KindEpochRequest, "EpochResponse": KindEpochResponse,
+		"CommandRequest": KindCommandRequest, "CommandResponse": KindCommandResponse,
+		"ProduceRequest": KindProduceRequest, "ProduceResponse": KindProduceResponse,
+		"StateWriteRequest": KindStateWriteRequest, "StateWriteResponse": KindStateWriteResponse,
+		"StateFetchRequest": KindStateFetchRequest, "StateFetchResponse": KindStateFetchResponse,
+		"ClaimRequest": KindClaimRequest, "ClaimResponse": KindClaimResponse}
+	rows := regexp.MustCompile(`(?m)^//\t(\d+) (\w+) +\[(.*)\]$`).FindAllSubmatch(src, -1)
+	if len(rows) != len(kinds) {
+		t.Errorf("doc.go lists %d kinds, want %d", len(rows), len(kinds))
+	}
+	byName := map[string]message{}
+	for _, m := range allMessages() {
+		byName[reflect.TypeOf(m).Elem().Name()] = m
+	}
+	for _, r := range rows {
+		name := string(r[2])
+		if k, ok := kinds[name]; !ok || string(r[1]) != strconv.Itoa(int(k)) {
+			t.Errorf("doc.go: kind %s %s, the code says %d", r[1], name, k)
+			continue
+		}
+		depth, fields := 0, 1
+		for _, c := range string(r[3]) {
+			switch c {
+			case '[':
+				depth++
+			case ']':
+				depth--
+			case ',':
+				if depth == 0 {
+					fields++
+				}
+			}
+		}
+		if want := reflect.TypeOf(byName[name]).Elem().NumField(); fields != want {
+			t.Errorf("doc.go: %s has %d fields, the struct %d", name, fields, want)
+		}
 	}
 }

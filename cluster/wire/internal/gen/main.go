@@ -276,30 +276,54 @@ func (f field) dec() string {
 	return fmt.Sprintf("v.%s = %s", f.name, f.form.dec)
 }
 
+type printer func(format string, args ...any)
+
 func (m message) writeTo(w *bytes.Buffer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
-	all, short := len(m.fields), m.opt
-	p("\n// AppendTo appends m's encoding to b: a msgpack array of its fields.")
-	p("func (m *%s) AppendTo(b []byte) []byte {", m.name)
-	if short < all {
-		first := m.fields[short]
-		p("opt := %s", fmt.Sprintf(first.form.present, "m."+first.name))
-		p("if opt {\nb = appendArray(b, %d)\n} else {\nb = appendArray(b, %d)\n}", all, short)
-	} else {
-		p("b = appendArray(b, %d)", all)
+	m.writeAppend(p)
+	m.writeDecode(p)
+}
+
+func (m message) hasOpt() bool { return m.opt < len(m.fields) }
+
+// present is the test that m's optional fields follow, on the value v.
+func (m message) present(v string) string {
+	first := m.fields[m.opt]
+	return fmt.Sprintf(first.form.present, v+"."+first.name)
+}
+
+// body writes stmt of each field in order, the optional ones (and then
+// last) inside an if opt.
+func (m message) body(p printer, stmt func(field) string, last string) {
+	for _, f := range m.fields[:m.opt] {
+		p("%s", stmt(f))
 	}
-	for _, f := range m.fields[:short] {
-		p("%s", f.enc())
-	}
-	if short < all {
+	if m.hasOpt() {
 		p("if opt {")
-		for _, f := range m.fields[short:] {
-			p("%s", f.enc())
+		for _, f := range m.fields[m.opt:] {
+			p("%s", stmt(f))
+		}
+		if last != "" {
+			p("%s", last)
 		}
 		p("}")
 	}
-	p("return b\n}")
+}
 
+func (m message) writeAppend(p printer) {
+	p("\n// AppendTo appends m's encoding to b: a msgpack array of its fields.")
+	p("func (m *%s) AppendTo(b []byte) []byte {", m.name)
+	if m.hasOpt() {
+		p("opt := %s", m.present("m"))
+		p("if opt {\nb = appendArray(b, %d)\n} else {\nb = appendArray(b, %d)\n}", len(m.fields), m.opt)
+	} else {
+		p("b = appendArray(b, %d)", len(m.fields))
+	}
+	m.body(p, field.enc, "")
+	p("return b\n}")
+}
+
+func (m message) writeDecode(p printer) {
 	var aliased []string
 	for _, f := range m.fields {
 		if f.form.dec == "d.bins()" {
@@ -314,23 +338,14 @@ func (m message) writeTo(w *bytes.Buffer) {
 	}
 	p("func (m *%s) Decode(b []byte) error {", m.name)
 	p("d := decoder{src: b}\nvar v %s", m.name)
-	if short < all {
-		p("opt := d.arrayOr(%d, %d)", short, all)
+	var last string
+	if m.hasOpt() {
+		p("opt := d.arrayOr(%d, %d)", m.opt, len(m.fields))
+		last = fmt.Sprintf("d.present(%s, %q)", m.present("v"), m.fields[m.opt].name)
 	} else {
-		p("d.array(%d)", all)
+		p("d.array(%d)", len(m.fields))
 	}
-	for _, f := range m.fields[:short] {
-		p("%s", f.dec())
-	}
-	if short < all {
-		first := m.fields[short]
-		p("if opt {")
-		for _, f := range m.fields[short:] {
-			p("%s", f.dec())
-		}
-		p("d.present(%s, %q)", fmt.Sprintf(first.form.present, "v."+first.name), first.name)
-		p("}")
-	}
+	m.body(p, field.dec, last)
 	p("d.end()")
 	if m.check {
 		p("if d.err == nil {\nd.err = v.check()\n}")
