@@ -157,12 +157,13 @@ func (f *filler) uint() uint64 {
 	return v
 }
 
-// size is a length: mostly small, sometimes across msgpack's boundaries.
+// size is a length: mostly small, sometimes across msgpack's 8- and
+// 16-bit boundaries.
 func (f *filler) size() int {
 	switch c := f.byte(); {
 	case c < 0xf0:
 		return int(c % 40)
-	case c < 0xf8:
+	case c < 0xff:
 		return 250 + int(f.byte()%20)
 	default:
 		return 65530 + int(f.byte()%20)
