@@ -230,15 +230,28 @@ func (d *decoder) be(n int) uint64 {
 	return v
 }
 
+// bound checks a declared length or count against the bytes left, each
+// byte or value taking one at least, before anything is sliced or
+// allocated for it (in uint64: a 32-bit int would wrap).
+func (d *decoder) bound(n uint64) int {
+	if d.err == nil && n > uint64(d.left()) {
+		d.fail(fmt.Errorf("wire: %d declared, %d bytes left", n, d.left()))
+	}
+	if d.err != nil {
+		return 0
+	}
+	return int(n)
+}
+
 // length reads the 1-, 2- or 4-byte length that follows a code of a family.
 func (d *decoder) length(c, code8, code16, code32 byte) int {
 	switch c {
 	case code8:
-		return int(d.be(1))
+		return d.bound(d.be(1))
 	case code16:
-		return int(d.be(2))
+		return d.bound(d.be(2))
 	case code32:
-		return int(d.be(4))
+		return d.bound(d.be(4))
 	}
 	d.fail(fmt.Errorf("wire: unexpected code 0x%02x", c))
 	return 0
@@ -253,11 +266,11 @@ func (d *decoder) arrayLen() int {
 		d.fail(errors.New("wire: want an array, got nil"))
 		return 0
 	case c >= fixArray && c <= fixArrayHi:
-		return int(c & 0x0f)
+		return d.bound(uint64(c & 0x0f))
 	case c == array16:
-		return int(d.be(2))
+		return d.bound(d.be(2))
 	case c == array32:
-		return int(d.be(4))
+		return d.bound(d.be(4))
 	}
 	d.fail(fmt.Errorf("wire: want an array, got code 0x%02x", c))
 	return 0
@@ -287,16 +300,6 @@ func (d *decoder) present(ok bool, field string) {
 	if !ok {
 		d.fail(fmt.Errorf("wire: an empty %s", field))
 	}
-}
-
-// count reads an array header and checks the count fits in the bytes left.
-func (d *decoder) count() int {
-	n := d.arrayLen()
-	if d.err == nil && n > d.left() {
-		d.fail(fmt.Errorf("wire: %d values declared in %d bytes", n, d.left()))
-		return 0
-	}
-	return n
 }
 
 func (d *decoder) uint(max uint64) uint64 {
@@ -337,14 +340,11 @@ func (d *decoder) raw(str bool) []byte {
 	case d.err != nil:
 		return nil
 	case str && c >= fixStr && c <= fixStrHi:
-		n = int(c & 0x1f)
+		n = d.bound(uint64(c & 0x1f))
 	case str:
 		n = d.length(c, str8, str16, str32)
 	default:
 		n = d.length(c, bin8, bin16, bin32)
-	}
-	if d.err == nil && n > d.left() {
-		d.fail(fmt.Errorf("wire: %d bytes declared, %d left", n, d.left()))
 	}
 	return d.next(n)
 }
@@ -361,7 +361,7 @@ func (d *decoder) bin() []byte {
 
 // bins reads a list of bins as sub-slices of src, nil when empty.
 func (d *decoder) bins() [][]byte {
-	n := d.count()
+	n := d.arrayLen()
 	if n == 0 {
 		return nil
 	}
@@ -374,7 +374,7 @@ func (d *decoder) bins() [][]byte {
 
 func (d *decoder) strs() []string {
 	var out []string
-	for range d.count() {
+	for range d.arrayLen() {
 		if s := d.str(); d.err == nil {
 			out = append(out, s)
 		}
@@ -384,7 +384,7 @@ func (d *decoder) strs() []string {
 
 func (d *decoder) uints() []uint64 {
 	var out []uint64
-	for range d.count() {
+	for range d.arrayLen() {
 		if v := d.uint(math.MaxUint64); d.err == nil {
 			out = append(out, v)
 		}
@@ -395,7 +395,7 @@ func (d *decoder) uints() []uint64 {
 // kvs reads pairs; values are copied (they outlive the frame buffer) and
 // never nil.
 func (d *decoder) kvs() []KV {
-	n := d.count()
+	n := d.arrayLen()
 	if n%2 != 0 {
 		d.fail(fmt.Errorf("wire: %d values in a key-value list", n))
 	}
