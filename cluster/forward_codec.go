@@ -7,8 +7,8 @@ import (
 	"github.com/peatmq/peat/logstore"
 )
 
-// encodeFwdRecord is a logstore.Record as a forwarded append carries it
-// (wire.ProducedRecord): what the producer sent and the follower's
+// encodeFwdRecord writes a logstore.Record as a forwarded append carries
+// it (wire.ProducedRecord): what the producer sent and the follower's
 // timestamp; the leader assigns the offset and its epoch.
 func encodeFwdRecord(r *logstore.Record) ([]byte, error) {
 	if r == nil {
