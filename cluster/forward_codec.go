@@ -3,47 +3,32 @@ package cluster
 import (
 	"fmt"
 
-	"github.com/vmihailenco/msgpack/v5"
-
+	"github.com/peatmq/peat/cluster/wire"
 	"github.com/peatmq/peat/logstore"
 )
 
-// fwdRecord is a logstore.Record as a forwarded append carries it: what
-// the producer sent and the follower's timestamp; the leader assigns the
-// offset and its epoch. A msgpack array, field order fixed (append only).
-type fwdRecord struct {
-	//lint:ignore U1000 msgpack reads this field's tag: encode as an array
-	_msgpack        struct{} `msgpack:",as_array"`
-	Timestamp       int64
-	Topic           string
-	Payload         []byte
-	QoS             byte
-	Retain          bool
-	ClientID        string
-	MessageExpiry   uint32
-	ContentType     string
-	PayloadFormat   *byte
-	ResponseTopic   string
-	CorrelationData []byte
-	UserProperties  []string // key, value, key, value...
-}
-
+// encodeFwdRecord writes a logstore.Record as a forwarded append carries
+// it (wire.ProducedRecord): what the producer sent and the follower's
+// timestamp; the leader assigns the offset and its epoch.
 func encodeFwdRecord(r *logstore.Record) ([]byte, error) {
 	if r == nil {
 		return nil, logstore.ErrNilRecord
 	}
-	f := fwdRecord{Timestamp: r.Timestamp, Topic: r.Topic, Payload: r.Payload, QoS: r.QoS, Retain: r.Retain,
+	f := wire.ProducedRecord{Timestamp: r.Timestamp, Topic: r.Topic, Payload: r.Payload, QoS: r.QoS, Retain: r.Retain,
 		ClientID: r.ClientID, MessageExpiry: r.MessageExpiry, ContentType: r.ContentType, PayloadFormat: r.PayloadFormat,
 		ResponseTopic: r.ResponseTopic, CorrelationData: r.CorrelationData}
-	for _, p := range r.UserProperties {
-		f.UserProperties = append(f.UserProperties, p.Key, p.Value)
+	if len(r.UserProperties) > 0 {
+		f.UserProperties = make([]string, 0, 2*len(r.UserProperties))
+		for _, p := range r.UserProperties {
+			f.UserProperties = append(f.UserProperties, p.Key, p.Value)
+		}
 	}
-	return msgpack.Marshal(&f)
+	return f.AppendTo(nil), nil
 }
 
 func decodeFwdRecord(b []byte) (*logstore.Record, error) {
-	var f fwdRecord
-	if err := msgpack.Unmarshal(b, &f); err != nil {
+	var f wire.ProducedRecord
+	if err := f.Decode(b); err != nil {
 		return nil, fmt.Errorf("cluster: forwarded record: %w", err)
 	}
 	if len(f.UserProperties)%2 != 0 {
@@ -52,8 +37,11 @@ func decodeFwdRecord(b []byte) (*logstore.Record, error) {
 	r := &logstore.Record{Timestamp: f.Timestamp, Topic: f.Topic, Payload: f.Payload, QoS: f.QoS, Retain: f.Retain,
 		ClientID: f.ClientID, MessageExpiry: f.MessageExpiry, ContentType: f.ContentType, PayloadFormat: f.PayloadFormat,
 		ResponseTopic: f.ResponseTopic, CorrelationData: f.CorrelationData}
-	for i := 0; i < len(f.UserProperties); i += 2 {
-		r.UserProperties = append(r.UserProperties, logstore.UserProperty{Key: f.UserProperties[i], Value: f.UserProperties[i+1]})
+	if n := len(f.UserProperties); n > 0 {
+		r.UserProperties = make([]logstore.UserProperty, 0, n/2)
+		for i := 0; i < n; i += 2 {
+			r.UserProperties = append(r.UserProperties, logstore.UserProperty{Key: f.UserProperties[i], Value: f.UserProperties[i+1]})
+		}
 	}
 	return r, nil
 }

@@ -26,12 +26,29 @@
 //	13 ClaimRequest   [stream, leader epoch, key, holder, node, broker epoch, release (0|1)]
 //	14 ClaimResponse  [code, ok (0|1), current holder]
 //
+// Integers and lengths take their shortest msgpack form, a bool is 0 or
+// 1, a string is a str, a record or a value a bin, a list an array (a
+// key-value list [key, value, ...]). A field in parentheses is one of a
+// message's optional trailing fields: a sender writes them only when the
+// first of them is not empty, and a receiver takes the shorter array (the
+// older frame) or the whole one, refusing a whole one whose first
+// optional field is empty.
+//
 // A connection whose first request is a ProduceRequest is a produce
 // pipeline: the leader reads its requests without waiting for the
 // answers, which come back in request order, each naming its seq. In a
-// ProduceRequest a record is the cluster package's msgpack array of a
-// record's producer fields (forward_codec.go), not a stored value: the
-// leader assigns offsets and its epoch. An append to a mirror stream
+// ProduceRequest a record is not a stored value but a ProducedRecord, the
+// producer's fields (the leader assigns offsets and its epoch):
+//
+//	[timestamp, topic, payload, qos, retain, client id, message expiry,
+//	 content type, payload format, response topic, correlation data,
+//	 [user property key, value, ...]]
+//
+// in the form msgpack's reflection gave the cluster package's struct
+// before the codec was generated: the integers keep their Go type's width
+// (int64 timestamp, uint8 qos and payload format, uint32 expiry), retain
+// is msgpack's bool, and a missing payload format, a nil payload or
+// correlation data and no user properties are nil. An append to a mirror stream
 // adds a sixth field, each record's offset in its source and the source's
 // log start, and its answer a fifth, one byte per record (appended,
 // duplicate, refused): the leader writes each at its source's offset
@@ -52,4 +69,16 @@
 // re-encoding records (shared FACTS.md). Every length and count is checked
 // against the bytes left before anything is allocated: frames come from
 // the network.
+//
+// The codec, codec_gen.go, is generated: `go generate ./cluster/wire` runs
+// internal/gen, which reads the message structs (messages.go, forward.go,
+// record.go; a //wire:message line ends each one's doc comment) and
+// writes, for each, an AppendTo and a Decode that call codec.go's helper
+// for each field's type in the order the struct declares them. To change
+// a message, change its struct and run go generate; internal/gen's test
+// fails while codec_gen.go is stale. A field is only ever appended, as an
+// optional trailing one (`wire:"opt"`), so that a node of the earlier
+// release still reads the frame: testdata/golden.txt holds the bytes every
+// message had when the codec was written by hand, and the tests hold the
+// generated codec to them.
 package wire
