@@ -44,11 +44,14 @@ lint: vet fmt-check
 
 FUZZTIME ?= 5m
 
-## fuzz: the fuzz targets of what clients send, FUZZTIME each (default 5m, one worker): the whole ingress path of a real node, the guard's packet checks behind mochi's decoders, the guard's framing; a failing input is written under the package's testdata/fuzz
+## fuzz: the fuzz targets of what clients and peers send, FUZZTIME each (default 5m, one worker): the whole ingress path of a real node, the guard's packet checks behind mochi's decoders, the guard's framing, the site's wire codec (decode, round trips, forwarded records); a failing input is written under the package's testdata/fuzz
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzIngress$$' -fuzztime $(FUZZTIME) -timeout 0 -parallel 1 ./edge/
 	$(GO) test -run '^$$' -fuzz '^FuzzPacketCheck$$' -fuzztime $(FUZZTIME) -timeout 0 -parallel 1 ./mqtt/
 	$(GO) test -run '^$$' -fuzz '^FuzzFramer$$' -fuzztime $(FUZZTIME) -timeout 0 -parallel 1 ./mqtt/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -timeout 0 -parallel 1 ./cluster/wire/
+	$(GO) test -run '^$$' -fuzz '^FuzzRoundTrip$$' -fuzztime $(FUZZTIME) -timeout 0 -parallel 1 ./cluster/wire/
+	$(GO) test -run '^$$' -fuzz '^FuzzFwdRecord$$' -fuzztime $(FUZZTIME) -timeout 0 -parallel 1 ./cluster/
 
 ## bench: Go benchmarks of the hot paths (append, read from offset)
 bench:
