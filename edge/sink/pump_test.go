@@ -101,6 +101,13 @@ func (p *mapPositions) Commit(group, stream string, off uint64) error {
 	return nil
 }
 
+// count is how many commits there were.
+func (p *mapPositions) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.commits)
+}
+
 func (p *mapPositions) get() uint64 {
 	off, _, _ := p.Load(Group("s"), "default")
 	return off
@@ -144,6 +151,11 @@ func appendRecs(t *testing.T, st *mqtttest.MemStream, n int) {
 	}
 }
 
+// The position is the end of the contiguous acknowledged prefix. The
+// window bounds what is unacknowledged (as an MQTT 5 Receive Maximum
+// does), so acknowledgements above a hole free it, but the position
+// waits for the hole; a connection's end commits what it acknowledged,
+// and the next one starts there.
 func TestSink_PositionIsTheContiguousAcknowledgedPrefix(t *testing.T) {
 	st := mqtttest.NewMemLog(t, "default=#").Stream(t, "default")
 	appendRecs(t, st, 10)
@@ -157,23 +169,24 @@ func TestSink_PositionIsTheContiguousAcknowledgedPrefix(t *testing.T) {
 	c.acks <- ds[3].ID // out of order: 3, 1, 2 acknowledged, 0 not yet
 	c.acks <- ds[1].ID
 	c.acks <- ds[2].ID
-	c.none(t) // 0 holds the position, and the window with it
+	more := c.take(t, 3) // three acknowledged: three more may go
+	if more[0].Record.Offset != 4 || more[2].Record.Offset != 6 {
+		t.Fatalf("sent %d..%d, want 4..6", more[0].Record.Offset, more[2].Record.Offset)
+	}
+	c.none(t) // 0, 4, 5 and 6 unacknowledged: the window is full
 	if got := pos.get(); got != 0 {
 		t.Fatalf("position %d with offset 0 unacknowledged, want 0", got)
 	}
 	c.acks <- ds[0].ID
-	waitPos(t, pos, 4)
-	ds = c.take(t, 4) // the window slid by four
-	if ds[0].Record.Offset != 4 || ds[3].Record.Offset != 7 {
-		t.Fatalf("sent %d..%d, want 4..7", ds[0].Record.Offset, ds[3].Record.Offset)
-	}
-	c.acks <- ds[0].ID
-	waitPos(t, pos, 5)
+	waitPos(t, pos, 4) // within commitInterval, short of a commit batch
+	c.acks <- more[0].ID
+	c.take(t, 1) // offset 7
 
-	// The connection drops with 5..7 in flight: the next one starts at
-	// the durable position 5 and sends them again.
+	// The connection drops with 5..7 in flight: its end commits 5, and
+	// the next one starts there and sends them again.
 	c.end()
 	c = <-up.conns
+	waitPos(t, pos, 5)
 	ds = c.take(t, 4)
 	if ds[0].Record.Offset != 5 || ds[3].Record.Offset != 8 {
 		t.Fatalf("after a reconnect sent %d..%d, want 5..8", ds[0].Record.Offset, ds[3].Record.Offset)
@@ -189,6 +202,58 @@ func TestSink_PositionIsTheContiguousAcknowledgedPrefix(t *testing.T) {
 		if pos.commits[i] <= pos.commits[i-1] {
 			t.Fatalf("commits %v go backwards", pos.commits)
 		}
+	}
+}
+
+// While a backlog drains, the position is committed once a commit batch
+// is acknowledged, not every quarter window: each commit is a state
+// write, fsynced under fsync durability. What a crash would send again,
+// the records sent and not under the position, stays within the window
+// plus one batch, even behind a record that is never acknowledged.
+func TestSink_CommitsInBatchesAndBoundsWhatACrashResends(t *testing.T) {
+	const window = 8
+	batch := commitBatchOf(window)
+	st := mqtttest.NewMemLog(t, "default=#").Stream(t, "default")
+	appendRecs(t, st, 4*batch)
+	up := &fakeUpstream{window: window, conns: make(chan *fakeConn)}
+	pos := &mapPositions{m: map[string]uint64{}}
+	runSink(t, st, up, pos)
+	c := <-up.conns
+
+	// Acknowledge everything but offset 0: the pump goes on until the
+	// window plus a batch is sent and not under the position.
+	first := c.take(t, 1)[0]
+	sent := 1
+	for more := true; more; {
+		select {
+		case d := <-c.sent:
+			c.acks <- d.ID
+			sent++
+		case <-time.After(300 * time.Millisecond):
+			more = false
+		}
+	}
+	if sent > window+batch || sent < window+batch-batchOf(window) {
+		t.Fatalf("%d records sent behind an unacknowledged one, want the window plus a commit batch (%d)", sent, window+batch)
+	}
+	if got := pos.get(); got != 0 {
+		t.Fatalf("position %d with offset 0 unacknowledged, want 0", got)
+	}
+
+	// Acknowledging 0 commits at once: a batch is waiting.
+	c.acks <- first.ID
+	waitPos(t, pos, uint64(sent))
+	commits, start := pos.count(), time.Now()
+	for end := sent + 2*batch; sent < end; sent++ {
+		c.acks <- c.take(t, 1)[0].ID
+	}
+	for pos.get() < uint64(sent-batch) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Two batches, and one more for each commitInterval the test took
+	// (a slow machine's pump may find fewer than a batch waiting).
+	if n, most := pos.count()-commits, 2+int(time.Since(start)/commitInterval); n > most {
+		t.Fatalf("%d commits for %d acknowledged records, want at most %d (batches of %d)", n, 2*batch, most, batch)
 	}
 }
 

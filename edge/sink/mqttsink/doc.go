@@ -40,5 +40,6 @@
 // connection of a process clears the upstream session first (clean start,
 // then DISCONNECT): packet ids the broker still holds from before a crash
 // would otherwise swallow new PUBLISHes as duplicates. So across a restart
-// QoS 2 is at least once, with repeats bounded by the window.
+// QoS 2 is at least once, with repeats bounded by the window and a
+// commit batch (package sink).
 package mqttsink

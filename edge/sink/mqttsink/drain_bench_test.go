@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,6 +65,27 @@ var backlog struct {
 	n     int
 }
 
+// The backlog's shape, from the environment: DRAIN_BATCH records per
+// append (default 100, a group commit of ten publishers with a window of
+// ten each; 1 is one publisher waiting for each PUBACK) and
+// DRAIN_DURABILITY of the stream (default interval, as
+// scripts/bench-sink.sh runs Peat; "fsync" is Peat's default, under
+// which every Badger write, position commits too, is fsynced).
+func drainShape(b *testing.B) (batch int, durability logstore.Durability) {
+	batch, durability = 100, logstore.DurabilityInterval
+	if v := os.Getenv("DRAIN_BATCH"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("DRAIN_BATCH=%q: want a positive number", v)
+		}
+		batch = n
+	}
+	if v := os.Getenv("DRAIN_DURABILITY"); v != "" {
+		durability = logstore.Durability(v)
+	}
+	return batch, durability
+}
+
 // backlogOf returns the shared log, holding at least n records.
 func backlogOf(b *testing.B, n int) *logstore.Stream {
 	backlog.Lock()
@@ -73,10 +95,9 @@ func backlogOf(b *testing.B, n int) *logstore.Stream {
 		if err != nil {
 			b.Fatal(err)
 		}
+		_, durability := drainShape(b)
 		store, err := logstore.Open(logstore.Config{Dir: dir,
-			// Interval durability, as scripts/bench-sink.sh runs Peat: a
-			// position commit is a write, not an fsync of its own.
-			Streams: []logstore.StreamConfig{{Name: "default", Filters: []string{"#"}, Durability: logstore.DurabilityInterval}}})
+			Streams: []logstore.StreamConfig{{Name: "default", Filters: []string{"#"}, Durability: durability}}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -86,10 +107,9 @@ func backlogOf(b *testing.B, n int) *logstore.Stream {
 	st := backlog.store.Stream("default")
 	payload := make([]byte, 64)
 	now := time.Now().UnixMilli()
+	batch, _ := drainShape(b)
 	for backlog.n < n {
-		// Batches of 100, as a group commit of ten publishers with a
-		// window of ten each stores them.
-		recs := make([]*logstore.Record, min(100, n-backlog.n))
+		recs := make([]*logstore.Record, min(batch, n-backlog.n))
 		for j := range recs {
 			recs[j] = &logstore.Record{Topic: fmt.Sprintf("sensors/%d", (backlog.n+j)%10), QoS: 1, Payload: payload, Timestamp: now}
 		}
@@ -125,6 +145,7 @@ var drainRun atomic.Int64
 //
 //	go test -run '^$' -bench BenchmarkDrain -benchtime 200000x -count 5 ./edge/sink/mqttsink/
 //	DRAIN_MOSQUITTO="max_inflight_messages 0" go test -run '^$' -bench BenchmarkDrain ...
+//	DRAIN_BATCH=1 DRAIN_DURABILITY=fsync go test -run '^$' -bench BenchmarkDrain ...
 func BenchmarkDrain(b *testing.B) {
 	// Mosquitto as installed (Nagle on, Receive Maximum 20), unless
 	// DRAIN_MOSQUITTO adds option lines ("max_inflight_messages 0": no

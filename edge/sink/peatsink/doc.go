@@ -13,7 +13,8 @@
 // other Peat's Receive Maximum, reconnects with backoff, health.
 //
 // Across a crash of either side the sink sends again from its durable
-// position (at most a window of records twice); the mirror acknowledges
+// position (at most a window and a commit batch of records twice: see
+// package sink); the mirror acknowledges
 // those without appending. When retention dropped records before they were
 // sent, the sink goes on from the log start (logged and counted as lost, as
 // for every sink) and the mirror marks the missing offsets, since
