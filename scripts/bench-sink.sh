@@ -3,8 +3,9 @@
 # QoS 1 records while its upstream is down, then the upstream comes back
 # and the backlog drains. Two edges, each a fresh process pinned to CPU 0:
 #
-#   peat       Peat (PROFILE, default server; interval durability) with an MQTT sink
-#              to the upstream: the log is the buffer
+#   peat       Peat (PROFILE, default server; DURABILITY, default fsync as
+#              Peat's own default) with an MQTT sink to the upstream: the
+#              log is the buffer
 #   peat-nosink  the same Peat with no sink: its RSS through the pile-up is
 #              what the log and storage engine hold, without the sink
 #              (no drain)
@@ -29,6 +30,9 @@
 #   COUNT=2000000 PARTS=8 EDGES="peat peat-nosink" scripts/bench-sink.sh
 #   SINK_VERSION=4 scripts/bench-sink.sh    # the sink speaks MQTT 3.1.1, as the bridge does
 #   PEAT_BIN=/path/to/peat scripts/bench-sink.sh   # another Peat build
+#   DURABILITY=interval scripts/bench-sink.sh      # the stream's durability (default fsync)
+#   PUBS=1 WINDOW=1 PIN=0 scripts/bench-sink.sh     # one publisher, one publish in
+#                       # flight (batches of one record in the log), nothing pinned
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib-brokers.sh
@@ -38,7 +42,10 @@ COUNT=${COUNT:-1000000}
 REPS=${REPS:-1}
 PARTS=${PARTS:-4}
 read -r -a edges <<<"${EDGES:-peat mosquitto}"
-PUBS=10
+PUBS=${PUBS:-10}     # publishers of the pile-up
+WINDOW=${WINDOW:-16} # QoS 1 publishes each keeps in flight
+DURABILITY=${DURABILITY:-fsync}
+if [ "${PIN:-1}" = 0 ]; then pin_broker="" pin_load=""; fi
 PAYLOAD=${PAYLOAD:-64}
 DRAIN_LIMIT=${DRAIN_LIMIT:-600} # seconds a drain may take before the run fails
 PROFILE=${PROFILE:-server}     # Peat's storage profile
@@ -93,7 +100,7 @@ edge_start() {
 			streams:
 			  - name: default
 			    filters: ["#"]
-			    durability: interval
+			    durability: $DURABILITY
 		EOF
 		[ "$1" = peat ] && cat >>"$work/edge.yaml" <<-EOF
 			sinks:
@@ -146,7 +153,7 @@ for rep in $(seq "$REPS"); do
 		# memory grows with every part, the log does not.
 		quarters=""
 		for q in $(seq "$PARTS"); do
-			$pin_load "$work/peat-bench" fanin --addr "127.0.0.1:$EDGE_PORT" --publishers $PUBS --subscribers 0 \
+			$pin_load "$work/peat-bench" fanin --addr "127.0.0.1:$EDGE_PORT" --publishers $PUBS --window $WINDOW --subscribers 0 \
 				--qos 1 --payload "$PAYLOAD" --count $((COUNT / PUBS / PARTS)) --label "$edge" >"$work/fanin.json"
 			sleep 1
 			quarters="$quarters$(awk -v k="$(rss_kb "$EDGE_PID")" 'BEGIN {printf "%.1f", k/1024}')"
