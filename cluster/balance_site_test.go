@@ -100,7 +100,7 @@ func defaultStream(n *siteNode) *Stream {
 func TestSite_ReplicationFactorChanges(t *testing.T) {
 	specs, nodes := threeVoters(t, 2, 0)
 	var replicas []string
-	waitUntil(t, "the default stream on two replicas, both in sync", func() bool {
+	eventually(t, "the default stream on two replicas, both in sync", func() bool {
 		s := defaultStream(nodes[0])
 		if s == nil || len(s.Replicas) != 2 || len(s.ISR) != 2 {
 			return false
@@ -145,7 +145,7 @@ func TestSite_ReplicationFactorChanges(t *testing.T) {
 	specs[back].rf = 2
 	nodes[back] = startSpec(t, specs[back])
 	var kept []string
-	waitUntil(t, "the default stream back on two replicas, both in sync, on every node", func() bool {
+	eventually(t, "the default stream back on two replicas, both in sync, on every node", func() bool {
 		for _, n := range nodes {
 			s := defaultStream(n)
 			if s == nil || s.Want() != 2 || len(s.Replicas) != 2 || !slices.Equal(s.ISR, s.Replicas) {
@@ -233,7 +233,7 @@ func threeVotersAndSpare(t *testing.T, ready func(s *Stream, voters []*siteNode)
 	t.Helper()
 	specs, nodes := threeVoters(t, 3, 0)
 	all = append(slices.Clone(nodes), startSpec(t, &nodeSpec{id: "n4", rf: 3, join: []string{specs[0].serfAddr}}))
-	waitUntil(t, "the default stream with a full ISR and every node registered", func() bool {
+	eventually(t, "the default stream with a full ISR and every node registered", func() bool {
 		s := defaultStream(nodes[0])
 		for _, n := range all {
 			if !brokerAlive(nodes[0], n.Node.ID()) {
@@ -295,7 +295,7 @@ func testRemoveLiveNode(t *testing.T, ofLeader bool) {
 		}
 	}
 	streamIs(t, all, ids...)
-	waitUntil(t, "the drained node shown drained, out of the voters, serving", func() bool {
+	eventually(t, "the drained node shown drained, out of the voters, serving", func() bool {
 		for _, n := range all {
 			voters, _, err := n.Node.Quorum()
 			if err != nil || slices.Contains(voters, victim.Node.ID()) {
@@ -320,7 +320,7 @@ func testRemoveLiveNode(t *testing.T, ofLeader bool) {
 	drainedAcked := q.end()
 
 	victim.stopGracefully()
-	waitUntil(t, "the stopped node removed, out of Raft and Serf", func() bool {
+	eventually(t, "the stopped node removed, out of Raft and Serf", func() bool {
 		for _, n := range rest {
 			st, _ := n.Node.State()
 			if b := st.Brokers[victim.Node.ID()]; b == nil || !b.Removed {
@@ -360,7 +360,7 @@ func TestSite_RemoveLiveNodeRefused(t *testing.T) {
 		t.Fatalf("RemoveNode with nowhere to move to: %v, want ErrIneligibleReplica", err)
 	}
 	nodes[2].crash(t)
-	waitUntil(t, "n3 seen failed", func() bool {
+	eventually(t, "n3 seen failed", func() bool {
 		for _, m := range nodes[0].Node.Members() {
 			if m.ID == "n3" {
 				return m.Status == "failed"
@@ -403,14 +403,14 @@ func leaderBalancing(t *testing.T, acksLeader bool) {
 	p.moreAcked(t, "publishes acknowledged before the restart", 50)
 
 	nodes[i].stopGracefully()
-	waitUntil(t, "another leader", func() bool {
+	eventually(t, "another leader", func() bool {
 		s := defaultStream(prod)
 		return s.Leader != "" && s.Leader != preferred
 	})
 	p.moreAcked(t, "publishes acknowledged under another leader", 50)
 	epoch := defaultStream(prod).LeaderEpoch
 	nodes[i] = startSpec(t, specs[i])
-	waitUntil(t, preferred+" leading again, on every node", func() bool {
+	eventually(t, preferred+" leading again, on every node", func() bool {
 		for _, n := range nodes {
 			s := defaultStream(n)
 			if s == nil || s.Leader != preferred || s.LeaderEpoch <= epoch {
@@ -456,7 +456,7 @@ func TestSite_KeepNodeEndsADrain(t *testing.T) {
 		}
 		return "?"
 	}
-	waitUntil(t, id+" drained and out of the voters", func() bool {
+	eventually(t, id+" drained and out of the voters", func() bool {
 		voters, _, err := spare.Node.Quorum()
 		return err == nil && !slices.Contains(voters, id) && removalOf(spare) == "drained"
 	})
@@ -465,7 +465,7 @@ func TestSite_KeepNodeEndsADrain(t *testing.T) {
 	if err := spare.KeepNode(ctx, id); err != nil {
 		t.Fatalf("KeepNode of a drained node: %v", err)
 	}
-	waitUntil(t, id+" no longer draining and a voter again, on every node", func() bool {
+	eventually(t, id+" no longer draining and a voter again, on every node", func() bool {
 		for _, n := range all {
 			voters, _, err := n.Node.Quorum()
 			if err != nil || !slices.Contains(voters, id) || removalOf(n) != "" {
@@ -485,9 +485,9 @@ func TestSite_KeepNodeEndsADrain(t *testing.T) {
 	if _, err := spare.RemoveNode(ctx, id); err != nil {
 		t.Fatalf("RemoveNode again: %v", err)
 	}
-	waitUntil(t, id+" drained again", func() bool { return removalOf(spare) == "drained" })
+	eventually(t, id+" drained again", func() bool { return removalOf(spare) == "drained" })
 	victim.stopGracefully()
-	waitUntil(t, id+" removed", func() bool {
+	eventually(t, id+" removed", func() bool {
 		st, _ := spare.Node.State()
 		b := st.Brokers[id]
 		return b != nil && b.Removed

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/peatmq/peat/cluster/faultnet"
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/logstore"
 )
 
@@ -161,17 +162,11 @@ func (s *site) openStore(dir string) *logstore.Store {
 	return st
 }
 
-// eventually polls cond until it holds, failing after a generous deadline
-// (a loaded 2-core machine runs these with -race).
+// eventually waits for a site of in-process nodes to reach a state
+// (testwait.SiteLimit says why longer than other waits).
 func eventually(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(45 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.EventuallyWithin(tb, testwait.SiteLimit, what, cond)
 }
 
 // controller waits until every node in live agrees on one controller,

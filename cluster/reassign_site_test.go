@@ -161,7 +161,7 @@ func (p *producer) end() map[uint64]string {
 func (p *producer) moreAcked(t *testing.T, what string, k int) {
 	t.Helper()
 	from := p.count()
-	waitUntil(t, what, func() bool { return p.count() >= from+k })
+	eventually(t, what, func() bool { return p.count() >= from+k })
 }
 
 // holdsAll checks that every acknowledged record is committed on n's
@@ -179,7 +179,7 @@ func holdsAllOf(t *testing.T, n *siteNode, name string, acked map[uint64]string)
 	for off := range acked {
 		top = max(top, off+1)
 	}
-	waitUntil(t, n.Node.ID()+" commits every acknowledged record of "+name, func() bool { return local.Committed() >= top })
+	eventually(t, n.Node.ID()+" commits every acknowledged record of "+name, func() bool { return local.Committed() >= top })
 	for off, want := range acked {
 		recs, err := local.Read(off, 1, 0)
 		if err != nil || len(recs) != 1 || recs[0].Offset != off || string(recs[0].Payload) != want {
@@ -193,7 +193,7 @@ func holdsAllOf(t *testing.T, n *siteNode, name string, acked map[uint64]string)
 func streamIs(t *testing.T, nodes []*siteNode, replicas ...string) {
 	t.Helper()
 	want := slices.Sorted(slices.Values(replicas))
-	waitUntil(t, fmt.Sprintf("the default stream on %v, all in sync, on every node", want), func() bool {
+	eventually(t, fmt.Sprintf("the default stream on %v, all in sync, on every node", want), func() bool {
 		for _, n := range nodes {
 			st, _ := n.Node.State()
 			s := st.Streams["default"]
@@ -231,7 +231,7 @@ func TestSite_RemoveDeadNode(t *testing.T) {
 		byID[n.Node.ID()] = n
 	}
 	var replicas []string
-	waitUntil(t, "the default stream with a full ISR and every node registered", func() bool {
+	eventually(t, "the default stream with a full ISR and every node registered", func() bool {
 		st, _ := n1.Node.State()
 		s := st.Streams["default"]
 		for _, n := range nodes {
@@ -277,7 +277,7 @@ func TestSite_RemoveDeadNode(t *testing.T) {
 	defer cancel()
 
 	victim.crash(t)
-	waitUntil(t, "the victim counted failed", func() bool { return !brokerAlive(prodNode, victim.Node.ID()) })
+	eventually(t, "the victim counted failed", func() bool { return !brokerAlive(prodNode, victim.Node.ID()) })
 	p.moreAcked(t, "publishes acknowledged with the victim dead", 50)
 
 	rm, err := spare.RemoveNode(ctx, victim.Node.ID())
@@ -292,7 +292,7 @@ func TestSite_RemoveDeadNode(t *testing.T) {
 		ids = append(ids, n.Node.ID())
 	}
 	streamIs(t, alive, ids...)
-	waitUntil(t, "the victim out of Raft's voters and out of Serf", func() bool {
+	eventually(t, "the victim out of Raft's voters and out of Serf", func() bool {
 		for _, n := range alive {
 			voters, _, err := n.Node.Quorum()
 			if err != nil || slices.Contains(voters, victim.Node.ID()) || len(voters) != 2 {
@@ -340,7 +340,7 @@ func TestSite_StreamGrowsOntoJoiningBrokersAndReplaceAfter(t *testing.T) {
 
 	n2.crash(t)
 	streamIs(t, []*siteNode{n1, n3}, "n1", "n3")
-	waitUntil(t, "n2 removed", func() bool {
+	eventually(t, "n2 removed", func() bool {
 		st, _ := n1.Node.State()
 		return st.Brokers["n2"] != nil && st.Brokers["n2"].Removed
 	})

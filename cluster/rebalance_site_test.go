@@ -44,7 +44,7 @@ func TestSite_Rebalance(t *testing.T) {
 	nodes := []*siteNode{n1, startSiteNodeOf(t, "n2", true, 3, join, 0, streams),
 		startSiteNodeOf(t, "n3", true, 3, join, 0, streams)}
 	first := []string{"n1", "n2", "n3"}
-	waitUntil(t, "every stream created, in sync, on n1-n3", func() bool {
+	eventually(t, "every stream created, in sync, on n1-n3", func() bool {
 		st, _ := n1.Node.State()
 		ok, _ := siteSettled(st, first)
 		return ok && len(st.Streams) == len(streams)+1 // and the sessions' stream
@@ -64,7 +64,7 @@ func TestSite_Rebalance(t *testing.T) {
 		startSiteNodeOf(t, "n5", false, 0, join, 0, streams))
 	all := []string{"n1", "n2", "n3", "n4", "n5"}
 	n5 := nodes[4]
-	waitUntil(t, "n4 and n5 registered, as n5 sees the state", func() bool {
+	eventually(t, "n4 and n5 registered, as n5 sees the state", func() bool {
 		return brokerAlive(n5, "n4") && brokerAlive(n5, "n5")
 	})
 	st, _ := n5.Node.State()
@@ -111,7 +111,7 @@ func TestSite_Rebalance(t *testing.T) {
 	moreAcked("during the rebalance", 20)
 
 	var final *State
-	waitUntil(t, "every node sees the replicas spread within one, all in sync, no move left", func() bool {
+	eventually(t, "every node sees the replicas spread within one, all in sync, no move left", func() bool {
 		for _, n := range nodes {
 			st, _ := n.Node.State()
 			if ok, load := siteSettled(st, all); !ok || !balanced(load) {

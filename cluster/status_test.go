@@ -79,7 +79,7 @@ func startSites(t *testing.T, n int) []*Site {
 		sites = append(sites, s)
 	}
 	// Every node, not only the first: each applies the state on its own.
-	waitUntil(t, "the default stream with a full ISR on every node", func() bool {
+	eventually(t, "the default stream with a full ISR on every node", func() bool {
 		for _, site := range sites {
 			full := false
 			for _, s := range site.Status().Streams {
@@ -92,17 +92,6 @@ func startSites(t *testing.T, n int) []*Site {
 		return true
 	})
 	return sites
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // gather is the collector's series by name and label values.
@@ -141,7 +130,7 @@ func TestSite_ControllerChangesAndMetrics(t *testing.T) {
 	sites := startSites(t, 3)
 	var ctl *Site
 	var rest []*Site
-	waitUntil(t, "one controller all agree on", func() bool {
+	eventually(t, "one controller all agree on", func() bool {
 		ctl, rest = nil, nil
 		for _, s := range sites {
 			st := s.Status()
@@ -176,7 +165,7 @@ func TestSite_ControllerChangesAndMetrics(t *testing.T) {
 	if err := ctl.Node.Close(); err != nil { // a crash, as far as the others can tell
 		t.Fatal(err)
 	}
-	waitUntil(t, "a new controller, and "+old+" failed and out of the ISR", func() bool {
+	eventually(t, "a new controller, and "+old+" failed and out of the ISR", func() bool {
 		for _, s := range rest {
 			st := s.Status()
 			if st.Controller == "" || st.Controller == old {

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/internal/testwait"
 )
 
 // A QoS 1 message sent again to a resumed session carries DUP 1, and a
@@ -53,7 +55,7 @@ func TestDurableSession_ResendsCarryDup(t *testing.T) {
 				t.Fatalf("first delivery: %s DUP %v", pk.TopicName, pk.FixedHeader.Dup)
 			}
 			c.Close()
-			waitFor(t, "the client to go", func() bool { return b.Clients() == 1 }) // pub stays
+			testwait.Eventually(t, "the client to go", func() bool { return b.Clients() == 1 }) // pub stays
 			c = dialDurable(t, b, version)
 			if pk := c.Read(); pk.TopicName != "d/0" || !pk.FixedHeader.Dup {
 				t.Fatalf("resend: %s DUP %v, want d/0 with DUP 1", pk.TopicName, pk.FixedHeader.Dup)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/internal/testwait"
 )
 
 // An MQTT 5 client with a Session Expiry Interval of 3 s is connected and
@@ -26,7 +28,7 @@ func TestSite_OrphanedSessionExpires(t *testing.T) {
 	s := newSite(t, 3, st)
 	home, rest := s.nodes[1], []*node{s.nodes[0], s.nodes[2]}
 	var c *conn
-	waitFor(t, wait(60*time.Second), "a v5 session on "+home.id, func() bool {
+	testwait.EventuallyWithin(t, wait(60*time.Second), "a v5 session on "+home.id, func() bool {
 		var err error
 		c, _, err = dialExpiring(home.mqtt, "orphan-1", 3)
 		return err == nil
@@ -35,7 +37,7 @@ func TestSite_OrphanedSessionExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	home.kill()
-	waitFor(t, wait(90*time.Second), "a surviving node to expire the dead node's session", func() bool {
+	testwait.EventuallyWithin(t, wait(90*time.Second), "a surviving node to expire the dead node's session", func() bool {
 		var n float64
 		for _, nd := range rest {
 			n += nd.metric(t, "peat_mqtt_sessions_expired_total")
@@ -43,7 +45,7 @@ func TestSite_OrphanedSessionExpires(t *testing.T) {
 		return n >= 1
 	})
 	var present bool
-	waitFor(t, wait(60*time.Second), "the client back on "+rest[0].id, func() bool {
+	testwait.EventuallyWithin(t, wait(60*time.Second), "the client back on "+rest[0].id, func() bool {
 		c, p, err := dialExpiring(rest[0].mqtt, "orphan-1", 3)
 		if err != nil {
 			return false

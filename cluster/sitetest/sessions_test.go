@@ -14,6 +14,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/peatmq/peat/cluster"
+	"github.com/peatmq/peat/internal/testwait"
 )
 
 // A QoS 1 subscriber with a persistent session (MQTT 3.1.1, clean
@@ -30,13 +31,13 @@ func TestSite_DurableSessionKill(t *testing.T) {
 	s := newSite(t, 3, st)
 	home := s.leader(cluster.SessionsStream)
 	sub := startDurable(t, s, home, "durable-1", st.filter)
-	waitFor(t, wait(60*time.Second), "the subscription", sub.subscribed)
+	testwait.EventuallyWithin(t, wait(60*time.Second), "the subscription", sub.subscribed)
 	l := startLoad(t, s, "dsp", st.topic(), 1) // every message acknowledged from now on is the subscriber's
-	waitFor(t, wait(60*time.Second), "the subscriber's first 200 messages", func() bool { return sub.count() >= 200 })
+	testwait.EventuallyWithin(t, wait(60*time.Second), "the subscriber's first 200 messages", func() bool { return sub.count() >= 200 })
 
 	killAt := time.Now()
 	home.kill()
-	waitFor(t, wait(90*time.Second), "messages delivered to the subscriber by another node", func() bool {
+	testwait.EventuallyWithin(t, wait(90*time.Second), "messages delivered to the subscriber by another node", func() bool {
 		return sub.deliveredAfter(killAt, home.mqtt) >= 50
 	})
 	l.stop()
@@ -48,7 +49,7 @@ func TestSite_DurableSessionKill(t *testing.T) {
 		}
 	}
 	l.ledger.mu.Unlock()
-	waitFor(t, wait(90*time.Second), fmt.Sprintf("the subscriber to have all %d acknowledged messages", len(acked)), func() bool {
+	testwait.EventuallyWithin(t, wait(90*time.Second), fmt.Sprintf("the subscriber to have all %d acknowledged messages", len(acked)), func() bool {
 		return len(sub.missing(acked)) == 0
 	})
 	sub.stop()
