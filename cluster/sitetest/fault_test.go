@@ -263,7 +263,7 @@ func (c *consumer) session(ctx context.Context, addr, group string, st streamSpe
 	if err != nil {
 		return
 	}
-	stop := context.AfterFunc(ctx, func() { conn.nc.Close() })
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	defer conn.close()
 	if err := conn.subscribe("$group/"+group+"/+/"+st.filter, 1); err != nil {

@@ -140,7 +140,7 @@ func (p *producer) run(ctx context.Context, l *ledger) {
 	payload := ""
 	backoff := func() {
 		if c != nil {
-			c.nc.Close()
+			c.Close()
 			c = nil
 		}
 		cur = (cur + 1) % len(p.addrs) // the next server of the list

@@ -1,10 +1,7 @@
 package sitetest
 
 import (
-	"bufio"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -14,6 +11,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/peatmq/peat/internal/testwait"
+	"github.com/peatmq/peat/mqtt/mqtttest/rawmqtt"
 )
 
 // An MQTT 5 client with a Session Expiry Interval of 3 s is connected and
@@ -62,31 +60,13 @@ func TestSite_OrphanedSessionExpires(t *testing.T) {
 // dialExpiring connects an MQTT 5 client with Clean Start 0 and Session
 // Expiry Interval expiry, and returns the CONNACK's session present.
 func dialExpiring(addr, id string, expiry uint32) (*conn, bool, error) {
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	c, err := dialConnect(addr, rawmqtt.Connect{ClientID: id, Version: 5, Keepalive: 60,
+		Properties: packets.Properties{SessionExpiryInterval: expiry, SessionExpiryIntervalFlag: true, ReceiveMaximum: 64}},
+		30*time.Second) // a claim waits for a failing-over leader
 	if err != nil {
 		return nil, false, err
 	}
-	c := &conn{nc: nc, r: bufio.NewReaderSize(nc, 64<<10), version: 5}
-	pk := packets.Packet{
-		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
-		ProtocolVersion: 5,
-		Connect:         packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: false, Keepalive: 60, ClientIdentifier: id},
-		Properties:      packets.Properties{SessionExpiryInterval: expiry, SessionExpiryIntervalFlag: true, ReceiveMaximum: 64},
-	}
-	if err := c.write(&pk); err != nil {
-		nc.Close()
-		return nil, false, err
-	}
-	ack, err := c.readTimeout(30 * time.Second) // a claim waits for a failing-over leader
-	if err != nil {
-		nc.Close()
-		return nil, false, fmt.Errorf("connack: %w", err)
-	}
-	if ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
-		nc.Close()
-		return nil, false, fmt.Errorf("connect: packet type %d reason %#x: %w", ack.FixedHeader.Type, ack.ReasonCode, errRefused)
-	}
-	return c, ack.SessionPresent, nil
+	return c, c.Connack().SessionPresent, nil
 }
 
 // metric is the value of an unlabelled series on the node's /metrics, 0

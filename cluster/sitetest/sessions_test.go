@@ -1,20 +1,17 @@
 package sitetest
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/mochi-mqtt/server/v2/packets"
-
 	"github.com/peatmq/peat/cluster"
 	"github.com/peatmq/peat/internal/testwait"
+	"github.com/peatmq/peat/mqtt/mqtttest/rawmqtt"
 )
 
 // A QoS 1 subscriber with a persistent session (MQTT 3.1.1, clean
@@ -104,7 +101,7 @@ func (d *durable) session(ctx context.Context, addr, id, filter string, subscrib
 	if err != nil {
 		return true
 	}
-	stop := context.AfterFunc(ctx, func() { c.nc.Close() })
+	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	defer c.close()
 	d.mu.Lock()
@@ -140,30 +137,12 @@ func (d *durable) session(ctx context.Context, addr, id, filter string, subscrib
 // dialDurable connects with MQTT 3.1.1 and clean session false, and
 // returns the CONNACK's session present.
 func dialDurable(addr, id string) (*conn, bool, error) {
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	c, err := dialConnect(addr, rawmqtt.Connect{ClientID: id, Version: 4, Keepalive: 60},
+		30*time.Second) // a claim waits for a failing-over leader
 	if err != nil {
 		return nil, false, err
 	}
-	c := &conn{nc: nc, r: bufio.NewReaderSize(nc, 64<<10), version: 4}
-	pk := packets.Packet{
-		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
-		ProtocolVersion: 4,
-		Connect:         packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: false, Keepalive: 60, ClientIdentifier: id},
-	}
-	if err := c.write(&pk); err != nil {
-		nc.Close()
-		return nil, false, err
-	}
-	ack, err := c.readTimeout(30 * time.Second) // a claim waits for a failing-over leader
-	if err != nil {
-		nc.Close()
-		return nil, false, fmt.Errorf("connack: %w", err)
-	}
-	if ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
-		nc.Close()
-		return nil, false, fmt.Errorf("connect: packet type %d reason %#x: %w", ack.FixedHeader.Type, ack.ReasonCode, errRefused)
-	}
-	return c, ack.SessionPresent, nil
+	return c, c.Connack().SessionPresent, nil
 }
 
 func (d *durable) subscribed() bool {
