@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -120,7 +121,7 @@ func (n *testNode) run(tb testing.TB) {
 	o := n.site.opts
 	cfg := DefaultConfig()
 	cfg.NodeID, cfg.Voter, cfg.BootstrapExpect, cfg.Join = n.id, n.voter, n.expect, n.join
-	cfg.SerfAddr, cfg.RaftAddr = cmpOr(n.serf, "127.0.0.1:0"), cmpOr(n.raft, "127.0.0.1:0")
+	cfg.SerfAddr, cfg.RaftAddr = cmp.Or(n.serf, "127.0.0.1:0"), cmp.Or(n.raft, "127.0.0.1:0")
 	cfg.SnapshotDir = n.dir + "/snapshots"
 	cfg.MQTTAddr, cfg.Version = "127.0.0.1:1883", "test"
 	cfg.ReplaceAfter = o.ReplaceAfter
@@ -139,7 +140,7 @@ func (n *testNode) run(tb testing.TB) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s, err := StartSite(SiteConfig{Node: cfg, TransportListen: cmpOr(n.trans, "127.0.0.1:0"), Store: store,
+	s, err := StartSite(SiteConfig{Node: cfg, TransportListen: cmp.Or(n.trans, "127.0.0.1:0"), Store: store,
 		Streams: n.streams, LagMax: o.LagMax, LeaderBalanceAfter: o.LeaderBalanceAfter, Logger: cfg.Logger})
 	if err != nil {
 		_ = store.Close()
@@ -148,13 +149,6 @@ func (n *testNode) run(tb testing.TB) {
 	n.Site, n.store, n.down = s, store, false
 	// The next start takes the same addresses, the ports picked now.
 	n.serf, n.raft, n.trans = s.Node.SerfAddr(), s.Node.RaftAddr(), s.Node.cfg.ClusterAddr
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // stop is `peat serve` stopping on SIGTERM: a hand-over, then everything
