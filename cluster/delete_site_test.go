@@ -21,29 +21,27 @@ func listed(names ...string) []SiteStream {
 	return out
 }
 
-// lists waits until the controller's state has what every node lists.
+// waitLists waits until the controller's state has what every node
+// lists, printing the state's brokers if it never does.
 func waitLists(t *testing.T, from *testNode, lists map[string][]string) {
 	t.Helper()
-	deadline := time.Now().Add(45 * time.Second)
-	for {
-		st := from.Node.View()
-		ok := true
-		for id, want := range lists {
-			if b := st.Brokers[id]; b == nil || !slices.Equal(b.Lists, want) {
-				ok = false
-			}
-		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
+	var st *State
+	defer func() {
+		if t.Failed() && st != nil {
 			for id, b := range st.Brokers {
 				t.Logf("%s: %+v", id, *b)
 			}
-			t.Fatalf("timed out waiting until the state records the configured streams %v", lists)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	}()
+	eventually(t, fmt.Sprintf("the state records the configured streams %v", lists), func() bool {
+		st = from.Node.View()
+		for id, want := range lists {
+			if b := st.Brokers[id]; b == nil || !slices.Equal(b.Lists, want) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 func stored(t *testing.T, d *testNode, name string) bool {
