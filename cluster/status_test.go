@@ -3,12 +3,9 @@ package cluster
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-
-	"github.com/peatmq/peat/logstore"
 )
 
 func TestReadiness(t *testing.T) {
@@ -48,35 +45,14 @@ func TestReadiness(t *testing.T) {
 
 // startSites starts n site nodes on loopback (n voters), each watching
 // its controllers, and waits until the default stream has a full ISR.
+// startSites starts a site of n voters (newTestSite, with the default
+// replica lag) and waits until every node has the default stream with a
+// full ISR.
 func startSites(t *testing.T, n int) []*Site {
 	t.Helper()
 	var sites []*Site
-	for i := range n {
-		cfg := DefaultConfig()
-		cfg.NodeID, cfg.SerfAddr, cfg.RaftAddr = "n"+string(rune('1'+i)), "127.0.0.1:0", "127.0.0.1:0"
-		cfg.BootstrapExpect = n
-		cfg.SnapshotDir = t.TempDir()
-		cfg.MQTTAddr, cfg.Version = "127.0.0.1:1883", "test"
-		if i > 0 {
-			cfg.Join = []string{sites[0].Node.SerfAddr()}
-		}
-		store, err := logstore.Open(logstore.Config{Dir: t.TempDir(), Profile: logstore.ProfilePiZero,
-			Streams:           []logstore.StreamConfig{{Name: "default", Filters: []string{"#"}}},
-			RetentionInterval: time.Hour, MinFreeBytes: -1, ManualCommit: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := StartSite(SiteConfig{Node: cfg, TransportListen: "127.0.0.1:0", Store: store,
-			Streams: []SiteStream{{Name: "default"}}})
-		if err != nil {
-			_ = store.Close()
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = s.Close()
-			_ = store.Close()
-		})
-		sites = append(sites, s)
+	for _, tn := range newTestSite(t, siteOpts{Voters: n, LagMax: DefaultReplicaLagMax}).nodes {
+		sites = append(sites, tn.Site)
 	}
 	// Every node, not only the first: each applies the state on its own.
 	eventually(t, "the default stream with a full ISR on every node", func() bool {
