@@ -7,85 +7,9 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/peatmq/peat/logstore"
 )
 
-// nodeSpec is a node of a test site that a test may restart on the same
-// data and addresses, as a real node restarts from its configuration.
-type nodeSpec struct {
-	id           string
-	voter        bool
-	expect       int
-	rf           int
-	join         []string
-	balanceAfter time.Duration
-	acksLeader   bool // the default stream is acks: leader
-
-	dataDir, snapDir              string // "": fresh on the first start
-	serfAddr, raftAddr, transport string // "": a free port on the first start
-}
-
-func startSpec(t *testing.T, sp *nodeSpec) *siteNode {
-	t.Helper()
-	if sp.dataDir == "" {
-		sp.dataDir, sp.snapDir = t.TempDir(), t.TempDir()
-		sp.serfAddr, sp.raftAddr, sp.transport = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	}
-	cfg := DefaultConfig()
-	cfg.NodeID, cfg.SerfAddr, cfg.RaftAddr = sp.id, sp.serfAddr, sp.raftAddr
-	cfg.Voter, cfg.BootstrapExpect, cfg.Join = sp.voter, sp.expect, sp.join
-	cfg.SnapshotDir = sp.snapDir
-	cfg.MQTTAddr, cfg.Version = "127.0.0.1:1883", "test"
-	store, err := logstore.Open(logstore.Config{Dir: sp.dataDir, Profile: logstore.ProfilePiZero,
-		Streams:           []logstore.StreamConfig{{Name: "default", Filters: []string{"#"}}},
-		RetentionInterval: time.Hour, MinFreeBytes: -1, ManualCommit: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := StartSite(SiteConfig{Node: cfg, TransportListen: sp.transport, Store: store,
-		Streams: []SiteStream{{Name: "default", ReplicationFactor: sp.rf, AcksLeader: sp.acksLeader}}, LagMax: 2 * time.Second,
-		LeaderBalanceAfter: sp.balanceAfter})
-	if err != nil {
-		_ = store.Close()
-		t.Fatal(err)
-	}
-	// The next start takes the same addresses, the ports picked now.
-	sp.serfAddr, sp.raftAddr, sp.transport = s.Node.SerfAddr(), s.Node.RaftAddr(), s.Node.cfg.ClusterAddr
-	n := &siteNode{Site: s, store: store}
-	t.Cleanup(func() { n.stopGracefully() })
-	return n
-}
-
-// stopGracefully is `peat serve` stopping on SIGTERM: a hand-over, then
-// everything closes.
-func (n *siteNode) stopGracefully() {
-	n.once.Do(func() {
-		_ = n.Close()
-		_ = n.store.Close()
-	})
-}
-
-// threeVoters starts n1-n3, voters, with the default stream of factor rf.
-func threeVoters(t *testing.T, rf int, balanceAfter time.Duration) ([]*nodeSpec, []*siteNode) {
-	return threeVotersAcks(t, rf, balanceAfter, false)
-}
-
-// threeVotersAcks is threeVoters with the default stream acks: leader.
-func threeVotersAcks(t *testing.T, rf int, balanceAfter time.Duration, acksLeader bool) ([]*nodeSpec, []*siteNode) {
-	specs := []*nodeSpec{{id: "n1", voter: true, expect: 3, rf: rf, balanceAfter: balanceAfter, acksLeader: acksLeader}}
-	nodes := []*siteNode{startSpec(t, specs[0])}
-	for _, id := range []string{"n2", "n3"} {
-		sp := &nodeSpec{id: id, voter: true, expect: 3, rf: rf, join: []string{specs[0].serfAddr},
-			balanceAfter: balanceAfter, acksLeader: acksLeader}
-		specs = append(specs, sp)
-		nodes = append(nodes, startSpec(t, sp))
-	}
-	specs[0].join = []string{specs[1].serfAddr}
-	return specs, nodes
-}
-
-func defaultStream(n *siteNode) *Stream {
+func defaultStream(n *testNode) *Stream {
 	st, _ := n.Node.State()
 	return st.Streams["default"]
 }
@@ -98,9 +22,9 @@ func defaultStream(n *siteNode) *Stream {
 // started last wins). Publishes are acknowledged throughout and none is
 // lost.
 func TestSite_ReplicationFactorChanges(t *testing.T) {
-	specs, nodes := threeVoters(t, 2, 0)
+	nodes := newTestSite(t, siteOpts{RF: 2}).nodes
 	var replicas []string
-	waitUntil(t, "the default stream on two replicas, both in sync", func() bool {
+	eventually(t, "the default stream on two replicas, both in sync", func() bool {
 		s := defaultStream(nodes[0])
 		if s == nil || len(s.Replicas) != 2 || len(s.ISR) != 2 {
 			return false
@@ -120,9 +44,8 @@ func TestSite_ReplicationFactorChanges(t *testing.T) {
 	p := produce(prod)
 	p.moreAcked(t, "publishes acknowledged on two replicas", 50)
 
-	nodes[out].stopGracefully()
-	specs[out].rf = 3
-	nodes[out] = startSpec(t, specs[out])
+	nodes[out].stop(t)
+	nodes[out].restart(t, SiteStream{Name: "default", ReplicationFactor: 3})
 	streamIs(t, nodes, "n1", "n2", "n3")
 	if s := defaultStream(prod); s.Want() != 3 {
 		t.Fatalf("replication factor %d, want 3", s.Want())
@@ -141,11 +64,10 @@ func TestSite_ReplicationFactorChanges(t *testing.T) {
 			break
 		}
 	}
-	nodes[back].stopGracefully()
-	specs[back].rf = 2
-	nodes[back] = startSpec(t, specs[back])
+	nodes[back].stop(t)
+	nodes[back].restart(t, SiteStream{Name: "default", ReplicationFactor: 2})
 	var kept []string
-	waitUntil(t, "the default stream back on two replicas, both in sync, on every node", func() bool {
+	eventually(t, "the default stream back on two replicas, both in sync, on every node", func() bool {
 		for _, n := range nodes {
 			s := defaultStream(n)
 			if s == nil || s.Want() != 2 || len(s.Replicas) != 2 || !slices.Equal(s.ISR, s.Replicas) {
@@ -180,7 +102,7 @@ func (p *producer) snapshot() map[uint64]string {
 
 // watchReplicas records the smallest replica set the default stream had
 // in n's state, sampled at every change, until stop is called.
-func watchReplicas(n *siteNode) (smallest func() int, stop func()) {
+func watchReplicas(n *testNode) (smallest func() int, stop func()) {
 	var mu sync.Mutex
 	least := 1 << 30
 	done := make(chan struct{})
@@ -229,11 +151,13 @@ func TestSite_RemoveLiveNode(t *testing.T) {
 // waits until every node is registered and the default stream has a full
 // ISR; ready, when not nil, must also hold of the stream (given the
 // voters). It returns the voters, then n4.
-func threeVotersAndSpare(t *testing.T, ready func(s *Stream, voters []*siteNode) bool) (all []*siteNode) {
+func threeVotersAndSpare(t *testing.T, ready func(s *Stream, voters []*testNode) bool) (all []*testNode) {
 	t.Helper()
-	specs, nodes := threeVoters(t, 3, 0)
-	all = append(slices.Clone(nodes), startSpec(t, &nodeSpec{id: "n4", rf: 3, join: []string{specs[0].serfAddr}}))
-	waitUntil(t, "the default stream with a full ISR and every node registered", func() bool {
+	site := newTestSite(t, siteOpts{RF: 3})
+	nodes := slices.Clone(site.nodes)
+	site.add("n4")
+	all = site.nodes
+	eventually(t, "the default stream with a full ISR and every node registered", func() bool {
 		s := defaultStream(nodes[0])
 		for _, n := range all {
 			if !brokerAlive(nodes[0], n.Node.ID()) {
@@ -248,11 +172,11 @@ func threeVotersAndSpare(t *testing.T, ready func(s *Stream, voters []*siteNode)
 func testRemoveLiveNode(t *testing.T, ofLeader bool) {
 	var leader string
 	var replicas []string
-	all := threeVotersAndSpare(t, func(s *Stream, _ []*siteNode) bool {
+	all := threeVotersAndSpare(t, func(s *Stream, _ []*testNode) bool {
 		leader, replicas = s.Leader, s.Replicas
 		return true
 	})
-	var victim, prod, spare *siteNode
+	var victim, prod, spare *testNode
 	for _, n := range all {
 		id := n.Node.ID()
 		switch {
@@ -286,7 +210,7 @@ func testRemoveLiveNode(t *testing.T, ofLeader bool) {
 	if !rm.Draining || !slices.Equal(rm.Moving, []string{"default"}) {
 		t.Fatalf("removal %+v, want draining, moving [default]", rm)
 	}
-	var rest []*siteNode
+	var rest []*testNode
 	var ids []string
 	for _, n := range all {
 		if n != victim {
@@ -295,7 +219,7 @@ func testRemoveLiveNode(t *testing.T, ofLeader bool) {
 		}
 	}
 	streamIs(t, all, ids...)
-	waitUntil(t, "the drained node shown drained, out of the voters, serving", func() bool {
+	eventually(t, "the drained node shown drained, out of the voters, serving", func() bool {
 		for _, n := range all {
 			voters, _, err := n.Node.Quorum()
 			if err != nil || slices.Contains(voters, victim.Node.ID()) {
@@ -319,8 +243,8 @@ func testRemoveLiveNode(t *testing.T, ofLeader bool) {
 	q.moreAcked(t, "publishes acknowledged on the drained node", 10)
 	drainedAcked := q.end()
 
-	victim.stopGracefully()
-	waitUntil(t, "the stopped node removed, out of Raft and Serf", func() bool {
+	victim.stop(t)
+	eventually(t, "the stopped node removed, out of Raft and Serf", func() bool {
 		for _, n := range rest {
 			st, _ := n.Node.State()
 			if b := st.Brokers[victim.Node.ID()]; b == nil || !b.Removed {
@@ -352,7 +276,7 @@ func testRemoveLiveNode(t *testing.T, ofLeader bool) {
 // remove-node refuses a live voter whose going would leave the quorum
 // without a majority, and a live node whose streams have nowhere to go.
 func TestSite_RemoveLiveNodeRefused(t *testing.T) {
-	_, nodes := threeVoters(t, 3, 0)
+	nodes := newTestSite(t, siteOpts{RF: 3}).nodes
 	streamIs(t, nodes, "n1", "n2", "n3")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -360,7 +284,7 @@ func TestSite_RemoveLiveNodeRefused(t *testing.T) {
 		t.Fatalf("RemoveNode with nowhere to move to: %v, want ErrIneligibleReplica", err)
 	}
 	nodes[2].crash(t)
-	waitUntil(t, "n3 seen failed", func() bool {
+	eventually(t, "n3 seen failed", func() bool {
 		for _, m := range nodes[0].Node.Members() {
 			if m.ID == "n3" {
 				return m.Status == "failed"
@@ -385,7 +309,7 @@ func TestSite_LeaderBalancing(t *testing.T) {
 }
 
 func leaderBalancing(t *testing.T, acksLeader bool) {
-	specs, nodes := threeVotersAcks(t, 3, 3*time.Second, acksLeader)
+	nodes := newTestSite(t, siteOpts{RF: 3, LeaderBalanceAfter: 3 * time.Second, AcksLeader: acksLeader}).nodes
 	streamIs(t, nodes, "n1", "n2", "n3")
 	s := defaultStream(nodes[0])
 	preferred := s.Replicas[0]
@@ -402,15 +326,15 @@ func leaderBalancing(t *testing.T, acksLeader bool) {
 	p := produce(prod)
 	p.moreAcked(t, "publishes acknowledged before the restart", 50)
 
-	nodes[i].stopGracefully()
-	waitUntil(t, "another leader", func() bool {
+	nodes[i].stop(t)
+	eventually(t, "another leader", func() bool {
 		s := defaultStream(prod)
 		return s.Leader != "" && s.Leader != preferred
 	})
 	p.moreAcked(t, "publishes acknowledged under another leader", 50)
 	epoch := defaultStream(prod).LeaderEpoch
-	nodes[i] = startSpec(t, specs[i])
-	waitUntil(t, preferred+" leading again, on every node", func() bool {
+	nodes[i].restart(t)
+	eventually(t, preferred+" leading again, on every node", func() bool {
 		for _, n := range nodes {
 			s := defaultStream(n)
 			if s == nil || s.Leader != preferred || s.LeaderEpoch <= epoch {
@@ -430,8 +354,8 @@ func leaderBalancing(t *testing.T, acksLeader bool) {
 // draining and rejoins the voters; the replicas that moved stay moved. A
 // removed node (drained, then stopped) cannot be kept.
 func TestSite_KeepNodeEndsADrain(t *testing.T) {
-	var victim *siteNode
-	all := threeVotersAndSpare(t, func(s *Stream, voters []*siteNode) bool {
+	var victim *testNode
+	all := threeVotersAndSpare(t, func(s *Stream, voters []*testNode) bool {
 		// A voter holding a replica, not the controller: of the three
 		// replicas at least two are voters, at most one the controller.
 		for _, n := range voters {
@@ -448,7 +372,7 @@ func TestSite_KeepNodeEndsADrain(t *testing.T) {
 	if _, err := spare.RemoveNode(ctx, id); err != nil {
 		t.Fatalf("RemoveNode of a live node: %v", err)
 	}
-	removalOf := func(n *siteNode) string {
+	removalOf := func(n *testNode) string {
 		for _, m := range n.Status().Members {
 			if m.ID == id {
 				return m.Removal
@@ -456,7 +380,7 @@ func TestSite_KeepNodeEndsADrain(t *testing.T) {
 		}
 		return "?"
 	}
-	waitUntil(t, id+" drained and out of the voters", func() bool {
+	eventually(t, id+" drained and out of the voters", func() bool {
 		voters, _, err := spare.Node.Quorum()
 		return err == nil && !slices.Contains(voters, id) && removalOf(spare) == "drained"
 	})
@@ -465,7 +389,7 @@ func TestSite_KeepNodeEndsADrain(t *testing.T) {
 	if err := spare.KeepNode(ctx, id); err != nil {
 		t.Fatalf("KeepNode of a drained node: %v", err)
 	}
-	waitUntil(t, id+" no longer draining and a voter again, on every node", func() bool {
+	eventually(t, id+" no longer draining and a voter again, on every node", func() bool {
 		for _, n := range all {
 			voters, _, err := n.Node.Quorum()
 			if err != nil || !slices.Contains(voters, id) || removalOf(n) != "" {
@@ -485,9 +409,9 @@ func TestSite_KeepNodeEndsADrain(t *testing.T) {
 	if _, err := spare.RemoveNode(ctx, id); err != nil {
 		t.Fatalf("RemoveNode again: %v", err)
 	}
-	waitUntil(t, id+" drained again", func() bool { return removalOf(spare) == "drained" })
-	victim.stopGracefully()
-	waitUntil(t, id+" removed", func() bool {
+	eventually(t, id+" drained again", func() bool { return removalOf(spare) == "drained" })
+	victim.stop(t)
+	eventually(t, id+" removed", func() bool {
 		st, _ := spare.Node.State()
 		b := st.Brokers[id]
 		return b != nil && b.Removed

@@ -22,17 +22,10 @@ import (
 // own sessions are none of the site's (no node claims them), so theirs
 // are dropped, not left for a later session of that client id.
 func TestSite_DeleteStreamForgetsLayout3Positions(t *testing.T) {
-	a := &delNode{id: "a", dir: t.TempDir(), expect: 1}
-	a.start(t, "keep", "old")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("log of a:\n%s", a.logs)
-		}
-		a.stop(t)
-	})
-	eventually(t, "a serves old", func() bool { return a.site.Log.Stream("old") != nil })
+	a := newTestSite(t, siteOpts{Voters: 1, IDs: []string{"a"}, Streams: listed("keep", "old")}).nodes[0]
+	eventually(t, "a serves old", func() bool { return a.Log.Stream("old") != nil })
 	for range 5 {
-		if _, err := logAppend(t, a.site.Log.Stream("old"), &logstore.Record{Topic: "old/x", QoS: 1}); err != nil {
+		if _, err := logAppend(t, a.Log.Stream("old"), &logstore.Record{Topic: "old/x", QoS: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -59,11 +52,11 @@ func TestSite_DeleteStreamForgetsLayout3Positions(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	a.start(t, "keep")
+	a.restart(t, listed("keep")...)
 	waitLists(t, a, map[string][]string{"a": {"keep"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := a.site.DeleteStream(ctx, "old"); err != nil {
+	if err := a.DeleteStream(ctx, "old"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "a deleted its copy of old", func() bool { return !stored(t, a, "old") })
@@ -71,11 +64,11 @@ func TestSite_DeleteStreamForgetsLayout3Positions(t *testing.T) {
 
 	// old created again: a broker starting on the site moves the old
 	// positions it finds into their streams (mqtt's start).
-	a.start(t, "keep", "old")
+	a.restart(t, listed("keep", "old")...)
 	eventually(t, "a serves keep and the new old", func() bool {
-		return a.site.Log.Stream("old") != nil && a.site.Log.Stream("keep") != nil
+		return a.Log.Stream("old") != nil && a.Log.Stream("keep") != nil
 	})
-	b, err := mqtt.New(mqtt.DefaultConfig(), a.site.Log)
+	b, err := mqtt.New(mqtt.DefaultConfig(), a.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +78,7 @@ func TestSite_DeleteStreamForgetsLayout3Positions(t *testing.T) {
 	state := func(stream string) map[string]uint64 {
 		t.Helper()
 		got := map[string]uint64{}
-		err := a.site.Log.Stream(stream).LoadState("", func(k string, v []byte) error {
+		err := a.Log.Stream(stream).LoadState("", func(k string, v []byte) error {
 			got[k] = binary.BigEndian.Uint64(v)
 			return nil
 		})

@@ -10,23 +10,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peatmq/peat/cluster/faultnet"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
 
-// fwdSite starts three nodes and creates stream "s" with a follower (not
-// the controller) as its leader: leader, then the controller and the
-// other follower as replicas. It returns the leader and the two others.
-func fwdSite(t *testing.T, minISR int, lcfg LogConfig) (leader *logNode, others []*logNode, kill func(*logNode)) {
+// fwdSite starts three nodes (startLogSite, o.Nodes aside) and creates
+// stream "s" with a follower (not the controller) as its leader: leader,
+// then the controller and the other follower as replicas. It returns the
+// leader and the two others.
+func fwdSite(t *testing.T, o logSiteOpts) (leader *logNode, others []*logNode, kill func(*logNode)) {
 	t.Helper()
-	return fwdSiteNet(t, minISR, lcfg, nil)
-}
-
-// fwdSiteNet is fwdSite with the cluster transport on fnet.
-func fwdSiteNet(t *testing.T, minISR int, lcfg LogConfig, fnet *faultnet.Network) (leader *logNode, others []*logNode, kill func(*logNode)) {
-	t.Helper()
-	nodes, kill := startLogSiteNet(t, 3, minISR, lcfg, fnet)
+	o.Nodes = 3
+	nodes, kill := startLogSite(t, o)
 	ctl, rest := roles(t, nodes)
 	leader, others = rest[0], []*logNode{ctl, rest[1]}
 	replicas := []string{leader.node.ID(), ctl.node.ID(), rest[1].node.ID()}
@@ -93,7 +88,7 @@ func asyncAppends(s mqtt.Stream, prefix string, n int) func(t *testing.T) []fwdR
 // readable here), every replica holds it at that offset, and many
 // appends from two followers at once keep each follower's call order.
 func TestLog_ForwardAppend(t *testing.T) {
-	leader, others, _ := fwdSite(t, 2, LogConfig{})
+	leader, others, _ := fwdSite(t, logSiteOpts{MinISR: 2})
 	f1, f2 := others[0].log.Route("s/x"), others[1].log.Route("s/x")
 	first, err := logAppend(t, f1, logRecs(3, "one")...)
 	if err != nil || first != 0 {
@@ -148,7 +143,7 @@ func TestLog_ForwardAppend(t *testing.T) {
 // refused with ErrLeaderUnavailable (or ErrNotEnoughReplicas), and the
 // follower's appends succeed again under the new leader.
 func TestLog_ForwardLeaderKilled(t *testing.T) {
-	leader, others, kill := fwdSite(t, 2, LogConfig{})
+	leader, others, kill := fwdSite(t, logSiteOpts{MinISR: 2})
 	f := others[1].log.Route("s/x")
 	var waits []func(*testing.T) []fwdResult
 	killed := make(chan struct{})
@@ -239,7 +234,7 @@ func TestLog_ForwardLeaderKilled(t *testing.T) {
 func TestLog_AcksLeader(t *testing.T) {
 	var acksLeader sync.Map // stream -> bool, flipped by the test
 	cfg := LogConfig{AcksLeader: func(s string) bool { v, _ := acksLeader.Load(s); return v == true }}
-	leader, others, kill := fwdSite(t, 3, cfg)
+	leader, others, kill := fwdSite(t, logSiteOpts{MinISR: 3, Log: cfg})
 	ls, f := leader.log.Route("s/x"), others[0].log.Route("s/x")
 	if _, err := logAppend(t, f, logRecs(2, "all")...); err != nil {
 		t.Fatalf("acks=all with the full ISR: %v", err)
@@ -290,7 +285,7 @@ func loadKey(t *testing.T, s mqtt.Stream, key string) []byte {
 // leader is killed (WriteState answers once the ISR holds it), a deleted
 // key stays deleted, and the new leader's StateMoved fires.
 func TestLog_StateFailover(t *testing.T) {
-	leader, others, kill := fwdSite(t, 2, LogConfig{})
+	leader, others, kill := fwdSite(t, logSiteOpts{MinISR: 2})
 	next, f := others[0].log.Route("s/x"), others[1].log.Route("s/x")
 	if _, err := logAppend(t, f, logRecs(10, "r")...); err != nil {
 		t.Fatal(err)
@@ -340,7 +335,7 @@ func TestLog_StateFailover(t *testing.T) {
 // Unclaim through a follower frees it, and a claim held by a client of a
 // node that dies is released once the site has it failed.
 func TestLog_ClaimAcrossNodes(t *testing.T) {
-	leader, others, kill := fwdSite(t, 2, LogConfig{})
+	leader, others, kill := fwdSite(t, logSiteOpts{MinISR: 2})
 	a, b := others[0].log.Route("s/x"), others[1].log.Route("s/x")
 	type res struct {
 		ok  bool
@@ -396,7 +391,7 @@ func TestLog_ClaimAcrossNodes(t *testing.T) {
 func TestLog_ForwardStopsEverything(t *testing.T) {
 	noLeakOf(t, []string{"cluster.(*forwarder)", "cluster.(*stream)", "cluster.(*Server)", "cluster.(*Log)", "cluster.(*rpcConn)"}, func(t *testing.T) {
 		t.Run("site", func(t *testing.T) {
-			_, others, _ := fwdSite(t, 2, LogConfig{})
+			_, others, _ := fwdSite(t, logSiteOpts{MinISR: 2})
 			f := others[0].log.Route("s/x")
 			if _, err := logAppend(t, f, logRecs(2, "x")...); err != nil {
 				t.Fatal(err)

@@ -27,7 +27,7 @@ func produceOn(t *testing.T, s mqtt.Stream) *producer {
 func TestLog_HandOverKeepsAcksLeaderRecords(t *testing.T) {
 	fnet := faultnet.New()
 	cfg := LogConfig{AcksLeader: func(s string) bool { return s == "s" }}
-	leader, others, kill := fwdSiteNet(t, 2, cfg, fnet)
+	leader, others, kill := fwdSite(t, logSiteOpts{MinISR: 2, Log: cfg, Net: fnet})
 	for _, f := range others {
 		fnet.Delay(f.node.ID(), leader.node.ID(), 300*time.Millisecond)
 	}
@@ -121,7 +121,7 @@ func TestLog_HandOverElectsAFollowerHoldingEveryRecord(t *testing.T) {
 func acksLeaderSite(t *testing.T, fnet *faultnet.Network) (leader, next, ctl *logNode, kill func(*logNode)) {
 	t.Helper()
 	cfg := LogConfig{AcksLeader: func(s string) bool { return s == "s" }}
-	nodes, kill := startLogSiteNet(t, 3, 2, cfg, fnet)
+	nodes, kill := startLogSite(t, logSiteOpts{MinISR: 2, Log: cfg, Net: fnet})
 	ctl, rest := roles(t, nodes)
 	leader, next = rest[0], rest[1]
 	replicas := []string{leader.node.ID(), next.node.ID(), ctl.node.ID()}

@@ -64,8 +64,8 @@ func TestReplication_StopsEverything(t *testing.T) {
 
 func TestNode_StopsEverything(t *testing.T) {
 	noLeak(t, func(t *testing.T) {
-		s := &site{tb: t, stores: map[*Node]*logstore.Store{}}
-		n := s.open("n1", t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", nil, 1)
+		s := startSite(t, partsOpts{})
+		n := s.open("n1", nodeOpts{Expect: 1})
 		s.controller([]*Node{n})
 		s.registered([]*Node{n})
 		s.kill(n)

@@ -52,7 +52,7 @@ func TestLog_LeavingKeepsAcksLeaderRecords(t *testing.T) {
 func leaving(t *testing.T, leave func(leader, spare string) Command) {
 	fnet := faultnet.New()
 	cfg := LogConfig{AcksLeader: func(s string) bool { return s == "s" }}
-	nodes, _ := startLogSiteNet(t, 4, 2, cfg, fnet)
+	nodes, _ := startLogSite(t, logSiteOpts{Nodes: 4, MinISR: 2, Log: cfg, Net: fnet})
 	ctl, rest := roles(t, nodes)
 	leader, next, spare := rest[0], rest[1], rest[2]
 	for _, ln := range nodes {

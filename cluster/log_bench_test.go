@@ -37,7 +37,7 @@ func benchAcksAll(b *testing.B, inFlight int) {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = os.RemoveAll(dir) })
-		nodes = append(nodes, openLogNode(b, fmt.Sprintf("n%d", i+1), dir, join, 3, -1, []string{"s=s/#"}, 2))
+		nodes = append(nodes, openLogNode(b, fmt.Sprintf("n%d", i+1), logNodeOpts{Dir: dir, Join: join, Expect: 3, MinISR: 2}))
 	}
 	b.Cleanup(func() {
 		for _, n := range nodes {

@@ -13,7 +13,7 @@ import (
 func claimSite(t *testing.T) (fnet *faultnet.Network, leader, next, far *logNode, kill func(*logNode)) {
 	t.Helper()
 	fnet = faultnet.New()
-	leader, others, kill := fwdSiteNet(t, 1, LogConfig{}, fnet)
+	leader, others, kill := fwdSite(t, logSiteOpts{MinISR: 1, Net: fnet})
 	return fnet, leader, others[0], others[1], kill
 }
 

@@ -12,17 +12,11 @@ import (
 )
 
 // sessionsSite is a three-node site serving the sessions' stream, led by
-// the first node, every node a replica; kill stops a node.
-func sessionsSite(t *testing.T) (nodes []*logNode, kill func(*logNode)) {
+// the first node, every node a replica, with the cluster transport on
+// fnet when it is not nil; kill stops a node.
+func sessionsSite(t *testing.T, fnet *faultnet.Network) (nodes []*logNode, kill func(*logNode)) {
 	t.Helper()
-	return sessionsSiteNet(t, nil)
-}
-
-// sessionsSiteNet is sessionsSite with the cluster transport on fnet
-// when it is not nil.
-func sessionsSiteNet(t *testing.T, fnet *faultnet.Network) (nodes []*logNode, kill func(*logNode)) {
-	t.Helper()
-	nodes, kill = startLogSiteNet(t, 3, 1, LogConfig{}, fnet)
+	nodes, kill = startLogSite(t, logSiteOpts{MinISR: 1, Net: fnet})
 	var ids []string
 	for _, ln := range nodes {
 		ids = append(ids, ln.node.ID())
@@ -52,7 +46,7 @@ func sessionsSiteNet(t *testing.T, fnet *faultnet.Network) (nodes []*logNode, ki
 // none of mqtt's, and a claim of the client id on another node takes the
 // session from the node that held it, which is told.
 func TestLog_SessionTakenOver(t *testing.T) {
-	nodes, _ := sessionsSite(t)
+	nodes, _ := sessionsSite(t, nil)
 	leader, a, b := nodes[0], nodes[1], nodes[2]
 	for _, ln := range nodes {
 		if ln.log.Stream(SessionsStream) != nil || len(ln.log.Streams()) != 0 { // "s" is not created
@@ -118,7 +112,7 @@ func TestLog_SessionTakenOver(t *testing.T) {
 // offered, and adopting it again is refused. Claims of live nodes are
 // never offered.
 func TestLog_OrphanedSessionAdopted(t *testing.T) {
-	nodes, kill := sessionsSite(t)
+	nodes, kill := sessionsSite(t, nil)
 	leader, a, b := nodes[0], nodes[1], nodes[2]
 	type offer struct {
 		ln  *logNode
@@ -228,7 +222,7 @@ func fmtKeys(m map[string]string) string {
 // claimed, are fenced alike. An older node's frame, which names no node,
 // is written as before.
 func TestLog_SessionWriteFencedOnLeader(t *testing.T) {
-	nodes, _ := sessionsSite(t)
+	nodes, _ := sessionsSite(t, nil)
 	leader, a, b := nodes[0], nodes[1], nodes[2]
 	if !a.log.ClaimSession("c1") || !a.log.ClaimSession("c2") {
 		t.Fatal("a claim was refused")
@@ -269,7 +263,7 @@ func TestLog_SessionWriteFencedOnLeader(t *testing.T) {
 // dropped too, and a group's keys, which are no session's, are written.
 // An older node's frame, which names no node, is written as before.
 func TestLog_SessionOffsetsFencedOnStreamLeader(t *testing.T) {
-	nodes, _ := sessionsSite(t)
+	nodes, _ := sessionsSite(t, nil)
 	leader, a, b := nodes[0], nodes[1], nodes[2]
 	// a leads the stream and loses the session: its late write is fenced
 	// where it is made; b's writes are forwarded to a.
@@ -358,7 +352,7 @@ func adoptNow(t *testing.T, ls *stream, id string) {
 // replica never saw the claim move, only go.
 func TestLog_AdoptedSessionNotBroughtBack(t *testing.T) {
 	fnet := faultnet.New()
-	nodes, _ := sessionsSiteNet(t, fnet)
+	nodes, _ := sessionsSite(t, fnet)
 	leader, a := nodes[0], nodes[1]
 	if a.node.Controller() == a.node.ID() {
 		a = nodes[2] // the leader must reach the controller to drop a from the ISR
@@ -403,7 +397,7 @@ func TestLog_AdoptedSessionNotBroughtBack(t *testing.T) {
 // leader alone, which adopts it so that its expiry runs; a client id
 // with nothing stored is not adopted.
 func TestLog_UnclaimedSessionAdopted(t *testing.T) {
-	nodes, _ := sessionsSite(t)
+	nodes, _ := sessionsSite(t, nil)
 	leader, b := nodes[0], nodes[2]
 	offered := make(chan []string, 100)
 	for _, ln := range nodes {

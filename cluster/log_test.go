@@ -1,10 +1,10 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"net"
 	"slices"
@@ -61,28 +61,42 @@ func logStreams(tb testing.TB, specs []string) []logstore.StreamConfig {
 	return out
 }
 
-// openLogNode opens a node in dir: its store (ManualCommit) with specs'
-// streams, Raft and Serf (bootstrapping alone when expect is 1, joining
-// join otherwise), a Server, a Replicator and the Log.
-func openLogNode(tb testing.TB, id, dir string, join []string, expect int, minFree int64, specs []string, minISR int) *logNode {
-	tb.Helper()
-	return openLogNodeCfg(tb, id, dir, join, expect, minFree, specs, minISR, LogConfig{Log: slog.New(slog.DiscardHandler)})
+// logNodeOpts are a Log node's configuration (openLogNode); zero fields
+// take the defaults.
+type logNodeOpts struct {
+	Dir     string // its data; "": a new temporary directory
+	Join    []string
+	Expect  int      // BootstrapExpect: 1 bootstraps alone
+	Streams []string // the store's streams as "name=filter[,filter]"; nil: "s=s/#"
+	MinFree int64    // the store's MinFreeBytes; 0: -1, no check
+	MinISR  int      // min_insync_replicas
+	Log     LogConfig
+	// Net carries the cluster transport (forwarding, replica and state
+	// fetch, commands) under the node's id; Serf and Raft stay on
+	// loopback. nil: loopback TCP.
+	Net *faultnet.Network
 }
 
-// openLogNodeCfg is openLogNode with the Log's configuration.
-func openLogNodeCfg(tb testing.TB, id, dir string, join []string, expect int, minFree int64, specs []string, minISR int, lcfg LogConfig) *logNode {
+// openLogNode opens node id by hand, part by part: its store
+// (ManualCommit), Raft and Serf, a Server, a Replicator and the Log.
+// Tests of the Log's rules use it to create streams on replicas of their
+// choosing and to change a stream's acks at run time, which a node
+// started as `peat serve` starts one (newTestSite) does not allow.
+func openLogNode(tb testing.TB, id string, o logNodeOpts) *logNode {
 	tb.Helper()
-	return openLogNodeNet(tb, id, dir, join, expect, minFree, specs, minISR, lcfg, nil)
-}
-
-// openLogNodeNet is openLogNodeCfg with the cluster transport (forwarding,
-// replica and state fetch, commands) on fnet when it is not nil, under
-// the node's id; Serf and Raft stay on loopback.
-func openLogNodeNet(tb testing.TB, id, dir string, join []string, expect int, minFree int64, specs []string, minISR int, lcfg LogConfig, fnet *faultnet.Network) *logNode {
-	tb.Helper()
+	if o.Dir == "" {
+		o.Dir = tb.TempDir()
+	}
+	if o.Streams == nil {
+		o.Streams = []string{"s=s/#"}
+	}
+	if o.MinFree == 0 {
+		o.MinFree = -1
+	}
+	dir, fnet, lcfg := o.Dir, o.Net, o.Log
 	st, err := logstore.Open(logstore.Config{
-		Dir: dir + "/store", Profile: logstore.ProfilePiZero, Streams: logStreams(tb, specs),
-		RetentionInterval: time.Hour, MinFreeBytes: minFree, ManualCommit: true,
+		Dir: dir + "/store", Profile: logstore.ProfilePiZero, Streams: logStreams(tb, o.Streams),
+		RetentionInterval: time.Hour, MinFreeBytes: o.MinFree, ManualCommit: true,
 	})
 	if err != nil {
 		tb.Fatalf("logstore.Open: %v", err)
@@ -102,7 +116,7 @@ func openLogNodeNet(tb testing.TB, id, dir string, join []string, expect int, mi
 		cfg.Dial = fnet.Dialer(id)
 	}
 	cfg.AcksLeader = lcfg.AcksLeader
-	cfg.Join, cfg.BootstrapExpect = join, expect
+	cfg.Join, cfg.BootstrapExpect = o.Join, o.Expect
 	cfg.SnapshotDir = dir + "/snapshots"
 	cfg.MQTTAddr, cfg.Version = "127.0.0.1:1883", "test"
 	node, err := Open(cfg, st)
@@ -113,7 +127,7 @@ func openLogNodeNet(tb testing.TB, id, dir string, join []string, expect int, mi
 	srv := Serve(ln, nil)
 	srv.ServeNode(node)
 	rep := StartReplicator(ReplicatorConfig{Node: node, Server: srv, Stream: st.Stream, FetchMaxWait: 200 * time.Millisecond,
-		MinInsyncReplicas: minISR})
+		MinInsyncReplicas: o.MinISR})
 	return &logNode{node: node, store: st, srv: srv, rep: rep, log: NewLogConfig(node, st, rep, lcfg)}
 }
 
@@ -163,7 +177,7 @@ func createStreams(tb testing.TB, n *logNode, replicas []string, names ...string
 func openSoloLog(minFree int64) logtest.Open {
 	return func(t *testing.T, dir string, specs ...string) (mqtt.Log, func() error) {
 		t.Helper()
-		n := openLogNode(t, "n1", dir, nil, 1, minFree, specs, 0)
+		n := openLogNode(t, "n1", logNodeOpts{Dir: dir, Expect: 1, Streams: specs, MinFree: minFree})
 		var names []string
 		for _, sc := range logStreams(t, specs) {
 			names = append(names, sc.Name)
@@ -214,32 +228,29 @@ func TestLog_Contract(t *testing.T) {
 	})
 }
 
-// startLogSite starts n voters, each with stream "s" (filter "s/#") in its
-// store and min_insync_replicas minISR, and waits until they agree on a
+// logSiteOpts configure a site of Log nodes (startLogSite); zero fields
+// take the defaults.
+type logSiteOpts struct {
+	Nodes  int // voters n1, n2...; 0: 3
+	MinISR int
+	Log    LogConfig
+	Net    *faultnet.Network // logNodeOpts.Net
+}
+
+// startLogSite starts o.Nodes voters (openLogNode), each with stream "s"
+// (filter "s/#") in its store, and waits until they agree on a
 // controller and it has registered them all. Nodes not killed close at
 // cleanup.
-func startLogSite(t *testing.T, n, minISR int) (nodes []*logNode, kill func(*logNode)) {
+func startLogSite(t *testing.T, o logSiteOpts) (nodes []*logNode, kill func(*logNode)) {
 	t.Helper()
-	return startLogSiteCfg(t, n, minISR, LogConfig{})
-}
-
-// startLogSiteCfg is startLogSite with every Log's configuration.
-func startLogSiteCfg(t *testing.T, n, minISR int, lcfg LogConfig) (nodes []*logNode, kill func(*logNode)) {
-	t.Helper()
-	return startLogSiteNet(t, n, minISR, lcfg, nil)
-}
-
-// startLogSiteNet is startLogSiteCfg with the cluster transport on fnet
-// (openLogNodeNet).
-func startLogSiteNet(t *testing.T, n, minISR int, lcfg LogConfig, fnet *faultnet.Network) (nodes []*logNode, kill func(*logNode)) {
-	t.Helper()
+	n := cmp.Or(o.Nodes, 3)
 	closed := map[*logNode]bool{}
 	for i := range n {
 		var join []string
 		if i > 0 {
 			join = []string{nodes[0].node.SerfAddr()}
 		}
-		ln := openLogNodeNet(t, fmt.Sprintf("n%d", i+1), t.TempDir(), join, n, -1, []string{"s=s/#"}, minISR, lcfg, fnet)
+		ln := openLogNode(t, fmt.Sprintf("n%d", i+1), logNodeOpts{Join: join, Expect: n, MinISR: o.MinISR, Log: o.Log, Net: o.Net})
 		nodes = append(nodes, ln)
 	}
 	kill = func(ln *logNode) {
@@ -331,7 +342,7 @@ func committedRecs(t *testing.T, who string, s mqtt.Stream, n uint64) []*logstor
 // at the same offsets, and after the leader dies the new leader's StateMoved fires and
 // it takes appends from where the old one stopped.
 func TestLog_ThreeNodes(t *testing.T) {
-	nodes, kill := startLogSite(t, 3, 2)
+	nodes, kill := startLogSite(t, logSiteOpts{MinISR: 2})
 	ctl, others := roles(t, nodes)
 	leader, follower := others[0], others[1]
 	// The leader is the first replica; the controller is next in line.
@@ -455,7 +466,7 @@ func logEvent(t *testing.T, events <-chan mqtt.StreamEvent) mqtt.StreamEvent {
 // refuses appends with ErrNotEnoughReplicas once a follower's failure has
 // taken it out of the ISR.
 func TestLog_MinInsyncReplicas(t *testing.T) {
-	nodes, kill := startLogSite(t, 3, 3)
+	nodes, kill := startLogSite(t, logSiteOpts{MinISR: 3})
 	ctl, others := roles(t, nodes)
 	replicas := []string{ctl.node.ID(), others[0].node.ID(), others[1].node.ID()}
 	for _, ln := range nodes {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/peatmq/peat/cluster/faultnet"
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/logstore"
 )
 
@@ -33,78 +35,93 @@ func (s *syncBuf) String() string {
 	return s.b.String()
 }
 
-// site is n voters in one process over loopback: real Serf, real Raft TCP
-// transports on ports the kernel picks, data in temporary directories.
+// site is nodes in one process over loopback, each its bare parts as the
+// test opens them: real Serf, real Raft TCP transports on ports the
+// kernel picks, data in temporary directories; with Serve, a Server
+// (replication and commands) on each; with replicate (replicator_test.go),
+// a Replicator. Tests of Site and Log, which put the parts together, use
+// newTestSite (testsite_test.go).
 type site struct {
 	tb     testing.TB
+	opts   partsOpts
 	nodes  []*Node
 	dirs   []string
 	stores map[*Node]*logstore.Store
 
-	// With servers set, each node gets a Server (replication and
-	// commands) on loopback TCP, or on fnet when that is set.
-	servers map[*Node]*Server
-	fnet    *faultnet.Network
+	servers map[*Node]*Server // with Serve
 	reps    map[*Node]*Replicator
+}
 
-	// configure, when set, edits each node's Config before Open (keys,
+// partsOpts configure a site of bare parts (startSite); zero fields take
+// the defaults.
+type partsOpts struct {
+	// Voters are opened as n1, n2... bootstrapping together, the others
+	// joining n1; 0: none (the test opens its nodes).
+	Voters int
+	// Serve gives each node a Server on loopback TCP, or on Net when
+	// that is set, and a replica store (openStore).
+	Serve bool
+	Net   *faultnet.Network
+	// Configure, when set, edits each node's Config before Open (keys,
 	// certificates).
-	configure func(id string, cfg *Config)
+	Configure func(id string, cfg *Config)
 }
 
-func startSite(tb testing.TB, n int) *site {
-	tb.Helper()
-	return startSiteOf(&site{tb: tb, stores: map[*Node]*logstore.Store{}}, n)
+// nodeOpts are one node's part of its Config (site.open); zero fields
+// take the defaults.
+type nodeOpts struct {
+	Dir        string // its data; "": a new temporary directory
+	Serf, Raft string // addresses; "": a port the kernel picks
+	Join       []string
+	Expect     int  // BootstrapExpect
+	Broker     bool // not a voter
 }
 
-// startServingSite is startSite with a Server on every node, over fnet
-// when it is not nil, else over loopback TCP.
-func startServingSite(tb testing.TB, n int, fnet *faultnet.Network) *site {
+// startSite opens o.Voters voters. Every node closes at cleanup.
+func startSite(tb testing.TB, o partsOpts) *site {
 	tb.Helper()
-	return startSiteOf(&site{tb: tb, stores: map[*Node]*logstore.Store{}, servers: map[*Node]*Server{}, fnet: fnet}, n)
-}
-
-func startSiteOf(s *site, n int) *site {
-	tb := s.tb
-	tb.Helper()
-	for i := range n {
-		id := fmt.Sprintf("n%d", i+1)
-		dir := tb.TempDir()
+	s := &site{tb: tb, opts: o, stores: map[*Node]*logstore.Store{}}
+	if o.Serve || o.Net != nil {
+		s.servers = map[*Node]*Server{}
+	}
+	for i := range o.Voters {
 		var join []string
 		if i > 0 {
 			join = []string{s.nodes[0].SerfAddr()}
 		}
+		dir := tb.TempDir()
 		s.dirs = append(s.dirs, dir)
-		s.nodes = append(s.nodes, s.open(id, dir, "127.0.0.1:0", "127.0.0.1:0", join, n))
+		s.nodes = append(s.nodes, s.open(fmt.Sprintf("n%d", i+1), nodeOpts{Dir: dir, Join: join, Expect: o.Voters}))
 	}
 	return s
 }
 
-func (s *site) open(id, dir, serfAddr, raftAddr string, join []string, expect int) *Node {
-	return s.openVoter(id, dir, serfAddr, raftAddr, join, expect, true)
-}
-
-func (s *site) openVoter(id, dir, serfAddr, raftAddr string, join []string, expect int, voter bool) *Node {
+// open opens node id.
+func (s *site) open(id string, o nodeOpts) *Node {
 	s.tb.Helper()
 	logs := &syncBuf{}
 	cfg := DefaultConfig()
 	cfg.NodeID = id
-	cfg.SerfAddr, cfg.RaftAddr = serfAddr, raftAddr
-	cfg.Join = join
-	cfg.BootstrapExpect = expect
-	cfg.Voter = voter
+	cfg.SerfAddr, cfg.RaftAddr = cmp.Or(o.Serf, "127.0.0.1:0"), cmp.Or(o.Raft, "127.0.0.1:0")
+	cfg.Join = o.Join
+	cfg.BootstrapExpect = o.Expect
+	cfg.Voter = !o.Broker
+	dir := o.Dir
+	if dir == "" {
+		dir = s.tb.TempDir()
+	}
 	cfg.SnapshotDir = dir + "/snapshots"
 	cfg.MQTTAddr = "127.0.0.1:1883"
 	cfg.Version = "test"
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	var ln net.Listener
-	if s.servers != nil {
+	if fnet := s.opts.Net; s.servers != nil {
 		var err error
-		if s.fnet != nil {
-			ln, err = s.fnet.Listen(id)
-			cfg.Dial = s.fnet.Dialer(id)
+		if fnet != nil {
+			ln, err = fnet.Listen(id)
+			cfg.Dial = fnet.Dialer(id)
 			if err == nil {
-				cfg.RaftListener, err = s.fnet.Listen(id + "/raft")
+				cfg.RaftListener, err = fnet.Listen(id + "/raft")
 			}
 		} else {
 			ln, err = net.Listen("tcp", "127.0.0.1:0")
@@ -114,8 +131,8 @@ func (s *site) openVoter(id, dir, serfAddr, raftAddr string, join []string, expe
 		}
 		cfg.ClusterAddr = ln.Addr().String()
 	}
-	if s.configure != nil {
-		s.configure(id, &cfg)
+	if s.opts.Configure != nil {
+		s.opts.Configure(id, &cfg)
 	}
 	st := s.openStore(dir + "/store")
 	node, err := Open(cfg, st)
@@ -161,17 +178,11 @@ func (s *site) openStore(dir string) *logstore.Store {
 	return st
 }
 
-// eventually polls cond until it holds, failing after a generous deadline
-// (a loaded 2-core machine runs these with -race).
+// eventually waits for a site of in-process nodes to reach a state
+// (testwait.SiteLimit says why longer than other waits).
 func eventually(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(45 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.EventuallyWithin(tb, testwait.SiteLimit, what, cond)
 }
 
 // controller waits until every node in live agrees on one controller,
@@ -235,7 +246,7 @@ func (s *site) registered(live []*Node) {
 }
 
 func TestNode_ThreeVotersElectOneControllerAndReplaceIt(t *testing.T) {
-	s := startSite(t, 3)
+	s := startSite(t, partsOpts{Voters: 3})
 	ctl := s.controller(s.nodes)
 	s.registered(s.nodes)
 
@@ -293,7 +304,7 @@ func TestNode_ThreeVotersElectOneControllerAndReplaceIt(t *testing.T) {
 }
 
 func TestNode_MemberFailedLeavesTheISR(t *testing.T) {
-	s := startSite(t, 3)
+	s := startSite(t, partsOpts{Voters: 3})
 	ctl := s.controller(s.nodes)
 	s.registered(s.nodes)
 	var follower *Node
@@ -326,7 +337,7 @@ func TestNode_MemberFailedLeavesTheISR(t *testing.T) {
 	// config), with a new broker epoch, it is registered again but does
 	// not return to the ISR on its old standing.
 	i := slices.Index(s.nodes, follower)
-	back := s.open(follower.ID(), s.dirs[i], follower.SerfAddr(), follower.RaftAddr(), []string{ctl.SerfAddr()}, 3)
+	back := s.open(follower.ID(), nodeOpts{Dir: s.dirs[i], Serf: follower.SerfAddr(), Raft: follower.RaftAddr(), Join: []string{ctl.SerfAddr()}, Expect: 3})
 	if back.Epoch() <= follower.Epoch() {
 		t.Fatalf("restart epoch %d, not above %d", back.Epoch(), follower.Epoch())
 	}
@@ -342,12 +353,12 @@ func TestNode_MemberFailedLeavesTheISR(t *testing.T) {
 func TestNode_VotersAddedAndRemovedThroughSerf(t *testing.T) {
 	// One voter bootstraps alone; the others join a running site (no
 	// bootstrap of their own) and the controller adds them.
-	s := &site{tb: t, stores: map[*Node]*logstore.Store{}}
-	n1 := s.open("n1", t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", nil, 1)
+	s := startSite(t, partsOpts{})
+	n1 := s.open("n1", nodeOpts{Expect: 1})
 	join := []string{n1.SerfAddr()}
-	n2 := s.open("n2", t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", join, 0)
-	n3 := s.open("n3", t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", join, 0)
-	b4 := s.openVoter("b4", t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", join, 0, false)
+	n2 := s.open("n2", nodeOpts{Join: join})
+	n3 := s.open("n3", nodeOpts{Join: join})
+	b4 := s.open("b4", nodeOpts{Join: join, Broker: true})
 	all := []*Node{n1, n2, n3, b4}
 	quorum := func(n *Node, voters, nonvoters []string) func() bool {
 		return func() bool {

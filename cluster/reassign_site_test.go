@@ -13,75 +13,6 @@ import (
 	"github.com/peatmq/peat/mqtt"
 )
 
-// siteNode is one in-process node of a test site (StartSite), and how to
-// kill it as kill -9 would: no hand-over, no leave.
-type siteNode struct {
-	*Site
-	store *logstore.Store
-	once  sync.Once
-}
-
-func (n *siteNode) crash(t *testing.T) {
-	t.Helper()
-	n.once.Do(func() {
-		close(n.stop)
-		n.wg.Wait()
-		_ = n.Log.Close()
-		n.Replicator.Close()
-		_ = n.Server.Close()
-		_ = n.Node.Close()
-		_ = n.store.Close()
-	})
-}
-
-// startSiteNode starts node id of a site whose streams is "default"
-// with replication factor rf: a voter bootstrapping with expect voters,
-// or a broker (expect 0, voter false) joining join.
-func startSiteNode(t *testing.T, id string, voter bool, expect, rf int, join []string, replaceAfter time.Duration) *siteNode {
-	t.Helper()
-	return startSiteNodeOf(t, id, voter, expect, join, replaceAfter, []SiteStream{{Name: "default", ReplicationFactor: rf}})
-}
-
-// startSiteNodeOf is startSiteNode with streams: "default" captures #,
-// the others <name>/#.
-func startSiteNodeOf(t *testing.T, id string, voter bool, expect int, join []string, replaceAfter time.Duration,
-	streams []SiteStream) *siteNode {
-	t.Helper()
-	var stores []logstore.StreamConfig
-	for _, x := range streams {
-		filter := x.Name + "/#"
-		if x.Name == "default" {
-			filter = "#"
-		}
-		stores = append(stores, logstore.StreamConfig{Name: x.Name, Filters: []string{filter}})
-	}
-	cfg := DefaultConfig()
-	cfg.NodeID, cfg.SerfAddr, cfg.RaftAddr = id, "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Voter, cfg.BootstrapExpect, cfg.Join = voter, expect, join
-	cfg.SnapshotDir = t.TempDir()
-	cfg.MQTTAddr, cfg.Version = "127.0.0.1:1883", "test"
-	cfg.ReplaceAfter = replaceAfter
-	store, err := logstore.Open(logstore.Config{Dir: t.TempDir(), Profile: logstore.ProfilePiZero,
-		Streams: stores, RetentionInterval: time.Hour, MinFreeBytes: -1, ManualCommit: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := StartSite(SiteConfig{Node: cfg, TransportListen: "127.0.0.1:0", Store: store,
-		Streams: streams, LagMax: 2 * time.Second})
-	if err != nil {
-		_ = store.Close()
-		t.Fatal(err)
-	}
-	n := &siteNode{Site: s, store: store}
-	t.Cleanup(func() {
-		n.once.Do(func() {
-			_ = s.Close()
-			_ = store.Close()
-		})
-	})
-	return n
-}
-
 // producer appends one record at a time to the default stream on a node
 // until stopped, keeping what was acknowledged (offset -> payload) and
 // counting refusals with ErrLeaderUnavailable.
@@ -93,11 +24,12 @@ type producer struct {
 	done    chan struct{}
 }
 
-func produce(n *siteNode) *producer { return produceTo(n, "default") }
+func produce(n *testNode) *producer { return produceTo(n, "default") }
 
 // produceTo is produce to stream name.
-func produceTo(n *siteNode, name string) *producer {
-	return produceOnto(func() mqtt.Stream { return n.Log.Stream(name) })
+func produceTo(n *testNode, name string) *producer {
+	l := n.Log // this run's: a restart of n does not move the producer
+	return produceOnto(func() mqtt.Stream { return l.Stream(name) })
 }
 
 // produceOnto is produce to the stream stream returns (nil: not yet).
@@ -161,25 +93,25 @@ func (p *producer) end() map[uint64]string {
 func (p *producer) moreAcked(t *testing.T, what string, k int) {
 	t.Helper()
 	from := p.count()
-	waitUntil(t, what, func() bool { return p.count() >= from+k })
+	eventually(t, what, func() bool { return p.count() >= from+k })
 }
 
 // holdsAll checks that every acknowledged record is committed on n's
 // own replica, at the offset it was acknowledged with.
-func holdsAll(t *testing.T, n *siteNode, acked map[uint64]string) {
+func holdsAll(t *testing.T, n *testNode, acked map[uint64]string) {
 	t.Helper()
 	holdsAllOf(t, n, "default", acked)
 }
 
 // holdsAllOf is holdsAll of stream name.
-func holdsAllOf(t *testing.T, n *siteNode, name string, acked map[uint64]string) {
+func holdsAllOf(t *testing.T, n *testNode, name string, acked map[uint64]string) {
 	t.Helper()
 	local := n.store.Stream(name)
 	var top uint64
 	for off := range acked {
 		top = max(top, off+1)
 	}
-	waitUntil(t, n.Node.ID()+" commits every acknowledged record of "+name, func() bool { return local.Committed() >= top })
+	eventually(t, n.Node.ID()+" commits every acknowledged record of "+name, func() bool { return local.Committed() >= top })
 	for off, want := range acked {
 		recs, err := local.Read(off, 1, 0)
 		if err != nil || len(recs) != 1 || recs[0].Offset != off || string(recs[0].Payload) != want {
@@ -190,10 +122,10 @@ func holdsAllOf(t *testing.T, n *siteNode, name string, acked map[uint64]string)
 
 // streamIs waits until every node's state has the default stream on
 // exactly replicas (in any order), all of them in the ISR, and a leader.
-func streamIs(t *testing.T, nodes []*siteNode, replicas ...string) {
+func streamIs(t *testing.T, nodes []*testNode, replicas ...string) {
 	t.Helper()
 	want := slices.Sorted(slices.Values(replicas))
-	waitUntil(t, fmt.Sprintf("the default stream on %v, all in sync, on every node", want), func() bool {
+	eventually(t, fmt.Sprintf("the default stream on %v, all in sync, on every node", want), func() bool {
 		for _, n := range nodes {
 			st, _ := n.Node.State()
 			s := st.Streams["default"]
@@ -210,7 +142,7 @@ func streamIs(t *testing.T, nodes []*siteNode, replicas ...string) {
 	})
 }
 
-func brokerAlive(n *siteNode, id string) bool {
+func brokerAlive(n *testNode, id string) bool {
 	st, _ := n.Node.State()
 	b := st.Brokers[id]
 	return b != nil && b.Alive
@@ -222,16 +154,15 @@ func brokerAlive(n *siteNode, id string) bool {
 // record is on the new replica, and publishes are acknowledged
 // throughout.
 func TestSite_RemoveDeadNode(t *testing.T) {
-	n1 := startSiteNode(t, "n1", true, 3, 3, nil, 0)
-	join := []string{n1.Node.SerfAddr()}
-	nodes := []*siteNode{n1, startSiteNode(t, "n2", true, 3, 3, join, 0), startSiteNode(t, "n3", true, 3, 3, join, 0),
-		startSiteNode(t, "n4", false, 0, 3, join, 0)}
-	byID := map[string]*siteNode{}
+	site := newTestSite(t, siteOpts{RF: 3})
+	site.add("n4")
+	nodes, n1 := site.nodes, site.nodes[0]
+	byID := map[string]*testNode{}
 	for _, n := range nodes {
 		byID[n.Node.ID()] = n
 	}
 	var replicas []string
-	waitUntil(t, "the default stream with a full ISR and every node registered", func() bool {
+	eventually(t, "the default stream with a full ISR and every node registered", func() bool {
 		st, _ := n1.Node.State()
 		s := st.Streams["default"]
 		for _, n := range nodes {
@@ -245,7 +176,7 @@ func TestSite_RemoveDeadNode(t *testing.T) {
 		replicas = s.Replicas
 		return true
 	})
-	var victim, spare *siteNode
+	var victim, spare *testNode
 	for _, n := range nodes {
 		switch id := n.Node.ID(); {
 		case !slices.Contains(replicas, id):
@@ -254,7 +185,7 @@ func TestSite_RemoveDeadNode(t *testing.T) {
 			victim = n
 		}
 	}
-	var alive []*siteNode
+	var alive []*testNode
 	for _, n := range nodes {
 		if n != victim {
 			alive = append(alive, n)
@@ -264,7 +195,7 @@ func TestSite_RemoveDeadNode(t *testing.T) {
 
 	// The producer uses a node that stays, and not the spare: its appends
 	// are forwarded or led there, whatever moves.
-	var prodNode *siteNode
+	var prodNode *testNode
 	for _, n := range alive {
 		if n != spare {
 			prodNode = n
@@ -277,7 +208,7 @@ func TestSite_RemoveDeadNode(t *testing.T) {
 	defer cancel()
 
 	victim.crash(t)
-	waitUntil(t, "the victim counted failed", func() bool { return !brokerAlive(prodNode, victim.Node.ID()) })
+	eventually(t, "the victim counted failed", func() bool { return !brokerAlive(prodNode, victim.Node.ID()) })
 	p.moreAcked(t, "publishes acknowledged with the victim dead", 50)
 
 	rm, err := spare.RemoveNode(ctx, victim.Node.ID())
@@ -292,7 +223,7 @@ func TestSite_RemoveDeadNode(t *testing.T) {
 		ids = append(ids, n.Node.ID())
 	}
 	streamIs(t, alive, ids...)
-	waitUntil(t, "the victim out of Raft's voters and out of Serf", func() bool {
+	eventually(t, "the victim out of Raft's voters and out of Serf", func() bool {
 		for _, n := range alive {
 			voters, _, err := n.Node.Quorum()
 			if err != nil || slices.Contains(voters, victim.Node.ID()) || len(voters) != 2 {
@@ -324,36 +255,35 @@ func TestSite_RemoveDeadNode(t *testing.T) {
 // a new broker joins.
 func TestSite_StreamGrowsOntoJoiningBrokersAndReplaceAfter(t *testing.T) {
 	const replaceAfter = 3 * time.Second
-	n1 := startSiteNode(t, "n1", true, 1, 3, nil, replaceAfter)
-	join := []string{n1.Node.SerfAddr()}
-	n2 := startSiteNode(t, "n2", false, 0, 3, join, replaceAfter)
-	streamIs(t, []*siteNode{n1, n2}, "n1", "n2")
+	site := newTestSite(t, siteOpts{Voters: 1, RF: 3, ReplaceAfter: replaceAfter})
+	n1, n2 := site.nodes[0], site.add("n2")
+	streamIs(t, []*testNode{n1, n2}, "n1", "n2")
 	if st := n1.Status(); !st.Streams[0].UnderReplicated || st.Streams[0].ReplicationFactor != 3 {
 		t.Fatalf("two replicas of three: %+v", st.Streams[0])
 	}
 	p := produce(n1)
 	p.moreAcked(t, "publishes acknowledged on two replicas", 50)
 
-	n3 := startSiteNode(t, "n3", false, 0, 3, join, replaceAfter)
-	streamIs(t, []*siteNode{n1, n2, n3}, "n1", "n2", "n3")
+	n3 := site.add("n3")
+	streamIs(t, []*testNode{n1, n2, n3}, "n1", "n2", "n3")
 	p.moreAcked(t, "publishes acknowledged on three replicas", 50)
 
 	n2.crash(t)
-	streamIs(t, []*siteNode{n1, n3}, "n1", "n3")
-	waitUntil(t, "n2 removed", func() bool {
+	streamIs(t, []*testNode{n1, n3}, "n1", "n3")
+	eventually(t, "n2 removed", func() bool {
 		st, _ := n1.Node.State()
 		return st.Brokers["n2"] != nil && st.Brokers["n2"].Removed
 	})
 	p.moreAcked(t, "publishes acknowledged after n2 was replaced", 50)
 
-	n4 := startSiteNode(t, "n4", false, 0, 3, join, replaceAfter)
-	streamIs(t, []*siteNode{n1, n3, n4}, "n1", "n3", "n4")
+	n4 := site.add("n4")
+	streamIs(t, []*testNode{n1, n3, n4}, "n1", "n3", "n4")
 	if st := n4.Status(); !st.Ready || st.Streams[0].UnderReplicated {
 		t.Fatalf("n4: ready %v (%s), stream %+v", st.Ready, st.NotReady, st.Streams[0])
 	}
 	p.moreAcked(t, "publishes acknowledged on the new replica set", 50)
 	acked := p.end()
-	for _, n := range []*siteNode{n1, n3, n4} {
+	for _, n := range []*testNode{n1, n3, n4} {
 		holdsAll(t, n, acked)
 	}
 }

@@ -39,12 +39,11 @@ func siteSettled(st *State, ids []string) (bool, map[string]int) {
 func TestSite_Rebalance(t *testing.T) {
 	streams := []SiteStream{{Name: "default", ReplicationFactor: 3}, {Name: "s1", ReplicationFactor: 2},
 		{Name: "s2", ReplicationFactor: 2}, {Name: "s3", ReplicationFactor: 2}}
-	n1 := startSiteNodeOf(t, "n1", true, 3, nil, 0, streams)
-	join := []string{n1.Node.SerfAddr()}
-	nodes := []*siteNode{n1, startSiteNodeOf(t, "n2", true, 3, join, 0, streams),
-		startSiteNodeOf(t, "n3", true, 3, join, 0, streams)}
+	site := newTestSite(t, siteOpts{Streams: streams})
+	nodes := slices.Clone(site.nodes)
+	n1 := nodes[0]
 	first := []string{"n1", "n2", "n3"}
-	waitUntil(t, "every stream created, in sync, on n1-n3", func() bool {
+	eventually(t, "every stream created, in sync, on n1-n3", func() bool {
 		st, _ := n1.Node.State()
 		ok, _ := siteSettled(st, first)
 		return ok && len(st.Streams) == len(streams)+1 // and the sessions' stream
@@ -60,11 +59,10 @@ func TestSite_Rebalance(t *testing.T) {
 	}
 	moreAcked("on three nodes", 30)
 
-	nodes = append(nodes, startSiteNodeOf(t, "n4", false, 0, join, 0, streams),
-		startSiteNodeOf(t, "n5", false, 0, join, 0, streams))
+	nodes = append(nodes, site.add("n4"), site.add("n5"))
 	all := []string{"n1", "n2", "n3", "n4", "n5"}
 	n5 := nodes[4]
-	waitUntil(t, "n4 and n5 registered, as n5 sees the state", func() bool {
+	eventually(t, "n4 and n5 registered, as n5 sees the state", func() bool {
 		return brokerAlive(n5, "n4") && brokerAlive(n5, "n5")
 	})
 	st, _ := n5.Node.State()
@@ -111,7 +109,7 @@ func TestSite_Rebalance(t *testing.T) {
 	moreAcked("during the rebalance", 20)
 
 	var final *State
-	waitUntil(t, "every node sees the replicas spread within one, all in sync, no move left", func() bool {
+	eventually(t, "every node sees the replicas spread within one, all in sync, no move left", func() bool {
 		for _, n := range nodes {
 			st, _ := n.Node.State()
 			if ok, load := siteSettled(st, all); !ok || !balanced(load) {
@@ -135,7 +133,7 @@ func TestSite_Rebalance(t *testing.T) {
 	}
 
 	moreAcked("after the rebalance", 30)
-	byID := map[string]*siteNode{}
+	byID := map[string]*testNode{}
 	for _, n := range nodes {
 		byID[n.Node.ID()] = n
 	}

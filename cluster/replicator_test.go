@@ -85,7 +85,7 @@ func (s *site) converged(live []*Node, n uint64) {
 }
 
 func TestReplicator_FollowsTheStateThroughAFailover(t *testing.T) {
-	s := startServingSite(t, 3, nil)
+	s := startSite(t, partsOpts{Voters: 3, Serve: true})
 	s.controller(s.nodes)
 	s.registered(s.nodes)
 	s.replicate(time.Minute, 0)
@@ -125,7 +125,7 @@ func TestReplicator_FollowsTheStateThroughAFailover(t *testing.T) {
 
 func TestReplicator_StopsEverything(t *testing.T) {
 	noLeak(t, func(t *testing.T) {
-		s := startServingSite(t, 2, faultnet.New())
+		s := startSite(t, partsOpts{Voters: 2, Net: faultnet.New()})
 		s.controller(s.nodes)
 		s.registered(s.nodes)
 		s.replicate(time.Minute, 0)
@@ -144,7 +144,7 @@ func TestReplicator_StopsEverything(t *testing.T) {
 
 func TestReplicator_ISRShrinksOnLagAndExpandsOnCatchUp(t *testing.T) {
 	fnet := faultnet.New()
-	s := startServingSite(t, 3, fnet)
+	s := startSite(t, partsOpts{Voters: 3, Net: fnet})
 	ctl := s.controller(s.nodes)
 	s.registered(s.nodes)
 	s.replicate(time.Second, 0)
@@ -190,9 +190,9 @@ func (s *site) partition(a *Node, heal bool) {
 		}
 		for _, l := range [][2]string{{a.ID(), n.ID()}, {a.ID(), n.ID() + "/raft"}, {n.ID(), a.ID() + "/raft"}} {
 			if heal {
-				s.fnet.Heal(l[0], l[1])
+				s.opts.Net.Heal(l[0], l[1])
 			} else {
-				s.fnet.Partition(l[0], l[1])
+				s.opts.Net.Partition(l[0], l[1])
 			}
 		}
 	}
@@ -200,7 +200,7 @@ func (s *site) partition(a *Node, heal bool) {
 
 func TestReplicator_DeposedLeaderNeverCommits(t *testing.T) {
 	fnet := faultnet.New()
-	s := startServingSite(t, 3, fnet)
+	s := startSite(t, partsOpts{Voters: 3, Net: fnet})
 	s.controller(s.nodes)
 	s.registered(s.nodes)
 	s.replicate(time.Second, 2)
@@ -272,7 +272,7 @@ func TestLeader_MinInsyncReplicasHoldsTheWatermark(t *testing.T) {
 
 func TestReplicator_LeaderCutOffFromTheControllerStopsCommitting(t *testing.T) {
 	fnet := faultnet.New()
-	s := startServingSite(t, 3, fnet)
+	s := startSite(t, partsOpts{Voters: 3, Net: fnet})
 	ctl := s.controller(s.nodes)
 	s.registered(s.nodes)
 	s.replicate(time.Minute, 2)
@@ -334,7 +334,7 @@ func TestReplicator_LeaderCutOffFromTheControllerStopsCommitting(t *testing.T) {
 // shows its current incarnation registered (everything before it
 // applied), never from what predates it.
 func TestReplicator_LeadsOnlyOnceItsIncarnationIsRegistered(t *testing.T) {
-	s := startServingSite(t, 1, faultnet.New())
+	s := startSite(t, partsOpts{Voters: 1, Net: faultnet.New()})
 	n := s.controller(s.nodes)
 	s.registered(s.nodes)
 	s.replicate(time.Minute, 1)

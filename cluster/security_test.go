@@ -22,7 +22,6 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/peatmq/peat/cluster/wire"
-	"github.com/peatmq/peat/logstore"
 )
 
 func newKey(tb testing.TB) string {
@@ -92,8 +91,7 @@ func TestKeyring_WrongKeyDoesNotJoinAndRotationKeepsTheSite(t *testing.T) {
 	keyDir := t.TempDir()
 	keys := map[string][]string{} // node id -> its starting keyring; absent: k1
 	keyringOf := func(id string) string { return filepath.Join(keyDir, id+".json") }
-	s := &site{tb: t, stores: map[*Node]*logstore.Store{}}
-	s.configure = func(id string, cfg *Config) {
+	configure := func(id string, cfg *Config) {
 		if id == "plain" {
 			return // no keyring: gossip in the clear
 		}
@@ -104,7 +102,7 @@ func TestKeyring_WrongKeyDoesNotJoinAndRotationKeepsTheSite(t *testing.T) {
 		writeKeyring(t, keyringOf(id), ks...)
 		cfg.KeyringFile = keyringOf(id)
 	}
-	startSiteOf(s, 3)
+	s := startSite(t, partsOpts{Voters: 3, Configure: configure})
 	site := []string{"n1", "n2", "n3"}
 	for _, n := range s.nodes {
 		eventually(t, n.ID()+" lists the three members alive", func() bool { return slices.Equal(aliveIDs(n), site) })
@@ -114,8 +112,8 @@ func TestKeyring_WrongKeyDoesNotJoinAndRotationKeepsTheSite(t *testing.T) {
 	// A node with another key, and one without encryption, join n1: no
 	// member of the site ever lists them, nor they the site.
 	keys["x1"] = []string{wrong}
-	x1 := s.openVoter("x1", t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", []string{s.nodes[0].SerfAddr()}, 0, false)
-	plain := s.openVoter("plain", t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", []string{s.nodes[0].SerfAddr()}, 0, false)
+	x1 := s.open("x1", nodeOpts{Join: []string{s.nodes[0].SerfAddr()}, Broker: true})
+	plain := s.open("plain", nodeOpts{Join: []string{s.nodes[0].SerfAddr()}, Broker: true})
 	neverListed(t, s.nodes, "x1")
 	neverListed(t, s.nodes, "plain")
 	for _, x := range []*Node{x1, plain} {
@@ -157,14 +155,14 @@ func TestKeyring_WrongKeyDoesNotJoinAndRotationKeepsTheSite(t *testing.T) {
 	// The site stays together under the new key, and a node started with
 	// only the new key joins; one with only the removed key does not.
 	keys["n4"] = []string{k2}
-	n4 := s.openVoter("n4", t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", []string{s.nodes[0].SerfAddr()}, 0, false)
+	n4 := s.open("n4", nodeOpts{Join: []string{s.nodes[0].SerfAddr()}, Broker: true})
 	all := append(slices.Clone(s.nodes), n4)
 	want := append(slices.Clone(site), "n4")
 	for _, n := range all {
 		eventually(t, n.ID()+" lists the four members alive", func() bool { return slices.Equal(aliveIDs(n), want) })
 	}
 	keys["x2"] = []string{k1}
-	s.openVoter("x2", t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", []string{s.nodes[0].SerfAddr()}, 0, false)
+	s.open("x2", nodeOpts{Join: []string{s.nodes[0].SerfAddr()}, Broker: true})
 	neverListed(t, all, "x2")
 	for _, n := range all {
 		if got := aliveIDs(n); !slices.Equal(got, want) {
@@ -285,8 +283,7 @@ func TestTLS_SiteWorksAndAForeignCertificateIsRefused(t *testing.T) {
 	// certificate): only the site's refusal keeps it out.
 	bundle := writeFile(t, filepath.Join(dir, "bundle.pem"), append(slices.Clone(foreignCA.pem), siteCA.pem...))
 
-	s := &site{tb: t, stores: map[*Node]*logstore.Store{}, servers: map[*Node]*Server{}}
-	s.configure = func(id string, cfg *Config) {
+	configure := func(id string, cfg *Config) {
 		if id == "x" {
 			cert, key := foreignCA.issue(t, dir, id)
 			cfg.TLS = &TLSConfig{CAFile: bundle, CertFile: cert, KeyFile: key}
@@ -295,7 +292,7 @@ func TestTLS_SiteWorksAndAForeignCertificateIsRefused(t *testing.T) {
 		cert, key := siteCA.issue(t, dir, id)
 		cfg.TLS = &TLSConfig{CAFile: siteCAFile, CertFile: cert, KeyFile: key}
 	}
-	startSiteOf(s, 3)
+	s := startSite(t, partsOpts{Voters: 3, Serve: true, Configure: configure})
 
 	// The site works under TLS: Raft elects, Submit reaches the controller
 	// from a follower, replication commits on every replica.
@@ -309,7 +306,7 @@ func TestTLS_SiteWorksAndAForeignCertificateIsRefused(t *testing.T) {
 	// A node with a certificate from a foreign CA joins Serf (no keyring
 	// here) as a broker; the controller adds it to Raft, but Raft never
 	// reaches it: it never learns of a controller nor of the stream.
-	x := s.openVoter("x", t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", []string{s.nodes[0].SerfAddr()}, 0, false)
+	x := s.open("x", nodeOpts{Join: []string{s.nodes[0].SerfAddr()}, Broker: true})
 	eventually(t, "the site lists x in Serf", func() bool { return slices.Contains(aliveIDs(s.nodes[0]), "x") })
 
 	// Its submits are refused.
@@ -405,8 +402,7 @@ func TestTLS_VerifyNodeIDRefusesCertificatesNamingAnotherNode(t *testing.T) {
 	dir := t.TempDir()
 	siteCA := newCA(t, "site")
 	siteCAFile := writeFile(t, filepath.Join(dir, "site-ca.pem"), siteCA.pem)
-	s := &site{tb: t, stores: map[*Node]*logstore.Store{}, servers: map[*Node]*Server{}}
-	s.configure = func(id string, cfg *Config) {
+	configure := func(id string, cfg *Config) {
 		name := id
 		if id == "n4" {
 			name = "n1" // a site certificate, but n1's
@@ -414,7 +410,7 @@ func TestTLS_VerifyNodeIDRefusesCertificatesNamingAnotherNode(t *testing.T) {
 		cert, key := siteCA.issue(t, dir, name)
 		cfg.TLS = &TLSConfig{CAFile: siteCAFile, CertFile: cert, KeyFile: key, VerifyNodeID: true}
 	}
-	startSiteOf(s, 3)
+	s := startSite(t, partsOpts{Voters: 3, Serve: true, Configure: configure})
 	ctl := s.controller(s.nodes)
 	s.registered(s.nodes)
 	s.createStream(s.nodes) // Submit from a follower over the checked transport
@@ -441,7 +437,7 @@ func TestTLS_VerifyNodeIDRefusesCertificatesNamingAnotherNode(t *testing.T) {
 
 	// A node whose certificate names another node is not reached by Raft:
 	// the controller dials n4's address and finds n1's name.
-	n4 := s.openVoter("n4", t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", []string{s.nodes[0].SerfAddr()}, 0, false)
+	n4 := s.open("n4", nodeOpts{Join: []string{s.nodes[0].SerfAddr()}, Broker: true})
 	eventually(t, "the controller adds n4 to Raft", func() bool {
 		f := ctl.raft.GetConfiguration()
 		return f.Error() == nil && slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return s.ID == "n4" })

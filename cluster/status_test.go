@@ -3,12 +3,9 @@ package cluster
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-
-	"github.com/peatmq/peat/logstore"
 )
 
 func TestReadiness(t *testing.T) {
@@ -48,38 +45,17 @@ func TestReadiness(t *testing.T) {
 
 // startSites starts n site nodes on loopback (n voters), each watching
 // its controllers, and waits until the default stream has a full ISR.
+// startSites starts a site of n voters (newTestSite, with the default
+// replica lag) and waits until every node has the default stream with a
+// full ISR.
 func startSites(t *testing.T, n int) []*Site {
 	t.Helper()
 	var sites []*Site
-	for i := range n {
-		cfg := DefaultConfig()
-		cfg.NodeID, cfg.SerfAddr, cfg.RaftAddr = "n"+string(rune('1'+i)), "127.0.0.1:0", "127.0.0.1:0"
-		cfg.BootstrapExpect = n
-		cfg.SnapshotDir = t.TempDir()
-		cfg.MQTTAddr, cfg.Version = "127.0.0.1:1883", "test"
-		if i > 0 {
-			cfg.Join = []string{sites[0].Node.SerfAddr()}
-		}
-		store, err := logstore.Open(logstore.Config{Dir: t.TempDir(), Profile: logstore.ProfilePiZero,
-			Streams:           []logstore.StreamConfig{{Name: "default", Filters: []string{"#"}}},
-			RetentionInterval: time.Hour, MinFreeBytes: -1, ManualCommit: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := StartSite(SiteConfig{Node: cfg, TransportListen: "127.0.0.1:0", Store: store,
-			Streams: []SiteStream{{Name: "default"}}})
-		if err != nil {
-			_ = store.Close()
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = s.Close()
-			_ = store.Close()
-		})
-		sites = append(sites, s)
+	for _, tn := range newTestSite(t, siteOpts{Voters: n, LagMax: DefaultReplicaLagMax}).nodes {
+		sites = append(sites, tn.Site)
 	}
 	// Every node, not only the first: each applies the state on its own.
-	waitUntil(t, "the default stream with a full ISR on every node", func() bool {
+	eventually(t, "the default stream with a full ISR on every node", func() bool {
 		for _, site := range sites {
 			full := false
 			for _, s := range site.Status().Streams {
@@ -92,17 +68,6 @@ func startSites(t *testing.T, n int) []*Site {
 		return true
 	})
 	return sites
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // gather is the collector's series by name and label values.
@@ -141,7 +106,7 @@ func TestSite_ControllerChangesAndMetrics(t *testing.T) {
 	sites := startSites(t, 3)
 	var ctl *Site
 	var rest []*Site
-	waitUntil(t, "one controller all agree on", func() bool {
+	eventually(t, "one controller all agree on", func() bool {
 		ctl, rest = nil, nil
 		for _, s := range sites {
 			st := s.Status()
@@ -176,7 +141,7 @@ func TestSite_ControllerChangesAndMetrics(t *testing.T) {
 	if err := ctl.Node.Close(); err != nil { // a crash, as far as the others can tell
 		t.Fatal(err)
 	}
-	waitUntil(t, "a new controller, and "+old+" failed and out of the ISR", func() bool {
+	eventually(t, "a new controller, and "+old+" failed and out of the ISR", func() bool {
 		for _, s := range rest {
 			st := s.Status()
 			if st.Controller == "" || st.Controller == old {

@@ -28,7 +28,7 @@ func rawCommand(t *testing.T, from *Node, addr string, req wire.CommandRequest) 
 }
 
 func TestSubmit_FromAnyNodeReachesTheController(t *testing.T) {
-	s := startServingSite(t, 3, nil)
+	s := startSite(t, partsOpts{Voters: 3, Serve: true})
 	ctl := s.controller(s.nodes)
 	s.registered(s.nodes)
 	var other *Node

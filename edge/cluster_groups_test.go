@@ -69,7 +69,7 @@ func TestCluster_GroupOneConsumerAcrossFailover(t *testing.T) {
 	if err := leader.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, next.cfg.Cluster.NodeID+" to lead the stream", func() bool {
+	eventually(t, next.cfg.Cluster.NodeID+" to lead the stream", func() bool {
 		st, _ := next.site.Load().Node.State()
 		return st.Streams[logstore.DefaultStreamName].Leader == next.cfg.Cluster.NodeID
 	})
@@ -77,5 +77,5 @@ func TestCluster_GroupOneConsumerAcrossFailover(t *testing.T) {
 		t.Fatalf("second member's SUBACK on the new leader %#x, want 0x80", code)
 	}
 	c1.Disconnect(250)
-	waitFor(t, "the second member to get the group", func() bool { return subCode(t, c2, filter) == 1 })
+	eventually(t, "the second member to get the group", func() bool { return subCode(t, c2, filter) == 1 })
 }

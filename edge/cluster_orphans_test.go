@@ -94,7 +94,7 @@ func v5Subscribe(t *testing.T, c *pahov5.Client, filter string) {
 func waitSessionGone(t *testing.T, nodes []*Node, id string) {
 	t.Helper()
 	for _, n := range nodes {
-		waitFor(t, id+"'s session gone from "+n.cfg.Cluster.NodeID, func() bool { return !sessionStored(t, n, id) })
+		eventually(t, id+"'s session gone from "+n.cfg.Cluster.NodeID, func() bool { return !sessionStored(t, n, id) })
 	}
 }
 

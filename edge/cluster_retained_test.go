@@ -59,15 +59,15 @@ func TestCluster_RetainedOnEveryNode(t *testing.T) {
 	// subscribing there before that gets r2 live, as MQTT allows.
 	for _, n := range nodes {
 		s := n.Store().Stream(logstore.DefaultStreamName)
-		waitFor(t, n.cfg.Cluster.NodeID+" to hold both records committed", func() bool { return s.Committed() >= 2 })
+		eventually(t, n.cfg.Cluster.NodeID+" to hold both records committed", func() bool { return s.Committed() >= 2 })
 	}
 	for round, n := range nodes {
 		id := n.cfg.Cluster.NodeID
 		got := siteSubscriber(t, n, fmt.Sprintf("rsub-%s", id), "sensors/#")
 		marker := fmt.Sprintf("live-%d", round)
-		waitFor(t, id+"'s subscriber to get the retained value", func() bool { return len(got()) >= 1 })
+		eventually(t, id+"'s subscriber to get the retained value", func() bool { return len(got()) >= 1 })
 		publishRetained(t, nodes[(round+1)%len(nodes)].MQTTAddr(), "sensors/b", marker, false)
-		waitFor(t, id+"'s subscriber to get "+marker, func() bool {
+		eventually(t, id+"'s subscriber to get "+marker, func() bool {
 			s := got()
 			return len(s) > 0 && s[len(s)-1].payload == marker
 		})

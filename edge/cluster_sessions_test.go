@@ -27,7 +27,7 @@ func restartSiteNode(t *testing.T, n, seed *Node) *Node {
 	cfg.Cluster.Join = []string{seed.site.Load().Node.SerfAddr()}
 	closeNode(t, n)
 	back := startNode(t, cfg)
-	waitFor(t, cfg.Cluster.NodeID+" ready again", func() bool {
+	eventually(t, cfg.Cluster.NodeID+" ready again", func() bool {
 		code, _, _ := get(t, "GET", "http://"+back.HTTPAddr().String()+"/readyz")
 		return code == 200
 	})
@@ -75,7 +75,7 @@ func TestCluster_SessionOffsetsSurviveOtherNodes(t *testing.T) {
 	other = restartSiteNode(t, other, seed)
 	// A commit through the restarted node's state writer is answered once
 	// everything it queued before, at start, is written as well.
-	waitFor(t, "a commit through "+other.cfg.Cluster.NodeID, func() bool {
+	eventually(t, "a commit through "+other.cfg.Cluster.NodeID, func() bool {
 		p := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + other.MQTTAddr().String()).
 			SetClientID("committer").SetAutoReconnect(false))
 		if tok := p.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
@@ -143,7 +143,7 @@ func connectSite(t *testing.T, n *Node, id string, clean bool, got chan<- string
 func sessionsLeader(t *testing.T, nodes []*Node) (leader *Node, others []*Node) {
 	t.Helper()
 	var id string
-	waitFor(t, "the sessions' stream with a full ISR", func() bool {
+	eventually(t, "the sessions' stream with a full ISR", func() bool {
 		st, _ := nodes[0].site.Load().Node.State()
 		s := st.Streams[cluster.SessionsStream]
 		if s == nil || len(s.ISR) != len(nodes) || s.Leader == "" {

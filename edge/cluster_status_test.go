@@ -72,7 +72,7 @@ func TestCluster_StatusAPI(t *testing.T) {
 	leader, others := streamLeader(t, nodes)
 	publishQoS1(t, leader.MQTTAddr(), "sensors/t", 20)
 
-	waitFor(t, "every node to see three alive members and the same controller", func() bool {
+	eventually(t, "every node to see three alive members and the same controller", func() bool {
 		ctl := ""
 		for _, n := range nodes {
 			st := clusterView(t, n)
@@ -168,7 +168,7 @@ func TestCluster_StatusAPI(t *testing.T) {
 	id := gone.cfg.Cluster.NodeID
 	closeNode(t, gone)
 	stay := []*Node{leader, others[1]}
-	waitFor(t, "the others to report "+id+" failed and the ISR at 2", func() bool {
+	eventually(t, "the others to report "+id+" failed and the ISR at 2", func() bool {
 		for _, n := range stay {
 			st := clusterView(t, n)
 			s := streamOf(st, logstore.DefaultStreamName)
@@ -231,7 +231,7 @@ func TestCluster_ReadyzWhileNotCaughtUp(t *testing.T) {
 	leader, others := streamLeader(t, nodes)
 	publishQoS1(t, leader.MQTTAddr(), "sensors/t", 10)
 	for _, n := range nodes {
-		waitFor(t, n.cfg.Cluster.NodeID+" ready", func() bool {
+		eventually(t, n.cfg.Cluster.NodeID+" ready", func() bool {
 			code, _, _ := get(t, "GET", "http://"+n.HTTPAddr().String()+"/readyz")
 			return code == 200
 		})
@@ -241,7 +241,7 @@ func TestCluster_ReadyzWhileNotCaughtUp(t *testing.T) {
 	old := gone.site.Load()
 	serfAddr, raftAddr, transport := old.Node.SerfAddr(), old.Node.RaftAddr(), old.Server.Addr()
 	closeNode(t, gone)
-	waitFor(t, id+" out of the ISR", func() bool {
+	eventually(t, id+" out of the ISR", func() bool {
 		st, _ := leader.site.Load().Node.State()
 		return !st.Streams[logstore.DefaultStreamName].InISR(id)
 	})
@@ -277,7 +277,7 @@ func TestCluster_ReadyzWhileNotCaughtUp(t *testing.T) {
 	back := startNode(t, cfg)
 	ready := "http://" + back.HTTPAddr().String() + "/readyz"
 	var reasons []string
-	waitFor(t, id+" ready again", func() bool {
+	eventually(t, id+" ready again", func() bool {
 		code, _, body := get(t, "GET", ready)
 		if code != 200 && !slices.Contains(reasons, string(body)) {
 			reasons = append(reasons, string(body))

@@ -11,6 +11,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/peatmq/peat/cluster"
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/logstore"
 )
 
@@ -25,16 +26,11 @@ func siteConfig(tb testing.TB, id string, expect int, join ...string) Config {
 	return cfg
 }
 
-// waitFor polls cond until it holds or a generous deadline passes.
-func waitFor(tb testing.TB, what string, cond func() bool) {
+// eventually waits for a site of in-process nodes to reach a state
+// (testwait.SiteLimit says why longer than other waits).
+func eventually(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.EventuallyWithin(tb, testwait.SiteLimit, what, cond)
 }
 
 // startSiteNodes starts a site of n voters and waits until the default
@@ -48,7 +44,7 @@ func startSiteNodes(t *testing.T, n int) []*Node {
 		nodes = append(nodes, startNode(t, siteConfig(t, "n"+string(rune('0'+i)), n, seed)))
 	}
 	// Every node serves it: one still forming refuses publishes.
-	waitFor(t, "the default stream with a full ISR, served on every node", func() bool {
+	eventually(t, "the default stream with a full ISR, served on every node", func() bool {
 		for _, node := range nodes {
 			site := node.site.Load()
 			st, _ := site.Node.State()
@@ -96,7 +92,7 @@ func TestCluster_SiteReplicatesPublishes(t *testing.T) {
 	var first []string
 	for _, n := range nodes {
 		s := n.Store().Stream(logstore.DefaultStreamName)
-		waitFor(t, n.cfg.Cluster.NodeID+" to hold 60 committed records", func() bool { return s.Committed() >= 60 })
+		eventually(t, n.cfg.Cluster.NodeID+" to hold 60 committed records", func() bool { return s.Committed() >= 60 })
 		recs, err := s.Read(0, 100, 1<<20)
 		if err != nil || len(recs) != 60 {
 			t.Fatalf("%s: read %d records, err %v", n.cfg.Cluster.NodeID, len(recs), err)
@@ -225,7 +221,7 @@ func TestCluster_GracefulStopHandsOver(t *testing.T) {
 		slow(&c)
 		nodes = append(nodes, startNode(t, c))
 	}
-	waitFor(t, "a full ISR", func() bool {
+	eventually(t, "a full ISR", func() bool {
 		st, _ := first.site.Load().Node.State()
 		s := st.Streams[logstore.DefaultStreamName]
 		return s != nil && len(s.ISR) == 3
@@ -273,7 +269,7 @@ func TestCluster_StreamReplicationSettings(t *testing.T) {
 		nodes = append(nodes, startNode(t, c))
 	}
 	var two *cluster.Stream
-	waitFor(t, "both streams with full ISRs", func() bool {
+	eventually(t, "both streams with full ISRs", func() bool {
 		st, _ := first.site.Load().Node.State()
 		d, tw := st.Streams[logstore.DefaultStreamName], st.Streams["two"]
 		if d == nil || tw == nil || len(d.ISR) != 3 || len(tw.ISR) != len(tw.Replicas) {
@@ -295,7 +291,7 @@ func TestCluster_StreamReplicationSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	lead := byID[two.Replicas[0]]
-	waitFor(t, "the ISR of two to shrink", func() bool {
+	eventually(t, "the ISR of two to shrink", func() bool {
 		st, _ := lead.site.Load().Node.State()
 		return len(st.Streams["two"].ISR) == 1 && st.Streams["two"].Leader == lead.cfg.Cluster.NodeID
 	})
@@ -311,7 +307,7 @@ func TestCluster_StreamReplicationSettings(t *testing.T) {
 	// The default stream (3 replicas, minimum 2) still takes publishes,
 	// and so does fast, acks=leader, though its ISR is below its minimum.
 	publishQoS1(t, lead.MQTTAddr(), "other/x", 3)
-	waitFor(t, "the ISR of fast to shrink", func() bool {
+	eventually(t, "the ISR of fast to shrink", func() bool {
 		st, _ := lead.site.Load().Node.State()
 		return len(st.Streams["fast"].ISR) == 2
 	})
@@ -336,7 +332,7 @@ func TestCluster_ObserverServesItsClients(t *testing.T) {
 		nodes = append(nodes, startNode(t, c))
 	}
 	var replica string
-	waitFor(t, "stream one", func() bool {
+	eventually(t, "stream one", func() bool {
 		st, _ := first.site.Load().Node.State()
 		if s := st.Streams["one"]; s != nil && s.Leader != "" {
 			replica = s.Leader
@@ -351,7 +347,7 @@ func TestCluster_ObserverServesItsClients(t *testing.T) {
 			break
 		}
 	}
-	waitFor(t, "the observer to know both streams", func() bool {
+	eventually(t, "the observer to know both streams", func() bool {
 		st, _ := obs.site.Load().Node.State()
 		return st.Streams["one"] != nil && st.Streams[logstore.DefaultStreamName] != nil
 	})

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/peatmq/peat/internal/testwait"
 )
 
 // dashboardPath is the Grafana dashboard users import.
@@ -113,7 +115,7 @@ func TestDashboard_EverySeriesExists(t *testing.T) {
 	// in a site yet): a site of one, once it leads its stream (the
 	// replicas' lag is the leader's to report, once its leadership runs).
 	site := startNode(t, siteConfig(t, "n1", 1))
-	waitFor(t, "the site's default stream led here", func() bool {
+	testwait.Eventually(t, "the site's default stream led here", func() bool {
 		ok, _ := site.site.Load().CaughtUp()
 		for _, x := range site.site.Load().Status().Streams {
 			if x.Name == "default" && len(x.ReplicaLag) > 0 {

@@ -59,7 +59,7 @@ func waitMirrorEqual(t *testing.T, src *Node, nodes []*Node) {
 	for _, n := range nodes {
 		id := n.cfg.Cluster.NodeID
 		m := n.Store().Stream(siteMirror)
-		waitFor(t, fmt.Sprintf("the mirror on %s committed up to the source's end %d", id, end), func() bool { return m.Committed() >= end })
+		eventually(t, fmt.Sprintf("the mirror on %s committed up to the source's end %d", id, end), func() bool { return m.Committed() >= end })
 		if got := m.NextOffset(); got != end {
 			t.Fatalf("%s: the mirror ends at %d, the source at %d", id, got, end)
 		}
@@ -123,7 +123,7 @@ func TestCluster_MirrorLeaderKilledMidStream(t *testing.T) {
 	pub := &publisher{n: src, id: "pub"}
 	pub.send(t, 400, time.Minute)
 	m := ldr.Store().Stream(siteMirror)
-	waitFor(t, "the mirror part way", func() bool { return m.Committed() >= 60 })
+	eventually(t, "the mirror part way", func() bool { return m.Committed() >= 60 })
 	crashNode(t, ldr)
 	px.retarget(others[0].MQTTAddr().String()) // the sink's next connection reaches a survivor
 	if others[0].Store().Stream(siteMirror).Committed() >= 400 {
@@ -208,7 +208,7 @@ func TestCluster_MirrorDuplicatesAndGaps(t *testing.T) {
 	for _, n := range nodes {
 		id := n.cfg.Cluster.NodeID
 		m := n.Store().Stream(siteMirror)
-		waitFor(t, id+" to commit the mirror's 6 offsets", func() bool { return m.Committed() >= 6 })
+		eventually(t, id+" to commit the mirror's 6 offsets", func() bool { return m.Committed() >= 6 })
 		recs, err := m.Read(0, 0, 0)
 		if err != nil || len(recs) != 6 || m.NextOffset() != 6 {
 			t.Fatalf("%s: the mirror holds %d records up to %d (%v), want 6", id, len(recs), m.NextOffset(), err)

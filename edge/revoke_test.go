@@ -7,6 +7,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
@@ -159,7 +160,7 @@ func TestNode_WillRecheckedWhenItFires(t *testing.T) {
 		t.Fatalf("Reload: %v", err)
 	}
 	erin.Close() // no DISCONNECT: the will fires
-	waitFor(t, "the will's refusal", func() bool { return metricValue(t, n, denied) > before })
+	testwait.Eventually(t, "the will's refusal", func() bool { return metricValue(t, n, denied) > before })
 
 	mqtttest.Dial(t, n.MQTTAddr().String(), mqtttest.Connect{ClientID: "frank-2", Version: 5, Clean: true,
 		Username: "frank", Password: "pw-f"}).Publish("wills/after", 1, 1, "m")

@@ -88,7 +88,7 @@ func TestCluster_KafkaSinkInASite(t *testing.T) {
 	for _, s := range streams {
 		publishQoS1(t, nodes[0].MQTTAddr(), s+"/x", 30) // default captures default/x
 	}
-	waitFor(t, "30 records of each stream in Kafka", func() bool {
+	eventually(t, "30 records of each stream in Kafka", func() bool {
 		got := poll()
 		for _, s := range streams {
 			if len(got[s]) < 30 {
@@ -122,7 +122,7 @@ func TestCluster_KafkaSinkInASite(t *testing.T) {
 		publishQoS1(t, survivors[0].MQTTAddr(), s+"/y", 20)
 	}
 	var got kafkaOffsets
-	waitFor(t, "50 records of each stream in Kafka", func() bool {
+	eventually(t, "50 records of each stream in Kafka", func() bool {
 		got = poll()
 		for _, s := range streams {
 			if len(got[s]) < 50 {
@@ -161,7 +161,7 @@ func TestCluster_PeatSinkInASite(t *testing.T) {
 	mirror := hub.Store().Stream("site-a.default")
 	pub := &publisher{n: others[0], id: "pub"}
 	pub.send(t, 400, time.Minute)
-	waitFor(t, "the mirror part way", func() bool { return mirror.Committed() >= 50 })
+	eventually(t, "the mirror part way", func() bool { return mirror.Committed() >= 50 })
 	crashNode(t, leader)
 	if mirror.Committed() >= 400 {
 		t.Fatal("the sink drained everything before the kill: the test did not kill mid-drain")
@@ -169,9 +169,9 @@ func TestCluster_PeatSinkInASite(t *testing.T) {
 	next := waitNewLeader(t, others, logstore.DefaultStreamName, leader.cfg.Cluster.NodeID)
 	pub.send(t, 100, time.Minute)
 	log := next.Store().Stream(logstore.DefaultStreamName)
-	waitFor(t, "the site committed what it holds", func() bool { return log.Committed() == log.NextOffset() })
+	eventually(t, "the site committed what it holds", func() bool { return log.Committed() == log.NextOffset() })
 	end := log.Committed()
-	waitFor(t, fmt.Sprintf("the mirror at the site's end %d", end), func() bool { return mirror.Committed() >= end })
+	eventually(t, fmt.Sprintf("the mirror at the site's end %d", end), func() bool { return mirror.Committed() >= end })
 	if got := mirror.NextOffset(); got != end {
 		t.Fatalf("the mirror holds %d records, the site %d", got, end)
 	}

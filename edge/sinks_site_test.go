@@ -46,7 +46,7 @@ func startSite3Cfgs(t *testing.T, edit func(*Config)) ([]*Node, []Config) {
 	for _, sc := range c1.Streams {
 		names = append(names, sc.Name)
 	}
-	waitFor(t, "every stream with a full ISR, served on every node", func() bool {
+	eventually(t, "every stream with a full ISR, served on every node", func() bool {
 		for _, n := range nodes {
 			site := n.site.Load()
 			st, _ := site.Node.State()
@@ -99,7 +99,7 @@ func leaderOf(t *testing.T, nodes []*Node, stream string) *Node {
 // other than old, and returns it.
 func waitNewLeader(t *testing.T, survivors []*Node, stream, old string) *Node {
 	t.Helper()
-	waitFor(t, "a new leader of "+stream, func() bool {
+	eventually(t, "a new leader of "+stream, func() bool {
 		st, _ := survivors[0].site.Load().Node.State()
 		l := st.Streams[stream].Leader
 		return l != "" && l != old
@@ -191,7 +191,7 @@ func TestCluster_SinkFollowsTheStreamLeader(t *testing.T) {
 	leader, others := streamLeader(t, nodes)
 	old := leader.cfg.Cluster.NodeID
 
-	waitFor(t, "the followers' sinks on standby, naming the leader", func() bool {
+	eventually(t, "the followers' sinks on standby, naming the leader", func() bool {
 		for _, n := range others {
 			if ss := sinkStream(t, n); ss.State != sink.StateStandby || ss.Leader != old {
 				return false
@@ -201,12 +201,12 @@ func TestCluster_SinkFollowsTheStreamLeader(t *testing.T) {
 	})
 	for _, n := range others {
 		series := `peat_sink_state{sink="cloud",state="standby",stream="default"}`
-		waitFor(t, n.cfg.Cluster.NodeID+" "+series+" 1", func() bool { return metricValue(t, n, series) == 1 })
+		eventually(t, n.cfg.Cluster.NodeID+" "+series+" 1", func() bool { return metricValue(t, n, series) == 1 })
 	}
 
 	pub := &publisher{n: others[0], id: "pub"}
 	pub.send(t, 600, time.Minute)
-	waitFor(t, "the leader's sink part way through the backlog", func() bool { return len(col.Payloads()) >= 100 })
+	eventually(t, "the leader's sink part way through the backlog", func() bool { return len(col.Payloads()) >= 100 })
 	crashNode(t, leader)
 	if len(col.Payloads()) >= 600 {
 		t.Fatal("the sink drained everything before the kill: the test did not kill mid-drain")
@@ -216,7 +216,7 @@ func TestCluster_SinkFollowsTheStreamLeader(t *testing.T) {
 	pub.send(t, 100, time.Minute)
 	next, standby := streamLeader(t, others)
 	log := next.Store().Stream(logstore.DefaultStreamName)
-	waitFor(t, "the survivors to commit what they hold", func() bool {
+	eventually(t, "the survivors to commit what they hold", func() bool {
 		return log.Committed() == log.NextOffset() && log.Committed() >= uint64(len(pub.acked))
 	})
 	end := log.Committed()
@@ -257,7 +257,7 @@ func TestCluster_SinkFollowsTheStreamLeader(t *testing.T) {
 		}
 		return offs, by
 	}
-	waitFor(t, fmt.Sprintf("all %d committed records upstream", end), func() bool {
+	eventually(t, fmt.Sprintf("all %d committed records upstream", end), func() bool {
 		offs, _ := upstreamOffsets()
 		seen := map[string]bool{}
 		for _, o := range offs {
@@ -286,7 +286,7 @@ func TestCluster_SinkFollowsTheStreamLeader(t *testing.T) {
 
 	// Leadership settled: the new leader's sink is connected and caught up,
 	// the other survivor's on standby naming it, never stalled.
-	waitFor(t, "the new leader's sink caught up", func() bool {
+	eventually(t, "the new leader's sink caught up", func() bool {
 		ss := sinkStream(t, next)
 		return ss.State == sink.StateConnected && ss.CommittedOffset == end
 	})
@@ -336,11 +336,11 @@ func TestCluster_SinkSendsOnlyCommittedRecords(t *testing.T) {
 	for i := range 10 {
 		c.Publish("sensors/b", 1, false, fmt.Sprintf("b%d", i))
 	}
-	waitFor(t, "10 records written on the leader, not committed", func() bool { return log.NextOffset() >= committed+10 })
+	eventually(t, "10 records written on the leader, not committed", func() bool { return log.NextOffset() >= committed+10 })
 	if got := log.Committed(); got != committed {
 		t.Fatalf("the leader committed %d records alone; the test needs them uncommitted", got-committed)
 	}
-	waitFor(t, "the sink caught up with the committed records", func() bool {
+	eventually(t, "the sink caught up with the committed records", func() bool {
 		return sinkStream(t, leader).CommittedOffset == committed
 	})
 	time.Sleep(time.Second) // a record sent past the watermark would arrive meanwhile
@@ -389,14 +389,14 @@ func TestCluster_SinkAcrossAControlledShutdownAndReturn(t *testing.T) {
 	leader, others := streamLeader(t, nodes)
 	old := leader.cfg.Cluster.NodeID
 	publishQoS1(t, others[0].MQTTAddr(), "sensors/a", 50)
-	waitFor(t, "50 records upstream", func() bool { return distinct(col) == 50 })
+	eventually(t, "50 records upstream", func() bool { return distinct(col) == 50 })
 
 	site := leader.site.Load()
 	serfAddr, raftAddr, transport := site.Node.SerfAddr(), site.Node.RaftAddr(), site.Server.Addr()
 	closeNode(t, leader)
 	next := waitNewLeader(t, others, logstore.DefaultStreamName, old)
 	publishQoS1(t, next.MQTTAddr(), "sensors/b", 50)
-	waitFor(t, "100 records upstream", func() bool { return distinct(col) == 100 })
+	eventually(t, "100 records upstream", func() bool { return distinct(col) == 100 })
 	fromOld := sentBy(col)[old]
 
 	var cfg Config
@@ -410,17 +410,17 @@ func TestCluster_SinkAcrossAControlledShutdownAndReturn(t *testing.T) {
 	cfg.Cluster.Listen, cfg.Cluster.RaftListen, cfg.Cluster.TransportListen = serfAddr, raftAddr, transport
 	cfg.Cluster.Join = []string{next.site.Load().Node.SerfAddr()}
 	back := startNode(t, cfg)
-	waitFor(t, old+" back in the ISR", func() bool {
+	eventually(t, old+" back in the ISR", func() bool {
 		st, _ := next.site.Load().Node.State()
 		s := st.Streams[logstore.DefaultStreamName]
 		return len(s.ISR) == 3 && s.Leader == next.cfg.Cluster.NodeID
 	})
-	waitFor(t, old+"'s sink on standby, naming the leader", func() bool {
+	eventually(t, old+"'s sink on standby, naming the leader", func() bool {
 		ss := sinkStream(t, back)
 		return ss.State == sink.StateStandby && ss.Leader == next.cfg.Cluster.NodeID
 	})
 	publishQoS1(t, back.MQTTAddr(), "sensors/c", 20)
-	waitFor(t, "120 records upstream", func() bool { return distinct(col) == 120 })
+	eventually(t, "120 records upstream", func() bool { return distinct(col) == 120 })
 	if got := sentBy(col)[old]; got != fromOld {
 		t.Fatalf("%s sent %d records after it returned as a follower", old, got-fromOld)
 	}

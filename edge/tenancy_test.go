@@ -9,6 +9,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
@@ -292,7 +293,7 @@ func TestCluster_SessionBelongsToItsUser(t *testing.T) {
 	nodes := []*Node{first,
 		startNode(t, withAuth(siteConfig(t, "n2", 3, seed))),
 		startNode(t, withAuth(siteConfig(t, "n3", 3, seed)))}
-	waitFor(t, "the site", func() bool {
+	testwait.Eventually(t, "the site", func() bool {
 		for _, n := range nodes {
 			if n.site.Load().Log.Stream("default") == nil {
 				return false

@@ -21,6 +21,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/mqtt"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
@@ -166,7 +167,13 @@ func TestNode_TLSListener(t *testing.T) {
 	}
 
 	// Counted and logged as a TLS refusal.
-	waitTLSRefusals(t, n, 1)
+	testwait.Eventually(t, "a TLS handshake refusal counted", func() bool {
+		var m dto.Metric
+		if err := n.mqttMetrics.Closed.WithLabelValues(mqtt.ReasonTLSHandshake).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue() >= 1
+	})
 
 	silent, err := net.Dial("tcp", n.MQTTAddr().String())
 	if err != nil {
@@ -211,7 +218,7 @@ func TestNode_TLSWithMosquittoClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Process.Kill(); _ = sub.Wait() })
-	waitUntilConnected(t, n, 1)
+	testwait.Eventually(t, "a client connected", func() bool { return n.mu.broker.Clients() >= 1 })
 
 	// Without a certificate or a password: refused.
 	if b, err := exec.Command(pubPath, append(tlsArgs, "-i", "anon", "-t", "devices/sensor-1/t", "-m", "x")...).CombinedOutput(); err == nil {
@@ -225,37 +232,6 @@ func TestNode_TLSWithMosquittoClients(t *testing.T) {
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil || strings.TrimSpace(line) != "devices/sensor-1/t 21.5" {
 		t.Fatalf("mosquitto_sub printed %q (%v), want the certificate user's publish", line, err)
-	}
-}
-
-// waitUntilConnected waits for n connected MQTT clients.
-func waitUntilConnected(tb testing.TB, node *Node, n int) {
-	tb.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for node.mu.broker.Clients() < n {
-		if time.Now().After(deadline) {
-			tb.Fatalf("%d clients connected, want %d", node.mu.broker.Clients(), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// waitTLSRefusals waits until at least want failed TLS handshakes are
-// counted in peat_mqtt_closed_connections_total{reason="tls_handshake"}.
-func waitTLSRefusals(tb testing.TB, n *Node, want float64) {
-	tb.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var m dto.Metric
-		if err := n.mqttMetrics.Closed.WithLabelValues(mqtt.ReasonTLSHandshake).Write(&m); err != nil {
-			tb.Fatal(err)
-		}
-		if got := m.GetCounter().GetValue(); got >= want {
-			return
-		} else if time.Now().After(deadline) {
-			tb.Fatalf("%v TLS handshake refusals counted, want %v", got, want)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

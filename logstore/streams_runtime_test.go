@@ -9,6 +9,8 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/peatmq/peat/internal/testwait"
 )
 
 // keysWithPrefix counts the keys starting with p.
@@ -183,7 +185,7 @@ func TestStore_RemoveStreamRefusesQueuedAppends(t *testing.T) {
 	done := func(_ uint64, err error) { errs <- err }
 	st.writeMu.Lock()
 	s.AppendAsync([]*Record{rec("sensors/a", "1")}, done)
-	waitFor(t, "the appender to take the first append", func() bool {
+	testwait.Eventually(t, "the appender to take the first append", func() bool {
 		s.q.Lock()
 		defer s.q.Unlock()
 		return len(s.q.reqs) == 0
@@ -192,7 +194,7 @@ func TestStore_RemoveStreamRefusesQueuedAppends(t *testing.T) {
 	s.AppendAsync([]*Record{rec("sensors/a", "3")}, done)
 	removed := make(chan error, 1)
 	go func() { removed <- st.RemoveStream("sensors") }()
-	waitFor(t, "RemoveStream to mark the stream", s.removed.Load)
+	testwait.Eventually(t, "RemoveStream to mark the stream", s.removed.Load)
 	st.writeMu.Unlock()
 	if err := <-removed; err != nil {
 		t.Fatalf("RemoveStream: %v", err)
@@ -204,18 +206,6 @@ func TestStore_RemoveStreamRefusesQueuedAppends(t *testing.T) {
 		if err := <-errs; !errors.Is(err, ErrStreamRemoved) {
 			t.Errorf("queued append = %v, want ErrStreamRemoved", err)
 		}
-	}
-}
-
-// waitFor polls cond with a generous deadline.
-func waitFor(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

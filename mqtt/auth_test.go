@@ -8,6 +8,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
@@ -188,7 +189,7 @@ func TestAuth_ReadACLBindsEveryDelivery(t *testing.T) {
 		st := l.stream(t, "default")
 		appendDirect(t, st, retainedRec("secret/r", "x"))
 		appendDirect(t, st, retainedRec("open/r", "y"))
-		waitFor(t, "the retained messages", func() bool {
+		testwait.Eventually(t, "the retained messages", func() bool {
 			return len(retainedPayloads(b, "secret/r")) == 1 && len(retainedPayloads(b, "open/r")) == 1
 		})
 		c := dialRaw(t, b, "sub", 5)

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
@@ -193,8 +194,8 @@ func TestBroker_CountsClients(t *testing.T) {
 		t.Errorf("connected gauge = %v, want 2", got)
 	}
 	c1.Disconnect(0)
-	waitFor(t, "one client left", func() bool { return b.Clients() == 1 })
-	waitFor(t, "gauge at 1", func() bool { return metricValue(m.Connected) == 1 })
+	testwait.Eventually(t, "one client left", func() bool { return b.Clients() == 1 })
+	testwait.Eventually(t, "gauge at 1", func() bool { return metricValue(m.Connected) == 1 })
 }
 
 func TestBroker_MalformedPacketDisconnectsOnlyThatClient(t *testing.T) {
@@ -243,18 +244,6 @@ func TestBroker_CloseUnblocksPublisherOnFullWindow(t *testing.T) {
 	}
 	if err := b.Start(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Start after Close: %v, want ErrClosed", err)
-	}
-}
-
-// waitFor polls cond until it holds; the limit only stops a hang.
-func waitFor(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
@@ -195,7 +196,7 @@ func TestGuard_PendingConnectionsBounded(t *testing.T) {
 	gl := b.mu.listeners[0]
 	silent1 := dialTCP(t, b)
 	dialTCP(t, b)
-	waitFor(t, "two pending connections", func() bool { return gl.pending() == 2 })
+	testwait.Eventually(t, "two pending connections", func() bool { return gl.pending() == 2 })
 
 	excess := dialTCP(t, b)
 	readUntilClosed(t, excess)
@@ -204,7 +205,7 @@ func TestGuard_PendingConnectionsBounded(t *testing.T) {
 	}
 
 	_ = silent1.Close()
-	waitFor(t, "one pending connection", func() bool { return gl.pending() == 1 })
+	testwait.Eventually(t, "one pending connection", func() bool { return gl.pending() == 1 })
 	c := dialRaw(t, b, "normal", 4) // takes the free place until its CONNACK
 	if n := gl.pending(); n != 1 {
 		t.Fatalf("%d pending after the CONNACK, want 1 (the CONNACK frees a place)", n)
@@ -294,7 +295,7 @@ func TestGuard_CloseEndsPendingConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	silent := dialTCP(t, b)
-	waitFor(t, "a pending connection", func() bool { return b.mu.listeners[0].pending() == 1 })
+	testwait.Eventually(t, "a pending connection", func() bool { return b.mu.listeners[0].pending() == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	if err := b.Close(ctx); err != nil {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/internal/testwait"
 )
 
 // logLine is one record a logRecorder captured, attributes as text.
@@ -77,7 +79,7 @@ func TestConnLog_LinesSayWhatWhoAndWhere(t *testing.T) {
 	bad.WriteBytes(publishBytes(5, "sensors/+", 1, 1, "x"))
 	expectClosed(t, bad)
 	var line logLine
-	waitFor(t, "the refusal's log line", func() bool {
+	testwait.Eventually(t, "the refusal's log line", func() bool {
 		got := rec.find(func(l logLine) bool { return l.attrs[attrClient] == "dev-1" && l.level >= slog.LevelWarn })
 		if len(got) > 0 {
 			line = got[0]
@@ -90,7 +92,7 @@ func TestConnLog_LinesSayWhatWhoAndWhere(t *testing.T) {
 
 	idle := dialRaw(t, b, "idle-1", 4)
 	idle.Close() // gone without DISCONNECT, as a sensor losing power
-	waitFor(t, "the lost connection's log line", func() bool {
+	testwait.Eventually(t, "the lost connection's log line", func() bool {
 		return len(rec.find(func(l logLine) bool { return l.attrs[attrClient] == "idle-1" })) > 0
 	})
 	for _, l := range rec.find(func(l logLine) bool { return l.attrs[attrClient] == "idle-1" }) {
@@ -144,10 +146,10 @@ func TestConnLog_BurstIsBounded(t *testing.T) {
 		}
 		readUntilClosed(t, conn)
 	}
-	waitFor(t, fmt.Sprintf("%d refusals logged or suppressed", n), func() bool { return seen() == n })
+	testwait.Eventually(t, fmt.Sprintf("%d refusals logged or suppressed", n), func() bool { return seen() == n })
 	// The limiter counts a line before its writer logs it: wait for the
 	// lines it let through, then count them all.
-	waitFor(t, "the lines let through", func() bool { return len(rec.find(refused)) >= connLogBurst })
+	testwait.Eventually(t, "the lines let through", func() bool { return len(rec.find(refused)) >= connLogBurst })
 	if got := len(rec.find(refused)); got != connLogBurst {
 		t.Fatalf("%d identical refusals logged %d lines, want %d", n, got, connLogBurst)
 	}
@@ -160,7 +162,7 @@ func TestConnLog_BurstIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	readUntilClosed(t, conn)
-	waitFor(t, "a line after the interval", func() bool { return len(rec.find(refused)) == connLogBurst+1 })
+	testwait.Eventually(t, "a line after the interval", func() bool { return len(rec.find(refused)) == connLogBurst+1 })
 	last := rec.find(refused)[connLogBurst]
 	if got, want := last.attrs[attrSuppressed], fmt.Sprint(n-connLogBurst); got != want {
 		t.Fatalf("suppressed = %q, want %s", got, want)

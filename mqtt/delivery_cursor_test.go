@@ -8,6 +8,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
@@ -38,7 +39,7 @@ func TestReplay_FallingBelowLogStartSkipsAndCounts(t *testing.T) {
 	held := readPublishes(t, c, 2)
 	cl, _ := b.srv.Clients.Get("slow")
 	dc := b.deliv.client(cl)
-	waitFor(t, "the sender to wait for the window, the queue full", func() bool {
+	testwait.Eventually(t, "the sender to wait for the window, the queue full", func() bool {
 		return len(dc.queue) == cap(dc.queue) && parkedIn("(*deliveryClient).waitWindow")
 	})
 	s.trim(trimAt) // retention removes what the tap has not read yet

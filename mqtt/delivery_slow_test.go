@@ -12,6 +12,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
@@ -35,7 +36,7 @@ func (h *deliveryHarness) reader(tb testing.TB, stream string) *deliveryReader {
 func (h *deliveryHarness) waitDispatched(tb testing.TB, stream string) {
 	tb.Helper()
 	r := h.reader(tb, stream)
-	waitFor(tb, "the shared reader to dispatch everything", func() bool {
+	testwait.Eventually(tb, "the shared reader to dispatch everything", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.mu.dispatched == r.stream.Committed()
@@ -109,14 +110,14 @@ func TestDelivery_SlowQoS1SubscriberLosesNothing(t *testing.T) {
 	// holding them all in memory.
 	const n = 5000
 	h.appendPadded(t, "default", "s/x", 1, 0, n, 64)
-	waitFor(t, "the slow subscriber to fall back to its own cursor", func() bool { return h.catchups() > 0 })
+	testwait.Eventually(t, "the slow subscriber to fall back to its own cursor", func() bool { return h.catchups() > 0 })
 	if h.live(t, "default", "slow") {
 		t.Fatal("slow subscriber still on the shared reader")
 	}
 	fast.waitCount(t, n) // the others are not held up
 
 	readInOrder(t, slow, 0, n)
-	waitFor(t, "the slow subscriber to rejoin the shared reader", func() bool { return h.live(t, "default", "slow") })
+	testwait.Eventually(t, "the slow subscriber to rejoin the shared reader", func() bool { return h.live(t, "default", "slow") })
 
 	// Live again: new records arrive, continuing the sequence.
 	h.appendPadded(t, "default", "s/x", 1, n, 10, 64)
@@ -164,7 +165,7 @@ func TestDelivery_SlowQoS0SubscriberDropsAreCounted(t *testing.T) {
 	// (inFlight bounds those: the queue, the sender's burst, two 4 KiB
 	// socket buffers that the kernel doubles, with room to spare.)
 	const inFlight = queue + maxBurst + 64
-	waitFor(t, "the records the stalled subscriber lost to be counted", func() bool {
+	testwait.Eventually(t, "the records the stalled subscriber lost to be counted", func() bool {
 		return h.dropped(ReasonSlowQoS0) >= n-maxLag-inFlight
 	})
 	droppedStalled := int(h.dropped(ReasonSlowQoS0))
@@ -253,7 +254,7 @@ func TestDelivery_WindowBoundsUnackedMessages(t *testing.T) {
 			if next < n {
 				// With records left, the sender parks until an ack opens
 				// the window; until then it has written all it will.
-				waitFor(t, "the sender to wait for the window", func() bool {
+				testwait.Eventually(t, "the sender to wait for the window", func() bool {
 					return parkedIn("(*deliveryClient).waitWindow")
 				})
 			}
@@ -290,7 +291,7 @@ func TestDelivery_LaggingCursorBelowRetentionSkipsAndCounts(t *testing.T) {
 	c.Subscribe("s/#", 1)
 	const n = 200
 	h.appendPadded(t, "default", "s/x", 1, 0, n, 16)
-	waitFor(t, "the subscriber to fall back to its own cursor", func() bool { return h.catchups() > 0 })
+	testwait.Eventually(t, "the subscriber to fall back to its own cursor", func() bool { return h.catchups() > 0 })
 	h.waitDispatched(t, "default")
 	h.log.stream(t, "default").trim(100) // retention removes what the cursor has not read
 
@@ -331,7 +332,7 @@ func TestDelivery_SlowSharedGroupLosesNothing(t *testing.T) {
 	}
 	const n = 500
 	h.appendPadded(t, "default", "s/x", 1, 0, n, 16)
-	waitFor(t, "the group to fall back to its own cursor", func() bool { return h.catchups() > 0 })
+	testwait.Eventually(t, "the group to fall back to its own cursor", func() bool { return h.catchups() > 0 })
 
 	// Each member reads and acknowledges everything it is given.
 	seqs := make(chan int, n+10)
@@ -370,7 +371,7 @@ func TestDelivery_SlowSharedGroupLosesNothing(t *testing.T) {
 	collect(n)
 	// Two markers, once the group is back on the shared reader; anything
 	// still on its way would arrive before them.
-	waitFor(t, "the group to catch up", func() bool {
+	testwait.Eventually(t, "the group to catch up", func() bool {
 		r := h.reader(t, "default")
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -402,7 +403,7 @@ func TestDelivery_CloseStopsEveryGoroutine(t *testing.T) {
 	p := dialDlvPaho(t, h.addr, "paho")
 	p.subscribe(t, "#", 1)
 	h.appendPadded(t, "default", "s/x", 1, 0, 5000, 1024)
-	waitFor(t, "a cursor to start", func() bool { return h.catchups() > 0 })
+	testwait.Eventually(t, "a cursor to start", func() bool { return h.catchups() > 0 })
 
 	h.close()
 	// Close has waited for every goroutine; some may still be returning

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/logstore"
 )
 
@@ -62,7 +63,7 @@ func TestDelivery_SubscribersGetRecordsFromTheLog(t *testing.T) {
 		// The sender counts a delivery after its write returns, which may be
 		// after the client has read it.
 		delivered := h.m.Delivered.WithLabelValues("default")
-		waitFor(t, "delivered metric at 100", func() bool { return metricValue(delivered) >= 100 })
+		testwait.Eventually(t, "delivered metric at 100", func() bool { return metricValue(delivered) >= 100 })
 		if n := metricValue(delivered); n != 100 {
 			t.Fatalf("delivered metric %v, want 100", n)
 		}
@@ -174,14 +175,14 @@ func TestDelivery_FanOut(t *testing.T) {
 		m2.subscribe(t, "$share/g/s/#", 1)
 		const n = 200
 		h.appendN(t, "default", "s/x", 1, n)
-		waitFor(t, "the group to get every record", func() bool {
+		testwait.Eventually(t, "the group to get every record", func() bool {
 			return len(m1.received())+len(m2.received()) >= n
 		})
 		// A marker to each member proves nothing more is on its way.
 		h.appendRecs(t, "default",
 			&logstore.Record{Topic: "s/x", Payload: []byte("end1"), QoS: 1},
 			&logstore.Record{Topic: "s/x", Payload: []byte("end2"), QoS: 1})
-		waitFor(t, "the markers", func() bool { return len(m1.received())+len(m2.received()) >= n+2 })
+		testwait.Eventually(t, "the markers", func() bool { return len(m1.received())+len(m2.received()) >= n+2 })
 		all := append(dlvPayloads(m1.received()), dlvPayloads(m2.received())...)
 		sort.Strings(all)
 		want := append(dlvSeq(0, n), "end1", "end2")
@@ -242,7 +243,7 @@ func TestDelivery_WakeWithNothingNewDoesNotStall(t *testing.T) {
 	sub.waitCount(t, 1)
 	s := h.log.stream(t, "default")
 	for i := range 3 {
-		waitFor(t, "the reader to wait for the stream", func() bool { return parkedIn("(*deliveryCursor).wait") })
+		testwait.Eventually(t, "the reader to wait for the stream", func() bool { return parkedIn("(*deliveryCursor).wait") })
 		s.Wake()
 		h.appendN(t, "default", "sensors/x", 1, 1)
 		if got := sub.waitCount(t, 2+i); len(got) != 2+i {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
@@ -50,7 +51,7 @@ func waitExpired(tb testing.TB, s *memStream, off int) {
 		tb.Fatalf("record %d (%s) was stored without its message expiry", off, rec.Topic)
 	}
 	deadline := rec.Timestamp + int64(rec.MessageExpiry)*1000
-	waitFor(tb, fmt.Sprintf("record %d to expire", off), func() bool { return time.Now().UnixMilli() >= deadline })
+	testwait.Eventually(tb, fmt.Sprintf("record %d to expire", off), func() bool { return time.Now().UnixMilli() >= deadline })
 }
 
 // expiryOfPublish is a delivery's Message Expiry Interval and its "expired"
@@ -140,7 +141,7 @@ func TestExpiry_DurableSessionSkipsExpired(t *testing.T) {
 			leave(t, b, c)
 
 			publishMixed(t, b, "d")
-			waitFor(t, "the producer to go", func() bool { return b.Clients() == 0 })
+			testwait.Eventually(t, "the producer to go", func() bool { return b.Clients() == 0 })
 			waitExpired(t, s, 1)
 			waitExpired(t, s, 3)
 
@@ -152,7 +153,7 @@ func TestExpiry_DurableSessionSkipsExpired(t *testing.T) {
 			if left := got[1].Properties.MessageExpiryInterval; version == 5 && (left == 0 || left > 3600) {
 				t.Errorf("d/2: Message Expiry Interval %d, want 1..3600", left)
 			}
-			waitFor(t, "the session's position to pass the expired records", func() bool {
+			testwait.Eventually(t, "the session's position to pass the expired records", func() bool {
 				off, ok := b.deliv.sessions.offset("dur", cursorKey{stream: "default"})
 				return ok && off == 4
 			})
@@ -182,7 +183,7 @@ func TestExpiry_GroupSkipsExpired(t *testing.T) {
 			if left := got[1].Properties.MessageExpiryInterval; version == 5 && (left == 0 || left > 3600) {
 				t.Errorf("offset 2: Message Expiry Interval %d, want 1..3600", left)
 			}
-			waitFor(t, "the group's commit to pass the expired records", func() bool {
+			testwait.Eventually(t, "the group's commit to pass the expired records", func() bool {
 				off, ok := b.deliv.groups.position(groupKey{group: "g", stream: "default"})
 				return ok && off == 4
 			})

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/internal/testwait"
 )
 
 // groupOffset is the group's committed offset as the broker knows it.
@@ -67,7 +69,7 @@ func TestGroup_ResumesFromTheAcknowledgedPrefix(t *testing.T) {
 
 	// Another client of the group takes over once the first has gone.
 	c := dialRaw(t, b, "worker-2", 5)
-	waitFor(t, "worker-1 to go", func() bool { return b.Clients() == 1 })
+	testwait.Eventually(t, "worker-1 to go", func() bool { return b.Clients() == 1 })
 	ack := c.Subscribe("$group/billing/+/t/#", 1)
 	if got := userProp(ack.Properties, propStart); got != "7" {
 		t.Fatalf("SUBACK start %q, want 7", got)
@@ -80,7 +82,7 @@ func TestGroup_ResumesFromTheAcknowledgedPrefix(t *testing.T) {
 	}
 	// The next record is the next delivery: nothing was repeated.
 	expectNext(t, c, s, "t/20")
-	waitFor(t, "the commit of all 21", func() bool { return groupOffset(t, b, "billing", "default") == 21 })
+	testwait.Eventually(t, "the commit of all 21", func() bool { return groupOffset(t, b, "billing", "default") == 21 })
 }
 
 func TestGroup_OneConsumerAtATime(t *testing.T) {
@@ -113,7 +115,7 @@ func TestGroup_QoS0CommitsOnSend(t *testing.T) {
 	c := dialRaw(t, b, "q0", 4)
 	c.Subscribe("$group/g0/+/#", 0)
 	readPublishes(t, c, 5)
-	waitFor(t, "commit of 5", func() bool {
+	testwait.Eventually(t, "commit of 5", func() bool {
 		off, ok := b.deliv.groups.position(groupKey{"g0", "default"})
 		return ok && off == 5
 	})

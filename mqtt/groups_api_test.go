@@ -3,6 +3,8 @@ package mqtt
 import (
 	"context"
 	"testing"
+
+	"github.com/peatmq/peat/internal/testwait"
 )
 
 // A group committed from inside the node is stored in its stream, shown
@@ -37,7 +39,7 @@ func TestBroker_CommitGroup(t *testing.T) {
 	// A commit over MQTT (a consumer rewinding) is seen.
 	admin := dialRaw(t, b, "admin", 5)
 	admin.Publish("$offsets/reports/default", 1, 1, "2")
-	waitFor(t, "the rewind to be seen", func() bool {
+	testwait.Eventually(t, "the rewind to be seen", func() bool {
 		select {
 		case <-changed:
 			off, _, _ := b.GroupOffset("reports", "default")

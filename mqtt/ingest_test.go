@@ -13,6 +13,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
@@ -243,7 +244,7 @@ func TestIngest_WillAppendedOnAbnormalDisconnect(t *testing.T) {
 
 	polite := dialWithWill("polite", "sensors/polite/status", "gone")
 	polite.Write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}})
-	waitFor(t, "polite client gone", func() bool { return b.Clients() == 0 })
+	testwait.Eventually(t, "polite client gone", func() bool { return b.Clients() == 0 })
 
 	dying := dialWithWill("dying", "sensors/dying/status", "offline")
 	dying.Close() // no DISCONNECT
@@ -252,14 +253,14 @@ func TestIngest_WillAppendedOnAbnormalDisconnect(t *testing.T) {
 	if r.Topic != "sensors/dying/status" || string(r.Payload) != "offline" || r.QoS != 1 || !r.Retain || r.ClientID != "dying" {
 		t.Fatalf("will record %+v", r)
 	}
-	waitFor(t, "dying client gone", func() bool { return b.Clients() == 0 })
+	testwait.Eventually(t, "dying client gone", func() bool { return b.Clients() == 0 })
 	if n := st.submitted(); n != 1 {
 		t.Fatalf("%d appends: the will of a client that sent DISCONNECT was appended too", n)
 	}
 	if n := counter.willSent.Load(); n != 0 {
 		t.Fatalf("mochi sent %d wills itself: captured wills must reach subscribers only through the log", n)
 	}
-	waitFor(t, "retained will", func() bool {
+	testwait.Eventually(t, "retained will", func() bool {
 		m := retainedPayloads(b, "sensors/dying/status")
 		return len(m) == 1 && m[0] == "offline"
 	})
@@ -579,7 +580,7 @@ func TestIngest_RetainedOnCapturedTopic(t *testing.T) {
 	st.fail(nil)
 
 	publish("") // an empty retained payload clears it
-	waitFor(t, "the retained message cleared", func() bool { return len(retained()) == 0 })
+	testwait.Eventually(t, "the retained message cleared", func() bool { return len(retained()) == 0 })
 	if m := b.Server().Topics.Messages("sensors/r"); len(m) != 0 {
 		t.Fatalf("mochi holds a retained message of a captured topic: %v", m)
 	}
@@ -616,7 +617,7 @@ func TestIngest_DelayedWill(t *testing.T) {
 	t.Run("cancelled by a reconnect", func(t *testing.T) {
 		c := dialWithDelayedWill(t, "back-soon", 3600)
 		c.Close()
-		waitFor(t, "the will to be scheduled", func() bool { return pendingWills() == 1 })
+		testwait.Eventually(t, "the will to be scheduled", func() bool { return pendingWills() == 1 })
 		dialRaw(t, b, "back-soon", 5)
 		if n := pendingWills(); n != 0 {
 			t.Fatalf("%d wills still scheduled after the client reconnected", n)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
@@ -130,7 +131,7 @@ func TestPacketID_QoS2DeliveryIsReleasedByPeat(t *testing.T) {
 		t.Fatalf("after PUBREC: type %d id %d reason %#x, want PUBREL %d", rel.FixedHeader.Type, rel.PacketID, rel.ReasonCode, pk.PacketID)
 	}
 	// Receive Maximum 1: d/1 waits for the PUBCOMP.
-	waitFor(t, "d/1 to wait for room in the window", func() bool { return parkedIn("(*deliveryClient).waitWindow") })
+	testwait.Eventually(t, "d/1 to wait for room in the window", func() bool { return parkedIn("(*deliveryClient).waitWindow") })
 	sub.Write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubcomp}, PacketID: pk.PacketID})
 	if pk := readPublishes(t, sub, 1)[0]; pk.TopicName != "d/1" {
 		t.Fatalf("after PUBCOMP: %q, want d/1", pk.TopicName)
@@ -171,9 +172,9 @@ func TestPacketID_MochiDeliveriesDoNotShareIDsWithPeat(t *testing.T) {
 	if !ok {
 		t.Fatal("subscriber gone")
 	}
-	waitFor(t, "mochi's deliveries to be acknowledged", func() bool { return cl.State.Inflight.Len() == 0 })
+	testwait.Eventually(t, "mochi's deliveries to be acknowledged", func() bool { return cl.State.Inflight.Len() == 0 })
 	c := b.deliv.client(cl)
-	waitFor(t, "Peat's deliveries to be acknowledged", func() bool {
+	testwait.Eventually(t, "Peat's deliveries to be acknowledged", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return len(c.mu.outstanding) == 0 && len(c.mu.mochiByWire) == 0

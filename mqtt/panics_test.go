@@ -7,6 +7,8 @@ import (
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/internal/testwait"
 )
 
 // panicHook panics on the client's read goroutine when a PUBLISH to
@@ -52,8 +54,8 @@ func TestBroker_PanicClosesOnlyThatConnection(t *testing.T) {
 		expectClosed(t, victim)
 		// mochi's deferred Stop closes the socket while the panic unwinds,
 		// before the listener's recover counts it.
-		waitFor(t, "the panic to be counted", func() bool { return metricValue(m.Panics) == float64(i+1) })
-		waitFor(t, "the victim's session to end", func() bool {
+		testwait.Eventually(t, "the panic to be counted", func() bool { return metricValue(m.Panics) == float64(i+1) })
+		testwait.Eventually(t, "the victim's session to end", func() bool {
 			_, ok := b.srv.Clients.Get("victim")
 			return !ok
 		})
@@ -102,7 +104,7 @@ func TestBroker_PanicInAHookOnTheWriteGoroutine(t *testing.T) {
 	pub := dialRaw(t, b, "pub", 5)
 	pub.Publish("boom/out", 0, 0, "x")
 	expectClosed(t, victim)
-	waitFor(t, "the panic to be counted", func() bool { return metricValue(m.Panics) == 1 })
+	testwait.Eventually(t, "the panic to be counted", func() bool { return metricValue(m.Panics) == 1 })
 
 	pub.Publish("news/after", 1, 1, "still serving")
 	expectPacket(t, pub, packets.Puback, 0)

@@ -4,6 +4,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/peatmq/peat/internal/testwait"
 )
 
 // dialFrom connects to b from the local address ip (any 127.0.0.0/8
@@ -35,7 +37,7 @@ func TestGuard_PendingPerAddressBounded(t *testing.T) {
 		dialFrom(t, b, "127.0.0.2")
 	}
 	refused := float64(silent - perAddr)
-	waitFor(t, "the excess closed", func() bool {
+	testwait.Eventually(t, "the excess closed", func() bool {
 		return metricValue(m.Closed.WithLabelValues(ReasonTooManyPendingFromAddress)) == refused
 	})
 	if n := gl.pending(); n != perAddr {

@@ -12,6 +12,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
@@ -307,7 +308,7 @@ func TestReplay_StopsOnUnsubscribe(t *testing.T) {
 	}
 	c.Unsubscribe("$replay/earliest/+/t/#")
 	// The tap's goroutine ends: while it ran, it could still deliver.
-	waitFor(t, "the replay's tap to stop", func() bool { return b.deliv.taps.Load() == 0 })
+	testwait.Eventually(t, "the replay's tap to stop", func() bool { return b.deliv.taps.Load() == 0 })
 	if taps := clientTaps(t, b, "unsub"); len(taps) != 0 {
 		t.Fatalf("taps %v left after unsubscribing", taps)
 	}
@@ -336,7 +337,7 @@ func TestReplay_KeepsTheClientsReceiveMaximum(t *testing.T) {
 	// written, and nothing comes before the PINGRESP either.
 	cl, _ := b.srv.Clients.Get("slow")
 	dc := b.deliv.client(cl)
-	waitFor(t, "the sender to wait for the window, the queue full", func() bool {
+	testwait.Eventually(t, "the sender to wait for the window, the queue full", func() bool {
 		return len(dc.queue) == cap(dc.queue) && parkedIn("(*deliveryClient).waitWindow")
 	})
 	if n := metricValue(b.deliv.m.Delivered.WithLabelValues("default")); n != 5 {
@@ -396,7 +397,7 @@ func TestReplay_GaplessHandOverWhilePublishing(t *testing.T) {
 		t.Fatal(tok.Error())
 	}
 	end := fmt.Sprintf("$replay/earliest/%d/load/end", total)
-	waitFor(t, "the last record", func() bool {
+	testwait.Eventually(t, "the last record", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(got) > 0 && got[len(got)-1] == end

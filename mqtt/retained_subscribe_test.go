@@ -13,6 +13,7 @@ import (
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
@@ -67,10 +68,10 @@ func publishFence(tb testing.TB, h *deliveryHarness) {
 // connection (one outbound queue per client, written in order).
 func settleSubscriber(tb testing.TB, p *dlvPaho, marker string) []dlvMsg {
 	tb.Helper()
-	waitFor(tb, "the marker record", func() bool { return countPayload(p.received(), marker) > 0 })
+	testwait.Eventually(tb, "the marker record", func() bool { return countPayload(p.received(), marker) > 0 })
 	fences := countPayload(p.received(), "fence") // a filter like # has one already
 	p.subscribe(tb, "u/fence", 1)
-	waitFor(tb, "mochi's retained fence", func() bool { return countPayload(p.received(), "fence") > fences })
+	testwait.Eventually(tb, "mochi's retained fence", func() bool { return countPayload(p.received(), "fence") > fences })
 	return p.received()
 }
 
@@ -126,7 +127,7 @@ func TestRetained_CommittedWhileSubscribingArrivesOnce(t *testing.T) {
 			if later {
 				sub.subscribe(t, "sensors/other/#", 1)
 				h.appendRecs(t, "default", &logstore.Record{Topic: "sensors/other/x", Payload: []byte("before"), QoS: 1})
-				waitFor(t, "a live record of the first subscription", func() bool { return countPayload(sub.received(), "before") > 0 })
+				testwait.Eventually(t, "a live record of the first subscription", func() bool { return countPayload(sub.received(), "before") > 0 })
 			}
 			sub.subscribe(t, "sensors/#", 1)
 			for range 2 {
@@ -378,7 +379,7 @@ func TestRetained_SubscribersDuringRetainedPublishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, r := range got {
-		waitFor(t, fmt.Sprintf("sub%d to get the last value", i), func() bool {
+		testwait.Eventually(t, fmt.Sprintf("sub%d to get the last value", i), func() bool {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			return len(r.msgs) > 0 && r.msgs[len(r.msgs)-1].v >= values-1
@@ -435,7 +436,7 @@ func TestRetained_FilterOverTwoStreams(t *testing.T) {
 	}
 	h.appendRecs(t, "a", &logstore.Record{Topic: "sensors/end", Payload: []byte("a-end"), QoS: 1})
 	h.appendRecs(t, "b", &logstore.Record{Topic: "meters/end", Payload: []byte("b-end"), QoS: 1})
-	waitFor(t, "the marker of a", func() bool { return countPayload(sub.received(), "a-end") > 0 })
+	testwait.Eventually(t, "the marker of a", func() bool { return countPayload(sub.received(), "a-end") > 0 })
 	got := settleSubscriber(t, sub, "b-end")
 	want := map[string]bool{ // payload: flagged retained
 		"a-early": true, "a-between": true, "a-late": false,

@@ -10,6 +10,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/logstore"
 )
 
@@ -102,7 +103,7 @@ func TestRetained_FromCommittedLog(t *testing.T) {
 
 	appendDirect(t, st, &logstore.Record{Topic: "sensors/x", Payload: []byte("plain"), QoS: 1})
 	appendDirect(t, st, retainedRec("sensors/r", "from-leader"))
-	waitFor(t, "retained message from the log", func() bool {
+	testwait.Eventually(t, "retained message from the log", func() bool {
 		m := retainedPayloads(b, "sensors/r")
 		return len(m) == 1 && m[0] == "from-leader"
 	})
@@ -114,7 +115,7 @@ func TestRetained_FromCommittedLog(t *testing.T) {
 	}
 
 	appendDirect(t, st, retainedRec("sensors/r", ""))
-	waitFor(t, "retained message cleared by an empty payload", func() bool {
+	testwait.Eventually(t, "retained message cleared by an empty payload", func() bool {
 		return len(retainedPayloads(b, "sensors/r")) == 0
 	})
 }
@@ -169,12 +170,12 @@ func TestRetained_DroppedByRetention(t *testing.T) {
 	b := newTestBroker(t, l)
 	appendDirect(t, st, retainedRec("sensors/old", "old"))
 	appendDirect(t, st, retainedRec("sensors/kept", "kept"))
-	waitFor(t, "both retained", func() bool {
+	testwait.Eventually(t, "both retained", func() bool {
 		return len(retainedPayloads(b, "sensors/old")) == 1 && len(retainedPayloads(b, "sensors/kept")) == 1
 	})
 
 	st.trim(1) // retention removes offset 0
-	waitFor(t, "the removed record's retained message gone", func() bool {
+	testwait.Eventually(t, "the removed record's retained message gone", func() bool {
 		return len(retainedPayloads(b, "sensors/old")) == 0
 	})
 
@@ -195,7 +196,7 @@ func TestRetained_DroppedByRetentionWhileDown(t *testing.T) {
 	b := newTestBroker(t, l)
 	appendDirect(t, st, retainedRec("sensors/old", "old"))
 	appendDirect(t, st, retainedRec("sensors/kept", "kept"))
-	waitFor(t, "both retained", func() bool {
+	testwait.Eventually(t, "both retained", func() bool {
 		return len(retainedPayloads(b, "sensors/old")) == 1 && len(retainedPayloads(b, "sensors/kept")) == 1
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
@@ -236,7 +237,7 @@ func TestRetained_RefusedAppendNeverRetained(t *testing.T) {
 	st.fail(nil)
 
 	appendDirect(t, st, retainedRec("sensors/marker", "m"))
-	waitFor(t, "the follower past the refused appends", func() bool {
+	testwait.Eventually(t, "the follower past the refused appends", func() bool {
 		return len(retainedPayloads(b, "sensors/marker")) == 1
 	})
 	if m := retainedPayloads(b, "sensors/refused"); len(m) != 0 {
@@ -260,7 +261,7 @@ func TestRetained_NoIndexReadsTheLog(t *testing.T) {
 	appendDirect(t, st, retainedRec("sensors/a", "a1"))
 	appendDirect(t, st, &logstore.Record{Topic: "sensors/a", Payload: []byte("live"), QoS: 1})
 	b := newTestBroker(t, l)
-	waitFor(t, "retained message read from the log's start", func() bool {
+	testwait.Eventually(t, "retained message read from the log's start", func() bool {
 		m := retainedPayloads(b, "sensors/a")
 		return len(m) == 1 && m[0] == "a1"
 	})
@@ -351,9 +352,9 @@ func TestRetained_StreamAddedAtRunTime(t *testing.T) {
 	if _, err := l.ml.AddStream("sensors=sensors/#"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "delivery to read the added stream", func() bool { return b.deliv.reader("sensors") != nil })
+	testwait.Eventually(t, "delivery to read the added stream", func() bool { return b.deliv.reader("sensors") != nil })
 	appendDirect(t, l.stream(t, "sensors"), retainedRec("sensors/r", "added"))
-	waitFor(t, "retained message from the added stream", func() bool {
+	testwait.Eventually(t, "retained message from the added stream", func() bool {
 		m := retainedPayloads(b, "sensors/r")
 		return len(m) == 1 && m[0] == "added"
 	})
@@ -365,14 +366,14 @@ func TestRetained_StreamRemovedAtRunTime(t *testing.T) {
 	b := newTestBroker(t, l)
 	appendDirect(t, l.stream(t, "sensors"), retainedRec("sensors/r", "gone soon"))
 	appendDirect(t, l.stream(t, "default"), retainedRec("other/r", "stays"))
-	waitFor(t, "the retained messages and their index", func() bool {
+	testwait.Eventually(t, "the retained messages and their index", func() bool {
 		_, indexed := l.stateValue(retainedTopicKey("sensors", "sensors/r"))
 		return len(retainedPayloads(b, "sensors/r")) == 1 && len(retainedPayloads(b, "other/r")) == 1 && indexed
 	})
 	if err := l.ml.RemoveStream("sensors"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the removed stream's retained message to go", func() bool {
+	testwait.Eventually(t, "the removed stream's retained message to go", func() bool {
 		return len(retainedPayloads(b, "sensors/r")) == 0
 	})
 	if _, ok := l.stateValue(retainedTopicKey("sensors", "sensors/r")); ok {
@@ -394,11 +395,11 @@ func TestRetained_TruncatedLog(t *testing.T) {
 	s := l.stream(t, "default")
 	b := newTestBroker(t, l)
 	appendDirect(t, s, retainedRec("a/r", "kept"), retainedRec("b/r", "dropped"))
-	waitFor(t, "both retained", func() bool {
+	testwait.Eventually(t, "both retained", func() bool {
 		return len(retainedPayloads(b, "a/r")) == 1 && len(retainedPayloads(b, "b/r")) == 1
 	})
 	s.Truncate(1)
-	waitFor(t, "the truncated record's retained message to go", func() bool {
+	testwait.Eventually(t, "the truncated record's retained message to go", func() bool {
 		return len(retainedPayloads(b, "b/r")) == 0
 	})
 	if m := retainedPayloads(b, "a/r"); len(m) != 1 || m[0] != "kept" {
@@ -407,11 +408,11 @@ func TestRetained_TruncatedLog(t *testing.T) {
 	if off := appendDirect(t, s, retainedRec("c/r", "again")); off != 1 {
 		t.Fatalf("append after truncation at %d, want 1", off)
 	}
-	waitFor(t, "the record written again at offset 1 to be retained", func() bool {
+	testwait.Eventually(t, "the record written again at offset 1 to be retained", func() bool {
 		m := retainedPayloads(b, "c/r")
 		return len(m) == 1 && m[0] == "again"
 	})
-	waitFor(t, "the index to follow", func() bool {
+	testwait.Eventually(t, "the index to follow", func() bool {
 		_, gone := l.stateValue(retainedTopicKey("default", "b/r"))
 		v, ok := l.stateValue(retainedTopicKey("default", "c/r"))
 		return !gone && ok && string(v) == string(encodeOffset(1))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
@@ -57,7 +58,7 @@ func TestDurableSession_ResendsCarryDup(t *testing.T) {
 				t.Fatalf("first delivery: %s DUP %v", pk.TopicName, pk.FixedHeader.Dup)
 			}
 			c.Close()
-			waitFor(t, "the client to go", func() bool { return b.Clients() == 1 }) // pub stays
+			testwait.Eventually(t, "the client to go", func() bool { return b.Clients() == 1 }) // pub stays
 			c = dialDurable(t, b, version)
 			if pk := c.Read(); pk.TopicName != "d/0" || !pk.FixedHeader.Dup {
 				t.Fatalf("resend: %s DUP %v, want d/0 with DUP 1", pk.TopicName, pk.FixedHeader.Dup)
@@ -145,7 +146,7 @@ func TestDurableSession_ResendsCarryDupAfterARestart(t *testing.T) {
 				}
 			}
 			key := cursorKey{stream: "default"}.markRef("dur").key
-			waitFor(t, "the resend mark in the stream's state", func() bool {
+			testwait.Eventually(t, "the resend mark in the stream's state", func() bool {
 				v, ok := l.streamStateValue("default", key)
 				return ok && len(v) == 8 && binary.BigEndian.Uint64(v) == 3 // after d/2
 			})
@@ -182,7 +183,7 @@ func TestDurableSession_CleanStartDropsResendMarks(t *testing.T) {
 	readWithoutAck(t, c, 2)
 	leave(t, b, c)
 	key := cursorKey{stream: "default"}.markRef("dur").key
-	waitFor(t, "the resend mark in the stream's state", func() bool {
+	testwait.Eventually(t, "the resend mark in the stream's state", func() bool {
 		_, ok := l.streamStateValue("default", key)
 		return ok
 	})
@@ -190,7 +191,7 @@ func TestDurableSession_CleanStartDropsResendMarks(t *testing.T) {
 	fresh := durableConnect("dur", 5)
 	fresh.Clean = true
 	c = mqtttest.Dial(t, b.Addr().String(), fresh)
-	waitFor(t, "the resend mark to go with the session", func() bool {
+	testwait.Eventually(t, "the resend mark to go with the session", func() bool {
 		_, ok := l.streamStateValue("default", key)
 		return !ok
 	})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
@@ -30,7 +31,7 @@ func dialDurable(tb testing.TB, b *Broker, version byte) *mqtttest.Raw {
 func leave(tb testing.TB, b *Broker, c *mqtttest.Raw) {
 	tb.Helper()
 	c.Close()
-	waitFor(tb, "the client to go", func() bool { return b.Clients() == 0 })
+	testwait.Eventually(tb, "the client to go", func() bool { return b.Clients() == 0 })
 }
 
 // storedSession reports whether the log's state store holds id's session.
@@ -150,7 +151,7 @@ func TestDurableSession_CleanStartForgetsIt(t *testing.T) {
 	// is the first delivery, not d/0..d/2 from before it.
 	c.Subscribe("m/#", 1)
 	expectNext(t, c, s, "m/0")
-	waitFor(t, "the new session to be stored", func() bool { return storedSession(l, "dur") })
+	testwait.Eventually(t, "the new session to be stored", func() bool { return storedSession(l, "dur") })
 }
 
 // An expired session releases its cursor, its stored state and its
@@ -166,7 +167,7 @@ func TestDurableSession_ExpiryReleasesIt(t *testing.T) {
 		t.Fatal("no session")
 	}
 	b.deliv.OnClientExpired(cl) // what mochi calls when the expiry passes
-	waitFor(t, "the stored session to go", func() bool { return !storedSession(l, "dur") })
+	testwait.Eventually(t, "the stored session to go", func() bool { return !storedSession(l, "dur") })
 	if subs := b.srv.Topics.Subscribers("d/x"); len(subs.Subscriptions) != 0 {
 		t.Fatalf("expired session still subscribed: %v", subs.Subscriptions)
 	}
@@ -212,7 +213,7 @@ func TestDurableSession_ResumesWithoutExpiryAndEndsWithThatConnection(t *testing
 	if pk := readPublishes(t, c, 1)[0]; pk.TopicName != "d/live" {
 		t.Fatalf("after catching up: %q, want d/live", pk.TopicName)
 	}
-	waitFor(t, "the session to leave the store", func() bool { return !storedSession(l, "dur") })
+	testwait.Eventually(t, "the session to leave the store", func() bool { return !storedSession(l, "dur") })
 	leave(t, b, c)
 
 	// The session ended with that connection: nothing kept, nothing resumed.
@@ -235,12 +236,12 @@ func TestDurableSession_DisconnectWithExpiryZeroEndsIt(t *testing.T) {
 	b := newTestBroker(t, l)
 	c := dialDurable(t, b, 5)
 	c.Subscribe("d/#", 1)
-	waitFor(t, "the session to be stored", func() bool { return storedSession(l, "dur") })
+	testwait.Eventually(t, "the session to be stored", func() bool { return storedSession(l, "dur") })
 	dis := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}}
 	dis.Properties.SessionExpiryInterval, dis.Properties.SessionExpiryIntervalFlag = 0, true
 	c.Write(dis)
-	waitFor(t, "the client to go", func() bool { return b.Clients() == 0 })
-	waitFor(t, "the stored session to go", func() bool { return !storedSession(l, "dur") })
+	testwait.Eventually(t, "the client to go", func() bool { return b.Clients() == 0 })
+	testwait.Eventually(t, "the stored session to go", func() bool { return !storedSession(l, "dur") })
 	store(t, s, topicsN("d", 0, 3), nil)
 	c = dialDurable(t, b, 5)
 	if c.Connack.SessionPresent {

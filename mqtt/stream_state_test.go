@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
@@ -37,7 +38,7 @@ func TestGroup_TheStreamDecidesTheConsumer(t *testing.T) {
 		t.Fatalf("while subscribed here, the stream's Claim = %v %q, want held by %q", ok, holder, "here")
 	}
 	c.Unsubscribe("$group/g/+/t/#")
-	waitFor(t, "the claim to be released", func() bool {
+	testwait.Eventually(t, "the claim to be released", func() bool {
 		ok, _ := s.Claim("g/g", "worker-on-node-2")
 		return ok
 	})
@@ -57,7 +58,7 @@ func TestGroup_FollowsMovedState(t *testing.T) {
 		c.Puback(pk.PacketID)
 	}
 	acksRead(t, c)
-	waitFor(t, "the commit of 20", func() bool { return groupOffset(t, b, "g", "default") == 20 })
+	testwait.Eventually(t, "the commit of 20", func() bool { return groupOffset(t, b, "g", "default") == 20 })
 	watcher := dialRaw(t, b, "watcher", 5)
 	watcher.Subscribe("$offsets/g/default", 1)
 	for pk := readPublishes(t, watcher, 1)[0]; string(pk.Payload) != "20"; pk = readPublishes(t, watcher, 1)[0] {
@@ -85,7 +86,7 @@ func TestGroup_FollowsMovedState(t *testing.T) {
 	if err := s.MoveState(map[string][]byte{"g/other": encodeOffset(17)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the moved group to be known", func() bool {
+	testwait.Eventually(t, "the moved group to be known", func() bool {
 		off, ok := b.deliv.groups.position(groupKey{group: "other", stream: "default"})
 		return ok && off == 17
 	})
@@ -115,7 +116,7 @@ func TestDurableSession_FollowsMovedState(t *testing.T) {
 	if err := s.MoveState(map[string][]byte{"s/dur": encodeOffset(9)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the moved offset to be loaded", func() bool {
+	testwait.Eventually(t, "the moved offset to be loaded", func() bool {
 		off, _ := b.deliv.sessions.offset("dur", cursorKey{stream: "default"})
 		return off == 9
 	})
@@ -124,12 +125,12 @@ func TestDurableSession_FollowsMovedState(t *testing.T) {
 
 	// A clean start ends the session: its offset leaves the stream's state.
 	c.Close()
-	waitFor(t, "the client to go", func() bool { return b.Clients() == 0 })
+	testwait.Eventually(t, "the client to go", func() bool { return b.Clients() == 0 })
 	clean := durableConnect("dur", 5)
 	clean.Clean = true
 	clean.Properties.SessionExpiryInterval, clean.Properties.SessionExpiryIntervalFlag = 0, false
 	mqtttest.Dial(t, b.Addr().String(), clean).Close()
-	waitFor(t, "the session's offset to be deleted", func() bool {
+	testwait.Eventually(t, "the session's offset to be deleted", func() bool {
 		_, ok := l.streamStateValue("default", "s/dur")
 		return !ok && !storedSession(l, "dur")
 	})

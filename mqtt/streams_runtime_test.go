@@ -5,6 +5,8 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/peatmq/peat/internal/testwait"
 )
 
 // lastTopic returns the topic of the newest record of s.
@@ -54,7 +56,7 @@ func TestDelivery_StreamsChangeAtRunTime(t *testing.T) {
 	if _, err := l.ml.AddStream("sensors=sensors/#"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "delivery to read the added stream", func() bool { return b.deliv.reader("sensors") != nil })
+	testwait.Eventually(t, "delivery to read the added stream", func() bool { return b.deliv.reader("sensors") != nil })
 	sensors := l.stream(t, "sensors")
 	publishAcked(t, pub, "sensors/b", 2)
 	if got := lastTopic(t, sensors); got != "sensors/b" || len(def.records()) != 1 {
@@ -73,13 +75,13 @@ func TestDelivery_StreamsChangeAtRunTime(t *testing.T) {
 	if pk.TopicName != "$replay/earliest/0/sensors/b" || userProp(pk.Properties, propStream) != "sensors" {
 		t.Fatalf("$replay of the added stream: %q stream %q", pk.TopicName, userProp(pk.Properties, propStream))
 	}
-	waitFor(t, "the $replay tap to run", func() bool { return b.deliv.taps.Load() == 1 })
+	testwait.Eventually(t, "the $replay tap to run", func() bool { return b.deliv.taps.Load() == 1 })
 
 	if err := l.ml.RemoveStream("sensors"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "delivery to drop the removed stream", func() bool { return b.deliv.reader("sensors") == nil })
-	waitFor(t, "the removed stream's $replay tap to stop", func() bool { return b.deliv.taps.Load() == 0 })
+	testwait.Eventually(t, "delivery to drop the removed stream", func() bool { return b.deliv.reader("sensors") == nil })
+	testwait.Eventually(t, "the removed stream's $replay tap to stop", func() bool { return b.deliv.taps.Load() == 0 })
 	publishAcked(t, pub, "sensors/c", 4)
 	if got := lastTopic(t, def); got != "sensors/c" {
 		t.Fatalf("after remove: default's last record is %q, want sensors/c", got)
@@ -102,10 +104,10 @@ func TestDelivery_RemovedStreamForgetsItsConsumers(t *testing.T) {
 		c.Puback(pk.PacketID)
 	}
 	acksRead(t, c)
-	waitFor(t, "the group's commit", func() bool { return storedGroupOffset(l, "g", "sensors") == "5" })
+	testwait.Eventually(t, "the group's commit", func() bool { return storedGroupOffset(l, "g", "sensors") == "5" })
 	d := dialDurable(t, b, 5)
 	d.Subscribe("sensors/#", 1)
-	waitFor(t, "the session's offset", func() bool {
+	testwait.Eventually(t, "the session's offset", func() bool {
 		_, ok := b.deliv.sessions.offset("dur", cursorKey{stream: "sensors"})
 		return ok
 	})
@@ -114,7 +116,7 @@ func TestDelivery_RemovedStreamForgetsItsConsumers(t *testing.T) {
 	if err := l.ml.RemoveStream("sensors"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "delivery to forget the removed stream's series", func() bool {
+	testwait.Eventually(t, "delivery to forget the removed stream's series", func() bool {
 		return b.deliv.reader("sensors") == nil && testutil.CollectAndCount(b.m.Delivered) == 1 // default's
 	})
 	if _, ok := b.deliv.groups.position(groupKey{group: "g", stream: "sensors"}); ok {
@@ -127,7 +129,7 @@ func TestDelivery_RemovedStreamForgetsItsConsumers(t *testing.T) {
 	if _, err := l.ml.AddStream("sensors=sensors/#"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "delivery to read the added stream", func() bool { return b.deliv.reader("sensors") != nil })
+	testwait.Eventually(t, "delivery to read the added stream", func() bool { return b.deliv.reader("sensors") != nil })
 	c.Unsubscribe("$group/g/+/sensors/#")
 	if ack := c.Subscribe("$group/g/+/sensors/#", 1); userProp(ack.Properties, propStart) != "0" {
 		t.Fatalf("the group in the re-added stream starts at %q, want 0 (the old offset 5 went with the old stream)",

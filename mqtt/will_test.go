@@ -7,6 +7,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
@@ -65,7 +66,7 @@ func TestWill_NormalDisconnectDiscardsIt(t *testing.T) {
 	sub.Subscribe("w/#", 1)
 	c := dialWill(t, b, "leaver", 5, &mqtttest.Will{Topic: "w/leaver", Payload: []byte("bye"), Qos: 1})
 	c.Write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}})
-	waitFor(t, "the client to go", func() bool { return b.Clients() == 1 })
+	testwait.Eventually(t, "the client to go", func() bool { return b.Clients() == 1 })
 	expectNext(t, sub, s, "w/after")
 }
 

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/peatmq/peat/internal/testwait"
 )
 
 // replica is one node's committed records of a stream: payload by offset.
@@ -18,7 +20,7 @@ func (s *site) settle(stream string) uint64 {
 	s.t.Helper()
 	var last []uint64
 	var agreed uint64
-	waitFor(s.t, wait(2*time.Minute), "every node to report the same committed offset of "+stream, func() bool {
+	testwait.EventuallyWithin(s.t, wait(2*time.Minute), "every node to report the same committed offset of "+stream, func() bool {
 		var now []uint64
 		for _, nd := range s.nodes {
 			c, err := nd.committed(stream)

@@ -23,8 +23,9 @@
 //
 // # Producers (load_test.go)
 //
-// A producer is one MQTT connection (half of them MQTT 5, half 3.1.1)
-// that publishes QoS 1 messages one at a time, each with a payload unique
+// A producer is one MQTT connection (half of them MQTT 5, half 3.1.1;
+// mqtt/mqtttest/rawmqtt, so nothing queues or retries unseen) that
+// publishes QoS 1 messages one at a time, each with a payload unique
 // in the test, starting on its home node. A refusal (a v5 PUBACK with
 // reason 0x80 or 0x97, a 3.1.1 disconnect), a connection lost or an
 // acknowledgement not come within 15 s makes it do what a client given

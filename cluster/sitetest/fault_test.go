@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/peatmq/peat/internal/testwait"
 )
 
 // Leader kill -9 under QoS 1 load from producers homed on all three
@@ -191,10 +193,10 @@ func TestSite_ConsumerGroupFailover(t *testing.T) {
 	ld := s.leader(st.name)
 	l := startLoad(t, s, "cgp", st.topic(), 1)
 	cons := startConsumer(t, s, ld, "g1", st)
-	waitFor(t, wait(60*time.Second), "the consumer's first 200 records", func() bool { return cons.count() >= 200 })
+	testwait.EventuallyWithin(t, wait(60*time.Second), "the consumer's first 200 records", func() bool { return cons.count() >= 200 })
 	killAt := time.Now()
 	ld.kill()
-	waitFor(t, wait(90*time.Second), "records delivered to the consumer by another node", func() bool {
+	testwait.EventuallyWithin(t, wait(90*time.Second), "records delivered to the consumer by another node", func() bool {
 		return cons.deliveredAfter(killAt, ld.mqtt) >= 50
 	})
 	restartAt := time.Now()
@@ -203,7 +205,7 @@ func TestSite_ConsumerGroupFailover(t *testing.T) {
 	s.waitFullISR(st.name, restartAt)
 	l.stop()
 	end := s.settle(st.name)
-	waitFor(t, wait(90*time.Second), fmt.Sprintf("the consumer to have every offset below %d", end), func() bool {
+	testwait.EventuallyWithin(t, wait(90*time.Second), fmt.Sprintf("the consumer to have every offset below %d", end), func() bool {
 		return cons.missing(end) == 0
 	})
 	cons.stop()
@@ -261,7 +263,7 @@ func (c *consumer) session(ctx context.Context, addr, group string, st streamSpe
 	if err != nil {
 		return
 	}
-	stop := context.AfterFunc(ctx, func() { conn.nc.Close() })
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	defer conn.close()
 	if err := conn.subscribe("$group/"+group+"/+/"+st.filter, 1); err != nil {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/peatmq/peat/internal/testwait"
 )
 
 // msgState is what a producer knows of one message.
@@ -82,7 +84,7 @@ func (l *load) stop() {
 func (l *load) waitResumed(since time.Time, n int) time.Duration {
 	l.t.Helper()
 	var first time.Duration
-	waitFor(l.t, wait(90*time.Second), fmt.Sprintf("%d acknowledgements of messages sent after %s", n, since.Format("15:04:05.000")), func() bool {
+	testwait.EventuallyWithin(l.t, wait(90*time.Second), fmt.Sprintf("%d acknowledgements of messages sent after %s", n, since.Format("15:04:05.000")), func() bool {
 		l.ledger.mu.Lock()
 		defer l.ledger.mu.Unlock()
 		count := 0
@@ -138,7 +140,7 @@ func (p *producer) run(ctx context.Context, l *ledger) {
 	payload := ""
 	backoff := func() {
 		if c != nil {
-			c.nc.Close()
+			c.Close()
 			c = nil
 		}
 		cur = (cur + 1) % len(p.addrs) // the next server of the list

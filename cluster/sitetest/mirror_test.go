@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/peatmq/peat/internal/testwait"
 )
 
 // mirrorRecords is how many records the source's producer publishes.
@@ -80,7 +82,7 @@ func TestSite_MirrorLeaderKill(t *testing.T) {
 		t.Fatalf("source producer: %v", prodErr)
 	}
 	want := src.replay(t, streamSpec{"default", "#"}, mirrorRecords)
-	waitFor(t, wait(3*time.Minute), fmt.Sprintf("the sink's position to reach the source's end %d", mirrorRecords), func() bool {
+	testwait.EventuallyWithin(t, wait(3*time.Minute), fmt.Sprintf("the sink's position to reach the source's end %d", mirrorRecords), func() bool {
 		pos, _ := src.sinkPosition(t)
 		return pos == mirrorRecords
 	})
@@ -108,11 +110,11 @@ func TestSite_MirrorLeaderKill(t *testing.T) {
 func (s *site) killMirrorLeader(src *node, mst streamSpec, atLeast uint64) (*node, time.Time) {
 	s.t.Helper()
 	ld := s.leader(mst.name)
-	waitFor(s.t, wait(30*time.Second), "GET /api/v1/cluster to name "+ld.id+" the leader of "+mst.name, func() bool {
+	testwait.EventuallyWithin(s.t, wait(30*time.Second), "GET /api/v1/cluster to name "+ld.id+" the leader of "+mst.name, func() bool {
 		return s.nodes[0].clusterLeader(s.t, mst.name) == ld.id
 	})
 	epoch := ld.epoch(mst.name)
-	waitFor(s.t, wait(2*time.Minute), fmt.Sprintf("the mirror's leader %s to commit %d records", ld.id, atLeast), func() bool {
+	testwait.EventuallyWithin(s.t, wait(2*time.Minute), fmt.Sprintf("the mirror's leader %s to commit %d records", ld.id, atLeast), func() bool {
 		c, err := ld.committed(mst.name)
 		return err == nil && c >= atLeast
 	})
@@ -139,7 +141,7 @@ func checkMirror(t *testing.T, nd *node, mst streamSpec, want []replayed) {
 	t.Helper()
 	end := uint64(len(want))
 	var info streamInfo
-	waitFor(t, wait(2*time.Minute), fmt.Sprintf("%s to commit the mirror up to %d", nd.id, end), func() bool {
+	testwait.EventuallyWithin(t, wait(2*time.Minute), fmt.Sprintf("%s to commit the mirror up to %d", nd.id, end), func() bool {
 		info = streamInfo{}
 		return getJSON(nd.http, "/api/v1/streams/"+mst.name, &info) == nil && info.Committed >= end
 	})

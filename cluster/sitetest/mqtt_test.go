@@ -1,124 +1,67 @@
 package sitetest
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/mqtt/mqtttest/rawmqtt"
 )
 
-// conn is a minimal MQTT 3.1.1 or 5 client connection, so that the tests
-// see exactly what a node answers (a PUBACK's reason code, a closed
+// conn is a raw MQTT 3.1.1 or 5 client connection (rawmqtt), so that the
+// tests see exactly what a node answers (a PUBACK's reason code, a closed
 // connection) with no client library's queues or retries in between.
 type conn struct {
-	nc      net.Conn
-	r       *bufio.Reader
-	buf     bytes.Buffer
-	version byte // 4 (3.1.1) or 5
-	nextID  uint16
+	*rawmqtt.Conn
+	nextID uint16
 }
 
-// errRefused is a PUBACK or SUBACK with a reason code of 0x80 or more.
+// errRefused is a CONNACK, PUBACK or SUBACK with a reason code of 0x80 or
+// more.
 var errRefused = errors.New("refused")
 
+// dial connects a clean client with keepalive 60 (an MQTT 5 one with
+// Receive Maximum 64).
 func dial(addr, clientID string, version byte) (*conn, error) {
+	c := rawmqtt.Connect{ClientID: clientID, Version: version, Clean: true, Keepalive: 60}
+	if version == 5 {
+		c.Properties.ReceiveMaximum = 64
+	}
+	return dialConnect(addr, c, 20*time.Second)
+}
+
+// dialConnect connects with c and waits up to wait for a successful
+// CONNACK; a refusal is errRefused.
+func dialConnect(addr string, c rawmqtt.Connect, wait time.Duration) (*conn, error) {
 	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{nc: nc, r: bufio.NewReaderSize(nc, 64<<10), version: version}
-	pk := packets.Packet{
-		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
-		ProtocolVersion: version,
-		Connect: packets.ConnectParams{
-			ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 60, ClientIdentifier: clientID,
-		},
+	rc, err := rawmqtt.Connected(rawmqtt.New(nc, 64<<10), c, wait)
+	if errors.Is(err, rawmqtt.ErrRefused) {
+		err = fmt.Errorf("%w: %w", errRefused, err)
 	}
-	if version == 5 {
-		pk.Properties.ReceiveMaximum = 64
-	}
-	if err := c.write(&pk); err != nil {
-		nc.Close()
+	if err != nil {
 		return nil, err
 	}
-	ack, err := c.readTimeout(20 * time.Second)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("connack: %w", err)
-	}
-	if ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
-		nc.Close()
-		return nil, fmt.Errorf("connect: packet type %d reason %#x: %w", ack.FixedHeader.Type, ack.ReasonCode, errRefused)
-	}
-	return c, nil
+	return &conn{Conn: rc}, nil
 }
 
+// write sends pk within 10 s.
 func (c *conn) write(pk *packets.Packet) error {
-	c.buf.Reset()
-	var err error
-	switch pk.FixedHeader.Type {
-	case packets.Connect:
-		err = pk.ConnectEncode(&c.buf)
-	case packets.Publish:
-		err = pk.PublishEncode(&c.buf)
-	case packets.Puback:
-		err = pk.PubackEncode(&c.buf)
-	case packets.Subscribe:
-		err = pk.SubscribeEncode(&c.buf)
-	case packets.Disconnect:
-		err = pk.DisconnectEncode(&c.buf)
-	default:
-		return fmt.Errorf("cannot encode packet type %d", pk.FixedHeader.Type)
-	}
-	if err != nil {
-		return err
-	}
-	_ = c.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	_, err = c.nc.Write(c.buf.Bytes())
-	return err
+	_ = c.NetConn().SetWriteDeadline(time.Now().Add(10 * time.Second))
+	return c.Send(*pk)
 }
 
-// readTimeout reads one packet, waiting at most d.
+// readTimeout reads one packet, waiting at most d. A DISCONNECT from the
+// node is an error carrying its reason.
 func (c *conn) readTimeout(d time.Duration) (packets.Packet, error) {
-	_ = c.nc.SetReadDeadline(time.Now().Add(d))
-	var pk packets.Packet
-	pk.ProtocolVersion = c.version
-	hb, err := c.r.ReadByte()
-	if err != nil {
-		return pk, err
-	}
-	if err := pk.FixedHeader.Decode(hb); err != nil {
-		return pk, err
-	}
-	n, _, err := packets.DecodeLength(c.r)
-	if err != nil {
-		return pk, err
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(c.r, body); err != nil {
-		return pk, err
-	}
-	pk.FixedHeader.Remaining = n
-	switch pk.FixedHeader.Type {
-	case packets.Connack:
-		err = pk.ConnackDecode(body)
-	case packets.Publish:
-		err = pk.PublishDecode(body)
-	case packets.Puback:
-		err = pk.PubackDecode(body)
-	case packets.Suback:
-		err = pk.SubackDecode(body)
-	case packets.Disconnect:
-		_ = pk.DisconnectDecode(body)
+	pk, err := c.NextWithin(d)
+	if err == nil && pk.FixedHeader.Type == packets.Disconnect {
 		err = fmt.Errorf("disconnected by the node: reason %#x %s", pk.ReasonCode, pk.Properties.ReasonString)
-	case packets.Pingresp:
-	default:
-		err = fmt.Errorf("unexpected packet type %d", pk.FixedHeader.Type)
 	}
 	return pk, err
 }
@@ -137,11 +80,10 @@ func (c *conn) id() uint16 {
 // the connection).
 func (c *conn) publish(topic string, payload []byte, wait time.Duration) error {
 	pk := packets.Packet{
-		FixedHeader:     packets.FixedHeader{Type: packets.Publish, Qos: 1},
-		ProtocolVersion: c.version,
-		TopicName:       topic,
-		Payload:         payload,
-		PacketID:        c.id(),
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
+		TopicName:   topic,
+		Payload:     payload,
+		PacketID:    c.id(),
 	}
 	if err := c.write(&pk); err != nil {
 		return err
@@ -162,10 +104,9 @@ func (c *conn) publish(topic string, payload []byte, wait time.Duration) error {
 // subscribe subscribes to filter at qos and waits for the SUBACK.
 func (c *conn) subscribe(filter string, qos byte) error {
 	pk := packets.Packet{
-		FixedHeader:     packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
-		ProtocolVersion: c.version,
-		PacketID:        c.id(),
-		Filters:         packets.Subscriptions{{Filter: filter, Qos: qos}},
+		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
+		PacketID:    c.id(),
+		Filters:     packets.Subscriptions{{Filter: filter, Qos: qos}},
 	}
 	if err := c.write(&pk); err != nil {
 		return err
@@ -185,10 +126,10 @@ func (c *conn) subscribe(filter string, qos byte) error {
 
 // puback acknowledges a QoS 1 delivery.
 func (c *conn) puback(id uint16) error {
-	return c.write(&packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, ProtocolVersion: c.version, PacketID: id})
+	return c.write(&packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: id})
 }
 
 func (c *conn) close() {
-	_ = c.write(&packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}, ProtocolVersion: c.version})
-	c.nc.Close()
+	_ = c.write(&packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}})
+	_ = c.Close()
 }

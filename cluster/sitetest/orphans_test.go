@@ -1,10 +1,7 @@
 package sitetest
 
 import (
-	"bufio"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -12,6 +9,9 @@ import (
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/internal/testwait"
+	"github.com/peatmq/peat/mqtt/mqtttest/rawmqtt"
 )
 
 // An MQTT 5 client with a Session Expiry Interval of 3 s is connected and
@@ -26,7 +26,7 @@ func TestSite_OrphanedSessionExpires(t *testing.T) {
 	s := newSite(t, 3, st)
 	home, rest := s.nodes[1], []*node{s.nodes[0], s.nodes[2]}
 	var c *conn
-	waitFor(t, wait(60*time.Second), "a v5 session on "+home.id, func() bool {
+	testwait.EventuallyWithin(t, wait(60*time.Second), "a v5 session on "+home.id, func() bool {
 		var err error
 		c, _, err = dialExpiring(home.mqtt, "orphan-1", 3)
 		return err == nil
@@ -35,7 +35,7 @@ func TestSite_OrphanedSessionExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	home.kill()
-	waitFor(t, wait(90*time.Second), "a surviving node to expire the dead node's session", func() bool {
+	testwait.EventuallyWithin(t, wait(90*time.Second), "a surviving node to expire the dead node's session", func() bool {
 		var n float64
 		for _, nd := range rest {
 			n += nd.metric(t, "peat_mqtt_sessions_expired_total")
@@ -43,7 +43,7 @@ func TestSite_OrphanedSessionExpires(t *testing.T) {
 		return n >= 1
 	})
 	var present bool
-	waitFor(t, wait(60*time.Second), "the client back on "+rest[0].id, func() bool {
+	testwait.EventuallyWithin(t, wait(60*time.Second), "the client back on "+rest[0].id, func() bool {
 		c, p, err := dialExpiring(rest[0].mqtt, "orphan-1", 3)
 		if err != nil {
 			return false
@@ -60,31 +60,13 @@ func TestSite_OrphanedSessionExpires(t *testing.T) {
 // dialExpiring connects an MQTT 5 client with Clean Start 0 and Session
 // Expiry Interval expiry, and returns the CONNACK's session present.
 func dialExpiring(addr, id string, expiry uint32) (*conn, bool, error) {
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	c, err := dialConnect(addr, rawmqtt.Connect{ClientID: id, Version: 5, Keepalive: 60,
+		Properties: packets.Properties{SessionExpiryInterval: expiry, SessionExpiryIntervalFlag: true, ReceiveMaximum: 64}},
+		30*time.Second) // a claim waits for a failing-over leader
 	if err != nil {
 		return nil, false, err
 	}
-	c := &conn{nc: nc, r: bufio.NewReaderSize(nc, 64<<10), version: 5}
-	pk := packets.Packet{
-		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
-		ProtocolVersion: 5,
-		Connect:         packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: false, Keepalive: 60, ClientIdentifier: id},
-		Properties:      packets.Properties{SessionExpiryInterval: expiry, SessionExpiryIntervalFlag: true, ReceiveMaximum: 64},
-	}
-	if err := c.write(&pk); err != nil {
-		nc.Close()
-		return nil, false, err
-	}
-	ack, err := c.readTimeout(30 * time.Second) // a claim waits for a failing-over leader
-	if err != nil {
-		nc.Close()
-		return nil, false, fmt.Errorf("connack: %w", err)
-	}
-	if ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
-		nc.Close()
-		return nil, false, fmt.Errorf("connect: packet type %d reason %#x: %w", ack.FixedHeader.Type, ack.ReasonCode, errRefused)
-	}
-	return c, ack.SessionPresent, nil
+	return c, c.Connack().SessionPresent, nil
 }
 
 // metric is the value of an unlabelled series on the node's /metrics, 0

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/peatmq/peat/internal/testwait"
 )
 
 // siteView is the part of GET /api/v1/cluster this test reads.
@@ -65,7 +67,7 @@ func TestSite_RemoveDeadNode(t *testing.T) {
 	st := streamSpec{"load", "load/#"}
 	s := newSiteOf(t, 3, 1, st)
 	var replicas []string
-	waitFor(t, wait(60*time.Second), "the stream on three replicas in sync, seen by the spare", func() bool {
+	testwait.EventuallyWithin(t, wait(60*time.Second), "the stream on three replicas in sync, seen by the spare", func() bool {
 		v, err := s.nodes[3].view()
 		if err != nil || len(v.Streams) != 2 { // load, then the site's sessions' stream (listed last)
 			return false
@@ -93,7 +95,7 @@ func TestSite_RemoveDeadNode(t *testing.T) {
 	killAt := time.Now()
 	victim.kill()
 	t.Logf("replicas %v: kill -9 %s", replicas, victim.id)
-	waitFor(t, wait(30*time.Second), victim.id+" failed in the member list", func() bool {
+	testwait.EventuallyWithin(t, wait(30*time.Second), victim.id+" failed in the member list", func() bool {
 		v, err := ctl.view()
 		if err != nil {
 			return false
@@ -116,7 +118,7 @@ func TestSite_RemoveDeadNode(t *testing.T) {
 	for _, nd := range alive {
 		ids = append(ids, nd.id)
 	}
-	waitFor(t, wait(60*time.Second), fmt.Sprintf("replicas and ISR %v, %s out of the voters and members, on every node", ids, victim.id), func() bool {
+	testwait.EventuallyWithin(t, wait(60*time.Second), fmt.Sprintf("replicas and ISR %v, %s out of the voters and members, on every node", ids, victim.id), func() bool {
 		for _, nd := range alive {
 			v, err := nd.view()
 			if err != nil || len(v.Streams) != 2 || slices.Contains(v.Voters, victim.id) || len(v.Voters) != 2 {
@@ -158,7 +160,7 @@ func TestSite_RemoveLiveNode(t *testing.T) {
 	st := streamSpec{"load", "load/#"}
 	s := newSiteOf(t, 3, 1, st)
 	spare := s.nodes[3]
-	waitFor(t, wait(60*time.Second), "the stream on three replicas in sync, seen by the spare", func() bool {
+	testwait.EventuallyWithin(t, wait(60*time.Second), "the stream on three replicas in sync, seen by the spare", func() bool {
 		v, err := spare.view()
 		return err == nil && len(v.Streams) == 2 && len(v.Streams[0].ISR) == 3 && len(v.Members) == 4
 	})
@@ -178,7 +180,7 @@ func TestSite_RemoveLiveNode(t *testing.T) {
 		t.Fatalf("peat cluster remove-node %s (running): %v\n%s", victim.id, err, out)
 	}
 	drainedAt := time.Now()
-	waitFor(t, wait(60*time.Second), fmt.Sprintf("replicas and ISR %v, %s drained and out of the voters, on every node", rest, victim.id), func() bool {
+	testwait.EventuallyWithin(t, wait(60*time.Second), fmt.Sprintf("replicas and ISR %v, %s drained and out of the voters, on every node", rest, victim.id), func() bool {
 		for _, nd := range s.nodes {
 			v, err := nd.view()
 			if err != nil || len(v.Streams) != 2 || v.Streams[0].Leader == "" ||
@@ -207,7 +209,7 @@ func TestSite_RemoveLiveNode(t *testing.T) {
 			alive = append(alive, nd)
 		}
 	}
-	waitFor(t, wait(60*time.Second), victim.id+" out of Raft and the member list, on every node", func() bool {
+	testwait.EventuallyWithin(t, wait(60*time.Second), victim.id+" out of Raft and the member list, on every node", func() bool {
 		for _, nd := range alive {
 			v, err := nd.view()
 			if err != nil || slices.Contains(v.Voters, victim.id) || slices.Contains(v.NonVoters, victim.id) {

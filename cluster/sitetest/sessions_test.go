@@ -1,19 +1,17 @@
 package sitetest
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/mochi-mqtt/server/v2/packets"
-
 	"github.com/peatmq/peat/cluster"
+	"github.com/peatmq/peat/internal/testwait"
+	"github.com/peatmq/peat/mqtt/mqtttest/rawmqtt"
 )
 
 // A QoS 1 subscriber with a persistent session (MQTT 3.1.1, clean
@@ -30,13 +28,13 @@ func TestSite_DurableSessionKill(t *testing.T) {
 	s := newSite(t, 3, st)
 	home := s.leader(cluster.SessionsStream)
 	sub := startDurable(t, s, home, "durable-1", st.filter)
-	waitFor(t, wait(60*time.Second), "the subscription", sub.subscribed)
+	testwait.EventuallyWithin(t, wait(60*time.Second), "the subscription", sub.subscribed)
 	l := startLoad(t, s, "dsp", st.topic(), 1) // every message acknowledged from now on is the subscriber's
-	waitFor(t, wait(60*time.Second), "the subscriber's first 200 messages", func() bool { return sub.count() >= 200 })
+	testwait.EventuallyWithin(t, wait(60*time.Second), "the subscriber's first 200 messages", func() bool { return sub.count() >= 200 })
 
 	killAt := time.Now()
 	home.kill()
-	waitFor(t, wait(90*time.Second), "messages delivered to the subscriber by another node", func() bool {
+	testwait.EventuallyWithin(t, wait(90*time.Second), "messages delivered to the subscriber by another node", func() bool {
 		return sub.deliveredAfter(killAt, home.mqtt) >= 50
 	})
 	l.stop()
@@ -48,7 +46,7 @@ func TestSite_DurableSessionKill(t *testing.T) {
 		}
 	}
 	l.ledger.mu.Unlock()
-	waitFor(t, wait(90*time.Second), fmt.Sprintf("the subscriber to have all %d acknowledged messages", len(acked)), func() bool {
+	testwait.EventuallyWithin(t, wait(90*time.Second), fmt.Sprintf("the subscriber to have all %d acknowledged messages", len(acked)), func() bool {
 		return len(sub.missing(acked)) == 0
 	})
 	sub.stop()
@@ -103,7 +101,7 @@ func (d *durable) session(ctx context.Context, addr, id, filter string, subscrib
 	if err != nil {
 		return true
 	}
-	stop := context.AfterFunc(ctx, func() { c.nc.Close() })
+	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	defer c.close()
 	d.mu.Lock()
@@ -139,30 +137,12 @@ func (d *durable) session(ctx context.Context, addr, id, filter string, subscrib
 // dialDurable connects with MQTT 3.1.1 and clean session false, and
 // returns the CONNACK's session present.
 func dialDurable(addr, id string) (*conn, bool, error) {
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	c, err := dialConnect(addr, rawmqtt.Connect{ClientID: id, Version: 4, Keepalive: 60},
+		30*time.Second) // a claim waits for a failing-over leader
 	if err != nil {
 		return nil, false, err
 	}
-	c := &conn{nc: nc, r: bufio.NewReaderSize(nc, 64<<10), version: 4}
-	pk := packets.Packet{
-		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
-		ProtocolVersion: 4,
-		Connect:         packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: false, Keepalive: 60, ClientIdentifier: id},
-	}
-	if err := c.write(&pk); err != nil {
-		nc.Close()
-		return nil, false, err
-	}
-	ack, err := c.readTimeout(30 * time.Second) // a claim waits for a failing-over leader
-	if err != nil {
-		nc.Close()
-		return nil, false, fmt.Errorf("connack: %w", err)
-	}
-	if ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
-		nc.Close()
-		return nil, false, fmt.Errorf("connect: packet type %d reason %#x: %w", ack.FixedHeader.Type, ack.ReasonCode, errRefused)
-	}
-	return c, ack.SessionPresent, nil
+	return c, c.Connack().SessionPresent, nil
 }
 
 func (d *durable) subscribed() bool {

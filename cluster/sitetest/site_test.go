@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/peatmq/peat/internal/testwait"
 )
 
 // streamSpec is one configured stream: every node lists the same ones.
@@ -272,7 +274,7 @@ func (nd *node) running() bool {
 
 func (nd *node) waitServing() {
 	nd.t.Helper()
-	waitFor(nd.t, wait(60*time.Second), nd.id+" serving", func() bool {
+	testwait.EventuallyWithin(nd.t, wait(60*time.Second), nd.id+" serving", func() bool {
 		nd.mu.Lock()
 		defer nd.mu.Unlock()
 		return nd.mu.serving
@@ -317,7 +319,7 @@ func (nd *node) dumpLog(lines int) {
 func (s *site) leader(stream string) *node {
 	s.t.Helper()
 	var found *node
-	waitFor(s.t, wait(90*time.Second), "one leader of "+stream+" that every running node follows", func() bool {
+	testwait.EventuallyWithin(s.t, wait(90*time.Second), "one leader of "+stream+" that every running node follows", func() bool {
 		found = s.leaderNow(stream)
 		return found != nil
 	})
@@ -378,7 +380,7 @@ func (s *site) node(id string) *node {
 func (s *site) controller() *node {
 	s.t.Helper()
 	var found *node
-	waitFor(s.t, wait(60*time.Second), "one controller", func() bool {
+	testwait.EventuallyWithin(s.t, wait(60*time.Second), "one controller", func() bool {
 		found = nil
 		for _, nd := range s.nodes {
 			nd.mu.Lock()
@@ -400,7 +402,7 @@ func (s *site) controller() *node {
 // ISR of every node: a node restarted at since is back in sync.
 func (s *site) waitFullISR(stream string, since time.Time) {
 	s.t.Helper()
-	waitFor(s.t, wait(90*time.Second), stream+"'s ISR of every node again", func() bool {
+	testwait.EventuallyWithin(s.t, wait(90*time.Second), stream+"'s ISR of every node again", func() bool {
 		ld := s.leaderNow(stream)
 		if ld == nil {
 			return false
@@ -456,16 +458,4 @@ func (s *site) addrs() []string {
 		a = append(a, nd.mqtt)
 	}
 	return a
-}
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

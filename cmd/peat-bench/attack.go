@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/peatmq/peat/mqtt/mqtttest/rawmqtt"
 )
 
 // The attack: one address on the LAN guesses a user's password over
@@ -146,7 +147,7 @@ func sensorsPhase(cfg attackConfig) attackPhase {
 				}
 				mu.Unlock()
 				if c != nil {
-					c.nc.Close()
+					c.Close()
 				}
 				time.Sleep(cfg.Pause)
 			}
@@ -204,12 +205,13 @@ func guess(cfg attackConfig, stop <-chan struct{}, res *attackResult) {
 		}
 		o.password = fmt.Sprintf("guess-%d", i)
 		c, err := dial(cfg.Addr, "guesser", o)
+		var refused *rawmqtt.RefusedError
 		switch {
 		case err == nil:
-			c.nc.Close() // a lucky guess: not with these passwords
-		case errors.Is(err, errConnackRefused) && (strings.Contains(err.Error(), "code 0x9f") || strings.Contains(err.Error(), "code 0x3")):
+			c.Close() // a lucky guess: not with these passwords
+		case errors.As(err, &refused) && (refused.Code == 0x9f || refused.Code == 0x3): // connection rate exceeded, server unavailable
 			atomic.AddInt64(&res.Throttled, 1)
-		case errors.Is(err, errConnackRefused):
+		case errors.Is(err, rawmqtt.ErrRefused):
 			atomic.AddInt64(&res.Guesses, 1)
 		default:
 			atomic.AddInt64(&res.GuessErrors, 1)

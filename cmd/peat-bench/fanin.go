@@ -171,7 +171,7 @@ func publish(c *conn, id uint32, cfg faninConfig, start time.Time, lat *samples)
 		select {
 		case <-done:
 		case <-time.After(cfg.Drain + 10*time.Second):
-			c.nc.Close()
+			c.Close()
 			<-done
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/mqtt/mqtttest/rawmqtt"
 )
 
 // dropEveryNth is a broker hook that acks every publish but delivers none
@@ -108,7 +110,7 @@ func TestFanin_CountsWhatABrokerDrops(t *testing.T) {
 }
 
 func TestSubscriber_CountsDuplicates(t *testing.T) {
-	s := newSubscriber(&conn{}, 2, 100)
+	s := newSubscriber(&conn{Conn: rawmqtt.New(nil, 0)}, 2, 100) // record only: never reads or writes
 	p := make([]byte, headerLen)
 	for _, seq := range []uint64{0, 1, 1, 2, 1} {
 		binary.BigEndian.PutUint32(p, 1)

@@ -1,5 +1,6 @@
-// Command peat-bench is Peat's load generator: a minimal MQTT client that
-// writes one PUBLISH per write like a real sensor, counts loss and
+// Command peat-bench is Peat's load generator: a minimal MQTT client
+// (mqtt/mqtttest/rawmqtt, the repository's one raw client) that writes
+// one PUBLISH per write like a real sensor, counts loss and
 // duplicates exactly, and prints one JSON line per run. `peat-bench mochi`
 // runs plain mochi (no persistence, allow-all) as the peer to compare with.
 package main

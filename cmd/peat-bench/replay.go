@@ -300,7 +300,7 @@ func fillConn(c *conn, j, conns, n int, cfg replayConfig) (int64, error) {
 			return acked, err
 		}
 		if err := c.write(&pk); err != nil {
-			c.nc.Close()
+			c.Close()
 			<-readErr
 			return acked, fmt.Errorf("fill: publish: %w", err)
 		}
@@ -361,13 +361,13 @@ func (k *offsetCheck) done() bool { return k.unique == k.n }
 // at hundreds of thousands of messages a second the load generator must
 // stay far cheaper than the broker it measures.
 func consumeReplay(c *conn, ck *offsetCheck, idle, linger time.Duration, start time.Time, firstAt *time.Duration) (time.Time, error) {
-	w := bufio.NewWriterSize(c.nc, 4<<10)
+	w := bufio.NewWriterSize(c.NetConn(), 4<<10)
 	var body []byte
 	var last, deadlineSet time.Time
 	ack := []byte{packets.Puback << 4, 2, 0, 0}
-	defer func() { _ = c.nc.SetReadDeadline(time.Time{}) }()
+	defer func() { _ = c.NetConn().SetReadDeadline(time.Time{}) }()
 	for {
-		if c.r.Buffered() == 0 {
+		if c.Reader().Buffered() == 0 {
 			// About to wait on the socket: send the acks gathered so far.
 			if err := w.Flush(); err != nil {
 				return last, fmt.Errorf("replay: write PUBACK: %w", err)
@@ -376,18 +376,18 @@ func consumeReplay(c *conn, ck *offsetCheck, idle, linger time.Duration, start t
 		// Bound every wait on the socket by idle; the deadline is renewed
 		// a few times per idle, not per packet.
 		if now := time.Now(); now.Sub(deadlineSet) > idle/4 {
-			_ = c.nc.SetReadDeadline(now.Add(idle))
+			_ = c.NetConn().SetReadDeadline(now.Add(idle))
 			deadlineSet = now
 		}
-		hb, err := c.r.ReadByte()
+		hb, err := c.Reader().ReadByte()
 		if err == nil {
 			var n int
-			if n, err = readVarint(c.r); err == nil {
+			if n, _, err = packets.DecodeLength(c.Reader()); err == nil {
 				if cap(body) < n {
 					body = make([]byte, n)
 				}
 				body = body[:n]
-				_, err = io.ReadFull(c.r, body)
+				_, err = io.ReadFull(c.Reader(), body)
 			}
 		}
 		if err != nil {

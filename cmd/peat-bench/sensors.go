@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -53,8 +51,7 @@ const sensorBufSize = 64
 // most one message in flight.
 type sensor struct {
 	id  uint32
-	nc  net.Conn
-	r   *bufio.Reader
+	c   *conn
 	buf []byte // encoded PUBLISH, re-encoded in place
 }
 
@@ -193,7 +190,7 @@ func dialSensor(cfg sensorsConfig, id uint32) (*sensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &sensor{id: id, nc: c.nc, r: c.r}
+	s := &sensor{id: id, c: c}
 
 	pub := packets.Packet{
 		FixedHeader:     packets.FixedHeader{Type: packets.Publish, Qos: cfg.QoS},
@@ -205,12 +202,10 @@ func dialSensor(cfg sensorsConfig, id uint32) (*sensor, error) {
 		pub.PacketID = 1
 	}
 	binary.BigEndian.PutUint32(pub.Payload, id)
-	c.buf.Reset()
-	if err := pub.PublishEncode(&c.buf); err != nil {
-		c.nc.Close()
+	if s.buf, err = c.Encode(pub); err != nil {
+		_ = c.Close()
 		return nil, fmt.Errorf("encode publish: %w", err)
 	}
-	s.buf = c.buf.Bytes()
 	return s, nil
 }
 
@@ -243,7 +238,7 @@ func (s *sensor) run(cfg sensorsConfig, first, end time.Time, period time.Durati
 			binary.BigEndian.PutUint16(s.buf[idAt:], pid)
 		}
 		sentAt := time.Now()
-		if _, err := s.nc.Write(s.buf); err != nil {
+		if _, err := s.c.NetConn().Write(s.buf); err != nil {
 			st.errs++
 			st.err = fmt.Errorf("sensor %d: publish: %w", s.id, err)
 			return st
@@ -264,10 +259,9 @@ func (s *sensor) run(cfg sensorsConfig, first, end time.Time, period time.Durati
 
 // waitAck reads until the PUBACK for pid arrives or the deadline passes.
 func (s *sensor) waitAck(pid uint16, deadline time.Time) error {
-	_ = s.nc.SetReadDeadline(deadline)
-	c := conn{nc: s.nc, r: s.r}
+	_ = s.c.NetConn().SetReadDeadline(deadline)
 	for {
-		pk, err := c.read()
+		pk, err := s.c.read()
 		if err != nil {
 			return fmt.Errorf("wait for puback %d: %w", pid, err)
 		}
@@ -281,8 +275,8 @@ func (s *sensor) close() {
 	if s == nil {
 		return
 	}
-	_, _ = s.nc.Write([]byte{packets.Disconnect << 4, 0})
-	s.nc.Close()
+	_, _ = s.c.NetConn().Write([]byte{packets.Disconnect << 4, 0})
+	_ = s.c.Close()
 }
 
 func sensorsCmd(args []string) error {

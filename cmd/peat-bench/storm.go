@@ -15,6 +15,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/peatmq/peat/edge/auth"
+	"github.com/peatmq/peat/mqtt/mqtttest/rawmqtt"
 )
 
 // The reconnect storm: a site's sensors all come back at once after an
@@ -141,7 +142,7 @@ func (w *watcher) run(every time.Duration) {
 		case <-t.C:
 		}
 		start := time.Now()
-		_ = w.c.nc.SetReadDeadline(start.Add(time.Minute)) // a broker that never answers ends the watcher
+		_ = w.c.NetConn().SetReadDeadline(start.Add(time.Minute)) // a broker that never answers ends the watcher
 		if err := w.c.write(&ping); err != nil {
 			return
 		}
@@ -216,7 +217,7 @@ func runStorm(cfg stormConfig) (*stormResult, error) {
 						return
 					}
 					refused.Add(1)
-					if errors.Is(err, errConnackRefused) || time.Since(start) > stormGiveUp {
+					if errors.Is(err, rawmqtt.ErrRefused) || time.Since(start) > stormGiveUp {
 						return // its login is refused, or the broker never let it in
 					}
 					pause := min(time.Duration(50<<min(attempt, 5))*time.Millisecond, 2*time.Second)

@@ -26,7 +26,7 @@ type subscriber struct {
 }
 
 func newSubscriber(c *conn, publishers, count int) *subscriber {
-	s := &subscriber{c: c, w: bufio.NewWriterSize(c.nc, 16<<10), lat: newSamples()}
+	s := &subscriber{c: c, w: bufio.NewWriterSize(c.NetConn(), 16<<10), lat: newSamples()}
 	s.cond = sync.NewCond(&s.mu)
 	s.seen = make([][]uint64, publishers)
 	for i := range s.seen {
@@ -57,7 +57,7 @@ func (s *subscriber) run() {
 			ackBuf.Reset()
 			_ = ack.PubackEncode(&ackBuf)
 			_, _ = s.w.Write(ackBuf.Bytes())
-			if s.c.r.Buffered() == 0 {
+			if s.c.Reader().Buffered() == 0 {
 				_ = s.w.Flush()
 			}
 		}
@@ -108,7 +108,7 @@ func (s *subscriber) waitFor(n int64, idle time.Duration) {
 }
 
 func (s *subscriber) stop() {
-	s.c.nc.Close()
+	s.c.Close()
 	s.mu.Lock()
 	for !s.exited {
 		s.cond.Wait()

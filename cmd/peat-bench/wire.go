@@ -1,25 +1,20 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/mqtt/mqtttest/rawmqtt"
 )
 
-// conn is a minimal MQTT 3.1.1 (or 5) client connection: just what a load
-// generator needs, with no queues of its own, so the broker is what is
-// measured. Packets are encoded and decoded with mochi's packets package.
+// conn is a raw MQTT 3.1.1 (or 5) client connection (rawmqtt): just what
+// a load generator needs, with no queues of its own, so the broker is
+// what is measured.
 type conn struct {
-	nc      net.Conn
-	r       *bufio.Reader
-	buf     bytes.Buffer // encode scratch, owned by the writer
-	version byte         // MQTT protocol version: 4 (3.1.1) or 5; 0 means 4
+	*rawmqtt.Conn
 }
 
 // dialOptions shape one connection: a subscriber wants a big read buffer,
@@ -42,11 +37,8 @@ type dialOptions struct {
 
 var defaultDial = dialOptions{clean: true, keepalive: 60, readBuf: 64 << 10}
 
-// dial connects as clientID and waits for a successful CONNACK.
-// errConnackRefused is a CONNACK that refused the client (bad credentials,
-// not authorized): trying again with the same login cannot succeed.
-var errConnackRefused = errors.New("refused by CONNACK")
-
+// dial connects as clientID and waits for a successful CONNACK; a
+// refusal is a *rawmqtt.RefusedError (rawmqtt.ErrRefused).
 func dial(addr, clientID string, o dialOptions) (*conn, error) {
 	d := net.Dialer{Timeout: 10 * time.Second}
 	if o.local != "" {
@@ -56,129 +48,25 @@ func dial(addr, clientID string, o dialOptions) (*conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", clientID, err)
 	}
-	c := &conn{nc: nc, r: bufio.NewReaderSize(nc, o.readBuf), version: o.version}
-	pk := packets.Packet{
-		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
-		ProtocolVersion: c.proto(),
-		Connect: packets.ConnectParams{
-			ProtocolName:     []byte("MQTT"),
-			Clean:            o.clean,
-			Keepalive:        o.keepalive,
-			ClientIdentifier: clientID,
-		},
-	}
-	if c.proto() == 5 {
-		pk.Properties.ReceiveMaximum = o.receiveMax
+	c := rawmqtt.Connect{ClientID: clientID, Version: o.version, Clean: o.clean, Keepalive: o.keepalive}
+	if o.version == 5 {
+		c.Properties.ReceiveMaximum = o.receiveMax
 	}
 	if o.user != "" {
-		pk.Connect.UsernameFlag, pk.Connect.Username = true, []byte(o.user)
-		pk.Connect.PasswordFlag, pk.Connect.Password = true, []byte(o.password)
+		c.Username, c.Password = o.user, o.password
 	}
-	if err := c.write(&pk); err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("connect %s: %w", clientID, err)
-	}
-	_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	defer nc.SetReadDeadline(time.Time{})
-	ack, err := c.read()
+	rc, err := rawmqtt.Connected(rawmqtt.New(nc, o.readBuf), c, 10*time.Second)
 	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("connack %s: %w", clientID, err)
+		return nil, err
 	}
-	if ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
-		nc.Close()
-		return nil, fmt.Errorf("connect %s: type %d code %#x: %w", clientID, ack.FixedHeader.Type, ack.ReasonCode, errConnackRefused)
-	}
-	return c, nil
-}
-
-// proto is the connection's MQTT protocol version.
-func (c *conn) proto() byte {
-	if c.version == 0 {
-		return 4
-	}
-	return c.version
+	return &conn{Conn: rc}, nil
 }
 
 // write encodes pk and sends it in one write call, as a sensor would.
-func (c *conn) write(pk *packets.Packet) error {
-	c.buf.Reset()
-	var err error
-	switch pk.FixedHeader.Type {
-	case packets.Connect:
-		err = pk.ConnectEncode(&c.buf)
-	case packets.Publish:
-		err = pk.PublishEncode(&c.buf)
-	case packets.Puback:
-		err = pk.PubackEncode(&c.buf)
-	case packets.Subscribe:
-		err = pk.SubscribeEncode(&c.buf)
-	case packets.Disconnect:
-		err = pk.DisconnectEncode(&c.buf)
-	case packets.Pingreq:
-		err = pk.PingreqEncode(&c.buf)
-	default:
-		return fmt.Errorf("cannot encode packet type %d", pk.FixedHeader.Type)
-	}
-	if err != nil {
-		return err
-	}
-	_, err = c.nc.Write(c.buf.Bytes())
-	return err
-}
+func (c *conn) write(pk *packets.Packet) error { return c.Send(*pk) }
 
-// read reads one packet. The returned packet's byte slices alias a fresh
-// buffer, so they stay valid.
-func (c *conn) read() (packets.Packet, error) {
-	var pk packets.Packet
-	pk.ProtocolVersion = c.proto()
-	hb, err := c.r.ReadByte()
-	if err != nil {
-		return pk, err
-	}
-	if err := pk.FixedHeader.Decode(hb); err != nil {
-		return pk, err
-	}
-	n, err := readVarint(c.r)
-	if err != nil {
-		return pk, err
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(c.r, body); err != nil {
-		return pk, err
-	}
-	pk.FixedHeader.Remaining = n
-	switch pk.FixedHeader.Type {
-	case packets.Connack:
-		err = pk.ConnackDecode(body)
-	case packets.Publish:
-		err = pk.PublishDecode(body)
-	case packets.Puback:
-		err = pk.PubackDecode(body)
-	case packets.Suback:
-		err = pk.SubackDecode(body)
-	case packets.Pingresp:
-	default:
-		err = fmt.Errorf("unexpected packet type %d", pk.FixedHeader.Type)
-	}
-	return pk, err
-}
-
-func readVarint(r io.ByteReader) (int, error) {
-	var n, shift int
-	for i := 0; i < 4; i++ {
-		b, err := r.ReadByte()
-		if err != nil {
-			return 0, err
-		}
-		n |= int(b&0x7f) << shift
-		if b&0x80 == 0 {
-			return n, nil
-		}
-		shift += 7
-	}
-	return 0, errors.New("malformed remaining length")
-}
+// read reads one packet. The returned packet's byte slices are its own.
+func (c *conn) read() (packets.Packet, error) { return c.Next() }
 
 func (c *conn) subscribe(filter string, qos byte) error {
 	_, err := c.subscribeAck(qos, filter)
@@ -190,9 +78,8 @@ func (c *conn) subscribe(filter string, qos byte) error {
 // refused.
 func (c *conn) subscribeAck(qos byte, filters ...string) (packets.Packet, error) {
 	pk := packets.Packet{
-		FixedHeader:     packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
-		ProtocolVersion: c.proto(),
-		PacketID:        1,
+		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
+		PacketID:    1,
 	}
 	for _, f := range filters {
 		pk.Filters = append(pk.Filters, packets.Subscription{Filter: f, Qos: qos})
@@ -216,7 +103,7 @@ func (c *conn) subscribeAck(qos byte, filters ...string) (packets.Packet, error)
 }
 
 func (c *conn) close() {
-	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}, ProtocolVersion: c.proto()}
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}}
 	_ = c.write(&pk)
-	c.nc.Close()
+	_ = c.Close()
 }

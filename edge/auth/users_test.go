@@ -8,22 +8,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"golang.org/x/crypto/bcrypt"
-)
 
-// waitUntil waits for cond; the limit only stops a broken test hanging.
-func waitUntil(tb testing.TB, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatal("condition not met")
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+	"github.com/peatmq/peat/internal/testwait"
+)
 
 func writeFile(tb testing.TB, name, content string) string {
 	tb.Helper()
@@ -205,7 +194,7 @@ func TestUsers_CacheAndConcurrencyBound(t *testing.T) {
 			login(a, "dev", "other"+string(rune('a'+i))) // distinct: no cache hits
 		}()
 	}
-	waitUntil(t, func() bool { return hc.running.Load() == 2 })
+	testwait.Eventually(t, "both checks run", func() bool { return hc.running.Load() == 2 })
 	close(hc.gate)
 	wg.Wait()
 	if p := hc.peak.Load(); p > 2 {

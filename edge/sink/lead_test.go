@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
@@ -113,7 +114,7 @@ func TestSink_SendsOnlyWhileItLeads(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the connection stayed open after the node lost its only stream")
 	}
-	waitFor(t, "standby status", func() bool { return s.Status().State == StateStandby })
+	testwait.Eventually(t, "standby status", func() bool { return s.Status().State == StateStandby })
 	if p := pos.get(); p != 5 {
 		t.Fatalf("position %d after losing the stream, want 5 (nothing committed since)", p)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
 
@@ -83,13 +84,13 @@ func TestSink_MetricsOfAStreamLedElsewhere(t *testing.T) {
 	}
 	waitPos(t, pos, 4)
 	const lastSuccess = `peat_sink_last_success_timestamp_seconds{sink="s",stream="default"}`
-	waitFor(t, "the last success and the lag on /metrics", func() bool {
+	testwait.Eventually(t, "the last success and the lag on /metrics", func() bool {
 		l := lines()
 		return hasSeries(l, lastSuccess) && hasSeries(l, `peat_sink_lag_records{sink="s",stream="default"} 16`)
 	})
 
 	ld.set("n3")
-	waitFor(t, "standby on /metrics", func() bool {
+	testwait.Eventually(t, "standby on /metrics", func() bool {
 		return hasSeries(lines(), `peat_sink_state{sink="s",state="standby",stream="default"} 1`)
 	})
 	l := lines()
@@ -104,17 +105,17 @@ func TestSink_MetricsOfAStreamLedElsewhere(t *testing.T) {
 	ld.set("here") // back: nothing acknowledged under this leadership yet
 	c = <-up.conns
 	got := c.take(t, 1)
-	waitFor(t, "connected on /metrics", func() bool {
+	testwait.Eventually(t, "connected on /metrics", func() bool {
 		return hasSeries(lines(), `peat_sink_state{sink="s",state="connected",stream="default"} 1`)
 	})
 	if l := lines(); hasSeries(l, lastSuccess) {
 		t.Errorf("the stream shows a last success from its former leadership: %v", l)
 	}
 	c.acks <- got[0].ID
-	waitFor(t, "the new last success on /metrics", func() bool { return hasSeries(lines(), lastSuccess) })
+	testwait.Eventually(t, "the new last success on /metrics", func() bool { return hasSeries(lines(), lastSuccess) })
 
 	s.RemoveStream("default")
-	waitFor(t, "the removed stream's series gone", func() bool {
+	testwait.Eventually(t, "the removed stream's series gone", func() bool {
 		for _, l := range lines() {
 			if strings.Contains(l, `stream="default"`) {
 				return false

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
@@ -402,7 +403,7 @@ func TestSink_FollowsAddedAndRemovedStreams(t *testing.T) {
 	for _, d := range got {
 		c.acks <- d.ID
 	}
-	waitFor(t, "b's position at 3", func() bool {
+	testwait.Eventually(t, "b's position at 3", func() bool {
 		off, _, _ := pos.Load(Group("s"), "b")
 		return off == 3
 	})
@@ -411,17 +412,6 @@ func TestSink_FollowsAddedAndRemovedStreams(t *testing.T) {
 	}
 	if st := s.Status(); len(st.Streams) != 1 || st.Streams[0].Stream != "b" {
 		t.Errorf("status streams %+v, want only b", st.Streams)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -474,7 +464,7 @@ func TestSink_AddedStreamResumesFromTheUpstream(t *testing.T) {
 	for _, d := range c.take(t, 2) {
 		c.acks <- d.ID
 	}
-	waitFor(t, "a's position at 2", func() bool {
+	testwait.Eventually(t, "a's position at 2", func() bool {
 		off, _, _ := pos.Load(Group("s"), "a")
 		return off == 2
 	})

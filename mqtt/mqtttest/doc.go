@@ -1,9 +1,12 @@
 // Package mqtttest holds test fixtures for the mqtt package and its users:
 //
-//   - Raw (raw.go), a packet-level MQTT client: a bare net.Conn speaking
-//     mochi's packet codec, for what a full client such as paho hides from
-//     a test: not reading, not acknowledging, resending a QoS 2 PUBLISH
-//     with the same packet id, or sending malformed bytes.
+//   - Raw (raw.go), a packet-level MQTT client for tests: rawmqtt.Conn
+//     (package rawmqtt, beside this one) failing the test through
+//     testing.TB, for what a full client such as paho hides from a test:
+//     not reading, not acknowledging, resending a QoS 2 PUBLISH with the
+//     same packet id, or sending malformed bytes. rawmqtt itself returns
+//     errors and imports neither testing nor Peat, so cluster/sitetest
+//     and cmd/peat-bench use it as well.
 //   - MemLog (memlog.go, memstream.go), an in-memory offset log with the
 //     shape of logstore.Store, that tests can steer: hold appends, make
 //     them fail, drop old records as retention would.

@@ -1,15 +1,13 @@
 package mqtttest
 
 import (
-	"bufio"
-	"bytes"
-	"fmt"
-	"io"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/peatmq/peat/mqtt/mqtttest/rawmqtt"
 )
 
 // ReadTimeout bounds every read. It only keeps a broken test from hanging:
@@ -17,35 +15,10 @@ import (
 const ReadTimeout = 30 * time.Second
 
 // Connect is what Dial sends in its CONNECT packet.
-type Connect struct {
-	ClientID string
-	// Version is the protocol version: 4 (MQTT 3.1.1) or 5.
-	Version byte
-	Clean   bool
-	// Keepalive is in seconds; 0 turns the broker's keepalive check off.
-	Keepalive uint16
-	// Properties are the MQTT 5 CONNECT properties, such as ReceiveMaximum.
-	Properties packets.Properties
-	// Will, if set, is the client's last will.
-	Will *Will
-	// Username and Password, when not empty, are sent in the CONNECT.
-	Username string
-	Password string
-}
+type Connect = rawmqtt.Connect
 
 // Will is a last will message.
-type Will struct {
-	Topic   string
-	Payload []byte
-	Qos     byte
-	Retain  bool
-	// Delay is the MQTT 5 Will Delay Interval in seconds.
-	Delay uint32
-	// Properties are the other MQTT 5 will properties (Content Type,
-	// Response Topic, Message Expiry Interval...); Delay overrides their
-	// WillDelayInterval.
-	Properties packets.Properties
-}
+type Will = rawmqtt.Will
 
 // Raw is a connected client that reads and writes only when told to. Next
 // and Send return errors and may be called from a goroutine other than the
@@ -53,9 +26,7 @@ type Will struct {
 // overlap, except one reader with one writer.
 type Raw struct {
 	tb      testing.TB
-	conn    net.Conn
-	r       *bufio.Reader
-	version byte
+	c       *rawmqtt.Conn
 	pending []packets.Packet // read by ReadUntil while waiting for something else
 	ctrlID  uint16           // SUBSCRIBE and UNSUBSCRIBE packet ids used
 
@@ -89,70 +60,28 @@ func Handshake(tb testing.TB, conn net.Conn, c Connect) *Raw {
 		tb.Fatalf("mqtttest: protocol version %d, want 4 or 5", c.Version)
 	}
 	tb.Cleanup(func() { _ = conn.Close() })
-	r := &Raw{tb: tb, conn: conn, r: bufio.NewReader(conn), version: c.Version}
-	pk := packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Connect},
-		Connect: packets.ConnectParams{
-			ProtocolName:     []byte("MQTT"),
-			ClientIdentifier: c.ClientID,
-			Clean:            c.Clean,
-			Keepalive:        c.Keepalive,
-		},
-		Properties: c.Properties,
+	r := &Raw{tb: tb, c: rawmqtt.New(conn, 0)}
+	_ = conn.SetReadDeadline(time.Now().Add(ReadTimeout))
+	ack, err := r.c.Handshake(c)
+	if err != nil {
+		tb.Fatalf("mqtttest: %v", err)
 	}
-	if c.Username != "" {
-		pk.Connect.UsernameFlag, pk.Connect.Username = true, []byte(c.Username)
-	}
-	if c.Password != "" {
-		pk.Connect.PasswordFlag, pk.Connect.Password = true, []byte(c.Password)
-	}
-	if w := c.Will; w != nil {
-		pk.Connect.WillFlag = true
-		pk.Connect.WillTopic = w.Topic
-		pk.Connect.WillPayload = w.Payload
-		pk.Connect.WillQos = w.Qos
-		pk.Connect.WillRetain = w.Retain
-		pk.Connect.WillProperties = w.Properties
-		pk.Mods.AllowResponseInfo = true // else mochi's encoder leaves Response Topic and Correlation Data out
-		pk.Connect.WillProperties.WillDelayInterval = w.Delay
-	}
-	r.Write(pk)
-	r.Connack = r.Read()
+	r.Connack = ack
 	return r
 }
 
 // Conn is the connection, for tests that tune the socket or close it
 // without a DISCONNECT.
-func (r *Raw) Conn() net.Conn { return r.conn }
+func (r *Raw) Conn() net.Conn { return r.c.NetConn() }
 
 // Close closes the connection without a DISCONNECT. A second Close is
 // harmless.
-func (r *Raw) Close() { _ = r.conn.Close() }
+func (r *Raw) Close() { _ = r.c.Close() }
 
 // Send encodes pk and writes it. A ProtocolVersion of 0 means the
 // connection's; the fixed-header flags MQTT requires of PUBREL, SUBSCRIBE
 // and UNSUBSCRIBE are set. Use WriteBytes for malformed packets.
-func (r *Raw) Send(pk packets.Packet) error {
-	if pk.ProtocolVersion == 0 {
-		pk.ProtocolVersion = r.version
-	}
-	encode, ok := encoders[pk.FixedHeader.Type]
-	if !ok {
-		return fmt.Errorf("mqtttest: cannot send packet type %d", pk.FixedHeader.Type)
-	}
-	switch pk.FixedHeader.Type {
-	case packets.Pubrel, packets.Subscribe, packets.Unsubscribe:
-		pk.FixedHeader.Qos = 1 // the flags MQTT requires of them
-	}
-	var buf bytes.Buffer
-	if err := encode(&pk, &buf); err != nil {
-		return fmt.Errorf("mqtttest: encode packet type %d: %w", pk.FixedHeader.Type, err)
-	}
-	if _, err := r.conn.Write(buf.Bytes()); err != nil {
-		return fmt.Errorf("mqtttest: write packet type %d: %w", pk.FixedHeader.Type, err)
-	}
-	return nil
-}
+func (r *Raw) Send(pk packets.Packet) error { return r.c.Send(pk) }
 
 // Write is Send failing the test on error.
 func (r *Raw) Write(pk packets.Packet) {
@@ -165,7 +94,7 @@ func (r *Raw) Write(pk packets.Packet) {
 // WriteBytes writes b as it is: malformed input, say.
 func (r *Raw) WriteBytes(b []byte) {
 	r.tb.Helper()
-	if _, err := r.conn.Write(b); err != nil {
+	if _, err := r.c.NetConn().Write(b); err != nil {
 		r.tb.Fatalf("mqtttest: write bytes: %v", err)
 	}
 }
@@ -241,62 +170,7 @@ func (r *Raw) Next() (packets.Packet, error) {
 		r.pending = r.pending[1:]
 		return pk, nil
 	}
-	_ = r.conn.SetReadDeadline(time.Now().Add(ReadTimeout))
-	pk := packets.Packet{ProtocolVersion: r.version}
-	hb, err := r.r.ReadByte()
-	if err != nil {
-		return pk, fmt.Errorf("mqtttest: read: %w", err)
-	}
-	if err := pk.FixedHeader.Decode(hb); err != nil {
-		return pk, fmt.Errorf("mqtttest: decode fixed header: %w", err)
-	}
-	n, _, err := packets.DecodeLength(r.r)
-	if err != nil {
-		return pk, fmt.Errorf("mqtttest: read remaining length: %w", err)
-	}
-	pk.FixedHeader.Remaining = n
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r.r, body); err != nil {
-		return pk, fmt.Errorf("mqtttest: read body of packet type %d: %w", pk.FixedHeader.Type, err)
-	}
-	decode, ok := decoders[pk.FixedHeader.Type]
-	if !ok {
-		return pk, fmt.Errorf("mqtttest: unexpected packet type %d from a server", pk.FixedHeader.Type)
-	}
-	if err := decode(&pk, body); err != nil {
-		return pk, fmt.Errorf("mqtttest: decode packet type %d: %w", pk.FixedHeader.Type, err)
-	}
-	return pk, nil
-}
-
-// encoders encode every packet a client sends.
-var encoders = map[byte]func(*packets.Packet, *bytes.Buffer) error{
-	packets.Connect:     (*packets.Packet).ConnectEncode,
-	packets.Publish:     (*packets.Packet).PublishEncode,
-	packets.Puback:      (*packets.Packet).PubackEncode,
-	packets.Pubrec:      (*packets.Packet).PubrecEncode,
-	packets.Pubrel:      (*packets.Packet).PubrelEncode,
-	packets.Pubcomp:     (*packets.Packet).PubcompEncode,
-	packets.Subscribe:   (*packets.Packet).SubscribeEncode,
-	packets.Unsubscribe: (*packets.Packet).UnsubscribeEncode,
-	packets.Pingreq:     (*packets.Packet).PingreqEncode,
-	packets.Disconnect:  (*packets.Packet).DisconnectEncode,
-	packets.Auth:        (*packets.Packet).AuthEncode,
-}
-
-// decoders decode the body of every packet a server sends.
-var decoders = map[byte]func(*packets.Packet, []byte) error{
-	packets.Connack:    (*packets.Packet).ConnackDecode,
-	packets.Publish:    (*packets.Packet).PublishDecode,
-	packets.Puback:     (*packets.Packet).PubackDecode,
-	packets.Pubrec:     (*packets.Packet).PubrecDecode,
-	packets.Pubrel:     (*packets.Packet).PubrelDecode,
-	packets.Pubcomp:    (*packets.Packet).PubcompDecode,
-	packets.Suback:     (*packets.Packet).SubackDecode,
-	packets.Unsuback:   (*packets.Packet).UnsubackDecode,
-	packets.Pingresp:   (*packets.Packet).PingrespDecode,
-	packets.Disconnect: (*packets.Packet).DisconnectDecode,
-	packets.Auth:       (*packets.Packet).AuthDecode,
+	return r.c.NextWithin(ReadTimeout)
 }
 
 // Read is Next failing the test on error.

@@ -1,0 +1,198 @@
+package cluster
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/peatmq/peat/logstore"
+)
+
+// siteOpts configure a test site (newTestSite); zero fields take the
+// defaults.
+type siteOpts struct {
+	// Voters bootstrap the site together (BootstrapExpect Voters); 0: 3.
+	Voters int
+	// IDs name the voters; nil: n1, n2...
+	IDs []string
+	// Streams are every node's configured streams; each node's store
+	// holds them ("default" captures #, the others <name>/#). nil: one,
+	// "default", of factor RF with AcksLeader.
+	Streams    []SiteStream
+	RF         int  // the default stream's replication factor; 0: the site's default
+	AcksLeader bool // the default stream is acks: leader
+
+	LeaderBalanceAfter time.Duration // SiteConfig's; 0: never
+	ReplaceAfter       time.Duration // Config's; 0: never
+	LagMax             time.Duration // SiteConfig's; 0: 2 s
+}
+
+// testSite is a site of in-process nodes, each a StartSite on its own
+// store over loopback (real Serf, Raft and cluster transport), as `peat
+// serve` runs one. A failed test prints every node's log.
+type testSite struct {
+	tb    testing.TB
+	opts  siteOpts
+	nodes []*testNode
+	first *testNode // the node the others join
+}
+
+// testNode is one node of a test site. Its Site is replaced by restart.
+type testNode struct {
+	*Site
+	id      string
+	voter   bool
+	expect  int
+	join    []string     // Serf addresses a (re)start joins
+	streams []SiteStream // the configuration's streams: edit before restart
+	store   *logstore.Store
+	logs    *syncBuf // this run's log
+
+	site              *testSite
+	dir               string // the store's and Raft's data, kept across restarts
+	serf, raft, trans string // addresses, kept across restarts: "" picks a port
+	down              bool
+}
+
+// newTestSite starts opts.Voters voters, the others joining the first.
+// Every node stops at cleanup. A voter's restart joins every voter, as a
+// real node's join lists the site.
+func newTestSite(tb testing.TB, opts siteOpts) *testSite {
+	tb.Helper()
+	if opts.Voters == 0 {
+		opts.Voters = max(3, len(opts.IDs))
+	}
+	for i := len(opts.IDs); i < opts.Voters; i++ {
+		opts.IDs = append(opts.IDs, fmt.Sprintf("n%d", i+1))
+	}
+	if opts.Streams == nil {
+		opts.Streams = []SiteStream{{Name: "default", ReplicationFactor: opts.RF, AcksLeader: opts.AcksLeader}}
+	}
+	if opts.LagMax == 0 {
+		opts.LagMax = 2 * time.Second
+	}
+	s := &testSite{tb: tb, opts: opts}
+	var joins []string
+	for i, id := range opts.IDs[:opts.Voters] {
+		n := s.start(id, true, opts.Voters)
+		if i == 0 {
+			s.first = n
+		}
+		joins = append(joins, n.serf)
+	}
+	for _, n := range s.nodes {
+		if len(joins) > 1 { // a lone voter joins no one
+			n.join = joins
+		}
+	}
+	return s
+}
+
+// add starts a broker (not a voter) joining the site.
+func (s *testSite) add(id string) *testNode {
+	s.tb.Helper()
+	return s.start(id, false, 0)
+}
+
+// start starts node id with the site's configuration.
+func (s *testSite) start(id string, voter bool, expect int) *testNode {
+	s.tb.Helper()
+	n := &testNode{id: id, voter: voter, expect: expect, streams: slices.Clone(s.opts.Streams), site: s, dir: s.tb.TempDir()}
+	if s.first != nil {
+		n.join = []string{s.first.serf}
+	}
+	n.run(s.tb)
+	s.nodes = append(s.nodes, n)
+	s.tb.Cleanup(func() {
+		if s.tb.Failed() {
+			s.tb.Logf("log of %s:\n%s", n.id, n.logs)
+		}
+		n.stop(s.tb)
+	})
+	return n
+}
+
+// run starts the node on its data and addresses.
+func (n *testNode) run(tb testing.TB) {
+	tb.Helper()
+	o := n.site.opts
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.Voter, cfg.BootstrapExpect, cfg.Join = n.id, n.voter, n.expect, n.join
+	cfg.SerfAddr, cfg.RaftAddr = cmp.Or(n.serf, "127.0.0.1:0"), cmp.Or(n.raft, "127.0.0.1:0")
+	cfg.SnapshotDir = n.dir + "/snapshots"
+	cfg.MQTTAddr, cfg.Version = "127.0.0.1:1883", "test"
+	cfg.ReplaceAfter = o.ReplaceAfter
+	n.logs = &syncBuf{}
+	cfg.Logger = slog.New(slog.NewTextHandler(n.logs, nil))
+	var scs []logstore.StreamConfig
+	for _, x := range n.streams {
+		filter := x.Name + "/#"
+		if x.Name == "default" {
+			filter = "#"
+		}
+		scs = append(scs, logstore.StreamConfig{Name: x.Name, Filters: []string{filter}})
+	}
+	store, err := logstore.Open(logstore.Config{Dir: n.dir + "/store", Profile: logstore.ProfilePiZero, Streams: scs,
+		RetentionInterval: time.Hour, MinFreeBytes: -1, ManualCommit: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := StartSite(SiteConfig{Node: cfg, TransportListen: cmp.Or(n.trans, "127.0.0.1:0"), Store: store,
+		Streams: n.streams, LagMax: o.LagMax, LeaderBalanceAfter: o.LeaderBalanceAfter, Logger: cfg.Logger})
+	if err != nil {
+		_ = store.Close()
+		tb.Fatalf("start %s: %v", n.id, err)
+	}
+	n.Site, n.store, n.down = s, store, false
+	// The next start takes the same addresses, the ports picked now.
+	n.serf, n.raft, n.trans = s.Node.SerfAddr(), s.Node.RaftAddr(), s.Node.cfg.ClusterAddr
+}
+
+// stop is `peat serve` stopping on SIGTERM: a hand-over, then everything
+// closes. A node down already stays so.
+func (n *testNode) stop(tb testing.TB) {
+	tb.Helper()
+	if n.down {
+		return
+	}
+	n.down = true
+	if err := n.Close(); err != nil {
+		tb.Logf("close %s: %v", n.id, err)
+	}
+	if err := n.store.Close(); err != nil {
+		tb.Errorf("close %s's store: %v", n.id, err)
+	}
+}
+
+// crash stops the node as kill -9 would: no hand-over, no leave.
+func (n *testNode) crash(tb testing.TB) {
+	tb.Helper()
+	if n.down {
+		return
+	}
+	n.down = true
+	close(n.Site.stop)
+	n.Site.wg.Wait()
+	_ = n.Log.Close()
+	n.Replicator.Close()
+	_ = n.Server.Close()
+	_ = n.Node.Close()
+	_ = n.store.Close()
+}
+
+// restart starts a node that is down again on its data and addresses,
+// with streams as its configuration's list when any are given, as a real
+// node restarts with an edited configuration.
+func (n *testNode) restart(tb testing.TB, streams ...SiteStream) {
+	tb.Helper()
+	if !n.down {
+		tb.Fatalf("restart %s: not down", n.id)
+	}
+	if streams != nil {
+		n.streams = streams
+	}
+	n.run(tb)
+}
