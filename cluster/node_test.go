@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/peatmq/peat/cluster/faultnet"
-	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // syncBuf collects a node's log; a failed test prints it.

@@ -11,8 +11,8 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/peatmq/peat/cluster"
-	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // siteConfig is node id of a site on loopback, joining join.

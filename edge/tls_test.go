@@ -21,9 +21,9 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/mqtt"
 	"github.com/peatmq/peat/mqtt/mqtttest"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // testPKI is a CA, a server certificate for 127.0.0.1 and a client

@@ -10,7 +10,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
-	"github.com/peatmq/peat/internal/testwait"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // keysWithPrefix counts the keys starting with p.

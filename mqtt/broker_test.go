@@ -19,8 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/mqtt/mqtttest"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // waitLimit only stops a broken test from hanging; no test asserts timing.

@@ -16,8 +16,8 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/mqtt/mqtttest"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // dialTCP opens a bare TCP connection to b, closed at cleanup.

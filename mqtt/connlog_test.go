@@ -12,7 +12,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"github.com/peatmq/peat/internal/testwait"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // logLine is one record a logRecorder captured, attributes as text.

@@ -12,9 +12,9 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt/mqtttest"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // reader returns the delivery reader of a stream.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // payloads returns the payloads of msgs.

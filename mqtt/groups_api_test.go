@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/peatmq/peat/internal/testwait"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // A group committed from inside the node is stored in its stream, shown

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peatmq/peat/internal/testwait"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // dialFrom connects to b from the local address ip (any 127.0.0.0/8

@@ -6,7 +6,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/peatmq/peat/internal/testwait"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // lastTopic returns the topic of the newest record of s.

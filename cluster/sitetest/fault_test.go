@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peatmq/peat/internal/testwait"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // Leader kill -9 under QoS 1 load from producers homed on all three

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peatmq/peat/internal/testwait"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // msgState is what a producer knows of one message.

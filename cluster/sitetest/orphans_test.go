@@ -10,8 +10,8 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/mqtt/mqtttest/rawmqtt"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // An MQTT 5 client with a Session Expiry Interval of 3 s is connected and

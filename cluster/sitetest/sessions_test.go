@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/peatmq/peat/cluster"
-	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/mqtt/mqtttest/rawmqtt"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // A QoS 1 subscriber with a persistent session (MQTT 3.1.1, clean

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peatmq/peat/internal/testwait"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // streamSpec is one configured stream: every node lists the same ones.

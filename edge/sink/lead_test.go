@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/mqtt/mqtttest"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // fakeLeadership names each stream's leader as the test sets it.

@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/mqtt/mqtttest"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // scrape serves reg at /metrics and returns a function that reads the

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peatmq/peat/internal/testwait"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt/mqtttest"
+	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
 // fakeUpstream hands out fakeConns the test steers: it sees every
