@@ -70,11 +70,14 @@ func (g *spaceGuard) refresh(now time.Time) bool {
 // check returns an error wrapping ErrNoSpace when the filesystem has less
 // free space than the reserve.
 func (g *spaceGuard) check(now time.Time) error {
-	if g.min < 0 || g.free == nil {
+	if g.free == nil {
 		return nil
 	}
-	g.mu.Lock()
+	g.mu.Lock() // before min: refresh sets an auto reserve once the size is known
 	defer g.mu.Unlock()
+	if g.min < 0 {
+		return nil
+	}
 	if !g.refresh(now) {
 		return nil // cannot tell: let Badger try and report
 	}
