@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/logstore"
 )
 
@@ -85,7 +86,7 @@ func threeVotersAcks(t *testing.T, rf int, balanceAfter time.Duration, acksLeade
 	return specs, nodes
 }
 
-func defaultStream(n *siteNode) *Stream {
+func defaultStream(n *siteNode) *rules.Stream {
 	st, _ := n.Node.State()
 	return st.Streams["default"]
 }
@@ -229,7 +230,7 @@ func TestSite_RemoveLiveNode(t *testing.T) {
 // waits until every node is registered and the default stream has a full
 // ISR; ready, when not nil, must also hold of the stream (given the
 // voters). It returns the voters, then n4.
-func threeVotersAndSpare(t *testing.T, ready func(s *Stream, voters []*siteNode) bool) (all []*siteNode) {
+func threeVotersAndSpare(t *testing.T, ready func(s *rules.Stream, voters []*siteNode) bool) (all []*siteNode) {
 	t.Helper()
 	specs, nodes := threeVoters(t, 3, 0)
 	all = append(slices.Clone(nodes), startSpec(t, &nodeSpec{id: "n4", rf: 3, join: []string{specs[0].serfAddr}}))
@@ -248,7 +249,7 @@ func threeVotersAndSpare(t *testing.T, ready func(s *Stream, voters []*siteNode)
 func testRemoveLiveNode(t *testing.T, ofLeader bool) {
 	var leader string
 	var replicas []string
-	all := threeVotersAndSpare(t, func(s *Stream, _ []*siteNode) bool {
+	all := threeVotersAndSpare(t, func(s *rules.Stream, _ []*siteNode) bool {
 		leader, replicas = s.Leader, s.Replicas
 		return true
 	})
@@ -431,7 +432,7 @@ func leaderBalancing(t *testing.T, acksLeader bool) {
 // removed node (drained, then stopped) cannot be kept.
 func TestSite_KeepNodeEndsADrain(t *testing.T) {
 	var victim *siteNode
-	all := threeVotersAndSpare(t, func(s *Stream, voters []*siteNode) bool {
+	all := threeVotersAndSpare(t, func(s *rules.Stream, voters []*siteNode) bool {
 		// A voter holding a replica, not the controller: of the three
 		// replicas at least two are voters, at most one the controller.
 		for _, n := range voters {

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/hashicorp/serf/serf"
+	"github.com/peatmq/peat/cluster/rules"
 )
 
 const (
@@ -201,7 +202,7 @@ func (n *Node) reconcileAll(ctx context.Context) error {
 		m := memberOf(sm)
 		inSerf[m.ID] = true
 		b := state.Brokers[m.ID]
-		if b != nil && b.Removed && (sm.Status != serf.StatusAlive || len(state.replicaOf(m.ID)) > 0) {
+		if b != nil && b.Removed && (sm.Status != serf.StatusAlive || len(state.ReplicaOf(m.ID)) > 0) {
 			// Gone for good; one that comes back once its replicas have
 			// moved registers as a new broker (RegisterBroker).
 			errs = append(errs, n.forgetRemoved(m.ID, &sm, inRaft))
@@ -214,26 +215,26 @@ func (n *Node) reconcileAll(ctx context.Context) error {
 				// its replicas have moved (the quorum keeps its tolerance
 				// meanwhile), a non-voter that follows the state while it
 				// still serves (remove.go).
-				if len(state.replicaOf(m.ID)) == 0 {
+				if len(state.ReplicaOf(m.ID)) == 0 {
 					errs = append(errs, n.demoteDraining(m, inRaft))
 				}
 				m.Voter = false
 			}
 			errs = append(errs, n.addServer(m, inRaft))
 			if m.Epoch != 0 && (b == nil || b.Epoch != m.Epoch || !b.Alive) {
-				errs = append(errs, n.apply(ctx, RegisterBroker{ID: m.ID, Epoch: m.Epoch}))
+				errs = append(errs, n.apply(ctx, rules.RegisterBroker{ID: m.ID, Epoch: m.Epoch}))
 			}
 		case serf.StatusFailed, serf.StatusLeft:
 			if b != nil && b.Alive && b.Epoch == m.Epoch {
-				errs = append(errs, n.apply(ctx, BrokerFailed{ID: m.ID, Epoch: m.Epoch}))
+				errs = append(errs, n.apply(ctx, rules.BrokerFailed{ID: m.ID, Epoch: m.Epoch}))
 			}
 			if sm.Status == serf.StatusLeft {
 				errs = append(errs, n.removeServer(m.ID, inRaft))
 			}
-			if b != nil && b.Draining && !b.Alive && len(state.replicaOf(m.ID)) == 0 {
+			if b != nil && b.Draining && !b.Alive && len(state.ReplicaOf(m.ID)) == 0 {
 				// Drained and stopped: gone for good (forgetRemoved next).
 				n.log.Info("cluster: drained member stopped: removing it", slog.String("member", m.ID))
-				errs = append(errs, n.apply(ctx, RemoveBroker{ID: m.ID}))
+				errs = append(errs, n.apply(ctx, rules.RemoveBroker{ID: m.ID}))
 			}
 		}
 	}
@@ -289,7 +290,7 @@ func (n *Node) removeServer(id string, inRaft map[string]raft.Server) error {
 
 // apply is Apply for the controller's own commands: a refusal by the
 // state machine (a stale epoch, say) is logged, not an error of the loop.
-func (n *Node) apply(ctx context.Context, c Command) error {
+func (n *Node) apply(ctx context.Context, c rules.Command) error {
 	err := n.Apply(ctx, c)
 	var refused bool
 	for _, r := range []error{ErrStaleBrokerEpoch, ErrUnknownBroker} {

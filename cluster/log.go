@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
@@ -167,7 +168,7 @@ func (l *Log) keepHolders(ctx context.Context, name string, ld *Leader) bool {
 		if cs == nil || me == nil || cs.Leader != self || cs.LeaderEpoch != ld.epoch {
 			return false // no longer this leadership's to decide
 		}
-		isr := []ISRMember{{ID: self, Epoch: me.Epoch}}
+		isr := []rules.ISRMember{{ID: self, Epoch: me.Epoch}}
 		for _, m := range ld.holdingAll() {
 			if cs.InISR(m.ID) {
 				isr = append(isr, m)
@@ -179,7 +180,7 @@ func (l *Log) keepHolders(ctx context.Context, name string, ld *Leader) bool {
 		case len(isr) == 1:
 			return false // none holds it all: the election takes what there is
 		}
-		err := l.node.Submit(ctx, AlterISR{Name: name, Leader: self, LeaderEpoch: cs.LeaderEpoch, Version: cs.Version, ISR: isr})
+		err := l.node.Submit(ctx, rules.AlterISR{Name: name, Leader: self, LeaderEpoch: cs.LeaderEpoch, Version: cs.Version, ISR: isr})
 		if !errors.Is(err, ErrStaleVersion) { // the Replicator's own ISR change came first: look again
 			if err != nil {
 				l.log.Warn("cluster: hand-over: ISR not shrunk to the followers holding every record",
@@ -227,7 +228,7 @@ func (l *Log) run() {
 // node a replica or an observer): streams already visible keep their place, new
 // ones follow in the store's order. A stream leaving is closed before its
 // Removed event is queued.
-func (l *Log) refresh(st *State) {
+func (l *Log) refresh(st *rules.State) {
 	old := l.view.Load()
 	var want []*logstore.Stream
 	var sys *logstore.Stream

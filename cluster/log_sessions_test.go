@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/peatmq/peat/cluster/faultnet"
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/cluster/wire"
 )
 
@@ -32,7 +33,7 @@ func sessionsSiteNet(t *testing.T, fnet *faultnet.Network) (nodes []*logNode, ki
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := nodes[0].node.Submit(ctx, CreateStream{Name: SessionsStream, Replicas: ids}); err != nil {
+	if err := nodes[0].node.Submit(ctx, rules.CreateStream{Name: SessionsStream, Replicas: ids}); err != nil {
 		t.Fatalf("create %s: %v", SessionsStream, err)
 	}
 	for _, ln := range nodes {

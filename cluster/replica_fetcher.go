@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/cluster/wire"
 	"github.com/peatmq/peat/logstore"
 )
@@ -135,8 +136,7 @@ func (f *Fetcher) session(ctx context.Context) error {
 }
 
 // truncateToLeader asks where the leader's log of this replica's latest
-// epoch ends and truncates there (KIP-279: at the lower of that end and
-// this log's own end for the epoch the leader answered with), so that no
+// epoch ends and truncates where rules.TruncateTo says, so that no
 // record the leader does not have stays.
 func (f *Fetcher) truncateToLeader(ctx context.Context, c *fetchConn) error {
 	latest, _, ok := f.Stream.LatestEpoch()
@@ -151,11 +151,9 @@ func (f *Fetcher) truncateToLeader(ctx context.Context, c *fetchConn) error {
 	if resp.Code != wire.None {
 		return resp.Code
 	}
-	end := resp.EndOffset
-	if _, own, ok := f.Stream.EndOffsetForEpoch(resp.Epoch); ok {
-		end = min(end, own)
-	}
-	if end >= f.Stream.NextOffset() {
+	_, own, haveOwn := f.Stream.EndOffsetForEpoch(resp.Epoch)
+	end, cut := rules.TruncateTo(resp.EndOffset, own, haveOwn, f.Stream.NextOffset())
+	if !cut {
 		return nil
 	}
 	f.Log.Info("cluster: truncating to the leader's epoch end", slog.String("stream", f.Stream.Name()),

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/logstore"
 )
 
@@ -29,7 +30,7 @@ type ReplicatorConfig struct {
 	LagMax time.Duration
 	// MinInsyncReplicas: a leader whose ISR is smaller commits nothing
 	// (acks=all is never answered); 1: no minimum; 0: the default, 2 for
-	// a stream of 3 or more replicas, else 1 (minInsync).
+	// a stream of 3 or more replicas, else 1 (rules.MinInsync).
 	MinInsyncReplicas int
 	// MinInsyncFor, when set, gives a stream's own minimum (0: the one
 	// above).
@@ -138,7 +139,7 @@ func (r *Replicator) run() {
 }
 
 // sync brings the running roles in line with st.
-func (r *Replicator) sync(st *State) {
+func (r *Replicator) sync(st *rules.State) {
 	self := r.cfg.Node.ID()
 	for name, ro := range r.roles {
 		if want := r.want(st, name); want == nil || !want.same(ro) || ended(ro) {
@@ -146,7 +147,7 @@ func (r *Replicator) sync(st *State) {
 			delete(r.roles, name)
 		}
 	}
-	for _, name := range st.streamNames() {
+	for _, name := range st.StreamNames() {
 		s := st.Streams[name]
 		want := r.want(st, name)
 		if want == nil {
@@ -156,7 +157,7 @@ func (r *Replicator) sync(st *State) {
 			if ro.leader {
 				ro.l.SetISR(s.ISR) // committed by the controller: now the watermark may use it
 				// Replicas come and go (reassign.go): the default minimum follows.
-				if m := minInsync(r.minInsyncConfigured(name), len(s.Replicas)); m != ro.minISR {
+				if m := rules.MinInsync(r.minInsyncConfigured(name), len(s.Replicas)); m != ro.minISR {
 					ro.minISR = m
 					ro.l.SetMinInsync(m)
 				}
@@ -170,7 +171,7 @@ func (r *Replicator) sync(st *State) {
 		want.cancel, want.done = cancel, make(chan struct{})
 		if want.leader {
 			want.l = NewLeader(self, stream, want.epoch, s.ISR, r.log)
-			want.minISR = minInsync(r.minInsyncConfigured(name), len(s.Replicas))
+			want.minISR = rules.MinInsync(r.minInsyncConfigured(name), len(s.Replicas))
 			want.l.SetMinInsync(want.minISR)
 			want.l.SetCurrent(r.currentLeader(name, want.epoch))
 			r.cfg.Server.Lead(want.l)
@@ -192,21 +193,6 @@ func (r *Replicator) minInsyncConfigured(stream string) int {
 		}
 	}
 	return r.cfg.MinInsyncReplicas
-}
-
-// minInsync is the min_insync_replicas a stream of replicas replicas
-// runs with: the configured one, else 2 from 3 replicas on (one replica
-// may be lost with every acknowledged record on two), else 1 (a stream of
-// 2 keeps taking publishes with one replica down, as Kafka's default).
-func minInsync(configured, replicas int) int {
-	switch {
-	case configured > 0:
-		return configured
-	case replicas >= 3:
-		return 2
-	default:
-		return 1
-	}
 }
 
 // publish hands the running Leaders to Leading and wakes its watchers.
@@ -254,7 +240,7 @@ func (r *Replicator) currentLeader(name string, epoch uint32) func() bool {
 
 // want is the role the state gives this node for stream name, nil for
 // none (no replica here, no leader, or the leader's address unknown yet).
-func (r *Replicator) want(st *State, name string) *role {
+func (r *Replicator) want(st *rules.State, name string) *role {
 	s := st.Streams[name]
 	self := r.cfg.Node.ID()
 	// A node outside the replicas follows too, as an observer: its

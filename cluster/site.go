@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"net"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/logstore"
 )
 
@@ -210,7 +210,7 @@ func handOver(node *Node, lg *Log, timeout time.Duration, log *slog.Logger) {
 	st, _ := node.State()
 	for _, x := range st.Streams {
 		if slices.Contains(x.ISR, self) && len(x.ISR) > 1 {
-			if err := node.Submit(ctx, BrokerFailed{ID: self, Epoch: node.Epoch()}); err != nil {
+			if err := node.Submit(ctx, rules.BrokerFailed{ID: self, Epoch: node.Epoch()}); err != nil {
 				log.Warn("cluster: hand-over: the others find this node failed by themselves", slog.Any("err", err))
 			}
 			break
@@ -261,7 +261,7 @@ func (s *Site) createStreams() {
 
 // createMissing submits a CreateStream for each configured stream st
 // lacks; missing reports whether any was.
-func (s *Site) createMissing(st *State) (missing bool, err error) {
+func (s *Site) createMissing(st *rules.State) (missing bool, err error) {
 	var alive []string
 	for id, b := range st.Brokers {
 		if b.Alive && !b.Draining {
@@ -286,7 +286,7 @@ func (s *Site) createMissing(st *State) (missing bool, err error) {
 			on = len(alive) // the controller adds the others as brokers join (reassign.go)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = s.Node.Submit(ctx, CreateStream{Name: want.Name, Replicas: pickReplicas(want.Name, alive, on),
+		err = s.Node.Submit(ctx, rules.CreateStream{Name: want.Name, Replicas: rules.PickReplicas(want.Name, alive, on),
 			UncleanElection: want.UncleanElection, ReplicationFactor: rf})
 		cancel()
 		if err != nil && !errors.Is(err, ErrStreamExists) {
@@ -306,7 +306,7 @@ const siteSettle = 5 * time.Second
 // epoch, and has been for siteSettle (a site still forming registers
 // its members one by one; creating streams then would put every one on
 // the first). Only createStreams calls it.
-func (s *Site) settled(st *State, alive int) bool {
+func (s *Site) settled(st *rules.State, alive int) bool {
 	all := alive > 0
 	for _, m := range s.Node.Members() {
 		if m.Status != "alive" {
@@ -391,18 +391,4 @@ func sessionsFactor(cfg SiteConfig) int {
 		}
 	}
 	return rf
-}
-
-// pickReplicas takes rf of the alive brokers (sorted), starting at a
-// place the stream's name decides, so that streams' leaders (the first
-// replica) spread over the site.
-func pickReplicas(name string, alive []string, rf int) []string {
-	h := fnv.New32a()
-	h.Write([]byte(name))
-	start := int(h.Sum32() % uint32(len(alive)))
-	out := make([]string, 0, rf)
-	for i := range rf {
-		out = append(out, alive[(start+i)%len(alive)])
-	}
-	return out
 }

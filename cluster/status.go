@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/peatmq/peat/cluster/rules"
 )
 
 // SiteStatus is one node's view of its site, for operators: who is a
@@ -68,7 +70,7 @@ type StreamStatus struct {
 	// ReplicaLag is filled on the node leading the stream only.
 	ReplicaLag []ReplicaLag `json:"replica_lag,omitempty"`
 	// Moving are the replicas a rebalance is moving (Stream.Moves).
-	Moving []ReplicaMove `json:"moving,omitempty"`
+	Moving []rules.ReplicaMove `json:"moving,omitempty"`
 }
 
 // ReplicaLag is one replica's place as its leader sees it.
@@ -108,8 +110,8 @@ func (s *Site) Status() SiteStatus {
 		out.Members = append(out.Members, ms)
 	}
 	slices.SortFunc(out.Members, func(a, b MemberStatus) int { return strings.Compare(a.ID, b.ID) })
-	var sessions *Stream // listed last: the configured streams come first
-	for _, name := range st.streamNames() {
+	var sessions *rules.Stream // listed last: the configured streams come first
+	for _, name := range st.StreamNames() {
 		if name == SessionsStream {
 			sessions = st.Streams[name]
 			continue
@@ -123,7 +125,7 @@ func (s *Site) Status() SiteStatus {
 	return out
 }
 
-func (s *Site) streamStatus(x *Stream) StreamStatus {
+func (s *Site) streamStatus(x *rules.Stream) StreamStatus {
 	self := s.Node.ID()
 	ss := StreamStatus{
 		Name: x.Name, Leader: x.Leader, LeaderEpoch: x.LeaderEpoch, Version: x.Version,
@@ -162,7 +164,7 @@ func (s *Site) streamStatus(x *Stream) StreamStatus {
 }
 
 // removal is a member's decommission progress for MemberStatus.
-func removal(st *State, id string) (string, []string) {
+func removal(st *rules.State, id string) (string, []string) {
 	b := st.Brokers[id]
 	switch {
 	case b == nil:
@@ -172,7 +174,7 @@ func removal(st *State, id string) (string, []string) {
 	case !b.Draining:
 		return "", nil
 	}
-	if holds := st.replicaOf(id); len(holds) > 0 {
+	if holds := st.ReplicaOf(id); len(holds) > 0 {
 		return "draining", holds
 	}
 	return "drained", nil
@@ -189,7 +191,7 @@ func (s *Site) CaughtUp() (ok bool, reason string) {
 }
 
 // readiness is CaughtUp's rule on a state, without I/O.
-func readiness(st *State, self string, epoch uint64, controller string) (bool, string) {
+func readiness(st *rules.State, self string, epoch uint64, controller string) (bool, string) {
 	var why []string
 	if controller == "" {
 		why = append(why, "no controller known (the site has no quorum, or this node cannot reach it)")
@@ -201,7 +203,7 @@ func readiness(st *State, self string, epoch uint64, controller string) (bool, s
 		why = append(why, "the controller counts this node as failed")
 	}
 	var behind []string
-	for _, name := range st.streamNames() {
+	for _, name := range st.StreamNames() {
 		x := st.Streams[name]
 		if slices.Contains(x.Replicas, self) && !x.InISR(self) {
 			behind = append(behind, name)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/serf/serf"
+	"github.com/peatmq/peat/cluster/rules"
 
 	"github.com/peatmq/peat/cluster/wire"
 )
@@ -49,8 +50,8 @@ const (
 // A receiver that is not the controller, a lost connection or no known
 // controller are retried, with backoff, until ctx ends; the state
 // machine's refusal is returned as the same typed error Apply returns.
-func (n *Node) Submit(ctx context.Context, c Command) error {
-	data, err := EncodeCommand(c)
+func (n *Node) Submit(ctx context.Context, c rules.Command) error {
+	data, err := rules.EncodeCommand(c)
 	if err != nil {
 		return err
 	}
@@ -163,7 +164,7 @@ func (n *Node) handleCommand(ctx context.Context, req *wire.CommandRequest) wire
 	if !n.IsController() || req.Term > n.raft.CurrentTerm() {
 		return notController // a deposed controller learns it at the next term
 	}
-	c, err := DecodeCommand(req.Command)
+	c, err := rules.DecodeCommand(req.Command)
 	if err == nil {
 		st, _ := n.fsm.State()
 		if b := st.Brokers[req.From]; b != nil && req.BrokerEpoch < b.Epoch {

@@ -1,0 +1,39 @@
+package rules
+
+import "slices"
+
+// ProposeISR is the AlterISR that self, leading stream name in leader
+// epoch epoch, should ask the controller for now, if any, and the
+// replicas it adds: the ISR of st without the laggards (followers not
+// caught up for replica_lag_max: Tracker.Laggards at now), with the
+// joiners (replicas caught up to the watermark in the broker epoch
+// given: Tracker.Joiners) that are alive replicas outside the ISR and
+// still run in that epoch. ok is false when there is nothing to change,
+// or st no longer names self leader in epoch (the caller's role is
+// replaced). The controller checks the proposal again (State.Apply's
+// compare-and-set): a deposed leader's proposal is refused there.
+func ProposeISR(st *State, name, self string, epoch uint32, laggards []string, joiners []ISRMember) (c AlterISR, added []string, ok bool) {
+	s := st.Streams[name]
+	if s == nil || s.Leader != self || s.LeaderEpoch != epoch {
+		return AlterISR{}, nil, false
+	}
+	var isr []ISRMember
+	for _, id := range s.ISR {
+		if b := st.Brokers[id]; b != nil && !slices.Contains(laggards, id) {
+			isr = append(isr, ISRMember{ID: id, Epoch: b.Epoch})
+		}
+	}
+	changed := len(isr) != len(s.ISR)
+	for _, j := range joiners {
+		// Only a replica caught up in the epoch it runs now rejoins.
+		if b := st.Brokers[j.ID]; b != nil && b.Alive && b.Epoch == j.Epoch && slices.Contains(s.Replicas, j.ID) && !s.InISR(j.ID) {
+			isr = append(isr, j)
+			added = append(added, j.ID)
+			changed = true
+		}
+	}
+	if !changed {
+		return AlterISR{}, nil, false
+	}
+	return AlterISR{Name: name, Leader: self, LeaderEpoch: s.LeaderEpoch, Version: s.Version, ISR: isr}, added, true
+}
