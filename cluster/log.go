@@ -37,7 +37,7 @@ type Log struct {
 
 	view atomic.Pointer[logView] // what Route, Streams and Stream answer
 	// taken is mqtt's OnSessionTaken, orphaned its OnSessionsOrphaned
-	// (log_sessions.go, log_orphans.go).
+	// (log_sessions.go, log_sessions_orphaned.go).
 	taken    atomic.Pointer[func(id string)]
 	orphaned atomic.Pointer[func(ids []string)]
 	stop     chan struct{}
@@ -108,7 +108,7 @@ func (l *Log) acksLeader(stream string) bool {
 
 // drainAcksLeader drains (Leader.Drain), all at once and each for at
 // most wait, every acks: leader stream this node leads with another ISR
-// member, records then consumer state (drainState), and returns those
+// member, records then consumer state (replState.drain), and returns those
 // whose ISR may still lack what this node acknowledged. Under acks=all
 // every acknowledged record and state write is in the ISR already:
 // nothing to wait for.
@@ -141,7 +141,7 @@ func (l *Log) drainAcksLeader(ctx context.Context, wait time.Duration) (behind [
 }
 
 // drain drains stream name, which ld leads, for at most wait: records
-// (Leader.Drain), then consumer state (drainState). records reports
+// (Leader.Drain), then consumer state (replState.drain). records reports
 // whether every ISR member holds ld's records, held whether it holds its
 // state writes too.
 func (l *Log) drain(ctx context.Context, name string, ld *Leader, wait time.Duration) (records, held bool) {
@@ -151,7 +151,7 @@ func (l *Log) drain(ctx context.Context, name string, ld *Leader, wait time.Dura
 		return false, false
 	}
 	s := l.stream(name)
-	return true, s == nil || s.drainState(ctx, ld)
+	return true, s == nil || s.rs.drain(ctx, ld)
 }
 
 // keepHolders shrinks the ISR of stream name, which ld leads and has

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/peatmq/peat/cluster/wire"
 	"github.com/peatmq/peat/logstore"
@@ -43,6 +44,51 @@ type mirrorJob struct {
 	ld  *Leader
 	in  []MirrorRecord
 	out *mirrorOut
+}
+
+// mirrorQueue is a leader's mirror appends on their way to the mirror
+// rules, in call order: mirrorAsync queues them under the stream's mu,
+// and one writer goroutine (mirrorWriter), started on first use (most
+// streams are no mirror), takes them. Lock order: the stream's mu, then
+// the queue's.
+type mirrorQueue struct {
+	mu struct {
+		sync.Mutex
+		jobs    []mirrorJob
+		running bool // the writer was started
+		closed  bool // set with the stream's closed: no job is queued after it
+	}
+	kick chan struct{} // cap 1: a job was queued
+}
+
+func newMirrorQueue() *mirrorQueue { return &mirrorQueue{kick: make(chan struct{}, 1)} }
+
+// push queues j and wakes the writer; start is true the first time: the
+// caller starts the writer.
+func (q *mirrorQueue) push(j mirrorJob) (start bool) {
+	q.mu.Lock()
+	q.mu.jobs = append(q.mu.jobs, j)
+	start = !q.mu.running
+	q.mu.running = true
+	q.mu.Unlock()
+	signal(q.kick)
+	return start
+}
+
+// take is every job queued, and whether the queue is closed (then no
+// other comes).
+func (q *mirrorQueue) take() (jobs []mirrorJob, closed bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	jobs, q.mu.jobs = q.mu.jobs, nil
+	return jobs, q.mu.closed
+}
+
+// close is called with the stream's mu held, as it closes.
+func (q *mirrorQueue) close() {
+	q.mu.Lock()
+	q.mu.closed = true
+	q.mu.Unlock()
 }
 
 // mirrorOut is what became of a mirror append's records: filled by the
@@ -159,13 +205,10 @@ func (s *stream) mirrorAsync(in []MirrorRecord, done func([]MirrorResult, []erro
 	s.mu.pending = append(s.mu.pending, p)
 	switch {
 	case p.leader != nil:
-		s.mu.mirrorQ = append(s.mu.mirrorQ, mirrorJob{p: p, ld: ld, in: in, out: out})
-		if !s.mu.mirrorRunning { // started on first use: most streams are no mirror
-			s.mu.mirrorRunning = true
+		if s.mirrorQ.push(mirrorJob{p: p, ld: ld, in: in, out: out}) {
 			s.fwds.Add(1) // drain waits for it
 			go s.mirrorWriter()
 		}
-		signal(s.mirrorKick)
 	case p.fwd:
 		s.forwardLocked(p, fr, "mirror")
 	}
@@ -191,17 +234,13 @@ func mirrorRecords(in []MirrorRecord) []*logstore.Record {
 func (s *stream) mirrorWriter() {
 	defer s.fwds.Done()
 	for {
-		s.mu.Lock()
-		jobs := s.mu.mirrorQ
-		s.mu.mirrorQ = nil
-		closed := s.mu.closed // no job is queued once it is set
-		s.mu.Unlock()
+		jobs, closed := s.mirrorQ.take()
 		if len(jobs) == 0 {
 			if closed {
 				return
 			}
 			select {
-			case <-s.mirrorKick:
+			case <-s.mirrorQ.kick:
 			case <-s.stop:
 			}
 			continue

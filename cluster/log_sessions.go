@@ -88,28 +88,28 @@ func (e *movedError) Error() string {
 // writeStateFrom is writeStateLeader for a write from node from. On the
 // sessions' stream, a write naming its node is the fence of "Sessions
 // across the site": refused (movedError) when a session it touches is
-// not claimed by from (unheld), checked and written under claimDec, the
+// not claimed by from (unheld), checked and written under claims.dec, the
 // lock claims are decided with, so that no claim moves between the
 // check and the write: a late write of a node that lost a session
 // (taken over, or adopted by the leader and expired) cannot land after
-// the move. The ISR's acknowledgement is waited for after claimDec is
+// the move. The ISR's acknowledgement is waited for after claims.dec is
 // let go. On another stream, its session offsets are fenced alike
 // (unheld).
 func (s *stream) writeStateFrom(ctx context.Context, ld *Leader, puts map[string][]byte, dels []string, from stateFrom) error {
 	if from.node == "" {
 		return s.writeStateLeader(ctx, ld, puts, dels)
 	}
-	decides := s.name == SessionsStream // claims are decided here, under claimDec
+	decides := s.name == SessionsStream // claims are decided here, under claims.dec
 	if decides {
-		s.claimDec.Lock()
+		s.claims.dec.Lock()
 	}
 	moved, err := s.unheld(puts, dels, from)
 	var seq uint64
 	if err == nil && len(moved) == 0 {
-		seq, err = s.stageState(ld, puts, dels, waitAcks)
+		seq, err = s.rs.stage(ld, puts, dels, waitAcks)
 	}
 	if decides {
-		s.claimDec.Unlock()
+		s.claims.dec.Unlock()
 	}
 	switch {
 	case err != nil:
@@ -117,7 +117,7 @@ func (s *stream) writeStateFrom(ctx context.Context, ld *Leader, puts map[string
 	case len(moved) > 0:
 		return &movedError{keys: moved}
 	}
-	return s.awaitState(ctx, ld, seq, waitAcks)
+	return s.rs.await(ctx, ld, seq, waitAcks)
 }
 
 // unheldIn returns the keys of a write whose session's claim in claims
@@ -128,7 +128,7 @@ func (s *stream) writeStateFrom(ctx context.Context, ld *Leader, puts map[string
 // was adopted and expired meanwhile (or its claim was lost with the
 // stream's data, and its client claims it again). clientOf maps a key to
 // its session's client; other keys are not fenced.
-func unheldIn(claims *stream, puts map[string][]byte, dels []string, from stateFrom, clientOf func(string) (string, bool)) ([]string, error) {
+func unheldIn(claims *claims, puts map[string][]byte, dels []string, from stateFrom, clientOf func(string) (string, bool)) ([]string, error) {
 	keys := slices.AppendSeq(slices.Clone(dels), maps.Keys(puts))
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
@@ -138,7 +138,7 @@ func unheldIn(claims *stream, puts map[string][]byte, dels []string, from stateF
 		if !ok {
 			continue
 		}
-		h, held, err := claims.loadClaim(id)
+		h, held, err := claims.load(id)
 		if err != nil {
 			return nil, err
 		}
@@ -150,7 +150,7 @@ func unheldIn(claims *stream, puts map[string][]byte, dels []string, from stateF
 }
 
 // unheld is unheldIn for a write of this stream's state: on the
-// sessions' stream, its sessions' keys against its own claims (claimDec
+// sessions' stream, its sessions' keys against its own claims (claims.dec
 // held); on another, its session offsets against this node's replica of
 // the sessions' stream. Only a member of that stream's ISR checks the
 // latter: its leader answers a claim once the ISR has applied it, so
@@ -161,7 +161,7 @@ func unheldIn(claims *stream, puts map[string][]byte, dels []string, from stateF
 // nodes does.
 func (s *stream) unheld(puts map[string][]byte, dels []string, from stateFrom) ([]string, error) {
 	if s.name == SessionsStream {
-		return unheldIn(s, puts, dels, from, mqtt.SiteSessionClient)
+		return unheldIn(s.claims, puts, dels, from, mqtt.SiteSessionClient)
 	}
 	claims := s.l.stream(SessionsStream)
 	if claims == nil {
@@ -170,7 +170,7 @@ func (s *stream) unheld(puts map[string][]byte, dels []string, from stateFrom) (
 	if cs := s.l.node.View().Streams[SessionsStream]; cs == nil || !cs.InISR(s.l.node.ID()) {
 		return nil, nil
 	}
-	return unheldIn(claims, puts, dels, from, mqtt.SessionOffsetClient)
+	return unheldIn(claims.claims, puts, dels, from, mqtt.SessionOffsetClient)
 }
 
 // fromFor is what this node names itself as in a write of the stream's
@@ -234,10 +234,10 @@ const (
 )
 
 // ReleaseSession lets client id's session go; the release reaches the
-// leader in the background, retried until it does (repairClaims).
+// leader in the background, retried until it does (claims.repair).
 func (l *Log) ReleaseSession(id string) {
 	if st := l.stream(SessionsStream); st != nil {
-		st.releaseLater(id, id)
+		st.claims.releaseLater(id, id)
 	}
 }
 
@@ -252,26 +252,26 @@ func (l *Log) OnSessionTaken(fn func(id string)) {
 	l.taken.Store(&fn)
 }
 
-// claimsMoved looks, on the sessions' stream, at claims just written to
+// moved looks, on the sessions' stream, at claims just written to
 // this replica (a leader's decision, or a follower's fetched changes) for
 // those granted here that now name another holder's node, or that went
 // (deleted: this node's own releases are no longer granted when they
 // go): the session was taken over elsewhere, or adopted and expired, and
 // this node lets it go.
-func (s *stream) claimsMoved(puts map[string][]byte, dels []string) {
-	if s.name != SessionsStream {
+func (c *claims) moved(puts map[string][]byte, dels []string) {
+	if c.s.name != SessionsStream {
 		return
 	}
-	me, epoch := s.l.node.ID(), s.l.node.Epoch()
+	me, epoch := c.s.l.node.ID(), c.s.l.node.Epoch()
 	var lost []string
-	s.mu.Lock()
+	c.mu.Lock()
 	take := func(k string, moved func() bool) {
 		key, ok := strings.CutPrefix(k, claimStatePrefix)
 		if !ok {
 			return
 		}
-		if holder, granted := s.mu.granted[key]; granted && moved() {
-			delete(s.mu.granted, key)
+		if holder, granted := c.mu.granted[key]; granted && moved() {
+			delete(c.mu.granted, key)
 			lost = append(lost, holder)
 		}
 	}
@@ -284,22 +284,22 @@ func (s *stream) claimsMoved(puts map[string][]byte, dels []string) {
 	for _, k := range dels {
 		take(k, func() bool { return true })
 	}
-	s.mu.Unlock()
-	if fn := s.l.taken.Load(); fn != nil {
+	c.mu.Unlock()
+	if fn := c.s.l.taken.Load(); fn != nil {
 		for _, id := range lost {
 			(*fn)(id)
 		}
 	}
 }
 
-// releaseLater is Unclaim without waiting for the leader: repairClaims
+// releaseLater is Unclaim without waiting for the leader: repair
 // sends it (a Claim of key by this node first drops it).
-func (s *stream) releaseLater(key, holder string) {
-	s.mu.Lock()
-	if s.mu.granted[key] == holder {
-		delete(s.mu.granted, key)
+func (c *claims) releaseLater(key, holder string) {
+	c.mu.Lock()
+	if c.mu.granted[key] == holder {
+		delete(c.mu.granted, key)
 	}
-	s.mu.releasing[claimRef{key, holder}] = struct{}{}
-	s.mu.Unlock()
-	signal(s.claimKick)
+	c.mu.releasing[claimRef{key, holder}] = struct{}{}
+	c.mu.Unlock()
+	signal(c.kick)
 }

@@ -329,25 +329,25 @@ func waitStreamState(t *testing.T, nodes []*logNode, name string, want map[strin
 }
 
 // adoptNow has the sessions' leader ls adopt client id's session as
-// AdoptSession does (the claim moves to it under claimDec, and it holds
+// AdoptSession does (the claim moves to it under claims.dec, and it holds
 // it), without waiting for the site to see the holder's node fail: a
 // partition from the leader alone leaves that node alive to Serf.
 func adoptNow(t *testing.T, ls *stream, id string) {
 	t.Helper()
 	eventually(t, "the leader adopts "+id, func() bool {
-		ls.claimDec.Lock()
-		defer ls.claimDec.Unlock()
-		cur, held, err := ls.loadClaim(id)
+		ls.claims.dec.Lock()
+		defer ls.claims.dec.Unlock()
+		cur, held, err := ls.claims.load(id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), rpcTimeout)
 		defer cancel()
 		me := claimHolder{holder: id, node: ls.l.node.ID(), epoch: ls.l.node.Epoch()}
-		return ls.putClaim(ctx, ls.leading(), id, cur, held, me) == nil
+		return ls.claims.put(ctx, ls.leading(), id, cur, held, me) == nil
 	})
 	ls.mu.Lock()
-	ls.mu.granted[id] = id
+	ls.claims.mu.granted[id] = id
 	ls.mu.Unlock()
 }
 
@@ -377,7 +377,7 @@ func TestLog_AdoptedSessionNotBroughtBack(t *testing.T) {
 	writeSessions(t, leader, nil, "s/p")
 	leader.log.ReleaseSession("p")
 	eventually(t, "the adopter's release", func() bool {
-		_, held, err := ls.loadClaim("p")
+		_, held, err := ls.claims.load("p")
 		return err == nil && !held
 	})
 
@@ -440,7 +440,7 @@ func TestLog_UnclaimedSessionAdopted(t *testing.T) {
 	if !leader.log.AdoptSession(t.Context(), "u") {
 		t.Fatal("the leader did not adopt the unclaimed session")
 	}
-	h, held, err := ls.loadClaim("u")
+	h, held, err := ls.claims.load("u")
 	if err != nil || !held || h.node != leader.node.ID() {
 		t.Fatalf("claim after the adoption: %+v %v %v, want the leader's", h, held, err)
 	}

@@ -23,9 +23,12 @@ import (
 // watermark passed it, or refused), forwards the replica's Changed,
 // notices this node becoming the leader (StateMoved), ends
 // a forwarder whose leader is no longer the state's, and runs the
-// follower side of consumer-state replication (state_repl.go).
+// follower side of consumer-state replication (log_state_follower.go).
 //
-// Lock order: mu, then rs.mu.
+// Its parts own their locks: claims (log_claims.go), the mirror queue
+// (log_mirror.go), consumer-state replication (rs, fs: log_state.go).
+// Lock order: claims.op, claims.dec, mu, then rs.mu or mirrorQ.mu;
+// claims.mu is taken alone.
 type stream struct {
 	l    *Log
 	st   *logstore.Stream
@@ -47,32 +50,16 @@ type stream struct {
 		// given up too, or a later append told committed would follow an
 		// earlier one told it failed.
 		gaveUp bool
-		// granted are the claims this node's clients were granted (key ->
-		// holder); releasing, their releases the leader has not had yet
-		// (log_claims.go).
-		granted   map[string]string
-		releasing map[claimRef]struct{}
-		// mirrorQ are the mirror appends the leader's mirrorWriter has
-		// not taken yet (log_mirror.go); mirrorRunning, it was started.
-		mirrorQ       []mirrorJob
-		mirrorRunning bool
 	}
 	stopOnce sync.Once
 	fwds     sync.WaitGroup // forwarders' goroutines
 	rpc      rpcConn        // forwarded state writes
-	claimRPC rpcConn        // forwarded claims: not queued behind a state write's ISR wait
 	rs       replState      // consumer-state versions, while leader
 	fs       followState    // consumer-state replication, while follower
 
-	// claimOp makes this node's claims and releases of the stream one at
-	// a time, each until the leader answered; claimDec, the leader's
-	// decisions. Lock order: claimOp, claimDec, mu.
-	claimOp     sync.Mutex
-	claimDec    sync.Mutex
-	claimKick   chan struct{} // cap 1: a release is to be retried
-	repairDone  chan struct{} // repairClaims ended
+	claims      *claims       // its group claims (log_claims.go)
 	orphansDone chan struct{} // watchOrphans ended (closed at once but for SessionsStream)
-	mirrorKick  chan struct{} // cap 1: a mirror append was queued
+	mirrorQ     *mirrorQueue  // mirror appends on their way to the mirror rules (log_mirror.go)
 }
 
 // pendingAppend is one AppendAsync call until its done is called.
@@ -97,18 +84,16 @@ func newStream(l *Log, st *logstore.Stream) *stream {
 	s.mu.changed = make(chan struct{})
 	s.mu.moved = make(chan struct{})
 	s.mu.leader = s.leading()
-	s.mu.granted = map[string]string{}
-	s.mu.releasing = map[claimRef]struct{}{}
-	s.claimKick, s.repairDone = make(chan struct{}, 1), make(chan struct{})
+	s.claims = newClaims(s)
 	s.orphansDone = make(chan struct{})
-	s.mirrorKick = make(chan struct{}, 1)
-	s.rs.changed = make(chan struct{})
+	s.mirrorQ = newMirrorQueue()
+	s.rs.s, s.rs.changed = s, make(chan struct{})
 	s.rs.reset(s.mu.leader)
-	s.fs.stop = make(chan struct{})
+	s.fs.s, s.fs.stop = s, make(chan struct{})
 	go s.run(st.Changed()) // taken before Changed can be called: no advance is missed
-	go s.repairClaims()
+	go s.claims.repair()
 	if s.name == SessionsStream {
-		go s.watchOrphans() // log_orphans.go
+		go s.watchOrphans() // log_sessions_orphaned.go
 	} else {
 		close(s.orphansDone)
 	}
@@ -324,7 +309,7 @@ func (s *stream) run(u <-chan struct{}) {
 		_, repChanged := s.l.rep.Leading(s.name) // before looking: a change from now on closes it
 		ld := s.noteLeader()
 		s.checkForwarder()
-		s.followState(ld)
+		s.fs.follow(ld)
 		s.answer(ld, false)
 		select {
 		case <-s.stop:
@@ -469,10 +454,10 @@ func (s *stream) drain() {
 		<-s.kick
 	}
 	s.fwds.Wait()
-	<-s.repairDone
+	<-s.claims.done
 	<-s.orphansDone
 	s.rpc.close()
-	s.claimRPC.close()
+	s.claims.rpc.close()
 }
 
 // close makes the stream behave as closed (appends, reads and state fail
@@ -482,6 +467,7 @@ func (s *stream) close() {
 	s.stopOnce.Do(func() {
 		s.mu.Lock()
 		s.mu.closed = true
+		s.mirrorQ.close()
 		s.mu.Unlock()
 		close(s.stop)
 	})
@@ -523,12 +509,12 @@ func (s *stream) Changed() <-chan struct{} {
 }
 
 // WriteState writes the stream's consumer state through its leader
-// (state_repl.go): on the leader, into its store, answered once the ISR
+// (log_state_leader.go): on the leader, into its store, answered once the ISR
 // holds it; elsewhere forwarded to the leader. Keys the leader refuses
 // because another node holds their sessions (writeStateFrom) are dropped
 // and the rest written, as mqtt drops its own writes of a session it
 // knows moved; this node learns of the move itself from its replica of
-// the sessions' stream (claimsMoved).
+// the sessions' stream (claims.moved).
 func (s *stream) WriteState(puts map[string][]byte, dels []string) error {
 	for k := range puts {
 		if strings.HasPrefix(k, claimStatePrefix) {

@@ -59,8 +59,8 @@ func (l *Log) AdoptSession(ctx context.Context, id string) bool {
 
 // adopt is AdoptSession on the stream.
 func (s *stream) adopt(ctx context.Context, key string) bool {
-	s.claimOp.Lock()
-	defer s.claimOp.Unlock()
+	s.claims.op.Lock()
+	defer s.claims.op.Unlock()
 	if s.closedErr("adopt in") != nil {
 		return false
 	}
@@ -68,30 +68,30 @@ func (s *stream) adopt(ctx context.Context, key string) bool {
 	if ld == nil {
 		return false
 	}
-	ctx, cancel := s.claimCtxFrom(ctx, rpcTimeout)
+	ctx, cancel := s.claims.ctxFrom(ctx, rpcTimeout)
 	defer cancel()
-	s.claimDec.Lock()
-	cur, held, err := s.loadClaim(key)
-	orphan := held && s.holderGone(cur)
+	s.claims.dec.Lock()
+	cur, held, err := s.claims.load(key)
+	orphan := held && s.claims.holderGone(cur)
 	if err == nil && !held {
 		orphan, err = s.sessionStored(key)
 	}
 	if err == nil && orphan {
-		err = s.putClaim(ctx, ld, key, cur, held, claimHolder{holder: key, node: s.l.node.ID(), epoch: s.l.node.Epoch()})
+		err = s.claims.put(ctx, ld, key, cur, held, claimHolder{holder: key, node: s.l.node.ID(), epoch: s.l.node.Epoch()})
 		held = err == nil
 	} else {
 		held = false
 	}
-	s.claimDec.Unlock()
+	s.claims.dec.Unlock()
 	if err != nil {
 		s.l.log.Debug("cluster: orphaned session not adopted", slog.String("client", key), slog.Any("err", err))
 		return false
 	}
 	if held {
-		s.mu.Lock()
-		s.mu.granted[key] = key
-		delete(s.mu.releasing, claimRef{key, key})
-		s.mu.Unlock()
+		s.claims.mu.Lock()
+		s.claims.mu.granted[key] = key
+		delete(s.claims.mu.releasing, claimRef{key, key})
+		s.claims.mu.Unlock()
 	}
 	return held
 }
@@ -139,7 +139,7 @@ func (s *stream) offerOrphans() {
 	err := s.st.LoadState(claimStatePrefix, func(k string, v []byte) error {
 		id := strings.TrimPrefix(k, claimStatePrefix)
 		claimed[id] = true
-		if h, err := decodeClaim(v); err == nil && s.holderGone(h) {
+		if h, err := decodeClaim(v); err == nil && s.claims.holderGone(h) {
 			ids = append(ids, id)
 		}
 		return nil
