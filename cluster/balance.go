@@ -11,6 +11,29 @@ import (
 	"github.com/peatmq/peat/cluster/rules"
 )
 
+// Leader balancing (Kafka's preferred replica election, the rule being
+// rules.PlanLeaders): after a failover, a node that returns is a
+// follower of every stream it led; on the controller, manage elects it
+// again once it has been alive, in the ISR and not leading for
+// Config.LeaderBalanceAfter (cluster.leader_balance_after, 5 min, 0:
+// never), counted in the controller's memory, one stream per pass. The
+// change is the controlled one: the old leader stops committing once its
+// state names another, and the new one, an ISR member, holds everything
+// acknowledged under acks=all; appends in flight on the old leader are
+// refused (clients resend). Streams with acks: leader are moved by their
+// leader itself (handOff), on the same rule counted in its own memory: it
+// drains the stream as a hand-over does, then submits the ElectLeader;
+// if the followers did not catch up, or the election was not made and
+// its state still names it, it takes appends again.
+//
+// A stream's factor comes from the configuration (replication_factor,
+// the stream's or the site's; 0 leaves it): setFactors submits
+// SetReplicationFactor once per run, once this node's registration in
+// its broker epoch is applied (its state is then recent): the node
+// started last wins. "The controller's configuration wins" would flap in
+// a rolling restart that changes it, as the controller moves between
+// nodes with the old and the new value.
+
 // balanceRetry paces manage while it waits for the controller or for
 // this node's registration.
 const balanceRetry = 2 * time.Second

@@ -14,6 +14,33 @@ import (
 	"github.com/peatmq/peat/cluster/rules"
 )
 
+// The controller.
+//
+// Serf is only eventually consistent: it cannot keep two nodes from both
+// acting as controller after a partition. The controller is therefore the
+// hashicorp/raft leader among the voters (1, 3 or 5), the Consul pattern:
+//
+//   - Voters with no Raft state bootstrap once BootstrapExpect of them are
+//     alive in Serf, all with the same configuration (the alive voters in
+//     id order). A node added to a running site has BootstrapExpect 0.
+//   - The leader runs leaderLoop: after a Barrier (every earlier entry
+//     applied) it reconciles Serf's members with the Raft configuration
+//     and the state, at once, on every member event and every
+//     ReconcileInterval. An alive voter outside the configuration is added
+//     as a voter, a broker as a non-voter (it follows the state without
+//     voting); an alive member in a new epoch is registered; a failed or
+//     departed one is reported failed, which takes it out of every ISR at
+//     once; one that left gracefully or was reaped leaves the
+//     configuration. A failed voter stays in it, as in Consul: removing it
+//     would shrink the quorum on a guess; one removed for good
+//     (reassign.go) leaves it.
+//   - Raft's log and stable store are a RaftStore in the node's own Badger
+//     database (logstore's key-value space: no second storage engine);
+//     snapshots use raft's file snapshot store.
+//
+// Raft's timings default to raft's (1 s heartbeat and election timeouts,
+// 500 ms lease; pre-vote on, as raft v1.7 has it).
+
 const (
 	raftMaxPool      = 3
 	raftConnTimeout  = 10 * time.Second

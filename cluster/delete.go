@@ -12,6 +12,49 @@ import (
 	"github.com/peatmq/peat/mqtt"
 )
 
+// Deleting a stream (the state's side is rules.DeleteStream).
+//
+// A stream left out of a node's configuration stays in the state and on
+// every disk: a line missing (a typo) must never delete a site's data.
+// Site.DeleteStream (`peat stream delete`, DELETE /api/v1/streams/<name>)
+// deletes it:
+//
+//   - Each node tells the controller which streams its configuration
+//     lists (ListStreams, once the controller registered its broker
+//     epoch, and again when the list differs; Broker.Lists). DeleteStream
+//     is refused (rules.ErrStreamListed, naming the nodes) while a broker not
+//     removed lists the stream, down or not: createStreams on that node
+//     would create it again at once, or when it is back. The operator
+//     removes it from every node's streams: and restarts them (a rolling
+//     restart), then deletes; a node gone for good is removed first
+//     (remove-node). edge refuses too while the node asked lists it.
+//   - Every creation gets an incarnation, State.Incarnations counting
+//     (Stream.Created; 0 for streams created before deletions existed).
+//     DeleteStream names the incarnation it deletes, so a request that
+//     raced a re-creation deletes nothing; the state keeps a tombstone,
+//     Deleted[name] = that incarnation (a few bytes per name, for good:
+//     a node away for months still learns of it).
+//   - Each replica records in its store which incarnation its records
+//     belong to (logstore's SetIncarnation). A stream with none is
+//     adopted (stamped) unless a tombstone names it; one stamped with
+//     another incarnation, or unstamped under a tombstone, holds a
+//     deleted stream's records: neither the Replicator (currentReplica)
+//     nor the Log (refresh) serves it, so it can neither lead with the
+//     old records nor show them to a subscriber.
+//   - followDeletions, at start and at every state change, deletes
+//     the stored copy of a tombstoned stream the configuration no longer
+//     lists (logstore DeleteStream, crash-safe), and empties
+//     (ResetStream) a listed stream whose records belong to a deleted
+//     incarnation: the stream was deleted and created again while this
+//     node was down, and it then fetches the new stream from offset 0.
+//     A node down at the time of the deletion does either when it is
+//     back, from the state Raft gives it.
+//   - Before either, it deletes the positions a Peat of key layout 3
+//     kept of the stream in the node's own state, by its name
+//     (mqtt.ForgetLegacy): mqtt's start would move them into a stream
+//     created again under that name. A stop in between leaves the copy
+//     without them, and the next pass deletes it.
+
 // DeleteStream deletes stream name from the site: the controller takes
 // it out of its state with a tombstone, and every node deletes its copy
 // (followDeletions), a node down now once it is back. It returns once

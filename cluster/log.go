@@ -15,6 +15,19 @@ import (
 	"github.com/peatmq/peat/mqtt"
 )
 
+// The Log.
+//
+// Log is mqtt.Log on one node. Its streams are those of the node's store
+// that the controller's state holds; one goroutine follows both (a stream
+// created through the controller, added to or removed from the store
+// comes or goes at run time, with mqtt's StreamEvents). A node outside a
+// stream's replicas is an observer of it: its Replicator runs a Fetcher
+// as on a follower, so its clients read the stream there and its
+// producers are forwarded, but the leader never counts it (rules.ProposeISR
+// takes replicas only, and the watermark is the ISR's). Filters, and so routing,
+// come from the store's stream configuration: the state names replicas,
+// not topics.
+
 // Log is the site's log as the MQTT front-end of one node sees it: the
 // streams the controller's state holds with this node among their
 // replicas, on this node's store (opened with ManualCommit) and run by
@@ -22,8 +35,8 @@ import (
 // producer there or forwarded by another replica, and answered once the
 // high watermark has passed it (acks=all) or once written (acks=leader);
 // reads serve committed records on every replica. Consumer state is
-// written through the leader and replicated to the ISR (doc.go, "The
-// Log").
+// written through the leader and replicated to the ISR
+// (log_state_leader.go).
 //
 // One goroutine, started by NewLog and stopped by Close, follows the
 // state and the store's streams; each visible stream has one more that

@@ -51,7 +51,7 @@ import (
 //     whose answer was lost, a release lost with a leader), and releases
 //     them (claims.repair). Claims of gone nodes stay in the state until
 //     the key is claimed again: at most one per group and stream. (The
-//     sessions' claims are adopted instead: "Sessions across the site".)
+//     sessions' claims are adopted instead: log_sessions_orphaned.go.)
 //
 // There is no re-assertion to a new leader: it held every answered claim
 // already. An unclean election (a leader from outside the ISR) can lose

@@ -11,6 +11,44 @@ import (
 	"github.com/peatmq/peat/mqtt"
 )
 
+// Mirror streams in a site.
+//
+// A mirror stream (edge/mirror: another Peat's stream at its source's
+// offsets) is replicated like any stream: created from the
+// configuration, a leader, an ISR, min_insync_replicas. Its records
+// cannot be appended as a publish is, since the leader would give them
+// its own offsets; Log.Mirror takes them with their source offsets
+// instead, and a stream that is a mirror refuses AppendAsync (mqtt
+// routes no publish to it anyway):
+//
+//   - On the leader, the stream's mirrorWriter (started on first use)
+//     takes what has queued (mirrorQueue), in call order, and runs
+//     LogConfig.Mirror (edge/mirror.Apply: the rules against the leader's
+//     log end, written with AppendReplica at that end, stamped with the
+//     leader epoch) once for the lot; each call then waits, as an acks=all
+//     append does, for the watermark to pass the highest offset it
+//     appended or found already there (a duplicate not yet committed waits
+//     too). The writer is admitted by the Leader like an append
+//     (beginAppend), so Close waits for it and no record of an old epoch
+//     lands after a truncation.
+//   - On a follower, the records go down the produce pipeline with their
+//     source offsets and starts (the wire's sixth ProduceRequest field),
+//     and the answer carries one result per record; the call is answered
+//     once this replica's watermark has passed them too.
+//   - A call refused as a whole (no leader, leadership moved before the
+//     records committed, the ISR too small, the forwarder's connection
+//     lost) refuses every record: the sender (edge/sink/peatsink) sends
+//     again from its position. A new leader may have truncated what the
+//     old one had not committed, or hold it: the resends are appended or
+//     acknowledged as duplicates, and a record beyond its end is refused
+//     until the missing ones come. No offset holds two records, and each
+//     sits at its source offset, on every replica.
+//
+// edge refuses acks: leader and unclean_leader_election on a mirror: a
+// record acknowledged and then lost would leave a hole that the sender,
+// already past it, never fills, and the mirror would refuse every later
+// record.
+
 // MirrorRecord is a record for a mirror stream (edge/mirror), at its
 // offset in the source stream.
 type MirrorRecord struct {

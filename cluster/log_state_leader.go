@@ -58,7 +58,7 @@ import (
 // old and the new state on that follower until its next fetch.
 //
 // Log.State is this node's store's, not replicated; durable sessions
-// are the site's (see "Sessions across the site").
+// are the site's (log_sessions.go).
 
 // stateLogMax is how many entries (keys put or deleted) of its recent
 // state writes a leader keeps to send a follower as changes; one further

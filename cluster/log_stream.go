@@ -15,6 +15,67 @@ import (
 	"github.com/peatmq/peat/mqtt"
 )
 
+// The produce path, from here and forward.go (the follower's side)
+// and forward_server.go (the leader's).
+//
+// A producer may use any node that holds a replica of the stream. On the
+// stream's leader (where the Replicator runs its Leader) an append is
+// taken only while the ISR has min_insync_replicas members, else refused
+// with mqtt.ErrNotEnoughReplicas (MQTT reason 0x97); it is written
+// locally (the store runs with ManualCommit, so that only means written),
+// and its done is called, in call order, by the stream's goroutine once
+// the high watermark has passed it, that is once the ISR holds it. If
+// leadership moves first it is refused with ErrLeaderUnavailable (0x80,
+// "stream leader unavailable"), if the ISR falls below the minimum with
+// ErrNotEnoughReplicas; the records may still commit under the next
+// leader, so a producer's retry can duplicate them (at least once). A
+// Leader admits appends until Close (or a hand-over's Drain) begins and
+// Close waits until those are written: no record of an ended leadership
+// lands after the Fetcher that follows it truncated the log.
+//
+// On a follower, AppendAsync forwards (forward.go): the records
+// (forward_codec.go: the producer's fields; a zero timestamp is stamped
+// here, with this node's clock) go to the leader the state names, at its
+// Serf-advertised cluster address, dialled with the Node's dialer (cluster
+// TLS applies), as ProduceRequest frames on one connection per stream and
+// leader epoch. The connection is a pipeline: a writer sends each append
+// as soon as it is made while at most fwdWindow (256) are unanswered, the
+// leader's Server reads them without waiting, hands each to its stream's
+// local append in arrival order (so call order on this node is append
+// order on the leader), and writes the answers in the same order, each
+// naming its sequence number. The leader answers as it would answer its
+// own producer; the follower calls done with the leader's first offset
+// once its own watermark has passed the records too (so a reader on this
+// node sees what was acknowledged here; after fwdLocalWait, 10 s, a
+// replica that stopped fetching answers anyway). Refusals come back typed:
+// NotEnoughReplicas as mqtt.ErrNotEnoughReplicas, RecordTooLarge and
+// NoSpace as logstore's ErrRecordTooLarge and ErrNoSpace (so MQTT gives
+// the reason codes a single node gives), NotLeader and stale epochs as
+// ErrLeaderUnavailable. When the connection fails, an answer is missing
+// for fwdTimeout (30 s), or the state names another leader or epoch, every
+// append unanswered is refused with ErrLeaderUnavailable: the old leader
+// may still commit some (at least once), but done(nil) is only ever called
+// on the leader's word that the records are committed, so an acknowledged
+// record is in the ISR and survives on whichever replica the controller
+// elects.
+//
+// acks=leader.
+//
+// LogConfig.AcksLeader names the streams that are acks=leader: their
+// leader answers an append, its own or forwarded, once written locally
+// (not waiting for the ISR), min_insync_replicas does not refuse it, and
+// a forwarding follower answers on the leader's word without waiting for
+// its own watermark. Such an answer is given before the records are
+// committed: a leader that dies can lose them, and Committed may still be
+// below them when done runs. Consumer-state writes of such a stream are
+// answered once the leader wrote them, too. A graceful stop of the
+// leader loses neither: it drains first (site.go).
+//
+// Reads, Committed and Changed serve the committed records of this node's
+// replica, on every replica; Changed is forwarded from the store's (the
+// forwarder takes the store's next channel before it tells, so no
+// advance is missed).
+
 // stream is one visible stream of a Log: this node's replica, appended to
 // locally while this node's Replicator leads it, else through the leader
 // (forward.go).
@@ -26,7 +87,7 @@ import (
 // follower side of consumer-state replication (log_state_follower.go).
 //
 // Its parts own their locks: claims (log_claims.go), the mirror queue
-// (log_mirror.go), consumer-state replication (rs, fs: log_state.go).
+// (log_mirror.go), consumer-state replication (rs, fs: log_state_*.go).
 // Lock order: claims.op, claims.dec, mu, then rs.mu or mirrorQ.mu;
 // claims.mu is taken alone.
 type stream struct {

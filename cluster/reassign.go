@@ -12,6 +12,57 @@ import (
 	"github.com/peatmq/peat/cluster/rules"
 )
 
+// Moving replicas: the controller's side here, the operator's in
+// remove.go (RemoveNode, KeepNode) and rebalance.go (Rebalance), a
+// node's in balance.go (its factors, leader balancing, its hand-overs).
+// What moves is rules.PlanMoves's (rules/doc.go, "Moving replicas").
+//
+// A stream keeps the replicas it was created on until a broker is
+// removed or drained, until its replica count differs from its
+// ReplicationFactor (created on a site with fewer brokers, or the factor
+// changed), or until a rebalance moves them. A broker is removed by an
+// operator (Site.RemoveNode: `peat cluster remove-node`, POST
+// /api/v1/cluster/nodes/<id>/remove) or, with Config.ReplaceAfter
+// (cluster.replace_after, 0 = never), by the controller once it has seen
+// it failed that long (replaceDue). The count is in the controller's
+// memory, from when it first saw the failure: a new controller starts
+// again, so a clock jump (a Pi without a clock battery) or a change of
+// controller can only delay a replacement, never hasten it. A failed
+// broker is never moved on a guess: a Pi rebooting, or a cable pulled for
+// an hour, must not copy every stream again onto another node's flash.
+//
+// On every state change, member event and ReconcileInterval the
+// controller applies the AssignReplicas rules.PlanMoves asks for
+// (reassign). A new replica is already an observer fetching the stream
+// (every node is), or starts to; its leader takes it into the ISR once it
+// has caught up and acknowledged the consumer state (rules.ProposeISR
+// counts replicas only, so it joins once the state names it). Each pass
+// also takes a removed member out of Raft's configuration (a 3-voter site
+// then has 2 voters until a new voter joins) and out of Serf
+// (force-leave, pruned: no more probes or reconnects). A leader's
+// min_insync_replicas default follows its replica count as it changes.
+//
+// A live node is decommissioned by the same command: RemoveNode of a
+// member Serf sees alive submits DrainBroker instead. The node keeps
+// serving while its replicas move. When it leads an acks: leader stream
+// (Config.AcksLeader, which StartSite sets), whose leader may have
+// answered records no follower has, the controller holds the step that
+// drops it (rules.PlanMovesHolding) and the leader, seeing in the state
+// that its replica is to go, drains the stream as leader balancing does
+// and elects the first kept, alive ISR member itself (Log.leaveLeads);
+// the next pass drops it. A leader that fails takes appends again and
+// tries after balanceRetry; after handOffLimit (counted in the
+// controller's memory) the controller moves it at once and logs a
+// warning: a decommission never hangs on a follower that cannot keep up,
+// or on a leader running an older Peat. Once it holds no replica the
+// controller demotes a draining voter to non-voter (it follows the state,
+// so its clients' publishes are still forwarded right) if the voters
+// left alive stay a majority of those remaining (rules.QuorumWithout); a
+// draining controller first hands Raft's leadership over. Status shows
+// the member "draining", then "drained": the operator stops it, Serf
+// reports it failed, and the controller submits RemoveBroker and forgets
+// it as above.
+
 // control is what one term of the controller remembers between passes.
 type control struct {
 	// failedSince is when this controller first saw each broker failed:

@@ -13,6 +13,48 @@ import (
 	"github.com/peatmq/peat/logstore"
 )
 
+// Replica fetch: the follower's side here, the leader's in
+// replica_leader.go, the connections in replica_server.go.
+//
+// Kafka's rules, on logstore's replica seams (its store runs with
+// ManualCommit). A Server answers, one goroutine per connection, for the
+// streams this node leads; each has a Leader, created with the
+// controller's leader epoch and ISR. A Fetcher on a follower:
+//
+//  1. asks the leader where the leader's log of its own latest epoch ends
+//     (an EpochRequest) and truncates where rules.TruncateTo says, so no
+//     record the leader lacks survives a leader change;
+//  2. fetches "everything after my offset" (its log end), with the leader
+//     epoch it believes in (older: FencedLeaderEpoch, it stops; newer:
+//     the leader has not heard yet, it retries) and the watermark it last
+//     heard; appends the leader's record values unchanged (AppendReplica
+//     checks each checksum against its offset) and moves its watermark to
+//     the leader's, capped at its own log end;
+//  3. below the leader's log start it starts over there (ResetTo); above
+//     its log end it truncates as in 1.
+//
+// The leader answers at once when it has records past the offset or a
+// watermark above the one the follower heard, else holds the fetch up to
+// MaxWait (the long poll: followers learn new records and the watermark
+// without polling). Each fetch tells the leader the follower's log end,
+// which its rules.Tracker keeps: the watermark, laggards and joiners are
+// the rules package's (rules/doc.go, "The watermark and the ISR").
+//
+// An acks=all acknowledgement waits for the slowest ISR member's fsync.
+// Two things keep that to about one fsync rather than four in a row: the
+// leader serves a group commit while it is still writing it (logstore's
+// early shipping: the follower appends and fsyncs beside the leader; the
+// watermark still counts only the leader's durable end, and a fetch's
+// offset may be up to ShipEnd), and a watermark move is published without
+// a write of its own on leader and follower alike (logstore persists it
+// lazily). BenchmarkLog_AcksAll measures it (scripts/bench-results/
+// cluster.md).
+//
+// The protocol (cluster/wire) is length-prefixed frames of msgpack arrays
+// with typed error codes; its doc draws them. Fetchers take a Dialer, so
+// tests run replication over cluster/faultnet, an in-process network that
+// delays, cuts, partitions and drops links.
+
 // Fetcher defaults.
 const (
 	DefaultFetchMaxWait = 500 * time.Millisecond

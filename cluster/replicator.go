@@ -11,6 +11,40 @@ import (
 	"github.com/peatmq/peat/logstore"
 )
 
+// The Replicator.
+//
+// One goroutine per node watches the state (the FSM every node applies):
+// for each stream it holds a replica of, it runs a Leader (NewLeader sets
+// the stream's leader epoch in logstore before any append) while the state
+// names it leader, else a Fetcher from the leader the state names, which
+// truncates to that leader's epoch end first. A change of leader or leader
+// epoch stops the role and starts the new one; an ISR change the
+// controller committed is handed to the Leader (SetISR), never earlier:
+// the watermark never moves on a smaller ISR before the controller agreed.
+// Every quarter of LagMax (replica_lag_max) a leader proposes AlterISR
+// through Submit (rules.ProposeISR: dropping followers not caught up for
+// LagMax, adding those caught up in their current broker epoch); the
+// compare-and-set on leader epoch and version refuses a deposed leader's
+// proposals. After every pass it publishes the Leaders it runs (Leading),
+// which the Log's appends ask. A node leads only once its state has
+// registered its current broker epoch: a restarted node's state, restored
+// from a snapshot, may name it the sole ISR member of a stream that moved
+// on since, and the registration comes after all that (and fences the old
+// incarnation's leaderships).
+//
+// A leader commits (moves its watermark) only while:
+//
+//   - its ISR has at least MinInsyncReplicas members (rules.Tracker; a
+//     leader alone in its ISR commits nothing when the minimum is 2);
+//   - this node's copy of the state still names it leader in its epoch;
+//   - this node is the controller, or heard from it within the Raft
+//     heartbeat timeout (1 s). The controller deposes a leader only after
+//     an election it commits, for a failure Serf needs at least 1.5 s to
+//     declare (the defaults); a leader cut off from it has stopped
+//     committing by then. An asymmetric partition where Serf declares a
+//     node failed while its Raft still hears the controller is not
+//     covered by this argument.
+
 // Replicator defaults.
 const (
 	// DefaultReplicaLagMax is replica_lag_max: how long an ISR member may
@@ -245,7 +279,7 @@ func (r *Replicator) want(st *rules.State, name string) *role {
 	self := r.cfg.Node.ID()
 	// A node outside the replicas follows too, as an observer: its
 	// clients read and publish here, and the leader never counts it
-	// (proposeISR takes replicas only; the watermark is the ISR's).
+	// (rules.ProposeISR takes replicas only; the watermark is the ISR's).
 	if s == nil || s.Leader == "" || r.cfg.Stream(name) == nil {
 		return nil
 	}

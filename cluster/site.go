@@ -16,6 +16,54 @@ import (
 	"github.com/peatmq/peat/logstore"
 )
 
+// A node of a site.
+//
+// StartSite is what `peat serve` runs with a `cluster:` section: the Node,
+// a Server on the transport address, the Replicator and the Log over the
+// node's store (ManualCommit). Every node has the controller create the
+// streams of its configuration once ReplicationFactor brokers are alive
+// (default: the voters, at most 3), on replicas picked from the sorted
+// alive brokers from a place the stream's name decides, so that leaders
+// spread; nodes race harmlessly (a second creation with other replicas
+// is refused with ErrStreamExists). A site with fewer brokers creates it
+// on those it has once every alive member has been registered for
+// siteSettle (5 s; a forming site registers members one by one), with
+// its ReplicationFactor in the state, and the controller adds replicas
+// as brokers join. min_insync_replicas defaults per stream: 2 from 3
+// replicas on, else 1.
+//
+// While it sees no other alive member it joins its Join addresses again
+// every 2 s (Consul's retry_join): a node restarted while the others were
+// down finds them when they are back. Serf's snapshot file keeps the
+// members it knew as well, but is written only as events arrive, so a
+// kill -9 may lose its last lines.
+//
+// Close is a controlled shutdown (HandOver): the node reports itself
+// failed in its own broker epoch through the controller, which fences it
+// at once (out of every ISR, new leaders for its streams), and a
+// controller hands Raft's leadership to another voter; then everything
+// closes. Without it the streams it led would wait for Serf's failure
+// detection before taking publishes again, and acks=all would wait for a
+// follower that has gone.
+//
+// An acks: leader stream's leader has answered records and state writes
+// its followers may not hold yet, and BrokerFailed elects at once. So
+// first, on each such stream it leads with another ISR member (all at
+// once), it drains (Leader.Drain, Log.drainAcksLeader): it refuses
+// appends and state writes with ErrLeaderUnavailable, as while a leader
+// moves (clients resend to the next), waits for those admitted, then
+// until every ISR member, and every joiner the watermark counts, has
+// fetched to its log end and acknowledged its state writes. Waiting for
+// all, not one, leaves the election as it is: it takes the first ISR
+// member in replica order, and each then holds everything answered. A
+// follower that stopped fetching stays in the ISR for replica_lag_max
+// and must not hold the stop: the drain gets 2 s of the hand-over's 5 s;
+// then the leader shrinks the ISR (AlterISR) to the followers at its log
+// end, if some are, so that one of them is elected. With none, it hands
+// over as before, and what it alone held is lost (logged). A follower
+// fetches while the leader waits: the Server and the Replicator close
+// after HandOver. A crash still loses what acks=leader answered.
+
 // SiteConfig is one node's part in a site as `peat serve` runs it: the
 // Node, the Server on TransportListen, the Replicator and the Log, and
 // the streams of the node's configuration, which the controller creates.

@@ -8,6 +8,38 @@ import (
 	"github.com/peatmq/peat/cluster/rules"
 )
 
+// The operator's view (here, metrics.go, leader_status.go).
+//
+// Site.Status is one node's view, made on request: its id, broker epoch,
+// role, the controller it knows and Raft's voters and non-voters; Serf's
+// members with their state and tags; per stream the controller's state
+// (leader, leader epoch, version, replicas, ISR, under-replicated when the
+// ISR is smaller than the replicas), this node's replica's high
+// watermark and log end, and, on the node leading it, each replica's log
+// end and lag in records as the Leader last heard them (Leader.Positions,
+// under the Leader's lock; a replica that has not fetched from this
+// leader counts as 0, as the watermark counts it). GET /api/v1/cluster
+// serves it.
+//
+// CaughtUp (/readyz) is false while no controller is known, while the
+// controller has not registered this run's broker epoch (a restarted node
+// whose state still shows its old standing), or while the node is a
+// replica of a stream outside its ISR; the reason names which.
+//
+// Collector reads Status at scrape time, so a series goes with its
+// stream or replica and nothing is counted twice:
+// peat_cluster_members{state}, peat_cluster_is_controller,
+// peat_cluster_caught_up, peat_stream_isr_size, peat_stream_replicas,
+// peat_stream_under_replicated, peat_replica_lag_records{stream,replica}
+// (on the leader only), peat_cluster_leader_elections_total{stream} (the
+// stream's leader epoch: every change of leader since its creation, as
+// the agreed state counts them, the same on every node and across
+// restarts) and peat_cluster_controller_changes_total. The last is this
+// node's own count: StartSite registers a raft observer of leader
+// changes and counts each new (controller, Raft term), so a follower
+// that loses the leader for a heartbeat and hears it again in the same
+// term counts nothing; it starts at the first controller this run knows.
+
 // SiteStatus is one node's view of its site, for operators: who is a
 // member, who is controller, and how each stream's replicas stand. It is
 // what GET /api/v1/cluster answers, and what the metrics read.

@@ -13,6 +13,19 @@ import (
 	"github.com/peatmq/peat/cluster/wire"
 )
 
+// Commands from any node.
+//
+// Node.Submit has a command committed wherever the controller runs: applied
+// locally on the controller, else sent as a CommandRequest frame (cluster/
+// wire) to the Server of the node Raft names leader, at the cluster
+// address its Serf tags advertise. The receiver applies it only if it is
+// the controller in at least the submitter's Raft term (a deposed
+// controller answers NotController, naming the one it knows) and the
+// submitter's broker epoch is not older than the state's. NotController,
+// no known controller and lost connections are retried with backoff until
+// the context ends; the state machine's refusal comes back as the same
+// typed error (ErrStaleVersion, ...), by an index into a table.
+
 // refusals is the table a CommandResponse's Refusal indexes: the state
 // machine's reasons, so that a submitter gets the same typed error as the
 // controller (errors.Is). Append only: the index is on the wire.

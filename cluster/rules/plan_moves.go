@@ -20,16 +20,16 @@ import (
 //     never the leader, the dead and those outside the ISR first, then
 //     the last in replica order, so the ISR keeps every member it can;
 //   - a leaving broker leaves a stream's replicas only once every alive
-//     replica it keeps is in the ISR (the new ones have caught up), so
-//     the stream never has fewer in sync than before the move. A removed
+//     replica it keeps is in the ISR (the new ones have caught up), so the
+//     stream never has fewer in sync than before the move. A removed
 //     broker (dead) goes anyway when no broker is left to move to; a
-//     draining one (alive, in the ISR) only once the stream has its
-//     factor on kept replicas that are all alive and in sync: a
-//     decommission is never an under-replicated moment, and waits for a
-//     broker (or a lower factor) when one it counted on has gone. If it
-//     leads, the first kept ISR member takes over in the same command,
-//     except while hold(stream) says its leader (alive: draining or a
-//     move's source) hands over itself first (acks: leader, cluster.Log.leaveLeads);
+//     draining one (alive, in the ISR) only once the stream has its factor
+//     on kept replicas that are all alive and in sync: a decommission is
+//     never an under-replicated moment, and waits for a broker (or a lower
+//     factor) when one it counted on has gone. If it leads, the first kept
+//     ISR member takes over in the same command, except while hold(stream)
+//     says its leader (alive: draining or a move's source) hands over
+//     itself first (acks: leader, cluster.Log.leaveLeads);
 //   - a replica a rebalance moves (Stream.Moves) leaves as a draining
 //     broker's does, the move's target added in its place rather than
 //     the least loaded broker.
