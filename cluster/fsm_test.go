@@ -57,30 +57,12 @@ func (ft *fsmT) ok(c rules.Command) {
 	}
 }
 
-func (ft *fsmT) refused(c rules.Command, want error) {
-	ft.tb.Helper()
-	if err := ft.apply(c); !errors.Is(err, want) {
-		ft.tb.Fatalf("Apply(%#v) = %v, want %v", c, err, want)
-	}
-}
-
-func (ft *fsmT) stream(name string) *rules.Stream {
-	ft.tb.Helper()
-	s, _ := ft.f.State()
-	st := s.Streams[name]
-	if st == nil {
-		ft.tb.Fatalf("no stream %q", name)
-	}
-	return st
-}
-
 // want checks a stream's leader, ISR, leader epoch and version.
 func (ft *fsmT) want(name, leader string, isr []string, epoch uint32, version uint64) {
 	ft.tb.Helper()
-	st := ft.stream(name)
-	if st.Leader != leader || !slices.Equal(st.ISR, isr) || st.LeaderEpoch != epoch || st.Version != version {
-		ft.tb.Fatalf("%s: leader %q ISR %v epoch %d version %d; want %q %v %d %d",
-			name, st.Leader, st.ISR, st.LeaderEpoch, st.Version, leader, isr, epoch, version)
+	st, _ := ft.f.State()
+	if s := st.Streams[name]; s == nil || s.Leader != leader || !slices.Equal(s.ISR, isr) || s.LeaderEpoch != epoch || s.Version != version {
+		ft.tb.Fatalf("%s: %+v; want leader %q, ISR %v, epoch %d, version %d", name, s, leader, isr, epoch, version)
 	}
 }
 
