@@ -56,7 +56,7 @@
 //  4. A leader commits only while its ISR has min_insync_replicas
 //     members, its state still names it leader in its epoch, and it is
 //     the controller or heard from it within the Raft heartbeat timeout
-//     (replica_leader.go, replicator.go's currentLeader): a leader cut
+//     (replica_leader.go, rules.MayCommit from replicator.go): a leader cut
 //     off from the site stops committing before the controller deposes
 //     it.
 //  5. An ISR change reaches a Leader only once the controller committed

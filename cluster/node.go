@@ -183,7 +183,7 @@ func (n *Node) IsController() bool { return n.raft.State() == raft.Leader }
 // have been deposed without knowing it, so what acts as the leader
 // outside the log (a site's sinks) stops too.
 func (n *Node) HearsController() bool {
-	return n.IsController() || time.Since(n.raft.LastContact()) < n.cfg.HeartbeatTimeout
+	return rules.InTouch(n.IsController(), time.Since(n.raft.LastContact()), n.cfg.HeartbeatTimeout)
 }
 
 // Members returns Serf's view of the site.

@@ -254,21 +254,15 @@ func (r *Replicator) Leading(stream string) (*Leader, <-chan struct{}) {
 	return r.leading.leaders[stream], r.leading.changed
 }
 
-// currentLeader is a Leader's fence: it commits only while this node's
-// copy of the state still names it leader in epoch, and this node is the
-// controller or heard from it within the controller's heartbeat timeout.
-// The controller deposes a leader only after Serf's failure detection
-// (1.5 s at least with the defaults) or an election it commits; a leader
-// cut off from it stops committing after the heartbeat timeout (1 s), and
-// one that hears the new state stops at once.
+// currentLeader is a Leader's fence (rules.MayCommit on this node's
+// state and HearsController): a leader cut off from the
+// controller stops committing after the heartbeat timeout (1 s), before
+// Serf's failure detection (1.5 s at least with the defaults) lets the
+// controller depose it, and one that hears the new state stops at once.
 func (r *Replicator) currentLeader(name string, epoch uint32) func() bool {
 	n := r.cfg.Node
 	return func() bool {
-		s := n.View().Streams[name]
-		if s == nil || s.Leader != n.ID() || s.LeaderEpoch != epoch {
-			return false
-		}
-		return n.IsController() || time.Since(n.raft.LastContact()) < n.cfg.HeartbeatTimeout
+		return rules.MayCommit(n.View(), name, n.ID(), epoch, n.HearsController())
 	}
 }
 

@@ -119,6 +119,12 @@
 // replicas still in the broker epoch they caught up in. The controller
 // applies it only under rule 3 of the state.
 //
+// MayCommit is a leader's fence: it moves its watermark only while the
+// state names it leader in its epoch and it is InTouch with the
+// controller (the controller, or heard from it within the heartbeat
+// timeout, shorter than Serf takes to declare it failed), so a leader cut
+// off from the site stops committing before it is deposed.
+//
 // TruncateTo is where a follower truncates before it fetches from a new
 // leader (KIP-101/279): at the lower of the leader's end of the epoch it
 // answered with and its own end of that epoch, so no record the leader

@@ -1,6 +1,9 @@
 package rules
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // ProposeISR is the AlterISR that self, leading stream name in leader
 // epoch epoch, should ask the controller for now, if any, and the
@@ -36,4 +39,23 @@ func ProposeISR(st *State, name, self string, epoch uint32, laggards []string, j
 		return AlterISR{}, nil, false
 	}
 	return AlterISR{Name: name, Leader: self, LeaderEpoch: s.LeaderEpoch, Version: s.Version, ISR: isr}, added, true
+}
+
+// MayCommit reports whether self, leading stream name in leader epoch
+// epoch, may still move its watermark: st still names it leader in that
+// epoch, and it is in touch with the controller (InTouch).
+func MayCommit(st *State, name, self string, epoch uint32, inTouch bool) bool {
+	s := st.Streams[name]
+	return s != nil && s.Leader == self && s.LeaderEpoch == epoch && inTouch
+}
+
+// InTouch reports whether a node is the controller, or heard from it
+// sinceContact ago, less than the heartbeat timeout. The controller
+// deposes a leader only after an election it commits, for a failure Serf
+// takes longer than that to declare, so a leader cut off from it stops
+// committing (MayCommit), and acting as leader outside the log, before it
+// is deposed. (A partition in which Serf declares a node failed while its
+// Raft still hears the controller is not covered by this argument.)
+func InTouch(controller bool, sinceContact, heartbeat time.Duration) bool {
+	return controller || sinceContact < heartbeat
 }
