@@ -3,8 +3,6 @@ package cluster
 import (
 	"context"
 	"log/slog"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -76,33 +74,14 @@ type control struct {
 }
 
 // replaceDue removes brokers failed for longer than ReplaceAfter
-// (RemoveBroker), and returns when the next one is due (zero: none).
+// (rules.PlanReplacements), and returns when the next one is due (zero:
+// none).
 func (n *Node) replaceDue(ctx context.Context, ctl *control, st *rules.State, now time.Time) (next time.Time) {
 	if n.cfg.ReplaceAfter <= 0 {
 		return time.Time{}
 	}
-	for id := range ctl.failedSince {
-		if b := st.Brokers[id]; b == nil || b.Alive || b.Removed {
-			delete(ctl.failedSince, id)
-		}
-	}
-	for _, id := range slices.Sorted(maps.Keys(st.Brokers)) {
-		b := st.Brokers[id]
-		if b.Alive || b.Removed {
-			continue
-		}
-		since, ok := ctl.failedSince[id]
-		if !ok {
-			since = now
-			ctl.failedSince[id] = now
-		}
-		due := since.Add(n.cfg.ReplaceAfter)
-		if now.Before(due) {
-			if next.IsZero() || due.Before(next) {
-				next = due
-			}
-			continue
-		}
+	due, next := rules.PlanReplacements(st, ctl.failedSince, now, n.cfg.ReplaceAfter)
+	for _, id := range due {
 		n.log.Warn("cluster: replacing a broker failed for longer than replace_after", slog.String("member", id),
 			slog.Duration("replace_after", n.cfg.ReplaceAfter))
 		if aerr := n.apply(ctx, rules.RemoveBroker{ID: id}); aerr != nil {
@@ -110,9 +89,7 @@ func (n *Node) replaceDue(ctx context.Context, ctl *control, st *rules.State, no
 			// again, and try after another ReplaceAfter.
 			n.log.Warn("cluster: broker not removed", slog.String("member", id), slog.Any("err", aerr))
 			ctl.failedSince[id] = now
-			if due := now.Add(n.cfg.ReplaceAfter); next.IsZero() || due.Before(next) {
-				next = due
-			}
+			next = earliest(next, now.Add(n.cfg.ReplaceAfter))
 		}
 	}
 	return next

@@ -58,7 +58,7 @@
 // refuses it (ErrBadCommand), as follower its state lacks the change.
 // Every node is upgraded before a new command is used.
 //
-// # Moving replicas (plan_moves.go, rebalance.go, leaders.go)
+// # Moving replicas (plan_moves.go, rebalance.go, replace.go, leaders.go)
 //
 // PlanMoves is the controller's reassignment, Kafka's add first and
 // remove after, one AssignReplicas per stream that needs one:
@@ -89,6 +89,11 @@
 // replicas, all alive, in sync and staying, no move under way), a
 // follower's replica before a leader's. Every step lowers the spread, so
 // planning ends.
+//
+// PlanReplacements is cluster.replace_after: a broker failed for that
+// long, counted in the controller's memory from when it first saw the
+// failure, is removed, so that its replicas move (a new controller, or a
+// clock that jumps, only delays it).
 //
 // PlanLeaders is Kafka's preferred replica election: a stream's first
 // replica not leaving is its preferred leader; once it has been alive,
