@@ -103,38 +103,16 @@ func (n *Node) replaceDue(ctx context.Context, ctl *control, st *rules.State, no
 // older Peat).
 const handOffLimit = 30 * time.Second
 
-// reassign makes the moves rules.PlanMoves asks for on the state now, holding
-// the move of an acks: leader stream whose leader leaves for up to
-// handOffLimit (ctl.heldSince). It returns when the next hold ends (zero:
+// reassign makes the moves rules.PlanMovesHeld asks for on the state now,
+// holding the move of an acks: leader stream whose leader leaves for up
+// to handOffLimit (ctl.heldSince). It returns when the next hold ends (zero:
 // none).
 func (n *Node) reassign(ctx context.Context, ctl *control, now time.Time) (next time.Time, err error) {
 	st, _ := n.fsm.State()
-	held := map[string]time.Time{}
-	hold := func(name string) bool {
-		if n.cfg.AcksLeader == nil || !n.cfg.AcksLeader(name) {
-			return false
-		}
-		since, ok := ctl.heldSince[name]
-		if !ok {
-			since = now
-		}
-		held[name] = since
-		if due := since.Add(handOffLimit); now.Before(due) {
-			next = earliest(next, due)
-			return true
-		}
+	moves, held, next, overdue := rules.PlanMovesHeld(st, n.cfg.AcksLeader, ctl.heldSince, now, handOffLimit)
+	for _, name := range overdue {
 		n.log.Warn("cluster: moving an acks: leader stream's leader at once: it did not hand over (records it acknowledged last may be lost)",
-			slog.String("stream", name), slog.String("leader", st.Streams[name].Leader), slog.Duration("waited", now.Sub(since)))
-		return false
-	}
-	moves := rules.PlanMovesHolding(st, hold)
-	for name, since := range ctl.heldSince {
-		// Not due this pass (a kept replica fell out of the ISR, say)
-		// but its leader still leaving: the count goes on, or a flapping
-		// ISR would hold the decommission forever.
-		if x := st.Streams[name]; held[name].IsZero() && x != nil && (st.Leaving(x.Leader) || x.MovedFrom(x.Leader)) {
-			held[name] = since
-		}
+			slog.String("stream", name), slog.String("leader", st.Streams[name].Leader), slog.Duration("waited", now.Sub(held[name])))
 	}
 	ctl.heldSince = held
 	for _, c := range moves {

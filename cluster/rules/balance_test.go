@@ -240,3 +240,33 @@ func TestPlanMoves_DrainHoldsAcksLeaderLeader(t *testing.T) {
 		t.Fatalf("moves once a has handed over: %v", moves)
 	}
 }
+
+// A leaving acks: leader leader is waited for up to the limit, counted
+// from when its stream was first held, and the count goes on while its
+// leader is still leaving; after that the stream moves at once.
+func TestPlanMovesHeld(t *testing.T) {
+	ft := newFSMT(t, "a", "b", "c", "d")
+	ft.ok(CreateStream{Name: "held", Replicas: []string{"a", "b", "c", "d"}, ReplicationFactor: 3})
+	ft.ok(DrainBroker{ID: "a"})
+	st, _ := ft.f.State()
+	acksLeader := func(name string) bool { return name == "held" }
+	t0, limit := time.Unix(1000, 0), 30*time.Second
+
+	moves, held, next, overdue := PlanMovesHeld(st, acksLeader, nil, t0, limit)
+	if len(moves) != 0 || !held["held"].Equal(t0) || !next.Equal(t0.Add(limit)) || overdue != nil {
+		t.Fatalf("first pass: moves %v, held %v, next %v, overdue %v", moves, held, next, overdue)
+	}
+	// A pass that does not hold it (b fell out of the ISR) keeps the count.
+	ft.ok(AlterISR{Name: "held", Leader: "a", LeaderEpoch: 1, Version: 1, ISR: []ISRMember{{"a", 1}, {"c", 1}, {"d", 1}}})
+	st2, _ := ft.f.State()
+	if _, held2, _, _ := PlanMovesHeld(st2, acksLeader, held, t0.Add(time.Second), limit); !held2["held"].Equal(t0) {
+		t.Fatalf("count not kept: %v", held2)
+	}
+	moves, held, next, overdue = PlanMovesHeld(st, acksLeader, held, t0.Add(limit), limit)
+	if len(moves) != 1 || slices.Contains(moves[0].Replicas, "a") || !slices.Equal(overdue, []string{"held"}) || !next.IsZero() {
+		t.Fatalf("after the limit: moves %v, overdue %v, next %v", moves, overdue, next)
+	}
+	if moves, _, _, _ := PlanMovesHeld(st, nil, nil, t0, limit); len(moves) != 1 {
+		t.Fatalf("acks=all: moves %v, want the move at once", moves)
+	}
+}

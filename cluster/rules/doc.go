@@ -77,9 +77,9 @@
 //     to move to; a draining one, or a move's source, only once the
 //     stream has its factor on kept replicas all alive and in sync: a
 //     decommission is never an under-replicated moment. If it leads, the
-//     first kept ISR member takes over in the same command, unless
-//     PlanMovesHolding's hold says its leader (acks: leader) hands over
-//     itself first.
+//     first kept ISR member takes over in the same command, unless its
+//     leader (acks: leader) hands over itself first: PlanMovesHeld holds
+//     that step for up to a limit, counted while the leader is leaving.
 //  4. An offline stream (no leader to copy from) is left alone.
 //
 // PlanRebalance spreads replicas over the brokers that may hold them

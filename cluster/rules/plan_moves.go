@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"hash/fnv"
 	"slices"
+	"time"
 )
 
 // PlanMoves is the controller's replica moves on st, without I/O, one
@@ -198,4 +199,43 @@ func PickReplicas(name string, alive []string, rf int) []string {
 		out = append(out, alive[(start+i)%len(alive)])
 	}
 	return out
+}
+
+// PlanMovesHeld is PlanMoves holding, for up to limit, the step that
+// drops the leaving leader of a stream that handsOver (acks: leader: its
+// leader may have answered records no follower has, so it elects a kept
+// ISR member itself first). heldSince is when each stream was first
+// held; held is the new count to keep: a stream's count goes on while its
+// leader is still leaving, even in a pass that does not hold it (a kept
+// replica fell out of the ISR, say), or a flapping ISR would hold a
+// decommission forever. next is when the first hold ends (zero: none);
+// overdue are the streams held for limit already, moved at once now.
+func PlanMovesHeld(st *State, handsOver func(stream string) bool, heldSince map[string]time.Time, now time.Time,
+	limit time.Duration) (moves []AssignReplicas, held map[string]time.Time, next time.Time, overdue []string) {
+	held = map[string]time.Time{}
+	hold := func(name string) bool {
+		if handsOver == nil || !handsOver(name) {
+			return false
+		}
+		since, ok := heldSince[name]
+		if !ok {
+			since = now
+		}
+		held[name] = since
+		if due := since.Add(limit); now.Before(due) {
+			if next.IsZero() || due.Before(next) {
+				next = due
+			}
+			return true
+		}
+		overdue = append(overdue, name)
+		return false
+	}
+	moves = PlanMovesHolding(st, hold)
+	for name, since := range heldSince {
+		if x := st.Streams[name]; held[name].IsZero() && x != nil && (st.Leaving(x.Leader) || x.MovedFrom(x.Leader)) {
+			held[name] = since
+		}
+	}
+	return moves, held, next, overdue
 }
