@@ -228,13 +228,13 @@ func (n *Node) reconcileAll(ctx context.Context) error {
 		}
 		m := memberOf(sm)
 		inSerf[m.ID] = true
-		b := state.Brokers[m.ID]
-		if b != nil && b.Removed && (sm.Status != serf.StatusAlive || len(state.ReplicaOf(m.ID)) > 0) {
-			// Gone for good; one that comes back once its replicas have
-			// moved registers as a new broker (RegisterBroker).
+		alive := sm.Status == serf.StatusAlive
+		if rules.Forget(state, m.ID, alive) {
 			errs = append(errs, n.forgetRemoved(m.ID, &sm, inRaft))
 			continue
 		}
+		b := state.Brokers[m.ID]
+		c := rules.MemberCommand(state, m.ID, m.Epoch, alive)
 		switch sm.Status {
 		case serf.StatusAlive:
 			if b != nil && b.Draining {
@@ -248,17 +248,17 @@ func (n *Node) reconcileAll(ctx context.Context) error {
 				m.Voter = false
 			}
 			errs = append(errs, n.addServer(m, inRaft))
-			if m.Epoch != 0 && (b == nil || b.Epoch != m.Epoch || !b.Alive) {
-				errs = append(errs, n.apply(ctx, rules.RegisterBroker{ID: m.ID, Epoch: m.Epoch}))
+			if c != nil {
+				errs = append(errs, n.apply(ctx, c))
 			}
 		case serf.StatusFailed, serf.StatusLeft:
-			if b != nil && b.Alive && b.Epoch == m.Epoch {
-				errs = append(errs, n.apply(ctx, rules.BrokerFailed{ID: m.ID, Epoch: m.Epoch}))
+			if c != nil {
+				errs = append(errs, n.apply(ctx, c))
 			}
 			if sm.Status == serf.StatusLeft {
 				errs = append(errs, n.removeServer(m.ID, inRaft))
 			}
-			if b != nil && b.Draining && !b.Alive && len(state.ReplicaOf(m.ID)) == 0 {
+			if rules.Drained(state, m.ID) {
 				// Drained and stopped: gone for good (forgetRemoved next).
 				n.log.Info("cluster: drained member stopped: removing it", slog.String("member", m.ID))
 				errs = append(errs, n.apply(ctx, rules.RemoveBroker{ID: m.ID}))

@@ -4,7 +4,7 @@
 // cluster runs the loops that talk to all of those and calls in here
 // with what they saw and the time.
 //
-// # The controller's state (state.go, commands.go, delete.go, rebalance.go)
+// # The controller's state (state.go, commands.go, delete.go, rebalance.go, members.go)
 //
 // State holds each broker's epoch and liveness and each stream's
 // replicas, leader, ISR, leader epoch and version. A Command changes it:
@@ -49,6 +49,12 @@
 //     incarnation deleted (State.Deleted; Stream.Created counts
 //     creations), refused while a broker not removed lists the stream in
 //     its configuration (ListStreams): it would create it again.
+//
+// The controller turns Serf's view of each member into commands
+// (members.go): MemberCommand registers an alive member the state does
+// not have alive in its epoch and reports failed one the state has alive
+// in its epoch; Drained names a decommissioned broker that stopped
+// (RemoveBroker), Forget a removed one that leaves Raft and Serf.
 //
 // Raft entries are one kind byte, then the command as msgpack
 // (EncodeCommand); snapshots are the State as msgpack (EncodeState).
