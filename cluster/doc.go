@@ -63,7 +63,7 @@
 //     it (replicator.go, SetISR): the watermark never moves on a smaller
 //     ISR the controller has not agreed to.
 //  6. A node leads only once the state registered its current broker
-//     epoch (replicator.go).
+//     epoch (rules.Leader, from replicator.go).
 //  7. No record of an ended leadership lands after the Fetcher that
 //     follows it truncated the log: a Leader admits appends until Close
 //     or Drain begins, and Close waits for them (replica_leader.go).

@@ -266,34 +266,28 @@ func (r *Replicator) currentLeader(name string, epoch uint32) func() bool {
 	}
 }
 
-// want is the role the state gives this node for stream name, nil for
-// none (no replica here, no leader, or the leader's address unknown yet).
+// want is the role the state gives this node for stream name
+// (rules.Leader), nil for none: no replica here, no leader, a leadership
+// of this node the state gives before it registered this incarnation, or
+// the leader's address unknown yet.
 func (r *Replicator) want(st *rules.State, name string) *role {
-	s := st.Streams[name]
 	self := r.cfg.Node.ID()
-	// A node outside the replicas follows too, as an observer: its
-	// clients read and publish here, and the leader never counts it
-	// (rules.ProposeISR takes replicas only; the watermark is the ISR's).
-	if s == nil || s.Leader == "" || r.cfg.Stream(name) == nil {
+	leader, epoch, ok := rules.Leader(st, name, self, r.cfg.Node.Epoch())
+	if !ok {
 		return nil
 	}
-	if s.Leader == self {
-		// A restarted node's state may predate its registration, which
-		// fences the old incarnation's leaderships: a snapshot naming it
-		// the sole ISR member of a stream that has moved on since would
-		// let it acknowledge records the stream's leader never gets. It
-		// leads once the state shows this incarnation, and so all that
-		// came before it.
-		if b := st.Brokers[self]; b == nil || b.Epoch != r.cfg.Node.Epoch() {
-			return nil
-		}
-		return &role{leader: true, leaderID: self, epoch: s.LeaderEpoch, stream: r.cfg.Stream(name)}
+	stream := r.cfg.Stream(name)
+	if stream == nil {
+		return nil
 	}
-	addr := r.cfg.Node.memberAddr(s.Leader)
+	if leader == self {
+		return &role{leader: true, leaderID: self, epoch: epoch, stream: stream}
+	}
+	addr := r.cfg.Node.memberAddr(leader)
 	if addr == "" {
 		return nil
 	}
-	return &role{leaderID: s.Leader, epoch: s.LeaderEpoch, addr: addr, stream: r.cfg.Stream(name)}
+	return &role{leaderID: leader, epoch: epoch, addr: addr, stream: stream}
 }
 
 func ended(ro *role) bool {

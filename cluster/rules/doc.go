@@ -130,6 +130,11 @@
 // replicas still in the broker epoch they caught up in. The controller
 // applies it only under rule 3 of the state.
 //
+// Leader is whom a node takes for a stream's leader: itself only once
+// the state registered its current incarnation (a restarted node's state
+// may still name it leader of a stream that moved on since), else the
+// leader the state names, followed by replicas and observers alike.
+//
 // MayCommit is a leader's fence: it moves its watermark only while the
 // state names it leader in its epoch and it is InTouch with the
 // controller (the controller, or heard from it within the heartbeat

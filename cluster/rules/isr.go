@@ -59,3 +59,25 @@ func MayCommit(st *State, name, self string, epoch uint32, inTouch bool) bool {
 func InTouch(controller bool, sinceContact, heartbeat time.Duration) bool {
 	return controller || sinceContact < heartbeat
 }
+
+// Leader is who node self, running in broker epoch brokerEpoch, takes
+// for stream name's leader, and in which leader epoch: self leads (it is
+// the leader), or follows (as a replica or an observer: the watermark
+// counts only the ISR). ok is false when the stream is unknown or has no
+// leader, and when the state names self leader but has not registered
+// this incarnation yet: a restarted node's state may predate its
+// registration, which fences the old incarnation's leaderships, and a
+// snapshot naming it the sole ISR member of a stream that moved on since
+// would let it acknowledge records the stream's leader never gets.
+func Leader(st *State, name, self string, brokerEpoch uint64) (leader string, epoch uint32, ok bool) {
+	s := st.Streams[name]
+	if s == nil || s.Leader == "" {
+		return "", 0, false
+	}
+	if s.Leader == self {
+		if b := st.Brokers[self]; b == nil || b.Epoch != brokerEpoch {
+			return "", 0, false
+		}
+	}
+	return s.Leader, s.LeaderEpoch, true
+}

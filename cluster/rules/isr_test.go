@@ -144,3 +144,34 @@ func TestTracker_Advance(t *testing.T) {
 		t.Fatalf("Positions = %v", p)
 	}
 }
+
+// A node leads what the state gives it only once the state registered
+// its current incarnation; it follows whoever else leads.
+func TestLeader(t *testing.T) {
+	ft := newFSMT(t, "a", "b")
+	ft.ok(CreateStream{Name: "s", Replicas: []string{"a", "b"}})
+	st, _ := ft.f.State()
+	for _, tc := range []struct {
+		name, self string
+		epoch      uint64
+		leader     string
+		ok         bool
+	}{
+		{"s", "a", 1, "a", true}, // leads, registered
+		{"s", "a", 2, "", false}, // restarted, not registered yet
+		{"s", "b", 1, "a", true}, // follows
+		{"s", "c", 9, "a", true}, // an observer follows too
+		{"x", "a", 1, "", false}, // no such stream
+	} {
+		leader, epoch, ok := Leader(st, tc.name, tc.self, tc.epoch)
+		if leader != tc.leader || ok != tc.ok || (ok && epoch != 1) {
+			t.Errorf("%+v: Leader = %q %d %v", tc, leader, epoch, ok)
+		}
+	}
+	ft.ok(BrokerFailed{ID: "a", Epoch: 1})
+	ft.ok(BrokerFailed{ID: "b", Epoch: 1}) // the stream goes offline under b
+	st, _ = ft.f.State()
+	if l, _, ok := Leader(st, "s", "b", 1); ok {
+		t.Fatalf("offline stream led by %q", l)
+	}
+}
