@@ -39,7 +39,7 @@ import (
 // Serf-advertised cluster address, dialled with the Node's dialer (cluster
 // TLS applies), as ProduceRequest frames on one connection per stream and
 // leader epoch. The connection is a pipeline: a writer sends each append
-// as soon as it is made while at most fwdWindow (256) are unanswered, the
+// as soon as it is made while at most fwdWindow are unanswered, the
 // leader's Server reads them without waiting, hands each to its stream's
 // local append in arrival order (so call order on this node is append
 // order on the leader), and writes the answers in the same order, each
