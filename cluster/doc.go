@@ -32,6 +32,7 @@
 //	log_stream.go     stream: appends in call order, reads, the produce path
 //	forward.go        a follower's appends pipelined to the leader
 //	forward_server.go the leader's side of forwarded appends
+//	forward_codec.go  a forwarded append's records on the wire
 //	log_state_*.go    consumer-state replication (leader, follower)
 //	log_claims.go     claims: a group's single consumer, decided by the leader
 //	log_sessions*.go  durable sessions across the site, and their adoption
@@ -40,6 +41,10 @@
 //	site.go           Site: one node of a site, started and handed over
 //	status.go         Status and readiness; metrics.go, leader_status.go
 //	keyring.go, tls.go gossip encryption and mutual TLS
+//	config.go         Config and its defaults; errors.go, the refusals
+//	logging.go        Serf's, memberlist's and Raft's logs into slog
+//	transport.go      Dialer: TCP, or faultnet in tests
+//	rules/            the replication rules, without I/O (its doc lists them)
 //	wire/             the cluster transport's frames (its doc draws them)
 //	faultnet/         an in-process network that delays, cuts and drops
 //	sitetest/         end-to-end tests on real `peat` processes
