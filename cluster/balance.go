@@ -7,7 +7,32 @@ import (
 	"log/slog"
 	"slices"
 	"time"
+
+	"github.com/peatmq/peat/cluster/rules"
 )
+
+// Leader balancing (Kafka's preferred replica election, the rule being
+// rules.PlanLeaders): after a failover, a node that returns is a
+// follower of every stream it led; on the controller, manage elects it
+// again once it has been alive, in the ISR and not leading for
+// Config.LeaderBalanceAfter (cluster.leader_balance_after, 5 min, 0:
+// never), counted in the controller's memory, one stream per pass. The
+// change is the controlled one: the old leader stops committing once its
+// state names another, and the new one, an ISR member, holds everything
+// acknowledged under acks=all; appends in flight on the old leader are
+// refused (clients resend). Streams with acks: leader are moved by their
+// leader itself (handOff), on the same rule counted in its own memory: it
+// drains the stream as a hand-over does, then submits the ElectLeader;
+// if the followers did not catch up, or the election was not made and
+// its state still names it, it takes appends again.
+//
+// A stream's factor comes from the configuration (replication_factor,
+// the stream's or the site's; 0 leaves it): setFactors submits
+// SetReplicationFactor once per run, once this node's registration in
+// its broker epoch is applied (its state is then recent): the node
+// started last wins. "The controller's configuration wins" would flap in
+// a rolling restart that changes it, as the controller moves between
+// nodes with the old and the new value.
 
 // balanceRetry paces manage while it waits for the controller or for
 // this node's registration.
@@ -55,7 +80,7 @@ func (s *Site) manage() {
 
 // setFactors submits SetReplicationFactor for each configured stream
 // whose factor the configuration sets and the state differs from.
-func (s *Site) setFactors(st *State, done map[string]bool) {
+func (s *Site) setFactors(st *rules.State, done map[string]bool) {
 	if b := st.Brokers[s.Node.ID()]; b == nil || b.Epoch != s.Node.Epoch() {
 		return // this node's state may be older than the site's
 	}
@@ -72,7 +97,7 @@ func (s *Site) setFactors(st *State, done map[string]bool) {
 		s.log.Info("cluster: changing a stream's replication factor", slog.String("stream", want.Name),
 			slog.Int("from", x.Want()), slog.Int("to", rf))
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := s.Node.Submit(ctx, SetReplicationFactor{Name: want.Name, ReplicationFactor: rf})
+		err := s.Node.Submit(ctx, rules.SetReplicationFactor{Name: want.Name, ReplicationFactor: rf})
 		cancel()
 		if err != nil {
 			s.log.Warn("cluster: replication factor not changed yet", slog.String("stream", want.Name), slog.Any("err", err))
@@ -107,7 +132,7 @@ type balancer struct {
 // its followers have not fetched yet, which a change made here would
 // lose.
 // It returns when the next stream is due (zero: none).
-func (s *Site) balanceLeaders(b *balancer, st *State, now time.Time) (next time.Time) {
+func (s *Site) balanceLeaders(b *balancer, st *rules.State, now time.Time) (next time.Time) {
 	after := s.cfg.LeaderBalanceAfter
 	if after <= 0 {
 		b.since, b.mine = nil, nil
@@ -125,7 +150,7 @@ func (s *Site) balanceLeaders(b *balancer, st *State, now time.Time) (next time.
 	for _, c := range s.cfg.Streams {
 		acksLeader[c.Name] = c.AcksLeader
 	}
-	elect, due := planLeaders(st, b.since, now, after, func(name string) bool { return acksLeader[name] })
+	elect, due := rules.PlanLeaders(st, b.since, now, after, func(name string) bool { return acksLeader[name] })
 	if elect == nil {
 		return earliest(next, due)
 	}
@@ -149,12 +174,12 @@ func (s *Site) balanceLeaders(b *balancer, st *State, now time.Time) (next time.
 // and state writes refused, every ISR member caught up), then submits
 // the ElectLeader; when either fails it takes appends again. It returns
 // when the next stream is due (zero: none).
-func (s *Site) handOff(b *balancer, st *State, now time.Time, after time.Duration) time.Time {
+func (s *Site) handOff(b *balancer, st *rules.State, now time.Time, after time.Duration) time.Time {
 	if b.mine == nil {
 		b.mine = map[string]time.Time{}
 	}
 	self := s.Node.ID()
-	elect, next := planLeaders(st, b.mine, now, after, func(name string) bool {
+	elect, next := rules.PlanLeaders(st, b.mine, now, after, func(name string) bool {
 		return st.Streams[name].Leader != self || !s.Log.acksLeader(name)
 	})
 	if elect == nil {
@@ -181,7 +206,7 @@ var (
 // stream as a hand-over does (drain: appends and state writes refused,
 // every ISR member caught up), then submits elect; when either fails it
 // takes appends again (Leader.Resume).
-func (l *Log) electDrained(elect ElectLeader) error {
+func (l *Log) electDrained(elect rules.ElectLeader) error {
 	ld, _ := l.rep.Leading(elect.Name)
 	if ld == nil {
 		return errNotLeading
@@ -206,7 +231,7 @@ func (l *Log) electDrained(elect ElectLeader) error {
 
 // leaveLeads hands over the acks: leader streams this node leads and is
 // leaving (its broker draining, or a move's source), which the
-// controller holds for it (planMovesHolding): once the controller would
+// controller holds for it (rules.PlanMovesHolding): once the controller would
 // drop its replica (the kept replicas caught up), it elects the first
 // kept, alive ISR member after a drain (electDrained), so nothing it
 // acknowledged is lost; the controller then drops it. A stream it failed
@@ -216,7 +241,7 @@ func (l *Log) electDrained(elect ElectLeader) error {
 func (l *Log) leaveLeads(tried map[string]time.Time, now time.Time) (next time.Time) {
 	st, _ := l.node.State()
 	self := l.node.ID()
-	for _, c := range planMoves(st) {
+	for _, c := range rules.PlanMoves(st) {
 		x := st.Streams[c.Name]
 		if x.Leader != self || slices.Contains(c.Replicas, self) || !l.acksLeader(c.Name) {
 			continue
@@ -225,11 +250,11 @@ func (l *Log) leaveLeads(tried map[string]time.Time, now time.Time) (next time.T
 			next = earliest(next, due)
 			continue
 		}
-		i := slices.IndexFunc(c.Replicas, func(r string) bool { return x.InISR(r) && st.alive(r) })
+		i := slices.IndexFunc(c.Replicas, func(r string) bool { return x.InISR(r) && st.Alive(r) })
 		if i < 0 {
 			continue
 		}
-		elect := ElectLeader{Name: c.Name, Preferred: c.Replicas[i]}
+		elect := rules.ElectLeader{Name: c.Name, Preferred: c.Replicas[i]}
 		if err := l.electDrained(elect); err != nil {
 			tried[c.Name] = now
 			next = earliest(next, now.Add(balanceRetry))
@@ -266,46 +291,4 @@ func earliest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// planLeaders is balanceLeaders' rule, without I/O: the first stream (in
-// name order) whose preferred replica has been eligible since at least
-// after, and when the next one is due. since is updated: a stream enters
-// it when its preferred replica is first seen eligible, and leaves it
-// when it is not.
-func planLeaders(st *State, since map[string]time.Time, now time.Time, after time.Duration,
-	skip func(string) bool) (elect *ElectLeader, next time.Time) {
-	for _, name := range st.streamNames() {
-		x := st.Streams[name]
-		p := preferredLeader(st, x)
-		if p == "" || x.Leader == "" || x.Leader == p || !st.alive(p) || !x.InISR(p) || skip(name) {
-			delete(since, name)
-			continue
-		}
-		t, ok := since[name]
-		if !ok {
-			t = now
-			since[name] = now
-		}
-		due := t.Add(after)
-		if !now.Before(due) && elect == nil {
-			elect = &ElectLeader{Name: name, Preferred: p}
-			continue
-		}
-		if next.IsZero() || due.Before(next) {
-			next = due
-		}
-	}
-	return elect, next
-}
-
-// preferredLeader is the stream's first replica that is not leaving the
-// site ("" for none).
-func preferredLeader(st *State, x *Stream) string {
-	for _, r := range x.Replicas {
-		if !st.leaving(r) {
-			return r
-		}
-	}
-	return ""
 }

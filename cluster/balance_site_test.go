@@ -7,9 +7,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/peatmq/peat/cluster/rules"
 )
 
-func defaultStream(n *testNode) *Stream {
+func defaultStream(n *testNode) *rules.Stream {
 	st, _ := n.Node.State()
 	return st.Streams["default"]
 }
@@ -151,7 +153,7 @@ func TestSite_RemoveLiveNode(t *testing.T) {
 // waits until every node is registered and the default stream has a full
 // ISR; ready, when not nil, must also hold of the stream (given the
 // voters). It returns the voters, then n4.
-func threeVotersAndSpare(t *testing.T, ready func(s *Stream, voters []*testNode) bool) (all []*testNode) {
+func threeVotersAndSpare(t *testing.T, ready func(s *rules.Stream, voters []*testNode) bool) (all []*testNode) {
 	t.Helper()
 	site := newTestSite(t, siteOpts{RF: 3})
 	nodes := slices.Clone(site.nodes)
@@ -172,7 +174,7 @@ func threeVotersAndSpare(t *testing.T, ready func(s *Stream, voters []*testNode)
 func testRemoveLiveNode(t *testing.T, ofLeader bool) {
 	var leader string
 	var replicas []string
-	all := threeVotersAndSpare(t, func(s *Stream, _ []*testNode) bool {
+	all := threeVotersAndSpare(t, func(s *rules.Stream, _ []*testNode) bool {
 		leader, replicas = s.Leader, s.Replicas
 		return true
 	})
@@ -355,7 +357,7 @@ func leaderBalancing(t *testing.T, acksLeader bool) {
 // removed node (drained, then stopped) cannot be kept.
 func TestSite_KeepNodeEndsADrain(t *testing.T) {
 	var victim *testNode
-	all := threeVotersAndSpare(t, func(s *Stream, voters []*testNode) bool {
+	all := threeVotersAndSpare(t, func(s *rules.Stream, voters []*testNode) bool {
 		// A voter holding a replica, not the controller: of the three
 		// replicas at least two are voters, at most one the controller.
 		for _, n := range voters {

@@ -9,14 +9,10 @@ import (
 	"time"
 )
 
-// Membership and controller timings. The probe defaults had a dead node
-// out of the controller's state in 2.25-2.5 s on loopback (doc.go;
-// memberlist: a probe every interval, a suspicion of SuspicionMult
-// intervals, shortened by the other members' confirmations); a member has
-// 1.5 s to refute a false suspicion.
-// Serf's LAN defaults (1 s, 500 ms, 4) took 5.1-5.6 s here; 200 ms, 100 ms,
-// 2 took 0.6-0.9 s but leave ~400 ms to refute (FACTS.md). Wi-Fi, with its
-// retransmits and power saving, needs Serf's defaults.
+// Membership and controller timings (membership.go;
+// measured in scripts/bench-results/cluster.md): a member has 1.5 s to
+// refute a false suspicion. Wi-Fi, with its retransmits and power saving,
+// needs Serf's defaults.
 const (
 	DefaultProbeInterval      = 500 * time.Millisecond
 	DefaultProbeTimeout       = 250 * time.Millisecond

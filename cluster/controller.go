@@ -11,7 +11,35 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/hashicorp/serf/serf"
+	"github.com/peatmq/peat/cluster/rules"
 )
+
+// The controller.
+//
+// Serf is only eventually consistent: it cannot keep two nodes from both
+// acting as controller after a partition. The controller is therefore the
+// hashicorp/raft leader among the voters (1, 3 or 5), the Consul pattern:
+//
+//   - Voters with no Raft state bootstrap once BootstrapExpect of them are
+//     alive in Serf, all with the same configuration (the alive voters in
+//     id order). A node added to a running site has BootstrapExpect 0.
+//   - The leader runs leaderLoop: after a Barrier (every earlier entry
+//     applied) it reconciles Serf's members with the Raft configuration
+//     and the state, at once, on every member event and every
+//     ReconcileInterval. An alive voter outside the configuration is added
+//     as a voter, a broker as a non-voter (it follows the state without
+//     voting); an alive member in a new epoch is registered; a failed or
+//     departed one is reported failed, which takes it out of every ISR at
+//     once; one that left gracefully or was reaped leaves the
+//     configuration. A failed voter stays in it, as in Consul: removing it
+//     would shrink the quorum on a guess; one removed for good
+//     (reassign.go) leaves it.
+//   - Raft's log and stable store are a RaftStore in the node's own Badger
+//     database (logstore's key-value space: no second storage engine);
+//     snapshots use raft's file snapshot store.
+//
+// Raft's timings default to raft's (1 s heartbeat and election timeouts,
+// 500 ms lease; pre-vote on, as raft v1.7 has it).
 
 const (
 	raftMaxPool      = 3
@@ -200,13 +228,13 @@ func (n *Node) reconcileAll(ctx context.Context) error {
 		}
 		m := memberOf(sm)
 		inSerf[m.ID] = true
-		b := state.Brokers[m.ID]
-		if b != nil && b.Removed && (sm.Status != serf.StatusAlive || len(state.replicaOf(m.ID)) > 0) {
-			// Gone for good; one that comes back once its replicas have
-			// moved registers as a new broker (RegisterBroker).
+		alive := sm.Status == serf.StatusAlive
+		if rules.Forget(state, m.ID, alive) {
 			errs = append(errs, n.forgetRemoved(m.ID, &sm, inRaft))
 			continue
 		}
+		b := state.Brokers[m.ID]
+		c := rules.MemberCommand(state, m.ID, m.Epoch, alive)
 		switch sm.Status {
 		case serf.StatusAlive:
 			if b != nil && b.Draining {
@@ -214,26 +242,26 @@ func (n *Node) reconcileAll(ctx context.Context) error {
 				// its replicas have moved (the quorum keeps its tolerance
 				// meanwhile), a non-voter that follows the state while it
 				// still serves (remove.go).
-				if len(state.replicaOf(m.ID)) == 0 {
+				if len(state.ReplicaOf(m.ID)) == 0 {
 					errs = append(errs, n.demoteDraining(m, inRaft))
 				}
 				m.Voter = false
 			}
 			errs = append(errs, n.addServer(m, inRaft))
-			if m.Epoch != 0 && (b == nil || b.Epoch != m.Epoch || !b.Alive) {
-				errs = append(errs, n.apply(ctx, RegisterBroker{ID: m.ID, Epoch: m.Epoch}))
+			if c != nil {
+				errs = append(errs, n.apply(ctx, c))
 			}
 		case serf.StatusFailed, serf.StatusLeft:
-			if b != nil && b.Alive && b.Epoch == m.Epoch {
-				errs = append(errs, n.apply(ctx, BrokerFailed{ID: m.ID, Epoch: m.Epoch}))
+			if c != nil {
+				errs = append(errs, n.apply(ctx, c))
 			}
 			if sm.Status == serf.StatusLeft {
 				errs = append(errs, n.removeServer(m.ID, inRaft))
 			}
-			if b != nil && b.Draining && !b.Alive && len(state.replicaOf(m.ID)) == 0 {
+			if rules.Drained(state, m.ID) {
 				// Drained and stopped: gone for good (forgetRemoved next).
 				n.log.Info("cluster: drained member stopped: removing it", slog.String("member", m.ID))
-				errs = append(errs, n.apply(ctx, RemoveBroker{ID: m.ID}))
+				errs = append(errs, n.apply(ctx, rules.RemoveBroker{ID: m.ID}))
 			}
 		}
 	}
@@ -289,7 +317,7 @@ func (n *Node) removeServer(id string, inRaft map[string]raft.Server) error {
 
 // apply is Apply for the controller's own commands: a refusal by the
 // state machine (a stale epoch, say) is logged, not an error of the loop.
-func (n *Node) apply(ctx context.Context, c Command) error {
+func (n *Node) apply(ctx context.Context, c rules.Command) error {
 	err := n.Apply(ctx, c)
 	var refused bool
 	for _, r := range []error{ErrStaleBrokerEpoch, ErrUnknownBroker} {

@@ -2,117 +2,58 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"time"
 
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
 
-// Deleting a stream from a site (doc.go, "Deleting a stream").
-
-// Command kinds of deletion, apart from commands.go's sequence so that
-// commands added there meanwhile keep their numbers.
-const (
-	kindDeleteStream byte = 32 + iota
-	kindListStreams
-)
-
-// DeleteStream removes stream Name from the state and leaves a tombstone
-// (State.Deleted) naming the incarnation deleted: every node deletes its
-// copy when it applies it, or when it is back. Created, when not 0, must
-// be the stream's current incarnation (a stream created again since is
-// another stream). Refused while a broker's configuration lists the
-// stream (ErrStreamListed): that broker would create it again at once.
-type DeleteStream struct {
-	Name    string
-	Created uint64
-}
-
-// ListStreams records the streams broker ID, in its broker epoch Epoch,
-// has in its configuration (each node submits it when it starts).
-type ListStreams struct {
-	ID    string
-	Epoch uint64
-	Names []string
-}
-
-func (DeleteStream) kind() byte { return kindDeleteStream }
-func (ListStreams) kind() byte  { return kindListStreams }
-
-// ErrStreamListed refuses a DeleteStream while a broker's configuration
-// lists the stream.
-var ErrStreamListed = errors.New("cluster: stream is listed in a node's configuration")
-
-func decodeDeletion(kind byte, b []byte) (Command, bool, error) {
-	switch kind {
-	case kindDeleteStream:
-		c, err := decodeAs[DeleteStream](b)
-		return c, true, err
-	case kindListStreams:
-		c, err := decodeAs[ListStreams](b)
-		return c, true, err
-	}
-	return nil, false, nil
-}
-
-// applyDeletion applies the deletion commands; ok is false for others.
-func (s *State) applyDeletion(c Command) (ok bool, err error) {
-	switch c := c.(type) {
-	case DeleteStream:
-		return true, s.deleteStream(c)
-	case ListStreams:
-		return true, s.listStreams(c)
-	}
-	return false, nil
-}
-
-func (s *State) deleteStream(c DeleteStream) error {
-	st := s.Streams[c.Name]
-	if st == nil || (c.Created != 0 && c.Created != st.Created) {
-		return fmt.Errorf("%w: %s", ErrUnknownStream, c.Name)
-	}
-	var listing []string
-	for _, id := range s.brokerIDs() {
-		if b := s.Brokers[id]; !b.Removed && slices.Contains(b.Lists, c.Name) {
-			listing = append(listing, id)
-		}
-	}
-	if len(listing) > 0 {
-		return fmt.Errorf("%w: %s is in the streams: of %v: remove it there and restart them first "+
-			"(a node that lists it would create it again)", ErrStreamListed, c.Name, listing)
-	}
-	delete(s.Streams, c.Name)
-	if s.Deleted == nil {
-		s.Deleted = map[string]uint64{}
-	}
-	s.Deleted[c.Name] = st.Created
-	return nil
-}
-
-func (s *State) listStreams(c ListStreams) error {
-	b := s.Brokers[c.ID]
-	switch {
-	case b == nil:
-		return fmt.Errorf("%w: %s", ErrUnknownBroker, c.ID)
-	case c.Epoch != b.Epoch:
-		return fmt.Errorf("%w: %s lists its streams in epoch %d, runs %d", ErrStaleBrokerEpoch, c.ID, c.Epoch, b.Epoch)
-	}
-	b.Lists = slices.Sorted(slices.Values(c.Names))
-	return nil
-}
-
-func (s *State) brokerIDs() []string {
-	ids := make([]string, 0, len(s.Brokers))
-	for id := range s.Brokers {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
-}
+// Deleting a stream (the state's side is rules.DeleteStream).
+//
+// A stream left out of a node's configuration stays in the state and on
+// every disk: a line missing (a typo) must never delete a site's data.
+// Site.DeleteStream (`peat stream delete`, DELETE /api/v1/streams/<name>)
+// deletes it:
+//
+//   - Each node tells the controller which streams its configuration
+//     lists (ListStreams, once the controller registered its broker
+//     epoch, and again when the list differs; Broker.Lists). DeleteStream
+//     is refused (rules.ErrStreamListed, naming the nodes) while a broker not
+//     removed lists the stream, down or not: createStreams on that node
+//     would create it again at once, or when it is back. The operator
+//     removes it from every node's streams: and restarts them (a rolling
+//     restart), then deletes; a node gone for good is removed first
+//     (remove-node). edge refuses too while the node asked lists it.
+//   - Every creation gets an incarnation, State.Incarnations counting
+//     (Stream.Created; 0 for streams created before deletions existed).
+//     DeleteStream names the incarnation it deletes, so a request that
+//     raced a re-creation deletes nothing; the state keeps a tombstone,
+//     Deleted[name] = that incarnation (a few bytes per name, for good:
+//     a node away for months still learns of it).
+//   - Each replica records in its store which incarnation its records
+//     belong to (logstore's SetIncarnation). A stream with none is
+//     adopted (stamped) unless a tombstone names it; one stamped with
+//     another incarnation, or unstamped under a tombstone, holds a
+//     deleted stream's records: neither the Replicator (currentReplica)
+//     nor the Log (refresh) serves it, so it can neither lead with the
+//     old records nor show them to a subscriber.
+//   - followDeletions, at start and at every state change, deletes
+//     the stored copy of a tombstoned stream the configuration no longer
+//     lists (logstore DeleteStream, crash-safe), and empties
+//     (ResetStream) a listed stream whose records belong to a deleted
+//     incarnation: the stream was deleted and created again while this
+//     node was down, and it then fetches the new stream from offset 0.
+//     A node down at the time of the deletion does either when it is
+//     back, from the state Raft gives it.
+//   - Before either, it deletes the positions a Peat of key layout 3
+//     kept of the stream in the node's own state, by its name
+//     (mqtt.ForgetLegacy): mqtt's start would move them into a stream
+//     created again under that name. A stop in between leaves the copy
+//     without them, and the next pass deletes it.
 
 // DeleteStream deletes stream name from the site: the controller takes
 // it out of its state with a tombstone, and every node deletes its copy
@@ -128,7 +69,7 @@ func (s *Site) DeleteStream(ctx context.Context, name string) error {
 	if st == nil {
 		return fmt.Errorf("delete %s: %w", name, ErrUnknownStream)
 	}
-	if err := s.Node.Submit(ctx, DeleteStream{Name: name, Created: st.Created}); err != nil {
+	if err := s.Node.Submit(ctx, rules.DeleteStream{Name: name, Created: st.Created}); err != nil {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	return nil
@@ -157,7 +98,7 @@ func currentReplica(node *Node, store *logstore.Store) func(string) *logstore.St
 // an older Peat, or a new one). A stream with another incarnation, or
 // none where a tombstone says one was deleted, holds a deleted stream's
 // records: it must be emptied (ResetStream) before it serves.
-func servesIncarnation(ls *logstore.Stream, cs *Stream, st *State) bool {
+func servesIncarnation(ls *logstore.Stream, cs *rules.Stream, st *rules.State) bool {
 	switch have := ls.Incarnation(); {
 	case have == cs.Created:
 		return true
@@ -209,21 +150,21 @@ func (s *Site) followDeletions() {
 
 // listOwnStreams submits ListStreams once the controller registered this
 // run's broker epoch, and again whenever the state's list differs.
-func (s *Site) listOwnStreams(st *State, names []string) {
+func (s *Site) listOwnStreams(st *rules.State, names []string) {
 	b := st.Brokers[s.Node.ID()]
 	if b == nil || b.Epoch != s.Node.Epoch() || slices.Equal(b.Lists, names) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.Node.Submit(ctx, ListStreams{ID: s.Node.ID(), Epoch: s.Node.Epoch(), Names: names}); err != nil {
+	if err := s.Node.Submit(ctx, rules.ListStreams{ID: s.Node.ID(), Epoch: s.Node.Epoch(), Names: names}); err != nil {
 		s.log.Info("cluster: configured streams not recorded yet", slog.Any("err", err))
 	}
 }
 
 // deleteCopies deletes or empties what of st's deleted streams this
 // node's store still holds; done is false when something failed.
-func (s *Site) deleteCopies(st *State) (done bool) {
+func (s *Site) deleteCopies(st *rules.State) (done bool) {
 	if len(st.Deleted) == 0 {
 		return true
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/logstore"
 )
 
@@ -25,7 +26,7 @@ func listed(names ...string) []SiteStream {
 // lists, printing the state's brokers if it never does.
 func waitLists(t *testing.T, from *testNode, lists map[string][]string) {
 	t.Helper()
-	var st *State
+	var st *rules.State
 	defer func() {
 		if t.Failed() && st != nil {
 			for id, b := range st.Brokers {

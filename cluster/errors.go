@@ -1,25 +1,28 @@
 package cluster
 
-import "errors"
+import (
+	"errors"
 
-// The controller's refusals. A command the state machine refuses changes
-// nothing, on every node alike; raft hands the error back to the node that
-// proposed it (ApplyFuture.Response).
-var (
-	ErrUnknownStream     = errors.New("cluster: unknown stream")
-	ErrStreamExists      = errors.New("cluster: stream exists with other replicas")
-	ErrUnknownBroker     = errors.New("cluster: unknown broker")
-	ErrStaleBrokerEpoch  = errors.New("cluster: stale broker epoch")
-	ErrStaleLeaderEpoch  = errors.New("cluster: stale leader or leader epoch")
-	ErrStaleVersion      = errors.New("cluster: stale stream version")
-	ErrIneligibleReplica = errors.New("cluster: replica not eligible")
-	ErrBadReplicas       = errors.New("cluster: bad replica list")
-	ErrBadCommand        = errors.New("cluster: malformed controller command")
-	ErrNotController     = errors.New("cluster: this node is not the controller")
-	ErrBrokerAlive       = errors.New("cluster: broker is alive")
-	ErrRemovedBroker     = errors.New("cluster: broker was removed from the site")
+	"github.com/peatmq/peat/cluster/rules"
 )
 
-// ErrQuorum refuses taking a voter out of the controller's quorum when
-// the voters left alive would not be a majority of those remaining.
-var ErrQuorum = errors.New("cluster: the controller's quorum would be lost")
+// The controller's refusals, decided by the rules package: the same
+// values, so errors.Is matches either name.
+var (
+	ErrUnknownStream     = rules.ErrUnknownStream
+	ErrStreamExists      = rules.ErrStreamExists
+	ErrUnknownBroker     = rules.ErrUnknownBroker
+	ErrStaleBrokerEpoch  = rules.ErrStaleBrokerEpoch
+	ErrStaleLeaderEpoch  = rules.ErrStaleLeaderEpoch
+	ErrStaleVersion      = rules.ErrStaleVersion
+	ErrIneligibleReplica = rules.ErrIneligibleReplica
+	ErrBadReplicas       = rules.ErrBadReplicas
+	ErrBadCommand        = rules.ErrBadCommand
+	ErrBrokerAlive       = rules.ErrBrokerAlive
+	ErrRemovedBroker     = rules.ErrRemovedBroker
+	ErrStreamListed      = rules.ErrStreamListed
+	ErrQuorum            = rules.ErrQuorum
+)
+
+// ErrNotController: a command reached a node that is not the controller.
+var ErrNotController = errors.New("cluster: this node is not the controller")

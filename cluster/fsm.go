@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/hashicorp/raft"
-	"github.com/vmihailenco/msgpack/v5"
+	"github.com/peatmq/peat/cluster/rules"
 )
 
 // FSM is the controller's state machine: raft applies the committed
@@ -14,7 +14,7 @@ import (
 type FSM struct {
 	mu struct {
 		sync.RWMutex
-		state   *State
+		state   *rules.State
 		changed chan struct{} // closed and replaced by every change
 	}
 }
@@ -24,7 +24,7 @@ var _ raft.FSM = (*FSM)(nil)
 // NewFSM returns an empty state machine.
 func NewFSM() *FSM {
 	f := &FSM{}
-	f.mu.state = newState()
+	f.mu.state = rules.NewState()
 	f.mu.changed = make(chan struct{})
 	return f
 }
@@ -32,20 +32,20 @@ func NewFSM() *FSM {
 // Apply applies one committed entry. Its result, for the proposer, is nil
 // or the error that refused the command (which changed nothing).
 func (f *FSM) Apply(l *raft.Log) any {
-	c, err := DecodeCommand(l.Data)
+	c, err := rules.DecodeCommand(l.Data)
 	if err != nil {
 		return err
 	}
 	return f.apply(c)
 }
 
-func (f *FSM) apply(c Command) error {
+func (f *FSM) apply(c rules.Command) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	// Apply to a copy and keep it only on success: a refused command
 	// changes nothing, even one refused half way through its checks.
-	next := f.mu.state.clone()
-	if err := next.apply(c); err != nil {
+	next, err := rules.Next(f.mu.state, c)
+	if err != nil {
 		return err
 	}
 	f.mu.state = next
@@ -56,17 +56,17 @@ func (f *FSM) apply(c Command) error {
 
 // State returns a copy of the current state and a channel closed at the
 // next change.
-func (f *FSM) State() (*State, <-chan struct{}) {
+func (f *FSM) State() (*rules.State, <-chan struct{}) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.mu.state.clone(), f.mu.changed
+	return f.mu.state.Clone(), f.mu.changed
 }
 
 // View returns the current state itself, not a copy: apply and Restore
 // replace it, never change it, so it stays as it is. For a look at a
 // field or two on a hot path (a leader's fence on every watermark move);
 // the caller must not change it. State returns a copy to change.
-func (f *FSM) View() *State {
+func (f *FSM) View() *rules.State {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.mu.state
@@ -76,9 +76,9 @@ func (f *FSM) View() *State {
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	b, err := msgpack.Marshal(f.mu.state)
+	b, err := rules.EncodeState(f.mu.state)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: snapshot: %w", err)
+		return nil, err
 	}
 	return snapshot(b), nil
 }
@@ -90,15 +90,9 @@ func (f *FSM) Restore(r io.ReadCloser) error {
 	if err != nil {
 		return fmt.Errorf("cluster: restore: %w", err)
 	}
-	st := newState()
-	if err := msgpack.Unmarshal(b, st); err != nil {
-		return fmt.Errorf("cluster: restore: %w", err)
-	}
-	if st.Brokers == nil {
-		st.Brokers = map[string]*Broker{}
-	}
-	if st.Streams == nil {
-		st.Streams = map[string]*Stream{}
+	st, err := rules.DecodeState(b)
+	if err != nil {
+		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

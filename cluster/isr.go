@@ -3,8 +3,9 @@ package cluster
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"time"
+
+	"github.com/peatmq/peat/cluster/rules"
 )
 
 // maintainISR is a leader's side of ISR maintenance: every quarter of
@@ -43,34 +44,13 @@ func (r *Replicator) maintainISR(ctx context.Context, ro *role, name string) {
 }
 
 // proposeISR is the AlterISR the leader should ask for now, if any, and
-// the replicas it adds.
-func (r *Replicator) proposeISR(ro *role, name string) (AlterISR, []string, bool) {
-	st, _ := r.cfg.Node.State()
+// the replicas it adds (rules.ProposeISR on this node's state and the
+// Leader's tracker).
+func (r *Replicator) proposeISR(ro *role, name string) (rules.AlterISR, []string, bool) {
+	st := r.cfg.Node.View()
 	s := st.Streams[name]
-	self := r.cfg.Node.ID()
-	if s == nil || s.Leader != self || s.LeaderEpoch != ro.epoch {
-		return AlterISR{}, nil, false // the state moved on; sync replaces this role
+	if s == nil || s.Leader != r.cfg.Node.ID() || s.LeaderEpoch != ro.epoch {
+		return rules.AlterISR{}, nil, false // the state moved on; sync replaces this role
 	}
-	laggards := ro.l.Laggards(time.Now(), r.cfg.LagMax)
-	joiners := ro.l.Joiners()
-	var isr []ISRMember
-	for _, id := range s.ISR {
-		if b := st.Brokers[id]; b != nil && !slices.Contains(laggards, id) {
-			isr = append(isr, ISRMember{ID: id, Epoch: b.Epoch})
-		}
-	}
-	changed := len(isr) != len(s.ISR)
-	var added []string
-	for _, j := range joiners {
-		// Only a replica caught up in the epoch it runs now rejoins.
-		if b := st.Brokers[j.ID]; b != nil && b.Alive && b.Epoch == j.Epoch && slices.Contains(s.Replicas, j.ID) && !s.InISR(j.ID) {
-			isr = append(isr, j)
-			added = append(added, j.ID)
-			changed = true
-		}
-	}
-	if !changed {
-		return AlterISR{}, nil, false
-	}
-	return AlterISR{Name: name, Leader: self, LeaderEpoch: s.LeaderEpoch, Version: s.Version, ISR: isr}, added, true
+	return rules.ProposeISR(st, name, r.cfg.Node.ID(), ro.epoch, ro.l.Laggards(time.Now(), r.cfg.LagMax), ro.l.Joiners())
 }

@@ -14,11 +14,10 @@ type ReplicaPosition struct {
 func (l *Leader) Positions() (followers map[string]ReplicaPosition, leaderEnd uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	followers = make(map[string]ReplicaPosition, len(l.mu.tr.replicas))
-	for id, r := range l.mu.tr.replicas {
-		if id != l.self {
-			followers[id] = ReplicaPosition{ID: id, LogEnd: r.end, BrokerEpoch: r.brokerEpoch}
-		}
+	pos := l.mu.tr.Positions()
+	followers = make(map[string]ReplicaPosition, len(pos))
+	for id, p := range pos {
+		followers[id] = ReplicaPosition{ID: id, LogEnd: p.LogEnd, BrokerEpoch: p.BrokerEpoch}
 	}
 	return followers, l.stream.NextOffset()
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/peatmq/peat/cluster/faultnet"
+	"github.com/peatmq/peat/cluster/rules"
 )
 
 // leaveLoop runs Log.leaveLeads on ln as Site.manage does, until the
@@ -38,18 +39,18 @@ func leaveLoop(t *testing.T, ln *logNode) {
 // a drain, the controller does not elect at once.
 func TestLog_LeavingKeepsAcksLeaderRecords(t *testing.T) {
 	t.Run("drain", func(t *testing.T) {
-		leaving(t, func(leader, spare string) Command { return DrainBroker{ID: leader} })
+		leaving(t, func(leader, spare string) rules.Command { return rules.DrainBroker{ID: leader} })
 	})
 	t.Run("rebalance", func(t *testing.T) {
-		leaving(t, func(leader, spare string) Command {
-			return MoveReplicas{Moves: []StreamMove{{Stream: "s", From: leader, To: spare}}}
+		leaving(t, func(leader, spare string) rules.Command {
+			return rules.MoveReplicas{Moves: []rules.StreamMove{{Stream: "s", From: leader, To: spare}}}
 		})
 	})
 }
 
 // leaving runs TestLog_LeavingKeepsAcksLeaderRecords with the command
 // leave submits to take the leader's replica away.
-func leaving(t *testing.T, leave func(leader, spare string) Command) {
+func leaving(t *testing.T, leave func(leader, spare string) rules.Command) {
 	fnet := faultnet.New()
 	cfg := LogConfig{AcksLeader: func(s string) bool { return s == "s" }}
 	nodes, _ := startLogSite(t, logSiteOpts{Nodes: 4, MinISR: 2, Log: cfg, Net: fnet})
@@ -61,7 +62,7 @@ func leaving(t *testing.T, leave func(leader, spare string) Command) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// As a site sets it: without a factor, a drain would keep the added one.
-	if err := ctl.node.Submit(ctx, SetReplicationFactor{Name: "s", ReplicationFactor: 3}); err != nil {
+	if err := ctl.node.Submit(ctx, rules.SetReplicationFactor{Name: "s", ReplicationFactor: 3}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "every replica in the ISR", func() bool {

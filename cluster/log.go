@@ -10,9 +10,23 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
+
+// The Log.
+//
+// Log is mqtt.Log on one node. Its streams are those of the node's store
+// that the controller's state holds; one goroutine follows both (a stream
+// created through the controller, added to or removed from the store
+// comes or goes at run time, with mqtt's StreamEvents). A node outside a
+// stream's replicas is an observer of it: its Replicator runs a Fetcher
+// as on a follower, so its clients read the stream there and its
+// producers are forwarded, but the leader never counts it (rules.ProposeISR
+// takes replicas only, and the watermark is the ISR's). Filters, and so routing,
+// come from the store's stream configuration: the state names replicas,
+// not topics.
 
 // Log is the site's log as the MQTT front-end of one node sees it: the
 // streams the controller's state holds with this node among their
@@ -21,8 +35,8 @@ import (
 // producer there or forwarded by another replica, and answered once the
 // high watermark has passed it (acks=all) or once written (acks=leader);
 // reads serve committed records on every replica. Consumer state is
-// written through the leader and replicated to the ISR (doc.go, "The
-// Log").
+// written through the leader and replicated to the ISR
+// (log_state_leader.go).
 //
 // One goroutine, started by NewLog and stopped by Close, follows the
 // state and the store's streams; each visible stream has one more that
@@ -36,7 +50,7 @@ type Log struct {
 
 	view atomic.Pointer[logView] // what Route, Streams and Stream answer
 	// taken is mqtt's OnSessionTaken, orphaned its OnSessionsOrphaned
-	// (log_sessions.go, log_orphans.go).
+	// (log_sessions.go, log_sessions_orphaned.go).
 	taken    atomic.Pointer[func(id string)]
 	orphaned atomic.Pointer[func(ids []string)]
 	stop     chan struct{}
@@ -107,7 +121,7 @@ func (l *Log) acksLeader(stream string) bool {
 
 // drainAcksLeader drains (Leader.Drain), all at once and each for at
 // most wait, every acks: leader stream this node leads with another ISR
-// member, records then consumer state (drainState), and returns those
+// member, records then consumer state (replState.drain), and returns those
 // whose ISR may still lack what this node acknowledged. Under acks=all
 // every acknowledged record and state write is in the ISR already:
 // nothing to wait for.
@@ -140,7 +154,7 @@ func (l *Log) drainAcksLeader(ctx context.Context, wait time.Duration) (behind [
 }
 
 // drain drains stream name, which ld leads, for at most wait: records
-// (Leader.Drain), then consumer state (drainState). records reports
+// (Leader.Drain), then consumer state (replState.drain). records reports
 // whether every ISR member holds ld's records, held whether it holds its
 // state writes too.
 func (l *Log) drain(ctx context.Context, name string, ld *Leader, wait time.Duration) (records, held bool) {
@@ -150,7 +164,7 @@ func (l *Log) drain(ctx context.Context, name string, ld *Leader, wait time.Dura
 		return false, false
 	}
 	s := l.stream(name)
-	return true, s == nil || s.drainState(ctx, ld)
+	return true, s == nil || s.rs.drain(ctx, ld)
 }
 
 // keepHolders shrinks the ISR of stream name, which ld leads and has
@@ -167,7 +181,7 @@ func (l *Log) keepHolders(ctx context.Context, name string, ld *Leader) bool {
 		if cs == nil || me == nil || cs.Leader != self || cs.LeaderEpoch != ld.epoch {
 			return false // no longer this leadership's to decide
 		}
-		isr := []ISRMember{{ID: self, Epoch: me.Epoch}}
+		isr := []rules.ISRMember{{ID: self, Epoch: me.Epoch}}
 		for _, m := range ld.holdingAll() {
 			if cs.InISR(m.ID) {
 				isr = append(isr, m)
@@ -179,7 +193,7 @@ func (l *Log) keepHolders(ctx context.Context, name string, ld *Leader) bool {
 		case len(isr) == 1:
 			return false // none holds it all: the election takes what there is
 		}
-		err := l.node.Submit(ctx, AlterISR{Name: name, Leader: self, LeaderEpoch: cs.LeaderEpoch, Version: cs.Version, ISR: isr})
+		err := l.node.Submit(ctx, rules.AlterISR{Name: name, Leader: self, LeaderEpoch: cs.LeaderEpoch, Version: cs.Version, ISR: isr})
 		if !errors.Is(err, ErrStaleVersion) { // the Replicator's own ISR change came first: look again
 			if err != nil {
 				l.log.Warn("cluster: hand-over: ISR not shrunk to the followers holding every record",
@@ -227,7 +241,7 @@ func (l *Log) run() {
 // node a replica or an observer): streams already visible keep their place, new
 // ones follow in the store's order. A stream leaving is closed before its
 // Removed event is queued.
-func (l *Log) refresh(st *State) {
+func (l *Log) refresh(st *rules.State) {
 	old := l.view.Load()
 	var want []*logstore.Stream
 	var sys *logstore.Stream

@@ -7,21 +7,66 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/peatmq/peat/cluster/wire"
 	"github.com/peatmq/peat/mqtt"
 )
 
-// Claims (doc.go, "Claims"): a group's single consumer, decided by the
-// stream's leader and kept in the stream's replicated state.
+// Claims.
+//
+// A group's single consumer is decided by the stream's leader for every
+// node, and kept as the group coordinator of Kafka keeps its groups: in
+// the stream's replicated state (Kafka's __consumer_offsets holds group
+// metadata beside the offsets), so the coordinator's successor, which
+// comes from the ISR, knows every group's member without asking anyone.
+//
+//   - A follower's Claim and Unclaim are forwarded (ClaimRequest); a
+//     leader that cannot be reached grants nothing and names no holder.
+//   - The leader decides one claim at a time from the claim its state
+//     holds under "\x00c/<key>" (hidden from mqtt's LoadState, refused in
+//     its WriteState): version 1 | broker epoch 8 BE | node length uvarint
+//     | node | holder. A claim is a state write answered once every ISR
+//     member holds it, under acks=leader too (the one-consumer rule is
+//     worth a round trip; only acks=all refuses below
+//     min_insync_replicas). So a claim waits, as an acks=all publish
+//     does, while a dead follower is still in the ISR. A claim the ISR
+//     did not acknowledge is refused and taken back on the leader.
+//   - A claim names the client, its node and that node's broker epoch;
+//     the leader treats it as free once the controller's state has that
+//     node failed or in another epoch. That is the lease: Kafka's
+//     coordinator expires a member that stops heartbeating, and here the
+//     node's liveness, which Serf and the controller already track and
+//     fence, stands for its clients (their connections end with it). A
+//     per-claim lease would add a write per renewal to an SD card and
+//     one more timeout to tune, for nothing Serf does not already see.
+//     A release names the node too, so a late release from a client's old
+//     connection does not free the claim it made since on another node.
+//   - A release that cannot reach the leader is kept and sent again
+//     (200 ms backoff up to 2 s) until a leader has it; a Claim of the
+//     same key from the same node sends it first. Every 5 s each node
+//     also looks in its replica's state for claims naming its clients in
+//     its epoch that it did not grant, or let go (a claim written but
+//     whose answer was lost, a release lost with a leader), and releases
+//     them (claims.repair). Claims of gone nodes stay in the state until
+//     the key is claimed again: at most one per group and stream. (The
+//     sessions' claims are adopted instead: log_sessions_orphaned.go.)
+//
+// There is no re-assertion to a new leader: it held every answered claim
+// already. An unclean election (a leader from outside the ISR) can lose
+// claims as it loses records. Claims hold while a partition separates a
+// holder from the leader but not from the controller: the holder's node
+// is alive, so its client keeps the group, as Kafka's member keeps its
+// partitions until its session times out.
+
 const (
 	// claimStatePrefix starts every claim's key in the stream's state.
 	// mqtt's keys are printable ("g/", "s/", "t/"): a NUL keeps the two
 	// apart, and LoadState and WriteState hide and refuse it.
 	claimStatePrefix = "\x00c/"
 	// claimRepairInterval is how often a node looks for claims the state
-	// gives its clients that they do not hold (repairClaims).
+	// gives its clients that they do not hold (claims.repair).
 	claimRepairInterval = 5 * time.Second
 	// claimRetryMin and claimRetryMax bound the backoff of a release that
 	// did not reach the leader.
@@ -71,10 +116,50 @@ func decodeClaim(b []byte) (claimHolder, error) {
 // claimRef is one holder of this node letting key go.
 type claimRef struct{ key, holder string }
 
-// loadClaim reads key's claim from this replica's state.
-func (s *stream) loadClaim(key string) (h claimHolder, ok bool, err error) {
+// claims are a stream's claims as this node sees them: those granted to
+// its clients, the releases the leader has not had yet, and, while it
+// leads the stream, the decisions for every node. Lock order: op, dec,
+// mu; dec before the stream's state locks (a decision writes the
+// state); mu is taken alone.
+type claims struct {
+	s *stream // where the claims live: its replicated state, its leader
+
+	// op makes this node's claims and releases of the stream one at a
+	// time, each until the leader answered; dec, the leader's decisions.
+	op  sync.Mutex
+	dec sync.Mutex
+	mu  struct {
+		sync.Mutex
+		// granted are the claims this node's clients were granted (key
+		// -> holder); releasing, their releases the leader has not had
+		// yet.
+		granted   map[string]string
+		releasing map[claimRef]struct{}
+	}
+	rpc  rpcConn       // forwarded claims: not queued behind a state write's ISR wait
+	kick chan struct{} // cap 1: a release is to be retried
+	done chan struct{} // repair ended
+}
+
+func newClaims(s *stream) *claims {
+	c := &claims{s: s, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	c.mu.granted = map[string]string{}
+	c.mu.releasing = map[claimRef]struct{}{}
+	return c
+}
+
+// Claim is decided by the stream's leader for every node (claims.claim).
+func (s *stream) Claim(key, holder string) (ok bool, current string) {
+	return s.claims.claim(key, holder)
+}
+
+// Unclaim gives key up if holder holds it (claims.unclaim).
+func (s *stream) Unclaim(key, holder string) { s.claims.unclaim(key, holder) }
+
+// load reads key's claim from this replica's state.
+func (c *claims) load(key string) (h claimHolder, ok bool, err error) {
 	k := claimStateKey(key)
-	err = s.st.LoadState(k, func(got string, v []byte) error {
+	err = c.s.st.LoadState(k, func(got string, v []byte) error {
 		if got != k {
 			return nil
 		}
@@ -84,25 +169,25 @@ func (s *stream) loadClaim(key string) (h claimHolder, ok bool, err error) {
 		return derr
 	})
 	if err != nil {
-		return claimHolder{}, false, fmt.Errorf("cluster: claim %q in %s: %w", key, s.name, err)
+		return claimHolder{}, false, fmt.Errorf("cluster: claim %q in %s: %w", key, c.s.name, err)
 	}
 	return h, ok, nil
 }
 
-func (s *stream) holderGone(h claimHolder) bool {
-	b := s.l.node.View().Brokers[h.node]
+func (c *claims) holderGone(h claimHolder) bool {
+	b := c.s.l.node.View().Brokers[h.node]
 	return b == nil || !b.Alive || b.Epoch != h.epoch
 }
 
-// claimOnLeader decides a claim (or release) on the leader ld, one at a
+// onLeader decides a claim (or release) on the leader ld, one at a
 // time: from the claim its state holds, written and answered once the
 // ISR holds the change, so whoever the controller elects next holds every
 // claim answered. A claim not answered is taken back here; a replica
-// that has it already is put right by the holder's node (repairClaims).
-func (s *stream) claimOnLeader(ctx context.Context, ld *Leader, key string, h claimHolder, release bool) (ok bool, current string, err error) {
-	s.claimDec.Lock()
-	defer s.claimDec.Unlock()
-	cur, held, err := s.loadClaim(key)
+// that has it already is put right by the holder's node (claims.repair).
+func (c *claims) onLeader(ctx context.Context, ld *Leader, key string, h claimHolder, release bool) (ok bool, current string, err error) {
+	c.dec.Lock()
+	defer c.dec.Unlock()
+	cur, held, err := c.load(key)
 	if err != nil {
 		return false, "", err
 	}
@@ -114,26 +199,26 @@ func (s *stream) claimOnLeader(ctx context.Context, ld *Leader, key string, h cl
 		if !held || cur.holder != h.holder || cur.node != h.node {
 			return true, "", nil
 		}
-		if err := s.writeState(ctx, ld, nil, []string{k}, waitISR); err != nil {
+		if err := c.s.rs.write(ctx, ld, nil, []string{k}, waitISR); err != nil {
 			return false, "", err
 		}
 		return true, "", nil
 	}
-	if held && cur.holder != h.holder && !s.holderGone(cur) {
+	if held && cur.holder != h.holder && !c.holderGone(cur) {
 		return false, cur.holder, nil
 	}
-	if err := s.putClaim(ctx, ld, key, cur, held, h); err != nil {
+	if err := c.put(ctx, ld, key, cur, held, h); err != nil {
 		return false, "", err
 	}
 	return true, h.holder, nil
 }
 
-// putClaim writes h as key's claim on the leader ld, whose state had cur
+// put writes h as key's claim on the leader ld, whose state had cur
 // (if held), and answers once the ISR holds it; one the ISR did not
-// acknowledge is taken back. claimDec is held.
-func (s *stream) putClaim(ctx context.Context, ld *Leader, key string, cur claimHolder, held bool, h claimHolder) error {
+// acknowledge is taken back. dec is held.
+func (c *claims) put(ctx context.Context, ld *Leader, key string, cur claimHolder, held bool, h claimHolder) error {
 	k := claimStateKey(key)
-	if err := s.writeState(ctx, ld, map[string][]byte{k: h.encode()}, nil, waitISR); err != nil {
+	if err := c.s.rs.write(ctx, ld, map[string][]byte{k: h.encode()}, nil, waitISR); err != nil {
 		var puts map[string][]byte
 		var dels []string
 		if held {
@@ -141,48 +226,48 @@ func (s *stream) putClaim(ctx context.Context, ld *Leader, key string, cur claim
 		} else {
 			dels = []string{k}
 		}
-		if rerr := s.writeState(context.Background(), ld, puts, dels, waitNone); rerr != nil {
-			s.l.log.Debug("cluster: taking back an unanswered claim", slog.String("stream", s.name), slog.String("key", key), slog.Any("err", rerr))
+		if rerr := c.s.rs.write(context.Background(), ld, puts, dels, waitNone); rerr != nil {
+			c.s.l.log.Debug("cluster: taking back an unanswered claim", slog.String("stream", c.s.name), slog.String("key", key), slog.Any("err", rerr))
 		}
 		return err
 	}
-	s.claimsMoved(map[string][]byte{k: h.encode()}, nil)
+	c.moved(map[string][]byte{k: h.encode()}, nil)
 	return nil
 }
 
-// decideClaim has the stream's leader decide a claim of this node's
+// decide has the stream's leader decide a claim of this node's
 // holder: here when this node leads the stream, else forwarded.
-func (s *stream) decideClaim(ctx context.Context, key, holder string, release bool) (ok bool, current string, err error) {
-	h := claimHolder{holder: holder, node: s.l.node.ID(), epoch: s.l.node.Epoch()}
-	if ld := s.noteLeader(); ld != nil {
-		return s.claimOnLeader(ctx, ld, key, h, release)
+func (c *claims) decide(ctx context.Context, key, holder string, release bool) (ok bool, current string, err error) {
+	h := claimHolder{holder: holder, node: c.s.l.node.ID(), epoch: c.s.l.node.Epoch()}
+	if ld := c.s.noteLeader(); ld != nil {
+		return c.onLeader(ctx, ld, key, h, release)
 	}
-	leader, epoch, addr := s.stateLeader()
-	if leader == "" || leader == s.l.node.ID() || addr == "" {
-		return false, "", fmt.Errorf("cluster: claim in %s: no leader known: %w", s.name, mqtt.ErrLeaderUnavailable)
+	leader, epoch, addr := c.s.stateLeader()
+	if leader == "" || leader == c.s.l.node.ID() || addr == "" {
+		return false, "", fmt.Errorf("cluster: claim in %s: no leader known: %w", c.s.name, mqtt.ErrLeaderUnavailable)
 	}
-	req := wire.ClaimRequest{Stream: s.name, LeaderEpoch: epoch, Key: key, Holder: holder, Node: h.node, BrokerEpoch: h.epoch, Release: release}
+	req := wire.ClaimRequest{Stream: c.s.name, LeaderEpoch: epoch, Key: key, Holder: holder, Node: h.node, BrokerEpoch: h.epoch, Release: release}
 	var resp wire.ClaimResponse
-	if err := s.claimRPC.call(ctx, s.l.node.dialer(), addr, wire.KindClaimRequest, req.AppendTo(nil), wire.KindClaimResponse, &resp); err != nil {
-		return false, "", fmt.Errorf("cluster: claim in %s through %s: %v: %w", s.name, leader, err, mqtt.ErrLeaderUnavailable)
+	if err := c.rpc.call(ctx, c.s.l.node.dialer(), addr, wire.KindClaimRequest, req.AppendTo(nil), wire.KindClaimResponse, &resp); err != nil {
+		return false, "", fmt.Errorf("cluster: claim in %s through %s: %v: %w", c.s.name, leader, err, mqtt.ErrLeaderUnavailable)
 	}
-	if err := codeErr("claim in", s.name, resp.Code, ""); err != nil {
+	if err := codeErr("claim in", c.s.name, resp.Code, ""); err != nil {
 		return false, "", err
 	}
 	return resp.OK, resp.Current, nil
 }
 
-// claimCtx bounds one decision by d and by the stream's close.
-func (s *stream) claimCtx(d time.Duration) (context.Context, context.CancelFunc) {
-	return s.claimCtxFrom(context.Background(), d)
+// ctx bounds one decision by d and by the stream's close.
+func (c *claims) ctx(d time.Duration) (context.Context, context.CancelFunc) {
+	return c.ctxFrom(context.Background(), d)
 }
 
-// claimCtxFrom is claimCtx bounded by parent as well.
-func (s *stream) claimCtxFrom(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+// ctxFrom is ctx bounded by parent as well.
+func (c *claims) ctxFrom(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(parent, d)
 	go func() {
 		select {
-		case <-s.stop:
+		case <-c.s.stop:
 			cancel()
 		case <-ctx.Done():
 		}
@@ -190,104 +275,104 @@ func (s *stream) claimCtxFrom(parent context.Context, d time.Duration) (context.
 	return ctx, cancel
 }
 
-// Claim is decided by the stream's leader for every node (claimOnLeader):
+// claim is decided by the stream's leader for every node (onLeader):
 // here when this node leads it, else forwarded. A node that cannot reach
 // a leader, or whose claim the ISR did not acknowledge, grants nothing
 // and names no holder. This node's releases of key that have not reached
 // the leader yet go first, so that a holder let go here does not refuse
 // the next one.
-func (s *stream) Claim(key, holder string) (ok bool, current string) {
-	s.claimOp.Lock()
-	defer s.claimOp.Unlock()
-	if s.closedErr("claim in") != nil {
+func (c *claims) claim(key, holder string) (ok bool, current string) {
+	c.op.Lock()
+	defer c.op.Unlock()
+	if c.s.closedErr("claim in") != nil {
 		return false, ""
 	}
-	ctx, cancel := s.claimCtx(rpcTimeout)
+	ctx, cancel := c.ctx(rpcTimeout)
 	defer cancel()
-	s.mu.Lock()
+	c.mu.Lock()
 	var first []claimRef
-	for r := range s.mu.releasing {
+	for r := range c.mu.releasing {
 		if r.key == key && r.holder != holder {
 			first = append(first, r)
 		}
 	}
-	s.mu.Unlock()
+	c.mu.Unlock()
 	for _, r := range first {
-		if _, _, err := s.decideClaim(ctx, r.key, r.holder, true); err != nil {
-			s.l.log.Info("cluster: claim not decided", slog.String("stream", s.name), slog.String("key", key), slog.Any("err", err))
+		if _, _, err := c.decide(ctx, r.key, r.holder, true); err != nil {
+			c.s.l.log.Info("cluster: claim not decided", slog.String("stream", c.s.name), slog.String("key", key), slog.Any("err", err))
 			return false, ""
 		}
-		s.mu.Lock()
-		delete(s.mu.releasing, r)
-		s.mu.Unlock()
+		c.mu.Lock()
+		delete(c.mu.releasing, r)
+		c.mu.Unlock()
 	}
-	ok, current, err := s.decideClaim(ctx, key, holder, false)
+	ok, current, err := c.decide(ctx, key, holder, false)
 	if err != nil {
-		s.l.log.Info("cluster: claim not decided", slog.String("stream", s.name), slog.String("key", key), slog.Any("err", err))
+		c.s.l.log.Info("cluster: claim not decided", slog.String("stream", c.s.name), slog.String("key", key), slog.Any("err", err))
 		return false, ""
 	}
 	if ok {
-		s.mu.Lock()
-		s.mu.granted[key] = holder
-		delete(s.mu.releasing, claimRef{key, holder})
-		s.mu.Unlock()
+		c.mu.Lock()
+		c.mu.granted[key] = holder
+		delete(c.mu.releasing, claimRef{key, holder})
+		c.mu.Unlock()
 	}
 	return ok, current
 }
 
-// Unclaim gives key up if holder holds it, on the leader. A release that
-// does not reach the leader is retried until it does (repairClaims): a
+// unclaim gives key up if holder holds it, on the leader. A release that
+// does not reach the leader is retried until it does (claims.repair): a
 // consumer that left must not hold its group while its node lives.
-func (s *stream) Unclaim(key, holder string) {
-	s.claimOp.Lock()
-	defer s.claimOp.Unlock()
-	s.mu.Lock()
-	if s.mu.granted[key] == holder {
-		delete(s.mu.granted, key)
+func (c *claims) unclaim(key, holder string) {
+	c.op.Lock()
+	defer c.op.Unlock()
+	c.mu.Lock()
+	if c.mu.granted[key] == holder {
+		delete(c.mu.granted, key)
 	}
-	s.mu.Unlock()
-	if s.closedErr("unclaim in") != nil {
+	c.mu.Unlock()
+	if c.s.closedErr("unclaim in") != nil {
 		return
 	}
-	ctx, cancel := s.claimCtx(rpcTimeout)
+	ctx, cancel := c.ctx(rpcTimeout)
 	defer cancel()
-	if _, _, err := s.decideClaim(ctx, key, holder, true); err != nil {
-		s.l.log.Info("cluster: release not decided yet, retrying", slog.String("stream", s.name), slog.String("key", key), slog.Any("err", err))
-		s.mu.Lock()
-		s.mu.releasing[claimRef{key, holder}] = struct{}{}
-		s.mu.Unlock()
-		signal(s.claimKick)
+	if _, _, err := c.decide(ctx, key, holder, true); err != nil {
+		c.s.l.log.Info("cluster: release not decided yet, retrying", slog.String("stream", c.s.name), slog.String("key", key), slog.Any("err", err))
+		c.mu.Lock()
+		c.mu.releasing[claimRef{key, holder}] = struct{}{}
+		c.mu.Unlock()
+		signal(c.kick)
 	}
 }
 
-// serveClaim is the leader's side of a forwarded claim.
-func (s *stream) serveClaim(req *wire.ClaimRequest) wire.ClaimResponse {
-	ld := s.noteLeader()
+// serve is the leader's side of a forwarded claim.
+func (c *claims) serve(req *wire.ClaimRequest) wire.ClaimResponse {
+	ld := c.s.noteLeader()
 	if ld == nil || ld.epoch != req.LeaderEpoch {
 		return wire.ClaimResponse{Code: wire.NotLeader}
 	}
-	ctx, cancel := s.claimCtx(rpcTimeout - time.Second) // answered before the follower gives up
+	ctx, cancel := c.ctx(rpcTimeout - time.Second) // answered before the follower gives up
 	defer cancel()
-	ok, cur, err := s.claimOnLeader(ctx, ld, req.Key, claimHolder{holder: req.Holder, node: req.Node, epoch: req.BrokerEpoch}, req.Release)
+	ok, cur, err := c.onLeader(ctx, ld, req.Key, claimHolder{holder: req.Holder, node: req.Node, epoch: req.BrokerEpoch}, req.Release)
 	if err != nil {
 		return wire.ClaimResponse{Code: produceCode(err)}
 	}
 	return wire.ClaimResponse{OK: ok, Current: cur}
 }
 
-// repairClaims runs until the stream closes. It sends the releases that
+// repair runs until the stream closes. It sends the releases that
 // did not reach the leader again, with a backoff, and every
 // claimRepairInterval it looks in this replica's state for claims naming
 // a client of this node, in its broker epoch, that this node did not
 // grant or has let go (a claim the leader wrote but whose answer was
 // lost, or a release lost with a leader), and releases them too.
-func (s *stream) repairClaims() {
-	defer close(s.repairDone)
+func (c *claims) repair() {
+	defer close(c.done)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
 		select {
-		case <-s.stop:
+		case <-c.s.stop:
 			cancel()
 		case <-ctx.Done():
 		}
@@ -300,7 +385,7 @@ func (s *stream) repairClaims() {
 			next = time.Now().Add(claimRepairInterval)
 		}
 		wait := time.Until(next)
-		if s.releaseClaims(ctx, scan) {
+		if c.release(ctx, scan) {
 			wait = min(wait, retry)
 			retry = min(2*retry, claimRetryMax)
 		} else {
@@ -308,57 +393,57 @@ func (s *stream) repairClaims() {
 		}
 		t := time.NewTimer(wait)
 		select {
-		case <-s.stop:
+		case <-c.s.stop:
 			t.Stop()
 			return
-		case <-s.claimKick:
+		case <-c.kick:
 		case <-t.C:
 		}
 		t.Stop()
 	}
 }
 
-// releaseClaims makes one pass of repairClaims (scan: looking in the
+// release makes one pass of repair (scan: looking in the
 // state too) and reports whether releases are still to be sent.
-func (s *stream) releaseClaims(ctx context.Context, scan bool) bool {
-	s.claimOp.Lock()
-	defer s.claimOp.Unlock()
+func (c *claims) release(ctx context.Context, scan bool) bool {
+	c.op.Lock()
+	defer c.op.Unlock()
 	if scan {
 		var found []claimRef
-		me, epoch := s.l.node.ID(), s.l.node.Epoch()
-		_ = s.st.LoadState(claimStatePrefix, func(k string, v []byte) error {
+		me, epoch := c.s.l.node.ID(), c.s.l.node.Epoch()
+		_ = c.s.st.LoadState(claimStatePrefix, func(k string, v []byte) error {
 			if h, err := decodeClaim(v); err == nil && h.node == me && h.epoch == epoch {
 				found = append(found, claimRef{key: strings.TrimPrefix(k, claimStatePrefix), holder: h.holder})
 			}
 			return nil
 		})
-		s.mu.Lock()
+		c.mu.Lock()
 		for _, r := range found {
-			if s.mu.granted[r.key] != r.holder {
-				s.mu.releasing[r] = struct{}{}
+			if c.mu.granted[r.key] != r.holder {
+				c.mu.releasing[r] = struct{}{}
 			}
 		}
-		s.mu.Unlock()
+		c.mu.Unlock()
 	}
-	s.mu.Lock()
-	refs := make([]claimRef, 0, len(s.mu.releasing))
-	for r := range s.mu.releasing {
+	c.mu.Lock()
+	refs := make([]claimRef, 0, len(c.mu.releasing))
+	for r := range c.mu.releasing {
 		refs = append(refs, r)
 	}
-	s.mu.Unlock()
+	c.mu.Unlock()
 	for _, r := range refs {
 		if ctx.Err() != nil {
 			return true
 		}
-		if _, _, err := s.decideClaim(ctx, r.key, r.holder, true); err != nil {
+		if _, _, err := c.decide(ctx, r.key, r.holder, true); err != nil {
 			// The next would most likely fail alike: a Claim waiting for
-			// claimOp should not wait for all of them.
-			s.l.log.Debug("cluster: release not decided", slog.String("stream", s.name), slog.String("key", r.key), slog.Any("err", err))
+			// op should not wait for all of them.
+			c.s.l.log.Debug("cluster: release not decided", slog.String("stream", c.s.name), slog.String("key", r.key), slog.Any("err", err))
 			return true
 		}
-		s.mu.Lock()
-		delete(s.mu.releasing, r)
-		s.mu.Unlock()
+		c.mu.Lock()
+		delete(c.mu.releasing, r)
+		c.mu.Unlock()
 	}
 	return false
 }

@@ -97,7 +97,7 @@ func TestLog_ClaimOfDeadLeadersClient(t *testing.T) {
 	}
 	// The claim is in every replica's state (answered once the ISR held it).
 	for _, ln := range []*logNode{next, far} {
-		h, ok, err := ln.log.Stream("s").(*stream).loadClaim("g/y")
+		h, ok, err := ln.log.Stream("s").(*stream).claims.load("g/y")
 		if err != nil || !ok || h.holder != "c1" || h.node != leader.node.ID() {
 			t.Fatalf("%s holds claim %+v %v %v, want c1 of %s", ln.node.ID(), h, ok, err, leader.node.ID())
 		}
@@ -118,7 +118,7 @@ func TestLog_ClaimRepair(t *testing.T) {
 	_, leader, next, far, _ := claimSite(t)
 	ls := leader.log.Stream("s").(*stream)
 	ghost := claimHolder{holder: "ghost", node: far.node.ID(), epoch: far.node.Epoch()}
-	if err := ls.writeState(context.Background(), ls.leading(), map[string][]byte{claimStateKey("g/y"): ghost.encode()}, nil, waitISR); err != nil {
+	if err := ls.rs.write(context.Background(), ls.leading(), map[string][]byte{claimStateKey("g/y"): ghost.encode()}, nil, waitISR); err != nil {
 		t.Fatalf("write the claim: %v", err)
 	}
 	if ok, cur := next.log.Route("s/x").Claim("g/y", "c2"); ok || cur != "ghost" {

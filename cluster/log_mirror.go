@@ -4,11 +4,50 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/peatmq/peat/cluster/wire"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
+
+// Mirror streams in a site.
+//
+// A mirror stream (edge/mirror: another Peat's stream at its source's
+// offsets) is replicated like any stream: created from the
+// configuration, a leader, an ISR, min_insync_replicas. Its records
+// cannot be appended as a publish is, since the leader would give them
+// its own offsets; Log.Mirror takes them with their source offsets
+// instead, and a stream that is a mirror refuses AppendAsync (mqtt
+// routes no publish to it anyway):
+//
+//   - On the leader, the stream's mirrorWriter (started on first use)
+//     takes what has queued (mirrorQueue), in call order, and runs
+//     LogConfig.Mirror (edge/mirror.Apply: the rules against the leader's
+//     log end, written with AppendReplica at that end, stamped with the
+//     leader epoch) once for the lot; each call then waits, as an acks=all
+//     append does, for the watermark to pass the highest offset it
+//     appended or found already there (a duplicate not yet committed waits
+//     too). The writer is admitted by the Leader like an append
+//     (beginAppend), so Close waits for it and no record of an old epoch
+//     lands after a truncation.
+//   - On a follower, the records go down the produce pipeline with their
+//     source offsets and starts (the wire's sixth ProduceRequest field),
+//     and the answer carries one result per record; the call is answered
+//     once this replica's watermark has passed them too.
+//   - A call refused as a whole (no leader, leadership moved before the
+//     records committed, the ISR too small, the forwarder's connection
+//     lost) refuses every record: the sender (edge/sink/peatsink) sends
+//     again from its position. A new leader may have truncated what the
+//     old one had not committed, or hold it: the resends are appended or
+//     acknowledged as duplicates, and a record beyond its end is refused
+//     until the missing ones come. No offset holds two records, and each
+//     sits at its source offset, on every replica.
+//
+// edge refuses acks: leader and unclean_leader_election on a mirror: a
+// record acknowledged and then lost would leave a hole that the sender,
+// already past it, never fills, and the mirror would refuse every later
+// record.
 
 // MirrorRecord is a record for a mirror stream (edge/mirror), at its
 // offset in the source stream.
@@ -43,6 +82,51 @@ type mirrorJob struct {
 	ld  *Leader
 	in  []MirrorRecord
 	out *mirrorOut
+}
+
+// mirrorQueue is a leader's mirror appends on their way to the mirror
+// rules, in call order: mirrorAsync queues them under the stream's mu,
+// and one writer goroutine (mirrorWriter), started on first use (most
+// streams are no mirror), takes them. Lock order: the stream's mu, then
+// the queue's.
+type mirrorQueue struct {
+	mu struct {
+		sync.Mutex
+		jobs    []mirrorJob
+		running bool // the writer was started
+		closed  bool // set with the stream's closed: no job is queued after it
+	}
+	kick chan struct{} // cap 1: a job was queued
+}
+
+func newMirrorQueue() *mirrorQueue { return &mirrorQueue{kick: make(chan struct{}, 1)} }
+
+// push queues j and wakes the writer; start is true the first time: the
+// caller starts the writer.
+func (q *mirrorQueue) push(j mirrorJob) (start bool) {
+	q.mu.Lock()
+	q.mu.jobs = append(q.mu.jobs, j)
+	start = !q.mu.running
+	q.mu.running = true
+	q.mu.Unlock()
+	signal(q.kick)
+	return start
+}
+
+// take is every job queued, and whether the queue is closed (then no
+// other comes).
+func (q *mirrorQueue) take() (jobs []mirrorJob, closed bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	jobs, q.mu.jobs = q.mu.jobs, nil
+	return jobs, q.mu.closed
+}
+
+// close is called with the stream's mu held, as it closes.
+func (q *mirrorQueue) close() {
+	q.mu.Lock()
+	q.mu.closed = true
+	q.mu.Unlock()
 }
 
 // mirrorOut is what became of a mirror append's records: filled by the
@@ -159,13 +243,10 @@ func (s *stream) mirrorAsync(in []MirrorRecord, done func([]MirrorResult, []erro
 	s.mu.pending = append(s.mu.pending, p)
 	switch {
 	case p.leader != nil:
-		s.mu.mirrorQ = append(s.mu.mirrorQ, mirrorJob{p: p, ld: ld, in: in, out: out})
-		if !s.mu.mirrorRunning { // started on first use: most streams are no mirror
-			s.mu.mirrorRunning = true
+		if s.mirrorQ.push(mirrorJob{p: p, ld: ld, in: in, out: out}) {
 			s.fwds.Add(1) // drain waits for it
 			go s.mirrorWriter()
 		}
-		signal(s.mirrorKick)
 	case p.fwd:
 		s.forwardLocked(p, fr, "mirror")
 	}
@@ -191,17 +272,13 @@ func mirrorRecords(in []MirrorRecord) []*logstore.Record {
 func (s *stream) mirrorWriter() {
 	defer s.fwds.Done()
 	for {
-		s.mu.Lock()
-		jobs := s.mu.mirrorQ
-		s.mu.mirrorQ = nil
-		closed := s.mu.closed // no job is queued once it is set
-		s.mu.Unlock()
+		jobs, closed := s.mirrorQ.take()
 		if len(jobs) == 0 {
 			if closed {
 				return
 			}
 			select {
-			case <-s.mirrorKick:
+			case <-s.mirrorQ.kick:
 			case <-s.stop:
 			}
 			continue

@@ -12,8 +12,98 @@ import (
 	"github.com/peatmq/peat/mqtt"
 )
 
-// Durable sessions across the site (doc.go, "Sessions across the site").
+// Durable sessions across the site.
 //
+// A durable session is the site's: a client whose node died reconnects
+// to any other and finds it. Its offsets are stream state, replicated
+// with each stream; its properties and subscriptions are in the state of
+// one more stream, SessionsStream ("_sessions"), which every node's Site
+// creates with the configured ones, at the largest of their replication
+// factors (nodes outside its replicas are observers, which fetch its
+// state too; Status lists it last). It captures no topics: a mirror
+// stream without filters in the store, which nothing routes to and which
+// holds no records. The controller's
+// state was not the place: Kafka keeps groups in __consumer_offsets, not
+// in its metadata quorum, because the Raft log is applied by every node,
+// snapshotted whole and on the path of every election, and per-client
+// churn (every connect, subscribe and disconnect of a persistent client,
+// thousands after a site's power cut) would slow down the decisions a
+// failover waits for. The stream gets from what exists writes answered
+// once its ISR holds them, a failover that keeps them, a copy on every
+// node to read at connect, and claims.
+//
+// The Log keeps the stream out of Streams, Stream, Route and
+// WatchStreams, and serves it to mqtt as mqtt.SiteSessions:
+//
+//   - SessionState is its state: writes through its leader, fenced there
+//     by the sessions' claims (below), loads from this node's replica.
+//   - ClaimSession claims the client id with the id itself as holder, so
+//     the leader grants it whoever held it, naming this node: MQTT's one
+//     connection per client id becomes the claim's move. The node that
+//     held it sees its replica's claim name another node, or go
+//     (claims.moved, on the leader as it decides and on a follower as it
+//     applies fetched changes) and calls OnSessionTaken: mqtt there
+//     closes the old connection and drops its later writes of the
+//     session. An ISR member applies the move before the new claim is
+//     answered (its acknowledgement is its next fetch); an observer a
+//     fetch later. A site still forming, or whose sessions' leader is
+//     failing over, is waited for up to 10 s (sessionClaimWait), trying
+//     every 250 ms.
+//   - ReleaseSession goes through the claims' retried releases
+//     (claims.repair), without waiting.
+//
+// mqtt reads a session when its client connects (mqtt's sessions_site.go
+// says how), not at start; the node holding the claim alone writes it.
+// What a node's death can cost: up to mqtt's state interval (100 ms) of
+// acknowledged progress, delivered again, and a subscription made in the
+// same instant is held by the SUBACK until the site has it.
+//
+// Writes are fenced on the leader as well as on the writing node
+// (writeStateFrom): a write of the sessions' state names its node and
+// broker epoch (StateWriteRequest's optional fields), and the leader,
+// under claims.dec, the lock claims are decided with, refuses it as a
+// whole (NotHolder, naming the keys) when a session it touches is
+// claimed by another node, by the writer's node in another epoch, or by
+// no one. A session is claimed before its first write and released only
+// once its deletion is written, so a write finding no claim is late too:
+// the session was adopted and expired meanwhile (or its claim was lost,
+// and its client claims it again at its next connect). Writes of the
+// leader's own node are checked alike. The writing node drops those keys
+// and writes the rest at once (sessionState.WriteState), as mqtt drops
+// its own writes of a session it knows moved, and lets the session go
+// once its replica shows the claim moved or deleted. So a write the old
+// holder sent or queued before it applied the move never lands after
+// it. The check reads each session's claim; claims.dec is let go once the
+// write is in the leader's store, so writes wait for a claim being
+// decided (its ISR round trip) but not for each other's acknowledgement.
+//
+// A session's offsets are in its streams' own state, whose leaders
+// decide no claims; each fences them from its replica of the sessions'
+// stream instead (unheld): a write of a stream's state names its
+// node as well, and its leader refuses the keys of session offsets
+// (mqtt.SessionOffsetClient) whose claim there does not name the writer,
+// as above. Only a member of the sessions' ISR checks: the sessions'
+// leader answers a claim once its ISR has applied it, so such a replica
+// shows every claim a writer can hold, and a late write of the old holder
+// either finds the move or landed before the new holder was answered (as
+// if sent a moment earlier). An observer of the sessions' stream (a site
+// of more than three nodes) leading a stream writes offsets unfenced, as
+// all did before. Group offsets are no session's and are not fenced.
+// A node's own sessions from before it joined a site are none of the
+// site's, so the offsets of theirs that its start moves into streams
+// (mqtt's migrateState) are dropped the same way.
+//
+// In a site of mixed versions, a 4-field StateWriteRequest (an older
+// node's) names no node and is written unfenced, as before; a node names
+// itself only to a leader whose Serf tags show its own Peat version,
+// since an older leader drops the longer frame (and every session write
+// with it until the upgrade ends). Writes then go unfenced, as they did,
+// and an older node's late write of an expired session is adopted again
+// (below).
+//
+// The streams' state is shared (mqtt.SharedState), so mqtt never takes
+// another node's session offsets for leftovers.
+
 // SessionsStream is a stream of the controller's state like any other,
 // with no topics: its records are none, its replicated consumer state
 // holds every durable session's properties and subscriptions (mqtt's
@@ -88,28 +178,28 @@ func (e *movedError) Error() string {
 // writeStateFrom is writeStateLeader for a write from node from. On the
 // sessions' stream, a write naming its node is the fence of "Sessions
 // across the site": refused (movedError) when a session it touches is
-// not claimed by from (unheld), checked and written under claimDec, the
+// not claimed by from (unheld), checked and written under claims.dec, the
 // lock claims are decided with, so that no claim moves between the
 // check and the write: a late write of a node that lost a session
 // (taken over, or adopted by the leader and expired) cannot land after
-// the move. The ISR's acknowledgement is waited for after claimDec is
+// the move. The ISR's acknowledgement is waited for after claims.dec is
 // let go. On another stream, its session offsets are fenced alike
 // (unheld).
 func (s *stream) writeStateFrom(ctx context.Context, ld *Leader, puts map[string][]byte, dels []string, from stateFrom) error {
 	if from.node == "" {
 		return s.writeStateLeader(ctx, ld, puts, dels)
 	}
-	decides := s.name == SessionsStream // claims are decided here, under claimDec
+	decides := s.name == SessionsStream // claims are decided here, under claims.dec
 	if decides {
-		s.claimDec.Lock()
+		s.claims.dec.Lock()
 	}
 	moved, err := s.unheld(puts, dels, from)
 	var seq uint64
 	if err == nil && len(moved) == 0 {
-		seq, err = s.stageState(ld, puts, dels, waitAcks)
+		seq, err = s.rs.stage(ld, puts, dels, waitAcks)
 	}
 	if decides {
-		s.claimDec.Unlock()
+		s.claims.dec.Unlock()
 	}
 	switch {
 	case err != nil:
@@ -117,7 +207,7 @@ func (s *stream) writeStateFrom(ctx context.Context, ld *Leader, puts map[string
 	case len(moved) > 0:
 		return &movedError{keys: moved}
 	}
-	return s.awaitState(ctx, ld, seq, waitAcks)
+	return s.rs.await(ctx, ld, seq, waitAcks)
 }
 
 // unheldIn returns the keys of a write whose session's claim in claims
@@ -128,7 +218,7 @@ func (s *stream) writeStateFrom(ctx context.Context, ld *Leader, puts map[string
 // was adopted and expired meanwhile (or its claim was lost with the
 // stream's data, and its client claims it again). clientOf maps a key to
 // its session's client; other keys are not fenced.
-func unheldIn(claims *stream, puts map[string][]byte, dels []string, from stateFrom, clientOf func(string) (string, bool)) ([]string, error) {
+func unheldIn(claims *claims, puts map[string][]byte, dels []string, from stateFrom, clientOf func(string) (string, bool)) ([]string, error) {
 	keys := slices.AppendSeq(slices.Clone(dels), maps.Keys(puts))
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
@@ -138,7 +228,7 @@ func unheldIn(claims *stream, puts map[string][]byte, dels []string, from stateF
 		if !ok {
 			continue
 		}
-		h, held, err := claims.loadClaim(id)
+		h, held, err := claims.load(id)
 		if err != nil {
 			return nil, err
 		}
@@ -150,7 +240,7 @@ func unheldIn(claims *stream, puts map[string][]byte, dels []string, from stateF
 }
 
 // unheld is unheldIn for a write of this stream's state: on the
-// sessions' stream, its sessions' keys against its own claims (claimDec
+// sessions' stream, its sessions' keys against its own claims (claims.dec
 // held); on another, its session offsets against this node's replica of
 // the sessions' stream. Only a member of that stream's ISR checks the
 // latter: its leader answers a claim once the ISR has applied it, so
@@ -161,7 +251,7 @@ func unheldIn(claims *stream, puts map[string][]byte, dels []string, from stateF
 // nodes does.
 func (s *stream) unheld(puts map[string][]byte, dels []string, from stateFrom) ([]string, error) {
 	if s.name == SessionsStream {
-		return unheldIn(s, puts, dels, from, mqtt.SiteSessionClient)
+		return unheldIn(s.claims, puts, dels, from, mqtt.SiteSessionClient)
 	}
 	claims := s.l.stream(SessionsStream)
 	if claims == nil {
@@ -170,7 +260,7 @@ func (s *stream) unheld(puts map[string][]byte, dels []string, from stateFrom) (
 	if cs := s.l.node.View().Streams[SessionsStream]; cs == nil || !cs.InISR(s.l.node.ID()) {
 		return nil, nil
 	}
-	return unheldIn(claims, puts, dels, from, mqtt.SessionOffsetClient)
+	return unheldIn(claims.claims, puts, dels, from, mqtt.SessionOffsetClient)
 }
 
 // fromFor is what this node names itself as in a write of the stream's
@@ -234,10 +324,10 @@ const (
 )
 
 // ReleaseSession lets client id's session go; the release reaches the
-// leader in the background, retried until it does (repairClaims).
+// leader in the background, retried until it does (claims.repair).
 func (l *Log) ReleaseSession(id string) {
 	if st := l.stream(SessionsStream); st != nil {
-		st.releaseLater(id, id)
+		st.claims.releaseLater(id, id)
 	}
 }
 
@@ -252,26 +342,26 @@ func (l *Log) OnSessionTaken(fn func(id string)) {
 	l.taken.Store(&fn)
 }
 
-// claimsMoved looks, on the sessions' stream, at claims just written to
+// moved looks, on the sessions' stream, at claims just written to
 // this replica (a leader's decision, or a follower's fetched changes) for
 // those granted here that now name another holder's node, or that went
 // (deleted: this node's own releases are no longer granted when they
 // go): the session was taken over elsewhere, or adopted and expired, and
 // this node lets it go.
-func (s *stream) claimsMoved(puts map[string][]byte, dels []string) {
-	if s.name != SessionsStream {
+func (c *claims) moved(puts map[string][]byte, dels []string) {
+	if c.s.name != SessionsStream {
 		return
 	}
-	me, epoch := s.l.node.ID(), s.l.node.Epoch()
+	me, epoch := c.s.l.node.ID(), c.s.l.node.Epoch()
 	var lost []string
-	s.mu.Lock()
+	c.mu.Lock()
 	take := func(k string, moved func() bool) {
 		key, ok := strings.CutPrefix(k, claimStatePrefix)
 		if !ok {
 			return
 		}
-		if holder, granted := s.mu.granted[key]; granted && moved() {
-			delete(s.mu.granted, key)
+		if holder, granted := c.mu.granted[key]; granted && moved() {
+			delete(c.mu.granted, key)
 			lost = append(lost, holder)
 		}
 	}
@@ -284,22 +374,22 @@ func (s *stream) claimsMoved(puts map[string][]byte, dels []string) {
 	for _, k := range dels {
 		take(k, func() bool { return true })
 	}
-	s.mu.Unlock()
-	if fn := s.l.taken.Load(); fn != nil {
+	c.mu.Unlock()
+	if fn := c.s.l.taken.Load(); fn != nil {
 		for _, id := range lost {
 			(*fn)(id)
 		}
 	}
 }
 
-// releaseLater is Unclaim without waiting for the leader: repairClaims
+// releaseLater is Unclaim without waiting for the leader: repair
 // sends it (a Claim of key by this node first drops it).
-func (s *stream) releaseLater(key, holder string) {
-	s.mu.Lock()
-	if s.mu.granted[key] == holder {
-		delete(s.mu.granted, key)
+func (c *claims) releaseLater(key, holder string) {
+	c.mu.Lock()
+	if c.mu.granted[key] == holder {
+		delete(c.mu.granted, key)
 	}
-	s.mu.releasing[claimRef{key, holder}] = struct{}{}
-	s.mu.Unlock()
-	signal(s.claimKick)
+	c.mu.releasing[claimRef{key, holder}] = struct{}{}
+	c.mu.Unlock()
+	signal(c.kick)
 }

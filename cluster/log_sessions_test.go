@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/peatmq/peat/cluster/faultnet"
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/cluster/wire"
 )
 
@@ -26,7 +27,7 @@ func sessionsSite(t *testing.T, fnet *faultnet.Network) (nodes []*logNode, kill 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := nodes[0].node.Submit(ctx, CreateStream{Name: SessionsStream, Replicas: ids}); err != nil {
+	if err := nodes[0].node.Submit(ctx, rules.CreateStream{Name: SessionsStream, Replicas: ids}); err != nil {
 		t.Fatalf("create %s: %v", SessionsStream, err)
 	}
 	for _, ln := range nodes {
@@ -322,25 +323,25 @@ func waitStreamState(t *testing.T, nodes []*logNode, name string, want map[strin
 }
 
 // adoptNow has the sessions' leader ls adopt client id's session as
-// AdoptSession does (the claim moves to it under claimDec, and it holds
+// AdoptSession does (the claim moves to it under claims.dec, and it holds
 // it), without waiting for the site to see the holder's node fail: a
 // partition from the leader alone leaves that node alive to Serf.
 func adoptNow(t *testing.T, ls *stream, id string) {
 	t.Helper()
 	eventually(t, "the leader adopts "+id, func() bool {
-		ls.claimDec.Lock()
-		defer ls.claimDec.Unlock()
-		cur, held, err := ls.loadClaim(id)
+		ls.claims.dec.Lock()
+		defer ls.claims.dec.Unlock()
+		cur, held, err := ls.claims.load(id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), rpcTimeout)
 		defer cancel()
 		me := claimHolder{holder: id, node: ls.l.node.ID(), epoch: ls.l.node.Epoch()}
-		return ls.putClaim(ctx, ls.leading(), id, cur, held, me) == nil
+		return ls.claims.put(ctx, ls.leading(), id, cur, held, me) == nil
 	})
 	ls.mu.Lock()
-	ls.mu.granted[id] = id
+	ls.claims.mu.granted[id] = id
 	ls.mu.Unlock()
 }
 
@@ -370,7 +371,7 @@ func TestLog_AdoptedSessionNotBroughtBack(t *testing.T) {
 	writeSessions(t, leader, nil, "s/p")
 	leader.log.ReleaseSession("p")
 	eventually(t, "the adopter's release", func() bool {
-		_, held, err := ls.loadClaim("p")
+		_, held, err := ls.claims.load("p")
 		return err == nil && !held
 	})
 
@@ -433,7 +434,7 @@ func TestLog_UnclaimedSessionAdopted(t *testing.T) {
 	if !leader.log.AdoptSession(t.Context(), "u") {
 		t.Fatal("the leader did not adopt the unclaimed session")
 	}
-	h, held, err := ls.loadClaim("u")
+	h, held, err := ls.claims.load("u")
 	if err != nil || !held || h.node != leader.node.ID() {
 		t.Fatalf("claim after the adoption: %+v %v %v, want the leader's", h, held, err)
 	}

@@ -15,6 +15,67 @@ import (
 	"github.com/peatmq/peat/mqtt"
 )
 
+// The produce path, from here and forward.go (the follower's side)
+// and forward_server.go (the leader's).
+//
+// A producer may use any node that holds a replica of the stream. On the
+// stream's leader (where the Replicator runs its Leader) an append is
+// taken only while the ISR has min_insync_replicas members, else refused
+// with mqtt.ErrNotEnoughReplicas (MQTT reason 0x97); it is written
+// locally (the store runs with ManualCommit, so that only means written),
+// and its done is called, in call order, by the stream's goroutine once
+// the high watermark has passed it, that is once the ISR holds it. If
+// leadership moves first it is refused with ErrLeaderUnavailable (0x80,
+// "stream leader unavailable"), if the ISR falls below the minimum with
+// ErrNotEnoughReplicas; the records may still commit under the next
+// leader, so a producer's retry can duplicate them (at least once). A
+// Leader admits appends until Close (or a hand-over's Drain) begins and
+// Close waits until those are written: no record of an ended leadership
+// lands after the Fetcher that follows it truncated the log.
+//
+// On a follower, AppendAsync forwards (forward.go): the records
+// (forward_codec.go: the producer's fields; a zero timestamp is stamped
+// here, with this node's clock) go to the leader the state names, at its
+// Serf-advertised cluster address, dialled with the Node's dialer (cluster
+// TLS applies), as ProduceRequest frames on one connection per stream and
+// leader epoch. The connection is a pipeline: a writer sends each append
+// as soon as it is made while at most fwdWindow are unanswered, the
+// leader's Server reads them without waiting, hands each to its stream's
+// local append in arrival order (so call order on this node is append
+// order on the leader), and writes the answers in the same order, each
+// naming its sequence number. The leader answers as it would answer its
+// own producer; the follower calls done with the leader's first offset
+// once its own watermark has passed the records too (so a reader on this
+// node sees what was acknowledged here; after fwdLocalWait, 10 s, a
+// replica that stopped fetching answers anyway). Refusals come back typed:
+// NotEnoughReplicas as mqtt.ErrNotEnoughReplicas, RecordTooLarge and
+// NoSpace as logstore's ErrRecordTooLarge and ErrNoSpace (so MQTT gives
+// the reason codes a single node gives), NotLeader and stale epochs as
+// ErrLeaderUnavailable. When the connection fails, an answer is missing
+// for fwdTimeout (30 s), or the state names another leader or epoch, every
+// append unanswered is refused with ErrLeaderUnavailable: the old leader
+// may still commit some (at least once), but done(nil) is only ever called
+// on the leader's word that the records are committed, so an acknowledged
+// record is in the ISR and survives on whichever replica the controller
+// elects.
+//
+// acks=leader.
+//
+// LogConfig.AcksLeader names the streams that are acks=leader: their
+// leader answers an append, its own or forwarded, once written locally
+// (not waiting for the ISR), min_insync_replicas does not refuse it, and
+// a forwarding follower answers on the leader's word without waiting for
+// its own watermark. Such an answer is given before the records are
+// committed: a leader that dies can lose them, and Committed may still be
+// below them when done runs. Consumer-state writes of such a stream are
+// answered once the leader wrote them, too. A graceful stop of the
+// leader loses neither: it drains first (site.go).
+//
+// Reads, Committed and Changed serve the committed records of this node's
+// replica, on every replica; Changed is forwarded from the store's (the
+// forwarder takes the store's next channel before it tells, so no
+// advance is missed).
+
 // stream is one visible stream of a Log: this node's replica, appended to
 // locally while this node's Replicator leads it, else through the leader
 // (forward.go).
@@ -23,9 +84,12 @@ import (
 // watermark passed it, or refused), forwards the replica's Changed,
 // notices this node becoming the leader (StateMoved), ends
 // a forwarder whose leader is no longer the state's, and runs the
-// follower side of consumer-state replication (state_repl.go).
+// follower side of consumer-state replication (log_state_follower.go).
 //
-// Lock order: mu, then rs.mu.
+// Its parts own their locks: claims (log_claims.go), the mirror queue
+// (log_mirror.go), consumer-state replication (rs, fs: log_state_*.go).
+// Lock order: claims.op, claims.dec, mu, then rs.mu or mirrorQ.mu;
+// claims.mu is taken alone.
 type stream struct {
 	l    *Log
 	st   *logstore.Stream
@@ -47,32 +111,16 @@ type stream struct {
 		// given up too, or a later append told committed would follow an
 		// earlier one told it failed.
 		gaveUp bool
-		// granted are the claims this node's clients were granted (key ->
-		// holder); releasing, their releases the leader has not had yet
-		// (log_claims.go).
-		granted   map[string]string
-		releasing map[claimRef]struct{}
-		// mirrorQ are the mirror appends the leader's mirrorWriter has
-		// not taken yet (log_mirror.go); mirrorRunning, it was started.
-		mirrorQ       []mirrorJob
-		mirrorRunning bool
 	}
 	stopOnce sync.Once
 	fwds     sync.WaitGroup // forwarders' goroutines
 	rpc      rpcConn        // forwarded state writes
-	claimRPC rpcConn        // forwarded claims: not queued behind a state write's ISR wait
 	rs       replState      // consumer-state versions, while leader
 	fs       followState    // consumer-state replication, while follower
 
-	// claimOp makes this node's claims and releases of the stream one at
-	// a time, each until the leader answered; claimDec, the leader's
-	// decisions. Lock order: claimOp, claimDec, mu.
-	claimOp     sync.Mutex
-	claimDec    sync.Mutex
-	claimKick   chan struct{} // cap 1: a release is to be retried
-	repairDone  chan struct{} // repairClaims ended
+	claims      *claims       // its group claims (log_claims.go)
 	orphansDone chan struct{} // watchOrphans ended (closed at once but for SessionsStream)
-	mirrorKick  chan struct{} // cap 1: a mirror append was queued
+	mirrorQ     *mirrorQueue  // mirror appends on their way to the mirror rules (log_mirror.go)
 }
 
 // pendingAppend is one AppendAsync call until its done is called.
@@ -97,18 +145,16 @@ func newStream(l *Log, st *logstore.Stream) *stream {
 	s.mu.changed = make(chan struct{})
 	s.mu.moved = make(chan struct{})
 	s.mu.leader = s.leading()
-	s.mu.granted = map[string]string{}
-	s.mu.releasing = map[claimRef]struct{}{}
-	s.claimKick, s.repairDone = make(chan struct{}, 1), make(chan struct{})
+	s.claims = newClaims(s)
 	s.orphansDone = make(chan struct{})
-	s.mirrorKick = make(chan struct{}, 1)
-	s.rs.changed = make(chan struct{})
+	s.mirrorQ = newMirrorQueue()
+	s.rs.s, s.rs.changed = s, make(chan struct{})
 	s.rs.reset(s.mu.leader)
-	s.fs.stop = make(chan struct{})
+	s.fs.s, s.fs.stop = s, make(chan struct{})
 	go s.run(st.Changed()) // taken before Changed can be called: no advance is missed
-	go s.repairClaims()
+	go s.claims.repair()
 	if s.name == SessionsStream {
-		go s.watchOrphans() // log_orphans.go
+		go s.watchOrphans() // log_sessions_orphaned.go
 	} else {
 		close(s.orphansDone)
 	}
@@ -324,7 +370,7 @@ func (s *stream) run(u <-chan struct{}) {
 		_, repChanged := s.l.rep.Leading(s.name) // before looking: a change from now on closes it
 		ld := s.noteLeader()
 		s.checkForwarder()
-		s.followState(ld)
+		s.fs.follow(ld)
 		s.answer(ld, false)
 		select {
 		case <-s.stop:
@@ -469,10 +515,10 @@ func (s *stream) drain() {
 		<-s.kick
 	}
 	s.fwds.Wait()
-	<-s.repairDone
+	<-s.claims.done
 	<-s.orphansDone
 	s.rpc.close()
-	s.claimRPC.close()
+	s.claims.rpc.close()
 }
 
 // close makes the stream behave as closed (appends, reads and state fail
@@ -482,6 +528,7 @@ func (s *stream) close() {
 	s.stopOnce.Do(func() {
 		s.mu.Lock()
 		s.mu.closed = true
+		s.mirrorQ.close()
 		s.mu.Unlock()
 		close(s.stop)
 	})
@@ -523,12 +570,12 @@ func (s *stream) Changed() <-chan struct{} {
 }
 
 // WriteState writes the stream's consumer state through its leader
-// (state_repl.go): on the leader, into its store, answered once the ISR
+// (log_state_leader.go): on the leader, into its store, answered once the ISR
 // holds it; elsewhere forwarded to the leader. Keys the leader refuses
 // because another node holds their sessions (writeStateFrom) are dropped
 // and the rest written, as mqtt drops its own writes of a session it
 // knows moved; this node learns of the move itself from its replica of
-// the sessions' stream (claimsMoved).
+// the sessions' stream (claims.moved).
 func (s *stream) WriteState(puts map[string][]byte, dels []string) error {
 	for k := range puts {
 		if strings.HasPrefix(k, claimStatePrefix) {

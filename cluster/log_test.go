@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/peatmq/peat/cluster/faultnet"
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 	"github.com/peatmq/peat/mqtt/mqtttest/logtest"
@@ -152,7 +153,7 @@ func createStreams(tb testing.TB, n *logNode, replicas []string, names ...string
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, name := range names {
-		if err := n.node.Submit(ctx, CreateStream{Name: name, Replicas: replicas}); err != nil {
+		if err := n.node.Submit(ctx, rules.CreateStream{Name: name, Replicas: replicas}); err != nil {
 			tb.Fatalf("create %s: %v", name, err)
 		}
 	}
@@ -425,7 +426,7 @@ func TestLog_ThreeNodes(t *testing.T) {
 	obs := follower.log.Stream("s")
 	ctx, cancelSubmit := context.WithTimeout(context.Background(), time.Minute)
 	defer cancelSubmit()
-	if err := ctl.node.Submit(ctx, AssignReplicas{Name: "s", Replicas: []string{ctl.node.ID()}}); err != nil {
+	if err := ctl.node.Submit(ctx, rules.AssignReplicas{Name: "s", Replicas: []string{ctl.node.ID()}}); err != nil {
 		t.Fatalf("AssignReplicas: %v", err)
 	}
 	eventually(t, "the follower to see the reassignment", func() bool {

@@ -13,6 +13,26 @@ import (
 	"github.com/hashicorp/serf/serf"
 )
 
+// Membership.
+//
+// Every node runs Serf. Its tags carry the node's role (voter or broker),
+// MQTT address, Raft address, Peat version and broker epoch. The broker
+// epoch is new on every start (the stored one plus 1, at least the time in
+// milliseconds, so a node whose disk was replaced still outranks its old
+// incarnation): a restarted replica cannot rejoin an ISR on its old
+// standing. One goroutine drains Serf's event channel (a blocked channel
+// stalls Serf) and only nudges the controller loop.
+//
+// Failure detection is memberlist's: a probe every ProbeInterval, answered
+// within ProbeTimeout, then a suspicion of SuspicionMult intervals that
+// the other members' confirmations shorten to its minimum. The defaults,
+// 500 ms, 250 ms and 3, leave a live node 1.5 s to refute a false
+// suspicion and fail a stream over well under 5 s (measured in
+// scripts/bench-results/cluster.md). Serf's LAN defaults (1 s, 500 ms,
+// 4) detect a failure in about 5 s; 200 ms, 100 ms, 2 in under 1 s, but
+// leave ~400 ms to refute. On Wi-Fi, whose retransmits and power saving
+// delay acks by hundreds of milliseconds, use Serf's defaults.
+
 // Serf tags of a member (at most 512 bytes in all, Serf's limit).
 const (
 	tagRole    = "role"  // roleVoter or roleBroker

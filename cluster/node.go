@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	"github.com/hashicorp/serf/serf"
+	"github.com/peatmq/peat/cluster/rules"
 
 	"github.com/peatmq/peat/logstore"
 )
@@ -160,11 +161,11 @@ func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
 
 // State returns a copy of the controller's state as this node's Raft
 // server has applied it, and a channel closed at its next change.
-func (n *Node) State() (*State, <-chan struct{}) { return n.fsm.State() }
+func (n *Node) State() (*rules.State, <-chan struct{}) { return n.fsm.State() }
 
 // View is the current state, shared and never changed (FSM.View): read
 // it, do not change it.
-func (n *Node) View() *State { return n.fsm.View() }
+func (n *Node) View() *rules.State { return n.fsm.View() }
 
 // Controller returns the id of the controller (the Raft leader) this node
 // knows of, "" when it knows none.
@@ -182,7 +183,7 @@ func (n *Node) IsController() bool { return n.raft.State() == raft.Leader }
 // have been deposed without knowing it, so what acts as the leader
 // outside the log (a site's sinks) stops too.
 func (n *Node) HearsController() bool {
-	return n.IsController() || time.Since(n.raft.LastContact()) < n.cfg.HeartbeatTimeout
+	return rules.InTouch(n.IsController(), time.Since(n.raft.LastContact()), n.cfg.HeartbeatTimeout)
 }
 
 // Members returns Serf's view of the site.
@@ -198,8 +199,8 @@ func (n *Node) Members() []Member {
 // Apply proposes c to the controller's state and waits until it is
 // committed and applied; the error is the state machine's refusal, or
 // ErrNotController on any node but the controller.
-func (n *Node) Apply(ctx context.Context, c Command) error {
-	data, err := EncodeCommand(c)
+func (n *Node) Apply(ctx context.Context, c rules.Command) error {
+	data, err := rules.EncodeCommand(c)
 	if err != nil {
 		return err
 	}

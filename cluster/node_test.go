@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/peatmq/peat/cluster/faultnet"
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
@@ -271,12 +272,12 @@ func TestNode_ThreeVotersElectOneControllerAndReplaceIt(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	if err := ctl.Apply(ctx, CreateStream{Name: "telemetry", Replicas: replicas}); err != nil {
+	if err := ctl.Apply(ctx, rules.CreateStream{Name: "telemetry", Replicas: replicas}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range s.nodes {
 		if n != ctl {
-			if err := n.Apply(ctx, ElectLeader{Name: "telemetry"}); err == nil {
+			if err := n.Apply(ctx, rules.ElectLeader{Name: "telemetry"}); err == nil {
 				t.Fatalf("a follower (%s) applied a command", n.ID())
 			}
 		}
@@ -298,7 +299,7 @@ func TestNode_ThreeVotersElectOneControllerAndReplaceIt(t *testing.T) {
 				str.Leader == replicas[1] && str.LeaderEpoch == 2
 		})
 	}
-	if err := next.Apply(ctx, ElectLeader{Name: "telemetry", Preferred: ctl.ID()}); err == nil {
+	if err := next.Apply(ctx, rules.ElectLeader{Name: "telemetry", Preferred: ctl.ID()}); err == nil {
 		t.Fatal("the dead node was elected leader")
 	}
 }
@@ -315,7 +316,7 @@ func TestNode_MemberFailedLeavesTheISR(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	if err := ctl.Apply(ctx, CreateStream{Name: "s", Replicas: []string{follower.ID(), ctl.ID()}}); err != nil {
+	if err := ctl.Apply(ctx, rules.CreateStream{Name: "s", Replicas: []string{follower.ID(), ctl.ID()}}); err != nil {
 		t.Fatal(err)
 	}
 	// The stream's leader is a node that is not the controller; it fails,

@@ -13,8 +13,8 @@ import (
 )
 
 // KV is the durable key-value space the controller's Raft state lives in:
-// logstore.Store's, in the node's own Badger database (DESIGN.md, Cluster:
-// one storage engine, no bolt). Writes are synced before they return.
+// logstore.Store's, in the node's own Badger database (one storage
+// engine, no bolt). Writes are synced before they return.
 type KV interface {
 	KVGet(key []byte) ([]byte, error)
 	KVWrite(puts []logstore.KV, dels [][]byte) error

@@ -9,12 +9,14 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/peatmq/peat/cluster/rules"
 )
 
 // siteSettled reports whether every stream of st has a leader, its
 // factor on replicas all in the ISR, and no move under way; and each of
 // ids' replica count.
-func siteSettled(st *State, ids []string) (bool, map[string]int) {
+func siteSettled(st *rules.State, ids []string) (bool, map[string]int) {
 	load := map[string]int{}
 	for _, id := range ids {
 		load[id] = 0
@@ -66,7 +68,7 @@ func TestSite_Rebalance(t *testing.T) {
 		return brokerAlive(n5, "n4") && brokerAlive(n5, "n5")
 	})
 	st, _ := n5.Node.State()
-	if _, load := siteSettled(st, all); balanced(load) || load["n4"] != 0 || load["n5"] != 0 {
+	if _, load := siteSettled(st, all); rules.Balanced(load) || load["n4"] != 0 || load["n5"] != 0 {
 		t.Fatalf("before the rebalance: counts %v, want nothing on n4 and n5", load)
 	}
 
@@ -83,7 +85,7 @@ func TestSite_Rebalance(t *testing.T) {
 		defer close(watched)
 		for {
 			st, changed := n1.Node.State()
-			if slices.ContainsFunc(slices.Collect(maps.Values(st.Streams)), func(x *Stream) bool { return x.Moves != nil }) &&
+			if slices.ContainsFunc(slices.Collect(maps.Values(st.Streams)), func(x *rules.Stream) bool { return x.Moves != nil }) &&
 				slices.ContainsFunc(n1.Status().Streams, func(s StreamStatus) bool { return len(s.Moving) > 0 }) {
 				shown.Store(true)
 			}
@@ -108,11 +110,11 @@ func TestSite_Rebalance(t *testing.T) {
 	}
 	moreAcked("during the rebalance", 20)
 
-	var final *State
+	var final *rules.State
 	eventually(t, "every node sees the replicas spread within one, all in sync, no move left", func() bool {
 		for _, n := range nodes {
 			st, _ := n.Node.State()
-			if ok, load := siteSettled(st, all); !ok || !balanced(load) {
+			if ok, load := siteSettled(st, all); !ok || !rules.Balanced(load) {
 				return false
 			}
 			final = st

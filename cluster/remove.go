@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 
 	"github.com/hashicorp/raft"
+	"github.com/peatmq/peat/cluster/rules"
 )
 
 // Removal is what RemoveNode started.
@@ -50,22 +50,22 @@ func (s *Site) RemoveNode(ctx context.Context, id string) (Removal, error) {
 			alive = m.Status == "alive"
 		}
 	}
-	var c Command = RemoveBroker{ID: id}
+	var c rules.Command = rules.RemoveBroker{ID: id}
 	if alive {
 		voters, _, err := s.Node.Quorum()
 		if err != nil {
 			return Removal{}, fmt.Errorf("remove %s: %w", id, err)
 		}
-		if err := quorumWithout(id, voters, func(v string) bool { return up[v] }); err != nil {
+		if err := rules.QuorumWithout(id, voters, func(v string) bool { return up[v] }); err != nil {
 			return Removal{}, err
 		}
-		c = DrainBroker{ID: id}
+		c = rules.DrainBroker{ID: id}
 	}
 	if err := s.Node.Submit(ctx, c); err != nil {
 		return Removal{}, fmt.Errorf("remove %s: %w", id, err)
 	}
 	st, _ := s.Node.State()
-	return Removal{Node: id, Moving: orEmpty(st.replicaOf(id)), Draining: alive}, nil
+	return Removal{Node: id, Moving: orEmpty(st.ReplicaOf(id)), Draining: alive}, nil
 }
 
 // KeepNode ends member id's drain, a decommission started by mistake or
@@ -76,35 +76,8 @@ func (s *Site) RemoveNode(ctx context.Context, id string) (Removal, error) {
 // has ended in a removal: the node was stopped after its last replica
 // moved.
 func (s *Site) KeepNode(ctx context.Context, id string) error {
-	if err := s.Node.Submit(ctx, KeepBroker{ID: id}); err != nil {
+	if err := s.Node.Submit(ctx, rules.KeepBroker{ID: id}); err != nil {
 		return fmt.Errorf("keep %s: %w", id, err)
-	}
-	return nil
-}
-
-// quorumWithout checks that Raft keeps a quorum once voter id stops
-// voting: the other voters alive now must be a majority of the voters
-// that remain. A 3-voter site with one voter down cannot lose another.
-func quorumWithout(id string, voters []string, alive func(string) bool) error {
-	if !slices.Contains(voters, id) {
-		return nil
-	}
-	var rest, up []string
-	for _, v := range voters {
-		if v == id {
-			continue
-		}
-		rest = append(rest, v)
-		if alive(v) {
-			up = append(up, v)
-		}
-	}
-	if len(rest) == 0 {
-		return fmt.Errorf("%w: %s is the site's only voter: make another node a voter first", ErrQuorum, id)
-	}
-	if need := len(rest)/2 + 1; len(up) < need {
-		return fmt.Errorf("%w: without voter %s, %d of the %d remaining voters (%v) are alive and Raft needs %d: "+
-			"bring a voter back, or remove the dead one first", ErrQuorum, id, len(up), len(rest), up, need)
 	}
 	return nil
 }
@@ -135,7 +108,7 @@ func (n *Node) demoteDraining(m Member, inRaft map[string]raft.Server) error {
 	for _, mm := range n.Members() {
 		up[mm.ID] = mm.Status == "alive"
 	}
-	if err := quorumWithout(m.ID, voters, func(v string) bool { return up[v] }); err != nil {
+	if err := rules.QuorumWithout(m.ID, voters, func(v string) bool { return up[v] }); err != nil {
 		n.log.Warn("cluster: draining voter stays in the quorum for now", slog.String("member", m.ID), slog.Any("err", err))
 		return nil
 	}

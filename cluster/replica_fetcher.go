@@ -8,9 +8,52 @@ import (
 	"net"
 	"time"
 
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/cluster/wire"
 	"github.com/peatmq/peat/logstore"
 )
+
+// Replica fetch: the follower's side here, the leader's in
+// replica_leader.go, the connections in replica_server.go.
+//
+// Kafka's rules, on logstore's replica seams (its store runs with
+// ManualCommit). A Server answers, one goroutine per connection, for the
+// streams this node leads; each has a Leader, created with the
+// controller's leader epoch and ISR. A Fetcher on a follower:
+//
+//  1. asks the leader where the leader's log of its own latest epoch ends
+//     (an EpochRequest) and truncates where rules.TruncateTo says, so no
+//     record the leader lacks survives a leader change;
+//  2. fetches "everything after my offset" (its log end), with the leader
+//     epoch it believes in (older: FencedLeaderEpoch, it stops; newer:
+//     the leader has not heard yet, it retries) and the watermark it last
+//     heard; appends the leader's record values unchanged (AppendReplica
+//     checks each checksum against its offset) and moves its watermark to
+//     the leader's, capped at its own log end;
+//  3. below the leader's log start it starts over there (ResetTo); above
+//     its log end it truncates as in 1.
+//
+// The leader answers at once when it has records past the offset or a
+// watermark above the one the follower heard, else holds the fetch up to
+// MaxWait (the long poll: followers learn new records and the watermark
+// without polling). Each fetch tells the leader the follower's log end,
+// which its rules.Tracker keeps: the watermark, laggards and joiners are
+// the rules package's (rules/doc.go, "The watermark and the ISR").
+//
+// An acks=all acknowledgement waits for the slowest ISR member's fsync.
+// Two things keep that to about one fsync rather than four in a row: the
+// leader serves a group commit while it is still writing it (logstore's
+// early shipping: the follower appends and fsyncs beside the leader; the
+// watermark still counts only the leader's durable end, and a fetch's
+// offset may be up to ShipEnd), and a watermark move is published without
+// a write of its own on leader and follower alike (logstore persists it
+// lazily). BenchmarkLog_AcksAll measures it (scripts/bench-results/
+// cluster.md).
+//
+// The protocol (cluster/wire) is length-prefixed frames of msgpack arrays
+// with typed error codes; its doc draws them. Fetchers take a Dialer, so
+// tests run replication over cluster/faultnet, an in-process network that
+// delays, cuts, partitions and drops links.
 
 // Fetcher defaults.
 const (
@@ -135,8 +178,7 @@ func (f *Fetcher) session(ctx context.Context) error {
 }
 
 // truncateToLeader asks where the leader's log of this replica's latest
-// epoch ends and truncates there (KIP-279: at the lower of that end and
-// this log's own end for the epoch the leader answered with), so that no
+// epoch ends and truncates where rules.TruncateTo says, so that no
 // record the leader does not have stays.
 func (f *Fetcher) truncateToLeader(ctx context.Context, c *fetchConn) error {
 	latest, _, ok := f.Stream.LatestEpoch()
@@ -151,11 +193,9 @@ func (f *Fetcher) truncateToLeader(ctx context.Context, c *fetchConn) error {
 	if resp.Code != wire.None {
 		return resp.Code
 	}
-	end := resp.EndOffset
-	if _, own, ok := f.Stream.EndOffsetForEpoch(resp.Epoch); ok {
-		end = min(end, own)
-	}
-	if end >= f.Stream.NextOffset() {
+	_, own, haveOwn := f.Stream.EndOffsetForEpoch(resp.Epoch)
+	end, cut := rules.TruncateTo(resp.EndOffset, own, haveOwn, f.Stream.NextOffset())
+	if !cut {
 		return nil
 	}
 	f.Log.Info("cluster: truncating to the leader's epoch end", slog.String("stream", f.Stream.Name()),

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/cluster/wire"
 	"github.com/peatmq/peat/logstore"
 )
@@ -32,8 +33,7 @@ type Leader struct {
 
 	mu struct {
 		sync.Mutex
-		tr     *hwTracker
-		minISR int // below it, the watermark does not move (min_insync_replicas)
+		tr *rules.Tracker // the watermark, min_insync_replicas and the ISR changes to propose
 		// current, when set, says whether this leader may still commit
 		// (see SetCurrent); false holds the watermark.
 		current func() bool
@@ -85,7 +85,7 @@ func NewLeader(self string, stream *logstore.Stream, epoch uint32, isr []string,
 	}
 	l := &Leader{self: self, stream: stream, epoch: epoch, stop: make(chan struct{}), done: make(chan struct{}),
 		log: log.With(slog.String("stream", stream.Name()), slog.Uint64("leader_epoch", uint64(epoch)))}
-	l.mu.tr = newHWTracker(self, isr, time.Now())
+	l.mu.tr = rules.NewTracker(self, isr, time.Now())
 	stream.SetEpoch(epoch)
 	go l.run()
 	return l
@@ -125,7 +125,7 @@ func (l *Leader) Drain(ctx context.Context) bool {
 	for {
 		l.mu.Lock()
 		end := l.stream.NextOffset()
-		caughtUp := l.mu.tr.hw(end) >= end // every member's end, not the watermark min_insync_replicas may hold
+		caughtUp := l.mu.tr.HW(end) >= end // every member's end, not the watermark min_insync_replicas may hold
 		if !caughtUp && l.mu.drainWake == nil {
 			l.mu.drainWake = make(chan struct{})
 		}
@@ -156,17 +156,10 @@ func (l *Leader) Resume() {
 // log end, with the broker epochs they fetched in: after a Drain that ran
 // out of time, the members the ISR may shrink to so that the controller's
 // election cannot pick one that lacks acknowledged records.
-func (l *Leader) holdingAll() []ISRMember {
+func (l *Leader) holdingAll() []rules.ISRMember {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	end := l.stream.NextOffset()
-	var out []ISRMember
-	for _, id := range l.mu.tr.isr {
-		if r := l.mu.tr.replicas[id]; id != l.self && r != nil && r.end >= end {
-			out = append(out, ISRMember{ID: id, Epoch: r.brokerEpoch})
-		}
-	}
-	return out
+	return l.mu.tr.HoldingAll(l.stream.NextOffset())
 }
 
 // draining reports whether Drain has begun: consumer-state writes are
@@ -205,7 +198,7 @@ func (l *Leader) run() {
 // minimum.
 func (l *Leader) SetMinInsync(n int) {
 	l.mu.Lock()
-	l.mu.minISR = n
+	l.mu.tr.SetMinInsync(n)
 	l.mu.Unlock()
 	l.advance()
 }
@@ -226,24 +219,24 @@ func (l *Leader) SetCurrent(current func() bool) {
 func (l *Leader) InSync() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.mu.tr.isr) >= l.mu.minISR
+	return l.mu.tr.InSync()
 }
 
 // SetISR applies an ISR change the controller committed.
 func (l *Leader) SetISR(isr []string) {
 	l.mu.Lock()
-	l.mu.tr.setISR(isr)
+	l.mu.tr.SetISR(isr)
 	l.wakeDrainLocked()
 	l.mu.Unlock()
 	l.advance()
 }
 
 // Laggards and Joiners are the ISR changes the leader should propose (see
-// hwTracker).
+// rules.Tracker).
 func (l *Leader) Laggards(now time.Time, lagMax time.Duration) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.mu.tr.laggards(now, lagMax)
+	return l.mu.tr.Laggards(now, lagMax)
 }
 
 // Joiners are the replicas outside the ISR that caught up to the
@@ -251,13 +244,13 @@ func (l *Leader) Laggards(now time.Time, lagMax time.Duration) []string {
 // replicates).
 //
 // From here on the watermark waits for each joiner too, until the ISR
-// takes it or KeepJoining drops it (hwTracker.joining): the caller
+// takes it or KeepJoining drops it (rules.Tracker.Joiners): the caller
 // proposes them, then says which it named.
-func (l *Leader) Joiners() []ISRMember {
+func (l *Leader) Joiners() []rules.ISRMember {
 	l.mu.Lock()
 	// Committed under mu is the watermark advance last published: it
 	// publishes under mu too, so none passes a joiner's end unseen.
-	js := l.mu.tr.joiners(l.stream.Committed())
+	js := l.mu.tr.Joiners(l.stream.Committed())
 	joinable := l.mu.joinable
 	l.mu.Unlock()
 	if joinable == nil {
@@ -276,7 +269,7 @@ func (l *Leader) Joiners() []ISRMember {
 // proposal failed): the watermark stops waiting for the others.
 func (l *Leader) KeepJoining(ids []string) {
 	l.mu.Lock()
-	l.mu.tr.keepJoining(ids)
+	l.mu.tr.KeepJoining(ids)
 	l.wakeDrainLocked()
 	l.mu.Unlock()
 	l.advance()
@@ -303,8 +296,8 @@ func (l *Leader) advance() {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	hw := l.mu.tr.hw(l.stream.NextOffset())
-	if len(l.mu.tr.isr) < l.mu.minISR || hw <= l.stream.Committed() {
+	hw, ok := l.mu.tr.Advance(l.stream.NextOffset(), l.stream.Committed())
+	if !ok {
 		return
 	}
 	if err := l.stream.SetHighWatermark(context.Background(), hw); err != nil && !errors.Is(err, logstore.ErrClosed) {
@@ -343,7 +336,7 @@ func (l *Leader) fetch(ctx context.Context, req *wire.FetchRequest) wire.FetchRe
 		return fill(wire.OffsetOutOfRange)
 	}
 	l.mu.Lock()
-	l.mu.tr.fetched(req.ReplicaID, req.BrokerEpoch, req.Offset, end, time.Now())
+	l.mu.tr.Fetched(req.ReplicaID, req.BrokerEpoch, req.Offset, end, time.Now())
 	l.wakeDrainLocked()
 	l.mu.Unlock()
 	l.advance()

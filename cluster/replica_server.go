@@ -229,7 +229,7 @@ func (s *Server) handle(kind byte, body, out []byte) (byte, []byte, error) {
 		}
 		resp := wire.StateFetchResponse{Code: wire.NotLeader}
 		if ls := s.leaderStream(req.Stream); ls != nil {
-			resp = ls.serveStateFetch(s.ctx, &req)
+			resp = ls.rs.serveFetch(s.ctx, &req)
 		}
 		return wire.KindStateFetchResponse, resp.AppendTo(out), nil
 	case wire.KindClaimRequest:
@@ -239,7 +239,7 @@ func (s *Server) handle(kind byte, body, out []byte) (byte, []byte, error) {
 		}
 		resp := wire.ClaimResponse{Code: wire.NotLeader}
 		if ls := s.leaderStream(req.Stream); ls != nil {
-			resp = ls.serveClaim(&req)
+			resp = ls.claims.serve(&req)
 		}
 		return wire.KindClaimResponse, resp.AppendTo(out), nil
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/peatmq/peat/cluster/faultnet"
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/cluster/wire"
 	"github.com/peatmq/peat/logstore"
 )
@@ -270,7 +271,7 @@ func TestReplication_PartitionLagAndRejoin(t *testing.T) {
 	fn.Delay("L", "F", 20*time.Millisecond)
 	appendRecs(t, ls, 10, "c")
 	eventually(t, "F catches up over a slow link", func() bool { return fs.NextOffset() == 70 && fs.Committed() == 70 })
-	if got := leader.Joiners(); len(got) != 1 || got[0] != (ISRMember{"F", 7}) {
+	if got := leader.Joiners(); len(got) != 1 || got[0] != (rules.ISRMember{ID: "F", Epoch: 7}) {
 		t.Fatalf("joiners = %v, want F in its epoch 7", got)
 	}
 	// A replica that lacks the Log's consumer state does not rejoin.

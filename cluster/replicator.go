@@ -7,8 +7,43 @@ import (
 	"sync"
 	"time"
 
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/logstore"
 )
+
+// The Replicator.
+//
+// One goroutine per node watches the state (the FSM every node applies):
+// for each stream it holds a replica of, it runs a Leader (NewLeader sets
+// the stream's leader epoch in logstore before any append) while the state
+// names it leader, else a Fetcher from the leader the state names, which
+// truncates to that leader's epoch end first. A change of leader or leader
+// epoch stops the role and starts the new one; an ISR change the
+// controller committed is handed to the Leader (SetISR), never earlier:
+// the watermark never moves on a smaller ISR before the controller agreed.
+// Every quarter of LagMax (replica_lag_max) a leader proposes AlterISR
+// through Submit (rules.ProposeISR: dropping followers not caught up for
+// LagMax, adding those caught up in their current broker epoch); the
+// compare-and-set on leader epoch and version refuses a deposed leader's
+// proposals. After every pass it publishes the Leaders it runs (Leading),
+// which the Log's appends ask. A node leads only once its state has
+// registered its current broker epoch: a restarted node's state, restored
+// from a snapshot, may name it the sole ISR member of a stream that moved
+// on since, and the registration comes after all that (and fences the old
+// incarnation's leaderships).
+//
+// A leader commits (moves its watermark) only while:
+//
+//   - its ISR has at least MinInsyncReplicas members (rules.Tracker; a
+//     leader alone in its ISR commits nothing when the minimum is 2);
+//   - this node's copy of the state still names it leader in its epoch;
+//   - this node is the controller, or heard from it within the Raft
+//     heartbeat timeout (1 s). The controller deposes a leader only after
+//     an election it commits, for a failure Serf needs at least 1.5 s to
+//     declare (the defaults); a leader cut off from it has stopped
+//     committing by then. An asymmetric partition where Serf declares a
+//     node failed while its Raft still hears the controller is not
+//     covered by this argument.
 
 // Replicator defaults.
 const (
@@ -29,7 +64,7 @@ type ReplicatorConfig struct {
 	LagMax time.Duration
 	// MinInsyncReplicas: a leader whose ISR is smaller commits nothing
 	// (acks=all is never answered); 1: no minimum; 0: the default, 2 for
-	// a stream of 3 or more replicas, else 1 (minInsync).
+	// a stream of 3 or more replicas, else 1 (rules.MinInsync).
 	MinInsyncReplicas int
 	// MinInsyncFor, when set, gives a stream's own minimum (0: the one
 	// above).
@@ -138,7 +173,7 @@ func (r *Replicator) run() {
 }
 
 // sync brings the running roles in line with st.
-func (r *Replicator) sync(st *State) {
+func (r *Replicator) sync(st *rules.State) {
 	self := r.cfg.Node.ID()
 	for name, ro := range r.roles {
 		if want := r.want(st, name); want == nil || !want.same(ro) || ended(ro) {
@@ -146,7 +181,7 @@ func (r *Replicator) sync(st *State) {
 			delete(r.roles, name)
 		}
 	}
-	for _, name := range st.streamNames() {
+	for _, name := range st.StreamNames() {
 		s := st.Streams[name]
 		want := r.want(st, name)
 		if want == nil {
@@ -156,7 +191,7 @@ func (r *Replicator) sync(st *State) {
 			if ro.leader {
 				ro.l.SetISR(s.ISR) // committed by the controller: now the watermark may use it
 				// Replicas come and go (reassign.go): the default minimum follows.
-				if m := minInsync(r.minInsyncConfigured(name), len(s.Replicas)); m != ro.minISR {
+				if m := rules.MinInsync(r.minInsyncConfigured(name), len(s.Replicas)); m != ro.minISR {
 					ro.minISR = m
 					ro.l.SetMinInsync(m)
 				}
@@ -170,7 +205,7 @@ func (r *Replicator) sync(st *State) {
 		want.cancel, want.done = cancel, make(chan struct{})
 		if want.leader {
 			want.l = NewLeader(self, stream, want.epoch, s.ISR, r.log)
-			want.minISR = minInsync(r.minInsyncConfigured(name), len(s.Replicas))
+			want.minISR = rules.MinInsync(r.minInsyncConfigured(name), len(s.Replicas))
 			want.l.SetMinInsync(want.minISR)
 			want.l.SetCurrent(r.currentLeader(name, want.epoch))
 			r.cfg.Server.Lead(want.l)
@@ -192,21 +227,6 @@ func (r *Replicator) minInsyncConfigured(stream string) int {
 		}
 	}
 	return r.cfg.MinInsyncReplicas
-}
-
-// minInsync is the min_insync_replicas a stream of replicas replicas
-// runs with: the configured one, else 2 from 3 replicas on (one replica
-// may be lost with every acknowledged record on two), else 1 (a stream of
-// 2 keeps taking publishes with one replica down, as Kafka's default).
-func minInsync(configured, replicas int) int {
-	switch {
-	case configured > 0:
-		return configured
-	case replicas >= 3:
-		return 2
-	default:
-		return 1
-	}
 }
 
 // publish hands the running Leaders to Leading and wakes its watchers.
@@ -234,52 +254,40 @@ func (r *Replicator) Leading(stream string) (*Leader, <-chan struct{}) {
 	return r.leading.leaders[stream], r.leading.changed
 }
 
-// currentLeader is a Leader's fence: it commits only while this node's
-// copy of the state still names it leader in epoch, and this node is the
-// controller or heard from it within the controller's heartbeat timeout.
-// The controller deposes a leader only after Serf's failure detection
-// (1.5 s at least with the defaults) or an election it commits; a leader
-// cut off from it stops committing after the heartbeat timeout (1 s), and
-// one that hears the new state stops at once.
+// currentLeader is a Leader's fence (rules.MayCommit on this node's
+// state and HearsController): a leader cut off from the
+// controller stops committing after the heartbeat timeout (1 s), before
+// Serf's failure detection (1.5 s at least with the defaults) lets the
+// controller depose it, and one that hears the new state stops at once.
 func (r *Replicator) currentLeader(name string, epoch uint32) func() bool {
 	n := r.cfg.Node
 	return func() bool {
-		s := n.View().Streams[name]
-		if s == nil || s.Leader != n.ID() || s.LeaderEpoch != epoch {
-			return false
-		}
-		return n.IsController() || time.Since(n.raft.LastContact()) < n.cfg.HeartbeatTimeout
+		return rules.MayCommit(n.View(), name, n.ID(), epoch, n.HearsController())
 	}
 }
 
-// want is the role the state gives this node for stream name, nil for
-// none (no replica here, no leader, or the leader's address unknown yet).
-func (r *Replicator) want(st *State, name string) *role {
-	s := st.Streams[name]
+// want is the role the state gives this node for stream name
+// (rules.Leader), nil for none: no replica here, no leader, a leadership
+// of this node the state gives before it registered this incarnation, or
+// the leader's address unknown yet.
+func (r *Replicator) want(st *rules.State, name string) *role {
 	self := r.cfg.Node.ID()
-	// A node outside the replicas follows too, as an observer: its
-	// clients read and publish here, and the leader never counts it
-	// (proposeISR takes replicas only; the watermark is the ISR's).
-	if s == nil || s.Leader == "" || r.cfg.Stream(name) == nil {
+	leader, epoch, ok := rules.Leader(st, name, self, r.cfg.Node.Epoch())
+	if !ok {
 		return nil
 	}
-	if s.Leader == self {
-		// A restarted node's state may predate its registration, which
-		// fences the old incarnation's leaderships: a snapshot naming it
-		// the sole ISR member of a stream that has moved on since would
-		// let it acknowledge records the stream's leader never gets. It
-		// leads once the state shows this incarnation, and so all that
-		// came before it.
-		if b := st.Brokers[self]; b == nil || b.Epoch != r.cfg.Node.Epoch() {
-			return nil
-		}
-		return &role{leader: true, leaderID: self, epoch: s.LeaderEpoch, stream: r.cfg.Stream(name)}
+	stream := r.cfg.Stream(name)
+	if stream == nil {
+		return nil
 	}
-	addr := r.cfg.Node.memberAddr(s.Leader)
+	if leader == self {
+		return &role{leader: true, leaderID: self, epoch: epoch, stream: stream}
+	}
+	addr := r.cfg.Node.memberAddr(leader)
 	if addr == "" {
 		return nil
 	}
-	return &role{leaderID: s.Leader, epoch: s.LeaderEpoch, addr: addr, stream: r.cfg.Stream(name)}
+	return &role{leaderID: leader, epoch: epoch, addr: addr, stream: stream}
 }
 
 func ended(ro *role) bool {

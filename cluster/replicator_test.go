@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/peatmq/peat/cluster/faultnet"
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/logstore"
 )
 
@@ -43,12 +44,12 @@ func (s *site) node(id string) *Node {
 func (s *site) stream(n *Node) *logstore.Stream { return s.stores[n].Stream("s") }
 
 // streamState is stream "s" as n's state has it.
-func streamState(n *Node) *Stream {
+func streamState(n *Node) *rules.Stream {
 	st, _ := n.State()
 	if s := st.Streams["s"]; s != nil {
 		return s
 	}
-	return &Stream{}
+	return &rules.Stream{}
 }
 
 // createStream creates "s" on every node and waits until each knows.
@@ -60,7 +61,7 @@ func (s *site) createStream(live []*Node) *Node {
 	for i, n := range live {
 		ids[i] = n.ID()
 	}
-	if err := live[len(live)-1].Submit(ctx, CreateStream{Name: "s", Replicas: ids}); err != nil {
+	if err := live[len(live)-1].Submit(ctx, rules.CreateStream{Name: "s", Replicas: ids}); err != nil {
 		s.tb.Fatal(err)
 	}
 	for _, n := range live {
@@ -219,7 +220,7 @@ func TestReplicator_DeposedLeaderNeverCommits(t *testing.T) {
 	next := rest[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := ctl.Submit(ctx, ElectLeader{Name: "s", Preferred: next.ID()}); err != nil {
+	if err := ctl.Submit(ctx, rules.ElectLeader{Name: "s", Preferred: next.ID()}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the new leader serves the stream", func() bool { return s.servers[next].leader("s") != nil })
@@ -286,7 +287,7 @@ func TestReplicator_LeaderCutOffFromTheControllerStopsCommitting(t *testing.T) {
 	replicas = append(replicas, ctl.ID())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := ctl.Submit(ctx, CreateStream{Name: "s", Replicas: replicas}); err != nil {
+	if err := ctl.Submit(ctx, rules.CreateStream{Name: "s", Replicas: replicas}); err != nil {
 		t.Fatal(err)
 	}
 	l := s.node(replicas[0])
@@ -308,10 +309,9 @@ func TestReplicator_LeaderCutOffFromTheControllerStopsCommitting(t *testing.T) {
 	appendRecs(t, s.stream(l), 10, "b")
 	leader := s.servers[l].leader("s")
 	eventually(t, "both followers fetched everything and told the leader", func() bool {
-		leader.mu.Lock()
-		defer leader.mu.Unlock()
+		pos, _ := leader.Positions()
 		for _, id := range replicas[1:] {
-			if r := leader.mu.tr.replicas[id]; r == nil || r.end != 20 {
+			if r, ok := pos[id]; !ok || r.LogEnd != 20 {
 				return false
 			}
 		}
@@ -339,16 +339,16 @@ func TestReplicator_LeadsOnlyOnceItsIncarnationIsRegistered(t *testing.T) {
 	s.registered(s.nodes)
 	s.replicate(time.Minute, 1)
 	r := s.reps[n]
-	state := func(brokerEpoch uint64) *State {
-		return &State{
-			Brokers: map[string]*Broker{n.ID(): {ID: n.ID(), Epoch: brokerEpoch, Alive: true}},
-			Streams: map[string]*Stream{"s": {Name: "s", Replicas: []string{n.ID()}, ISR: []string{n.ID()}, Leader: n.ID(), LeaderEpoch: 4}},
+	state := func(brokerEpoch uint64) *rules.State {
+		return &rules.State{
+			Brokers: map[string]*rules.Broker{n.ID(): {ID: n.ID(), Epoch: brokerEpoch, Alive: true}},
+			Streams: map[string]*rules.Stream{"s": {Name: "s", Replicas: []string{n.ID()}, ISR: []string{n.ID()}, Leader: n.ID(), LeaderEpoch: 4}},
 		}
 	}
 	if ro := r.want(state(n.Epoch()-1), "s"); ro != nil {
 		t.Fatalf("leads in epoch %d from a state that has the previous incarnation registered", ro.epoch)
 	}
-	if ro := r.want(&State{Streams: state(n.Epoch()).Streams}, "s"); ro != nil {
+	if ro := r.want(&rules.State{Streams: state(n.Epoch()).Streams}, "s"); ro != nil {
 		t.Fatalf("leads in epoch %d from a state that has no broker registered", ro.epoch)
 	}
 	if ro := r.want(state(n.Epoch()), "s"); ro == nil || !ro.leader || ro.epoch != 4 {

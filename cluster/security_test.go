@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/peatmq/peat/cluster/rules"
 
 	"github.com/peatmq/peat/cluster/wire"
 )
@@ -313,7 +314,7 @@ func TestTLS_SiteWorksAndAForeignCertificateIsRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ctl := s.controller(s.nodes)
-	if err := x.submitTo(ctx, ctl.memberAddr(ctl.ID()), mustEncode(t, CreateStream{Name: "x", Replicas: []string{"n1"}})); err == nil {
+	if err := x.submitTo(ctx, ctl.memberAddr(ctl.ID()), mustEncode(t, rules.CreateStream{Name: "x", Replicas: []string{"n1"}})); err == nil {
 		t.Fatal("a submit from a foreign certificate was accepted")
 	}
 	// Its fetches are refused.
@@ -353,9 +354,9 @@ func TestTLS_SiteWorksAndAForeignCertificateIsRefused(t *testing.T) {
 	s.converged(s.nodes, 25)
 }
 
-func mustEncode(tb testing.TB, c Command) []byte {
+func mustEncode(tb testing.TB, c rules.Command) []byte {
 	tb.Helper()
-	data, err := EncodeCommand(c)
+	data, err := rules.EncodeCommand(c)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -426,7 +427,7 @@ func TestTLS_VerifyNodeIDRefusesCertificatesNamingAnotherNode(t *testing.T) {
 	defer cancel()
 	conn, err := sensor.dialer(TCPDialer)(ctx, ctl.memberAddr(ctl.ID()))
 	if err == nil {
-		req := wire.CommandRequest{From: "sensor-7", Command: mustEncode(t, CreateStream{Name: "x", Replicas: []string{"n1"}})}
+		req := wire.CommandRequest{From: "sensor-7", Command: mustEncode(t, rules.CreateStream{Name: "x", Replicas: []string{"n1"}})}
 		var resp wire.CommandResponse
 		err = (&fetchConn{conn: conn, wait: 5 * time.Second}).roundTrip(wire.KindCommandRequest, req.AppendTo(nil), wire.KindCommandResponse, &resp)
 		conn.Close()

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"net"
 	"slices"
@@ -13,8 +12,57 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/logstore"
 )
+
+// A node of a site.
+//
+// StartSite is what `peat serve` runs with a `cluster:` section: the Node,
+// a Server on the transport address, the Replicator and the Log over the
+// node's store (ManualCommit). Every node has the controller create the
+// streams of its configuration once ReplicationFactor brokers are alive
+// (default: the voters, at most 3), on replicas picked from the sorted
+// alive brokers from a place the stream's name decides, so that leaders
+// spread; nodes race harmlessly (a second creation with other replicas
+// is refused with ErrStreamExists). A site with fewer brokers creates it
+// on those it has once every alive member has been registered for
+// siteSettle (5 s; a forming site registers members one by one), with
+// its ReplicationFactor in the state, and the controller adds replicas
+// as brokers join. min_insync_replicas defaults per stream: 2 from 3
+// replicas on, else 1.
+//
+// While it sees no other alive member it joins its Join addresses again
+// every 2 s (Consul's retry_join): a node restarted while the others were
+// down finds them when they are back. Serf's snapshot file keeps the
+// members it knew as well, but is written only as events arrive, so a
+// kill -9 may lose its last lines.
+//
+// Close is a controlled shutdown (HandOver): the node reports itself
+// failed in its own broker epoch through the controller, which fences it
+// at once (out of every ISR, new leaders for its streams), and a
+// controller hands Raft's leadership to another voter; then everything
+// closes. Without it the streams it led would wait for Serf's failure
+// detection before taking publishes again, and acks=all would wait for a
+// follower that has gone.
+//
+// An acks: leader stream's leader has answered records and state writes
+// its followers may not hold yet, and BrokerFailed elects at once. So
+// first, on each such stream it leads with another ISR member (all at
+// once), it drains (Leader.Drain, Log.drainAcksLeader): it refuses
+// appends and state writes with ErrLeaderUnavailable, as while a leader
+// moves (clients resend to the next), waits for those admitted, then
+// until every ISR member, and every joiner the watermark counts, has
+// fetched to its log end and acknowledged its state writes. Waiting for
+// all, not one, leaves the election as it is: it takes the first ISR
+// member in replica order, and each then holds everything answered. A
+// follower that stopped fetching stays in the ISR for replica_lag_max
+// and must not hold the stop: the drain gets 2 s of the hand-over's 5 s;
+// then the leader shrinks the ISR (AlterISR) to the followers at its log
+// end, if some are, so that one of them is elected. With none, it hands
+// over as before, and what it alone held is lost (logged). A follower
+// fetches while the leader waits: the Server and the Replicator close
+// after HandOver. A crash still loses what acks=leader answered.
 
 // SiteConfig is one node's part in a site as `peat serve` runs it: the
 // Node, the Server on TransportListen, the Replicator and the Log, and
@@ -210,7 +258,7 @@ func handOver(node *Node, lg *Log, timeout time.Duration, log *slog.Logger) {
 	st, _ := node.State()
 	for _, x := range st.Streams {
 		if slices.Contains(x.ISR, self) && len(x.ISR) > 1 {
-			if err := node.Submit(ctx, BrokerFailed{ID: self, Epoch: node.Epoch()}); err != nil {
+			if err := node.Submit(ctx, rules.BrokerFailed{ID: self, Epoch: node.Epoch()}); err != nil {
 				log.Warn("cluster: hand-over: the others find this node failed by themselves", slog.Any("err", err))
 			}
 			break
@@ -261,7 +309,7 @@ func (s *Site) createStreams() {
 
 // createMissing submits a CreateStream for each configured stream st
 // lacks; missing reports whether any was.
-func (s *Site) createMissing(st *State) (missing bool, err error) {
+func (s *Site) createMissing(st *rules.State) (missing bool, err error) {
 	var alive []string
 	for id, b := range st.Brokers {
 		if b.Alive && !b.Draining {
@@ -286,7 +334,7 @@ func (s *Site) createMissing(st *State) (missing bool, err error) {
 			on = len(alive) // the controller adds the others as brokers join (reassign.go)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = s.Node.Submit(ctx, CreateStream{Name: want.Name, Replicas: pickReplicas(want.Name, alive, on),
+		err = s.Node.Submit(ctx, rules.CreateStream{Name: want.Name, Replicas: rules.PickReplicas(want.Name, alive, on),
 			UncleanElection: want.UncleanElection, ReplicationFactor: rf})
 		cancel()
 		if err != nil && !errors.Is(err, ErrStreamExists) {
@@ -306,7 +354,7 @@ const siteSettle = 5 * time.Second
 // epoch, and has been for siteSettle (a site still forming registers
 // its members one by one; creating streams then would put every one on
 // the first). Only createStreams calls it.
-func (s *Site) settled(st *State, alive int) bool {
+func (s *Site) settled(st *rules.State, alive int) bool {
 	all := alive > 0
 	for _, m := range s.Node.Members() {
 		if m.Status != "alive" {
@@ -391,18 +439,4 @@ func sessionsFactor(cfg SiteConfig) int {
 		}
 	}
 	return rf
-}
-
-// pickReplicas takes rf of the alive brokers (sorted), starting at a
-// place the stream's name decides, so that streams' leaders (the first
-// replica) spread over the site.
-func pickReplicas(name string, alive []string, rf int) []string {
-	h := fnv.New32a()
-	h.Write([]byte(name))
-	start := int(h.Sum32() % uint32(len(alive)))
-	out := make([]string, 0, rf)
-	for i := range rf {
-		out = append(out, alive[(start+i)%len(alive)])
-	}
-	return out
 }

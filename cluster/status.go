@@ -4,7 +4,41 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/peatmq/peat/cluster/rules"
 )
+
+// The operator's view (here, metrics.go, leader_status.go).
+//
+// Site.Status is one node's view, made on request: its id, broker epoch,
+// role, the controller it knows and Raft's voters and non-voters; Serf's
+// members with their state and tags; per stream the controller's state
+// (leader, leader epoch, version, replicas, ISR, under-replicated when the
+// ISR is smaller than the replicas), this node's replica's high
+// watermark and log end, and, on the node leading it, each replica's log
+// end and lag in records as the Leader last heard them (Leader.Positions,
+// under the Leader's lock; a replica that has not fetched from this
+// leader counts as 0, as the watermark counts it). GET /api/v1/cluster
+// serves it.
+//
+// CaughtUp (/readyz) is false while no controller is known, while the
+// controller has not registered this run's broker epoch (a restarted node
+// whose state still shows its old standing), or while the node is a
+// replica of a stream outside its ISR; the reason names which.
+//
+// Collector reads Status at scrape time, so a series goes with its
+// stream or replica and nothing is counted twice:
+// peat_cluster_members{state}, peat_cluster_is_controller,
+// peat_cluster_caught_up, peat_stream_isr_size, peat_stream_replicas,
+// peat_stream_under_replicated, peat_replica_lag_records{stream,replica}
+// (on the leader only), peat_cluster_leader_elections_total{stream} (the
+// stream's leader epoch: every change of leader since its creation, as
+// the agreed state counts them, the same on every node and across
+// restarts) and peat_cluster_controller_changes_total. The last is this
+// node's own count: StartSite registers a raft observer of leader
+// changes and counts each new (controller, Raft term), so a follower
+// that loses the leader for a heartbeat and hears it again in the same
+// term counts nothing; it starts at the first controller this run knows.
 
 // SiteStatus is one node's view of its site, for operators: who is a
 // member, who is controller, and how each stream's replicas stand. It is
@@ -68,7 +102,7 @@ type StreamStatus struct {
 	// ReplicaLag is filled on the node leading the stream only.
 	ReplicaLag []ReplicaLag `json:"replica_lag,omitempty"`
 	// Moving are the replicas a rebalance is moving (Stream.Moves).
-	Moving []ReplicaMove `json:"moving,omitempty"`
+	Moving []rules.ReplicaMove `json:"moving,omitempty"`
 }
 
 // ReplicaLag is one replica's place as its leader sees it.
@@ -108,8 +142,8 @@ func (s *Site) Status() SiteStatus {
 		out.Members = append(out.Members, ms)
 	}
 	slices.SortFunc(out.Members, func(a, b MemberStatus) int { return strings.Compare(a.ID, b.ID) })
-	var sessions *Stream // listed last: the configured streams come first
-	for _, name := range st.streamNames() {
+	var sessions *rules.Stream // listed last: the configured streams come first
+	for _, name := range st.StreamNames() {
 		if name == SessionsStream {
 			sessions = st.Streams[name]
 			continue
@@ -123,7 +157,7 @@ func (s *Site) Status() SiteStatus {
 	return out
 }
 
-func (s *Site) streamStatus(x *Stream) StreamStatus {
+func (s *Site) streamStatus(x *rules.Stream) StreamStatus {
 	self := s.Node.ID()
 	ss := StreamStatus{
 		Name: x.Name, Leader: x.Leader, LeaderEpoch: x.LeaderEpoch, Version: x.Version,
@@ -162,7 +196,7 @@ func (s *Site) streamStatus(x *Stream) StreamStatus {
 }
 
 // removal is a member's decommission progress for MemberStatus.
-func removal(st *State, id string) (string, []string) {
+func removal(st *rules.State, id string) (string, []string) {
 	b := st.Brokers[id]
 	switch {
 	case b == nil:
@@ -172,7 +206,7 @@ func removal(st *State, id string) (string, []string) {
 	case !b.Draining:
 		return "", nil
 	}
-	if holds := st.replicaOf(id); len(holds) > 0 {
+	if holds := st.ReplicaOf(id); len(holds) > 0 {
 		return "draining", holds
 	}
 	return "drained", nil
@@ -189,7 +223,7 @@ func (s *Site) CaughtUp() (ok bool, reason string) {
 }
 
 // readiness is CaughtUp's rule on a state, without I/O.
-func readiness(st *State, self string, epoch uint64, controller string) (bool, string) {
+func readiness(st *rules.State, self string, epoch uint64, controller string) (bool, string) {
 	var why []string
 	if controller == "" {
 		why = append(why, "no controller known (the site has no quorum, or this node cannot reach it)")
@@ -201,7 +235,7 @@ func readiness(st *State, self string, epoch uint64, controller string) (bool, s
 		why = append(why, "the controller counts this node as failed")
 	}
 	var behind []string
-	for _, name := range st.streamNames() {
+	for _, name := range st.StreamNames() {
 		x := st.Streams[name]
 		if slices.Contains(x.Replicas, self) && !x.InISR(self) {
 			behind = append(behind, name)

@@ -4,32 +4,33 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
 
 func TestReadiness(t *testing.T) {
-	st := func(b *Broker, isr ...string) *State {
-		s := newState()
+	st := func(b *rules.Broker, isr ...string) *rules.State {
+		s := rules.NewState()
 		if b != nil {
 			s.Brokers[b.ID] = b
 		}
-		s.Streams["a"] = &Stream{Name: "a", Replicas: []string{"n1", "n2"}, Leader: "n2", ISR: isr}
-		s.Streams["b"] = &Stream{Name: "b", Replicas: []string{"n2", "n3"}, Leader: "n2", ISR: []string{"n2"}}
+		s.Streams["a"] = &rules.Stream{Name: "a", Replicas: []string{"n1", "n2"}, Leader: "n2", ISR: isr}
+		s.Streams["b"] = &rules.Stream{Name: "b", Replicas: []string{"n2", "n3"}, Leader: "n2", ISR: []string{"n2"}}
 		return s
 	}
 	for _, tc := range []struct {
 		name       string
-		state      *State
+		state      *rules.State
 		controller string
 		want       string // "" ready, else a part of the reason
 	}{
-		{"in every ISR", st(&Broker{ID: "n1", Epoch: 7, Alive: true}, "n1", "n2"), "n2", ""},
-		{"outside an ISR", st(&Broker{ID: "n1", Epoch: 7, Alive: true}, "n2"), "n2", "outside the ISR (catching up) of stream(s) a"},
-		{"no controller", st(&Broker{ID: "n1", Epoch: 7, Alive: true}, "n1", "n2"), "", "no controller known"},
-		{"old epoch", st(&Broker{ID: "n1", Epoch: 6, Alive: true}, "n1", "n2"), "n2", "not registered this node's broker epoch 7"},
+		{"in every ISR", st(&rules.Broker{ID: "n1", Epoch: 7, Alive: true}, "n1", "n2"), "n2", ""},
+		{"outside an ISR", st(&rules.Broker{ID: "n1", Epoch: 7, Alive: true}, "n2"), "n2", "outside the ISR (catching up) of stream(s) a"},
+		{"no controller", st(&rules.Broker{ID: "n1", Epoch: 7, Alive: true}, "n1", "n2"), "", "no controller known"},
+		{"old epoch", st(&rules.Broker{ID: "n1", Epoch: 6, Alive: true}, "n1", "n2"), "n2", "not registered this node's broker epoch 7"},
 		{"not registered", st(nil, "n2"), "n2", "not registered"},
-		{"counted failed", st(&Broker{ID: "n1", Epoch: 7}, "n2"), "n2", "counts this node as failed"},
+		{"counted failed", st(&rules.Broker{ID: "n1", Epoch: 7}, "n2"), "n2", "counts this node as failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ok, why := readiness(tc.state, "n1", 7, tc.controller)

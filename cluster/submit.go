@@ -8,9 +8,23 @@ import (
 	"time"
 
 	"github.com/hashicorp/serf/serf"
+	"github.com/peatmq/peat/cluster/rules"
 
 	"github.com/peatmq/peat/cluster/wire"
 )
+
+// Commands from any node.
+//
+// Node.Submit has a command committed wherever the controller runs: applied
+// locally on the controller, else sent as a CommandRequest frame (cluster/
+// wire) to the Server of the node Raft names leader, at the cluster
+// address its Serf tags advertise. The receiver applies it only if it is
+// the controller in at least the submitter's Raft term (a deposed
+// controller answers NotController, naming the one it knows) and the
+// submitter's broker epoch is not older than the state's. NotController,
+// no known controller and lost connections are retried with backoff until
+// the context ends; the state machine's refusal comes back as the same
+// typed error (ErrStaleVersion, ...), by an index into a table.
 
 // refusals is the table a CommandResponse's Refusal indexes: the state
 // machine's reasons, so that a submitter gets the same typed error as the
@@ -49,8 +63,8 @@ const (
 // A receiver that is not the controller, a lost connection or no known
 // controller are retried, with backoff, until ctx ends; the state
 // machine's refusal is returned as the same typed error Apply returns.
-func (n *Node) Submit(ctx context.Context, c Command) error {
-	data, err := EncodeCommand(c)
+func (n *Node) Submit(ctx context.Context, c rules.Command) error {
+	data, err := rules.EncodeCommand(c)
 	if err != nil {
 		return err
 	}
@@ -163,7 +177,7 @@ func (n *Node) handleCommand(ctx context.Context, req *wire.CommandRequest) wire
 	if !n.IsController() || req.Term > n.raft.CurrentTerm() {
 		return notController // a deposed controller learns it at the next term
 	}
-	c, err := DecodeCommand(req.Command)
+	c, err := rules.DecodeCommand(req.Command)
 	if err == nil {
 		st, _ := n.fsm.State()
 		if b := st.Brokers[req.From]; b != nil && req.BrokerEpoch < b.Epoch {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/cluster/wire"
 )
 
@@ -42,7 +43,7 @@ func TestSubmit_FromAnyNodeReachesTheController(t *testing.T) {
 	defer cancel()
 
 	// A non-controller creates a stream: every node's state has it.
-	if err := other.Submit(ctx, CreateStream{Name: "s", Replicas: []string{"n1", "n2", "n3"}}); err != nil {
+	if err := other.Submit(ctx, rules.CreateStream{Name: "s", Replicas: []string{"n1", "n2", "n3"}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range s.nodes {
@@ -55,18 +56,18 @@ func TestSubmit_FromAnyNodeReachesTheController(t *testing.T) {
 	// The state machine's refusal comes back typed.
 	st, _ := other.State()
 	stream := st.Streams["s"]
-	err := other.Submit(ctx, AlterISR{Name: "s", Leader: stream.Leader, LeaderEpoch: stream.LeaderEpoch,
-		Version: stream.Version + 7, ISR: []ISRMember{{ID: stream.Leader, Epoch: st.Brokers[stream.Leader].Epoch}}})
+	err := other.Submit(ctx, rules.AlterISR{Name: "s", Leader: stream.Leader, LeaderEpoch: stream.LeaderEpoch,
+		Version: stream.Version + 7, ISR: []rules.ISRMember{{ID: stream.Leader, Epoch: st.Brokers[stream.Leader].Epoch}}})
 	if !errors.Is(err, ErrStaleVersion) {
 		t.Fatalf("AlterISR with a stale version: %v, want ErrStaleVersion", err)
 	}
-	err = other.Submit(ctx, AlterISR{Name: "s", Leader: stream.Leader, LeaderEpoch: stream.LeaderEpoch - 1,
-		Version: stream.Version, ISR: []ISRMember{{ID: stream.Leader, Epoch: st.Brokers[stream.Leader].Epoch}}})
+	err = other.Submit(ctx, rules.AlterISR{Name: "s", Leader: stream.Leader, LeaderEpoch: stream.LeaderEpoch - 1,
+		Version: stream.Version, ISR: []rules.ISRMember{{ID: stream.Leader, Epoch: st.Brokers[stream.Leader].Epoch}}})
 	if !errors.Is(err, ErrStaleLeaderEpoch) {
 		t.Fatalf("AlterISR with a stale leader epoch: %v, want ErrStaleLeaderEpoch", err)
 	}
 
-	data, err := EncodeCommand(ElectLeader{Name: "s"})
+	data, err := rules.EncodeCommand(rules.ElectLeader{Name: "s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func TestSubmit_FromAnyNodeReachesTheController(t *testing.T) {
 	// With the controller dead, Submit finds the new one.
 	s.kill(ctl)
 	live := without(s.nodes, ctl)
-	if err := live[0].Submit(ctx, CreateStream{Name: "s2", Replicas: []string{live[0].ID(), live[1].ID()}}); err != nil {
+	if err := live[0].Submit(ctx, rules.CreateStream{Name: "s2", Replicas: []string{live[0].ID(), live[1].ID()}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range live {

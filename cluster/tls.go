@@ -17,6 +17,41 @@ import (
 	"github.com/hashicorp/serf/serf"
 )
 
+// Security: gossip encryption (keyring.go) and mutual TLS (here).
+//
+// Gossip is encrypted when Config.KeyringFile names Serf's keyring: a
+// JSON list of base64 AES keys (16, 24 or 32 bytes), the first primary,
+// the file Serf and Consul write. Memberlist encrypts with the primary
+// key and accepts any key of the ring; clear-text gossip is refused
+// (GossipVerifyIncoming). A node with another key, or none, never
+// appears in the site's member list. Node.InstallKey, UseKey and
+// RemoveKey change every member's ring live through Serf's KeyManager (a
+// query every member answers; the error names those that failed or did
+// not answer, and the operations are idempotent, so repeat them), and
+// each member rewrites its KeyringFile (Serf's KeyringFile option), so a
+// restart keeps the rotated keys. A rotation: install the new key, use
+// it, remove the old one; a member down during it needs the new key in
+// its file before it can rejoin.
+//
+// Config.TLS puts Raft's transport and the cluster transport (Submit,
+// replica fetch: every Dial goes through Node's dialer, every Server
+// listener through Node.ClusterListener) under TLS 1.3 with client
+// certificates. Both sides check the peer's chain against the site's CA
+// file only; host names are not checked (nodes are dialled by LAN IP,
+// which their certificates need not name). Raft runs on a
+// raft.StreamLayer over a TLS listener and dialer. With VerifyNodeID a
+// dialled node's certificate must also name (DNS name or common name)
+// the member advertising that address, and a connecting peer's must
+// name some member: a site certificate issued to an MQTT client opens
+// nothing, and a node cannot answer for another's address. (A connecting
+// peer is not tied to one member: source addresses prove nothing.) A
+// foreign certificate
+// fails the handshake: Raft never reaches the node, its fetches and
+// submits are refused, and the Server logs the refusal with the peer's
+// address. An unreadable or invalid keyring, CA, certificate or key, or
+// a certificate the CA did not sign, fails Open with an error naming the
+// field: a node never falls back to the clear.
+
 // TLSConfig is the mutual TLS of Raft and the cluster transport (Submit,
 // replication): every node presents CertFile and accepts only peers whose
 // certificate chains to the site's CA.

@@ -11,6 +11,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/peatmq/peat/cluster"
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
@@ -268,7 +269,7 @@ func TestCluster_StreamReplicationSettings(t *testing.T) {
 		withStreams(&c)
 		nodes = append(nodes, startNode(t, c))
 	}
-	var two *cluster.Stream
+	var two *rules.Stream
 	eventually(t, "both streams with full ISRs", func() bool {
 		st, _ := first.site.Load().Node.State()
 		d, tw := st.Streams[logstore.DefaultStreamName], st.Streams["two"]

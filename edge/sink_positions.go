@@ -39,14 +39,14 @@ func (p brokerPositions) Watch(group, stream string) (uint64, bool, <-chan struc
 	return p.b.GroupOffset(group, stream)
 }
 
-// sitePositions are a site's sink positions: committed through the
-// broker, which writes a group's offset through the stream's leader and
-// answers once the stream's ISR holds it (cluster/state_repl.go), and
-// loaded from this node's replica of the stream's state, not from the
-// broker's memory. A node taking a stream up as its new leader (sink
-// Leadership) holds every answered write there, while its broker may not
-// have reloaded the stream's state yet (StateMoved): the memory could
-// still show what this node knew as a follower.
+// sitePositions are a site's sink positions: committed through the broker,
+// which writes a group's offset through the stream's leader and answers
+// once the stream's ISR holds it (cluster/log_state_leader.go), and loaded
+// from this node's replica of the stream's state, not from the broker's
+// memory. A node taking a stream up as its new leader (sink Leadership)
+// holds every answered write there, while its broker may not have reloaded
+// the stream's state yet (StateMoved): the memory could still show what
+// this node knew as a follower.
 type sitePositions struct {
 	brokerPositions
 	store *logstore.Store

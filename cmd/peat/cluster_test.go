@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/peatmq/peat/cluster"
+	"github.com/peatmq/peat/cluster/rules"
 )
 
 // `peat cluster` reads a site node's view of its site, as text or JSON,
@@ -97,7 +98,7 @@ func TestClusterCommand_AgainstASiteNode(t *testing.T) {
 // operator reads them: stream, from -> to.
 func TestCluster_PrintMoves(t *testing.T) {
 	var b strings.Builder
-	printRebalance(&b, &cluster.Rebalancing{Moves: []cluster.StreamMove{{Stream: "default", From: "n1", To: "n4"}},
+	printRebalance(&b, &cluster.Rebalancing{Moves: []rules.StreamMove{{Stream: "default", From: "n1", To: "n4"}},
 		Replicas: map[string]int{"n1": 2, "n2": 3, "n4": 2}, Balanced: true})
 	for _, want := range []string{"moving 1 replica(s)", "  default: n1 -> n4\n", "replicas per node once done: n1 2, n2 3, n4 2"} {
 		if !strings.Contains(b.String(), want) {
@@ -112,7 +113,7 @@ func TestCluster_PrintMoves(t *testing.T) {
 	b.Reset()
 	printCluster(&b, &cluster.SiteStatus{NodeID: "n1", Ready: true, Streams: []cluster.StreamStatus{{Name: "default",
 		Leader: "n1", Replicas: []string{"n1", "n4", "n2"}, ISR: []string{"n1", "n2"}, ReplicationFactor: 2,
-		UnderReplicated: true, Moving: []cluster.ReplicaMove{{From: "n1", To: "n4"}}}}})
+		UnderReplicated: true, Moving: []rules.ReplicaMove{{From: "n1", To: "n4"}}}}})
 	if !strings.Contains(b.String(), "UNDER-REPLICATED, moving n1 -> n4") {
 		t.Errorf("peat cluster does not show the move:\n%s", b.String())
 	}

@@ -50,19 +50,19 @@
 // and refused records, and gap offsets; each gap is also logged at WARN.
 //
 // In a site (NewHook with a Site, the cluster's Log) a mirror stream is
-// replicated like any other, and a $mirror publish may reach any node:
-// the rules run on the mirror stream's leader, against the leader's log
-// end, and a node that does not lead it forwards each record with its
-// source offset (cluster/doc.go, "Mirror streams in a site"). What the
+// replicated like any other, and a $mirror publish may reach any node: the
+// rules run on the mirror stream's leader, against the leader's log end,
+// and a node that does not lead it forwards each record with its source
+// offset (cluster/log_mirror.go, "Mirror streams in a site"). What the
 // leader appends carries its leader epoch, so replicas truncate by it
-// after a failover like any stream; a publish is acknowledged once the
-// ISR holds it (acks: all; edge refuses acks: leader and unclean
-// elections on a mirror, whose lost acknowledged records would leave a
-// hole no resend fills). A leader's death drops what it had not
-// committed and refuses what was in flight; the sink sends again from
-// its position, and the new leader takes what it lacks and acknowledges
-// what it has. Gaps are counted on the node the publish reached, from
-// the marker before the first record appended.
+// after a failover like any stream; a publish is acknowledged once the ISR
+// holds it (acks: all; edge refuses acks: leader and unclean elections on
+// a mirror, whose lost acknowledged records would leave a hole no resend
+// fills). A leader's death drops what it had not committed and refuses
+// what was in flight; the sink sends again from its position, and the new
+// leader takes what it lacks and acknowledges what it has. Gaps are
+// counted on the node the publish reached, from the marker before the
+// first record appended.
 //
 // Limits: one source per mirror stream (two sources under one mirror_as
 // would be taken as resends of each other); a source stream recreated

@@ -1,9 +1,8 @@
-package cluster
+package rules
 
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"maps"
 	"reflect"
 	"slices"
@@ -15,7 +14,7 @@ import (
 // A move is recorded only from a replica to a broker that may take it,
 // for a stream not moving already; it ends once its source has left the
 // replicas, and is dropped when either broker fails or leaves the site.
-func TestFSM_MoveReplicas(t *testing.T) {
+func TestState_MoveReplicas(t *testing.T) {
 	ft := newFSMT(t, "a", "b", "c", "d", "e")
 	ft.ok(CreateStream{Name: "s", Replicas: abc(), ReplicationFactor: 3})
 	ft.ok(CreateStream{Name: "t", Replicas: abc(), ReplicationFactor: 3})
@@ -71,28 +70,24 @@ func TestFSM_MoveReplicas(t *testing.T) {
 	ft.refused(mv("t", "a", "e"), ErrIneligibleReplica) // both dead
 }
 
-// roundTrip is a new FSM restored from f's snapshot.
-func roundTrip(t *testing.T, f *FSM) *FSM {
+// roundTrip is a machine whose state went through a snapshot of f's.
+func roundTrip(t *testing.T, f *machine) *machine {
 	t.Helper()
-	snap, err := f.Snapshot()
+	b, err := EncodeState(f.st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out sink
-	if err := snap.Persist(&out); err != nil {
+	st, err := DecodeState(b)
+	if err != nil {
 		t.Fatal(err)
 	}
-	g := NewFSM()
-	if err := g.Restore(io.NopCloser(&out)); err != nil {
-		t.Fatal(err)
-	}
-	return g
+	return &machine{st: st}
 }
 
 // A snapshot keeps the moves under way; a state without moves encodes
 // as an older Peat wrote it (no Moves key), and such a state restores as
 // one without any.
-func TestFSM_MovesInSnapshots(t *testing.T) {
+func TestState_MovesInSnapshots(t *testing.T) {
 	ft := newFSMT(t, "a", "b", "c", "d")
 	ft.ok(CreateStream{Name: "s", Replicas: abc(), ReplicationFactor: 3})
 	ft.ok(CreateStream{Name: "t", Replicas: abc(), ReplicationFactor: 3})
@@ -102,7 +97,7 @@ func TestFSM_MovesInSnapshots(t *testing.T) {
 		t.Fatalf("restored\n%+v\nwant\n%+v", got, want)
 	}
 
-	old := want.clone()
+	old := want.Clone()
 	old.Streams["s"].Moves = nil
 	b, err := msgpack.Marshal(old)
 	if err != nil {
@@ -111,16 +106,16 @@ func TestFSM_MovesInSnapshots(t *testing.T) {
 	if bytes.Contains(b, []byte("Moves")) {
 		t.Fatal("a state without moves names Moves")
 	}
-	g := NewFSM()
-	if err := g.Restore(io.NopCloser(bytes.NewReader(b))); err != nil {
+	got, err := DecodeState(b)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := g.State(); !reflect.DeepEqual(got, old) || len(planMoves(got)) != 0 {
+	if !reflect.DeepEqual(got, old) || len(PlanMoves(got)) != 0 {
 		t.Fatalf("a state without moves restored as %+v", got.Streams["s"])
 	}
 }
 
-// planMoves makes a recorded move add first and remove after: the target
+// PlanMoves makes a recorded move add first and remove after: the target
 // joins in the source's place, and the source leaves only once every
 // kept replica is in the ISR, its leadership with it.
 func TestPlanMoves_Moving(t *testing.T) {
@@ -148,7 +143,7 @@ func TestPlanMoves_Moving(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st := planState(tc.brokers, map[string][2][]string{"s": tc.stream}, 3)
 			st.Streams["s"].Moves = tc.moves
-			moves := planMoves(st)
+			moves := PlanMoves(st)
 			switch {
 			case tc.want == nil && len(moves) != 0:
 				t.Fatalf("moves %v, want none", moves)
@@ -176,7 +171,7 @@ func rebalanceState(brokers []string, n, rf int) *State {
 	streams := map[string][2][]string{}
 	for i := range n {
 		rs := slices.Clone(brokers[:rf])
-		// Leaders spread over the first brokers, as pickReplicas spreads them.
+		// Leaders spread over the first brokers, as PickReplicas spreads them.
 		k := i % rf
 		rs = append(rs[k:], rs[:k]...)
 		streams[fmt.Sprintf("s%02d", i)] = [2][]string{rs, slices.Clone(rs)}
@@ -188,8 +183,8 @@ func TestPlanRebalance(t *testing.T) {
 	t.Run("3 to 5 brokers, factor 3: counts within one", func(t *testing.T) {
 		for _, n := range []int{1, 2, 5, 10, 17} {
 			st := rebalanceState([]string{"a", "b", "c", "d", "e"}, n, 3)
-			moves, load := planRebalance(st)
-			if !balanced(load) || len(load) != 5 {
+			moves, load := PlanRebalance(st)
+			if !Balanced(load) || len(load) != 5 {
 				t.Fatalf("%d streams: counts after %v: %v", n, moves, load)
 			}
 			// The counts are what the moves make of the state.
@@ -206,7 +201,7 @@ func TestPlanRebalance(t *testing.T) {
 				t.Fatalf("10 streams: %d moves %v, want 12", len(moves), moves)
 			}
 			// Deterministic.
-			again, _ := planRebalance(rebalanceState([]string{"a", "b", "c", "d", "e"}, n, 3))
+			again, _ := PlanRebalance(rebalanceState([]string{"a", "b", "c", "d", "e"}, n, 3))
 			if !slices.Equal(moves, again) {
 				t.Fatalf("planned %v, then %v", moves, again)
 			}
@@ -214,14 +209,14 @@ func TestPlanRebalance(t *testing.T) {
 	})
 	t.Run("factor 1", func(t *testing.T) {
 		st := rebalanceState([]string{"a", "b", "c"}, 6, 1)
-		moves, load := planRebalance(st)
+		moves, load := PlanRebalance(st)
 		if len(moves) != 4 || !maps.Equal(load, map[string]int{"a": 2, "b": 2, "c": 2}) {
 			t.Fatalf("moves %v, counts %v", moves, load)
 		}
 	})
 	t.Run("followers move before leaders", func(t *testing.T) {
 		st := rebalanceState([]string{"a", "b", "c", "d"}, 3, 3)
-		moves, _ := planRebalance(st)
+		moves, _ := PlanRebalance(st)
 		for _, m := range moves {
 			if st.Streams[m.Stream].Leader == m.From {
 				t.Fatalf("moves %v: %s leads %s", moves, m.From, m.Stream)
@@ -231,7 +226,7 @@ func TestPlanRebalance(t *testing.T) {
 	t.Run("dead, draining and removed brokers are never chosen", func(t *testing.T) {
 		st := rebalanceState([]string{"a", "b", "c", "-d", "e", "f", "!g"}, 6, 3)
 		st.Brokers["f"].Draining = true
-		moves, load := planRebalance(st)
+		moves, load := PlanRebalance(st)
 		if _, ok := load["d"]; ok || load["f"] != 0 || load["g"] != 0 || len(load) != 4 {
 			t.Fatalf("counts %v, want a, b, c and e only", load)
 		}
@@ -240,7 +235,7 @@ func TestPlanRebalance(t *testing.T) {
 				t.Fatalf("moves %v, want to e only", moves)
 			}
 		}
-		if !balanced(load) {
+		if !Balanced(load) {
 			t.Fatalf("counts %v", load)
 		}
 	})
@@ -248,35 +243,35 @@ func TestPlanRebalance(t *testing.T) {
 		st := rebalanceState([]string{"a", "b", "c", "d"}, 2, 3)
 		st.Streams["s00"].ISR = []string{"a", "b"}
 		st.Streams["s01"].ISR = []string{"b", "c"}
-		if moves, _ := planRebalance(st); len(moves) != 0 {
+		if moves, _ := PlanRebalance(st); len(moves) != 0 {
 			t.Fatalf("moves %v of a stream out of sync", moves)
 		}
 		st = rebalanceState([]string{"a", "b", "c", "d", "e"}, 2, 3)
 		st.Brokers["c"].Draining = true
-		if moves, _ := planRebalance(st); len(moves) != 0 {
+		if moves, _ := PlanRebalance(st); len(moves) != 0 {
 			t.Fatalf("moves %v of streams a drain is moving", moves)
 		}
 	})
 	t.Run("a stream already moving is not planned again, and counts as moved", func(t *testing.T) {
 		st := rebalanceState([]string{"a", "b", "c", "d"}, 4, 3)
 		st.Streams["s01"].Moves = []ReplicaMove{{"a", "d"}}
-		moves, load := planRebalance(st)
+		moves, load := PlanRebalance(st)
 		for _, m := range moves {
 			if m.Stream == "s01" {
 				t.Fatalf("moves %v: s01 planned again", moves)
 			}
 		}
-		if len(moves) != 2 || !balanced(load) || load["d"] != 3 {
+		if len(moves) != 2 || !Balanced(load) || load["d"] != 3 {
 			t.Fatalf("moves %v, counts %v: want two more onto d", moves, load)
 		}
 	})
 	t.Run("nothing to do on a balanced site", func(t *testing.T) {
 		st := rebalanceState([]string{"a", "b", "c"}, 4, 3)
-		if moves, load := planRebalance(st); len(moves) != 0 || !balanced(load) {
+		if moves, load := PlanRebalance(st); len(moves) != 0 || !Balanced(load) {
 			t.Fatalf("moves %v, counts %v", moves, load)
 		}
 		st = rebalanceState([]string{"a", "b", "c", "d"}, 1, 3) // 1, 1, 1, 0: within one
-		if moves, load := planRebalance(st); len(moves) != 0 || !balanced(load) {
+		if moves, load := PlanRebalance(st); len(moves) != 0 || !Balanced(load) {
 			t.Fatalf("moves %v, counts %v", moves, load)
 		}
 	})
@@ -289,13 +284,13 @@ func TestPlanRebalance(t *testing.T) {
 func TestRebalance_Accepted(t *testing.T) {
 	ft := newFSMT(t, "a", "b", "c")
 	for i := range 10 {
-		ft.ok(CreateStream{Name: fmt.Sprintf("s%02d", i), Replicas: pickReplicas(fmt.Sprintf("s%02d", i), abc(), 3),
+		ft.ok(CreateStream{Name: fmt.Sprintf("s%02d", i), Replicas: PickReplicas(fmt.Sprintf("s%02d", i), abc(), 3),
 			ReplicationFactor: 3})
 	}
 	ft.ok(RegisterBroker{ID: "d", Epoch: 1})
 	ft.ok(RegisterBroker{ID: "e", Epoch: 1})
 	st, _ := ft.f.State()
-	moves, want := planRebalance(st)
+	moves, want := PlanRebalance(st)
 	if len(moves) == 0 {
 		t.Fatal("nothing planned")
 	}
@@ -310,7 +305,7 @@ func TestRebalance_Accepted(t *testing.T) {
 				t.Fatalf("step %d: %s has ISR %v", step, x.Name, x.ISR)
 			}
 		}
-		todo := planMoves(st)
+		todo := PlanMoves(st)
 		if len(todo) == 0 {
 			break
 		}
@@ -326,7 +321,7 @@ func TestRebalance_Accepted(t *testing.T) {
 		}
 	}
 	st, _ = ft.f.State()
-	if got := loadOf(st); !maps.Equal(got, want) || !balanced(got) {
+	if got := loadOf(st); !maps.Equal(got, want) || !Balanced(got) {
 		t.Fatalf("counts %v, planned %v", got, want)
 	}
 	for _, x := range st.Streams {
@@ -334,7 +329,7 @@ func TestRebalance_Accepted(t *testing.T) {
 			t.Fatalf("%s after the rebalance: %+v", x.Name, x)
 		}
 	}
-	if m, _ := planRebalance(st); len(m) != 0 {
+	if m, _ := PlanRebalance(st); len(m) != 0 {
 		t.Fatalf("planned again: %v", m)
 	}
 }

@@ -1,4 +1,4 @@
-package cluster
+package rules
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 // A broker gone for good is removed only while dead and not the last
 // in-sync replica of a stream; it is never added to a stream again, and
 // registers only once no stream names it, as a new broker.
-func TestFSM_RemoveBroker(t *testing.T) {
+func TestState_RemoveBroker(t *testing.T) {
 	ft := newFSMT(t, "a", "b", "c", "d")
 	ft.ok(CreateStream{Name: "s", Replicas: abc(), ReplicationFactor: 3})
 	ft.ok(CreateStream{Name: "solo", Replicas: []string{"c"}})
@@ -39,10 +39,10 @@ func TestFSM_RemoveBroker(t *testing.T) {
 	}
 }
 
-// planState is a state for planMoves: brokers by id ("-x": failed,
+// planState is a state for PlanMoves: brokers by id ("-x": failed,
 // "!x": removed), streams as name -> replicas, ISR.
 func planState(brokers []string, streams map[string][2][]string, rf int) *State {
-	st := newState()
+	st := NewState()
 	for _, b := range brokers {
 		id, alive, removed := b, true, false
 		switch b[0] {
@@ -93,7 +93,7 @@ func TestPlanMoves(t *testing.T) {
 			map[string][]string{"s": r("a", "e", "b")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			moves := planMoves(planState(tc.brokers, tc.streams, tc.rf))
+			moves := PlanMoves(planState(tc.brokers, tc.streams, tc.rf))
 			got := map[string][]string{}
 			for _, m := range moves {
 				got[m.Name] = m.Replicas
@@ -115,34 +115,34 @@ func TestPlanMoves(t *testing.T) {
 func TestPlanMoves_SpreadsOverNewBrokers(t *testing.T) {
 	st := planState([]string{"a", "b", "c", "d"}, map[string][2][]string{
 		"s": {{"a", "b"}, {"a", "b"}}, "t": {{"a", "b"}, {"a", "b"}}}, 3)
-	moves := planMoves(st)
+	moves := PlanMoves(st)
 	if len(moves) != 2 || len(moves[0].Replicas) != 3 || len(moves[1].Replicas) != 3 ||
 		moves[0].Replicas[2] == moves[1].Replicas[2] {
 		t.Fatalf("moves %v, want c for one stream and d for the other", moves)
 	}
 }
 
-// Every move planMoves makes is one the state machine takes.
+// Every move PlanMoves makes is one the state machine takes.
 func TestPlanMoves_Accepted(t *testing.T) {
 	ft := newFSMT(t, "a", "b", "c", "d")
 	ft.ok(CreateStream{Name: "s", Replicas: abc(), ReplicationFactor: 3})
 	ft.ok(BrokerFailed{ID: "a", Epoch: 1})
 	ft.ok(RemoveBroker{ID: "a"})
 	st, _ := ft.f.State()
-	moves := planMoves(st)
+	moves := PlanMoves(st)
 	if len(moves) != 1 || !slices.Equal(moves[0].Replicas, []string{"a", "d", "b", "c"}) {
 		t.Fatalf("moves %v", moves)
 	}
 	ft.ok(moves[0])
 	st, _ = ft.f.State()
-	if m := planMoves(st); len(m) != 0 {
+	if m := PlanMoves(st); len(m) != 0 {
 		t.Fatalf("moves before d is in the ISR: %v", m)
 	}
 	s := ft.stream("s")
 	ft.ok(AlterISR{Name: "s", Leader: s.Leader, LeaderEpoch: s.LeaderEpoch, Version: s.Version,
 		ISR: []ISRMember{{"b", 1}, {"c", 1}, {"d", 1}}})
 	st, _ = ft.f.State()
-	moves = planMoves(st)
+	moves = PlanMoves(st)
 	if len(moves) != 1 {
 		t.Fatalf("moves %v", moves)
 	}
@@ -151,7 +151,7 @@ func TestPlanMoves_Accepted(t *testing.T) {
 		t.Fatalf("stream after the move: %+v", got)
 	}
 	st, _ = ft.f.State()
-	if m := planMoves(st); len(m) != 0 {
+	if m := PlanMoves(st); len(m) != 0 {
 		t.Fatalf("moves after the move: %v", m)
 	}
 	if err := ft.apply(RegisterBroker{ID: "a", Epoch: 5}); err != nil || errors.Is(err, ErrRemovedBroker) {

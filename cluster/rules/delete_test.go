@@ -1,4 +1,4 @@
-package cluster
+package rules
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 // A deletion is refused while a broker's configuration lists the stream,
 // leaves a tombstone naming the incarnation deleted, and a stream created
 // again under the name is another incarnation.
-func TestFSM_DeleteStream(t *testing.T) {
+func TestState_DeleteStream(t *testing.T) {
 	ft := newFSMT(t, "a", "b", "c")
 	ft.ok(CreateStream{Name: "old", Replicas: []string{"a", "b", "c"}})
 	ft.ok(CreateStream{Name: "keep", Replicas: []string{"a", "b", "c"}})
@@ -26,7 +26,7 @@ func TestFSM_DeleteStream(t *testing.T) {
 	ft.ok(DeleteStream{Name: "old", Created: first})
 	st, _ = ft.f.State()
 	if st.Streams["old"] != nil || st.Deleted["old"] != first || st.Streams["keep"] == nil {
-		t.Fatalf("after the deletion: streams %v, tombstones %v", st.streamNames(), st.Deleted)
+		t.Fatalf("after the deletion: streams %v, tombstones %v", st.StreamNames(), st.Deleted)
 	}
 	ft.refused(DeleteStream{Name: "old"}, ErrUnknownStream)
 

@@ -9,16 +9,34 @@ import (
 	"github.com/peatmq/peat/mqtt"
 )
 
-// Orphaned sessions (doc.go, "Sessions across the site").
+// Orphaned sessions.
 //
-// A session's expiry is run by the node holding its claim. A claim whose
-// node the controller's state has failed, left or restarted (another
-// broker epoch) has no one to run it, nor has a stored session that no
-// claim holds (a late write of an older node, which the leader does not
-// fence, or claims lost with the stream's data): the leader of
-// SessionsStream finds both in its replica (watchOrphans) and offers
-// their client ids to mqtt on its node (OnSessionsOrphaned), which takes
-// each over with AdoptSession and expires it there.
+// Expiry is run by the node holding a session's claim (its mochi
+// expires the disconnected client), or by the node its client connects
+// to next. A node that dies, leaves or restarts (it reads sessions at
+// connect, not at start) leaves its sessions to no one, so the leader of
+// SessionsStream adopts them: at every change of the
+// controller's state or of its leadership, and every 5 s, it looks in
+// its replica for claims whose node the state has failed or in another
+// broker epoch (the claims' lease above) and offers their client ids to
+// mqtt on its node (OnSessionsOrphaned). mqtt adopts each one
+// (AdoptSession: a claim decided on the leader under claims.dec, granted
+// only while the holder is still gone, so a client claiming meanwhile
+// keeps it), reads it, counts one stored while connected as
+// disconnected from the adoption (and writes that time, so a next
+// adopter keeps the clock), and deletes it site-wide once its expiry
+// runs out, by mochi's rule; its client claims it back from the adopter
+// like from any node (mqtt's sessions_orphans.go). A node seen failed
+// wrongly (a partition) that comes back in its epoch finds the claims
+// moved and closes its connections of those clients, as after any
+// take-over: the site decided they were gone. An adopter that dies in
+// turn is a gone holder like any other. A stored session that no claim
+// holds (a late write of an older node, which is not fenced; claims lost
+// with the stream's data, SessionsStream having no unclean election) is
+// offered too, and adopted once AdoptSession, under claims.dec, finds it
+// still stored and unclaimed: its expiry runs. A client connected to a
+// node whose claim was lost then loses its connection (the move, as for
+// a fenced write), and claims the session back when it reconnects.
 
 // orphanScanInterval is how often the sessions' leader looks for claims
 // of gone nodes besides when the controller's state or its leadership
@@ -59,8 +77,8 @@ func (l *Log) AdoptSession(ctx context.Context, id string) bool {
 
 // adopt is AdoptSession on the stream.
 func (s *stream) adopt(ctx context.Context, key string) bool {
-	s.claimOp.Lock()
-	defer s.claimOp.Unlock()
+	s.claims.op.Lock()
+	defer s.claims.op.Unlock()
 	if s.closedErr("adopt in") != nil {
 		return false
 	}
@@ -68,30 +86,30 @@ func (s *stream) adopt(ctx context.Context, key string) bool {
 	if ld == nil {
 		return false
 	}
-	ctx, cancel := s.claimCtxFrom(ctx, rpcTimeout)
+	ctx, cancel := s.claims.ctxFrom(ctx, rpcTimeout)
 	defer cancel()
-	s.claimDec.Lock()
-	cur, held, err := s.loadClaim(key)
-	orphan := held && s.holderGone(cur)
+	s.claims.dec.Lock()
+	cur, held, err := s.claims.load(key)
+	orphan := held && s.claims.holderGone(cur)
 	if err == nil && !held {
 		orphan, err = s.sessionStored(key)
 	}
 	if err == nil && orphan {
-		err = s.putClaim(ctx, ld, key, cur, held, claimHolder{holder: key, node: s.l.node.ID(), epoch: s.l.node.Epoch()})
+		err = s.claims.put(ctx, ld, key, cur, held, claimHolder{holder: key, node: s.l.node.ID(), epoch: s.l.node.Epoch()})
 		held = err == nil
 	} else {
 		held = false
 	}
-	s.claimDec.Unlock()
+	s.claims.dec.Unlock()
 	if err != nil {
 		s.l.log.Debug("cluster: orphaned session not adopted", slog.String("client", key), slog.Any("err", err))
 		return false
 	}
 	if held {
-		s.mu.Lock()
-		s.mu.granted[key] = key
-		delete(s.mu.releasing, claimRef{key, key})
-		s.mu.Unlock()
+		s.claims.mu.Lock()
+		s.claims.mu.granted[key] = key
+		delete(s.claims.mu.releasing, claimRef{key, key})
+		s.claims.mu.Unlock()
 	}
 	return held
 }
@@ -139,7 +157,7 @@ func (s *stream) offerOrphans() {
 	err := s.st.LoadState(claimStatePrefix, func(k string, v []byte) error {
 		id := strings.TrimPrefix(k, claimStatePrefix)
 		claimed[id] = true
-		if h, err := decodeClaim(v); err == nil && s.holderGone(h) {
+		if h, err := decodeClaim(v); err == nil && s.claims.holderGone(h) {
 			ids = append(ids, id)
 		}
 		return nil

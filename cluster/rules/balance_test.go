@@ -1,4 +1,4 @@
-package cluster
+package rules
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 // A live broker is drained only when the streams it holds keep their
 // replicas elsewhere; once draining it gets no new replica, and it
 // survives its own restart.
-func TestFSM_DrainBroker(t *testing.T) {
+func TestState_DrainBroker(t *testing.T) {
 	ft := newFSMT(t, "a", "b", "c")
 	ft.ok(CreateStream{Name: "s", Replicas: abc(), ReplicationFactor: 3})
 	ft.refused(DrainBroker{ID: "c"}, ErrIneligibleReplica) // nowhere to move s's third replica
@@ -28,7 +28,7 @@ func TestFSM_DrainBroker(t *testing.T) {
 	ft.refused(DrainBroker{ID: "d"}, ErrIneligibleReplica) // d holds nothing yet, but s's move needs it
 }
 
-func TestFSM_SetReplicationFactor(t *testing.T) {
+func TestState_SetReplicationFactor(t *testing.T) {
 	ft := newFSMT(t, "a", "b", "c")
 	ft.ok(CreateStream{Name: "s", Replicas: []string{"a", "b"}, ReplicationFactor: 2})
 	v := ft.stream("s").Version
@@ -79,7 +79,7 @@ func TestPlanMoves_FactorAndDrain(t *testing.T) {
 				st.Brokers[d].Draining = true
 			}
 			got := map[string][]string{}
-			for _, m := range planMoves(st) {
+			for _, m := range PlanMoves(st) {
 				got[m.Name] = m.Replicas
 			}
 			if len(got) != len(tc.want) {
@@ -102,7 +102,7 @@ func TestPlanMoves_DrainAccepted(t *testing.T) {
 	ft.ok(CreateStream{Name: "s", Replicas: abc(), ReplicationFactor: 3})
 	ft.ok(DrainBroker{ID: "a"})
 	st, _ := ft.f.State()
-	moves := planMoves(st)
+	moves := PlanMoves(st)
 	if len(moves) != 1 {
 		t.Fatalf("moves %v", moves)
 	}
@@ -111,7 +111,7 @@ func TestPlanMoves_DrainAccepted(t *testing.T) {
 	ft.ok(AlterISR{Name: "s", Leader: s.Leader, LeaderEpoch: s.LeaderEpoch, Version: s.Version,
 		ISR: []ISRMember{{"a", 1}, {"b", 1}, {"c", 1}, {"d", 1}}})
 	st, _ = ft.f.State()
-	moves = planMoves(st)
+	moves = PlanMoves(st)
 	if len(moves) != 1 {
 		t.Fatalf("moves %v", moves)
 	}
@@ -120,11 +120,11 @@ func TestPlanMoves_DrainAccepted(t *testing.T) {
 		t.Fatalf("after the drain: %+v", s)
 	}
 	st, _ = ft.f.State()
-	if m := planMoves(st); len(m) != 0 {
+	if m := PlanMoves(st); len(m) != 0 {
 		t.Fatalf("moves after the drain: %v", m)
 	}
-	if got, holds := removal(st, "a"); got != "drained" || holds != nil {
-		t.Fatalf("a: %q %v, want drained", got, holds)
+	if b := st.Brokers["a"]; !b.Draining || len(st.ReplicaOf("a")) != 0 {
+		t.Fatalf("a: %+v holding %v, want drained", b, st.ReplicaOf("a"))
 	}
 	ft.refused(RemoveBroker{ID: "a"}, ErrBrokerAlive) // stop it first
 	ft.ok(BrokerFailed{ID: "a", Epoch: 1})
@@ -149,9 +149,9 @@ func TestQuorumWithout(t *testing.T) {
 		{"one of five with two down", "e", []string{"a", "b", "c", "d", "e"}, up("a", "b", "e"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := quorumWithout(tc.id, tc.voters, tc.alive)
+			err := QuorumWithout(tc.id, tc.voters, tc.alive)
 			if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrQuorum)) {
-				t.Fatalf("quorumWithout(%s, %v) = %v, ok %v", tc.id, tc.voters, err, tc.ok)
+				t.Fatalf("QuorumWithout(%s, %v) = %v, ok %v", tc.id, tc.voters, err, tc.ok)
 			}
 		})
 	}
@@ -172,33 +172,33 @@ func TestPlanLeaders(t *testing.T) {
 	since := map[string]time.Time{}
 	t0 := time.Unix(1000, 0)
 	const after = time.Minute
-	if e, next := planLeaders(st, since, t0, after, skip); e != nil || !next.Equal(t0.Add(after)) {
+	if e, next := PlanLeaders(st, since, t0, after, skip); e != nil || !next.Equal(t0.Add(after)) {
 		t.Fatalf("at once: %+v, next %v", e, next)
 	}
-	e, _ := planLeaders(st, since, t0.Add(after), after, skip)
+	e, _ := PlanLeaders(st, since, t0.Add(after), after, skip)
 	if e == nil || e.Name != "s" || e.Preferred != "a" {
 		t.Fatalf("after: %+v, want s to a", e)
 	}
 	st.Streams["s"].Leader = "a"
 	st.Streams["t"].ISR = []string{"b", "c"} // a fell behind in t
-	e, _ = planLeaders(st, since, t0.Add(after+time.Second), after, skip)
+	e, _ = PlanLeaders(st, since, t0.Add(after+time.Second), after, skip)
 	if e == nil || e.Name != "u" {
 		t.Fatalf("next: %+v, want u", e)
 	}
 	st.Streams["u"].Leader = "a"
 	st.Streams["t"].ISR = []string{"b", "c", "a"}
-	e, next := planLeaders(st, since, t0.Add(after+2*time.Second), after, skip)
+	e, next := PlanLeaders(st, since, t0.Add(after+2*time.Second), after, skip)
 	if e != nil || !next.Equal(t0.Add(2*after+2*time.Second)) {
 		t.Fatalf("t back in sync: %+v next %v, want nothing until a minute later", e, next)
 	}
 	st.Brokers["a"].Draining = true
-	if e, _ := planLeaders(st, since, t0.Add(time.Hour), after, skip); e != nil && e.Preferred == "a" {
+	if e, _ := PlanLeaders(st, since, t0.Add(time.Hour), after, skip); e != nil && e.Preferred == "a" {
 		t.Fatalf("a draining broker is given %+v", e)
 	}
 }
 
 // KeepBroker ends a drain; a removed broker stays removed.
-func TestFSM_KeepBroker(t *testing.T) {
+func TestState_KeepBroker(t *testing.T) {
 	ft := newFSMT(t, "a", "b", "c", "d")
 	ft.ok(CreateStream{Name: "s", Replicas: abc(), ReplicationFactor: 3})
 	ft.ok(DrainBroker{ID: "c"})
@@ -207,7 +207,7 @@ func TestFSM_KeepBroker(t *testing.T) {
 	if b := st.Brokers["c"]; b.Draining {
 		t.Fatalf("c after KeepBroker: %+v", b)
 	}
-	if moves := planMoves(st); len(moves) != 0 {
+	if moves := PlanMoves(st); len(moves) != 0 {
 		t.Fatalf("moves after KeepBroker: %+v, want none", moves)
 	}
 	ft.ok(KeepBroker{ID: "d"}) // not draining: nothing changes
@@ -228,15 +228,45 @@ func TestPlanMoves_DrainHoldsAcksLeaderLeader(t *testing.T) {
 	ft.ok(DrainBroker{ID: "a"})
 	hold := func(name string) bool { return name == "held" }
 	st, _ := ft.f.State()
-	moves := planMovesHolding(st, hold)
+	moves := PlanMovesHolding(st, hold)
 	if len(moves) != 1 || moves[0].Name != "free" {
 		t.Fatalf("moves while held's leader a has not handed over: %v", moves)
 	}
 	ft.ok(moves[0])
 	ft.ok(ElectLeader{Name: "held", Preferred: "b"}) // a hands over
 	st, _ = ft.f.State()
-	moves = planMovesHolding(st, hold)
+	moves = PlanMovesHolding(st, hold)
 	if len(moves) != 1 || moves[0].Name != "held" || slices.Contains(moves[0].Replicas, "a") {
 		t.Fatalf("moves once a has handed over: %v", moves)
+	}
+}
+
+// A leaving acks: leader leader is waited for up to the limit, counted
+// from when its stream was first held, and the count goes on while its
+// leader is still leaving; after that the stream moves at once.
+func TestPlanMovesHeld(t *testing.T) {
+	ft := newFSMT(t, "a", "b", "c", "d")
+	ft.ok(CreateStream{Name: "held", Replicas: []string{"a", "b", "c", "d"}, ReplicationFactor: 3})
+	ft.ok(DrainBroker{ID: "a"})
+	st, _ := ft.f.State()
+	acksLeader := func(name string) bool { return name == "held" }
+	t0, limit := time.Unix(1000, 0), 30*time.Second
+
+	moves, held, next, overdue := PlanMovesHeld(st, acksLeader, nil, t0, limit)
+	if len(moves) != 0 || !held["held"].Equal(t0) || !next.Equal(t0.Add(limit)) || overdue != nil {
+		t.Fatalf("first pass: moves %v, held %v, next %v, overdue %v", moves, held, next, overdue)
+	}
+	// A pass that does not hold it (b fell out of the ISR) keeps the count.
+	ft.ok(AlterISR{Name: "held", Leader: "a", LeaderEpoch: 1, Version: 1, ISR: []ISRMember{{"a", 1}, {"c", 1}, {"d", 1}}})
+	st2, _ := ft.f.State()
+	if _, held2, _, _ := PlanMovesHeld(st2, acksLeader, held, t0.Add(time.Second), limit); !held2["held"].Equal(t0) {
+		t.Fatalf("count not kept: %v", held2)
+	}
+	moves, held, next, overdue = PlanMovesHeld(st, acksLeader, held, t0.Add(limit), limit)
+	if len(moves) != 1 || slices.Contains(moves[0].Replicas, "a") || !slices.Equal(overdue, []string{"held"}) || !next.IsZero() {
+		t.Fatalf("after the limit: moves %v, overdue %v, next %v", moves, overdue, next)
+	}
+	if moves, _, _, _ := PlanMovesHeld(st, nil, nil, t0, limit); len(moves) != 1 {
+		t.Fatalf("acks=all: moves %v, want the move at once", moves)
 	}
 }

@@ -1,4 +1,4 @@
-package cluster
+package rules
 
 import (
 	"fmt"
@@ -55,7 +55,7 @@ type BrokerFailed struct {
 // Creating it again with the same replicas changes nothing.
 // ReplicationFactor is how many replicas the stream should have (0: as
 // many as Replicas): a site with fewer brokers creates it on those it
-// has, and the controller adds replicas as brokers join (reassign.go).
+// has, and the controller adds replicas as brokers join (PlanMoves).
 type CreateStream struct {
 	Name              string
 	Replicas          []string
@@ -203,4 +203,29 @@ func decodeAs[T Command](b []byte) (Command, error) {
 	var v T
 	err := msgpack.Unmarshal(b, &v)
 	return v, err
+}
+
+// EncodeState is a snapshot of s, as the controller's Raft snapshots
+// store it.
+func EncodeState(s *State) ([]byte, error) {
+	b, err := msgpack.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: snapshot: %w", err)
+	}
+	return b, nil
+}
+
+// DecodeState reads what EncodeState wrote.
+func DecodeState(b []byte) (*State, error) {
+	st := NewState()
+	if err := msgpack.Unmarshal(b, st); err != nil {
+		return nil, fmt.Errorf("cluster: restore: %w", err)
+	}
+	if st.Brokers == nil {
+		st.Brokers = map[string]*Broker{}
+	}
+	if st.Streams == nil {
+		st.Streams = map[string]*Stream{}
+	}
+	return st, nil
 }

@@ -1,4 +1,4 @@
-package cluster
+package rules
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ type State struct {
 	Streams map[string]*Stream
 
 	// Deleted are the tombstones of deleted streams: name -> the
-	// incarnation (Stream.Created) deleted (delete.go).
+	// incarnation (Stream.Created) deleted (DeleteStream).
 	Deleted map[string]uint64
 	// Incarnations counts the streams ever created: the next creation is
 	// Incarnations+1.
@@ -42,9 +42,9 @@ type Broker struct {
 	Lists []string
 }
 
-// leaving reports whether id is removed or draining: its replicas move
+// Leaving reports whether id is removed or draining: its replicas move
 // away and it gets no new one.
-func (s *State) leaving(id string) bool {
+func (s *State) Leaving(id string) bool {
 	b := s.Brokers[id]
 	return b != nil && (b.Removed || b.Draining)
 }
@@ -72,7 +72,7 @@ type Stream struct {
 	// before deletions existed).
 	Created uint64
 	// Moves are the replicas this stream is giving up to other brokers
-	// (MoveReplicas, rebalance.go): each target is added, catches up,
+	// (MoveReplicas, PlanRebalance): each target is added, catches up,
 	// and the source leaves, as a draining broker's replica does.
 	// Absent from states written before rebalancing existed.
 	Moves []ReplicaMove `msgpack:",omitempty"`
@@ -86,13 +86,14 @@ func (st *Stream) Want() int {
 	return len(st.Replicas)
 }
 
-func newState() *State {
+// NewState is the state of a site with no broker and no stream.
+func NewState() *State {
 	return &State{Brokers: map[string]*Broker{}, Streams: map[string]*Stream{}}
 }
 
-// clone is a deep copy: readers get one, never the state Apply changes.
-func (s *State) clone() *State {
-	c := newState()
+// Clone is a deep copy: readers get one, never the state Apply changes.
+func (s *State) Clone() *State {
+	c := NewState()
 	for id, b := range s.Brokers {
 		bc := *b
 		bc.Lists = slices.Clone(b.Lists)
@@ -103,12 +104,13 @@ func (s *State) clone() *State {
 	}
 	c.Incarnations = s.Incarnations
 	for n, st := range s.Streams {
-		c.Streams[n] = st.clone()
+		c.Streams[n] = st.Clone()
 	}
 	return c
 }
 
-func (st *Stream) clone() *Stream {
+// Clone is a deep copy of the stream.
+func (st *Stream) Clone() *Stream {
 	c := *st
 	c.Replicas = slices.Clone(st.Replicas)
 	c.ISR = slices.Clone(st.ISR)
@@ -119,9 +121,9 @@ func (st *Stream) clone() *Stream {
 // InISR reports whether id is in the stream's ISR.
 func (st *Stream) InISR(id string) bool { return slices.Contains(st.ISR, id) }
 
-// streamNames in order: every rule that walks streams walks them in the
+// StreamNames in order: every rule that walks streams walks them in the
 // same order on every node.
-func (s *State) streamNames() []string {
+func (s *State) StreamNames() []string {
 	names := make([]string, 0, len(s.Streams))
 	for n := range s.Streams {
 		names = append(names, n)
@@ -130,19 +132,33 @@ func (s *State) streamNames() []string {
 	return names
 }
 
-func (s *State) alive(id string) bool {
+// Alive reports whether broker id is known and alive.
+func (s *State) Alive(id string) bool {
 	b := s.Brokers[id]
 	return b != nil && b.Alive
 }
 
-// apply changes the state by c, or returns why not and changes nothing.
-// Every change may end a replica move (pruneMoves).
-func (s *State) apply(c Command) error {
+// Apply changes the state by c, or returns why not. A refused command
+// may have changed part of s on its way to the refusal: apply to a Clone
+// and keep it only on success (Next does), so that a refusal changes
+// nothing, on every node alike. Every change may end a replica move
+// (pruneMoves).
+func (s *State) Apply(c Command) error {
 	if err := s.applyCommand(c); err != nil {
 		return err
 	}
 	s.pruneMoves()
 	return nil
+}
+
+// Next is the state after c, a new one: s is left as it was, whether
+// c is applied or refused.
+func Next(s *State, c Command) (*State, error) {
+	next := s.Clone()
+	if err := next.Apply(c); err != nil {
+		return nil, err
+	}
+	return next, nil
 }
 
 func (s *State) applyCommand(c Command) error {
@@ -184,8 +200,8 @@ func (s *State) registerBroker(c RegisterBroker) error {
 	switch {
 	case b == nil:
 		s.Brokers[c.ID] = &Broker{ID: c.ID, Epoch: c.Epoch, Alive: true}
-	case b.Removed && len(s.replicaOf(c.ID)) > 0:
-		return fmt.Errorf("%w: %s: its replicas of %v are still being moved away", ErrRemovedBroker, c.ID, s.replicaOf(c.ID))
+	case b.Removed && len(s.ReplicaOf(c.ID)) > 0:
+		return fmt.Errorf("%w: %s: its replicas of %v are still being moved away", ErrRemovedBroker, c.ID, s.ReplicaOf(c.ID))
 	case b.Removed && c.Epoch >= b.Epoch:
 		// Back after its removal finished: a new broker that holds nothing.
 		*b = Broker{ID: c.ID, Epoch: c.Epoch, Alive: true}
@@ -219,7 +235,7 @@ func (s *State) brokerFailed(c BrokerFailed) error {
 // fence takes id out of every ISR it is not the last member of, and
 // elects new leaders for the streams it led.
 func (s *State) fence(id string) {
-	for _, n := range s.streamNames() {
+	for _, n := range s.StreamNames() {
 		st := s.Streams[n]
 		changed := false
 		if len(st.ISR) > 1 && st.InISR(id) {
@@ -239,7 +255,7 @@ func (s *State) fence(id string) {
 // electOffline gives a leader to the streams that have none, if one of
 // their ISR (or, with UncleanElection, of their replicas) is alive.
 func (s *State) electOffline() {
-	for _, n := range s.streamNames() {
+	for _, n := range s.StreamNames() {
 		if st := s.Streams[n]; st.Leader == "" {
 			s.elect(st, "", "")
 		}
@@ -257,7 +273,7 @@ func (s *State) elect(st *Stream, preferred, exclude string) {
 		leader = preferred
 	} else {
 		for _, r := range st.Replicas {
-			if r != exclude && st.InISR(r) && s.alive(r) {
+			if r != exclude && st.InISR(r) && s.Alive(r) {
 				leader = r
 				break
 			}
@@ -265,7 +281,7 @@ func (s *State) elect(st *Stream, preferred, exclude string) {
 	}
 	if leader == "" && st.UncleanElection {
 		for _, r := range st.Replicas {
-			if r != exclude && s.alive(r) {
+			if r != exclude && s.Alive(r) {
 				leader = r
 				st.ISR = []string{r}
 				break
@@ -303,10 +319,10 @@ func (s *State) checkReplicas(replicas, had []string) error {
 	return nil
 }
 
-// replicaOf names the streams that have id among their replicas.
-func (s *State) replicaOf(id string) []string {
+// ReplicaOf names the streams that have id among their replicas.
+func (s *State) ReplicaOf(id string) []string {
 	var out []string
-	for _, n := range s.streamNames() {
+	for _, n := range s.StreamNames() {
 		if slices.Contains(s.Streams[n].Replicas, id) {
 			out = append(out, n)
 		}
@@ -326,7 +342,7 @@ func (s *State) removeBroker(c RemoveBroker) error {
 			"(only a node that is gone for good is removed)", ErrBrokerAlive, c.ID)
 	}
 	var sole []string
-	for _, n := range s.streamNames() {
+	for _, n := range s.StreamNames() {
 		if st := s.Streams[n]; slices.Equal(st.ISR, []string{c.ID}) {
 			sole = append(sole, n)
 		}
@@ -354,11 +370,11 @@ func (s *State) drainBroker(c DrainBroker) error {
 		return nil
 	}
 	var short []string
-	for _, n := range s.replicaOf(c.ID) {
+	for _, n := range s.ReplicaOf(c.ID) {
 		st := s.Streams[n]
 		var keep int
 		for _, r := range st.Replicas {
-			if r != c.ID && !s.leaving(r) {
+			if r != c.ID && !s.Leaving(r) {
 				keep++
 			}
 		}
@@ -425,7 +441,7 @@ func (s *State) createStream(c CreateStream) error {
 	st := &Stream{Name: c.Name, Replicas: slices.Clone(c.Replicas), UncleanElection: c.UncleanElection,
 		ReplicationFactor: c.ReplicationFactor}
 	for _, r := range c.Replicas {
-		if s.alive(r) {
+		if s.Alive(r) {
 			st.ISR = append(st.ISR, r)
 		}
 	}
@@ -468,13 +484,13 @@ func (s *State) electLeader(c ElectLeader) error {
 		return fmt.Errorf("%w: %s", ErrUnknownStream, c.Name)
 	}
 	if c.Preferred != "" {
-		if !st.InISR(c.Preferred) || !s.alive(c.Preferred) {
+		if !st.InISR(c.Preferred) || !s.Alive(c.Preferred) {
 			return fmt.Errorf("%w: %s is not an alive member of %s's ISR %v", ErrIneligibleReplica, c.Preferred, c.Name, st.ISR)
 		}
 		s.elect(st, c.Preferred, "")
 		return nil
 	}
-	if st.Leader != "" && st.InISR(st.Leader) && s.alive(st.Leader) {
+	if st.Leader != "" && st.InISR(st.Leader) && s.Alive(st.Leader) {
 		return nil
 	}
 	s.elect(st, "", st.Leader)
