@@ -107,12 +107,15 @@ type Resume interface {
 	// Stream names the source's stream.
 	Stream() string
 	// Scan calls fn with the committed records of this source
-	// (PropSource is its name) in its stream, newest first, until fn
-	// returns false or the oldest record retention holds was seen. The
-	// newest record with a kind's position is where the source left off:
-	// every record before it in the upstream's order is durable too.
-	// Records are shared with readers: do not modify them.
-	Scan(ctx context.Context, fn func(*logstore.Record) bool) error
+	// (PropSource is its name) in its stream at offsets from and above,
+	// newest first, until fn returns false or the record at from (or the
+	// oldest one retention holds) was seen. The newest record with a
+	// kind's position is where the source left off: every record before
+	// it in the upstream's order is durable too. A scan reads every
+	// record of the stream down to where it stops, the source's or not:
+	// bound it with from (the Mark, say) where the kind can. Records are
+	// shared with readers: do not modify them.
+	Scan(ctx context.Context, from uint64, fn func(*logstore.Record) bool) error
 	// Mark and SetMark keep one offset of the source's stream for a kind
 	// that must remember more than its records say (MQTT QoS 2: the
 	// records whose release, PUBREL, arrived). SetMark returns once the
