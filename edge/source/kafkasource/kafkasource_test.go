@@ -387,4 +387,3 @@ func TestCheckTemplate(t *testing.T) {
 		}
 	}
 }
-
