@@ -22,6 +22,8 @@ var _ Resume = (*resume)(nil)
 
 func (r *resume) Stream() string { return r.st.Name() }
 
+func (r *resume) End() uint64 { return r.st.Committed() }
+
 func (r *resume) Scan(ctx context.Context, from uint64, fn func(*logstore.Record) bool) error {
 	end := r.st.Committed()
 	for {

@@ -49,6 +49,11 @@ func (s *Source) serve(ctx context.Context, conn Conn, st Stream, epoch uint64) 
 	}()
 
 	queue := make(chan *batch, s.cfg.Ahead)
+	// appends: appends not yet told. serve returns only once all are, so
+	// the next connection's Resume sees every record this one appended
+	// (an MQTT QoS 2 redelivery is then recognised, not stored twice).
+	var appends sync.WaitGroup
+	defer appends.Wait()
 	var wg sync.WaitGroup
 	var durable bool
 	wg.Go(func() { durable = s.ack(ctx, cancel, conn, queue) })
@@ -73,9 +78,11 @@ func (s *Source) serve(ctx context.Context, conn Conn, st Stream, epoch uint64) 
 			close(b.done)
 			continue
 		}
+		appends.Add(1)
 		st.AppendAsync(b.recs, func(_ uint64, err error) {
 			b.err = err
 			close(b.done)
+			appends.Done()
 		})
 	}
 	cancel(nil)
