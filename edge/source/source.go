@@ -106,6 +106,10 @@ type Message struct {
 type Resume interface {
 	// Stream names the source's stream.
 	Stream() string
+	// End is the stream's committed end now: every record this source
+	// appended on earlier connections is below it (the framework waits
+	// for their appends before dialling again).
+	End() uint64
 	// Scan calls fn with the committed records of this source
 	// (PropSource is its name) in its stream at offsets from and above,
 	// newest first, until fn returns false or the record at from (or the
