@@ -31,6 +31,8 @@ type memResume struct {
 
 func (r *memResume) Stream() string { return r.st.Name() }
 
+func (r *memResume) End() uint64 { return r.st.Committed() }
+
 func (r *memResume) Scan(ctx context.Context, from uint64, fn func(*logstore.Record) bool) error {
 	recs := r.st.Records()
 	for i := len(recs) - 1; i >= 0 && recs[i].Offset >= from; i-- {
