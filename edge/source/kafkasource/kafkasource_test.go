@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/peatmq/peat/edge/sink/sinktest"
 	"github.com/peatmq/peat/edge/source"
 	"github.com/peatmq/peat/edge/source/kafkasource"
 	"github.com/peatmq/peat/logstore"
@@ -387,5 +388,100 @@ func TestCheckTemplate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("New: %v, want it to name %s", err, want)
 		}
+	}
+}
+
+// memLog is a MemLog as the source framework finds its stream.
+type memLog struct{ l *mqtttest.MemLog }
+
+func (l memLog) Stream(name string) source.Stream {
+	if s := l.l.Lookup(name); s != nil {
+		return s
+	}
+	return nil
+}
+
+func (l memLog) Route(topic string) string {
+	if s := l.l.Route(topic); s != nil {
+		return s.Name()
+	}
+	return ""
+}
+
+// marks keeps the source's mark in memory.
+type marks struct {
+	mu sync.Mutex
+	m  map[string]uint64
+}
+
+func (m *marks) Load(group, stream string) (uint64, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	off, ok := m.m[group+"/"+stream]
+	return off, ok, nil
+}
+
+func (m *marks) Commit(group, stream string, off uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.m[group+"/"+stream] = off
+	return nil
+}
+
+// Under the source framework (several batches may wait to be stored,
+// records another stream captures are dropped), stopped and started
+// again while Kafka grows: every record is stored once, the dropped ones
+// never, and the source's mark points at a record of its own.
+func TestKafkaSource_UnderTheFramework(t *testing.T) {
+	c := newCluster(t)
+	prod := producer(t, c)
+	const n = 2000
+	produce(t, prod, 0, n/2)
+	log := mqtttest.NewMemLog(t, "cmds=cmd/#", "other=cmd/dev6")
+	st := log.Stream(t, "cmds")
+	up := newUpstream(t, c, kafkasource.Config{Topic: "cmd/{key}", MaxBatch: 50})
+	mk := &marks{m: map[string]uint64{}}
+	run := func() func() {
+		s, err := source.New(source.Config{Name: "cloud", Kind: "kafka", Stream: "cmds", Log: memLog{log}, Upstream: up, Marks: mk,
+			BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Logger: logger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); s.Run(ctx) }()
+		return func() { cancel(); <-done }
+	}
+	// dev6 goes to the other stream: the source drops it (1 value in 7).
+	want := func(upTo int) int { return upTo - (upTo+1)/7 }
+	stop := run()
+	sinktest.WaitFor(t, "some records", time.Minute, func() bool { return len(st.Records()) > 300 })
+	stop()
+	produce(t, prod, n/2, n)
+	time.Sleep(1100 * time.Millisecond) // a mark is set at most once a second
+	stop = run()
+	defer stop()
+	sinktest.WaitFor(t, "every record", time.Minute, func() bool { return len(st.Records()) >= want(n) })
+	time.Sleep(300 * time.Millisecond)
+	stop()
+	values := map[int]int{}
+	for _, r := range st.Records() {
+		values[mustAtoi(t, string(r.Payload))]++
+	}
+	for i := range n {
+		switch c := values[i]; {
+		case i%7 == 6 && c != 0:
+			t.Errorf("value %d (dev6, another stream's) stored", i)
+		case i%7 != 6 && c != 1:
+			t.Errorf("value %d stored %d times", i, c)
+		}
+	}
+	off, ok, _ := mk.Load(source.Group("cloud"), "cmds")
+	if !ok {
+		t.Fatal("no mark set")
+	}
+	recs := st.Records()
+	if off >= uint64(len(recs)) || prop(recs[off], kafkasource.PropNext) == "" {
+		t.Errorf("the mark %d is not on a record with %s", off, kafkasource.PropNext)
 	}
 }
