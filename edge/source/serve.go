@@ -174,6 +174,12 @@ func (s *Source) prepare(msgs []Message, stream string) *batch {
 			s.m.duplicates.Inc()
 			continue
 		}
+		if r.Topic == "" {
+			s.dropped.Add(1)
+			s.m.dropped("invalid").Inc()
+			s.log.Warn("source drops a message that maps to no valid local topic")
+			continue
+		}
 		if got := s.cfg.Log.Route(r.Topic); got != stream {
 			s.dropped.Add(1)
 			s.m.dropped("uncaptured").Inc()

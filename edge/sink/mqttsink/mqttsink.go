@@ -169,7 +169,10 @@ func (s *session) reset() {
 	s.mu.Unlock()
 }
 
-var _ sink.Upstream = (*Upstream)(nil)
+var (
+	_ sink.Upstream = (*Upstream)(nil)
+	_ sink.Originer = (*Upstream)(nil)
+)
 
 // New checks cfg and returns the upstream; it dials nothing.
 func New(cfg Config) (*Upstream, error) {
@@ -204,6 +207,10 @@ func New(cfg Config) (*Upstream, error) {
 }
 
 func (u *Upstream) String() string { return u.cfg.URL }
+
+// Origin is the broker as every Peat client of it names it: the sink
+// skips records a source brought down from it (sink.Originer).
+func (u *Upstream) Origin() string { return mqttclient.Origin(u.cfg.URL) }
 
 // Connect dials, sends CONNECT (clean start off: a persistent session)
 // and waits for a successful CONNACK, all within the keepalive. With QoS
