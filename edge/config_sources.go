@@ -18,10 +18,12 @@ type SourceConfig struct {
 	Name string `yaml:"name"`
 	// Stream is the stream the source appends to; by default the one
 	// stream that captures every topic the source maps to.
-	Stream     string            `yaml:"stream"`
-	MQTT       *SourceMQTTConfig `yaml:"mqtt"`
-	Backoff    BackoffConfig     `yaml:"backoff"`
-	StallAfter Duration          `yaml:"stall_after"`
+	Stream     string             `yaml:"stream"`
+	MQTT       *SourceMQTTConfig  `yaml:"mqtt"`
+	Kafka      *SourceKafkaConfig `yaml:"kafka"` // config_source_kafka.go
+	Peat       *SourcePeatConfig  `yaml:"peat"`  // config_source_peat.go
+	Backoff    BackoffConfig      `yaml:"backoff"`
+	StallAfter Duration           `yaml:"stall_after"`
 }
 
 // sourceKind is one kind block of a source: it checks itself, names the
@@ -40,6 +42,12 @@ func (s SourceConfig) kinds() []sourceKind {
 	var out []sourceKind
 	if s.MQTT != nil {
 		out = append(out, s.MQTT)
+	}
+	if s.Kafka != nil {
+		out = append(out, s.Kafka)
+	}
+	if s.Peat != nil {
+		out = append(out, s.Peat)
 	}
 	return out
 }
@@ -85,6 +93,12 @@ func applySourceDefaults(cfg *Config, present map[string]bool) {
 		}
 		if !present[p+".stall_after"] {
 			s.StallAfter = Duration(source.DefaultStallAfter)
+		}
+		if s.Kafka != nil {
+			applySourceKafkaDefaults(s.Kafka, p+".kafka", present)
+		}
+		if s.Peat != nil {
+			applySourcePeatDefaults(s.Peat, p+".peat", present)
 		}
 		if m, mp := s.MQTT, p+".mqtt"; m != nil {
 			if !present[mp+".version"] {
@@ -136,7 +150,7 @@ func (c Config) validateSources() []problem {
 		kinds := s.kinds()
 		switch {
 		case len(kinds) == 0:
-			add(p, "needs an upstream: mqtt")
+			add(p, "needs an upstream: mqtt, kafka or peat")
 			continue
 		case len(kinds) > 1:
 			add(p, "has more than one kind of upstream; one source pulls from one upstream")
@@ -145,12 +159,30 @@ func (c Config) validateSources() []problem {
 		kp := len(probs)
 		probs = append(probs, kinds[0].validate(p+"."+kinds[0].kind())...)
 		if len(probs) == kp {
-			if _, err := c.sourceStream(s); err != nil {
+			if st, err := c.sourceStream(s); err != nil {
 				add(p+".stream", "%v", err)
+			} else if msg := c.sourceMirror(s, st); msg != "" {
+				add(p+".stream", "%s", msg)
 			}
 		}
 	}
 	return probs
+}
+
+// sourceMirror says what is wrong with stream as s's: a peat source
+// writes a mirror stream (at the upstream's offsets), and no other kind
+// may write one.
+func (c Config) sourceMirror(s SourceConfig, stream string) string {
+	for _, st := range c.Streams {
+		switch {
+		case st.Name != stream:
+		case s.Peat != nil && !st.Mirror:
+			return fmt.Sprintf("%s is not a mirror stream (mirror: true): a peat source keeps the upstream's offsets", stream)
+		case s.Peat == nil && st.Mirror:
+			return fmt.Sprintf("%s is a mirror stream: only a peat source (or a Peat sink upstream) writes one", stream)
+		}
+	}
+	return ""
 }
 
 // sourceStream is the stream a source appends to: the one it names,

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
@@ -259,28 +260,39 @@ func buildKafka(name string, k *SinkKafkaConfig, env sinkEnv) (sink.Upstream, er
 		// transactional id each, or they would fence each other.
 		kc.Instance = env.node
 	}
-	if k.TLS.Enabled {
-		tc, err := clientTLS(k.TLS.SinkTLSConfig)
-		if err != nil {
-			return nil, fmt.Errorf("kafka.tls: %w", err)
-		}
-		kc.TLS = tc
-	}
-	if sa := k.SASL; sa.Mechanism != "" {
-		pass, err := readPassword(sa.PasswordFile)
-		if err != nil {
-			return nil, fmt.Errorf("kafka.sasl.password_file: %w", err)
-		}
-		switch sa.Mechanism {
-		case "plain":
-			kc.SASL = plain.Auth{User: sa.Username, Pass: pass}.AsMechanism()
-		case "scram-sha-256":
-			kc.SASL = scram.Auth{User: sa.Username, Pass: pass}.AsSha256Mechanism()
-		case "scram-sha-512":
-			kc.SASL = scram.Auth{User: sa.Username, Pass: pass}.AsSha512Mechanism()
-		}
+	var err error
+	if kc.TLS, kc.SASL, err = kafkaConn(k.TLS, k.SASL); err != nil {
+		return nil, err
 	}
 	return kafkasink.New(kc)
+}
+
+// kafkaConn is the TLS config and SASL mechanism of a Kafka sink's or
+// source's tls and sasl blocks (nil for each that is off).
+func kafkaConn(t SinkKafkaTLSConfig, sa SinkKafkaSASLConfig) (*tls.Config, sasl.Mechanism, error) {
+	var tc *tls.Config
+	if t.Enabled {
+		var err error
+		if tc, err = clientTLS(t.SinkTLSConfig); err != nil {
+			return nil, nil, fmt.Errorf("kafka.tls: %w", err)
+		}
+	}
+	if sa.Mechanism == "" {
+		return tc, nil, nil
+	}
+	pass, err := readPassword(sa.PasswordFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka.sasl.password_file: %w", err)
+	}
+	switch sa.Mechanism {
+	case "plain":
+		return tc, plain.Auth{User: sa.Username, Pass: pass}.AsMechanism(), nil
+	case "scram-sha-256":
+		return tc, scram.Auth{User: sa.Username, Pass: pass}.AsSha256Mechanism(), nil
+	case "scram-sha-512":
+		return tc, scram.Auth{User: sa.Username, Pass: pass}.AsSha512Mechanism(), nil
+	}
+	return nil, nil, fmt.Errorf("kafka.sasl.mechanism %q", sa.Mechanism)
 }
 
 // readPassword is a password file's first line.

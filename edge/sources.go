@@ -3,11 +3,14 @@ package edge
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
 
+	"github.com/peatmq/peat/edge/mirror"
 	"github.com/peatmq/peat/edge/source"
+	"github.com/peatmq/peat/edge/source/peatsource"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
@@ -23,6 +26,7 @@ type sourceSet struct {
 // sourceEnv is what the sources of a node share.
 type sourceEnv struct {
 	maxPayload int // mqtt.max_payload_bytes: the largest message stored
+	logger     *slog.Logger
 }
 
 // sourceLog is the broker's log as a source finds its stream in it: in a
@@ -52,7 +56,7 @@ func (n *Node) startSources(log mqtt.Log, store *logstore.Store, broker *mqtt.Br
 		return nil
 	}
 	metrics := source.NewMetrics(n.reg)
-	env := sourceEnv{maxPayload: n.cfg.BrokerConfig().MaxPayload}
+	env := sourceEnv{maxPayload: n.cfg.BrokerConfig().MaxPayload, logger: n.log.With(attrComponent, "source")}
 	set := &sourceSet{}
 	var marks source.Positions = brokerPositions{broker}
 	var lead source.Leadership
@@ -70,8 +74,12 @@ func (n *Node) startSources(log mqtt.Log, store *logstore.Store, broker *mqtt.Br
 		if err != nil {
 			return fmt.Errorf("sources[%d] (%s): %w", i, sc.Name, err)
 		}
+		var sl source.Log = sourceLog{log}
+		if sc.Peat != nil {
+			sl = peatsource.MirrorLog(sl, stream, n.mirrorApply(store), env.logger)
+		}
 		s, err := source.New(source.Config{
-			Name: sc.Name, Kind: k.kind(), Stream: stream, Log: sourceLog{log}, Upstream: up,
+			Name: sc.Name, Kind: k.kind(), Stream: stream, Log: sl, Upstream: up,
 			Marks: marks, Leadership: lead,
 			BackoffMin: time.Duration(sc.Backoff.Min), BackoffMax: time.Duration(sc.Backoff.Max),
 			StallAfter: time.Duration(sc.StallAfter),
@@ -89,6 +97,25 @@ func (n *Node) startSources(log mqtt.Log, store *logstore.Store, broker *mqtt.Br
 	}
 	n.sources.Store(set)
 	return nil
+}
+
+// mirrorApply writes into a mirror stream by the mirror rules: through
+// the mirror stream's leader in a site, into the store on a single node.
+func (n *Node) mirrorApply(store *logstore.Store) peatsource.Apply {
+	if site := n.site.Load(); site != nil {
+		return site.Log.Mirror
+	}
+	return func(ctx context.Context, stream string, in []mirror.Incoming) ([]mirror.Result, []error) {
+		st := store.Stream(stream)
+		if st == nil {
+			res, errs := make([]mirror.Result, len(in)), make([]error, len(in))
+			for i := range in {
+				res[i], errs[i] = mirror.Refused, fmt.Errorf("%s: %w", stream, mirror.ErrNotMirror)
+			}
+			return res, errs
+		}
+		return mirror.Apply(ctx, st, 0, in)
+	}
 }
 
 // stopSources stops the sources and waits for them: what they received
