@@ -233,7 +233,7 @@ func TestNode_SinkAndSourceOnOneUpstreamDoNotLoop(t *testing.T) {
 		return len(st) == 1 && st[0].State == source.StateConnected
 	})
 
-	publishQoS1(t, n.MQTTAddr(), "sensors/t", 1)       // up, and not down again
+	publishQoS1(t, n.MQTTAddr(), "sensors/t", 1)     // up, and not down again
 	publishTo(t, cloud, "cmd/dev1", false, "reboot") // down, and not up again
 	sinktest.WaitFor(t, "both messages on both sides", 30*time.Second, func() bool {
 		return len(up.Payloads()) >= 2 && len(local.messages()) >= 2
