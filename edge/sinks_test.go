@@ -340,6 +340,7 @@ func TestConfig_ExampleSinkIsValid(t *testing.T) {
 	if !ok {
 		t.Fatal("configs/peat.yaml has no commented sinks: example")
 	}
+	example, _, _ = strings.Cut(example, "\n\n") // the comment block ends at a blank line
 	var b strings.Builder
 	b.WriteString("sinks:\n")
 	for _, l := range strings.Split(example, "\n") {

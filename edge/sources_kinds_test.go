@@ -3,6 +3,8 @@ package edge
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -188,4 +190,52 @@ sources:
 		}
 	}
 	waitFor(t, "delivered locally", func() bool { return len(got()) == 50 })
+}
+
+// The commented kafka and peat source examples in configs/peat.yaml
+// parse and validate once uncommented, beside streams they can write.
+func TestConfig_ExampleSourcesAreValid(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "configs", "peat.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, example, ok := strings.Cut(string(data), "\n# sources:\n")
+	if !ok {
+		t.Fatal("configs/peat.yaml has no commented sources: example")
+	}
+	example, _, _ = strings.Cut(example, "\n\n")
+	var b strings.Builder
+	b.WriteString(`streams:
+  - {name: default, filters: ["#"]}
+  - {name: cmds, filters: ["cmd/#"]}
+  - {name: hq.default, mirror: true, filters: ["hq/#"]}
+sources:
+`)
+	for _, l := range strings.Split(example, "\n") {
+		if rest, ok := strings.CutPrefix(l, "# "); ok {
+			b.WriteString(rest + "\n")
+		}
+	}
+	cfg, err := Parse([]byte(b.String()))
+	if err != nil {
+		t.Fatalf("the example does not parse: %v\n%s", err, b.String())
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("the example is invalid: %v", err)
+	}
+	var kafka, peat *SourceConfig
+	for i, s := range cfg.Sources {
+		switch {
+		case s.Kafka != nil:
+			kafka = &cfg.Sources[i]
+		case s.Peat != nil:
+			peat = &cfg.Sources[i]
+		}
+	}
+	if kafka == nil || kafka.Kafka.Topic != "cmd/{key}" || kafka.Kafka.Topics[0] != "commands" {
+		t.Errorf("kafka example: %+v", kafka)
+	}
+	if peat == nil || peat.Peat.UpstreamStream != "commands" || peat.Stream != "hq.default" {
+		t.Errorf("peat example: %+v", peat)
+	}
 }
