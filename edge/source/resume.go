@@ -24,6 +24,25 @@ func (r *resume) Stream() string { return r.st.Name() }
 
 func (r *resume) End() uint64 { return r.st.Committed() }
 
+// WaitCommitted returns once the stream's watermark has reached the log
+// end it has now: an empty append answers with the log end once the
+// watermark has passed it (mqtt.Stream's contract: done means
+// committed), so waiting for it is waiting for them.
+func (r *resume) WaitCommitted(ctx context.Context) error {
+	st := r.st
+	done := make(chan error, 1)
+	st.AppendAsync(nil, func(_ uint64, err error) { done <- err })
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("wait for %s to commit what it holds: %w", st.Name(), err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func (r *resume) Scan(ctx context.Context, from uint64, fn func(*logstore.Record) bool) error {
 	end := r.st.Committed()
 	for {

@@ -120,6 +120,13 @@ type Resume interface {
 	// bound it with from (the Mark, say) where the kind can. Records are
 	// shared with readers: do not modify them.
 	Scan(ctx context.Context, from uint64, fn func(*logstore.Record) bool) error
+	// WaitCommitted returns once every record the stream holds on this
+	// node is committed. A new leader in a site may hold records of the
+	// source that its predecessor wrote and the ISR does not hold yet:
+	// End and Scan see committed records only, so a kind that resumes
+	// from its records calls this first, or it would take those for
+	// missing and bring them down again once they commit.
+	WaitCommitted(ctx context.Context) error
 	// Mark and SetMark keep one offset of the source's stream for a kind
 	// that must remember more than its records say (MQTT QoS 2: the
 	// records whose release, PUBREL, arrived). SetMark returns once the

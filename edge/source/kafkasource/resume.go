@@ -138,13 +138,18 @@ func positionProps(tp TP, off int64) []logstore.UserProperty {
 // partition the records after it name is at the newest of those (they
 // were stored after it, in the upstream's order). So a start reads about
 // one batch, and a record is taken for stored only if it is in the log,
-// which is the source's only checkpoint. The scan goes down to the
+// which is the source's only checkpoint; it reads once every record the
+// stream holds is committed (a new leader's predecessor may have left
+// some that are not yet). The scan goes down to the
 // source's mark at most: the offset of a record with PropNext, set now
 // and then once that record is committed, so only a hint where to stop
 // (a record below it is never newer than the one at it). scanned is how
 // many records of the source it saw; found is false when the log holds
 // none of its positions.
 func Resume(ctx context.Context, r source.Resume) (pos Positions, scanned int, found bool, err error) {
+	if err := r.WaitCommitted(ctx); err != nil {
+		return nil, 0, false, err
+	}
 	from, _, err := r.Mark()
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("load the mark: %w", err)
