@@ -239,3 +239,55 @@ sources:
 		t.Errorf("peat example: %+v", peat)
 	}
 }
+
+// A kafka sink and a kafka source on one cluster, the source reading the
+// topic the sink writes into the stream the sink sends: a record
+// published here goes up once and comes down once, and the sink never
+// sends what came down back up (no echo), so the counts stay bounded.
+func TestNode_KafkaSinkAndSourceOnOneClusterDoNotLoop(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "edge.cmds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	broker := kc.ListenAddrs()[0]
+	cfg, err := parseSources(t, fmt.Sprintf(`
+streams:
+  - {name: default, filters: ["#"]}
+  - {name: cmds, filters: ["cmd/#"]}
+sinks:
+  - name: up
+    streams: [cmds]
+    backoff: {min: 50ms, max: 200ms}
+    kafka: {brokers: ["%s"], topic: "edge.{stream}", key: "{topic}"}
+sources:
+  - name: down
+    backoff: {min: 50ms, max: 200ms}
+    kafka: {brokers: ["%s"], topics: [edge.cmds], topic: "cmd/down/{partition}"}
+`, broker, strings.ToUpper(broker)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(t, cfg)
+	publishQoS1(t, n.MQTTAddr(), "cmd/x", 10)
+	st := n.Store().Stream("cmds")
+	waitFor(t, "10 records down again", func() bool { return st.Committed() >= 20 })
+	time.Sleep(time.Second) // an echo would go round meanwhile
+	if got := st.Committed(); got != 20 {
+		t.Errorf("stream cmds holds %d records, want 20 (10 published, 10 brought down)", got)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics("edge.cmds"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	up := 0
+	for ctx.Err() == nil {
+		up += cl.PollFetches(ctx).NumRecords()
+	}
+	if up != 10 {
+		t.Errorf("Kafka holds %d records, want the 10 published here", up)
+	}
+}

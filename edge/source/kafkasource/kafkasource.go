@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/peatmq/peat/edge/sink/kafkasink"
 	"github.com/peatmq/peat/edge/source"
 	"github.com/peatmq/peat/logstore"
 )
@@ -38,8 +39,9 @@ func New(cfg Config) (*Upstream, error) {
 // String names the cluster and topics.
 func (u *Upstream) String() string { return u.Origin() + "/" + strings.Join(u.cfg.Topics, ",") }
 
-// Origin names the cluster as a Kafka sink to it names itself.
-func (u *Upstream) Origin() string { return "kafka://" + strings.Join(u.cfg.Brokers, ",") }
+// Origin names the cluster as a Kafka sink to it names itself
+// (kafkasink.Origin): such a sink skips what this source brought down.
+func (u *Upstream) Origin() string { return kafkasink.Origin(u.cfg.Brokers) }
 
 // Error is an upstream failure with its reason for peat_source_errors_total.
 type Error struct {
