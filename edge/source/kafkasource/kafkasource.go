@@ -85,7 +85,7 @@ func (u *Upstream) Connect(ctx context.Context, r source.Resume) (source.Conn, e
 	if err != nil {
 		return nil, &Error{reason: "config", err: err}
 	}
-	assign, err := u.assign(ctx, admin, pos)
+	assign, ids, err := u.assign(ctx, admin, pos)
 	admin.Close()
 	if err != nil {
 		return nil, err
@@ -111,7 +111,7 @@ func (u *Upstream) Connect(ctx context.Context, r source.Resume) (source.Conn, e
 	if err != nil {
 		return nil, &Error{reason: "config", err: err}
 	}
-	c := &conn{u: u, r: r, cl: cl, next: assign, turn: make(chan struct{}, 1), refreshed: time.Now()}
+	c := &conn{u: u, r: r, cl: cl, next: assign, ids: ids, turn: make(chan struct{}, 1), refreshed: time.Now()}
 	c.mu.durable = maps.Clone(assign)
 	c.mu.ends = map[TP]int64{}
 	c.turn <- struct{}{}
@@ -120,12 +120,12 @@ func (u *Upstream) Connect(ctx context.Context, r source.Resume) (source.Conn, e
 
 // assign returns the offset each partition of the topics starts at: its
 // position in pos, or Start for a partition pos lacks.
-func (u *Upstream) assign(ctx context.Context, cl *kgo.Client, pos Positions) (Positions, error) {
+func (u *Upstream) assign(ctx context.Context, cl *kgo.Client, pos Positions) (Positions, map[string][16]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, u.cfg.Timeout)
 	defer cancel()
-	parts, err := partitions(ctx, cl, u.cfg.Topics)
+	parts, ids, err := partitions(ctx, cl, u.cfg.Topics)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := Positions{}
 	var missing []TP
@@ -143,15 +143,15 @@ func (u *Upstream) assign(ctx context.Context, cl *kgo.Client, pos Positions) (P
 		}
 		starts, err := listOffsets(ctx, cl, missing, ts, !u.cfg.ReadUncommitted)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		maps.Copy(out, starts)
 	}
-	return out, nil
+	return out, ids, nil
 }
 
-// partitions lists every partition of topics.
-func partitions(ctx context.Context, cl *kgo.Client, topics []string) ([]TP, error) {
+// partitions lists every partition of topics, and their topic ids.
+func partitions(ctx context.Context, cl *kgo.Client, topics []string) ([]TP, map[string][16]byte, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	for _, t := range topics {
 		mt := kmsg.NewMetadataRequestTopic()
@@ -160,18 +160,20 @@ func partitions(ctx context.Context, cl *kgo.Client, topics []string) ([]TP, err
 	}
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out []TP
+	ids := map[string][16]byte{}
 	for _, t := range resp.Topics {
 		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
-			return nil, &Error{reason: "protocol", err: fmt.Errorf("metadata of %s: %w", *t.Topic, err)}
+			return nil, nil, &Error{reason: "protocol", err: fmt.Errorf("metadata of %s: %w", *t.Topic, err)}
 		}
+		ids[*t.Topic] = t.TopicID
 		for _, p := range t.Partitions {
 			out = append(out, TP{Topic: *t.Topic, Partition: p.Partition})
 		}
 	}
-	return out, nil
+	return out, ids, nil
 }
 
 // listOffsets returns the earliest (ts -2) or latest (ts -1: the end, or
@@ -230,9 +232,10 @@ type conn struct {
 	cl   *kgo.Client
 	turn chan struct{} // holds a token while no batch waits to be stored
 
-	next      Positions   // next offset to read, by partition (Next's goroutine)
-	pending   []Positions // next once each batch handed out is stored, oldest first
-	pmu       sync.Mutex  // guards pending
+	next      Positions           // next offset to read, by partition (Next's goroutine)
+	ids       map[string][16]byte // topic ids, under mu (group commits of v10 name topics by id)
+	pending   []Positions         // next once each batch handed out is stored, oldest first
+	pmu       sync.Mutex          // guards pending
 	refreshed time.Time
 
 	mu struct {
@@ -440,6 +443,9 @@ func (c *conn) commitGroup(pos Positions) {
 		if !ok {
 			t := kmsg.NewOffsetCommitRequestTopic()
 			t.Topic = tp.Topic
+			c.mu.Lock()
+			t.TopicID = c.ids[tp.Topic]
+			c.mu.Unlock()
 			req.Topics = append(req.Topics, t)
 			i = len(req.Topics) - 1
 			idx[tp.Topic] = i
@@ -467,10 +473,13 @@ func (c *conn) refresh(ctx context.Context) error {
 	c.refreshed = time.Now()
 	rctx, cancel := context.WithTimeout(ctx, c.u.cfg.Timeout)
 	defer cancel()
-	parts, err := partitions(rctx, c.cl, c.u.cfg.Topics)
+	parts, ids, err := partitions(rctx, c.cl, c.u.cfg.Topics)
 	if err != nil {
 		return err
 	}
+	c.mu.Lock()
+	c.ids = ids
+	c.mu.Unlock()
 	var added []TP
 	for _, tp := range parts {
 		if _, ok := c.next[tp]; !ok {
@@ -518,9 +527,16 @@ func (c *conn) Lag() (int64, bool) {
 }
 
 // Close ends the client; what was fetched and not stored is fetched again
-// by the next connection.
+// by the next connection. With a Group, the stored positions go to it a
+// last time first.
 func (c *conn) Close() error {
-	c.cl.Close()
 	c.commits.Wait()
+	if c.u.cfg.Group != "" {
+		c.mu.Lock()
+		pos := c.mu.durable
+		c.mu.Unlock()
+		c.commitGroup(pos)
+	}
+	c.cl.Close()
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/peatmq/peat/edge/sink/sinktest"
 	"github.com/peatmq/peat/edge/source"
@@ -533,4 +534,34 @@ func TestKafkaSource_ResumesOnlyOnceTheLogIsCommitted(t *testing.T) {
 	sinktest.WaitFor(t, "every record", time.Minute, func() bool { return len(st.Records()) >= n })
 	time.Sleep(300 * time.Millisecond)
 	checkExactlyOnce(t, st, n)
+}
+
+// With a group, the stored positions are committed to it, where Kafka's
+// own tools see them.
+func TestKafkaSource_CommitsPositionsToTheGroup(t *testing.T) {
+	c := newCluster(t)
+	prod := producer(t, c)
+	const n = 300
+	produce(t, prod, 0, n)
+	st := mqtttest.NewMemLog(t, "cmds=#").Stream(t, "cmds")
+	up := newUpstream(t, c, kafkasource.Config{Group: "site-a-lake", CommitEvery: 10 * time.Millisecond})
+	runWriter(t, up, &memResume{st: st, name: "cloud"}, nil, time.Second)
+
+	// What the group holds, as `kafka-consumer-groups --describe` reads it.
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = "site-a-lake"
+	cl := producer(t, c)
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var committed int64
+	for _, tp := range resp.Topics {
+		for _, p := range tp.Partitions {
+			committed += p.Offset
+		}
+	}
+	if committed != n {
+		t.Errorf("the group's offsets add up to %d, want %d (every record stored)", committed, n)
+	}
 }
