@@ -22,7 +22,10 @@
 // Badger batch) as the record, and in a site replicated with it: no
 // checkpoint can say more or less than the log holds. At each connect
 // (a start, a reconnect, a failover to another node of the site) Resume
-// scans the source's records newest first, down to the newest record
+// first waits until every record the stream holds is committed (a new
+// leader may hold records of its predecessor the ISR does not hold yet;
+// resuming before them would fetch them again), then scans the source's
+// records newest first, down to the newest record
 // with peat-source-kafka-next: that one names every partition, and the
 // records after it, stored after it, move theirs on. The scan is bounded
 // by the source's mark (source.Resume.Mark), the offset of a batch's
