@@ -565,3 +565,52 @@ func TestKafkaSource_CommitsPositionsToTheGroup(t *testing.T) {
 		t.Errorf("the group's offsets add up to %d, want %d (every record stored)", committed, n)
 	}
 }
+
+// start: latest skips what the topic held when the source first saw it;
+// once a batch is stored, a restart goes on from the log, taking what was
+// produced while it was down.
+func TestKafkaSource_StartLatest(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(1, "one"))
+	prod := producer(t, c, kgo.DefaultProduceTopic("one"))
+	produce(t, prod, 0, 10) // before the source: skipped
+	st := mqtttest.NewMemLog(t, "cmds=#").Stream(t, "cmds")
+	up := newUpstream(t, c, kafkasource.Config{Topics: []string{"one"}, Start: kafkasource.StartLatest})
+	res := &memResume{st: st, name: "cloud"}
+	conn, err := up.Connect(context.Background(), res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, prod, 10, 15) // while it runs
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for len(st.Records()) < 5 {
+		msgs, err := conn.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var recs []*logstore.Record
+		for _, m := range msgs {
+			m.Record.UserProperties = append(m.Record.UserProperties, logstore.UserProperty{Key: source.PropSource, Value: "cloud"})
+			recs = append(recs, m.Record)
+		}
+		appendAll(t, st, recs)
+		if err := conn.Done(msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn.Close()
+	produce(t, prod, 15, 18) // while it is down
+	runWriter(t, up, res, nil, time.Second)
+	got := map[int]bool{}
+	for _, r := range st.Records() {
+		got[mustAtoi(t, string(r.Payload))] = true
+	}
+	for i := range 18 {
+		if want := i >= 10; got[i] != want {
+			t.Errorf("value %d stored: %v, want %v", i, got[i], want)
+		}
+	}
+	if len(st.Records()) != 8 {
+		t.Errorf("%d records stored, want 8", len(st.Records()))
+	}
+}

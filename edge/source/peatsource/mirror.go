@@ -78,7 +78,7 @@ func (s *mirrorStream) AppendAsync(recs []*logstore.Record, done func(first uint
 		next := before
 		for i, x := range in {
 			if res[i] == mirror.Appended && x.Offset > next {
-				s.l.logger.Warn("peat source: offsets the upstream did not send marked as gaps",
+				s.l.logger.Warn("peat source: offsets the upstream did not send are gap markers (or, in an empty mirror, before its log start)",
 					slog.String("stream", s.Name()), slog.Uint64("from", next), slog.Uint64("to", x.Offset))
 			}
 			next = max(next, x.Offset+1)
