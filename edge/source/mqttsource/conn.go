@@ -40,7 +40,7 @@ type conn struct {
 	// the node dies.
 	window chan struct{}
 	r      source.Resume
-	qos2      bool // a subscription asks for QoS 2
+	qos2   bool // a subscription asks for QoS 2
 
 	wmu sync.Mutex // guards bw and every write
 	bw  *bufio.Writer
