@@ -138,13 +138,23 @@ func (s *subscriber) messages() []paho.Message {
 
 func publishTo(t testing.TB, addr, topic string, retain bool, payload string) {
 	t.Helper()
+	publishOne(t, addr, topic, 1, retain, payload)
+}
+
+func publishQoS(t testing.TB, addr, topic string, qos byte, payload string) {
+	t.Helper()
+	publishOne(t, addr, topic, qos, false, payload)
+}
+
+func publishOne(t testing.TB, addr, topic string, qos byte, retain bool, payload string) {
+	t.Helper()
 	c := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + addr).
 		SetClientID(fmt.Sprintf("cloud-app-%d", time.Now().UnixNano())).SetAutoReconnect(false))
 	if tok := c.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
 		t.Fatalf("connect to %v: %v", addr, tok.Error())
 	}
 	defer c.Disconnect(0)
-	if tok := c.Publish(topic, 1, retain, payload); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+	if tok := c.Publish(topic, qos, retain, payload); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
 		t.Fatalf("publish to %s: %v", topic, tok.Error())
 	}
 }

@@ -153,7 +153,15 @@ func (s *Source) Run(ctx context.Context) {
 
 	backoff := s.cfg.BackoffMin
 	first := true
+	var told <-chan struct{} // the last connection's appends are all told
 	for ctx.Err() == nil {
+		if told != nil {
+			select {
+			case <-told:
+			case <-ctx.Done():
+				return
+			}
+		}
 		st, epoch, ok := s.waitRun(ctx)
 		if !ok {
 			return
@@ -174,7 +182,8 @@ func (s *Source) Run(ctx context.Context) {
 			}
 			first = false
 			s.log.Info("source connected", attrUpstream, s.cfg.Upstream.String(), attrStream, st.Name())
-			progressed, err := s.serve(ctx, conn, st, epoch)
+			var progressed bool
+			progressed, told, err = s.serve(ctx, conn, st, epoch)
 			_ = conn.Close()
 			if ctx.Err() != nil {
 				return

@@ -33,7 +33,14 @@ func (e *appendError) Reason() string { return "append" }
 // order, and calls Done; the watcher ends the connection when the source
 // is paused or this node stops leading the stream. It returns why the
 // connection ended, and whether anything became durable meanwhile.
-func (s *Source) serve(ctx context.Context, conn Conn, st Stream, epoch uint64) (progressed bool, err error) {
+//
+// The appends of the connection may still be waiting when serve returns
+// (a site that cannot commit; they are told in the end): told is closed
+// once all are, and Run waits for it before dialling again, so the next
+// connection's Resume sees every record this one appended (an MQTT QoS 2
+// redelivery is then recognised, not stored twice). Shutdown does not
+// wait for it.
+func (s *Source) serve(ctx context.Context, conn Conn, st Stream, epoch uint64) (progressed bool, told <-chan struct{}, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if l, ok := conn.(Lagger); ok {
@@ -49,11 +56,14 @@ func (s *Source) serve(ctx context.Context, conn Conn, st Stream, epoch uint64) 
 	}()
 
 	queue := make(chan *batch, s.cfg.Ahead)
-	// appends: appends not yet told. serve returns only once all are, so
-	// the next connection's Resume sees every record this one appended
-	// (an MQTT QoS 2 redelivery is then recognised, not stored twice).
-	var appends sync.WaitGroup
-	defer appends.Wait()
+	var appends sync.WaitGroup // appends not yet told
+	allTold := make(chan struct{})
+	defer func() {
+		go func() { // ends when the log tells the last append
+			appends.Wait()
+			close(allTold)
+		}()
+	}()
 	var wg sync.WaitGroup
 	var durable bool
 	wg.Go(func() { durable = s.ack(ctx, cancel, conn, queue) })
@@ -87,7 +97,7 @@ func (s *Source) serve(ctx context.Context, conn Conn, st Stream, epoch uint64) 
 	}
 	cancel(nil)
 	wg.Wait()
-	return durable, context.Cause(ctx)
+	return durable, allTold, context.Cause(ctx)
 }
 
 // ack calls Done for each batch once its records are committed, in the

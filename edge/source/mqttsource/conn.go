@@ -32,8 +32,15 @@ type conn struct {
 	br        *bufio.Reader
 	keepalive time.Duration
 	in        chan source.Message
-	r         source.Resume
-	qos2      bool // a subscription asks for QoS 2
+	// window holds a token for each message Next handed out and Done
+	// has not acknowledged: at most ReceiveMaximum, whatever the upstream
+	// sends (a broker may overrun it after a session resumes). Beyond it
+	// the reader stops reading, and TCP holds the upstream back: so at
+	// most the window of stored messages awaits its acknowledgement when
+	// the node dies.
+	window chan struct{}
+	r      source.Resume
+	qos2   bool // a subscription asks for QoS 2
 
 	wmu sync.Mutex // guards bw and every write
 	bw  *bufio.Writer
@@ -62,7 +69,8 @@ var _ source.Conn = (*conn)(nil)
 func newConn(u *Upstream, nc net.Conn, br *bufio.Reader, keepalive time.Duration) *conn {
 	c := &conn{
 		u: u, nc: nc, br: br, keepalive: keepalive,
-		in:      make(chan source.Message, u.cfg.ReceiveMaximum+maxBatch),
+		in:      make(chan source.Message, u.cfg.ReceiveMaximum),
+		window:  make(chan struct{}, u.cfg.ReceiveMaximum),
 		bw:      bufio.NewWriterSize(nc, 4096),
 		relWake: make(chan struct{}, 1),
 		done:    make(chan struct{}),
@@ -188,22 +196,37 @@ func (c *conn) write(b []byte) error {
 }
 
 // Next returns the messages read so far (at least one, at most
-// maxBatch), in the upstream's order.
+// maxBatch and what the window has room for), in the upstream's order.
 func (c *conn) Next(ctx context.Context) ([]source.Message, error) {
-	var msgs []source.Message
-	select {
-	case m := <-c.in:
-		msgs = append(msgs, m)
+	select { // room for one
+	case c.window <- struct{}{}:
 	case <-c.done:
 		return nil, c.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	var msgs []source.Message
+	select {
+	case m := <-c.in:
+		msgs = append(msgs, m)
+	case <-c.done:
+		<-c.window
+		return nil, c.err
+	case <-ctx.Done():
+		<-c.window
+		return nil, ctx.Err()
+	}
 	for len(msgs) < maxBatch {
+		select {
+		case c.window <- struct{}{}:
+		default:
+			return msgs, nil
+		}
 		select {
 		case m := <-c.in:
 			msgs = append(msgs, m)
 		default:
+			<-c.window
 			return msgs, nil
 		}
 	}
@@ -233,6 +256,9 @@ func (c *conn) Done(msgs []source.Message) error {
 		}
 	}
 	c.mu.Unlock()
+	for range msgs {
+		<-c.window
+	}
 	if len(buf) == 0 {
 		return nil
 	}
