@@ -55,6 +55,10 @@
 // is the sum over partitions of the end the last fetch reported (the
 // last stable offset under read_committed) less the stored position.
 //
+// A record the stream refuses (larger than its record limit, a full
+// disk) ends the connection, and the next one fetches it again: the
+// source stalls and says why rather than skip it.
+//
 // Limits: a source consumes whole topics (all partitions); if retention
 // here dropped every record of the source, its position is gone with
 // them and it starts again at Start.

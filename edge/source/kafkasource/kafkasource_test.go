@@ -614,3 +614,44 @@ func TestKafkaSource_StartLatest(t *testing.T) {
 		t.Errorf("%d records stored, want 8", len(st.Records()))
 	}
 }
+
+// Lag is what Kafka holds beyond what is stored: it falls to 0 as the
+// source catches up.
+func TestKafkaSource_Lag(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(1, "one"))
+	prod := producer(t, c, kgo.DefaultProduceTopic("one"))
+	produce(t, prod, 0, 100)
+	st := mqtttest.NewMemLog(t, "cmds=#").Stream(t, "cmds")
+	up := newUpstream(t, c, kafkasource.Config{Topics: []string{"one"}, MaxBatch: 10})
+	conn, err := up.Connect(context.Background(), &memResume{st: st, name: "cloud"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	lagger := conn.(source.Lagger)
+	if _, ok := lagger.Lag(); ok {
+		t.Error("a lag known before any fetch")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var lags []int64
+	for len(st.Records()) < 100 {
+		msgs, err := conn.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var recs []*logstore.Record
+		for _, m := range msgs {
+			recs = append(recs, m.Record)
+		}
+		appendAll(t, st, recs)
+		if err := conn.Done(msgs); err != nil {
+			t.Fatal(err)
+		}
+		lag, _ := lagger.Lag()
+		lags = append(lags, lag)
+	}
+	if lags[0] <= 0 || lags[len(lags)-1] != 0 {
+		t.Errorf("lag after each batch %v, want it to fall to 0", lags)
+	}
+}
