@@ -77,6 +77,13 @@ type Config struct {
 	Logger  *slog.Logger
 }
 
+// DefaultConfig is a Config with every default set; Name, Brokers and
+// Topics are the caller's.
+func DefaultConfig() Config {
+	return Config{Topic: DefaultTopic, QoS: DefaultQoS, Start: DefaultStart, MaxBatch: DefaultMaxBatch,
+		Timeout: DefaultTimeout, Refresh: DefaultRefresh, CommitEvery: DefaultCommitEvery}
+}
+
 // Validate reports every problem of cfg, each with its field.
 func (cfg *Config) Validate() error {
 	var errs []error

@@ -55,6 +55,13 @@ type Config struct {
 	Logger    *slog.Logger
 }
 
+// DefaultConfig is a Config with every default set; URL and ClientID
+// are the caller's.
+func DefaultConfig() Config {
+	return Config{Filter: DefaultFilter, Topic: DefaultTopic, Window: DefaultWindow, Keepalive: DefaultKeepalive,
+		Timeout: DefaultTimeout, MaxPacket: DefaultMaxPacket}
+}
+
 // Validate reports every problem of cfg, each with its field.
 func (cfg *Config) Validate() error {
 	var errs []error
