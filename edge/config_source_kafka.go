@@ -36,23 +36,24 @@ const (
 )
 
 func applySourceKafkaDefaults(k *SourceKafkaConfig, p string, present map[string]bool) {
+	def := kafkasource.DefaultConfig()
 	if !present[p+".topic"] {
-		k.Topic = kafkasource.DefaultTopic
+		k.Topic = def.Topic
 	}
 	if !present[p+".qos"] {
-		k.QoS = kafkasource.DefaultQoS
+		k.QoS = int(def.QoS)
 	}
 	if !present[p+".isolation"] {
 		k.Isolation = IsolationReadCommitted
 	}
 	if !present[p+".start"] {
-		k.Start = kafkasource.DefaultStart
+		k.Start = def.Start
 	}
 	if !present[p+".max_batch"] {
-		k.MaxBatch = kafkasource.DefaultMaxBatch
+		k.MaxBatch = def.MaxBatch
 	}
 	if !present[p+".timeout"] {
-		k.Timeout = Duration(kafkasource.DefaultTimeout)
+		k.Timeout = Duration(def.Timeout)
 	}
 }
 

@@ -30,17 +30,18 @@ type SourcePeatConfig struct {
 }
 
 func applySourcePeatDefaults(k *SourcePeatConfig, p string, present map[string]bool) {
+	def := peatsource.DefaultConfig()
 	if !present[p+".filter"] {
-		k.Filter = peatsource.DefaultFilter
+		k.Filter = def.Filter
 	}
 	if !present[p+".topic"] {
-		k.Topic = peatsource.DefaultTopic
+		k.Topic = def.Topic
 	}
 	if !present[p+".window"] {
-		k.Window = peatsource.DefaultWindow
+		k.Window = def.Window
 	}
 	if !present[p+".keepalive"] {
-		k.Keepalive = Duration(peatsource.DefaultKeepalive)
+		k.Keepalive = Duration(def.Keepalive)
 	}
 }
 
