@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -265,3 +266,31 @@ func TestPeatSource_OffsetsTheReplaySkipsAreGapMarkers(t *testing.T) {
 		}
 	}
 }
+
+// A replay filter that reaches another stream upstream than the one the
+// config names is refused at connect, not mirrored.
+func TestPeatSource_RefusesAnotherUpstreamStream(t *testing.T) {
+	hq, _ := startNode(t, nodeConfig(t, t.TempDir(), edge.StreamConfig{Name: "cmds", Filters: []string{"cmd/#"}}))
+	up, err := peatsource.New(peatsource.Config{URL: "mqtt://" + hq.MQTTAddr().String(), ClientID: "site", Filter: "sensors/#", Stream: "cmds"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	site, _ := startNode(t, nodeConfig(t, t.TempDir(), edge.StreamConfig{Name: "hq", Mirror: true, Filters: []string{"hq/#"}}))
+	_, err = up.Connect(context.Background(), fixedEnd{site.Store().Stream("hq")})
+	if err == nil || !strings.Contains(err.Error(), `reaches stream "default" upstream, not "cmds"`) {
+		t.Errorf("Connect: %v, want the stream named", err)
+	}
+	if source.Reason(err) != "refused" {
+		t.Errorf("reason %q, want refused", source.Reason(err))
+	}
+}
+
+// fixedEnd is a Resume of a stream that only answers End.
+type fixedEnd struct{ st *logstore.Stream }
+
+func (r fixedEnd) Stream() string                                                  { return r.st.Name() }
+func (r fixedEnd) End() uint64                                                     { return r.st.Committed() }
+func (r fixedEnd) WaitCommitted(context.Context) error                             { return nil }
+func (r fixedEnd) Mark() (uint64, bool, error)                                     { return 0, false, nil }
+func (r fixedEnd) SetMark(uint64) error                                            { return nil }
+func (r fixedEnd) Scan(context.Context, uint64, func(*logstore.Record) bool) error { return nil }
