@@ -13,6 +13,7 @@ import (
 
 	"github.com/peatmq/peat/edge/sink/sinktest"
 	"github.com/peatmq/peat/edge/source"
+	"github.com/peatmq/peat/edge/status"
 )
 
 // The issue's configuration, as written.
@@ -200,6 +201,17 @@ func TestNode_SourceBringsCloudCommandsToLocalDevices(t *testing.T) {
 			_, _, metrics := get(t, http.MethodGet, base+"/metrics")
 			return strings.Contains(string(metrics), want)
 		})
+	}
+
+	// The status document and page show it.
+	_, _, doc := get(t, http.MethodGet, base+"/api/v1/status")
+	var sd status.Status
+	if err := json.Unmarshal(doc, &sd); err != nil || len(sd.Sources) != 1 || sd.Sources[0].Name != "cloud" ||
+		sd.Sources[0].State != "connected" || sd.Sources[0].Received != 2 || sd.Sources[0].LastReceivedSeconds == nil {
+		t.Errorf("GET /api/v1/status sources: %v %s", err, doc)
+	}
+	if _, _, page := get(t, http.MethodGet, base+"/"); !strings.Contains(string(page), `<tr data-source="cloud"><td>cloud</td><td>mqtt</td>`) {
+		t.Errorf("the status page lacks the source:\n%s", page)
 	}
 
 	// Paused, the source is disconnected; the cloud keeps what comes.
