@@ -82,6 +82,9 @@ func (m *Metrics) forSource(name string) sourceMetrics {
 	for _, s := range States {
 		st[s] = m.State.WithLabelValues(name, string(s))
 	}
+	for _, reason := range []string{"uncaptured", "invalid"} { // known reasons show 0, not nothing
+		m.Dropped.WithLabelValues(name, reason)
+	}
 	return sourceMetrics{
 		m: m, source: name,
 		received: m.Received.WithLabelValues(name), appended: m.Appended.WithLabelValues(name),
