@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -277,5 +279,39 @@ func TestNode_SinkAndSourceOnOneUpstreamDoNotLoop(t *testing.T) {
 	want := `peat_sink_echo_skipped_records_total{sink="cloud",stream="default"} 2`
 	if _, _, metrics := get(t, http.MethodGet, "http://"+n.HTTPAddr().String()+"/metrics"); !strings.Contains(string(metrics), want) {
 		t.Errorf("/metrics lacks %s", want)
+	}
+}
+
+// The commented source example in configs/peat.yaml parses and validates
+// once uncommented, with every field it documents.
+func TestConfig_ExampleSourceIsValid(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "configs", "peat.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, example, ok := strings.Cut(string(data), "\n# sources:\n")
+	if !ok {
+		t.Fatal("configs/peat.yaml has no commented sources: example")
+	}
+	var b strings.Builder
+	b.WriteString("sources:\n")
+	for _, l := range strings.Split(example, "\n") {
+		rest, ok := strings.CutPrefix(l, "# ")
+		if !ok {
+			break
+		}
+		b.WriteString(rest + "\n")
+	}
+	cfg, err := Parse([]byte(b.String()))
+	if err != nil {
+		t.Fatalf("the example does not parse: %v\n%s", err, b.String())
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("the example is invalid: %v", err)
+	}
+	s := cfg.Sources[0]
+	if s.Name != "cloud" || s.Stream != "default" || s.MQTT == nil || s.MQTT.ClientID != "site-a-down" ||
+		len(s.MQTT.Subscribe) != 2 || s.MQTT.Subscribe[1].QoS != 2 || s.MQTT.ReceiveMax != 64 || s.StallAfter != Duration(time.Minute) {
+		t.Fatalf("example parsed as %+v %+v", s, s.MQTT)
 	}
 }
