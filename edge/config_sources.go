@@ -185,6 +185,32 @@ func (c Config) sourceMirror(s SourceConfig, stream string) string {
 	return ""
 }
 
+// sourceOrigins are the MQTT upstreams the sources pull from, as
+// mqttclient.Origin names them.
+func (c Config) sourceOrigins() map[string]bool {
+	out := map[string]bool{}
+	for _, s := range c.Sources {
+		if s.MQTT != nil {
+			out[mqttclient.Origin(s.MQTT.URL)] = true
+		}
+	}
+	return out
+}
+
+// sinkIDs are the client ids of the MQTT 5 sinks by upstream: what they
+// send carries source.PropSink, which a source from the same upstream
+// drops.
+func (c Config) sinkIDs() map[string][]string {
+	out := map[string][]string{}
+	for _, s := range c.Sinks {
+		if m := s.MQTT; m != nil && m.Version == 5 {
+			o := mqttclient.Origin(m.URL)
+			out[o] = append(out[o], m.ClientID)
+		}
+	}
+	return out
+}
+
 // sourceStream is the stream a source appends to: the one it names,
 // which must capture every topic it maps to, or else the one stream
 // that does.
@@ -309,6 +335,7 @@ func (m *SourceMQTTConfig) upstream(sc SourceConfig, env sourceEnv) (source.Upst
 		URL: m.URL, ClientID: m.ClientID, Version: byte(m.Version), Username: m.Username,
 		Strip: m.Strip, Topic: m.Topic, Keepalive: time.Duration(m.Keepalive),
 		ReceiveMaximum: m.ReceiveMax, MaxPacket: env.maxPayload + 64<<10,
+		Echo: env.sinkIDs[mqttclient.Origin(m.URL)],
 	}
 	for _, s := range m.Subscribe {
 		mc.Subscribe = append(mc.Subscribe, mqttsource.Subscription{Filter: s.Filter, QoS: byte(s.QoS)})

@@ -16,11 +16,15 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/mochi-mqtt/server/v2/packets"
+
 	"github.com/peatmq/peat/cluster"
+	"github.com/peatmq/peat/edge/internal/mqttclient"
 	"github.com/peatmq/peat/edge/sink"
 	"github.com/peatmq/peat/edge/sink/kafkasink"
 	"github.com/peatmq/peat/edge/sink/mqttsink"
 	"github.com/peatmq/peat/edge/sink/peatsink"
+	"github.com/peatmq/peat/edge/source"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
@@ -55,6 +59,7 @@ func (n *Node) startSinks(store *logstore.Store, broker *mqtt.Broker) error {
 		env.node = n.cfg.Cluster.NodeID
 		env.siteName = n.cfg.Cluster.Name
 	}
+	env.sourceOrigins = n.cfg.sourceOrigins()
 	set := &sinkSet{kinds: map[string]string{}}
 	for i, sc := range n.cfg.Sinks {
 		s, err := n.buildSink(sc, store, broker, metrics, env)
@@ -150,6 +155,10 @@ type sinkEnv struct {
 	node     string
 	site     *cluster.Site
 	siteName string
+	// sourceOrigins are the upstreams (mqttclient.Origin) a source of
+	// this node pulls from: an MQTT 5 sink to one of them marks what it
+	// sends (source.PropSink), so that the source does not bring it back.
+	sourceOrigins map[string]bool
 }
 
 func (n *Node) buildSink(sc SinkConfig, store *logstore.Store, broker *mqtt.Broker, metrics *sink.Metrics, env sinkEnv) (*sink.Sink, error) {
@@ -206,6 +215,10 @@ func buildUpstream(sc SinkConfig, store *logstore.Store, env sinkEnv) (sink.Upst
 		URL: m.URL, ClientID: env.clientID(m.ClientID), Version: byte(m.Version), QoS: byte(m.QoS), Window: m.Window,
 		Username: m.Username, Topic: m.Topic, Node: env.node, Properties: m.Properties,
 		Keepalive: time.Duration(m.Keepalive),
+	}
+	if env.sourceOrigins[mqttclient.Origin(m.URL)] && m.Version == 5 {
+		mark := []packets.UserProperty{{Key: source.PropSink, Val: m.ClientID}}
+		mc.Extra = func(string, *logstore.Record) []packets.UserProperty { return mark }
 	}
 	var err error
 	if m.PasswordFile != "" {

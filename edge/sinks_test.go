@@ -344,9 +344,11 @@ func TestConfig_ExampleSinkIsValid(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("sinks:\n")
 	for _, l := range strings.Split(example, "\n") {
-		if rest, ok := strings.CutPrefix(l, "# "); ok {
-			b.WriteString(rest + "\n")
+		rest, ok := strings.CutPrefix(l, "# ")
+		if !ok {
+			break // the example ends at the first line that is no comment
 		}
+		b.WriteString(rest + "\n")
 	}
 	cfg, err := Parse([]byte(b.String()))
 	if err != nil {

@@ -26,20 +26,40 @@ type sourceSet struct {
 // sourceEnv is what the sources of a node share.
 type sourceEnv struct {
 	maxPayload int // mqtt.max_payload_bytes: the largest message stored
-	logger     *slog.Logger
+	// sinkIDs are the client ids of this node's MQTT 5 sinks by upstream:
+	// a source drops what comes back down marked with one of them.
+	sinkIDs map[string][]string
+	logger  *slog.Logger
 }
 
 // sourceLog is the broker's log as a source finds its stream in it: in a
 // site the cluster's, so that an append on the stream's leader is
 // replicated to its ISR before it counts as committed.
-type sourceLog struct{ l mqtt.Log }
+type sourceLog struct {
+	l     mqtt.Log
+	store *logstore.Store
+}
 
 func (l sourceLog) Stream(name string) source.Stream {
-	if st := l.l.Stream(name); st != nil {
-		return st
+	st := l.l.Stream(name)
+	if st == nil {
+		return nil
 	}
-	return nil
+	if local := l.store.Stream(name); local != nil {
+		return endStream{st, local}
+	}
+	return st
 }
+
+// endStream is a stream of the broker's log that knows the end of this
+// node's copy (source.LogEnder): a new leader's holds records its
+// predecessor appended before its watermark covers them.
+type endStream struct {
+	mqtt.Stream
+	local *logstore.Stream
+}
+
+func (s endStream) LogEnd() uint64 { return s.local.NextOffset() }
 
 func (l sourceLog) Route(topic string) string {
 	if st := l.l.Route(topic); st != nil {
@@ -56,7 +76,7 @@ func (n *Node) startSources(log mqtt.Log, store *logstore.Store, broker *mqtt.Br
 		return nil
 	}
 	metrics := source.NewMetrics(n.reg)
-	env := sourceEnv{maxPayload: n.cfg.BrokerConfig().MaxPayload, logger: n.log.With(attrComponent, "source")}
+	env := sourceEnv{maxPayload: n.cfg.BrokerConfig().MaxPayload, sinkIDs: n.cfg.sinkIDs(), logger: n.log.With(attrComponent, "source")}
 	set := &sourceSet{}
 	var marks source.Positions = brokerPositions{broker}
 	var lead source.Leadership
@@ -74,7 +94,7 @@ func (n *Node) startSources(log mqtt.Log, store *logstore.Store, broker *mqtt.Br
 		if err != nil {
 			return fmt.Errorf("sources[%d] (%s): %w", i, sc.Name, err)
 		}
-		var sl source.Log = sourceLog{log}
+		var sl source.Log = sourceLog{log, store}
 		if sc.Peat != nil {
 			sl = peatsource.MirrorLog(sl, stream, n.mirrorApply(store), env.logger)
 		}

@@ -199,9 +199,9 @@ func TestConfig_ExampleSourcesAreValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, example, ok := strings.Cut(string(data), "\n# sources:\n")
+	_, example, ok := strings.Cut(string(data), "\n# sources (kafka, peat):\n")
 	if !ok {
-		t.Fatal("configs/peat.yaml has no commented sources: example")
+		t.Fatal("configs/peat.yaml has no commented kafka and peat sources example")
 	}
 	example, _, _ = strings.Cut(example, "\n\n")
 	var b strings.Builder

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/peatmq/peat/edge/sink/sinktest"
 	"github.com/peatmq/peat/edge/source"
+	"github.com/peatmq/peat/edge/status"
 )
 
 // The issue's configuration, as written.
@@ -202,6 +205,17 @@ func TestNode_SourceBringsCloudCommandsToLocalDevices(t *testing.T) {
 		})
 	}
 
+	// The status document and page show it.
+	_, _, doc := get(t, http.MethodGet, base+"/api/v1/status")
+	var sd status.Status
+	if err := json.Unmarshal(doc, &sd); err != nil || len(sd.Sources) != 1 || sd.Sources[0].Name != "cloud" ||
+		sd.Sources[0].State != "connected" || sd.Sources[0].Received != 2 || sd.Sources[0].LastReceivedSeconds == nil {
+		t.Errorf("GET /api/v1/status sources: %v %s", err, doc)
+	}
+	if _, _, page := get(t, http.MethodGet, base+"/"); !strings.Contains(string(page), `<tr data-source="cloud"><td>cloud</td><td>mqtt</td>`) {
+		t.Errorf("the status page lacks the source:\n%s", page)
+	}
+
 	// Paused, the source is disconnected; the cloud keeps what comes.
 	code, _, body := get(t, http.MethodPost, base+"/api/v1/sources/cloud/pause")
 	if code != http.StatusOK || !strings.Contains(string(body), `"paused"`) {
@@ -223,9 +237,9 @@ func TestNode_SourceBringsCloudCommandsToLocalDevices(t *testing.T) {
 
 // TestNode_SinkAndSourceOnOneUpstreamDoNotLoop: a sink sends every topic
 // up as it is and a source brings every topic down as it is, on one
-// broker. Without the origin mark each message would go round for ever;
-// with it the sink skips both the command that came down and the local
-// message that came back down.
+// broker. Without the marks each message would go round for ever: the
+// sink skips the command that came down (peat-origin), and the source
+// drops the local message that comes back down (peat-sink).
 func TestNode_SinkAndSourceOnOneUpstreamDoNotLoop(t *testing.T) {
 	cloud := sinktest.StartMosquitto(t)
 	cfg := sinkConfig(t, cloud)
@@ -252,18 +266,55 @@ func TestNode_SinkAndSourceOnOneUpstreamDoNotLoop(t *testing.T) {
 	if got := up.Topics(); len(got) != 2 {
 		t.Errorf("upstream got %d messages %v, want 2 (each once)", len(got), got)
 	}
-	// Here: the command once, and the local publish, which comes back
-	// down once from the cloud (its copy there is the cloud's message
-	// now) and stops: the sink does not send it up again.
+	// Here: each once. The local publish comes back down marked with the
+	// sink's client id (MQTT 5 user property peat-sink), and the source
+	// drops it.
 	var topics []string
 	for _, m := range local.messages() {
 		topics = append(topics, m.Topic())
 	}
-	if len(topics) > 3 {
-		t.Errorf("local subscriber got %d messages %v..., want at most 3", len(topics), topics[:6])
+	if len(topics) != 2 {
+		t.Errorf("local subscriber got %d messages %v..., want 2 (each once)", len(topics), topics[:min(6, len(topics))])
 	}
-	want := `peat_sink_echo_skipped_records_total{sink="cloud",stream="default"} 2`
+	if st := sourceStatuses(t, n)[0]; st.Dropped != 1 || st.Appended != 1 {
+		t.Errorf("source %+v: want the command stored and the echo dropped", st)
+	}
+	want := `peat_sink_echo_skipped_records_total{sink="cloud",stream="default"} 1`
 	if _, _, metrics := get(t, http.MethodGet, "http://"+n.HTTPAddr().String()+"/metrics"); !strings.Contains(string(metrics), want) {
 		t.Errorf("/metrics lacks %s", want)
+	}
+}
+
+// The commented source example in configs/peat.yaml parses and validates
+// once uncommented, with every field it documents.
+func TestConfig_ExampleSourceIsValid(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "configs", "peat.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, example, ok := strings.Cut(string(data), "\n# sources:\n")
+	if !ok {
+		t.Fatal("configs/peat.yaml has no commented sources: example")
+	}
+	var b strings.Builder
+	b.WriteString("sources:\n")
+	for _, l := range strings.Split(example, "\n") {
+		rest, ok := strings.CutPrefix(l, "# ")
+		if !ok {
+			break
+		}
+		b.WriteString(rest + "\n")
+	}
+	cfg, err := Parse([]byte(b.String()))
+	if err != nil {
+		t.Fatalf("the example does not parse: %v\n%s", err, b.String())
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("the example is invalid: %v", err)
+	}
+	s := cfg.Sources[0]
+	if s.Name != "cloud" || s.Stream != "default" || s.MQTT == nil || s.MQTT.ClientID != "site-a-down" ||
+		len(s.MQTT.Subscribe) != 2 || s.MQTT.Subscribe[1].QoS != 2 || s.MQTT.ReceiveMax != 64 || s.StallAfter != Duration(time.Minute) {
+		t.Fatalf("example parsed as %+v %+v", s, s.MQTT)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -131,6 +132,11 @@ sources:
 			t.Fatalf("the log holds %d records, want %d and more\n%s", end, sourceMessages, p.log())
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	// peat status shows the source, connected, with what it received.
+	code, out, stderr := runPeat(t, nil, "status", "--http", p.httpAddr)
+	if code != 0 || !regexp.MustCompile(`(?m)^  cloud +mqtt +mqtt://`+regexp.QuoteMeta(cloud)+` +default +connected +[0-9,]+ +[0-9.]+[a-z]+ ago +- *$`).MatchString(out) {
+		t.Errorf("peat status (exit %d) does not show the source connected:\n%s%s", code, out, stderr)
 	}
 	if code := p.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("exit status %d after SIGTERM\n%s", code, p.log())

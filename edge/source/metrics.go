@@ -35,7 +35,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "peat_source_duplicates_total",
 			Help: "Redeliveries the log already held (MQTT QoS 2), acknowledged and not stored again."}, l),
 		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "peat_source_dropped_messages_total",
-			Help: "Messages acknowledged and not stored, by reason (uncaptured: another stream captures the mapped topic; invalid: no valid local topic)."},
+			Help: "Messages acknowledged and not stored, by reason (uncaptured: another stream captures the mapped topic; invalid: no valid local topic; echo: this node's own sink sent it up)."},
 			[]string{"source", "reason"}),
 		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "peat_source_errors_total",
 			Help: "Upstream failures by reason (network, timeout, refused, protocol, tls, auth, append)."},
@@ -81,6 +81,9 @@ func (m *Metrics) forSource(name string) sourceMetrics {
 	st := make(map[State]prometheus.Gauge, len(States))
 	for _, s := range States {
 		st[s] = m.State.WithLabelValues(name, string(s))
+	}
+	for _, reason := range []string{"uncaptured", "invalid", "echo"} { // known reasons show 0, not nothing
+		m.Dropped.WithLabelValues(name, reason)
 	}
 	return sourceMetrics{
 		m: m, source: name,

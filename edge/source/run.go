@@ -24,6 +24,17 @@ type Stream interface {
 	Committed() uint64
 }
 
+// LogEnder is a Stream that also knows where its log ends, committed or
+// not (in a site, a new leader holds records its predecessor appended
+// that its watermark does not cover yet). A source waits until the
+// watermark reaches that end before it connects, so that Resume sees
+// every record an earlier leader stored: a QoS 2 redelivery of one of
+// them is then recognised, not stored twice.
+type LogEnder interface {
+	LogEnd() uint64
+	Changed() <-chan struct{}
+}
+
 // Log is the node's log as a source finds its stream in it.
 type Log interface {
 	// Stream returns the named stream, or nil when the log has none.
@@ -166,6 +177,9 @@ func (s *Source) Run(ctx context.Context) {
 		if !ok {
 			return
 		}
+		if !s.settle(ctx, st) {
+			continue // paused, moved, or ctx ended: look again
+		}
 		conn, err := s.cfg.Upstream.Connect(ctx, &resume{s: s, st: st})
 		switch {
 		case ctx.Err() != nil:
@@ -240,6 +254,34 @@ func (s *Source) waitRun(ctx context.Context) (Stream, uint64, bool) {
 		case <-changed:
 		case <-s.wake:
 		case <-poll.C:
+		}
+	}
+}
+
+// settle waits until st's watermark covers its log end as it is now (a
+// LogEnder; others are settled), and reports false when the source may
+// no longer run here or ctx ended meanwhile.
+func (s *Source) settle(ctx context.Context, st Stream) bool {
+	le, ok := st.(LogEnder)
+	if !ok {
+		return true
+	}
+	end := le.LogEnd()
+	poll := time.NewTicker(100 * time.Millisecond) // leadership and pause, meanwhile
+	defer poll.Stop()
+	for {
+		changed := le.Changed()
+		if st.Committed() >= end {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-changed:
+		case <-poll.C:
+			if _, _, ok := s.runnable(); !ok {
+				return false
+			}
 		}
 	}
 }

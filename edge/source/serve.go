@@ -179,6 +179,11 @@ func (s *Source) prepare(msgs []Message, stream string) *batch {
 	origin := s.cfg.Upstream.Origin()
 	for _, m := range msgs {
 		r := m.Record
+		if r == nil && m.Drop != "" {
+			s.dropped.Add(1)
+			s.m.dropped(m.Drop).Inc()
+			continue
+		}
 		if r == nil {
 			s.duplicates.Add(1)
 			s.m.duplicates.Inc()

@@ -97,7 +97,18 @@ type Message struct {
 	// Ack is the kind's own token (an MQTT packet id, a Kafka
 	// partition): the framework hands it back in Done untouched.
 	Ack uint64
+	// Drop, with Record nil, names why the kind stores nothing of a
+	// message it acknowledges all the same (peat_source_dropped_messages_total's
+	// reason; "echo": a message this node's own sink sent up). Empty with
+	// Record nil: a redelivery the log already holds.
+	Drop string
 }
+
+// PropSink is the user property an MQTT 5 sink puts on what it sends to
+// an upstream a source of the same node also pulls from, naming the
+// sink's client id: that source drops what comes back down with it (no
+// echo the other way round: a local publish sent up and brought down).
+const PropSink = "peat-sink"
 
 // Resume is what the log holds of a source, handed to each Connect. It
 // reads the log of the node that leads the source's stream, which holds

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -337,7 +338,10 @@ func (c *conn) publish(pk packets.Packet) error {
 		_, dup = c.mu.open[pid]
 		c.mu.Unlock()
 	}
-	if !dup {
+	switch {
+	case c.echo(pk):
+		m.Drop = "echo"
+	case !dup:
 		m.Record = c.record(pk)
 	}
 	select {
@@ -345,6 +349,19 @@ func (c *conn) publish(pk packets.Packet) error {
 	case <-c.done:
 	}
 	return nil
+}
+
+// echo reports whether pk is a message this node's own sink sent up.
+func (c *conn) echo(pk packets.Packet) bool {
+	if len(c.u.cfg.Echo) == 0 {
+		return false
+	}
+	for _, up := range pk.Properties.User {
+		if up.Key == source.PropSink && slices.Contains(c.u.cfg.Echo, up.Val) {
+			return true
+		}
+	}
+	return false
 }
 
 // record is the local record of a PUBLISH: its topic mapped (empty when

@@ -59,6 +59,11 @@ type Config struct {
 	// have unacknowledged (announced to an MQTT 5 upstream; a 3.1.1
 	// upstream is bounded by its own settings).
 	ReceiveMaximum int
+	// Echo are the client ids of this node's sinks to the same broker:
+	// an MQTT 5 message carrying one of them in source.PropSink is one of
+	// this node's own records come back down, and is dropped (reason
+	// "echo") and acknowledged.
+	Echo []string
 	// MaxPacket is the largest PUBLISH accepted (announced to an MQTT 5
 	// upstream as its Maximum Packet Size; a 3.1.1 upstream that sends a
 	// larger one ends the connection).
