@@ -31,6 +31,9 @@ type Config struct {
 	Streams []StreamConfig `yaml:"streams"`
 	// Sinks send streams upstream (config_sinks.go); none by default.
 	Sinks []SinkConfig `yaml:"sinks"`
+	// Sources pull upstream topics into streams (config_sources.go);
+	// none by default.
+	Sources []SourceConfig `yaml:"sources"`
 	// Cluster makes the node one of a site's (config_cluster.go); off by
 	// default.
 	Cluster ClusterConfig `yaml:"cluster"`

@@ -378,12 +378,23 @@ func (k *SinkKafkaConfig) validate(p string) []problem {
 	if k.Timeout < Duration(time.Second) {
 		add(p+".timeout", "must be at least 1s, got %v", k.Timeout)
 	}
-	if t := k.TLS; !t.Enabled && t.SinkTLSConfig != (SinkTLSConfig{}) {
+	probs = append(probs, validateKafkaConn(p, k.TLS, k.SASL)...)
+	return probs
+}
+
+// validateKafkaConn checks the tls and sasl blocks of a Kafka sink or
+// source at path p.
+func validateKafkaConn(p string, t SinkKafkaTLSConfig, sa SinkKafkaSASLConfig) []problem {
+	var probs []problem
+	add := func(path, format string, args ...any) {
+		probs = append(probs, problem{path, fmt.Sprintf(format, args...)})
+	}
+	if !t.Enabled && t.SinkTLSConfig != (SinkTLSConfig{}) {
 		add(p+".tls", "files or server_name set but enabled is false")
 	} else if (t.CertFile == "") != (t.KeyFile == "") {
 		add(p+".tls", "cert_file and key_file go together")
 	}
-	switch sa := k.SASL; sa.Mechanism {
+	switch sa.Mechanism {
 	case "":
 		if sa.Username != "" || sa.PasswordFile != "" {
 			add(p+".sasl.mechanism", "must be set with a username or password_file")

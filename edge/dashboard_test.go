@@ -87,9 +87,11 @@ func TestDashboard_EverySeriesExists(t *testing.T) {
 	}
 	walk(d.Panels)
 
-	// A node with traffic: a subscriber, a group behind, and a sink whose
-	// upstream (a closed port) is down.
-	n := startNode(t, sinkConfig(t, closedAddr(t)))
+	// A node with traffic: a subscriber, a group behind, and a sink and
+	// a source whose upstream (a closed port) is down.
+	cfg := sinkConfig(t, closedAddr(t))
+	cfg.Sources = sourceConfig(t, closedAddr(t)).Sources
+	n := startNode(t, cfg)
 	sub := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + n.MQTTAddr().String()).SetClientID("sub").SetAutoReconnect(false))
 	if tok := sub.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
 		t.Fatal(tok.Error())
@@ -108,6 +110,10 @@ func TestDashboard_EverySeriesExists(t *testing.T) {
 		}
 	}
 	commitOffset(t, n, "billing", "default", 2)
+	waitFor(t, "the source's first failure", func() bool {
+		_, _, body := get(t, "GET", "http://"+n.HTTPAddr().String()+"/metrics")
+		return strings.Contains(string(body), "peat_source_errors_total{")
+	})
 
 	exported := map[string]bool{}
 	scrapeNames(t, n, exported)

@@ -96,6 +96,20 @@
 // ".<node_id>", since nodes leading different streams of one sink are
 // connected at the same time.
 //
+// Sources (sources.go, config_sources.go; package source) start after the
+// sinks and stop before them. Each appends through the broker's log
+// (sourceLog: in a site the cluster's, so an append on the leader is
+// committed once the ISR holds it) to one stream: the one it names, or
+// the one stream its mapped topics reach (Config.sourceStream, checked at
+// validation with logstore.Router.Reach). Its mark, the group
+// "$source.<name>", is kept as the sinks' positions are; in a site it runs
+// on the node that leads its stream (the same siteLeadership), with the
+// same client id on every node, so the upstream session moves with the
+// leadership. A kind of source is a block of SourceConfig (sourceKind:
+// validate, mapped, upstream). Sinks skip records whose peat-origin is
+// their own upstream (sink.Originer), so a sink and a source on one
+// broker do not loop.
+//
 // Errors are JSON: {"error": "message"}.
 //
 // # Security (config_auth.go, node_auth.go, http_auth.go)

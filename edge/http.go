@@ -52,6 +52,7 @@ func (n *Node) Handler() http.Handler {
 	mux.Handle("GET /{$}", page)
 	mux.Handle("GET /assets/", page)
 	n.sinkRoutes(mux)
+	n.sourceRoutes(mux)
 	return errorsAsJSON(mux)
 }
 

@@ -86,6 +86,7 @@ func Parse(data []byte) (Config, error) {
 		}
 	}
 	applySinkDefaults(&cfg, idx.present)
+	applySourceDefaults(&cfg, idx.present)
 	if idx.present["mqtt.listeners"] && !idx.present["mqtt.listen"] {
 		cfg.MQTT.Listen = "" // the default's; the list replaces it
 	}

@@ -58,6 +58,7 @@ type Node struct {
 	serving atomic.Bool                    // /healthz says ok
 	store   atomic.Pointer[logstore.Store] // what HTTP handlers and metrics read; nil when closed
 	sinks   atomic.Pointer[sinkSet]        // upstream sinks (sinks.go); nil when none run
+	sources atomic.Pointer[sourceSet]      // upstream sources (sources.go); nil when none run
 	broker  atomic.Pointer[mqtt.Broker]    // the same for the broker
 	site    atomic.Pointer[cluster.Site]   // the node's part in its site; nil outside a cluster
 	build   atomic.Pointer[Build]          // SetBuild
@@ -238,7 +239,10 @@ func (n *Node) start(ctx context.Context) error {
 	done := make(chan struct{})
 	go n.sampleLoop(sctx, done)
 	n.mu.stopSampler = func() { cancel(); <-done }
-	return n.startSinks(store, broker)
+	if err := n.startSinks(store, broker); err != nil {
+		return err
+	}
+	return n.startSources(log, store, broker)
 }
 
 // warnPayloadAboveRecord warns at start when mqtt.max_payload_bytes lets in
@@ -356,6 +360,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 		}
 		<-n.mu.httpDone
 	}
+	n.stopSources()
 	n.stopSinks()
 	if n.mu.stopSampler != nil {
 		n.mu.stopSampler()

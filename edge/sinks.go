@@ -12,14 +12,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/mochi-mqtt/server/v2/packets"
+
 	"github.com/peatmq/peat/cluster"
+	"github.com/peatmq/peat/edge/internal/mqttclient"
 	"github.com/peatmq/peat/edge/sink"
 	"github.com/peatmq/peat/edge/sink/kafkasink"
 	"github.com/peatmq/peat/edge/sink/mqttsink"
 	"github.com/peatmq/peat/edge/sink/peatsink"
+	"github.com/peatmq/peat/edge/source"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
@@ -54,6 +59,7 @@ func (n *Node) startSinks(store *logstore.Store, broker *mqtt.Broker) error {
 		env.node = n.cfg.Cluster.NodeID
 		env.siteName = n.cfg.Cluster.Name
 	}
+	env.sourceOrigins = n.cfg.sourceOrigins()
 	set := &sinkSet{kinds: map[string]string{}}
 	for i, sc := range n.cfg.Sinks {
 		s, err := n.buildSink(sc, store, broker, metrics, env)
@@ -149,6 +155,10 @@ type sinkEnv struct {
 	node     string
 	site     *cluster.Site
 	siteName string
+	// sourceOrigins are the upstreams (mqttclient.Origin) a source of
+	// this node pulls from: an MQTT 5 sink to one of them marks what it
+	// sends (source.PropSink), so that the source does not bring it back.
+	sourceOrigins map[string]bool
 }
 
 func (n *Node) buildSink(sc SinkConfig, store *logstore.Store, broker *mqtt.Broker, metrics *sink.Metrics, env sinkEnv) (*sink.Sink, error) {
@@ -206,6 +216,10 @@ func buildUpstream(sc SinkConfig, store *logstore.Store, env sinkEnv) (sink.Upst
 		Username: m.Username, Topic: m.Topic, Node: env.node, Properties: m.Properties,
 		Keepalive: time.Duration(m.Keepalive),
 	}
+	if env.sourceOrigins[mqttclient.Origin(m.URL)] && m.Version == 5 {
+		mark := []packets.UserProperty{{Key: source.PropSink, Val: m.ClientID}}
+		mc.Extra = func(string, *logstore.Record) []packets.UserProperty { return mark }
+	}
 	var err error
 	if m.PasswordFile != "" {
 		if mc.Password, err = readPassword(m.PasswordFile); err != nil {
@@ -259,28 +273,39 @@ func buildKafka(name string, k *SinkKafkaConfig, env sinkEnv) (sink.Upstream, er
 		// transactional id each, or they would fence each other.
 		kc.Instance = env.node
 	}
-	if k.TLS.Enabled {
-		tc, err := clientTLS(k.TLS.SinkTLSConfig)
-		if err != nil {
-			return nil, fmt.Errorf("kafka.tls: %w", err)
-		}
-		kc.TLS = tc
-	}
-	if sa := k.SASL; sa.Mechanism != "" {
-		pass, err := readPassword(sa.PasswordFile)
-		if err != nil {
-			return nil, fmt.Errorf("kafka.sasl.password_file: %w", err)
-		}
-		switch sa.Mechanism {
-		case "plain":
-			kc.SASL = plain.Auth{User: sa.Username, Pass: pass}.AsMechanism()
-		case "scram-sha-256":
-			kc.SASL = scram.Auth{User: sa.Username, Pass: pass}.AsSha256Mechanism()
-		case "scram-sha-512":
-			kc.SASL = scram.Auth{User: sa.Username, Pass: pass}.AsSha512Mechanism()
-		}
+	var err error
+	if kc.TLS, kc.SASL, err = kafkaConn(k.TLS, k.SASL); err != nil {
+		return nil, err
 	}
 	return kafkasink.New(kc)
+}
+
+// kafkaConn is the TLS config and SASL mechanism of a Kafka sink's or
+// source's tls and sasl blocks (nil for each that is off).
+func kafkaConn(t SinkKafkaTLSConfig, sa SinkKafkaSASLConfig) (*tls.Config, sasl.Mechanism, error) {
+	var tc *tls.Config
+	if t.Enabled {
+		var err error
+		if tc, err = clientTLS(t.SinkTLSConfig); err != nil {
+			return nil, nil, fmt.Errorf("kafka.tls: %w", err)
+		}
+	}
+	if sa.Mechanism == "" {
+		return tc, nil, nil
+	}
+	pass, err := readPassword(sa.PasswordFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka.sasl.password_file: %w", err)
+	}
+	switch sa.Mechanism {
+	case "plain":
+		return tc, plain.Auth{User: sa.Username, Pass: pass}.AsMechanism(), nil
+	case "scram-sha-256":
+		return tc, scram.Auth{User: sa.Username, Pass: pass}.AsSha256Mechanism(), nil
+	case "scram-sha-512":
+		return tc, scram.Auth{User: sa.Username, Pass: pass}.AsSha512Mechanism(), nil
+	}
+	return nil, nil, fmt.Errorf("kafka.sasl.mechanism %q", sa.Mechanism)
 }
 
 // readPassword is a password file's first line.

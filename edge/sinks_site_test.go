@@ -107,12 +107,14 @@ func waitNewLeader(t *testing.T, survivors []*Node, stream, old string) *Node {
 	return leaderOf(t, survivors, stream)
 }
 
-// crashNode stops n as a crash would: its sinks end where they are (the
+// crashNode stops n as a crash would: its sources and sinks end where
+// they are (a source's messages not yet durable unacknowledged; a sink's
 // position as last committed, what was acknowledged since not), and its
 // cluster node goes without handing anything over, so the others find it
 // failed; the rest of it closes afterwards.
 func crashNode(t *testing.T, n *Node) {
 	t.Helper()
+	n.stopSources()
 	n.stopSinks()
 	if err := n.site.Load().Node.Close(); err != nil {
 		t.Logf("crash %s: %v", n.cfg.Cluster.NodeID, err)

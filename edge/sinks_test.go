@@ -340,12 +340,15 @@ func TestConfig_ExampleSinkIsValid(t *testing.T) {
 	if !ok {
 		t.Fatal("configs/peat.yaml has no commented sinks: example")
 	}
+	example, _, _ = strings.Cut(example, "\n\n") // the comment block ends at a blank line
 	var b strings.Builder
 	b.WriteString("sinks:\n")
 	for _, l := range strings.Split(example, "\n") {
-		if rest, ok := strings.CutPrefix(l, "# "); ok {
-			b.WriteString(rest + "\n")
+		rest, ok := strings.CutPrefix(l, "# ")
+		if !ok {
+			break // the example ends at the first line that is no comment
 		}
+		b.WriteString(rest + "\n")
 	}
 	cfg, err := Parse([]byte(b.String()))
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/peatmq/peat/edge/sink"
+	"github.com/peatmq/peat/edge/source"
 	"github.com/peatmq/peat/edge/status"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
@@ -121,7 +122,9 @@ func (n *Node) Status() (*status.Status, error) {
 	st.Disk = status.Disk{Dir: sp.Dir, Known: sp.Known, FreeBytes: sp.Free, SizeBytes: sp.Size,
 		ReserveBytes: sp.Reserve, Refusing: sp.Refusing}
 	st.Sinks = n.sinkSummaries()
+	st.Sources = n.sourceSummaries(now)
 	st.Alarms = append(n.alarms(sp), sinkAlarms(st.Sinks)...)
+	st.Alarms = append(st.Alarms, sourceAlarms(st.Sources)...)
 	st.Cluster = n.clusterStatus()
 	st.Alarms = append(st.Alarms, clusterAlarms(st.Cluster)...)
 	return st, nil
@@ -165,6 +168,39 @@ func sinkAlarms(sinks []status.Sink) []status.Alarm {
 			msg += "; last error: " + s.LastError
 		}
 		out = append(out, status.Alarm{ID: status.AlarmSinkStalled, Severity: status.SeverityWarning, Message: msg})
+	}
+	return out
+}
+
+// sourceSummaries sums up each source.
+func (n *Node) sourceSummaries(now time.Time) []status.Source {
+	out := []status.Source{}
+	for _, st := range n.sourceStatuses() {
+		sum := status.Source{Name: st.Name, Kind: st.Kind, Upstream: st.Upstream, Stream: st.Stream,
+			State: string(st.State), Received: st.Received, LagRecords: st.LagRecords, LastError: st.LastError}
+		if st.LastReceived != nil {
+			ago := max(now.Sub(*st.LastReceived).Seconds(), 0)
+			sum.LastReceivedSeconds = &ago
+		}
+		out = append(out, sum)
+	}
+	return out
+}
+
+// sourceAlarms warns of each stalled source: the upstream keeps what the
+// source has not acknowledged, until its own limits drop it.
+func sourceAlarms(sources []status.Source) []status.Alarm {
+	var out []status.Alarm
+	for _, s := range sources {
+		if s.State != string(source.StateStalled) {
+			continue
+		}
+		msg := fmt.Sprintf("source %q stalled: messages from %s wait to be stored in stream %s, and none was stored for its stall_after",
+			s.Name, s.Upstream, s.Stream)
+		if s.LastError != "" {
+			msg += "; last error: " + s.LastError
+		}
+		out = append(out, status.Alarm{ID: status.AlarmSourceStalled, Severity: status.SeverityWarning, Message: msg})
 	}
 	return out
 }

@@ -49,6 +49,7 @@ func (c Config) Validate() error {
 		add("streams", "must list at least one stream")
 	}
 	probs = append(probs, c.validateSinks()...)
+	probs = append(probs, c.validateSources()...)
 	c.validateSecurity(add)
 	c.validateCluster(add)
 

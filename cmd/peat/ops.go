@@ -235,6 +235,14 @@ func printStatus(w io.Writer, st *status.Status) {
 	printStreams(w, st.Streams, "  ")
 	fmt.Fprintf(w, "groups    %d\n", len(st.Groups))
 	printGroups(w, st.Groups, "  ")
+	if len(st.Sinks) > 0 {
+		fmt.Fprintf(w, "sinks     %d\n", len(st.Sinks))
+		printSinks(w, st.Sinks, "  ")
+	}
+	if len(st.Sources) > 0 {
+		fmt.Fprintf(w, "sources   %d\n", len(st.Sources))
+		printSources(w, st.Sources, "  ")
+	}
 	if len(st.Alarms) == 0 {
 		fmt.Fprintln(w, "alarms    none")
 		return
@@ -260,6 +268,35 @@ func printStreams(w io.Writer, streams []status.Stream, indent string) {
 			status.FormatCount(float64(s.FirstOffset)), status.FormatCount(float64(s.NextOffset)),
 			status.FormatCount(float64(s.Records)), status.FormatBytes(float64(s.Bytes)), oldest,
 			status.FormatRetention(s.Retention), strings.Join(s.Filters, " "))
+	}
+	_ = tw.Flush()
+}
+
+func printSinks(w io.Writer, sinks []status.Sink, indent string) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "%sSINK\tKIND\tUPSTREAM\tSTATE\tLAG\tOLDEST UNSENT\tLAST ERROR\n", indent)
+	for _, s := range sinks {
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\n", indent, s.Name, s.Kind, s.Upstream, s.State,
+			status.FormatCount(float64(s.LagRecords)), status.FormatDuration(s.LagSeconds), s.LastError)
+	}
+	_ = tw.Flush()
+}
+
+// printSources shows each source: a "-" lag is an upstream that does not
+// report one (MQTT).
+func printSources(w io.Writer, sources []status.Source, indent string) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "%sSOURCE\tKIND\tUPSTREAM\tSTREAM\tSTATE\tRECEIVED\tLAST RECEIVED\tLAG\tLAST ERROR\n", indent)
+	for _, s := range sources {
+		last, lag := "never", "-"
+		if s.LastReceivedSeconds != nil {
+			last = status.FormatDuration(*s.LastReceivedSeconds) + " ago"
+		}
+		if s.LagRecords != nil {
+			lag = status.FormatCount(float64(*s.LagRecords))
+		}
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", indent, s.Name, s.Kind, s.Upstream, s.Stream, s.State,
+			status.FormatCount(float64(s.Received)), last, lag, s.LastError)
 	}
 	_ = tw.Flush()
 }

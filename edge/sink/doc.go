@@ -91,6 +91,13 @@
 // leader whose watermark is still below the position its predecessor
 // committed waits for it (uncommitted) rather than moving it back.
 //
+// No echo: an Upstream that is an Originer names itself as a source of
+// the same place does (edge/source: mqtt://host:port for an MQTT broker),
+// and the pump skips the records whose peat-origin user property is that
+// name, as it skips those the filter leaves out (the position moves past
+// them; peat_sink_echo_skipped_records_total counts them): what a source
+// brought down from an upstream never goes back up to it.
+//
 // Kinds of upstream live in subpackages, one each, like litestream's
 // replica clients: mqttsink (any MQTT 3.1.1 or 5 broker), kafkasink
 // (franz-go) and peatsink (another Peat, into mirror streams that keep the

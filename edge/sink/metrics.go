@@ -16,6 +16,7 @@ type Metrics struct {
 	Acked       *prometheus.CounterVec
 	Retried     *prometheus.CounterVec
 	Lost        *prometheus.CounterVec
+	Echoes      *prometheus.CounterVec
 	Errors      *prometheus.CounterVec
 	Reconnects  *prometheus.CounterVec
 	AckLatency  *prometheus.HistogramVec
@@ -44,6 +45,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Records sent again after a connection failed before their acknowledgement."}, ss),
 		Lost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "peat_sink_lost_records_total",
 			Help: "Records retention dropped before the sink sent them (each range is logged)."}, ss),
+		Echoes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "peat_sink_echo_skipped_records_total",
+			Help: "Records not sent because a source brought them down from this sink's upstream (no echo)."}, ss),
 		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "peat_sink_errors_total",
 			Help: "Upstream failures by reason (network, timeout, refused, protocol, tls, auth, config, commit, read, resume)."},
 			[]string{"sink", "reason"}),
@@ -55,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Lag, m.LagSeconds, m.Committed, m.LastSuccess, m.State, m.Sent, m.Acked,
-			m.Retried, m.Lost, m.Errors, m.Reconnects, m.AckLatency)
+			m.Retried, m.Lost, m.Echoes, m.Errors, m.Reconnects, m.AckLatency)
 	}
 	return m
 }
@@ -101,7 +104,7 @@ func (m *Metrics) vecs() []interface {
 		DeletePartialMatch(prometheus.Labels) int
 	}{
 		m.Lag, m.LagSeconds, m.Committed, m.LastSuccess, m.State, m.Sent, m.Acked,
-		m.Retried, m.Lost, m.Errors, m.Reconnects, m.AckLatency,
+		m.Retried, m.Lost, m.Echoes, m.Errors, m.Reconnects, m.AckLatency,
 	}
 }
 
@@ -113,6 +116,7 @@ type streamMetrics struct {
 	lag, lagSeconds, committed prometheus.Gauge
 	state                      map[State]prometheus.Gauge
 	sent, acked, retried, lost prometheus.Counter
+	echoes                     prometheus.Counter
 }
 
 func (sm sinkMetrics) forStream(stream string) streamMetrics {
@@ -128,6 +132,7 @@ func (sm sinkMetrics) forStream(stream string) streamMetrics {
 		state:     st,
 		sent:      m.Sent.WithLabelValues(l...), acked: m.Acked.WithLabelValues(l...),
 		retried: m.Retried.WithLabelValues(l...), lost: m.Lost.WithLabelValues(l...),
+		echoes: m.Echoes.WithLabelValues(l...),
 	}
 }
 

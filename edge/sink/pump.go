@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/peatmq/peat/edge/source"
 	"github.com/peatmq/peat/logstore"
 )
 
@@ -629,6 +630,10 @@ func (s *Sink) sendFrom(ctx context.Context, p *pumpState, c *cursor, room int) 
 		}
 		c.next = r.Offset + 1
 		if s.cfg.Filter != "" && !logstore.MatchFilter(s.cfg.Filter, r.Topic) {
+			continue
+		}
+		if s.origin != "" && source.Origin(r) == s.origin {
+			c.m.echoes.Inc() // a source brought it down from this upstream: no echo
 			continue
 		}
 		s.nextID++

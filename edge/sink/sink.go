@@ -61,6 +61,15 @@ type Upstream interface {
 	String() string
 }
 
+// Originer is an Upstream that names itself as a source of the same
+// place would (source.Upstream.Origin): the sink skips the records whose
+// origin (source.PropOrigin) it is, so what a source brought down from an
+// upstream is never sent back up to it (no echo). Skipped records count
+// as sent, as those the filter skips do.
+type Originer interface {
+	Origin() string
+}
+
 // Conn is one connection to an upstream.
 type Conn interface {
 	// Window is how many records may be unacknowledged at once.
@@ -115,6 +124,9 @@ type Sink struct {
 	cfg Config
 	log *slog.Logger
 	m   sinkMetrics
+	// origin is the upstream's Origin ("" when it has none): records from
+	// there are not sent back.
+	origin string
 
 	// streams is the list of cursors, one per stream sent; AddStream and
 	// RemoveStream replace it (under streamsMu) while the pump runs, which
@@ -175,6 +187,9 @@ func New(cfg Config) (*Sink, error) {
 		monitorWake: make(chan struct{}, 1),
 	}
 	s.m = cfg.Metrics.forSink(cfg.Name)
+	if o, ok := cfg.Upstream.(Originer); ok {
+		s.origin = o.Origin()
+	}
 	var cursors []*cursor
 	for _, st := range cfg.Streams {
 		c, err := s.newCursor(st, false)

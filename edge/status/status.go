@@ -19,6 +19,7 @@ type Status struct {
 	Groups    []Group    `json:"groups"`
 	Sessions  Sessions   `json:"sessions"`
 	Sinks     []Sink     `json:"sinks"`
+	Sources   []Source   `json:"sources"`
 	Disk      Disk       `json:"disk"`
 	Alarms    []Alarm    `json:"alarms"`
 	History   History    `json:"history"`
@@ -133,6 +134,22 @@ type Sink struct {
 	LastError   string     `json:"last_error,omitempty"`
 }
 
+// Source is an upstream source at a glance; GET /api/v1/sources has the
+// rest.
+type Source struct {
+	Name     string `json:"name"`
+	Kind     string `json:"kind"` // mqtt, kafka, peat
+	Upstream string `json:"upstream"`
+	Stream   string `json:"stream"`
+	State    string `json:"state"` // connecting, connected, stalled, paused, standby (a site: another node leads its stream)
+	Received uint64 `json:"received"`
+	// LastReceivedSeconds is how long ago the last message came (absent
+	// when none came since this node started).
+	LastReceivedSeconds *float64 `json:"last_received_seconds,omitempty"`
+	LagRecords          *int64   `json:"lag_records,omitempty"` // where the upstream reports it
+	LastError           string   `json:"last_error,omitempty"`
+}
+
 // Alarm is a condition an operator must act on.
 type Alarm struct {
 	ID       string `json:"id"`       // stable, for scripts: one of the Alarm* constants
@@ -146,6 +163,7 @@ const (
 	AlarmStreamOffline   = "stream_offline"          // a site stream has no leader: its publishes are refused
 	AlarmNotCaughtUp     = "not_caught_up"           // this site node is outside an ISR, or knows no controller (/readyz 503)
 	AlarmSinkStalled     = "sink_stalled"            // a sink has records to send and nothing acknowledged for its stall_after
+	AlarmSourceStalled   = "source_stalled"          // a source's messages wait to be stored (or it lags) and nothing was stored for its stall_after
 	AlarmDiskReserve     = "disk_reserve"            // free space below the reserve: publishes refused
 	AlarmDiskLow         = "disk_low"                // free space below twice the reserve
 	AlarmCorruptRecords  = "corrupt_records"         // stored records failed their checksum since start

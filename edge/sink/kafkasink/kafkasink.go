@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,6 +124,24 @@ func New(cfg Config) (*Upstream, error) {
 }
 
 func (u *Upstream) String() string { return "kafka://" + strings.Join(u.cfg.Brokers, ",") }
+
+var _ sink.Originer = (*Upstream)(nil)
+
+// Origin names the cluster as a Kafka source of it does (Origin of its
+// brokers): the sink skips records such a source brought down, so a
+// topic sent up and read back down does not loop.
+func (u *Upstream) Origin() string { return Origin(u.cfg.Brokers) }
+
+// Origin names a Kafka cluster by its seed brokers, whatever their order
+// or case: "kafka://<broker>,<broker>", sorted.
+func Origin(brokers []string) string {
+	bs := make([]string, len(brokers))
+	for i, b := range brokers {
+		bs[i] = strings.ToLower(b)
+	}
+	slices.Sort(bs)
+	return "kafka://" + strings.Join(bs, ",")
+}
 
 // TransactionalID is the producer's transactional id with ExactlyOnce.
 func (u *Upstream) TransactionalID() string {

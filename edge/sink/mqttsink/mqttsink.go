@@ -2,17 +2,13 @@ package mqttsink
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +16,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/peatmq/peat/edge/internal/mqttclient"
 	"github.com/peatmq/peat/edge/sink"
 	"github.com/peatmq/peat/logstore"
 )
@@ -32,7 +29,7 @@ const (
 	// SessionExpiry is the MQTT 5 Session Expiry Interval asked for (one
 	// day): the upstream keeps the session across a reconnect, and the
 	// position in the log keeps everything else.
-	SessionExpiry = 24 * 60 * 60
+	SessionExpiry = mqttclient.SessionExpiry
 )
 
 // User properties added with Config.Properties.
@@ -72,34 +69,7 @@ type Config struct {
 
 // ParseURL checks an upstream URL; it returns host:port and whether TLS
 // is on.
-func ParseURL(raw string) (addr string, useTLS bool, err error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "", false, fmt.Errorf("%q is not a URL", raw)
-	}
-	port := ""
-	switch u.Scheme {
-	case "mqtt", "tcp":
-		port = "1883"
-	case "mqtts", "ssl", "tls":
-		port, useTLS = "8883", true
-	default:
-		return "", false, fmt.Errorf("%q: scheme must be mqtt:// or mqtts://", raw)
-	}
-	if u.Hostname() == "" {
-		return "", false, fmt.Errorf("%q: no host", raw)
-	}
-	if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil {
-		return "", false, fmt.Errorf("%q: only scheme://host:port (credentials go in username and password_file)", raw)
-	}
-	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n <= 0 || n > 65535 {
-			return "", false, fmt.Errorf("%q: port must be 1 to 65535", raw)
-		}
-		port = p
-	}
-	return net.JoinHostPort(u.Hostname(), port), useTLS, nil
-}
+func ParseURL(raw string) (addr string, useTLS bool, err error) { return mqttclient.ParseURL(raw) }
 
 // CheckTopic checks a topic template.
 func CheckTopic(tmpl string) error {
@@ -165,7 +135,7 @@ func (s *session) take(id uint64) (uint16, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.out) >= 65535 {
-		return 0, &Error{reason: "protocol", err: errors.New("no free packet id")}
+		return 0, mqttclient.WithReason("protocol", errors.New("no free packet id"))
 	}
 	for {
 		s.lastPid++
@@ -199,7 +169,10 @@ func (s *session) reset() {
 	s.mu.Unlock()
 }
 
-var _ sink.Upstream = (*Upstream)(nil)
+var (
+	_ sink.Upstream = (*Upstream)(nil)
+	_ sink.Originer = (*Upstream)(nil)
+)
 
 // New checks cfg and returns the upstream; it dials nothing.
 func New(cfg Config) (*Upstream, error) {
@@ -235,6 +208,10 @@ func New(cfg Config) (*Upstream, error) {
 
 func (u *Upstream) String() string { return u.cfg.URL }
 
+// Origin is the broker as every Peat client of it names it: the sink
+// skips records a source brought down from it (sink.Originer).
+func (u *Upstream) Origin() string { return mqttclient.Origin(u.cfg.URL) }
+
 // Connect dials, sends CONNECT (clean start off: a persistent session)
 // and waits for a successful CONNACK, all within the keepalive. With QoS
 // 2, the first connection of the process clears the upstream's session
@@ -261,43 +238,6 @@ func (u *Upstream) Connect(ctx context.Context) (sink.Conn, error) {
 }
 
 func (u *Upstream) connect(ctx context.Context, clean bool) (*conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, u.cfg.Keepalive)
-	defer cancel()
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", u.addr)
-	if err != nil {
-		return nil, err
-	}
-	nc = withQuickAck(nc)
-	if u.useTLS {
-		tc := u.cfg.TLS.Clone()
-		if tc == nil {
-			tc = &tls.Config{}
-		}
-		if tc.ServerName == "" {
-			tc.ServerName, _, _ = net.SplitHostPort(u.addr)
-		}
-		tlsConn := tls.Client(nc, tc)
-		if err := tlsConn.HandshakeContext(ctx); err != nil {
-			_ = nc.Close()
-			return nil, &Error{reason: "tls", err: err}
-		}
-		nc = tlsConn
-	}
-	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Now()) })
-	c, err := u.handshake(nc, clean)
-	if !stop() || err != nil {
-		_ = nc.Close()
-		if err == nil {
-			err = ctx.Err()
-		}
-		return nil, err
-	}
-	_ = nc.SetDeadline(time.Time{})
-	return c, nil
-}
-
-func (u *Upstream) handshake(nc net.Conn, clean bool) (*conn, error) {
 	keepalive := uint16(min(max(u.cfg.Keepalive/time.Second, 1), 65535))
 	pk := packets.Packet{
 		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
@@ -318,23 +258,11 @@ func (u *Upstream) handshake(nc net.Conn, clean bool) (*conn, error) {
 	if u.cfg.Version == 5 {
 		pk.Properties.SessionExpiryInterval, pk.Properties.SessionExpiryIntervalFlag = SessionExpiry, true
 	}
-	var buf bytes.Buffer
-	if err := pk.ConnectEncode(&buf); err != nil {
-		return nil, &Error{reason: "protocol", err: fmt.Errorf("encode CONNECT: %w", err)}
-	}
-	if _, err := nc.Write(buf.Bytes()); err != nil {
-		return nil, err
-	}
-	br := bufio.NewReaderSize(nc, 4096)
-	ack, err := readPacket(br, u.cfg.Version, nil)
+	nc, br, ack, err := mqttclient.Connect(ctx, mqttclient.Dial{
+		Addr: u.addr, UseTLS: u.useTLS, TLS: u.cfg.TLS, Timeout: u.cfg.Keepalive, Wrap: withQuickAck,
+	}, pk)
 	if err != nil {
 		return nil, err
-	}
-	if ack.FixedHeader.Type != packets.Connack {
-		return nil, &Error{reason: "protocol", err: fmt.Errorf("got packet type %d before CONNACK", ack.FixedHeader.Type)}
-	}
-	if ack.ReasonCode != 0 {
-		return nil, refusedConnect(ack)
 	}
 	window := u.cfg.Window
 	interval := u.cfg.Keepalive
@@ -343,7 +271,8 @@ func (u *Upstream) handshake(nc net.Conn, clean bool) (*conn, error) {
 			window = min(window, int(rm))
 		}
 		if ack.Properties.MaximumQosFlag && ack.Properties.MaximumQos < 1 {
-			return nil, &Error{reason: "refused", err: errors.New("upstream allows QoS 0 only (CONNACK Maximum QoS)")}
+			_ = nc.Close()
+			return nil, mqttclient.WithReason("refused", errors.New("upstream allows QoS 0 only (CONNACK Maximum QoS)"))
 		}
 		if ack.Properties.ServerKeepAliveFlag && ack.Properties.ServerKeepAlive > 0 {
 			interval = min(interval, time.Duration(ack.Properties.ServerKeepAlive)*time.Second)
@@ -356,29 +285,8 @@ func (u *Upstream) handshake(nc net.Conn, clean bool) (*conn, error) {
 	}, nil
 }
 
-// refusedConnect explains a CONNACK with a failure code.
-func refusedConnect(ack packets.Packet) error {
-	reason := "refused"
-	switch ack.ReasonCode {
-	case 0x04, 0x05, 0x86, 0x87, 0x8C: // v3 bad credentials / not authorised; v5 the same, bad auth method
-		reason = "auth"
-	}
-	msg := fmt.Sprintf("upstream refused the connection: CONNACK reason %#x", ack.ReasonCode)
-	if s := ack.Properties.ReasonString; s != "" {
-		msg += " (" + s + ")"
-	}
-	return &Error{reason: reason, err: errors.New(msg)}
-}
-
 // Error is an upstream failure with its reason for peat_sink_errors_total.
-type Error struct {
-	reason string
-	err    error
-}
-
-func (e *Error) Error() string  { return e.err.Error() }
-func (e *Error) Unwrap() error  { return e.err }
-func (e *Error) Reason() string { return e.reason }
+type Error = mqttclient.Error
 
 // conn is one connection. The pump calls Send and Flush; the reader
 // goroutine turns PUBACKs into acks; the pinger keeps the keepalive and
@@ -466,9 +374,7 @@ func (c *conn) resume() error {
 }
 
 // pubrel encodes a PUBREL (success) for pid.
-func pubrel(pid uint16) []byte {
-	return []byte{packets.Pubrel<<4 | 0x02, 2, byte(pid >> 8), byte(pid)}
-}
+func pubrel(pid uint16) []byte { return mqttclient.Ack(packets.Pubrel, pid) }
 
 // disconnect sends DISCONNECT and closes a connection that was never
 // started.
@@ -531,7 +437,7 @@ func (c *conn) Send(ctx context.Context, d sink.Delivery) error {
 	pk, err := c.u.appendPublish(c.bw.AvailableBuffer(), &c.props, d.Stream, r, pid)
 	if err != nil {
 		c.u.sess.done(pid)
-		return &Error{reason: "protocol", err: fmt.Errorf("encode PUBLISH of %s offset %d: %w", d.Stream, r.Offset, err)}
+		return mqttclient.WithReason("protocol", fmt.Errorf("encode PUBLISH of %s offset %d: %w", d.Stream, r.Offset, err))
 	}
 	if c.u.cfg.QoS == 2 {
 		c.u.sess.mu.Lock()
@@ -655,8 +561,8 @@ func (c *conn) readLoop() {
 		switch pk.FixedHeader.Type {
 		case packets.Puback, packets.Pubrec, packets.Pubcomp:
 			if pk.ReasonCode >= 0x80 {
-				c.fail(&Error{reason: "refused", err: fmt.Errorf("upstream refused a PUBLISH: %s reason %#x %s",
-					packetName[pk.FixedHeader.Type], pk.ReasonCode, pk.Properties.ReasonString)})
+				c.fail(mqttclient.WithReason("refused", fmt.Errorf("upstream refused a PUBLISH: %s reason %#x %s",
+					packetName[pk.FixedHeader.Type], pk.ReasonCode, pk.Properties.ReasonString)))
 				return
 			}
 			if pk.FixedHeader.Type == packets.Pubrec {
@@ -688,11 +594,11 @@ func (c *conn) readLoop() {
 			pending = pending[:0]
 		case packets.Pingresp:
 		case packets.Disconnect:
-			c.fail(&Error{reason: "refused", err: fmt.Errorf("upstream disconnected: reason %#x %s",
-				pk.ReasonCode, pk.Properties.ReasonString)})
+			c.fail(mqttclient.WithReason("refused", fmt.Errorf("upstream disconnected: reason %#x %s",
+				pk.ReasonCode, pk.Properties.ReasonString)))
 			return
 		default:
-			c.fail(&Error{reason: "protocol", err: fmt.Errorf("unexpected packet type %d from upstream", pk.FixedHeader.Type)})
+			c.fail(mqttclient.WithReason("protocol", fmt.Errorf("unexpected packet type %d from upstream", pk.FixedHeader.Type)))
 			return
 		}
 	}
@@ -738,7 +644,7 @@ func (c *conn) pingLoop() {
 		quiet := time.Since(c.mu.lastRead)
 		c.mu.Unlock()
 		if quiet > c.keepalive {
-			c.fail(&Error{reason: "timeout", err: fmt.Errorf("nothing from upstream for %v (keepalive)", quiet.Round(time.Millisecond))})
+			c.fail(mqttclient.WithReason("timeout", fmt.Errorf("nothing from upstream for %v (keepalive)", quiet.Round(time.Millisecond))))
 			return
 		}
 		c.wmu.Lock()
@@ -756,59 +662,7 @@ func (c *conn) pingLoop() {
 	}
 }
 
-// maxPacket bounds what the sink reads from an upstream: acks, pings and a
-// CONNACK or DISCONNECT with a reason string.
-const maxPacket = 64 << 10
-
-// readPacket reads one packet from a server, into scratch when it fits.
-// mochi's decoders point the packet's strings into the body: with scratch,
-// the caller is done with them (readLoop formats them into its error at
-// once) before the next read.
+// readPacket reads one packet from a server (mqttclient.ReadPacket).
 func readPacket(r *bufio.Reader, version byte, scratch []byte) (packets.Packet, error) {
-	pk := packets.Packet{ProtocolVersion: version}
-	hb, err := r.ReadByte()
-	if err != nil {
-		return pk, err
-	}
-	if err := pk.FixedHeader.Decode(hb); err != nil {
-		return pk, &Error{reason: "protocol", err: fmt.Errorf("decode fixed header: %w", err)}
-	}
-	n, _, err := packets.DecodeLength(r)
-	if err != nil {
-		return pk, err
-	}
-	if n > maxPacket {
-		return pk, &Error{reason: "protocol", err: fmt.Errorf("packet type %d of %d bytes from upstream", pk.FixedHeader.Type, n)}
-	}
-	pk.FixedHeader.Remaining = n
-	var body []byte
-	if n <= len(scratch) {
-		body = scratch[:n]
-	} else {
-		body = make([]byte, n)
-	}
-	if _, err := io.ReadFull(r, body); err != nil {
-		return pk, err
-	}
-	var decode func([]byte) error
-	switch pk.FixedHeader.Type {
-	case packets.Connack:
-		decode = pk.ConnackDecode
-	case packets.Puback:
-		decode = pk.PubackDecode
-	case packets.Pubrec:
-		decode = pk.PubrecDecode
-	case packets.Pubcomp:
-		decode = pk.PubcompDecode
-	case packets.Pingresp:
-		decode = pk.PingrespDecode
-	case packets.Disconnect:
-		decode = pk.DisconnectDecode
-	default:
-		return pk, nil // the caller says what it did not expect
-	}
-	if err := decode(body); err != nil {
-		return pk, &Error{reason: "protocol", err: fmt.Errorf("decode packet type %d: %w", pk.FixedHeader.Type, err)}
-	}
-	return pk, nil
+	return mqttclient.ReadPacket(r, version, scratch, mqttclient.MaxControlPacket)
 }

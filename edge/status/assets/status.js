@@ -116,6 +116,33 @@
     });
   }
 
+  function sources(doc) {
+    var body = document.querySelector("#sources tbody");
+    body.textContent = "";
+    var list = doc.sources || [];
+    if (!list.length) {
+      var tr = document.createElement("tr");
+      tr.className = "empty";
+      cell(tr, "No sources.").colSpan = 8;
+      body.appendChild(tr);
+      return;
+    }
+    list.forEach(function (s) {
+      var tr = document.createElement("tr");
+      tr.dataset.source = s.name;
+      cell(tr, s.name);
+      cell(tr, s.kind);
+      cell(tr, s.upstream);
+      cell(tr, s.stream);
+      var st = cell(tr, s.state, "state " + s.state);
+      st.dataset.field = "state";
+      cell(tr, num(s.received), "n").dataset.field = "received";
+      cell(tr, s.last_received_seconds == null ? "never" : dur(s.last_received_seconds) + " ago", "n");
+      cell(tr, s.last_error || "");
+      body.appendChild(tr);
+    });
+  }
+
   // site rebuilds the site section's tables; the section exists only on
   // a site node (the page is rendered with it).
   function site(doc) {
@@ -198,6 +225,7 @@
     streams(doc);
     groups(doc);
     sinks(doc);
+    sources(doc);
     site(doc);
     document.body.classList.remove("stale");
   }
