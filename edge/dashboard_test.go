@@ -110,7 +110,7 @@ func TestDashboard_EverySeriesExists(t *testing.T) {
 		}
 	}
 	commitOffset(t, n, "billing", "default", 2)
-	waitFor(t, "the source's first failure", func() bool {
+	eventually(t, "the source's first failure", func() bool {
 		_, _, body := get(t, "GET", "http://"+n.HTTPAddr().String()+"/metrics")
 		return strings.Contains(string(body), "peat_source_errors_total{")
 	})

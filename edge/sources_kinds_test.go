@@ -145,7 +145,7 @@ sources:
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "20 commands delivered", func() bool { return len(got()) == 20 })
+	eventually(t, "20 commands delivered", func() bool { return len(got()) == 20 })
 	seen := map[string]bool{}
 	for _, m := range got() {
 		seen[m] = true
@@ -178,7 +178,7 @@ sources:
 	got := subscribeLocal(t, site, "hq/#")
 	publishQoS1(t, hq.MQTTAddr(), "cmd/dev1", 50)
 	mirrorSt := site.Store().Stream("hq")
-	waitFor(t, "mirrored", func() bool { return mirrorSt.Committed() == 50 })
+	eventually(t, "mirrored", func() bool { return mirrorSt.Committed() == 50 })
 	recs, err := mirrorSt.Read(0, 100, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +189,7 @@ sources:
 			t.Fatalf("mirror record %d: %d %q %q, hq %d %q", i, r.Offset, r.Topic, r.Payload, hqRecs[i].Offset, hqRecs[i].Payload)
 		}
 	}
-	waitFor(t, "delivered locally", func() bool { return len(got()) == 50 })
+	eventually(t, "delivered locally", func() bool { return len(got()) == 50 })
 }
 
 // The commented kafka and peat source examples in configs/peat.yaml
@@ -271,7 +271,7 @@ sources:
 	n := startNode(t, cfg)
 	publishQoS1(t, n.MQTTAddr(), "cmd/x", 10)
 	st := n.Store().Stream("cmds")
-	waitFor(t, "10 records down again", func() bool { return st.Committed() >= 20 })
+	eventually(t, "10 records down again", func() bool { return st.Committed() >= 20 })
 	time.Sleep(time.Second) // an echo would go round meanwhile
 	if got := st.Committed(); got != 20 {
 		t.Errorf("stream cmds holds %d records, want 20 (10 published, 10 brought down)", got)

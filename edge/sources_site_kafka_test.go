@@ -54,14 +54,14 @@ func TestCluster_KafkaSourceExactlyOnceAcrossFailover(t *testing.T) {
 			others = append(others, nd)
 		}
 	}
-	waitFor(t, "the leader part way through", func() bool { return leader.Store().Stream("cmds").Committed() >= n/5 })
+	eventually(t, "the leader part way through", func() bool { return leader.Store().Stream("cmds").Committed() >= n/5 })
 	crashNode(t, leader)
 	next := waitNewLeader(t, others, "cmds", old)
 	st := next.Store().Stream("cmds")
 	if st.Committed() >= n {
 		t.Fatal("the old leader drained everything before the crash")
 	}
-	waitFor(t, "every record in the new leader's stream", func() bool { return st.Committed() >= n })
+	eventually(t, "every record in the new leader's stream", func() bool { return st.Committed() >= n })
 	time.Sleep(500 * time.Millisecond) // a duplicate would land meanwhile
 	got, err := st.Read(0, 2*n, 64<<20)
 	if err != nil {

@@ -33,14 +33,14 @@ func TestCluster_PeatSourceAcrossFailover(t *testing.T) {
 			others = append(others, nd)
 		}
 	}
-	waitFor(t, "the leader part way through", func() bool { return leader.Store().Stream("hq").Committed() >= n/5 })
+	eventually(t, "the leader part way through", func() bool { return leader.Store().Stream("hq").Committed() >= n/5 })
 	crashNode(t, leader)
 	next := waitNewLeader(t, others, "hq", old)
 	st := next.Store().Stream("hq")
 	if st.Committed() >= n {
 		t.Fatal("the old leader mirrored everything before the crash")
 	}
-	waitFor(t, "the whole stream mirrored on the new leader", func() bool { return st.Committed() >= n })
+	eventually(t, "the whole stream mirrored on the new leader", func() bool { return st.Committed() >= n })
 	time.Sleep(300 * time.Millisecond)
 	got, err := st.Read(0, 2*n, 64<<20)
 	if err != nil {

@@ -36,7 +36,7 @@ func TestCluster_SourceRunsOnTheStreamLeaderAndMovesWithIt(t *testing.T) {
 	})
 	leader, others := streamLeader(t, nodes)
 	old := leader.cfg.Cluster.NodeID
-	waitFor(t, "the source connected on the leader, on standby elsewhere", func() bool {
+	eventually(t, "the source connected on the leader, on standby elsewhere", func() bool {
 		for _, n := range others {
 			if s := sourceOn(t, n); s.State != source.StateStandby || s.Leader != old {
 				return false
@@ -51,7 +51,7 @@ func TestCluster_SourceRunsOnTheStreamLeaderAndMovesWithIt(t *testing.T) {
 	}
 	publishTo(t, cloud, "site-a/cmd/dev1", false, "c0")
 	for i, d := range devices {
-		waitFor(t, fmt.Sprintf("the command at device %d", i), func() bool { return len(d.messages()) == 1 })
+		eventually(t, fmt.Sprintf("the command at device %d", i), func() bool { return len(d.messages()) == 1 })
 		if m := d.messages()[0]; m.Topic() != "cmd/dev1" || string(m.Payload()) != "c0" {
 			t.Fatalf("device %d got %s %q", i, m.Topic(), m.Payload())
 		}
@@ -66,15 +66,15 @@ func TestCluster_SourceRunsOnTheStreamLeaderAndMovesWithIt(t *testing.T) {
 			publishQoS2To(t, cloud, "site-a/cmd/dev1", fmt.Sprintf("c%d", i))
 		}
 	}()
-	waitFor(t, "some commands in the site's log", func() bool {
+	eventually(t, "some commands in the site's log", func() bool {
 		return others[0].Store().Stream(logstore.DefaultStreamName).Committed() > 30
 	})
 	crashNode(t, leader)
 	next := waitNewLeader(t, others, logstore.DefaultStreamName, old)
 	<-done
-	waitFor(t, "the source connected on the new leader", func() bool { return sourceOn(t, next).State == source.StateConnected })
+	eventually(t, "the source connected on the new leader", func() bool { return sourceOn(t, next).State == source.StateConnected })
 	log := next.Store().Stream(logstore.DefaultStreamName)
-	waitFor(t, "every command in the site's log", func() bool { return log.Committed() >= n+1 })
+	eventually(t, "every command in the site's log", func() bool { return log.Committed() >= n+1 })
 	time.Sleep(500 * time.Millisecond) // a duplicate would land meanwhile
 	recs, err := log.Read(0, int(log.Committed())+10, 64<<20)
 	if err != nil {
