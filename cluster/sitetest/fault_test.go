@@ -309,8 +309,14 @@ func (c *consumer) count() int {
 func (c *consumer) deliveredAfter(since time.Time, notAddr string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return countAfter(c.mu.after, since, notAddr)
+}
+
+// countAfter counts the deliveries after since through nodes other than
+// notAddr.
+func countAfter(ds []delivery, since time.Time, notAddr string) int {
 	n := 0
-	for _, d := range c.mu.after {
+	for _, d := range ds {
 		if d.at.After(since) && d.node != notAddr {
 			n++
 		}

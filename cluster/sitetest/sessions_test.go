@@ -165,13 +165,7 @@ func (d *durable) count() int {
 func (d *durable) deliveredAfter(since time.Time, notAddr string) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	n := 0
-	for _, x := range d.mu.after {
-		if x.at.After(since) && x.node != notAddr {
-			n++
-		}
-	}
-	return n
+	return countAfter(d.mu.after, since, notAddr)
 }
 
 func (d *durable) missing(payloads []string) []string {
