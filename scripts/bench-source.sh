@@ -5,7 +5,8 @@
 #
 #   peat       Peat (PROFILE, default server; the stream's default
 #              durability, fsync) with an MQTT source subscribed to `#`
-#              at QoS 1: each message acknowledged upstream once durable
+#              at QoS 1: each message acknowledged upstream once durable,
+#              RECEIVE_MAX (default 64, the source's default) in flight
 #   mosquitto  Debian's Mosquitto bridging `topic # in 1` (cleansession
 #              false, persistence off, max_queued_messages 0)
 #
@@ -22,6 +23,7 @@
 #
 #   scripts/bench-source.sh                 # COUNT=1000000, peat and mosquitto
 #   COUNT=200000 EDGES=peat scripts/bench-source.sh
+#   RECEIVE_MAX=512 EDGES=peat scripts/bench-source.sh   # a wider window
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib-brokers.sh
@@ -34,6 +36,7 @@ PUBS=10
 PAYLOAD=${PAYLOAD:-64}
 DRAIN_LIMIT=${DRAIN_LIMIT:-900} # seconds a drain may take before the run fails
 PROFILE=${PROFILE:-server}
+RECEIVE_MAX=${RECEIVE_MAX:-64} # the source's receive_maximum (its default)
 
 work=$(mktemp -d)
 UP_PID="" EDGE_PID="" SAMPLER=""
@@ -75,6 +78,7 @@ edge_start() {
 			    mqtt:
 			      url: mqtt://127.0.0.1:$UP_PORT
 			      client_id: edge-peat
+			      receive_maximum: $RECEIVE_MAX
 			      subscribe: [{filter: "#", qos: 1}]
 		EOF
 		$pin_broker "$work/peat" serve --config "$work/edge.yaml" --data "$work/edge-data-$RANDOM" --profile "$PROFILE" \
