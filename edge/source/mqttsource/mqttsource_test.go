@@ -220,6 +220,9 @@ func TestSource_AcknowledgesOnlyWhatIsDurable(t *testing.T) {
 			pub := newPublisher(t, addr, "app")
 			pub.publish(t, "cmd/x", qos, "m", 0, 5)
 			sinktest.WaitFor(t, "5 pending", 30*time.Second, func() bool { return r1.src.Status().Pending == 5 })
+			// Nothing durable for stall_after (2s here): stalled, connected
+			// as it is.
+			waitState(t, r1, source.StateStalled)
 			log1.Close() // the held appends fail: the node died before they were durable
 			r1.stop()
 
