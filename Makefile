@@ -5,7 +5,7 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 export CGO_ENABLED = 0
 
-.PHONY: all run build test test-cluster test-deps vet fmt-check lint fuzz bench bench-fanin bench-memory bench-pi pi cross test-arm clean
+.PHONY: all run build test test-cluster test-deps vet fmt-check lint fuzz bench bench-fanin bench-memory bench-pi bench-source pi cross test-arm clean
 
 all: build
 
@@ -60,6 +60,10 @@ bench:
 ## bench-fanin: Peat (fsync and interval) beside plain mochi, fan-in QoS 0 and QoS 1, ratios per repetition
 bench-fanin:
 	./scripts/bench-fanin.sh
+
+## bench-source: a 1M-message cloud backlog drained into the edge: Peat's MQTT source beside Mosquitto's bridge (topic # in)
+bench-source:
+	./scripts/bench-source.sh
 
 ## bench-memory: broker RSS idle and with 1,000 QoS 1 sensors at 1 msg/s: Peat (pi-zero, pi), plain mochi, Mosquitto
 bench-memory:

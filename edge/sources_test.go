@@ -318,3 +318,35 @@ func TestConfig_ExampleSourceIsValid(t *testing.T) {
 		t.Fatalf("example parsed as %+v %+v", s, s.MQTT)
 	}
 }
+
+// An mqtts:// cloud: the source checks the broker's certificate against
+// tls.ca_file, and one it does not trust is a connection error it names.
+func TestNode_SourceOverTLS(t *testing.T) {
+	caFile, certFile, keyFile := sinktest.TLSFiles(t, t.TempDir())
+	cloud, plain := sinktest.StartMosquittoTLS(t, certFile, keyFile)
+
+	cfg := sourceConfig(t, cloud)
+	cfg.Sources[0].MQTT.URL = "mqtts://" + cloud
+	cfg.Sources[0].MQTT.TLS.CAFile = caFile
+	n := startNode(t, cfg)
+	sinktest.WaitFor(t, "the source connected over TLS", 30*time.Second, func() bool {
+		return sourceStatuses(t, n)[0].State == source.StateConnected
+	})
+	dev := subscribe(t, n.MQTTAddr().String(), "dev1", "cmd/#")
+	publishTo(t, plain, "site-a/cmd/dev1", false, "over-tls")
+	sinktest.WaitFor(t, "the command over TLS", 30*time.Second, func() bool { return len(dev.messages()) == 1 })
+
+	otherCA, _, _ := sinktest.TLSFiles(t, t.TempDir())
+	cfg2 := sourceConfig(t, cloud)
+	cfg2.Sources[0].MQTT.URL = "mqtts://" + cloud
+	cfg2.Sources[0].MQTT.ClientID = "site-b-down"
+	cfg2.Sources[0].MQTT.TLS.CAFile = otherCA
+	n2 := startNode(t, cfg2)
+	sinktest.WaitFor(t, "a TLS error in the status", time.Minute, func() bool {
+		st := sourceStatuses(t, n2)
+		return len(st) == 1 && strings.Contains(st[0].LastError, "certificate")
+	})
+	if st := sourceStatuses(t, n2)[0]; st.State != source.StateConnecting {
+		t.Errorf("a source that cannot connect reports %s", st.State)
+	}
+}

@@ -40,6 +40,17 @@
 // is its own upstream, so a sink and a source on one upstream with
 // overlapping topics do not loop.
 //
+// A kind may acknowledge a message without storing it: Record nil is a
+// redelivery the log already holds (counted as a duplicate), or, with
+// Drop naming why, a message it refuses ("echo": one this node's own sink
+// sent up, marked with PropSink).
+//
+// Before each connection the framework waits until the previous
+// connection's appends are all told, and, for a LogEnder (in a site, a
+// new leader whose watermark does not yet cover the records its
+// predecessor appended), until the stream's watermark reaches its log
+// end: Resume then sees every record stored before.
+//
 // A source writes one stream (Config.Stream, by default the stream that
 // captures its mapped topics): that stream's leader runs it in a site,
 // and its records there are the source's position. A message whose

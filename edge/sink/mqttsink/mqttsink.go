@@ -62,6 +62,10 @@ type Config struct {
 	// a connection that brought nothing back for a whole one is dead (a
 	// black hole is found within it).
 	Keepalive time.Duration
+	// KeepEchoes sends the records a source brought down from this same
+	// upstream too (the Peat sink: a mirror needs every offset); without
+	// it the sink skips them (sink.Originer: no echo).
+	KeepEchoes bool
 	// Extra, when set, adds user properties after the peat ones (MQTT 5):
 	// the Peat sink's description of the record (edge/sink/peatsink).
 	Extra func(stream string, r *logstore.Record) []packets.UserProperty
@@ -209,8 +213,14 @@ func New(cfg Config) (*Upstream, error) {
 func (u *Upstream) String() string { return u.cfg.URL }
 
 // Origin is the broker as every Peat client of it names it: the sink
-// skips records a source brought down from it (sink.Originer).
-func (u *Upstream) Origin() string { return mqttclient.Origin(u.cfg.URL) }
+// skips records a source brought down from it (sink.Originer), unless
+// KeepEchoes ("" then: it skips nothing).
+func (u *Upstream) Origin() string {
+	if u.cfg.KeepEchoes {
+		return ""
+	}
+	return mqttclient.Origin(u.cfg.URL)
+}
 
 // Connect dials, sends CONNECT (clean start off: a persistent session)
 // and waits for a successful CONNACK, all within the keepalive. With QoS

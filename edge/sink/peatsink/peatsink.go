@@ -76,7 +76,8 @@ func New(cfg Config) (*mqttsink.Upstream, error) {
 		URL: cfg.URL, ClientID: cfg.ClientID, Version: 5, QoS: 1, Window: cfg.Window,
 		Username: cfg.Username, Password: cfg.Password, TLS: cfg.TLS,
 		Topic: mirror.Prefix + cfg.MirrorAs, Node: cfg.Node, Properties: true,
-		Keepalive: cfg.Keepalive,
+		Keepalive:  cfg.Keepalive,
+		KeepEchoes: true, // a mirror needs every offset: a skipped record would be a gap there
 		Extra: func(stream string, r *logstore.Record) []packets.UserProperty {
 			return []packets.UserProperty{
 				{Key: mirror.PropTopic, Val: topicOf(tmpl, stream, node, r.Topic)},

@@ -3,6 +3,8 @@ package peatsink
 import (
 	"strings"
 	"testing"
+
+	"github.com/peatmq/peat/edge/sink/mqttsink"
 )
 
 func TestCheckMirrorAs(t *testing.T) {
@@ -29,5 +31,25 @@ func TestTopicOf(t *testing.T) {
 	}
 	if got := topicOf("{node}/{stream}/{topic}", "default", "pi", "sensors/a"); got != "pi/default/sensors/a" {
 		t.Errorf("template: %q", got)
+	}
+}
+
+// A Peat sink mirrors every offset, those a source brought down from the
+// same Peat too: it names no origin to skip, where an MQTT sink to the
+// same address does.
+func TestNew_MirrorsEchoesToo(t *testing.T) {
+	u, err := New(Config{URL: "mqtt://HQ.example", ClientID: "site-a", First: func(string) uint64 { return 0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := u.Origin(); o != "" {
+		t.Errorf("peat sink Origin = %q, want none", o)
+	}
+	m, err := mqttsink.New(mqttsink.Config{URL: "mqtt://HQ.example", ClientID: "site-a", Version: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := m.Origin(); o != "mqtt://hq.example:1883" {
+		t.Errorf("mqtt sink Origin = %q, want mqtt://hq.example:1883", o)
 	}
 }

