@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/peatmq/peat/cluster/faultnet"
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/logstore"
 )
 
@@ -78,7 +79,7 @@ func TestReplicator_RejoinedReplicaHoldsTheWatermarkUntilTheLeaderHasTheISR(t *t
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := G.Submit(ctx, CreateStream{Name: "s", Replicas: []string{L.ID(), F.ID(), G.ID()}}); err != nil {
+	if err := G.Submit(ctx, rules.CreateStream{Name: "s", Replicas: []string{L.ID(), F.ID(), G.ID()}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range s.nodes {
