@@ -128,3 +128,61 @@ func TestReplicator_RejoinedReplicaHoldsTheWatermarkUntilTheLeaderHasTheISR(t *t
 		t.Fatalf("F leads holding %d records: L had acknowledged %d, %d of them are lost", end, acked, acked-end)
 	}
 }
+
+// The same rule when the leader's copy of the state lags the controller's
+// (Raft's appends to it are slow): maintainISR, from the older state,
+// proposes the joiner again and is refused as stale, while the
+// controller has it in the ISR already. The refusal must not stop the
+// watermark waiting for it.
+func TestReplicator_StaleISRProposalKeepsTheJoinerInTheWatermark(t *testing.T) {
+	fnet := faultnet.New()
+	s := startSite(t, partsOpts{Voters: 3, Net: fnet})
+	ctl := s.controller(s.nodes)
+	s.registered(s.nodes)
+	var others []*Node
+	for _, n := range s.nodes {
+		if n != ctl {
+			others = append(others, n)
+		}
+	}
+	L, F, G := others[0], others[1], ctl
+	s.replicate(time.Second, 0)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := G.Submit(ctx, CreateStream{Name: "s", Replicas: []string{L.ID(), F.ID(), G.ID()}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range s.nodes {
+		eventually(t, n.ID()+" knows L leads the stream", func() bool { return streamState(n).Leader == L.ID() })
+	}
+	eventually(t, "L serves the stream", func() bool { return s.servers[L].leader("s") != nil })
+	appendRecs(t, s.stream(L), 20, "a")
+	s.converged(s.nodes, 20)
+
+	fnet.Partition(F.ID(), L.ID())
+	appendRecs(t, s.stream(L), 20, "b")
+	eventually(t, "L commits without F", func() bool {
+		return s.stream(L).Committed() == 40 && !streamState(G).InISR(F.ID())
+	})
+
+	// The controller's Raft reaches L late (within L's lease: it keeps
+	// committing); F catches up and the controller takes it back.
+	fnet.Delay(G.ID(), L.ID()+"/raft", 900*time.Millisecond)
+	fnet.Heal(F.ID(), L.ID())
+	eventually(t, "F back in the controller's ISR", func() bool {
+		return streamState(G).InISR(F.ID()) && s.stream(F).NextOffset() == 40
+	})
+	fnet.Partition(F.ID(), L.ID())
+	appendRecs(t, s.stream(L), 20, "c")
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) && streamState(G).InISR(F.ID()) {
+		if c, end := s.stream(L).Committed(), s.stream(F).NextOffset(); c > end && streamState(G).InISR(F.ID()) {
+			t.Fatalf("L's watermark %d passed the log end %d of F, in the controller's ISR %v", c, end, streamState(G).ISR)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	fnet.Delay(G.ID(), L.ID()+"/raft", 0)
+	fnet.Heal(F.ID(), L.ID())
+	s.converged(s.nodes, 60)
+}
