@@ -150,7 +150,7 @@ func TestReplicator_StaleISRProposalKeepsTheJoinerInTheWatermark(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := G.Submit(ctx, CreateStream{Name: "s", Replicas: []string{L.ID(), F.ID(), G.ID()}}); err != nil {
+	if err := G.Submit(ctx, rules.CreateStream{Name: "s", Replicas: []string{L.ID(), F.ID(), G.ID()}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range s.nodes {
