@@ -66,7 +66,13 @@
 //     it.
 //  5. An ISR change reaches a Leader only once the controller committed
 //     it (replicator.go, SetISR): the watermark never moves on a smaller
-//     ISR the controller has not agreed to.
+//     ISR the controller has not agreed to. A larger one is counted from
+//     its proposal (the joiners, rules.Tracker): a joiner holds the
+//     watermark until the Leader has an ISR with it, also while this
+//     node's state holds that ISR before sync hands it over, and after a
+//     proposal refused as stale or unanswered; only a refusal in the
+//     current version, or a later proposal that leaves it out, drops it
+//     (isr.go).
 //  6. A node leads only once the state registered its current broker
 //     epoch (rules.Leader, from replicator.go).
 //  7. No record of an ended leadership lands after the Fetcher that

@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/peatmq/peat/cluster/rules"
@@ -15,6 +17,13 @@ import (
 // committed it (sync's SetISR): a smaller ISR never moves the watermark
 // before the controller agreed, and an AlterISR in a stale leader epoch or
 // version is refused there (a deposed leader cannot shrink its ISR).
+//
+// A larger ISR is the other way round: the controller may elect a joiner
+// as soon as it committed it, so the watermark counts every joiner from
+// its proposal until the Leader has an ISR with it (Kafka's maximal ISR,
+// KIP-497), and drops it only on a refusal that says it is not in the
+// ISR, or when a later proposal, from a state without it, does not name
+// it again.
 func (r *Replicator) maintainISR(ctx context.Context, ro *role, name string) {
 	defer close(ro.done)
 	tick := time.NewTicker(max(r.cfg.LagMax/4, 50*time.Millisecond))
@@ -25,8 +34,12 @@ func (r *Replicator) maintainISR(ctx context.Context, ro *role, name string) {
 			return
 		case <-tick.C:
 		}
-		c, added, ok := r.proposeISR(ro, name)
-		ro.l.KeepJoining(added) // the watermark waits for these until the ISR takes them
+		c, added, committed, ok := r.proposeISR(ro, name)
+		// The watermark waits for the joiners proposed, and for those the
+		// state's ISR already holds: the Leader counts them as ISR members
+		// only once sync hands it that ISR, which may come later (a busy
+		// Replicator), and the controller may elect them from now on.
+		ro.l.KeepJoining(slices.Concat(committed, added))
 		if !ok {
 			continue
 		}
@@ -35,7 +48,16 @@ func (r *Replicator) maintainISR(ctx context.Context, ro *role, name string) {
 		err := r.cfg.Node.Submit(sctx, c)
 		cancel()
 		if err != nil {
-			ro.l.KeepJoining(nil)
+			// Only a refusal in the version proposed says the joiners are
+			// not in the ISR (Kafka's INELIGIBLE_REPLICA). A stale
+			// version, or no answer, may follow an addition the controller
+			// made and this node's state does not show yet: the watermark
+			// keeps waiting for them until the next tick's proposal, from
+			// a newer state, says again (Kafka keeps its maximal ISR
+			// "awaiting the latest metadata").
+			if errors.Is(err, ErrIneligibleReplica) || errors.Is(err, ErrStaleBrokerEpoch) {
+				ro.l.KeepJoining(committed)
+			}
 			if ctx.Err() == nil {
 				r.log.Info("cluster: ISR change not made", slog.String("stream", name), slog.Any("err", err))
 			}
@@ -43,14 +65,15 @@ func (r *Replicator) maintainISR(ctx context.Context, ro *role, name string) {
 	}
 }
 
-// proposeISR is the AlterISR the leader should ask for now, if any, and
-// the replicas it adds (rules.ProposeISR on this node's state and the
-// Leader's tracker).
-func (r *Replicator) proposeISR(ro *role, name string) (rules.AlterISR, []string, bool) {
+// proposeISR is the AlterISR the leader should ask for now, if any, the
+// replicas it adds (rules.ProposeISR on this node's state and the
+// Leader's tracker), and the ISR of that state.
+func (r *Replicator) proposeISR(ro *role, name string) (rules.AlterISR, []string, []string, bool) {
 	st := r.cfg.Node.View()
 	s := st.Streams[name]
 	if s == nil || s.Leader != r.cfg.Node.ID() || s.LeaderEpoch != ro.epoch {
-		return rules.AlterISR{}, nil, false // the state moved on; sync replaces this role
+		return rules.AlterISR{}, nil, nil, false // the state moved on; sync replaces this role
 	}
-	return rules.ProposeISR(st, name, r.cfg.Node.ID(), ro.epoch, ro.l.Laggards(time.Now(), r.cfg.LagMax), ro.l.Joiners())
+	c, added, ok := rules.ProposeISR(st, name, r.cfg.Node.ID(), ro.epoch, ro.l.Laggards(time.Now(), r.cfg.LagMax), ro.l.Joiners())
+	return c, added, s.ISR, ok
 }
