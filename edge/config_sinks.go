@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/peatmq/peat/edge/internal/mqttclient"
 	"github.com/peatmq/peat/edge/sink"
 	"github.com/peatmq/peat/edge/sink/kafkasink"
 	"github.com/peatmq/peat/edge/sink/mqttsink"
@@ -292,18 +293,9 @@ func (c Config) validateSinks() []problem {
 }
 
 func (m *SinkMQTTConfig) validate(p string) []problem {
-	var probs []problem
+	probs := mqttUpstream{m.URL, m.ClientID, m.Username, m.PasswordFile, m.TLS, m.Keepalive}.validate(p)
 	add := func(path, format string, args ...any) {
 		probs = append(probs, problem{path, fmt.Sprintf(format, args...)})
-	}
-	_, useTLS, err := mqttsink.ParseURL(m.URL)
-	if err != nil {
-		add(p+".url", "%v", err)
-	}
-	if m.ClientID == "" {
-		add(p+".client_id", "must not be empty: it names the upstream session")
-	} else if len(m.ClientID) > 65535 {
-		add(p+".client_id", "longer than 65535 bytes")
 	}
 	if m.Version != 4 && m.Version != 5 {
 		add(p+".version", "must be 5 or 4 (3.1.1), got %d", m.Version)
@@ -314,24 +306,11 @@ func (m *SinkMQTTConfig) validate(p string) []problem {
 	if m.Window < 1 || m.Window > 65535 {
 		add(p+".window", "must be from 1 to 65535, got %d", m.Window)
 	}
-	if m.PasswordFile != "" && m.Username == "" {
-		add(p+".password_file", "needs a username")
-	}
-	t := m.TLS
-	if t != (SinkTLSConfig{}) && err == nil && !useTLS {
-		add(p+".tls", "is set but url is not mqtts://")
-	}
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		add(p+".tls", "cert_file and key_file go together")
-	}
 	if err := mqttsink.CheckTopic(m.Topic); err != nil {
 		add(p+".topic", "%v", err)
 	}
 	if m.Properties && m.Version != 5 {
 		add(p+".properties", "user properties need version 5")
-	}
-	if m.Keepalive < Duration(time.Second) || m.Keepalive > Duration(65535*time.Second) {
-		add(p+".keepalive", "must be from 1s to 65535s, got %v", m.Keepalive)
 	}
 	return probs
 }
@@ -408,6 +387,44 @@ func validateKafkaConn(p string, t SinkKafkaTLSConfig, sa SinkKafkaSASLConfig) [
 		}
 	default:
 		add(p+".sasl.mechanism", "must be plain, scram-sha-256 or scram-sha-512, got %q", sa.Mechanism)
+	}
+	return probs
+}
+
+// mqttUpstream is what every MQTT upstream block (sinks mqtt and peat,
+// sources mqtt and peat) says about its connection.
+type mqttUpstream struct {
+	url, clientID, username, passwordFile string
+	tls                                   SinkTLSConfig
+	keepalive                             Duration
+}
+
+// validate checks the connection's fields under path p.
+func (u mqttUpstream) validate(p string) []problem {
+	var probs []problem
+	add := func(path, format string, args ...any) {
+		probs = append(probs, problem{path, fmt.Sprintf(format, args...)})
+	}
+	_, useTLS, err := mqttclient.ParseURL(u.url)
+	if err != nil {
+		add(p+".url", "%v", err)
+	}
+	if u.clientID == "" {
+		add(p+".client_id", "must not be empty: it names the upstream session")
+	} else if len(u.clientID) > 65535 {
+		add(p+".client_id", "longer than 65535 bytes")
+	}
+	if u.passwordFile != "" && u.username == "" {
+		add(p+".password_file", "needs a username")
+	}
+	if u.tls != (SinkTLSConfig{}) && err == nil && !useTLS {
+		add(p+".tls", "is set but url is not mqtts://")
+	}
+	if (u.tls.CertFile == "") != (u.tls.KeyFile == "") {
+		add(p+".tls", "cert_file and key_file go together")
+	}
+	if u.keepalive < Duration(time.Second) || u.keepalive > Duration(65535*time.Second) {
+		add(p+".keepalive", "must be from 1s to 65535s, got %v", u.keepalive)
 	}
 	return probs
 }

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/peatmq/peat/edge/internal/mqttclient"
 	"github.com/peatmq/peat/edge/source"
 	"github.com/peatmq/peat/edge/source/peatsource"
 	"github.com/peatmq/peat/logstore"
@@ -48,25 +47,9 @@ func applySourcePeatDefaults(k *SourcePeatConfig, p string, present map[string]b
 func (k *SourcePeatConfig) kind() string { return "peat" }
 
 func (k *SourcePeatConfig) validate(p string) []problem {
-	var probs []problem
+	probs := mqttUpstream{k.URL, k.ClientID, k.Username, k.PasswordFile, k.TLS, k.Keepalive}.validate(p)
 	add := func(path, format string, args ...any) {
 		probs = append(probs, problem{path, fmt.Sprintf(format, args...)})
-	}
-	_, useTLS, err := mqttclient.ParseURL(k.URL)
-	if err != nil {
-		add(p+".url", "%v", err)
-	}
-	if k.ClientID == "" {
-		add(p+".client_id", "must not be empty")
-	}
-	if k.PasswordFile != "" && k.Username == "" {
-		add(p+".password_file", "needs a username")
-	}
-	if k.TLS != (SinkTLSConfig{}) && err == nil && !useTLS {
-		add(p+".tls", "is set but url is not mqtts://")
-	}
-	if (k.TLS.CertFile == "") != (k.TLS.KeyFile == "") {
-		add(p+".tls", "cert_file and key_file go together")
 	}
 	if strings.HasPrefix(k.Filter, "$") || logstore.ValidateFilter(k.Filter) != nil {
 		add(p+".filter", "%q is not a topic filter", k.Filter)
@@ -77,9 +60,6 @@ func (k *SourcePeatConfig) validate(p string) []problem {
 	}
 	if k.Window < 1 || k.Window > 65535 {
 		add(p+".window", "must be from 1 to 65535, got %d", k.Window)
-	}
-	if k.Keepalive < Duration(time.Second) || k.Keepalive > Duration(65535*time.Second) {
-		add(p+".keepalive", "must be from 1s to 65535s, got %v", k.Keepalive)
 	}
 	return probs
 }

@@ -258,31 +258,12 @@ func (c Config) sourceStream(s SourceConfig) (string, error) {
 func (m *SourceMQTTConfig) kind() string { return "mqtt" }
 
 func (m *SourceMQTTConfig) validate(p string) []problem {
-	var probs []problem
+	probs := mqttUpstream{m.URL, m.ClientID, m.Username, m.PasswordFile, m.TLS, m.Keepalive}.validate(p)
 	add := func(path, format string, args ...any) {
 		probs = append(probs, problem{path, fmt.Sprintf(format, args...)})
 	}
-	_, useTLS, err := mqttclient.ParseURL(m.URL)
-	if err != nil {
-		add(p+".url", "%v", err)
-	}
-	if m.ClientID == "" {
-		add(p+".client_id", "must not be empty: it names the upstream session")
-	} else if len(m.ClientID) > 65535 {
-		add(p+".client_id", "longer than 65535 bytes")
-	}
 	if m.Version != 4 && m.Version != 5 {
 		add(p+".version", "must be 5 or 4 (3.1.1), got %d", m.Version)
-	}
-	if m.PasswordFile != "" && m.Username == "" {
-		add(p+".password_file", "needs a username")
-	}
-	t := m.TLS
-	if t != (SinkTLSConfig{}) && err == nil && !useTLS {
-		add(p+".tls", "is set but url is not mqtts://")
-	}
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		add(p+".tls", "cert_file and key_file go together")
 	}
 	if len(m.Subscribe) == 0 {
 		add(p+".subscribe", "must list at least one {filter, qos}")
@@ -298,9 +279,6 @@ func (m *SourceMQTTConfig) validate(p string) []problem {
 	}
 	if err := mqttsource.CheckTopic(m.Topic); err != nil {
 		add(p+".topic", "%v", err)
-	}
-	if m.Keepalive < Duration(time.Second) || m.Keepalive > Duration(65535*time.Second) {
-		add(p+".keepalive", "must be from 1s to 65535s, got %v", m.Keepalive)
 	}
 	if m.ReceiveMax < 1 || m.ReceiveMax > 65535 {
 		add(p+".receive_maximum", "must be from 1 to 65535, got %d", m.ReceiveMax)
