@@ -18,6 +18,7 @@ import (
 	"github.com/peatmq/peat/edge/sink/sinktest"
 	"github.com/peatmq/peat/edge/source"
 	"github.com/peatmq/peat/edge/source/kafkasource"
+	"github.com/peatmq/peat/edge/source/sourcetest"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
@@ -394,43 +395,6 @@ func TestCheckTemplate(t *testing.T) {
 	}
 }
 
-// memLog is a MemLog as the source framework finds its stream.
-type memLog struct{ l *mqtttest.MemLog }
-
-func (l memLog) Stream(name string) source.Stream {
-	if s := l.l.Lookup(name); s != nil {
-		return s
-	}
-	return nil
-}
-
-func (l memLog) Route(topic string) string {
-	if s := l.l.Route(topic); s != nil {
-		return s.Name()
-	}
-	return ""
-}
-
-// marks keeps the source's mark in memory.
-type marks struct {
-	mu sync.Mutex
-	m  map[string]uint64
-}
-
-func (m *marks) Load(group, stream string) (uint64, bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	off, ok := m.m[group+"/"+stream]
-	return off, ok, nil
-}
-
-func (m *marks) Commit(group, stream string, off uint64) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.m[group+"/"+stream] = off
-	return nil
-}
-
 // Under the source framework (several batches may wait to be stored,
 // records another stream captures are dropped), stopped and started
 // again while Kafka grows: every record is stored once, the dropped ones
@@ -443,9 +407,9 @@ func TestKafkaSource_UnderTheFramework(t *testing.T) {
 	log := mqtttest.NewMemLog(t, "cmds=cmd/#", "other=cmd/dev6")
 	st := log.Stream(t, "cmds")
 	up := newUpstream(t, c, kafkasource.Config{Topic: "cmd/{key}", MaxBatch: 50})
-	mk := &marks{m: map[string]uint64{}}
+	mk := &sourcetest.Marks{}
 	run := func() func() {
-		s, err := source.New(source.Config{Name: "cloud", Kind: "kafka", Stream: "cmds", Log: memLog{log}, Upstream: up, Marks: mk,
+		s, err := source.New(source.Config{Name: "cloud", Kind: "kafka", Stream: "cmds", Log: sourcetest.MemLog{L: log}, Upstream: up, Marks: mk,
 			BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Logger: logger()})
 		if err != nil {
 			t.Fatal(err)
@@ -502,9 +466,9 @@ func TestKafkaSource_ResumesOnlyOnceTheLogIsCommitted(t *testing.T) {
 	log := mqtttest.NewMemLog(t, "cmds=cmd/#")
 	st := log.Stream(t, "cmds")
 	up := newUpstream(t, c, kafkasource.Config{Topic: "cmd/{key}", MaxBatch: 50})
-	mk := &marks{m: map[string]uint64{}}
+	mk := &sourcetest.Marks{}
 	start := func() func() {
-		s, err := source.New(source.Config{Name: "cloud", Kind: "kafka", Stream: "cmds", Log: memLog{log}, Upstream: up, Marks: mk,
+		s, err := source.New(source.Config{Name: "cloud", Kind: "kafka", Stream: "cmds", Log: sourcetest.MemLog{L: log}, Upstream: up, Marks: mk,
 			BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Logger: logger()})
 		if err != nil {
 			t.Fatal(err)

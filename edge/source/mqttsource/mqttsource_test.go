@@ -16,49 +16,10 @@ import (
 	"github.com/peatmq/peat/edge/sink/sinktest"
 	"github.com/peatmq/peat/edge/source"
 	"github.com/peatmq/peat/edge/source/mqttsource"
+	"github.com/peatmq/peat/edge/source/sourcetest"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt/mqtttest"
 )
-
-// memLog is a MemLog as a source finds its stream.
-type memLog struct{ l *mqtttest.MemLog }
-
-func (l memLog) Stream(name string) source.Stream {
-	if s := l.l.Lookup(name); s != nil {
-		return s
-	}
-	return nil
-}
-
-func (l memLog) Route(topic string) string {
-	if s := l.l.Route(topic); s != nil {
-		return s.Name()
-	}
-	return ""
-}
-
-// memPositions keeps marks in memory.
-type memPositions struct {
-	mu sync.Mutex
-	m  map[string]uint64
-}
-
-func (p *memPositions) Load(group, stream string) (uint64, bool, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	off, ok := p.m[group+"/"+stream]
-	return off, ok, nil
-}
-
-func (p *memPositions) Commit(group, stream string, off uint64) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.m == nil {
-		p.m = map[string]uint64{}
-	}
-	p.m[group+"/"+stream] = off
-	return nil
-}
 
 // run is one source running into a stream.
 type run struct {
@@ -157,7 +118,7 @@ func TestSource_StoresUpstreamMessagesUnderTheirMappedTopic(t *testing.T) {
 	addr := sinktest.StartMosquitto(t)
 	log := mqtttest.NewMemLog(t, "default=#")
 	st := log.Lookup("default")
-	r := startSource(t, memLog{log}, "default", &memPositions{}, mqttsource.Config{
+	r := startSource(t, sourcetest.MemLog{L: log}, "default", &sourcetest.Marks{}, mqttsource.Config{
 		URL: "mqtt://" + addr, ClientID: "site-a-down", Version: 5,
 		Subscribe: []mqttsource.Subscription{{Filter: "site-a/cmd/#", QoS: 1}}, Strip: "site-a/",
 	})
@@ -214,8 +175,8 @@ func TestSource_AcknowledgesOnlyWhatIsDurable(t *testing.T) {
 				Subscribe: []mqttsource.Subscription{{Filter: "cmd/#", QoS: qos}}}
 			log1 := mqtttest.NewMemLog(t, "default=#")
 			log1.Lookup("default").Hold() // nothing commits
-			marks := &memPositions{}
-			r1 := startSource(t, memLog{log1}, "default", marks, cfg)
+			marks := &sourcetest.Marks{}
+			r1 := startSource(t, sourcetest.MemLog{L: log1}, "default", marks, cfg)
 			waitState(t, r1, source.StateConnected)
 			pub := newPublisher(t, addr, "app")
 			pub.publish(t, "cmd/x", qos, "m", 0, 5)
@@ -227,7 +188,7 @@ func TestSource_AcknowledgesOnlyWhatIsDurable(t *testing.T) {
 			r1.stop()
 
 			log2 := mqtttest.NewMemLog(t, "default=#")
-			startSource(t, memLog{log2}, "default", marks, cfg)
+			startSource(t, sourcetest.MemLog{L: log2}, "default", marks, cfg)
 			c := waitPayloads(t, log2.Lookup("default"), "m", 5)
 			if len(c) != 5 {
 				t.Errorf("log holds %v, want m-0..m-4", c)
@@ -254,7 +215,7 @@ func (s *failOnce) AppendAsync(recs []*logstore.Record, done func(uint64, error)
 }
 
 type failLog struct {
-	memLog
+	sourcetest.MemLog
 	st *failOnce
 }
 
@@ -274,7 +235,7 @@ func TestSource_QoS2RedeliveryOfAStoredMessageIsNotStoredAgain(t *testing.T) {
 			addr := sinktest.StartMosquitto(t)
 			log := mqtttest.NewMemLog(t, "default=#")
 			st := &failOnce{MemStream: log.Lookup("default")}
-			r := startSource(t, failLog{memLog{log}, st}, "default", &memPositions{}, mqttsource.Config{
+			r := startSource(t, failLog{sourcetest.MemLog{L: log}, st}, "default", &sourcetest.Marks{}, mqttsource.Config{
 				URL: "mqtt://" + addr, ClientID: "down", Version: 5,
 				Subscribe: []mqttsource.Subscription{{Filter: "cmd/#", QoS: tc.qos}}})
 			waitState(t, r, source.StateConnected)
@@ -311,7 +272,7 @@ func TestSource_ThroughFaults(t *testing.T) {
 			proxy := sinktest.NewProxy(t, addr, 30*time.Millisecond)
 			log := mqtttest.NewMemLog(t, "default=#")
 			st := log.Lookup("default")
-			r := startSource(t, memLog{log}, "default", &memPositions{}, mqttsource.Config{
+			r := startSource(t, sourcetest.MemLog{L: log}, "default", &sourcetest.Marks{}, mqttsource.Config{
 				URL: "mqtt://" + proxy.Addr(), ClientID: "down", Version: 5, Keepalive: 2 * time.Second,
 				ReceiveMaximum: 20,
 				Subscribe:      []mqttsource.Subscription{{Filter: "cmd/#", QoS: qos}}})
@@ -354,7 +315,7 @@ func TestSource_PauseDisconnectsAndResumeBringsWhatCameMeanwhile(t *testing.T) {
 	addr := sinktest.StartMosquitto(t)
 	log := mqtttest.NewMemLog(t, "default=#")
 	st := log.Lookup("default")
-	r := startSource(t, memLog{log}, "default", &memPositions{}, mqttsource.Config{
+	r := startSource(t, sourcetest.MemLog{L: log}, "default", &sourcetest.Marks{}, mqttsource.Config{
 		URL: "mqtt://" + addr, ClientID: "down", Version: 4,
 		Subscribe: []mqttsource.Subscription{{Filter: "cmd/#", QoS: 1}}})
 	waitState(t, r, source.StateConnected)
@@ -377,7 +338,7 @@ func TestSource_DropsWhatItsStreamDoesNotCapture(t *testing.T) {
 	addr := sinktest.StartMosquitto(t)
 	log := mqtttest.NewMemLog(t, "cmd=cmd/#", "other=#")
 	st := log.Lookup("cmd")
-	r := startSource(t, memLog{log}, "cmd", &memPositions{}, mqttsource.Config{
+	r := startSource(t, sourcetest.MemLog{L: log}, "cmd", &sourcetest.Marks{}, mqttsource.Config{
 		URL: "mqtt://" + addr, ClientID: "down", Version: 5,
 		Subscribe: []mqttsource.Subscription{{Filter: "up/#", QoS: 1}}, Strip: "up/"})
 	waitState(t, r, source.StateConnected)

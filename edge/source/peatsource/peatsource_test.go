@@ -18,45 +18,9 @@ import (
 	"github.com/peatmq/peat/edge/sink/sinktest"
 	"github.com/peatmq/peat/edge/source"
 	"github.com/peatmq/peat/edge/source/peatsource"
+	"github.com/peatmq/peat/edge/source/sourcetest"
 	"github.com/peatmq/peat/logstore"
 )
-
-// storeLog is a node's store as the source framework finds its stream.
-type storeLog struct{ st *logstore.Store }
-
-func (l storeLog) Stream(name string) source.Stream {
-	if s := l.st.Stream(name); s != nil {
-		return s
-	}
-	return nil
-}
-
-func (l storeLog) Route(topic string) string {
-	if s := l.st.Route(topic); s != nil {
-		return s.Name()
-	}
-	return ""
-}
-
-// marks keeps the source's mark in memory.
-type marks struct {
-	mu sync.Mutex
-	m  map[string]uint64
-}
-
-func (m *marks) Load(group, stream string) (uint64, bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	off, ok := m.m[group+"/"+stream]
-	return off, ok, nil
-}
-
-func (m *marks) Commit(group, stream string, off uint64) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.m[group+"/"+stream] = off
-	return nil
-}
 
 func logger() *slog.Logger {
 	if testing.Verbose() {
@@ -141,9 +105,9 @@ func runSource(t *testing.T, site *edge.Node, hqAddr string, cfg peatsource.Conf
 	}
 	s, err := source.New(source.Config{
 		Name: "hq", Kind: "peat", Stream: "hq",
-		Log:        peatsource.MirrorLog(storeLog{store}, "hq", apply, logger()),
+		Log:        peatsource.MirrorLog(sourcetest.StoreLog{St: store}, "hq", apply, logger()),
 		Upstream:   up,
-		Marks:      &marks{m: map[string]uint64{}},
+		Marks:      &sourcetest.Marks{},
 		BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		Logger: logger(),
 	})
