@@ -201,3 +201,37 @@ func TestUsers_CacheAndConcurrencyBound(t *testing.T) {
 		t.Errorf("%d hashes ran at once, want at most 2", p)
 	}
 }
+
+// Refused logins cost the same whatever they got wrong, so timing tells
+// no one which user names exist: an unknown user is checked against a
+// dummy of the kind and cost most of the file's users have (here
+// mosquitto_passwd's $7$, not Peat's argon2id), one hash as for a listed
+// user; and a wrong password tried again is hashed again (a cache of
+// refusals made repeats 80 times faster than the first try, an oracle for
+// which names were tried).
+func TestUsers_RefusalsCostOneHashAlike(t *testing.T) {
+	h1, _ := parseHash("$7$101$eSQ2xXMGhDpt/N27$OB240zqWHET+2gyd4my/OPkd+DH8prxvCXKB+trQZs67i+jQnil11jWOz1WAVFFdcMsFWFR9gT4OfhYlPy/++g==")
+	file := "alice:$7$101$eSQ2xXMGhDpt/N27$OB240zqWHET+2gyd4my/OPkd+DH8prxvCXKB+trQZs67i+jQnil11jWOz1WAVFFdcMsFWFR9gT4OfhYlPy/++g==\n" +
+		"bob:$7$101$anTtQ+rVZxnz/nlE$SWoNT7kNUULvzISHiAUmC+tpeanAM0NEel2tqeCDl98+YWTCnkvUtTZlNHHT9yBI4XQftBzYNihUm52SXNqFOw==\n"
+	a := newAuth(t, Config{UsersFile: writeFile(t, "users", file)})
+	set := a.cur.Load()
+
+	if login(a, "nobody", "pw") {
+		t.Fatal("an unknown user got in")
+	}
+	dummy := set.users.dummyFor(nil)
+	if dummy == nil || costKey(dummy) != costKey(h1) {
+		t.Fatalf("the dummy for unknown users is %v, want %s like the file's users", dummy, costKey(h1))
+	}
+	dc := &hashCounter{hash: dummy}
+	set.users.dummy.h = dc
+	ac := &hashCounter{hash: set.users.m["alice"].h}
+	set.users.m["alice"] = user{raw: set.users.m["alice"].raw, h: ac}
+	for range 5 {
+		login(a, "nobody", "same")
+		login(a, "alice", "same")
+	}
+	if d, k := dc.n.Load(), ac.n.Load(); d != 5 || k != 5 {
+		t.Errorf("5 refusals each hashed %d times for an unknown user and %d for alice, want 5 and 5", d, k)
+	}
+}
