@@ -371,17 +371,18 @@ func (s *Sink) pump(ctx context.Context, conn Conn) (progressed bool, err error)
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.streamsWake)},
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(leaderCh)},
 		}
+		sleep := wait
 		if pending {
 			// Acknowledged records wait for a commit batch: not longer
 			// than commitInterval.
 			left := max(commitInterval-time.Since(p.committedAt), time.Millisecond)
-			if wait == 0 || left < wait {
-				wait = left
+			if sleep == 0 || left < sleep {
+				sleep = left
 			}
 		}
 		var timer *time.Timer
-		if wait > 0 {
-			timer = time.NewTimer(wait)
+		if sleep > 0 {
+			timer = time.NewTimer(sleep)
 			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)})
 		}
 		wake := seeks // a seek frees the window too
