@@ -3,9 +3,11 @@ package mqtt
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/peatmq/peat/mqtt/mqtttest"
 	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
@@ -273,5 +275,46 @@ func TestDurableSession_CleanStartWithExpiryStartsAfresh(t *testing.T) {
 	store(t, s, []string{"d/new"}, nil)
 	if pk := readPublishes(t, c, 1)[0]; pk.TopicName != "d/new" {
 		t.Fatalf("first delivery of the new session: %q, want d/new", pk.TopicName)
+	}
+}
+
+// A stored session whose user name declares a 4 GiB bin32 (a damaged
+// record, or one forged by a peer of a site) fails to load without
+// allocating what it declares.
+func TestSession_ForgedLengthAllocatesNothing(t *testing.T) {
+	v := []byte{0x81, 0xa1, 'u', 0xc6, 0xff, 0xff, 0xff, 0xf0, 'x'} // {"u": bin32 of 4 GiB, 1 byte there}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var s session
+	err := msgpack.Unmarshal(v, &s)
+	runtime.ReadMemStats(&after)
+	if err == nil {
+		t.Fatal("a session with a truncated user name loaded")
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+		t.Fatalf("decoding it allocated %d MiB", grew>>20)
+	}
+}
+
+// A session an older Peat stored, its user name a bin, loads with it;
+// and what this one stores (a str) decodes into a bin field as before.
+func TestSession_UserNameReadsBothForms(t *testing.T) {
+	type older struct {
+		Username []byte `msgpack:"u,omitempty"`
+	}
+	b, err := msgpack.Marshal(older{Username: []byte("alice")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s session
+	if err := msgpack.Unmarshal(b, &s); err != nil || s.Username != "alice" {
+		t.Fatalf("older record: %q, %v", s.Username, err)
+	}
+	if b, err = msgpack.Marshal(&session{Username: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	var o older
+	if err := msgpack.Unmarshal(b, &o); err != nil || string(o.Username) != "bob" {
+		t.Fatalf("read by an older Peat: %q, %v", o.Username, err)
 	}
 }

@@ -97,8 +97,12 @@ type sessionSub struct {
 
 // session is one durable session.
 type session struct {
-	ProtocolVersion byte   `msgpack:"v"`
-	Username        []byte `msgpack:"u,omitempty"`
+	ProtocolVersion byte `msgpack:"v"`
+	// Username is a string, not mochi's []byte: msgpack allocates a bin
+	// field's declared length before reading it (4 GiB for a damaged or
+	// forged bin32 in the store or from a peer), a string only as its
+	// bytes arrive. Either form decodes into either type.
+	Username string `msgpack:"u,omitempty"`
 	// Owner is the identity that made the session (Tenancy.Identity):
 	// no other may connect with its client id. "" for a session stored
 	// without Auth or by an older Peat: the next identity adopts it.
@@ -388,7 +392,7 @@ func (ss *sessions) establish(cl *mochi.Client) {
 	s.Disconnected = 0
 	s.transient = !persistent(cl) // resumed, but it ends with this connection
 	s.ProtocolVersion = cl.Properties.ProtocolVersion
-	s.Username = cl.Properties.Username
+	s.Username = string(cl.Properties.Username)
 	if id := identityOf(cl); id != "" { // tenancy.go: admit refused other identities
 		s.Owner = id
 	}
@@ -568,7 +572,7 @@ func (ss *sessions) stored() ([]storage.Client, []storage.Subscription) {
 			ID:              id,
 			T:               storage.ClientKey,
 			Listener:        s.Listener,
-			Username:        s.Username,
+			Username:        []byte(s.Username),
 			Clean:           s.Clean,
 			ProtocolVersion: s.ProtocolVersion,
 			Properties: storage.ClientProperties{

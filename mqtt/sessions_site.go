@@ -266,7 +266,7 @@ func (d *delivery) forgetLocal(id string) {
 // start, for the connecting client to take over.
 func (d *delivery) restoreClient(id string, s *session) {
 	cl := d.srv.NewClient(nil, s.Listener, id, false)
-	cl.Properties.Username = s.Username
+	cl.Properties.Username = []byte(s.Username)
 	cl.Properties.Clean = s.Clean
 	cl.Properties.ProtocolVersion = s.ProtocolVersion
 	cl.Properties.Props = packets.Properties{
