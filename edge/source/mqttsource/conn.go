@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -43,8 +42,7 @@ type conn struct {
 	r      source.Resume
 	qos2   bool // a subscription asks for QoS 2
 
-	wmu sync.Mutex // guards bw and every write
-	bw  *bufio.Writer
+	*mqttclient.Link // writes, and how the connection ends
 
 	mu struct {
 		sync.Mutex
@@ -58,11 +56,6 @@ type conn struct {
 	}
 	relWake chan struct{} // cap 1
 
-	done    chan struct{} // closed by fail
-	once    sync.Once
-	err     error
-	wg      sync.WaitGroup
-	closing sync.Once
 }
 
 var _ source.Conn = (*conn)(nil)
@@ -72,9 +65,8 @@ func newConn(u *Upstream, nc net.Conn, br *bufio.Reader, keepalive time.Duration
 		u: u, nc: nc, br: br, keepalive: keepalive,
 		in:      make(chan source.Message, u.cfg.ReceiveMaximum),
 		window:  make(chan struct{}, u.cfg.ReceiveMaximum),
-		bw:      bufio.NewWriterSize(nc, 4096),
+		Link:    mqttclient.NewLink(nc, keepalive),
 		relWake: make(chan struct{}, 1),
-		done:    make(chan struct{}),
 	}
 	for _, s := range u.cfg.Subscribe {
 		c.qos2 = c.qos2 || s.QoS == 2
@@ -131,7 +123,7 @@ func propOf(rec *logstore.Record, key string) string {
 
 func (c *conn) start() {
 	c.mu.lastRead = time.Now()
-	c.wg.Add(3)
+	c.WG.Add(3)
 	go c.readLoop()
 	go c.pingLoop()
 	go c.releaseLoop()
@@ -158,42 +150,7 @@ func (c *conn) subscribe() error {
 	if err := pk.SubscribeEncode(&buf); err != nil {
 		return mqttclient.WithReason("protocol", fmt.Errorf("encode SUBSCRIBE: %w", err))
 	}
-	return c.write(buf.Bytes())
-}
-
-// fail ends the connection with err (the first one wins).
-func (c *conn) fail(err error) {
-	c.once.Do(func() {
-		c.err = err
-		close(c.done)
-		_ = c.nc.Close()
-	})
-}
-
-// Close ends the connection and waits for its goroutines.
-func (c *conn) Close() error {
-	c.closing.Do(func() {
-		c.fail(errors.New("closed"))
-		c.wg.Wait()
-	})
-	return nil
-}
-
-// write writes b and flushes, within a keepalive (a black hole with
-// full socket buffers fails the connection).
-func (c *conn) write(b []byte) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.keepalive))
-	if _, err := c.bw.Write(b); err != nil {
-		c.fail(err)
-		return err
-	}
-	if err := c.bw.Flush(); err != nil {
-		c.fail(err)
-		return err
-	}
-	return nil
+	return c.Write(buf.Bytes())
 }
 
 // Next returns the messages read so far (at least one, at most
@@ -201,8 +158,8 @@ func (c *conn) write(b []byte) error {
 func (c *conn) Next(ctx context.Context) ([]source.Message, error) {
 	select { // room for one
 	case c.window <- struct{}{}:
-	case <-c.done:
-		return nil, c.err
+	case <-c.Ended():
+		return nil, c.Err()
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -210,9 +167,9 @@ func (c *conn) Next(ctx context.Context) ([]source.Message, error) {
 	select {
 	case m := <-c.in:
 		msgs = append(msgs, m)
-	case <-c.done:
+	case <-c.Ended():
 		<-c.window
-		return nil, c.err
+		return nil, c.Err()
 	case <-ctx.Done():
 		<-c.window
 		return nil, ctx.Err()
@@ -263,16 +220,16 @@ func (c *conn) Done(msgs []source.Message) error {
 	if len(buf) == 0 {
 		return nil
 	}
-	return c.write(buf)
+	return c.Write(buf)
 }
 
 // readLoop reads the upstream's packets until the connection fails.
 func (c *conn) readLoop() {
-	defer c.wg.Done()
+	defer c.WG.Done()
 	for {
 		pk, err := mqttclient.ReadPacket(c.br, c.u.cfg.Version, nil, c.u.cfg.MaxPacket)
 		if err != nil {
-			c.fail(err)
+			c.Fail(err)
 			return
 		}
 		c.mu.Lock()
@@ -281,7 +238,7 @@ func (c *conn) readLoop() {
 		switch pk.FixedHeader.Type {
 		case packets.Publish:
 			if err := c.publish(pk); err != nil {
-				c.fail(err)
+				c.Fail(err)
 				return
 			}
 		case packets.Pubrel:
@@ -294,16 +251,16 @@ func (c *conn) readLoop() {
 			}
 		case packets.Suback:
 			if err := checkSuback(pk, c.u.cfg.Subscribe); err != nil {
-				c.fail(err)
+				c.Fail(err)
 				return
 			}
 		case packets.Pingresp:
 		case packets.Disconnect:
-			c.fail(mqttclient.Errorf("refused", "upstream disconnected: reason %#x %s",
+			c.Fail(mqttclient.Errorf("refused", "upstream disconnected: reason %#x %s",
 				pk.ReasonCode, pk.Properties.ReasonString))
 			return
 		default:
-			c.fail(mqttclient.Errorf("protocol", "unexpected packet type %d from upstream", pk.FixedHeader.Type))
+			c.Fail(mqttclient.Errorf("protocol", "unexpected packet type %d from upstream", pk.FixedHeader.Type))
 			return
 		}
 	}
@@ -346,7 +303,7 @@ func (c *conn) publish(pk packets.Packet) error {
 	}
 	select {
 	case c.in <- m:
-	case <-c.done:
+	case <-c.Ended():
 	}
 	return nil
 }
@@ -402,10 +359,10 @@ func (c *conn) record(pk packets.Packet) *logstore.Record {
 // PUBRECs (MQTT 4.6), which is the order of the records, so a release
 // releases every record before it.
 func (c *conn) releaseLoop() {
-	defer c.wg.Done()
+	defer c.WG.Done()
 	for {
 		select {
-		case <-c.done:
+		case <-c.Ended():
 			return
 		case <-c.relWake:
 		}
@@ -422,7 +379,7 @@ func (c *conn) releaseLoop() {
 		c.mu.Unlock()
 		if moved {
 			if err := c.r.SetMark(mark); err != nil {
-				c.fail(mqttclient.WithReason("append", fmt.Errorf("set the source's mark: %w", err)))
+				c.Fail(mqttclient.WithReason("append", fmt.Errorf("set the source's mark: %w", err)))
 				return
 			}
 			c.mu.Lock()
@@ -438,7 +395,7 @@ func (c *conn) releaseLoop() {
 		for _, pid := range pids {
 			buf = append(buf, mqttclient.Ack(packets.Pubcomp, pid)...)
 		}
-		if c.write(buf) != nil {
+		if c.Write(buf) != nil {
 			return
 		}
 	}
@@ -447,13 +404,13 @@ func (c *conn) releaseLoop() {
 // pingLoop sends a PINGREQ every half keepalive and fails the connection
 // when nothing was read for a whole keepalive.
 func (c *conn) pingLoop() {
-	defer c.wg.Done()
+	defer c.WG.Done()
 	t := time.NewTicker(c.keepalive / 2)
 	defer t.Stop()
 	ping := []byte{packets.Pingreq << 4, 0}
 	for {
 		select {
-		case <-c.done:
+		case <-c.Ended():
 			return
 		case <-t.C:
 		}
@@ -461,10 +418,10 @@ func (c *conn) pingLoop() {
 		quiet := time.Since(c.mu.lastRead)
 		c.mu.Unlock()
 		if quiet > c.keepalive {
-			c.fail(mqttclient.Errorf("timeout", "nothing from upstream for %v (keepalive)", quiet.Round(time.Millisecond)))
+			c.Fail(mqttclient.Errorf("timeout", "nothing from upstream for %v (keepalive)", quiet.Round(time.Millisecond)))
 			return
 		}
-		if c.write(ping) != nil {
+		if c.Write(ping) != nil {
 			return
 		}
 	}

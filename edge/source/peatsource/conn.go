@@ -4,13 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,19 +41,12 @@ type conn struct {
 	in   chan source.Message
 	turn chan struct{}
 
-	wmu sync.Mutex // guards bw and every write
-	bw  *bufio.Writer
+	*mqttclient.Link // writes, and how the connection ends
 
 	next     uint64 // the offset after the last record read (reader's)
 	end      atomic.Uint64
 	durable  atomic.Uint64 // the offset after the last record stored
 	lastRead atomic.Int64  // unix ns
-
-	done chan struct{} // closed by fail
-	once sync.Once
-	err  error
-	wg   sync.WaitGroup
-	stop sync.Once
 }
 
 var (
@@ -69,9 +60,8 @@ func newConn(u *Upstream, nc net.Conn, br *bufio.Reader, next uint64) *conn {
 		head: "$replay/" + strconv.FormatUint(next, 10) + "/",
 		in:   make(chan source.Message, u.cfg.Window+maxBatch),
 		turn: make(chan struct{}, 1),
-		bw:   bufio.NewWriterSize(nc, 4096),
+		Link: mqttclient.NewLink(nc, u.cfg.Keepalive),
 		next: next,
-		done: make(chan struct{}),
 	}
 	c.durable.Store(next)
 	c.turn <- struct{}{}
@@ -98,7 +88,7 @@ func (c *conn) subscribe(ctx context.Context) error {
 	_ = c.nc.SetDeadline(time.Now().Add(c.u.cfg.Timeout))
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Now()) })
 	defer stop()
-	if err := c.write(buf.Bytes()); err != nil {
+	if err := c.Write(buf.Bytes()); err != nil {
 		return err
 	}
 	for {
@@ -136,42 +126,9 @@ func (c *conn) subscribe(ctx context.Context) error {
 }
 
 func (c *conn) start() {
-	c.wg.Add(2)
+	c.WG.Add(2)
 	go c.readLoop()
 	go c.pingLoop()
-}
-
-func (c *conn) fail(err error) {
-	c.once.Do(func() {
-		c.err = err
-		close(c.done)
-		_ = c.nc.Close()
-	})
-}
-
-// Close ends the connection and waits for its goroutines; what was read
-// and not stored is replayed to the next connection.
-func (c *conn) Close() error {
-	c.stop.Do(func() {
-		c.fail(errors.New("closed"))
-		c.wg.Wait()
-	})
-	return nil
-}
-
-func (c *conn) write(b []byte) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.u.cfg.Keepalive))
-	if _, err := c.bw.Write(b); err != nil {
-		c.fail(err)
-		return err
-	}
-	if err := c.bw.Flush(); err != nil {
-		c.fail(err)
-		return err
-	}
-	return nil
 }
 
 // Next returns the records read so far (at least one), once the batch
@@ -179,8 +136,8 @@ func (c *conn) write(b []byte) error {
 func (c *conn) Next(ctx context.Context) ([]source.Message, error) {
 	select {
 	case <-c.turn:
-	case <-c.done:
-		return nil, c.err
+	case <-c.Ended():
+		return nil, c.Err()
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -188,9 +145,9 @@ func (c *conn) Next(ctx context.Context) ([]source.Message, error) {
 	select {
 	case m := <-c.in:
 		msgs = append(msgs, m)
-	case <-c.done:
+	case <-c.Ended():
 		c.turn <- struct{}{}
-		return nil, c.err
+		return nil, c.Err()
 	case <-ctx.Done():
 		c.turn <- struct{}{}
 		return nil, ctx.Err()
@@ -225,7 +182,7 @@ func (c *conn) Done(msgs []source.Message) error {
 		}
 	}
 	if len(buf) > 0 {
-		if err := c.write(buf); err != nil {
+		if err := c.Write(buf); err != nil {
 			return err
 		}
 	}
@@ -248,11 +205,11 @@ func (c *conn) Lag() (int64, bool) {
 
 // readLoop reads the upstream's packets until the connection fails.
 func (c *conn) readLoop() {
-	defer c.wg.Done()
+	defer c.WG.Done()
 	for {
 		pk, err := mqttclient.ReadPacket(c.br, 5, nil, c.u.cfg.MaxPacket)
 		if err != nil {
-			c.fail(err)
+			c.Fail(err)
 			return
 		}
 		c.lastRead.Store(time.Now().UnixNano())
@@ -260,26 +217,26 @@ func (c *conn) readLoop() {
 		case packets.Publish:
 			m, err := c.message(pk)
 			if err != nil {
-				c.fail(err)
+				c.Fail(err)
 				return
 			}
 			select {
 			case c.in <- m:
-			case <-c.done:
+			case <-c.Ended():
 				return
 			}
 		case packets.Pubrel:
 			// The PUBREC went once the record was stored: nothing is
 			// left to do for it.
-			if c.write(mqttclient.Ack(packets.Pubcomp, pk.PacketID)) != nil {
+			if c.Write(mqttclient.Ack(packets.Pubcomp, pk.PacketID)) != nil {
 				return
 			}
 		case packets.Pingresp:
 		case packets.Disconnect:
-			c.fail(mqttclient.Errorf("refused", "upstream disconnected: reason %#x %s", pk.ReasonCode, pk.Properties.ReasonString))
+			c.Fail(mqttclient.Errorf("refused", "upstream disconnected: reason %#x %s", pk.ReasonCode, pk.Properties.ReasonString))
 			return
 		default:
-			c.fail(mqttclient.Errorf("protocol", "unexpected packet type %d from upstream", pk.FixedHeader.Type))
+			c.Fail(mqttclient.Errorf("protocol", "unexpected packet type %d from upstream", pk.FixedHeader.Type))
 			return
 		}
 	}
@@ -353,21 +310,21 @@ func (c *conn) message(pk packets.Packet) (source.Message, error) {
 // pingLoop sends a PINGREQ every half keepalive and fails the connection
 // when nothing was read for a whole keepalive.
 func (c *conn) pingLoop() {
-	defer c.wg.Done()
+	defer c.WG.Done()
 	t := time.NewTicker(c.u.cfg.Keepalive / 2)
 	defer t.Stop()
 	ping := []byte{packets.Pingreq << 4, 0}
 	for {
 		select {
-		case <-c.done:
+		case <-c.Ended():
 			return
 		case <-t.C:
 		}
 		if quiet := time.Since(time.Unix(0, c.lastRead.Load())); quiet > c.u.cfg.Keepalive {
-			c.fail(mqttclient.Errorf("timeout", "nothing from upstream for %v (keepalive)", quiet.Round(time.Millisecond)))
+			c.Fail(mqttclient.Errorf("timeout", "nothing from upstream for %v (keepalive)", quiet.Round(time.Millisecond)))
 			return
 		}
-		if c.write(ping) != nil {
+		if c.Write(ping) != nil {
 			return
 		}
 	}
