@@ -26,6 +26,23 @@ var (
 	ErrLeaderUnavailable = errors.New("mqtt: stream leader unavailable")
 )
 
+// Refusal is an append error that says why in its own words: an MQTT 5
+// publisher gets the reason code of the sentinel Err wraps (refusal.go)
+// with "not stored: " and Reason as the reason string, so that a client
+// (or the person reading its log) can tell "the leader did not answer in
+// time, publish again" from "this node is cut off from the site, try
+// another".
+type Refusal struct {
+	Reason string
+	Err    error // wraps ErrLeaderUnavailable, ErrNotEnoughReplicas, ...
+}
+
+func (e *Refusal) Error() string { return e.Err.Error() + ": " + e.Reason }
+func (e *Refusal) Unwrap() error { return e.Err }
+
+// Refuse is a *Refusal of err with reason.
+func Refuse(reason string, err error) error { return &Refusal{Reason: reason, Err: err} }
+
 // Why the connection guard (connguard.go) or ingest ended a connection. They
 // are what mochi's read loop returns for it, and what the connection's last
 // log line says.

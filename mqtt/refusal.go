@@ -26,11 +26,17 @@ var refusals = []struct {
 }
 
 // refusalCode is the MQTT 5 reason for a failed append.
+// A *Refusal in err gives the reason string.
 func refusalCode(err error) packets.Code {
+	code := codeNotSaved
 	for _, r := range refusals {
 		if errors.Is(err, r.err) {
-			return r.code
+			code = r.code
+			break
 		}
 	}
-	return codeNotSaved
+	if rf, ok := errors.AsType[*Refusal](err); ok && rf.Reason != "" {
+		code.Reason = "not stored: " + rf.Reason
+	}
+	return code
 }
