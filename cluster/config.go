@@ -22,6 +22,17 @@ const (
 	DefaultLeaderLeaseTimeout = 500 * time.Millisecond
 	DefaultReconcileInterval  = 30 * time.Second
 	DefaultApplyTimeout       = 5 * time.Second
+	// DefaultSessionTimeout is cluster.session_timeout: a broker the
+	// controller has not heard a heartbeat from for this long is fenced
+	// (rules/session.go). Three Serf probe periods plus a suspicion: a
+	// leader cut off from the controller alone is deposed about as fast
+	// as a dead one.
+	DefaultSessionTimeout    = 3 * time.Second
+	DefaultHeartbeatInterval = 500 * time.Millisecond
+	// DefaultReconnectInterval is how often Serf tries to rejoin a member
+	// it has seen fail (Serf's own default is 30 s): a node is back
+	// within a second or two of a healed link, not at the next 30 s tick.
+	DefaultReconnectInterval = time.Second
 )
 
 // Config configures one node of a site.
@@ -80,6 +91,15 @@ type Config struct {
 	ReconcileInterval time.Duration
 	ApplyTimeout      time.Duration // a controller command's deadline
 
+	// SessionTimeout: the controller fences a broker it has not heard a
+	// heartbeat from for this long, whatever Serf says; a leader stops
+	// committing a quarter of it sooner (rules/session.go).
+	// HeartbeatInterval is how often every broker heartbeats.
+	SessionTimeout    time.Duration
+	HeartbeatInterval time.Duration
+	// ReconnectInterval is how often Serf tries to rejoin failed members.
+	ReconnectInterval time.Duration
+
 	// ReplaceAfter is how long a member may stay failed before the
 	// controller removes it from the site as RemoveBroker does (its
 	// replicas move to other brokers, a voter leaves Raft). 0: never; an
@@ -112,6 +132,9 @@ func DefaultConfig() Config {
 		LeaderLeaseTimeout: DefaultLeaderLeaseTimeout,
 		ReconcileInterval:  DefaultReconcileInterval,
 		ApplyTimeout:       DefaultApplyTimeout,
+		SessionTimeout:     DefaultSessionTimeout,
+		HeartbeatInterval:  DefaultHeartbeatInterval,
+		ReconnectInterval:  DefaultReconnectInterval,
 	}
 }
 
@@ -155,7 +178,8 @@ func (c Config) Validate() error {
 	}{{"ProbeInterval", c.ProbeInterval}, {"ProbeTimeout", c.ProbeTimeout},
 		{"HeartbeatTimeout", c.HeartbeatTimeout}, {"ElectionTimeout", c.ElectionTimeout},
 		{"LeaderLeaseTimeout", c.LeaderLeaseTimeout}, {"ReconcileInterval", c.ReconcileInterval},
-		{"ApplyTimeout", c.ApplyTimeout}} {
+		{"ApplyTimeout", c.ApplyTimeout}, {"SessionTimeout", c.SessionTimeout},
+		{"HeartbeatInterval", c.HeartbeatInterval}, {"ReconnectInterval", c.ReconnectInterval}} {
 		if d.v <= 0 {
 			bad(d.field, "%v is not positive", d.v)
 		}
@@ -168,6 +192,10 @@ func (c Config) Validate() error {
 	}
 	if c.SuspicionMult < 1 {
 		bad("SuspicionMult", "%d is below 1", c.SuspicionMult)
+	}
+	if c.HeartbeatInterval > 0 && c.SessionTimeout < 3*c.HeartbeatInterval {
+		// A session must outlast a lost heartbeat or two.
+		bad("SessionTimeout", "%v is shorter than three HeartbeatIntervals (%v)", c.SessionTimeout, c.HeartbeatInterval)
 	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		bad("LeaderLeaseTimeout", "%v is longer than HeartbeatTimeout %v", c.LeaderLeaseTimeout, c.HeartbeatTimeout)

@@ -157,6 +157,8 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		n.log.Warn("cluster: controller barrier", slog.Any("err", err))
 		return // leadership lost, or shutdown; a new leadership starts anew
 	}
+	n.startSessions(time.Now())
+	defer n.endSessions()
 	tick := time.NewTicker(n.cfg.ReconcileInterval)
 	defer tick.Stop()
 	ctl := &control{failedSince: map[string]time.Time{}}
@@ -174,6 +176,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 			n.log.Warn("cluster: moving replicas", slog.Any("err", err))
 		}
 		next = earliest(next, held)
+		next = earliest(next, n.nextExpiry(st, now))
 		var due <-chan time.Time
 		var t *time.Timer
 		if !next.IsZero() {
@@ -204,7 +207,9 @@ func (n *Node) leaderLoop(ctx context.Context) {
 //   - an alive member whose epoch the state does not have is registered
 //     (a restart fences its old incarnation, see RegisterBroker);
 //   - a failed or departed member in its registered epoch is reported
-//     failed: it leaves every ISR at once;
+//     failed: it leaves every ISR at once; so is one Serf shows alive
+//     whose broker session expired (heartbeat.go), and its next counted
+//     heartbeat registers it again;
 //   - a member that left gracefully, or that Serf reaped, leaves the Raft
 //     configuration. A failed voter stays in it (as in Consul): removing it
 //     would shrink the quorum on a guess;
@@ -222,6 +227,7 @@ func (n *Node) reconcileAll(ctx context.Context) error {
 	state, _ := n.fsm.State()
 	var errs []error
 	inSerf := map[string]bool{}
+	now := time.Now()
 	for _, sm := range n.serf.Members() {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -234,7 +240,15 @@ func (n *Node) reconcileAll(ctx context.Context) error {
 			continue
 		}
 		b := state.Brokers[m.ID]
-		c := rules.MemberCommand(state, m.ID, m.Epoch, alive)
+		// The state counts a member alive while Serf does and its session
+		// holds (heartbeat.go); one Serf sees alive but whose heartbeats
+		// stopped is fenced, and stays in Raft's configuration.
+		live := alive && n.sessionLive(m, now)
+		if alive && !live && b != nil && b.Alive && b.Epoch == m.Epoch {
+			n.log.Warn("cluster: fencing a broker whose heartbeats stopped (its session expired)", slog.String("member", m.ID),
+				slog.Duration("session_timeout", n.cfg.SessionTimeout))
+		}
+		c := rules.MemberCommand(state, m.ID, m.Epoch, live)
 		switch sm.Status {
 		case serf.StatusAlive:
 			if b != nil && b.Draining {

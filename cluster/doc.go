@@ -13,6 +13,7 @@
 // # Components
 //
 //	membership.go     Serf: tags, broker epochs, failure detection, joins
+//	heartbeat.go      broker heartbeats to the controller, and fencing
 //	controller.go     the Raft group and the controller loop: Serf members
 //	                  reconciled with Raft's configuration and the state
 //	fsm.go            the raft.FSM over rules.State (copy on apply, snapshots)
@@ -61,9 +62,12 @@
 //  4. A leader commits only while its ISR has min_insync_replicas
 //     members, its state still names it leader in its epoch, and it is
 //     the controller or heard from it within the Raft heartbeat timeout
-//     (replica_leader.go, rules.MayCommit from replicator.go): a leader cut
-//     off from the site stops committing before the controller deposes
-//     it.
+//     and had a heartbeat sent less than rules.SelfFenceAfter ago counted
+//     (replica_leader.go, rules.MayCommit from replicator.go,
+//     heartbeat.go): a leader cut off from the controller stops
+//     committing, and refuses its producers, before the controller fences
+//     it, which it does when Serf declares it failed or its session
+//     expires, whichever comes first.
 //  5. An ISR change reaches a Leader only once the controller committed
 //     it (replicator.go, SetISR): the watermark never moves on a smaller
 //     ISR the controller has not agreed to. A larger one is counted from

@@ -11,9 +11,11 @@ import (
 )
 
 // maintainISR is a leader's side of ISR maintenance: every quarter of
-// LagMax it asks the controller (Submit, wherever it runs) to drop the
-// followers not caught up for LagMax and to add those caught up in their
-// current broker epoch. The Leader applies an ISR only once the controller
+// LagMax, or every isrCheck if sooner, it asks the controller (Submit,
+// wherever it runs) to drop the followers not caught up for LagMax and to
+// add those caught up in their current broker epoch (it asks only when
+// there is a change to make: a look costs no I/O). A replica back after
+// a healed link is in the ISR within isrCheck of catching up. The Leader applies an ISR only once the controller
 // committed it (sync's SetISR): a smaller ISR never moves the watermark
 // before the controller agreed, and an AlterISR in a stale leader epoch or
 // version is refused there (a deposed leader cannot shrink its ISR).
@@ -24,9 +26,13 @@ import (
 // KIP-497), and drops it only on a refusal that says it is not in the
 // ISR, or when a later proposal, from a state without it, does not name
 // it again.
+// isrCheck bounds how long a leader waits before it proposes a change
+// of its ISR it could make (maintainISR).
+const isrCheck = 500 * time.Millisecond
+
 func (r *Replicator) maintainISR(ctx context.Context, ro *role, name string) {
 	defer close(ro.done)
-	tick := time.NewTicker(max(r.cfg.LagMax/4, 50*time.Millisecond))
+	tick := time.NewTicker(min(max(r.cfg.LagMax/4, 50*time.Millisecond), isrCheck))
 	defer tick.Stop()
 	for {
 		select {

@@ -3,17 +3,21 @@ package cluster
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/peatmq/peat/cluster/faultnet"
 )
 
 // claimSite is fwdSite on faultnet with min_insync_replicas 1: leader
 // leads stream "s", next (the controller) is first in line to succeed
-// it, and far is the third replica.
+// it, and far is the third replica. Its tests cut a node's cluster
+// transport from the controller and keep it alive meanwhile: the
+// session timeout (heartbeats travel that transport) outlasts them, or
+// the controller would fence the node, and its clients' claims with it.
 func claimSite(t *testing.T) (fnet *faultnet.Network, leader, next, far *logNode, kill func(*logNode)) {
 	t.Helper()
 	fnet = faultnet.New()
-	leader, others, kill := fwdSite(t, logSiteOpts{MinISR: 1, Net: fnet})
+	leader, others, kill := fwdSite(t, logSiteOpts{MinISR: 1, Net: fnet, SessionTimeout: 5 * time.Minute})
 	return fnet, leader, others[0], others[1], kill
 }
 

@@ -111,6 +111,10 @@ type stream struct {
 		// given up too, or a later append told committed would follow an
 		// earlier one told it failed.
 		gaveUp bool
+		// recheck is when answer looks again at the head of the queue
+		// waiting on this node's leadership (zero: no need): a leader cut
+		// off from the controller gives it up then.
+		recheck time.Time
 	}
 	stopOnce sync.Once
 	fwds     sync.WaitGroup // forwarders' goroutines
@@ -126,6 +130,7 @@ type stream struct {
 // pendingAppend is one AppendAsync call until its done is called.
 type pendingAppend struct {
 	done   func(uint64, error)
+	at     time.Time    // when it was admitted to this node's leadership
 	leader *Leader      // nil: forwarded, or refused at once with err
 	fwd    bool         // forwarded to the leader: res is its answer
 	err    error        // the refusal when neither
@@ -203,6 +208,18 @@ func (s *stream) appendForwarded(epoch uint32, recs []*logstore.Record, done fun
 
 var errNotLeaderHere = fmt.Errorf("cluster: this node does not lead the stream: %w", mqtt.ErrLeaderUnavailable)
 
+// What a producer is told when this node leads a stream it cannot commit
+// to: it lost the controller (or was deposed and has not heard yet).
+// errCutOff refuses a new append; errFateUnknown gives up one written
+// that could not commit within cluster.session_timeout (it may still
+// commit, if the node is back in time: publish again, at least once).
+var (
+	errCutOff = mqtt.Refuse("this node leads the stream but is cut off from the site's controller: publish through another node",
+		mqtt.ErrLeaderUnavailable)
+	errFateUnknown = mqtt.Refuse("this node, the stream's leader, lost the site's controller before the message committed; "+
+		"it may or may not be stored: publish again, through another node", mqtt.ErrLeaderUnavailable)
+)
+
 func (s *stream) appendAsync(recs []*logstore.Record, done func(first uint64, err error), forward bool) {
 	s.mu.Lock()
 	if s.mu.closed {
@@ -253,10 +270,14 @@ func (s *stream) admitLocked(p *pendingAppend, ld *Leader, what string, forward 
 		p.err = fmt.Errorf("cluster: %s %s: %w", what, s.name, errNotLeaderHere)
 	case !s.l.acksLeader(s.name) && !ld.InSync():
 		p.err = fmt.Errorf("cluster: %s %s: %w", what, s.name, mqtt.ErrNotEnoughReplicas)
+	case !ld.Current():
+		// Deposed, or cut off from the controller: it cannot commit, and
+		// its producers are better off on another node at once.
+		p.err = fmt.Errorf("cluster: %s %s: %w", what, s.name, errCutOff)
 	case !ld.beginAppend():
 		p.err = fmt.Errorf("cluster: %s %s: leadership ending: %w", what, s.name, mqtt.ErrLeaderUnavailable)
 	default:
-		p.leader = ld
+		p.leader, p.at = ld, time.Now()
 	}
 	return fr
 }
@@ -366,13 +387,22 @@ func (s *stream) wake() {
 func (s *stream) run(u <-chan struct{}) {
 	defer close(s.done)
 	defer s.fs.end()
+	recheck := time.NewTimer(time.Hour)
+	defer recheck.Stop()
 	for {
 		_, repChanged := s.l.rep.Leading(s.name) // before looking: a change from now on closes it
 		ld := s.noteLeader()
 		s.checkForwarder()
 		s.fs.follow(ld)
 		s.answer(ld, false)
+		s.mu.Lock()
+		if at := s.mu.recheck; !at.IsZero() {
+			s.mu.recheck = time.Time{}
+			recheck.Reset(max(time.Until(at), time.Millisecond))
+		}
+		s.mu.Unlock()
 		select {
+		case <-recheck.C:
 		case <-s.stop:
 			s.drain()
 			return
@@ -472,7 +502,12 @@ func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 				c.err = fmt.Errorf("cluster: append to %s: leadership moved before the records committed: %w", s.name, mqtt.ErrLeaderUnavailable)
 			case !ld.InSync():
 				c.err = fmt.Errorf("cluster: append to %s: the ISR fell below min_insync_replicas: %w", s.name, mqtt.ErrNotEnoughReplicas)
+			case time.Since(p.at) >= s.l.node.cfg.SessionTimeout && !ld.Current():
+				c.err = fmt.Errorf("cluster: append to %s: %w", s.name, errFateUnknown)
 			default:
+				// Waiting for the ISR; if this leader cannot commit, look
+				// again when the session timeout has passed.
+				s.mu.recheck = p.at.Add(s.l.node.cfg.SessionTimeout)
 				s.mu.Unlock()
 				s.call(calls)
 				return false

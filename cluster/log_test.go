@@ -72,9 +72,12 @@ type logNodeOpts struct {
 	MinFree int64    // the store's MinFreeBytes; 0: -1, no check
 	MinISR  int      // min_insync_replicas
 	Log     LogConfig
+	// SessionTimeout is Config.SessionTimeout; 0: the default.
+	SessionTimeout time.Duration
 	// Net carries the cluster transport (forwarding, replica and state
-	// fetch, commands) under the node's id; Serf and Raft stay on
-	// loopback. nil: loopback TCP.
+	// fetch, commands, heartbeats) under the node's id and Raft under
+	// id+"/raft"; Serf stays on loopback, so a cut never looks like a
+	// failure to it. nil: loopback TCP.
 	Net *faultnet.Network
 }
 
@@ -115,8 +118,12 @@ func openLogNode(tb testing.TB, id string, o logNodeOpts) *logNode {
 	cfg.NodeID, cfg.SerfAddr, cfg.RaftAddr, cfg.ClusterAddr = id, "127.0.0.1:0", "127.0.0.1:0", ln.Addr().String()
 	if fnet != nil {
 		cfg.Dial = fnet.Dialer(id)
+		if cfg.RaftListener, err = fnet.Listen(id + "/raft"); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	cfg.AcksLeader = lcfg.AcksLeader
+	cfg.SessionTimeout = cmp.Or(o.SessionTimeout, cfg.SessionTimeout)
 	cfg.Join, cfg.BootstrapExpect = o.Join, o.Expect
 	cfg.SnapshotDir = dir + "/snapshots"
 	cfg.MQTTAddr, cfg.Version = "127.0.0.1:1883", "test"
@@ -232,10 +239,11 @@ func TestLog_Contract(t *testing.T) {
 // logSiteOpts configure a site of Log nodes (startLogSite); zero fields
 // take the defaults.
 type logSiteOpts struct {
-	Nodes  int // voters n1, n2...; 0: 3
-	MinISR int
-	Log    LogConfig
-	Net    *faultnet.Network // logNodeOpts.Net
+	Nodes          int // voters n1, n2...; 0: 3
+	MinISR         int
+	Log            LogConfig
+	Net            *faultnet.Network // logNodeOpts.Net
+	SessionTimeout time.Duration     // logNodeOpts.SessionTimeout
 }
 
 // startLogSite starts o.Nodes voters (openLogNode), each with stream "s"
@@ -251,7 +259,8 @@ func startLogSite(t *testing.T, o logSiteOpts) (nodes []*logNode, kill func(*log
 		if i > 0 {
 			join = []string{nodes[0].node.SerfAddr()}
 		}
-		ln := openLogNode(t, fmt.Sprintf("n%d", i+1), logNodeOpts{Join: join, Expect: n, MinISR: o.MinISR, Log: o.Log, Net: o.Net})
+		ln := openLogNode(t, fmt.Sprintf("n%d", i+1), logNodeOpts{Join: join, Expect: n, MinISR: o.MinISR, Log: o.Log, Net: o.Net,
+			SessionTimeout: o.SessionTimeout})
 		nodes = append(nodes, ln)
 	}
 	kill = func(ln *logNode) {

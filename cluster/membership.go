@@ -79,6 +79,9 @@ func (n *Node) tags() map[string]string {
 		tagRaft:  n.RaftAddr(),
 		tagEpoch: strconv.FormatUint(n.epoch, 10),
 	}
+	if n.cfg.ClusterAddr != "" {
+		t[tagHeartbeat] = "1" // it sends and counts heartbeats (heartbeat.go)
+	}
 	if n.cfg.MQTTAddr != "" {
 		t[tagMQTT] = n.cfg.MQTTAddr
 	}
@@ -114,6 +117,7 @@ func (n *Node) startSerf() error {
 	sc.Logger = logger
 	sc.KeyringFile = n.cfg.KeyringFile // Serf rewrites it on every key change
 	sc.SnapshotPath = n.cfg.SerfSnapshot
+	sc.ReconnectInterval = n.cfg.ReconnectInterval
 	s, err := serf.Create(sc)
 	if err != nil {
 		return fmt.Errorf("cluster: start serf on %s: %w", n.cfg.SerfAddr, err)

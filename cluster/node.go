@@ -26,7 +26,8 @@ import (
 //
 // Goroutines, all started by Open and stopped and waited for by Close:
 // eventLoop drains Serf's events; watchLeadership starts and stops
-// leaderLoop as Raft leadership comes and goes.
+// leaderLoop as Raft leadership comes and goes; heartbeatLoop sends this
+// node's heartbeats to the controller.
 type Node struct {
 	cfg     Config
 	log     *slog.Logger
@@ -43,6 +44,9 @@ type Node struct {
 	events    chan serf.Event
 	leaderCh  chan bool
 	reconcile chan struct{} // cap 1: a member changed, the controller looks again
+
+	sessions sessions // the controller's count of heartbeats (heartbeat.go)
+	beat     beat     // this broker's heartbeats
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -79,6 +83,7 @@ func Open(cfg Config, kv KV) (*Node, error) {
 	}
 	n.log = n.log.With(slog.String("node", cfg.NodeID))
 	n.mu.reaped = map[string]bool{}
+	n.beat.born = time.Now()
 	var err error
 	if cfg.TLS != nil {
 		if n.tls, err = loadTLS(cfg.TLS); err != nil {
@@ -106,9 +111,10 @@ func Open(cfg Config, kv KV) (*Node, error) {
 	if n.tls != nil {
 		n.tls.serf.Store(n.serf) // names are checked against its members from now on
 	}
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.eventLoop()
 	go n.watchLeadership()
+	go n.heartbeatLoop()
 	if len(cfg.Join) > 0 {
 		if _, err := n.serf.Join(cfg.Join, true); err != nil {
 			// Not fatal: a member started before its peers is joined by them.
@@ -177,13 +183,17 @@ func (n *Node) Controller() string {
 // IsController reports whether this node is the controller.
 func (n *Node) IsController() bool { return n.raft.State() == raft.Leader }
 
-// HearsController reports whether this node is the controller or heard
-// from it within the Raft heartbeat timeout: the fence a stream's Leader
-// commits under (Replicator.currentLeader). A node cut off longer may
-// have been deposed without knowing it, so what acts as the leader
-// outside the log (a site's sinks) stops too.
+// HearsController reports whether this node is the controller, or heard
+// from it within the Raft heartbeat timeout and holds its broker session
+// (heartbeat.go): the fence a stream's Leader commits under
+// (Replicator.currentLeader). A node cut off longer may have been deposed
+// without knowing it, so what acts as the leader outside the log (a
+// site's sinks) stops too.
 func (n *Node) HearsController() bool {
-	return rules.InTouch(n.IsController(), time.Since(n.raft.LastContact()), n.cfg.HeartbeatTimeout)
+	if n.IsController() {
+		return true
+	}
+	return rules.InTouch(false, time.Since(n.raft.LastContact()), n.cfg.HeartbeatTimeout) && n.sessionHeld()
 }
 
 // Members returns Serf's view of the site.

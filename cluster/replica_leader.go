@@ -214,6 +214,15 @@ func (l *Leader) SetCurrent(current func() bool) {
 	l.advance()
 }
 
+// Current reports whether this leader may still commit (SetCurrent's
+// check): false once it is deposed, or cut off from the controller.
+func (l *Leader) Current() bool {
+	l.mu.Lock()
+	current := l.mu.current
+	l.mu.Unlock()
+	return current == nil || current() // outside mu: it takes the Node's locks
+}
+
 // InSync reports whether the ISR has at least min_insync_replicas
 // members: when it does not, a producer's append is to be refused.
 func (l *Leader) InSync() bool {

@@ -212,6 +212,19 @@ func (s *Server) handle(kind byte, body, out []byte) (byte, []byte, error) {
 			resp = n.handleCommand(s.ctx, &req)
 		}
 		return wire.KindCommandResponse, resp.AppendTo(out), nil
+	case wire.KindHeartbeatRequest:
+		var req wire.HeartbeatRequest
+		if err := req.Decode(body); err != nil {
+			return 0, nil, err
+		}
+		s.mu.Lock()
+		n := s.node
+		s.mu.Unlock()
+		resp := wire.HeartbeatResponse{Code: wire.NotController}
+		if n != nil {
+			resp = n.handleHeartbeat(&req)
+		}
+		return wire.KindHeartbeatResponse, resp.AppendTo(out), nil
 	case wire.KindStateWriteRequest:
 		var req wire.StateWriteRequest
 		if err := req.Decode(body); err != nil {

@@ -21,8 +21,8 @@ import (
 // epoch stops the role and starts the new one; an ISR change the
 // controller committed is handed to the Leader (SetISR), never earlier:
 // the watermark never moves on a smaller ISR before the controller agreed.
-// Every quarter of LagMax (replica_lag_max) a leader proposes AlterISR
-// through Submit (rules.ProposeISR: dropping followers not caught up for
+// Every quarter of LagMax (replica_lag_max), at most isrCheck, a leader
+// proposes AlterISR through Submit (rules.ProposeISR: dropping followers not caught up for
 // LagMax, adding those caught up in their current broker epoch); the
 // compare-and-set on leader epoch and version refuses a deposed leader's
 // proposals. After every pass it publishes the Leaders it runs (Leading),

@@ -21,7 +21,8 @@ import (
 // leader counts as 0, as the watermark counts it). GET /api/v1/cluster
 // serves it.
 //
-// CaughtUp (/readyz) is false while no controller is known, while the
+// CaughtUp (/readyz) is false while no controller is known or this node
+// is cut off from it (HearsController), while the
 // controller has not registered this run's broker epoch (a restarted node
 // whose state still shows its old standing), or while the node is a
 // replica of a stream outside its ISR; the reason names which.
@@ -153,7 +154,7 @@ func (s *Site) Status() SiteStatus {
 	if sessions != nil {
 		out.Streams = append(out.Streams, s.streamStatus(sessions))
 	}
-	out.Ready, out.NotReady = readiness(st, n.ID(), n.Epoch(), out.Controller)
+	out.Ready, out.NotReady = readiness(st, n.ID(), n.Epoch(), out.Controller, n.HearsController())
 	return out
 }
 
@@ -219,14 +220,21 @@ func removal(st *rules.State, id string) (string, []string) {
 // and been taken back into their ISRs. The reason names what is missing.
 func (s *Site) CaughtUp() (ok bool, reason string) {
 	st, _ := s.Node.State()
-	return readiness(st, s.Node.ID(), s.Node.Epoch(), s.Node.Controller())
+	return readiness(st, s.Node.ID(), s.Node.Epoch(), s.Node.Controller(), s.Node.HearsController())
 }
 
-// readiness is CaughtUp's rule on a state, without I/O.
-func readiness(st *rules.State, self string, epoch uint64, controller string) (bool, string) {
+// readiness is CaughtUp's rule on a state, without I/O; inTouch is
+// Node.HearsController.
+func readiness(st *rules.State, self string, epoch uint64, controller string, inTouch bool) (bool, string) {
 	var why []string
-	if controller == "" {
+	switch {
+	case controller == "":
 		why = append(why, "no controller known (the site has no quorum, or this node cannot reach it)")
+	case !inTouch:
+		// A minority, or a link to the controller lost: what this node
+		// leads is refused, and its copy of the state may be stale.
+		why = append(why, fmt.Sprintf("cut off from the controller %s (no Raft contact or heartbeat answered lately): "+
+			"publishes to streams this node leads are refused", controller))
 	}
 	switch b := st.Brokers[self]; {
 	case b == nil || b.Epoch != epoch:

@@ -23,17 +23,19 @@ func TestReadiness(t *testing.T) {
 		name       string
 		state      *rules.State
 		controller string
+		cutOff     bool
 		want       string // "" ready, else a part of the reason
 	}{
-		{"in every ISR", st(&rules.Broker{ID: "n1", Epoch: 7, Alive: true}, "n1", "n2"), "n2", ""},
-		{"outside an ISR", st(&rules.Broker{ID: "n1", Epoch: 7, Alive: true}, "n2"), "n2", "outside the ISR (catching up) of stream(s) a"},
-		{"no controller", st(&rules.Broker{ID: "n1", Epoch: 7, Alive: true}, "n1", "n2"), "", "no controller known"},
-		{"old epoch", st(&rules.Broker{ID: "n1", Epoch: 6, Alive: true}, "n1", "n2"), "n2", "not registered this node's broker epoch 7"},
-		{"not registered", st(nil, "n2"), "n2", "not registered"},
-		{"counted failed", st(&rules.Broker{ID: "n1", Epoch: 7}, "n2"), "n2", "counts this node as failed"},
+		{"in every ISR", st(&rules.Broker{ID: "n1", Epoch: 7, Alive: true}, "n1", "n2"), "n2", false, ""},
+		{"outside an ISR", st(&rules.Broker{ID: "n1", Epoch: 7, Alive: true}, "n2"), "n2", false, "outside the ISR (catching up) of stream(s) a"},
+		{"no controller", st(&rules.Broker{ID: "n1", Epoch: 7, Alive: true}, "n1", "n2"), "", false, "no controller known"},
+		{"cut off from the controller", st(&rules.Broker{ID: "n1", Epoch: 7, Alive: true}, "n1", "n2"), "n2", true, "cut off from the controller n2"},
+		{"old epoch", st(&rules.Broker{ID: "n1", Epoch: 6, Alive: true}, "n1", "n2"), "n2", false, "not registered this node's broker epoch 7"},
+		{"not registered", st(nil, "n2"), "n2", false, "not registered"},
+		{"counted failed", st(&rules.Broker{ID: "n1", Epoch: 7}, "n2"), "n2", false, "counts this node as failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ok, why := readiness(tc.state, "n1", 7, tc.controller)
+			ok, why := readiness(tc.state, "n1", 7, tc.controller, !tc.cutOff)
 			switch {
 			case tc.want == "" && (!ok || why != ""):
 				t.Fatalf("not ready: %s", why)

@@ -136,6 +136,8 @@ func TestClusterConfig_Validate(t *testing.T) {
 		{"the sessions' stream's name", func(c *Config) { c.Streams[0].Name = cluster.SessionsStream }, "streams[0].name"},
 		{"leader_balance_after too short", func(c *Config) { c.Cluster.LeaderBalanceAfter = Duration(time.Second) }, "cluster.leader_balance_after"},
 		{"negative leader_balance_after", func(c *Config) { c.Cluster.LeaderBalanceAfter = Duration(-time.Minute) }, "cluster.leader_balance_after"},
+		{"session_timeout shorter than three heartbeats", func(c *Config) { c.Cluster.SessionTimeout = Duration(time.Second) }, "cluster.session_timeout"},
+		{"no reconnect_interval", func(c *Config) { c.Cluster.ReconnectInterval = 0 }, "cluster.reconnect_interval"},
 		{"mirror with acks: leader", func(c *Config) { c.Streams[0].Mirror, c.Streams[0].Acks = true, AcksLeader }, "streams[0].acks: a mirror stream needs acks: all"},
 		{"mirror under cluster.acks: leader", func(c *Config) { c.Streams[0].Mirror, c.Cluster.Acks = true, AcksLeader }, "streams[0].acks: a mirror stream needs acks: all"},
 		{"mirror with unclean election", func(c *Config) { c.Streams[0].Mirror, c.Streams[0].UncleanLeaderElection = true, true }, "streams[0].unclean_leader_election"},
@@ -172,6 +174,9 @@ func TestClusterConfig_Validate(t *testing.T) {
 	}
 	if sc.LeaderBalanceAfter != 5*time.Minute {
 		t.Fatalf("leader_balance_after reaches the site as %v, want the 5m default", sc.LeaderBalanceAfter)
+	}
+	if sc.Node.SessionTimeout != cluster.DefaultSessionTimeout || sc.Node.ReconnectInterval != cluster.DefaultReconnectInterval {
+		t.Fatalf("session_timeout %v and reconnect_interval %v reach the node, want the defaults", sc.Node.SessionTimeout, sc.Node.ReconnectInterval)
 	}
 	if sc.Node.RaftAddr != "192.168.1.10:7947" || sc.TransportListen != "192.168.1.10:7948" {
 		t.Fatalf("derived addresses raft %s transport %s, want the next two ports", sc.Node.RaftAddr, sc.TransportListen)

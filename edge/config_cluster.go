@@ -49,6 +49,11 @@ type ClusterConfig struct {
 	ProbeInterval Duration `yaml:"probe_interval"`
 	ProbeTimeout  Duration `yaml:"probe_timeout"`
 	SuspicionMult int      `yaml:"suspicion_mult"`
+	// SessionTimeout: the controller fences a broker whose heartbeats
+	// stopped this long, whatever Serf says (cluster.Config).
+	SessionTimeout Duration `yaml:"session_timeout"`
+	// ReconnectInterval is how often Serf tries to rejoin a failed member.
+	ReconnectInterval Duration `yaml:"reconnect_interval"`
 
 	KeyringFile string           `yaml:"keyring_file"`
 	TLS         ClusterTLSConfig `yaml:"tls"`
@@ -78,6 +83,8 @@ func defaultCluster() ClusterConfig {
 		ProbeInterval:      Duration(d.ProbeInterval),
 		ProbeTimeout:       Duration(d.ProbeTimeout),
 		SuspicionMult:      d.SuspicionMult,
+		SessionTimeout:     Duration(d.SessionTimeout),
+		ReconnectInterval:  Duration(d.ReconnectInterval),
 	}
 }
 
@@ -198,6 +205,12 @@ func (c Config) validateCluster(add func(path, format string, args ...any)) {
 	if cc.ProbeInterval <= 0 {
 		add("cluster.probe_interval", "must be positive")
 	}
+	if st := time.Duration(cc.SessionTimeout); st < 3*cluster.DefaultHeartbeatInterval {
+		add("cluster.session_timeout", "%v: use at least %v (three heartbeats), a few seconds on a LAN", st, 3*cluster.DefaultHeartbeatInterval)
+	}
+	if cc.ReconnectInterval <= 0 {
+		add("cluster.reconnect_interval", "must be positive")
+	}
 	if cc.ProbeTimeout <= 0 || cc.ProbeTimeout >= cc.ProbeInterval {
 		add("cluster.probe_timeout", "must be positive and shorter than probe_interval")
 	}
@@ -292,6 +305,8 @@ func (c Config) SiteConfig() cluster.SiteConfig {
 	nc.ProbeInterval = time.Duration(cc.ProbeInterval)
 	nc.ProbeTimeout = time.Duration(cc.ProbeTimeout)
 	nc.SuspicionMult = cc.SuspicionMult
+	nc.SessionTimeout = time.Duration(cc.SessionTimeout)
+	nc.ReconnectInterval = time.Duration(cc.ReconnectInterval)
 	nc.ReplaceAfter = time.Duration(cc.ReplaceAfter)
 	nc.KeyringFile = cc.KeyringFile
 	if cc.TLS.CertFile != "" {

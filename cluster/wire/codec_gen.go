@@ -478,6 +478,56 @@ func (m *CommandResponse) Decode(b []byte) error {
 }
 
 // AppendTo appends m's encoding to b: a msgpack array of its fields.
+func (m *HeartbeatRequest) AppendTo(b []byte) []byte {
+	b = appendArray(b, 3)
+	b = appendStr(b, m.From)
+	b = appendUint(b, m.BrokerEpoch)
+	b = appendUint(b, m.RaftContactMs)
+	return b
+}
+
+// Decode sets m to what AppendTo wrote in b, or leaves it and returns an error.
+// Nothing of m refers to b.
+func (m *HeartbeatRequest) Decode(b []byte) error {
+	d := decoder{src: b}
+	var v HeartbeatRequest
+	d.array(3)
+	v.From = d.str()
+	v.BrokerEpoch = d.uint(math.MaxUint64)
+	v.RaftContactMs = d.uint(math.MaxUint64)
+	d.end()
+	if d.err != nil {
+		return fmt.Errorf("heartbeat request: %w", d.err)
+	}
+	*m = v
+	return nil
+}
+
+// AppendTo appends m's encoding to b: a msgpack array of its fields.
+func (m *HeartbeatResponse) AppendTo(b []byte) []byte {
+	b = appendArray(b, 2)
+	b = appendUint(b, uint64(m.Code))
+	b = appendStr(b, m.Controller)
+	return b
+}
+
+// Decode sets m to what AppendTo wrote in b, or leaves it and returns an error.
+// Nothing of m refers to b.
+func (m *HeartbeatResponse) Decode(b []byte) error {
+	d := decoder{src: b}
+	var v HeartbeatResponse
+	d.array(2)
+	v.Code = Code(uint8(d.uint(math.MaxUint8)))
+	v.Controller = d.str()
+	d.end()
+	if d.err != nil {
+		return fmt.Errorf("heartbeat response: %w", d.err)
+	}
+	*m = v
+	return nil
+}
+
+// AppendTo appends m's encoding to b: a msgpack array of its fields.
 func (m *ProducedRecord) AppendTo(b []byte) []byte {
 	b = appendArray(b, 12)
 	b = appendInt64(b, m.Timestamp)

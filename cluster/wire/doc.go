@@ -25,6 +25,8 @@
 //	12 StateFetchResponse [code, epoch, seq, reset (0|1), [key, value, ...], [deleted key, ...]]
 //	13 ClaimRequest   [stream, leader epoch, key, holder, node, broker epoch, release (0|1)]
 //	14 ClaimResponse  [code, ok (0|1), current holder]
+//	15 HeartbeatRequest  [from, broker epoch, raft contact ms]
+//	16 HeartbeatResponse [code, controller id]
 //
 // Integers and lengths take their shortest msgpack form, a bool is 0 or
 // 1, a string is a str, a record or a value a bin, a list an array (a

@@ -14,7 +14,8 @@ func allMessages() []message {
 	return []message{&FetchRequest{}, &FetchResponse{}, &EpochRequest{}, &EpochResponse{},
 		&CommandRequest{}, &CommandResponse{}, &ProduceRequest{}, &ProduceResponse{},
 		&StateWriteRequest{}, &StateWriteResponse{}, &StateFetchRequest{}, &StateFetchResponse{},
-		&ClaimRequest{}, &ClaimResponse{}, &ProducedRecord{}}
+		&ClaimRequest{}, &ClaimResponse{}, &ProducedRecord{},
+		&HeartbeatRequest{}, &HeartbeatResponse{}}
 }
 
 // The fuzz targets cover every message codec_gen.go has.
@@ -232,7 +233,8 @@ func TestDoc_KindsTable(t *testing.T) {
 		"ProduceRequest": KindProduceRequest, "ProduceResponse": KindProduceResponse,
 		"StateWriteRequest": KindStateWriteRequest, "StateWriteResponse": KindStateWriteResponse,
 		"StateFetchRequest": KindStateFetchRequest, "StateFetchResponse": KindStateFetchResponse,
-		"ClaimRequest": KindClaimRequest, "ClaimResponse": KindClaimResponse}
+		"ClaimRequest": KindClaimRequest, "ClaimResponse": KindClaimResponse,
+		"HeartbeatRequest": KindHeartbeatRequest, "HeartbeatResponse": KindHeartbeatResponse}
 	rows := regexp.MustCompile(`(?m)^//\t(\d+) (\w+) +\[(.*)\]$`).FindAllSubmatch(src, -1)
 	if len(rows) != len(kinds) {
 		t.Errorf("doc.go lists %d kinds, want %d", len(rows), len(kinds))

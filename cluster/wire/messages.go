@@ -96,3 +96,33 @@ type CommandResponse struct {
 	Controller string
 	Message    string
 }
+
+// Heartbeat frame kinds: every broker tells the controller, every
+// heartbeat interval, that it is alive and hears the controller's Raft
+// log (KRaft's broker heartbeat, KIP-631).
+const (
+	KindHeartbeatRequest  byte = 15
+	KindHeartbeatResponse byte = 16
+)
+
+// HeartbeatRequest is broker From, running in BrokerEpoch, alive now;
+// RaftContactMs is how long ago its Raft server last heard the
+// controller (0 on the controller itself). A heartbeat from a broker
+// whose copy of the state stopped following counts for nothing.
+//
+//wire:message
+type HeartbeatRequest struct {
+	From          string
+	BrokerEpoch   uint64
+	RaftContactMs uint64
+}
+
+// HeartbeatResponse is None when the controller counted the heartbeat,
+// Refused when it did not (the sender's Raft has not heard it lately),
+// NotController (naming the one the receiver knows) from any other node.
+//
+//wire:message
+type HeartbeatResponse struct {
+	Code       Code
+	Controller string
+}

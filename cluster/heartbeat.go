@@ -1,0 +1,206 @@
+package cluster
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/peatmq/peat/cluster/rules"
+	"github.com/peatmq/peat/cluster/wire"
+)
+
+// Broker heartbeats and fencing (the rules are rules/session.go's).
+//
+// Every node but the controller sends a HeartbeatRequest to the
+// controller every HeartbeatInterval, on a connection of its own (never
+// behind a fetch or a forward), straight to the controller Raft names:
+// a heartbeat relayed through a third node would keep alive a broker
+// whose Raft, and so whose copy of the state, no longer follows. The
+// controller keeps, for its term only, when it last counted one from
+// each broker (sessions.heard); reconcileAll counts a member alive only
+// while Serf shows it alive and its session holds, so an expired session
+// is reported as a failure (BrokerFailed: out of every ISR, its
+// leaderships to in-sync replicas) and the next heartbeat that counts
+// registers it again (same epoch: back after a partition). leaderLoop
+// wakes at the next expiry. A new controller gives each broker a whole
+// session before it fences any.
+//
+// A broker remembers when it sent the last heartbeat the controller
+// counted (acked); HearsController turns false SelfFenceAfter past it,
+// before the controller can have fenced the broker, and its Leaders stop
+// committing, its appends are refused with the reason, and /readyz says
+// so.
+//
+// Versions: a node advertises the tag "hb" when it sends and counts
+// heartbeats (it has a cluster address to take them on). The controller requires them only of members with the
+// tag, and a broker fences itself on them only while the controller it
+// knows has the tag: a rolling upgrade runs on Serf and Raft alone until
+// both ends know heartbeats.
+
+const tagHeartbeat = "hb"
+
+// sessions is the controller's memory of the brokers' heartbeats, for
+// one controller term.
+type sessions struct {
+	mu      sync.Mutex
+	leading time.Time // when this node became controller; zero while it is not
+	heard   map[string]heard
+}
+
+type heard struct {
+	epoch uint64 // the broker epoch the heartbeat came from
+	at    time.Time
+}
+
+// beat is the broker side's record: when (since born, monotonic) it sent
+// the last heartbeat the controller counted, and whether the controller
+// it knows counts heartbeats at all.
+type beat struct {
+	born   time.Time
+	acked  atomic.Int64 // ns after born; 0: none yet
+	needed atomic.Bool
+}
+
+// startSessions begins a controller term's count.
+func (n *Node) startSessions(now time.Time) {
+	n.sessions.mu.Lock()
+	defer n.sessions.mu.Unlock()
+	n.sessions.leading = now
+	n.sessions.heard = map[string]heard{}
+}
+
+func (n *Node) endSessions() {
+	n.sessions.mu.Lock()
+	defer n.sessions.mu.Unlock()
+	n.sessions.leading = time.Time{}
+	n.sessions.heard = nil
+}
+
+// sessionLive reports whether member m's session holds for the
+// controller at now: always for this node and for a member that does not
+// heartbeat (an older Peat).
+func (n *Node) sessionLive(m Member, now time.Time) bool {
+	if m.ID == n.cfg.NodeID || m.Tags[tagHeartbeat] == "" {
+		return true
+	}
+	n.sessions.mu.Lock()
+	h, leading := n.sessions.heard[m.ID], n.sessions.leading
+	n.sessions.mu.Unlock()
+	if h.epoch != m.Epoch {
+		h.at = time.Time{} // another incarnation's heartbeat
+	}
+	return rules.SessionLive(h.at, leading, now, n.cfg.SessionTimeout)
+}
+
+// nextExpiry is when the next live session among the brokers the state
+// has alive expires (zero: none), for leaderLoop to wake then.
+func (n *Node) nextExpiry(st *rules.State, now time.Time) time.Time {
+	var next time.Time
+	for _, m := range n.Members() {
+		if b := st.Brokers[m.ID]; b == nil || !b.Alive || m.ID == n.cfg.NodeID || m.Tags[tagHeartbeat] == "" {
+			continue
+		}
+		n.sessions.mu.Lock()
+		h, leading := n.sessions.heard[m.ID], n.sessions.leading
+		n.sessions.mu.Unlock()
+		if h.epoch != m.Epoch {
+			h.at = time.Time{}
+		}
+		if exp := rules.SessionExpiry(h.at, leading, n.cfg.SessionTimeout); exp.After(now) {
+			next = earliest(next, exp)
+		}
+	}
+	return next
+}
+
+// handleHeartbeat counts a broker's heartbeat on the controller; one
+// that revives a session the state has not (yet) alive nudges the
+// controller loop, so a healed broker is registered again at once.
+func (n *Node) handleHeartbeat(req *wire.HeartbeatRequest) wire.HeartbeatResponse {
+	if !n.IsController() {
+		return wire.HeartbeatResponse{Code: wire.NotController, Controller: n.Controller()}
+	}
+	contact := time.Duration(req.RaftContactMs) * time.Millisecond
+	if !rules.HeartbeatCounts(contact, n.cfg.HeartbeatTimeout) {
+		return wire.HeartbeatResponse{Code: wire.Refused}
+	}
+	n.sessions.mu.Lock()
+	if n.sessions.heard == nil {
+		n.sessions.mu.Unlock()
+		return wire.HeartbeatResponse{Code: wire.NotController} // the term is ending
+	}
+	n.sessions.heard[req.From] = heard{epoch: req.BrokerEpoch, at: time.Now()}
+	n.sessions.mu.Unlock()
+	if b := n.View().Brokers[req.From]; b == nil || !b.Alive || b.Epoch != req.BrokerEpoch {
+		n.nudge()
+	}
+	return wire.HeartbeatResponse{}
+}
+
+// heartbeatLoop sends this node's heartbeats while it runs.
+func (n *Node) heartbeatLoop() {
+	defer n.wg.Done()
+	var conn rpcConn
+	defer conn.close()
+	tick := time.NewTicker(n.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-tick.C:
+		}
+		n.heartbeat(&conn)
+	}
+}
+
+// heartbeat sends one heartbeat to the controller, if this node is not
+// it, and notes when a counted one was sent.
+func (n *Node) heartbeat(conn *rpcConn) {
+	if n.IsController() {
+		return
+	}
+	id := n.Controller()
+	m, ok := n.member(id)
+	if id == "" || !ok {
+		return // no controller known: HearsController is false by Raft's contact already
+	}
+	n.beat.needed.Store(m.Tags[tagHeartbeat] != "")
+	addr := m.Tags[tagCluster]
+	if m.Tags[tagHeartbeat] == "" || addr == "" {
+		return
+	}
+	sent := time.Since(n.beat.born)
+	req := wire.HeartbeatRequest{From: n.cfg.NodeID, BrokerEpoch: n.epoch,
+		RaftContactMs: uint64(time.Since(n.raft.LastContact()).Milliseconds())}
+	// Answered within an interval or two, or not at all: a heartbeat held
+	// up longer is no longer news.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.HeartbeatInterval)
+	defer cancel()
+	var resp wire.HeartbeatResponse
+	err := conn.call(ctx, n.dialer(), addr, wire.KindHeartbeatRequest, req.AppendTo(nil), wire.KindHeartbeatResponse, &resp)
+	switch {
+	case err != nil:
+		n.log.Debug("cluster: heartbeat", slog.String("controller", id), slog.Any("err", err))
+	case resp.Code == wire.None:
+		n.beat.acked.Store(max(int64(sent), 1))
+	default:
+		n.log.Debug("cluster: heartbeat not counted", slog.String("controller", id), slog.Any("code", resp.Code))
+	}
+}
+
+// sessionHeld reports, on a broker, whether the controller counted a
+// heartbeat it sent less than SelfFenceAfter ago; true while the
+// controller it knows does not count heartbeats.
+func (n *Node) sessionHeld() bool {
+	if !n.beat.needed.Load() {
+		return true
+	}
+	acked := n.beat.acked.Load()
+	if acked == 0 {
+		return false
+	}
+	return time.Since(n.beat.born)-time.Duration(acked) < rules.SelfFenceAfter(n.cfg.SessionTimeout)
+}

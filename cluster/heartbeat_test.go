@@ -1,0 +1,85 @@
+package cluster
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/peatmq/peat/cluster/faultnet"
+	"github.com/peatmq/peat/mqtt"
+)
+
+// cutFrom cuts every link between a and b, both ways: the cluster
+// transport (forwards, fetches, commands, heartbeats) and Raft. Serf,
+// on loopback, still sees both alive; heal undoes it.
+func cutFrom(fnet *faultnet.Network, a, b *logNode, heal bool) {
+	ai, bi := a.node.ID(), b.node.ID()
+	for _, l := range [][2]string{{ai, bi}, {ai, bi + "/raft"}, {bi, ai + "/raft"}} {
+		if heal {
+			fnet.Heal(l[0], l[1])
+		} else {
+			fnet.Partition(l[0], l[1])
+		}
+	}
+}
+
+// Only the link between a stream's leader and the controller is cut;
+// Serf still shows every node alive and the leader still reaches the
+// third node. Without broker heartbeats every producer hung for the
+// whole cut: the leader stops committing once it cannot hear the
+// controller, and nothing deposed it. With them the controller fences
+// the leader when its session expires and elects an in-sync follower;
+// the cut-off leader refuses its own producers with a reason, and says
+// it is cut off (/readyz). Healed, it is back in the ISR.
+func TestSite_LeaderCutFromTheControllerIsFenced(t *testing.T) {
+	fnet := faultnet.New()
+	leader, others, _ := fwdSite(t, logSiteOpts{Net: fnet, MinISR: 2})
+	ctl, far := others[0], others[1]
+	if _, err := logAppend(t, leader.log.Stream("s"), logRecs(5, "before")...); err != nil {
+		t.Fatal(err)
+	}
+	epoch := streamState(ctl.node).LeaderEpoch
+
+	cutAt := time.Now()
+	cutFrom(fnet, leader, ctl, false)
+	var refusals int
+	eventually(t, "a publish through "+far.node.ID()+" acknowledged under a new leader", func() bool {
+		_, err := logAppend(t, far.log.Stream("s"), logRecs(1, "during")...)
+		if err != nil {
+			refusals++
+		}
+		return err == nil
+	})
+	resumed := time.Since(cutAt)
+	st := streamState(ctl.node)
+	if st.Leader == leader.node.ID() || st.LeaderEpoch <= epoch || st.InISR(leader.node.ID()) {
+		t.Fatalf("after the cut: leader %s in epoch %d, ISR %v; want another leader than %s, epoch above %d, and it fenced",
+			st.Leader, st.LeaderEpoch, st.ISR, leader.node.ID(), epoch)
+	}
+	t.Logf("acknowledgements through %s resumed %v after the cut (%d refusals meanwhile)", far.node.ID(), resumed.Round(time.Millisecond), refusals)
+
+	// The old leader's own producers get a refusal that says why.
+	if leader.node.HearsController() {
+		t.Fatal("the cut-off leader says it hears the controller")
+	}
+	_, err := logAppend(t, leader.log.Stream("s"), logRecs(1, "cut")...)
+	if rf, ok := errors.AsType[*mqtt.Refusal](err); !ok || !errors.Is(err, mqtt.ErrLeaderUnavailable) {
+		t.Fatalf("append on the cut-off leader: %v; want a refusal with a reason (leader unavailable)", err)
+	} else {
+		t.Logf("the cut-off leader refuses: %s", rf.Reason)
+	}
+
+	cutFrom(fnet, leader, ctl, true)
+	eventually(t, leader.node.ID()+" back in the ISR", func() bool { return streamState(ctl.node).InISR(leader.node.ID()) })
+	eventually(t, leader.node.ID()+" hears the controller again", leader.node.HearsController)
+	end, err := logAppend(t, leader.log.Stream("s"), logRecs(1, "after")...)
+	if err != nil {
+		t.Fatalf("append through the healed node: %v", err)
+	}
+	for _, ln := range []*logNode{leader, ctl, far} {
+		got := committedRecs(t, ln.node.ID(), ln.log.Stream("s"), end+1)
+		if got[end].Topic != "s/after/0" {
+			t.Fatalf("%s: offset %d holds %s", ln.node.ID(), end, got[end].Topic)
+		}
+	}
+}
