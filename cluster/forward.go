@@ -29,11 +29,13 @@ const (
 	// DefaultForwardTimeout is LogConfig.ForwardTimeout: how long a
 	// forwarded append may go unanswered once sent. A leader answers
 	// within a commit (a fetch round trip, FetchMaxWait at most) while its
-	// ISR is alive; an ISR member cut off is fenced after the site's
-	// session timeout (about 3 s), and the leader then answers or refuses.
-	// 5 s is that and a margin: a connection silent for longer is taken
-	// for dead, and its producers told to publish again, rather than held
-	// for as long as TCP would take to notice.
+	// ISR keeps up; a member cut off from the controller is fenced after
+	// the site's session timeout (about 3 s) and the leader then answers:
+	// 5 s is that and a margin. A member cut off from the leader alone
+	// holds the watermark for replica_lag_max (10 s): appends forwarded
+	// meanwhile are refused as of unknown fate, and may be stored twice
+	// when published again. That is the price of not holding every
+	// forward for as long as TCP takes to notice a silent leader.
 	DefaultForwardTimeout = 5 * time.Second
 	// fwdDialTimeout bounds a dial to the leader: appends waiting for it
 	// were never sent, and are refused (not stored) when it fails.
