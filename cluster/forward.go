@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -25,10 +26,20 @@ const (
 	// one process on loopback, 2048 10-32k (the leader's own producers,
 	// not bounded so: 50-200k). A burst of 5,000, on a busy 2-core machine.
 	fwdWindow = 2048
-	// fwdTimeout is how long an append in flight may go unanswered before
-	// the connection is given up: longer than replica_lag_max's default,
-	// after which a leader waiting on a dead follower answers.
-	fwdTimeout = 30 * time.Second
+	// DefaultForwardTimeout is LogConfig.ForwardTimeout: how long a
+	// forwarded append may go unanswered once sent. A leader answers
+	// within a commit (a fetch round trip, FetchMaxWait at most) while its
+	// ISR keeps up; a member cut off from the controller is fenced after
+	// the site's session timeout (about 3 s) and the leader then answers:
+	// 5 s is that and a margin. A member cut off from the leader alone
+	// holds the watermark for replica_lag_max (10 s): appends forwarded
+	// meanwhile are refused as of unknown fate, and may be stored twice
+	// when published again. That is the price of not holding every
+	// forward for as long as TCP takes to notice a silent leader.
+	DefaultForwardTimeout = 5 * time.Second
+	// fwdDialTimeout bounds a dial to the leader: appends waiting for it
+	// were never sent, and are refused (not stored) when it fails.
+	fwdDialTimeout = 2 * time.Second
 	// rpcTimeout bounds a forwarded state write or claim.
 	rpcTimeout = 15 * time.Second
 	// fwdLocalWait bounds how long an append the leader committed waits
@@ -37,35 +48,71 @@ const (
 	fwdLocalWait = 10 * time.Second
 )
 
-// forwarder passes one stream's appends to its leader (leader, epoch at
-// addr) over one connection, pipelined: a writer goroutine sends them in
-// call order while up to fwdWindow are unanswered, a reader matches the
-// answers, which come back in the same order. Any failure of the
-// connection, or close (the leader changed), answers everything unsent
-// or unanswered with ErrLeaderUnavailable: the leader may still commit
-// some of it (a retry then duplicates: at least once), but nothing is
-// reported done that the leader did not answer as done.
-type forwarder struct {
-	s      *stream
-	leader string
-	epoch  uint32
-	addr   string
+// Why an append sent to the leader and not answered is refused: the
+// leader may have stored it, so the producer is told to publish again
+// (at least once) rather than that it was not stored.
+const (
+	fateTimeout = "the stream's leader did not answer in time; the message may or may not be stored: publish again"
+	fateLost    = "the connection to the stream's leader broke before it answered; the message may or may not be stored: publish again"
+	fateEnded   = "forwarding to the stream's leader ended before it answered; the message may or may not be stored: publish again"
+)
 
-	window chan struct{} // a slot per unanswered append
-	sig    chan struct{} // cap 1: queued something
-	sent   chan struct{} // cap 1: sent something
-	stop   chan struct{}
-	once   sync.Once
-	wg     *sync.WaitGroup // the stream's: close waits for every forwarder
+// forwardTimeout is LogConfig.ForwardTimeout or its default.
+func (l *Log) forwardTimeout() time.Duration {
+	if l.cfg.ForwardTimeout > 0 {
+		return l.cfg.ForwardTimeout
+	}
+	return DefaultForwardTimeout
+}
+
+// forwarder passes one stream's appends to its leader (leader, epoch at
+// addr), pipelined: a writer sends them in call order while up to
+// fwdWindow are unanswered, a reader matches the answers, which come back
+// in the same order.
+//
+// Each append sent must be answered within timeout of being sent. The
+// oldest unanswered one sets the connection's read deadline, so answers
+// that trickle in do not hold the ones behind them: past it the
+// connection is given up (closed), every append sent on it and
+// unanswered is refused as of unknown fate (an mqtt.Refusal wrapping
+// ErrLeaderUnavailable that says to publish again: the leader may have
+// stored it), and those queued and never sent go, in order, on a
+// connection dialled at once. Nothing is sent twice by the forwarder, and
+// nothing is reported done that the leader did not answer as done, so an
+// append is never acknowledged at two offsets; a producer that publishes
+// again after a refusal may duplicate (at least once).
+//
+// A dial that fails refuses what is queued (never sent: not stored) and
+// ends the forwarder, as close does (the leader changed): the next append
+// makes a new one, which looks the leader's address up again.
+type forwarder struct {
+	s       *stream
+	leader  string
+	epoch   uint32
+	addr    string
+	timeout time.Duration // for an answer, from its append's sending
+
+	sig  chan struct{} // cap 1: queued something, or an answer freed a slot
+	sent chan struct{} // cap 1: sent something
+	stop chan struct{}
+	once sync.Once
+	wg   *sync.WaitGroup // the stream's: close waits for every forwarder
 
 	mu struct {
 		sync.Mutex
-		queue    []*fwdReq // not sent yet
-		inflight []*fwdReq // sent, in order
+		queue    []*fwdReq // not sent yet, in call order
+		inflight []*fwdReq // sent on conn, in order
 		seq      uint64
-		conn     net.Conn
-		failed   bool // no more appends: make a new forwarder
+		conn     *fwdConn // nil between connections
+		failed   bool     // no more appends: make a new forwarder
 	}
+}
+
+// fwdConn is one connection of a forwarder. dead is closed when it is
+// given up, which ends its reader and sends the writer to dial the next.
+type fwdConn struct {
+	net.Conn
+	dead chan struct{}
 }
 
 type fwdReq struct {
@@ -73,6 +120,7 @@ type fwdReq struct {
 	recs []*logstore.Record
 	body [][]byte
 	seq  uint64
+	sent time.Time // when it was taken to be sent: its answer is due timeout later
 	// mirror, for a mirror stream's append, holds the records' source
 	// offsets (sent with them); out gets the leader's result for each.
 	mirror []MirrorRecord
@@ -80,7 +128,7 @@ type fwdReq struct {
 }
 
 func newForwarder(s *stream, leader string, epoch uint32, addr string) *forwarder {
-	f := &forwarder{s: s, leader: leader, epoch: epoch, addr: addr, window: make(chan struct{}, fwdWindow),
+	f := &forwarder{s: s, leader: leader, epoch: epoch, addr: addr, timeout: s.l.forwardTimeout(),
 		sig: make(chan struct{}, 1), sent: make(chan struct{}, 1), stop: make(chan struct{}), wg: &s.fwds}
 	f.wg.Add(1)
 	go f.run()
@@ -123,32 +171,111 @@ func (f *forwarder) close() {
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
-		f.fail(fmt.Errorf("cluster: append to %s: forwarding to %s ended: %w", f.s.name, f.leader, mqtt.ErrLeaderUnavailable))
+		f.fail(fmt.Errorf("cluster: append to %s: forwarding to %s ended: %w", f.s.name, f.leader, mqtt.ErrLeaderUnavailable), fateEnded)
 	}()
 }
 
-// fail answers every queued and unanswered append with err and marks f
-// failed; the first failure closes the connection.
-func (f *forwarder) fail(err error) {
+// fail marks f failed and answers every append: those queued with err
+// (never sent, so not stored), those in flight with a refusal for why
+// (their fate is unknown). The first failure closes the connection.
+func (f *forwarder) fail(err error, why string) {
 	f.mu.Lock()
-	reqs := append(f.mu.inflight, f.mu.queue...)
+	inflight, queue := f.mu.inflight, f.mu.queue
 	f.mu.inflight, f.mu.queue = nil, nil
 	f.mu.failed = true
-	conn := f.mu.conn
-	f.mu.Unlock()
-	if conn != nil {
-		conn.Close()
+	c := f.mu.conn
+	f.mu.conn = nil
+	if c != nil {
+		close(c.dead)
 	}
-	for _, r := range reqs {
+	f.mu.Unlock()
+	f.once.Do(func() { close(f.stop) })
+	for _, r := range inflight {
+		f.s.settle(r.p, appendResult{err: mqtt.Refuse(why, err)})
+	}
+	for _, r := range queue {
 		f.s.settle(r.p, appendResult{err: err})
 	}
-	f.once.Do(func() { close(f.stop) })
+	if c != nil {
+		c.Close()
+	}
 }
 
-// run dials, then sends in order, and starts the reader.
+// broke gives c up after err, unless it was given up already: the
+// appends sent on it and unanswered (answered first: taken off by the
+// reader, then found wrong) are refused as of unknown fate, and the
+// writer dials again for those queued.
+func (f *forwarder) broke(c *fwdConn, err error, answered ...*fwdReq) {
+	reqs := answered
+	f.mu.Lock()
+	if f.mu.conn == c {
+		reqs = append(reqs, f.mu.inflight...)
+		f.mu.inflight, f.mu.conn = nil, nil
+		close(c.dead)
+	}
+	f.mu.Unlock()
+	why := fateLost
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		why = fateTimeout
+	}
+	refusal := mqtt.Refuse(why, fmt.Errorf("cluster: append to %s: leader %s: %v: %w", f.s.name, f.leader, err, mqtt.ErrLeaderUnavailable))
+	for _, r := range reqs {
+		f.s.settle(r.p, appendResult{err: refusal})
+	}
+	c.Close() // after the refusals: a TLS close may wait to send its alert
+}
+
+// run dials when there is something to send, and sends on the
+// connection until it is given up; then again while f is not failed.
 func (f *forwarder) run() {
 	defer f.wg.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), fwdTimeout)
+	for f.waitQueued() {
+		c, err := f.dial()
+		if err != nil {
+			f.fail(fmt.Errorf("cluster: append to %s: dial leader %s: %v: %w", f.s.name, f.leader, err, mqtt.ErrLeaderUnavailable), fateLost)
+			return
+		}
+		f.mu.Lock()
+		failed := f.mu.failed
+		if !failed {
+			f.mu.conn = c
+		}
+		f.mu.Unlock()
+		if failed {
+			c.Close()
+			return
+		}
+		f.wg.Add(1)
+		go f.read(c)
+		if !f.write(c) {
+			return
+		}
+	}
+}
+
+// waitQueued waits until an append is queued: false if f failed first.
+func (f *forwarder) waitQueued() bool {
+	for {
+		f.mu.Lock()
+		failed, queued := f.mu.failed, len(f.mu.queue) > 0
+		f.mu.Unlock()
+		switch {
+		case failed:
+			return false
+		case queued:
+			return true
+		}
+		select {
+		case <-f.stop:
+			return false
+		case <-f.sig:
+		}
+	}
+}
+
+func (f *forwarder) dial() (*fwdConn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), fwdDialTimeout)
+	defer cancel()
 	go func() {
 		select {
 		case <-f.stop:
@@ -157,106 +284,99 @@ func (f *forwarder) run() {
 		}
 	}()
 	conn, err := f.s.l.node.dialer()(ctx, f.addr)
-	cancel()
 	if err != nil {
-		f.fail(fmt.Errorf("cluster: append to %s: dial leader %s: %v: %w", f.s.name, f.leader, err, mqtt.ErrLeaderUnavailable))
-		return
+		return nil, err
 	}
-	f.mu.Lock()
-	if f.mu.failed {
-		f.mu.Unlock()
-		conn.Close()
-		return
-	}
-	f.mu.conn = conn
-	f.mu.Unlock()
-	f.wg.Add(1)
-	go f.read(conn)
+	return &fwdConn{Conn: conn, dead: make(chan struct{})}, nil
+}
+
+// write sends the queued appends on c in order while the window has room:
+// true when c was given up (dial again), false when f failed.
+func (f *forwarder) write(c *fwdConn) bool {
 	// Frames are written through a buffer, flushed when the queue is
 	// empty or the window full: a burst of appends costs a few writes.
-	bw := bufio.NewWriterSize(conn, 64<<10)
-	flush := func() bool {
-		_ = conn.SetWriteDeadline(time.Now().Add(fwdTimeout))
-		if err := bw.Flush(); err != nil {
-			f.fail(fmt.Errorf("cluster: append to %s: send to leader %s: %v: %w", f.s.name, f.leader, err, mqtt.ErrLeaderUnavailable))
-			return false
-		}
-		signal(f.sent)
-		return true
-	}
+	bw := bufio.NewWriterSize(c, 64<<10)
 	var buf []byte
 	for {
-		select {
-		case <-f.stop:
-			return
-		case <-f.sig:
-		}
-		for {
-			f.mu.Lock()
-			empty := f.mu.failed || len(f.mu.queue) == 0
-			f.mu.Unlock()
-			if empty {
-				break
-			}
-			select { // a slot first: the reader frees one per answer
-			case f.window <- struct{}{}:
-			default:
-				if !flush() {
-					return
-				}
-				select {
-				case f.window <- struct{}{}:
-				case <-f.stop:
-					return
-				}
-			}
-			f.mu.Lock()
-			if f.mu.failed || len(f.mu.queue) == 0 {
-				f.mu.Unlock()
-				<-f.window
-				break
-			}
-			r := f.mu.queue[0]
+		f.mu.Lock()
+		failed, dead := f.mu.failed, f.mu.conn != c
+		var r *fwdReq
+		if !failed && !dead && len(f.mu.queue) > 0 && len(f.mu.inflight) < fwdWindow {
+			r = f.mu.queue[0]
+			f.mu.queue[0] = nil
 			f.mu.queue = f.mu.queue[1:]
 			f.mu.seq++
-			r.seq = f.mu.seq
+			r.seq, r.sent = f.mu.seq, time.Now()
 			f.mu.inflight = append(f.mu.inflight, r)
-			f.mu.Unlock()
+		}
+		f.mu.Unlock()
+		switch {
+		case failed:
+			return false
+		case dead:
+			return true
+		case r != nil:
 			req := wire.ProduceRequest{Stream: f.s.name, From: f.s.l.node.ID(), LeaderEpoch: f.epoch, Seq: r.seq, Records: r.body}
 			if r.mirror != nil {
 				req.Mirror = mirrorPositions(r.mirror)
 			}
 			buf = req.AppendTo(buf[:0])
-			_ = conn.SetWriteDeadline(time.Now().Add(fwdTimeout))
+			_ = c.SetWriteDeadline(time.Now().Add(f.timeout))
 			if err := wire.WriteFrame(bw, wire.KindProduceRequest, buf); err != nil {
-				f.fail(fmt.Errorf("cluster: append to %s: send to leader %s: %v: %w", f.s.name, f.leader, err, mqtt.ErrLeaderUnavailable))
-				return
+				f.broke(c, err)
+			} else if bw.Buffered() == 0 {
+				signal(f.sent) // a frame larger than the buffer went through unbuffered
 			}
+			continue
+		case bw.Buffered() > 0:
+			_ = c.SetWriteDeadline(time.Now().Add(f.timeout))
+			if err := bw.Flush(); err != nil {
+				f.broke(c, err)
+				continue
+			}
+			signal(f.sent)
+			continue
 		}
-		if !flush() {
-			return
+		select {
+		case <-f.stop:
+			return false
+		case <-c.dead:
+			return true
+		case <-f.sig:
 		}
 	}
 }
 
-// read matches the leader's answers to the appends in flight.
-func (f *forwarder) read(conn net.Conn) {
+// read matches the leader's answers on c to the appends in flight, until
+// c is given up.
+func (f *forwarder) read(c *fwdConn) {
 	defer f.wg.Done()
+	br := bufio.NewReaderSize(c, 32<<10) // answers that came together are read without a deadline's look
 	var buf []byte
 	for {
 		f.mu.Lock()
-		waiting := len(f.mu.inflight) > 0
+		live := f.mu.conn == c
+		var oldest time.Time
+		if live && len(f.mu.inflight) > 0 {
+			oldest = f.mu.inflight[0].sent
+		}
 		f.mu.Unlock()
-		if !waiting {
+		if !live {
+			return
+		}
+		if oldest.IsZero() {
 			select {
-			case <-f.stop:
+			case <-c.dead:
 				return
 			case <-f.sent:
 				continue
 			}
 		}
-		_ = conn.SetReadDeadline(time.Now().Add(fwdTimeout))
-		kind, body, err := wire.ReadFrame(conn, buf)
+		// The oldest unanswered append sets the deadline, not the last
+		// answer: a leader that answers now and then does not hold the
+		// appends behind for a timeout each.
+		_ = c.SetReadDeadline(oldest.Add(f.timeout))
+		kind, body, err := wire.ReadFrame(br, buf)
 		var resp wire.ProduceResponse
 		if err == nil {
 			buf = body[:0]
@@ -266,37 +386,34 @@ func (f *forwarder) read(conn net.Conn) {
 				err = resp.Decode(body)
 			}
 		}
-		var r *fwdReq
-		if err == nil {
-			f.mu.Lock()
-			if len(f.mu.inflight) > 0 && f.mu.inflight[0].seq == resp.Seq {
-				r = f.mu.inflight[0]
-				f.mu.inflight = f.mu.inflight[1:]
-			}
-			f.mu.Unlock()
-			if r == nil {
-				err = fmt.Errorf("answer %d out of order", resp.Seq)
-			}
-		}
 		if err != nil {
-			f.fail(fmt.Errorf("cluster: append to %s: leader %s: %v: %w", f.s.name, f.leader, err, mqtt.ErrLeaderUnavailable))
+			f.broke(c, err)
 			return
 		}
+		f.mu.Lock()
+		var r *fwdReq
+		switch {
+		case f.mu.conn != c:
+			f.mu.Unlock()
+			return // given up meanwhile: its appends are refused
+		case len(f.mu.inflight) > 0 && f.mu.inflight[0].seq == resp.Seq:
+			r = f.mu.inflight[0]
+			f.mu.inflight[0] = nil
+			f.mu.inflight = f.mu.inflight[1:]
+		}
+		f.mu.Unlock()
+		if r == nil {
+			f.broke(c, fmt.Errorf("answer %d out of order", resp.Seq))
+			return
+		}
+		signal(f.sig) // a slot in the window is free
 		res := appendResult{err: produceErr(f.s.name, &resp), at: time.Now()}
 		if res.err == nil && r.mirror != nil {
 			if res.end, err = r.mirrorAnswered(f.s.name, &resp); err != nil {
-				f.mu.Lock()
-				f.mu.inflight = append([]*fwdReq{r}, f.mu.inflight...) // failed with the rest
-				f.mu.Unlock()
-				f.fail(fmt.Errorf("cluster: mirror %s: leader %s: %v: %w", f.s.name, f.leader, err, mqtt.ErrLeaderUnavailable))
+				f.broke(c, fmt.Errorf("mirror: %v", err), r)
 				return
 			}
-			<-f.window
-			f.s.settle(r.p, res)
-			continue
-		}
-		<-f.window
-		if res.err == nil {
+		} else if res.err == nil {
 			res.first, res.end = resp.First, resp.First+uint64(len(r.recs))
 			for i, rec := range r.recs { // as the leader's appender set them
 				rec.Offset, rec.Epoch = resp.First+uint64(i), f.epoch

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/peatmq/peat/cluster/wire"
 	"github.com/peatmq/peat/logstore"
@@ -43,6 +44,10 @@ func (s *Server) produce(c net.Conn, first []byte) {
 				q = q[1:]
 			}
 			mu.Unlock()
+			// A follower that reads no answer for as long as it would wait
+			// for one has given the connection up, or is gone without a
+			// reset: the connection is dropped rather than held by a write.
+			_ = c.SetWriteDeadline(time.Now().Add(DefaultForwardTimeout))
 			for _, sl := range ready {
 				out = sl.resp.AppendTo(out[:0])
 				if err := wire.WriteFrame(bw, wire.KindProduceResponse, out); err != nil {

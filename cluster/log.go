@@ -87,6 +87,12 @@ type LogConfig struct {
 	// Mirror applies the mirror rules (edge/mirror.Apply) on a mirror
 	// stream's leader (Log.Mirror); nil: mirror appends are refused.
 	Mirror MirrorApply
+	// ForwardTimeout is how long an append a follower forwarded may go
+	// unanswered by the leader once sent: then the connection is dropped,
+	// the appends unanswered on it are refused as of unknown fate (the
+	// producer is told to publish again), and the next go on a new
+	// connection (forward.go). 0: DefaultForwardTimeout.
+	ForwardTimeout time.Duration
 }
 
 // NewLog is NewLogConfig with a logger alone: every stream acks=all.

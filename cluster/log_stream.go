@@ -51,13 +51,19 @@ import (
 // NotEnoughReplicas as mqtt.ErrNotEnoughReplicas, RecordTooLarge and
 // NoSpace as logstore's ErrRecordTooLarge and ErrNoSpace (so MQTT gives
 // the reason codes a single node gives), NotLeader and stale epochs as
-// ErrLeaderUnavailable. When the connection fails, an answer is missing
-// for fwdTimeout (30 s), or the state names another leader or epoch, every
-// append unanswered is refused with ErrLeaderUnavailable: the old leader
-// may still commit some (at least once), but done(nil) is only ever called
-// on the leader's word that the records are committed, so an acknowledged
-// record is in the ISR and survives on whichever replica the controller
-// elects.
+// ErrLeaderUnavailable. Each append sent must be answered within
+// LogConfig.ForwardTimeout (5 s) of its sending (answers to others do not
+// extend it). Past that, or when the connection fails, the connection is
+// dropped: the appends sent on it and unanswered are refused with an
+// mqtt.Refusal of ErrLeaderUnavailable whose reason says the message may
+// be stored and to publish again, and those not yet sent go on a new
+// connection, dialled at once. When the state names another leader or
+// epoch, or the leader cannot be dialled, every append unanswered is
+// refused (those never sent were not stored). The old leader may still
+// commit some of the refused (at least once), but done(nil) is only ever
+// called on the leader's word that the records are committed, so an
+// acknowledged record is in the ISR and survives on whichever replica the
+// controller elects.
 //
 // acks=leader.
 //
