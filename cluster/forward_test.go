@@ -109,6 +109,11 @@ func TestLog_ForwardAppend(t *testing.T) {
 	const n = 300
 	wait1, wait2 := asyncAppends(f1, "a", n), asyncAppends(f2, "b", n)
 	r1, r2 := wait1(t), wait2(t)
+	for _, r := range append(r1, r2...) {
+		if r.err != nil {
+			t.Fatalf("%s: %v", r.topic, r.err)
+		}
+	}
 	total := uint64(5 + 2*n)
 	ls := leader.log.Route("s/x")
 	want := committedRecs(t, leader.node.ID(), ls, total)

@@ -160,6 +160,7 @@ func (n *Node) heartbeatLoop() {
 // it, and notes when a counted one was sent.
 func (n *Node) heartbeat(conn *rpcConn) {
 	if n.IsController() {
+		n.controlling()
 		return
 	}
 	id := n.Controller()
@@ -189,6 +190,36 @@ func (n *Node) heartbeat(conn *rpcConn) {
 	default:
 		n.log.Debug("cluster: heartbeat not counted", slog.String("controller", id), slog.Any("code", resp.Code))
 	}
+}
+
+// controlling notes that this node is the controller now: as good as a
+// heartbeat counted, since a controller after it gives every broker a
+// whole session from its own start, which comes later. So a controller
+// that hands over does not count as cut off until its first heartbeat.
+func (n *Node) controlling() {
+	n.beat.acked.Store(max(int64(time.Since(n.beat.born)), 1))
+}
+
+// CutOff reports whether this node has been out of touch with the
+// controller for SelfFenceAfter: no Raft contact, or no heartbeat sent
+// that long ago counted. Its Leaders stopped committing at the first
+// (HearsController); from here on it refuses new appends to the streams
+// it leads and /readyz fails, so clients go to another node. A blip, a
+// controller's election, does not refuse: appends wait for it.
+func (n *Node) CutOff() bool {
+	if n.IsController() {
+		n.controlling()
+		return false
+	}
+	limit := rules.SelfFenceAfter(n.cfg.SessionTimeout)
+	if time.Since(n.raft.LastContact()) >= limit {
+		return true
+	}
+	if !n.beat.needed.Load() {
+		return false
+	}
+	acked := n.beat.acked.Load()
+	return acked == 0 || time.Since(n.beat.born)-time.Duration(acked) >= limit
 }
 
 // sessionHeld reports, on a broker, whether the controller counted a

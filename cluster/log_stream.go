@@ -46,7 +46,7 @@ import (
 // naming its sequence number. The leader answers as it would answer its
 // own producer; the follower calls done with the leader's first offset
 // once its own watermark has passed the records too (so a reader on this
-// node sees what was acknowledged here; after fwdLocalWait, 10 s, a
+// node sees what was acknowledged here; after fwdLocalWait, 2 s, a
 // replica that stopped fetching answers anyway). Refusals come back typed:
 // NotEnoughReplicas as mqtt.ErrNotEnoughReplicas, RecordTooLarge and
 // NoSpace as logstore's ErrRecordTooLarge and ErrNoSpace (so MQTT gives
@@ -276,9 +276,9 @@ func (s *stream) admitLocked(p *pendingAppend, ld *Leader, what string, forward 
 		p.err = fmt.Errorf("cluster: %s %s: %w", what, s.name, errNotLeaderHere)
 	case !s.l.acksLeader(s.name) && !ld.InSync():
 		p.err = fmt.Errorf("cluster: %s %s: %w", what, s.name, mqtt.ErrNotEnoughReplicas)
-	case !ld.Current():
-		// Deposed, or cut off from the controller: it cannot commit, and
-		// its producers are better off on another node at once.
+	case s.l.node.CutOff():
+		// Cut off from the controller for a while, not a blip: it cannot
+		// commit, and its producers are better off on another node.
 		p.err = fmt.Errorf("cluster: %s %s: %w", what, s.name, errCutOff)
 	case !ld.beginAppend():
 		p.err = fmt.Errorf("cluster: %s %s: leadership ending: %w", what, s.name, mqtt.ErrLeaderUnavailable)

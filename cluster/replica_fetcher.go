@@ -60,7 +60,11 @@ const (
 	DefaultFetchMaxWait = 500 * time.Millisecond
 	fetchRetryMin       = 50 * time.Millisecond
 	fetchRetryMax       = 2 * time.Second
-	DefaultFetchTimeout = 10 * time.Second
+	// DefaultFetchTimeout: a leader answers a fetch within its long poll
+	// and a read of at most 1 MiB; one silent 3 s longer is behind a
+	// dead link (a pulled cable, a partition), and the follower dials
+	// again, so that it is back in the ISR soon after a heal.
+	DefaultFetchTimeout = 3 * time.Second
 )
 
 // Fetcher replicates one stream from its leader into the local replica

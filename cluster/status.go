@@ -22,7 +22,7 @@ import (
 // serves it.
 //
 // CaughtUp (/readyz) is false while no controller is known or this node
-// is cut off from it (HearsController), while the
+// is cut off from it (Node.CutOff), while the
 // controller has not registered this run's broker epoch (a restarted node
 // whose state still shows its old standing), or while the node is a
 // replica of a stream outside its ISR; the reason names which.
@@ -154,7 +154,7 @@ func (s *Site) Status() SiteStatus {
 	if sessions != nil {
 		out.Streams = append(out.Streams, s.streamStatus(sessions))
 	}
-	out.Ready, out.NotReady = readiness(st, n.ID(), n.Epoch(), out.Controller, n.HearsController())
+	out.Ready, out.NotReady = readiness(st, n.ID(), n.Epoch(), out.Controller, !n.CutOff())
 	return out
 }
 
@@ -220,11 +220,11 @@ func removal(st *rules.State, id string) (string, []string) {
 // and been taken back into their ISRs. The reason names what is missing.
 func (s *Site) CaughtUp() (ok bool, reason string) {
 	st, _ := s.Node.State()
-	return readiness(st, s.Node.ID(), s.Node.Epoch(), s.Node.Controller(), s.Node.HearsController())
+	return readiness(st, s.Node.ID(), s.Node.Epoch(), s.Node.Controller(), !s.Node.CutOff())
 }
 
 // readiness is CaughtUp's rule on a state, without I/O; inTouch is
-// Node.HearsController.
+// !Node.CutOff.
 func readiness(st *rules.State, self string, epoch uint64, controller string, inTouch bool) (bool, string) {
 	var why []string
 	switch {
