@@ -26,17 +26,18 @@ const (
 	// one process on loopback, 2048 10-32k (the leader's own producers,
 	// not bounded so: 50-200k). A burst of 5,000, on a busy 2-core machine.
 	fwdWindow = 2048
-	// DefaultForwardTimeout is LogConfig.ForwardTimeout: how long a
-	// forwarded append may go unanswered once sent. A leader answers
-	// within a commit (a fetch round trip, FetchMaxWait at most) while its
-	// ISR keeps up; a member cut off from the controller is fenced after
-	// the site's session timeout (about 3 s) and the leader then answers:
-	// 5 s is that and a margin. A member cut off from the leader alone
-	// holds the watermark for replica_lag_max (10 s): appends forwarded
-	// meanwhile are refused as of unknown fate, and may be stored twice
-	// when published again. That is the price of not holding every
-	// forward for as long as TCP takes to notice a silent leader.
-	DefaultForwardTimeout = 5 * time.Second
+	// DefaultForwardTimeout is LogConfig.ForwardTimeout with the default
+	// session timeout: how long a forwarded append may go unanswered once
+	// sent. A leader answers within a commit (a fetch round trip,
+	// FetchMaxWait at most) while its ISR keeps up; a member cut off from
+	// the controller is fenced after the session timeout and the leader
+	// then answers, or is itself cut off and refuses: the session timeout
+	// and a second. A member cut off from the leader alone holds the
+	// watermark for replica_lag_max (10 s): appends forwarded meanwhile
+	// are refused as of unknown fate, and may be stored twice when
+	// published again. That is the price of not holding every forward for
+	// as long as TCP takes to notice a silent leader.
+	DefaultForwardTimeout = DefaultSessionTimeout + time.Second
 	// fwdDialTimeout bounds a dial to the leader: appends waiting for it
 	// were never sent, and are refused (not stored) when it fails.
 	fwdDialTimeout = 2 * time.Second
@@ -59,12 +60,13 @@ const (
 	fateEnded   = "forwarding to the stream's leader ended before it answered; the message may or may not be stored: publish again"
 )
 
-// forwardTimeout is LogConfig.ForwardTimeout or its default.
+// forwardTimeout is LogConfig.ForwardTimeout or its default, the node's
+// session timeout and a second.
 func (l *Log) forwardTimeout() time.Duration {
 	if l.cfg.ForwardTimeout > 0 {
 		return l.cfg.ForwardTimeout
 	}
-	return DefaultForwardTimeout
+	return l.node.cfg.SessionTimeout + time.Second
 }
 
 // forwarder passes one stream's appends to its leader (leader, epoch at

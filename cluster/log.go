@@ -91,7 +91,8 @@ type LogConfig struct {
 	// unanswered by the leader once sent: then the connection is dropped,
 	// the appends unanswered on it are refused as of unknown fate (the
 	// producer is told to publish again), and the next go on a new
-	// connection (forward.go). 0: DefaultForwardTimeout.
+	// connection (forward.go). 0: the node's SessionTimeout and a second
+	// (DefaultForwardTimeout, 4 s, by default).
 	ForwardTimeout time.Duration
 }
 

@@ -52,7 +52,7 @@ import (
 // NoSpace as logstore's ErrRecordTooLarge and ErrNoSpace (so MQTT gives
 // the reason codes a single node gives), NotLeader and stale epochs as
 // ErrLeaderUnavailable. Each append sent must be answered within
-// LogConfig.ForwardTimeout (5 s) of its sending (answers to others do not
+// LogConfig.ForwardTimeout (4 s) of its sending (answers to others do not
 // extend it). Past that, or when the connection fails, the connection is
 // dropped: the appends sent on it and unanswered are refused with an
 // mqtt.Refusal of ErrLeaderUnavailable whose reason says the message may
