@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -445,9 +446,16 @@ func produceCode(err error) wire.Code {
 }
 
 // produceErr turns the leader's answer into the error the local
-// producer would have had there (errors.Is on the same sentinels).
+// producer would have had there (errors.Is on the same sentinels). A
+// leader's refusal in its own words (an mqtt.Refusal's reason: a message
+// that is not an error's text, which starts "cluster:") reaches the
+// producer as the same reason.
 func produceErr(stream string, resp *wire.ProduceResponse) error {
-	return codeErr("append to", stream, resp.Code, resp.Message)
+	err := codeErr("append to", stream, resp.Code, resp.Message)
+	if err != nil && resp.Message != "" && !strings.HasPrefix(resp.Message, "cluster:") {
+		return &mqtt.Refusal{Reason: resp.Message, Err: err}
+	}
+	return err
 }
 
 // codeErr turns a leader's code for an operation (what) on stream into

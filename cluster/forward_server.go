@@ -11,6 +11,7 @@ import (
 
 	"github.com/peatmq/peat/cluster/wire"
 	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt"
 )
 
 // produceQueue bounds the forwarded appends one produce connection may
@@ -95,7 +96,9 @@ func (s *Server) produce(c net.Conn, first []byte) {
 		mu.Unlock()
 		answer := func(first uint64, err error) {
 			resp := &wire.ProduceResponse{Code: produceCode(err), Seq: sl.seq, First: first}
-			if err != nil {
+			if rf, ok := errors.AsType[*mqtt.Refusal](err); ok {
+				resp.Message = rf.Reason // the follower tells its producer the same reason
+			} else if err != nil {
 				resp.Message = err.Error()
 			}
 			mu.Lock()

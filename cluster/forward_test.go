@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peatmq/peat/cluster/wire"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
@@ -436,5 +437,20 @@ func noLeakOf(t *testing.T, funcs []string, fn func(t *testing.T)) {
 			t.Fatalf("%d goroutines left:\n%s", len(left), strings.Join(left, "\n\n"))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A leader's refusal in its own words reaches the follower's producer as
+// the same reason; an error's text does not become a reason.
+func TestProduceErr_KeepsTheLeadersReason(t *testing.T) {
+	reason := errCutOff.(*mqtt.Refusal).Reason
+	err := produceErr("s", &wire.ProduceResponse{Code: produceCode(errCutOff), Message: reason})
+	rf, ok := errors.AsType[*mqtt.Refusal](err)
+	if !ok || rf.Reason != reason || !errors.Is(err, mqtt.ErrLeaderUnavailable) {
+		t.Fatalf("produceErr = %v; want a refusal with the leader's reason, of ErrLeaderUnavailable", err)
+	}
+	err = produceErr("s", &wire.ProduceResponse{Code: wire.NotLeader, Message: "cluster: append to s: leadership ending: mqtt: stream leader unavailable"})
+	if _, ok := errors.AsType[*mqtt.Refusal](err); ok || !errors.Is(err, mqtt.ErrLeaderUnavailable) {
+		t.Fatalf("produceErr = %v; want ErrLeaderUnavailable without a reason of its own", err)
 	}
 }

@@ -220,9 +220,9 @@ var errNotLeaderHere = fmt.Errorf("cluster: this node does not lead the stream: 
 // that could not commit within cluster.session_timeout (it may still
 // commit, if the node is back in time: publish again, at least once).
 var (
-	errCutOff = mqtt.Refuse("this node leads the stream but is cut off from the site's controller: publish through another node",
+	errCutOff = mqtt.Refuse("the stream's leader is cut off from the site's controller: publish through another node",
 		mqtt.ErrLeaderUnavailable)
-	errFateUnknown = mqtt.Refuse("this node, the stream's leader, lost the site's controller before the message committed; "+
+	errFateUnknown = mqtt.Refuse("the stream's leader lost the site's controller before the message committed; "+
 		"it may or may not be stored: publish again, through another node", mqtt.ErrLeaderUnavailable)
 )
 
