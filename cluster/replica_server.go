@@ -172,6 +172,14 @@ func (s *Server) serve(c net.Conn) {
 	}
 }
 
+// servedNode is the Node whose commands and heartbeats the Server
+// answers (ServeNode), nil before.
+func (s *Server) servedNode() *Node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.node
+}
+
 // handle answers one request frame.
 func (s *Server) handle(kind byte, body, out []byte) (byte, []byte, error) {
 	switch kind {
@@ -204,11 +212,8 @@ func (s *Server) handle(kind byte, body, out []byte) (byte, []byte, error) {
 		if err := req.Decode(body); err != nil {
 			return 0, nil, err
 		}
-		s.mu.Lock()
-		n := s.node
-		s.mu.Unlock()
 		resp := wire.CommandResponse{Code: wire.NotController}
-		if n != nil {
+		if n := s.servedNode(); n != nil {
 			resp = n.handleCommand(s.ctx, &req)
 		}
 		return wire.KindCommandResponse, resp.AppendTo(out), nil
@@ -217,11 +222,8 @@ func (s *Server) handle(kind byte, body, out []byte) (byte, []byte, error) {
 		if err := req.Decode(body); err != nil {
 			return 0, nil, err
 		}
-		s.mu.Lock()
-		n := s.node
-		s.mu.Unlock()
 		resp := wire.HeartbeatResponse{Code: wire.NotController}
-		if n != nil {
+		if n := s.servedNode(); n != nil {
 			resp = n.handleHeartbeat(&req)
 		}
 		return wire.KindHeartbeatResponse, resp.AppendTo(out), nil
