@@ -75,8 +75,10 @@
 //     watermark until the Leader has an ISR with it, also while this
 //     node's state holds that ISR before sync hands it over, and after a
 //     proposal refused as stale or unanswered; only a refusal in the
-//     current version, or a later proposal that leaves it out, drops it
-//     (isr.go).
+//     current version, or a later proposal that leaves it out, drops it,
+//     and neither while an unanswered proposal that named it may still
+//     commit (the stream still at the version it named:
+//     rules.StillJoining, isr.go).
 //  6. A node leads only once the state registered its current broker
 //     epoch (rules.Leader, from replicator.go).
 //  7. No record of an ended leadership lands after the Fetcher that

@@ -81,3 +81,30 @@ func Leader(st *State, name, self string, brokerEpoch uint64) (leader string, ep
 	}
 	return s.Leader, s.LeaderEpoch, true
 }
+
+// Unanswered is an AlterISR whose outcome the leader does not know (its
+// submission timed out or its connection broke): it may still commit, as
+// long as the stream's version is the one it named (the compare-and-set).
+type Unanswered struct {
+	Version uint64   // the version the proposal named
+	Added   []string // the replicas it added
+}
+
+// StillJoining are the joiners a leader's watermark must keep waiting
+// for besides the state's ISR (committed) and its current proposal's
+// additions (added): those of an unanswered proposal u while the stream
+// is still at u's version, since the controller may yet commit it and
+// then elect one of them. Once the version moved, u can never commit:
+// what it added is in the ISR, or never will be from it (Kafka keeps one
+// AlterPartition in flight for the same reason).
+func StillJoining(committed, added []string, u Unanswered, version uint64) []string {
+	out := slices.Concat(committed, added)
+	if u.Version == version {
+		for _, id := range u.Added {
+			if !slices.Contains(out, id) {
+				out = append(out, id)
+			}
+		}
+	}
+	return out
+}

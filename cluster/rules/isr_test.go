@@ -175,3 +175,23 @@ func TestLeader(t *testing.T) {
 		t.Fatalf("offline stream led by %q", l)
 	}
 }
+
+// A proposal that timed out may commit later, so long as the stream's
+// version is the one it named: its joiners keep holding the watermark
+// (a refusal of a later proposal does not drop them) until the version
+// moves, after which it can never commit.
+func TestStillJoining_UnansweredProposalHoldsItsJoiners(t *testing.T) {
+	u := Unanswered{Version: 7, Added: []string{"n3"}}
+	if got := StillJoining([]string{"n1", "n2"}, nil, u, 7); !slices.Contains(got, "n3") {
+		t.Fatalf("at the version it named: %v, want n3 kept", got)
+	}
+	if got := StillJoining([]string{"n1", "n2"}, nil, u, 8); slices.Contains(got, "n3") {
+		t.Fatalf("after the version moved: %v, want n3 dropped", got)
+	}
+	if got := StillJoining([]string{"n1"}, []string{"n3"}, u, 7); len(got) != 2 {
+		t.Fatalf("n3 both proposed again and unanswered: %v, want it once", got)
+	}
+	if got := StillJoining([]string{"n1"}, nil, Unanswered{}, 0); !slices.Equal(got, []string{"n1"}) {
+		t.Fatalf("none unanswered: %v", got)
+	}
+}
