@@ -28,16 +28,19 @@ import (
 // session before it fences any.
 //
 // A broker remembers when it sent the last heartbeat the controller
-// counted (acked); HearsController turns false SelfFenceAfter past it,
-// before the controller can have fenced the broker, and its Leaders stop
-// committing, its appends are refused with the reason, and /readyz says
-// so.
+// counted (acked). HearsController turns false SelfFenceAfter past it
+// (or one Raft heartbeat timeout without Raft contact), before the
+// controller can have fenced the broker: its Leaders stop committing.
+// CutOff turns true SelfFenceAfter past either: its Leaders refuse new
+// appends with the reason, and /readyz says so. A controller election
+// (a second or two without Raft contact) holds appends, it does not
+// refuse them.
 //
 // Versions: a node advertises the tag "hb" when it sends and counts
-// heartbeats (it has a cluster address to take them on). The controller requires them only of members with the
-// tag, and a broker fences itself on them only while the controller it
-// knows has the tag: a rolling upgrade runs on Serf and Raft alone until
-// both ends know heartbeats.
+// heartbeats (it has a cluster address to take them on). The controller
+// requires them only of members with the tag, and a broker fences itself
+// on them only while the controller it knows has the tag: a rolling
+// upgrade runs on Serf and Raft alone until both ends know heartbeats.
 
 const tagHeartbeat = "hb"
 
@@ -85,13 +88,20 @@ func (n *Node) sessionLive(m Member, now time.Time) bool {
 	if m.ID == n.cfg.NodeID || m.Tags[tagHeartbeat] == "" {
 		return true
 	}
+	heard, leading := n.lastHeard(m)
+	return rules.SessionLive(heard, leading, now, n.cfg.SessionTimeout)
+}
+
+// lastHeard is when this controller counted member m's last heartbeat in
+// the broker epoch Serf shows (zero: none), and when it began to lead.
+func (n *Node) lastHeard(m Member) (heard, leading time.Time) {
 	n.sessions.mu.Lock()
-	h, leading := n.sessions.heard[m.ID], n.sessions.leading
-	n.sessions.mu.Unlock()
+	defer n.sessions.mu.Unlock()
+	h := n.sessions.heard[m.ID]
 	if h.epoch != m.Epoch {
 		h.at = time.Time{} // another incarnation's heartbeat
 	}
-	return rules.SessionLive(h.at, leading, now, n.cfg.SessionTimeout)
+	return h.at, n.sessions.leading
 }
 
 // nextExpiry is when the next live session among the brokers the state
@@ -102,13 +112,8 @@ func (n *Node) nextExpiry(st *rules.State, now time.Time) time.Time {
 		if b := st.Brokers[m.ID]; b == nil || !b.Alive || m.ID == n.cfg.NodeID || m.Tags[tagHeartbeat] == "" {
 			continue
 		}
-		n.sessions.mu.Lock()
-		h, leading := n.sessions.heard[m.ID], n.sessions.leading
-		n.sessions.mu.Unlock()
-		if h.epoch != m.Epoch {
-			h.at = time.Time{}
-		}
-		if exp := rules.SessionExpiry(h.at, leading, n.cfg.SessionTimeout); exp.After(now) {
+		heard, leading := n.lastHeard(m)
+		if exp := rules.SessionExpiry(heard, leading, n.cfg.SessionTimeout); exp.After(now) {
 			next = earliest(next, exp)
 		}
 	}
