@@ -42,8 +42,13 @@ import (
 // 500 ms lease; pre-vote on, as raft v1.7 has it).
 
 const (
-	raftMaxPool      = 3
-	raftConnTimeout  = 10 * time.Second
+	raftMaxPool = 3
+	// raftConnTimeout bounds a Raft dial and each RPC's I/O (scaled up
+	// for a snapshot by its size). A peer silent that long is behind a
+	// dead link: 3 s, not raft's usual 10, so that a node back from a
+	// partition hears the controller again, and rejoins, within seconds
+	// of the heal rather than at the end of a stale RPC.
+	raftConnTimeout  = 3 * time.Second
 	snapshotsRetain  = 2
 	raftLogCacheSize = 512
 )
