@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -31,7 +32,20 @@ type ledger struct {
 		// acksAfter holds every acknowledgement in the order they came:
 		// when its message was (last) sent, and when the PUBACK came.
 		acksAfter []ackAt
+		// answers are, per producer, when a node answered one of its
+		// publishes: an acknowledgement or a refusal (a PUBACK >= 0x80,
+		// a DISCONNECT, a connection closed or reset), not a PUBACK that
+		// never came. The partition tests measure stalls from them.
+		answers map[string][]answer
+		// at is the node (index in the site's addresses) each producer's
+		// connection is to, or was to last.
+		at map[string]int
 	}
+}
+
+type answer struct {
+	at  time.Time
+	ack bool
 }
 
 type ackAt struct{ sent, acked time.Time }
@@ -39,6 +53,8 @@ type ackAt struct{ sent, acked time.Time }
 func newLedger() *ledger {
 	l := &ledger{}
 	l.mu.msgs = map[string]*msgState{}
+	l.mu.answers = map[string][]answer{}
+	l.mu.at = map[string]int{}
 	return l
 }
 
@@ -161,11 +177,12 @@ func (p *producer) run(ctx context.Context, l *ledger) {
 				backoff()
 				continue
 			}
+			l.mu.Lock()
 			if cur != p.home {
-				l.mu.Lock()
 				l.mu.moves++
-				l.mu.Unlock()
 			}
+			l.mu.at[p.id] = cur
+			l.mu.Unlock()
 		}
 		if payload == "" {
 			seq++
@@ -181,17 +198,21 @@ func (p *producer) run(ctx context.Context, l *ledger) {
 		l.mu.Unlock()
 		sent := time.Now()
 		err := c.publish(p.topic, []byte(payload), wait(ackWait))
+		now := time.Now()
 		l.mu.Lock()
 		switch {
 		case err == nil:
 			m.acked, m.first = true, m.attempts == 1
 			l.mu.acks++
-			l.mu.acksAfter = append(l.mu.acksAfter, ackAt{sent: sent, acked: time.Now()})
+			l.mu.acksAfter = append(l.mu.acksAfter, ackAt{sent: sent, acked: now})
 			payload = ""
 		case errors.Is(err, errRefused):
 			l.mu.refusals++
 		default:
 			l.mu.lost++
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			l.mu.answers[p.id] = append(l.mu.answers[p.id], answer{at: now, ack: err == nil})
 		}
 		l.mu.Unlock()
 		if err != nil {
