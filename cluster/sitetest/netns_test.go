@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 )
@@ -53,8 +54,8 @@ func needPartition(t *testing.T) {
 }
 
 // netns is a site's network: node k (1-based) in namespace
-// peat-<pid>-n<k> at <subnet>.k, its veth's other end on the bridge
-// pb<pid>, which holds <subnet>.254 in the root namespace, where the
+// peat-<pid>-<seq>-n<k> at <subnet>.k, its veth's other end (pv<pid>s<seq>n<k>)
+// on the bridge pb<pid>s<seq>, which holds <subnet>.254 in the root namespace, where the
 // test and its clients stay. Faults are nftables rules in a node's
 // namespace (table inet peat_fault) that drop what comes in from a cut
 // peer; a cut sets them in both namespaces. A silent drop, a pulled
@@ -63,8 +64,8 @@ func needPartition(t *testing.T) {
 // waiting for a SYN-ACK.
 type netns struct {
 	t      testing.TB
-	prefix string // peat-<pid>
-	tag    string // <pid>, in interface names (15 bytes at most)
+	prefix string // peat-<pid>-<seq>
+	tag    string // <pid>s<seq>, in interface names (15 bytes at most)
 	subnet string // 10.a.b
 	n      int
 
@@ -72,21 +73,25 @@ type netns struct {
 	cut map[[2]int]bool // node pairs (lower first) cut now
 }
 
-// nsName matches the namespaces and links newNetns makes, with the pid
-// of the test that made them.
+// nsName, linkName match the namespaces and links newNetns makes, with
+// the pid of the test that made them.
 var (
-	nsName     = regexp.MustCompile(`^peat-(\d+)-n\d+$`)
-	bridgeName = regexp.MustCompile(`^pb(\d+)$`)
+	nsName   = regexp.MustCompile(`^peat-(\d+)-\d+-n\d+$`)
+	linkName = regexp.MustCompile(`^p[bv](\d+)s\d+(n\d+)?$`)
 )
+
+// netSeq numbers the sites of namespaces of this process: a site's names
+// are new even while the kernel still destroys the last one's.
+var netSeq atomic.Int64
 
 func newNetns(t testing.TB, n int) *netns {
 	t.Helper()
-	pid := os.Getpid()
+	pid, seq := os.Getpid(), netSeq.Add(1)
 	// A /24 from the pid: two tests of different processes do not share
 	// one, and 10.100-199.x.0 is unlikely to be a LAN of the machine.
-	nw := &netns{t: t, prefix: fmt.Sprintf("peat-%d", pid), tag: strconv.Itoa(pid),
+	nw := &netns{t: t, prefix: fmt.Sprintf("peat-%d-%d", pid, seq), tag: fmt.Sprintf("%ds%d", pid, seq),
 		subnet: fmt.Sprintf("10.%d.%d", 100+pid%100, (pid/100)%256), n: n, cut: map[[2]int]bool{}}
-	removeLeftovers(t)
+	removeLeftovers(t, seq == 1)
 	t.Cleanup(nw.remove)
 	br := "pb" + nw.tag
 	nw.run("ip", "link", "add", br, "type", "bridge")
@@ -129,22 +134,25 @@ func (nw *netns) nft(k int, script string) {
 	}
 }
 
-// remove deletes the namespaces and the bridge (a veth goes with its
-// namespace).
+// remove deletes the veths, namespaces and the bridge. A veth would go
+// with its namespace, but the kernel destroys a namespace later, in the
+// background; deleting it here frees its address now.
 func (nw *netns) remove() {
 	for k := 1; k <= nw.n; k++ {
+		_ = exec.Command("ip", "link", "del", fmt.Sprintf("pv%sn%d", nw.tag, k)).Run()
 		_ = exec.Command("ip", "netns", "del", nw.ns(k)).Run()
 	}
 	_ = exec.Command("ip", "link", "del", "pb"+nw.tag).Run()
 }
 
-// removeLeftovers deletes the namespaces and bridges of an earlier test
-// process that died before its cleanup (or of this pid, reused), with the
-// peat processes still running in them.
-func removeLeftovers(t testing.TB) {
+// removeLeftovers deletes the namespaces and links of an earlier test
+// process that died before its cleanup (or, on this process's first
+// site, of its pid, reused), with the peat processes still running in
+// them.
+func removeLeftovers(t testing.TB, first bool) {
 	dead := func(pid string) bool {
 		if pid == strconv.Itoa(os.Getpid()) {
-			return true
+			return first
 		}
 		_, err := os.Stat("/proc/" + pid)
 		return err != nil
@@ -168,15 +176,15 @@ func removeLeftovers(t testing.TB) {
 		t.Logf("removing the leftover namespace %s", f[0])
 		_ = exec.Command("ip", "netns", "del", f[0]).Run()
 	}
-	out, _ = exec.Command("ip", "-o", "link", "show", "type", "bridge").Output()
+	out, _ = exec.Command("ip", "-o", "link", "show").Output()
 	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line) // "7: pb123: <...>"
+		f := strings.Fields(line) // "7: pb123s1: <...>", "8: pv123s1n1@if2: <...>"
 		if len(f) < 2 {
 			continue
 		}
-		name := strings.TrimSuffix(f[1], ":")
-		if m := bridgeName.FindStringSubmatch(name); m != nil && dead(m[1]) {
-			t.Logf("removing the leftover bridge %s", name)
+		name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+		if m := linkName.FindStringSubmatch(name); m != nil && dead(m[1]) {
+			t.Logf("removing the leftover link %s", name)
 			_ = exec.Command("ip", "link", "del", name).Run()
 		}
 	}
