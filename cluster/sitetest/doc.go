@@ -3,7 +3,8 @@
 // and SIGTERM, and MQTT clients that act as sensors and consumers do. They
 // run for minutes, so only with PEAT_SITETEST=1 (`make test-cluster`, which
 // .ci/run runs after `make test`); without it they skip, and only
-// TestJudge, the checks' own test, runs (in `make test`).
+// TestJudge and TestStalls, the checks' and the stall measure's own
+// tests, run (in `make test`).
 //
 // # The site (site_test.go)
 //

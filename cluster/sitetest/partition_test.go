@@ -124,8 +124,9 @@ func TestPartition_LeaderIsolated(t *testing.T) {
 	p := newPartition(t, "leader-isolated", 3)
 	p.start()
 	for n := 1; n <= *partitionRoundsFlag; n++ {
+		p.steady()
 		ld := p.s.leader(p.st.name)
-		p.round(n, "isolate "+ld.id+" (leader)", []*node{ld}, func() time.Time {
+		p.round(n, "isolate "+p.s.describe(p.st.name, []*node{ld}), []*node{ld}, func() time.Time {
 			p.s.isolate(ld)
 			defer p.s.healAll()
 			return sleepFor(hold)
@@ -207,7 +208,7 @@ func TestPartition_FollowerCut(t *testing.T) {
 	for n := 1; n <= *partitionRoundsFlag; n++ {
 		p.steady()
 		f := p.s.follower(p.st.name, n)
-		p.round(n, "cut "+f.id+" (follower) for 15s", []*node{f}, func() time.Time {
+		p.round(n, "cut "+p.s.describe(p.st.name, []*node{f})+" for 15s", []*node{f}, func() time.Time {
 			p.s.isolate(f)
 			defer p.s.healAll()
 			return sleepFor(15 * time.Second)
@@ -270,9 +271,10 @@ func TestPartition_FlappingLeader(t *testing.T) {
 	p := newPartition(t, "flapping-leader", 3)
 	p.start()
 	for n := 1; n <= *partitionRoundsFlag; n++ {
+		p.steady()
 		ld := p.s.leader(p.st.name)
 		flaps := 0
-		p.round(n, "flap "+ld.id+"'s links (leader at the start)", []*node{ld}, func() time.Time {
+		p.round(n, "flap the links of "+p.s.describe(p.st.name, []*node{ld}), []*node{ld}, func() time.Time {
 			end := time.Now().Add(20 * time.Second)
 			for time.Now().Before(end) {
 				p.s.isolate(ld)
@@ -296,8 +298,9 @@ func TestPartition_LeaderStopped(t *testing.T) {
 	p := newPartition(t, "leader-sigstop", 3)
 	p.start()
 	for n := 1; n <= *partitionRoundsFlag; n++ {
+		p.steady()
 		ld := p.s.leader(p.st.name)
-		p.round(n, "SIGSTOP "+ld.id+" (leader) for 10s", []*node{ld}, func() time.Time {
+		p.round(n, "SIGSTOP "+p.s.describe(p.st.name, []*node{ld})+" for 10s", []*node{ld}, func() time.Time {
 			ld.signal(syscall.SIGSTOP)
 			defer ld.signal(syscall.SIGCONT)
 			return sleepFor(10 * time.Second)
@@ -320,9 +323,9 @@ func TestPartition_KillDuringCut(t *testing.T) {
 		f := p.s.follower(p.st.name, n)
 		victim, what := f, "kill -9 it"
 		if n%2 == 0 {
-			victim, what = ld, "kill -9 "+ld.id+" (leader)"
+			victim, what = ld, "kill -9 "+p.s.describe(p.st.name, []*node{ld})
 		}
-		p.round(n, fmt.Sprintf("cut %s (follower), %s, heal, restart", f.id, what), []*node{f}, func() time.Time {
+		p.round(n, fmt.Sprintf("cut %s, %s, heal, restart", p.s.describe(p.st.name, []*node{f}), what), []*node{f}, func() time.Time {
 			p.s.isolate(f)
 			time.Sleep(hold)
 			victim.kill()
