@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,7 +22,10 @@ type msgState struct {
 
 // ledger is every producer's messages, and what they met.
 type ledger struct {
-	mu struct {
+	// rehome is raised to send every producer back to its home node
+	// (load.rehome).
+	rehome atomic.Int64
+	mu     struct {
 		sync.Mutex
 		msgs      map[string]*msgState
 		acks      int
@@ -116,6 +120,11 @@ func (l *load) waitResumed(since time.Time, n int) time.Duration {
 	return first
 }
 
+// rehome sends every producer back to its home node before its next
+// message: the partition tests start each round with producers on every
+// node, wherever the last round's failovers took them.
+func (l *load) rehome() { l.ledger.rehome.Add(1) }
+
 // summary says what the producers met.
 func (l *load) summary() string {
 	l.ledger.mu.Lock()
@@ -154,6 +163,7 @@ func (p *producer) run(ctx context.Context, l *ledger) {
 	}()
 	seq := 0
 	payload := ""
+	rehomed := l.rehome.Load()
 	backoff := func() {
 		if c != nil {
 			c.Close()
@@ -166,6 +176,14 @@ func (p *producer) run(ctx context.Context, l *ledger) {
 		}
 	}
 	for ctx.Err() == nil {
+		if g := l.rehome.Load(); g != rehomed {
+			rehomed = g
+			if c != nil && cur != p.home {
+				c.close()
+				c = nil
+			}
+			cur = p.home
+		}
 		if c == nil {
 			var err error
 			c, err = dial(p.addrs[cur], p.id, p.version)

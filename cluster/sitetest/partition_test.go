@@ -61,12 +61,14 @@ func (p *partition) start() {
 }
 
 // steady waits until the stream's ISR is full, it has one leader every
-// node follows and every producer was acknowledged recently: a round
-// starts from a healthy site.
+// node follows, and every producer, sent back to its home node, was
+// acknowledged there: a round starts from a healthy site with producers
+// on every node.
 func (p *partition) steady() {
 	p.t.Helper()
 	p.s.waitISRFull(p.st.name)
 	p.s.leader(p.st.name)
+	p.l.rehome()
 	p.l.waitEveryAcked(time.Now())
 }
 
