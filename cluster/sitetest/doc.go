@@ -138,12 +138,16 @@
 // `make test-cluster` skips them. Each has two producers per node on an
 // acks: all stream (three replicas, min ISR 2), and each round starts
 // from a healthy site (the ISR full on every node, one leader, every
-// producer acknowledged). Per round it records the longest stall of a
+// producer sent back to its home node and acknowledged there, so every
+// node has its clients whatever the last round's failovers did). Per
+// round it records the longest stall of a
 // producer, the longest time it went without an acknowledgement or a
 // refusal (a refusal: a PUBACK >= 0x80, a DISCONNECT, the connection
 // closed or reset; a PUBACK not come in 15 s is no answer, the producer
 // moves on), separately for producers connected at the fault's start to
-// a node on the cut side and to the others (the majority side); and,
+// a node on the cut side and to the others (the majority side); the
+// same without an acknowledgement (refusals do not end it: a side that
+// refuses every publish serves no one, however promptly); and,
 // from the heal, the time until every running node shows the stream with
 // a leader and an ISR of every replica in one version, and until every
 // producer has had an acknowledgement again. It logs a line per round and

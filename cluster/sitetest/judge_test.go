@@ -66,11 +66,14 @@ func TestStalls(t *testing.T) {
 	l.ledger.mu.answers["stuck"] = []answer{{at(9.5), true}, {at(25), false}, {at(25.1), true}}
 	// Acknowledged during the fault, then silent until the round's end.
 	l.ledger.mu.answers["late"] = []answer{{at(10.1), true}, {at(12), true}}
-	got := l.stalls(at(10), at(14))
+	got := l.stalls(at(10), at(14), false)
 	want := map[string]time.Duration{"steady": 3 * time.Second, "stuck": 4500 * time.Millisecond, "late": 2 * time.Second}
-	got2 := l.stalls(at(10), at(26))
+	got2 := l.stalls(at(10), at(26), false)
 	want2 := map[string]time.Duration{"steady": 15 * time.Second, "stuck": 15500 * time.Millisecond, "late": 14 * time.Second}
-	for _, c := range []struct{ got, want map[string]time.Duration }{{got, want}, {got2, want2}} {
+	// Counting acknowledgements only, the refusal at 25 s ends nothing.
+	got3 := l.stalls(at(10), at(26), true)
+	want3 := map[string]time.Duration{"steady": 15 * time.Second, "stuck": 15600 * time.Millisecond, "late": 14 * time.Second}
+	for _, c := range []struct{ got, want map[string]time.Duration }{{got, want}, {got2, want2}, {got3, want3}} {
 		for id, w := range c.want {
 			if d := c.got[id]; d.Round(time.Millisecond) != w {
 				t.Errorf("%s: stall %v, want %v", id, d, w)

@@ -24,8 +24,11 @@ type roundResult struct {
 	what string
 	// majority and cut are the longest stalls (no acknowledgement and no
 	// refusal) of a producer connected, when the fault began, to a node
-	// outside and on the fault's cut side.
-	majority, cut time.Duration
+	// outside and on the fault's cut side; majorityAck and cutAck the
+	// longest times without an acknowledgement (refusals do not end
+	// them: a side that refuses everything serves no one).
+	majority, cut       time.Duration
+	majorityAck, cutAck time.Duration
 	// isr is heal to an ISR of every replica, that every running node
 	// agrees on; acked is heal to the time every producer had an
 	// acknowledgement again.
@@ -85,17 +88,28 @@ func (p *partition) round(n int, what string, cutSide []*node, fault func() time
 	isrAt := p.s.waitISRFull(p.st.name)
 	r := roundResult{what: what, isr: isrAt.Sub(healAt), acked: ackedAt.Sub(healAt), acks: p.l.acks() - acksBefore}
 	addrs := p.s.addrs()
-	for id, d := range p.l.stalls(faultAt, ackedAt) {
+	onCutSide := func(id string) bool {
 		k, ok := at[id]
-		if ok && slices.ContainsFunc(cutSide, func(nd *node) bool { return nd.mqtt == addrs[k] }) {
+		return ok && slices.ContainsFunc(cutSide, func(nd *node) bool { return nd.mqtt == addrs[k] })
+	}
+	for id, d := range p.l.stalls(faultAt, ackedAt, false) {
+		if onCutSide(id) {
 			r.cut = max(r.cut, d)
 		} else {
 			r.majority = max(r.majority, d)
 		}
 	}
+	for id, d := range p.l.stalls(faultAt, ackedAt, true) {
+		if onCutSide(id) {
+			r.cutAck = max(r.cutAck, d)
+		} else {
+			r.majorityAck = max(r.majorityAck, d)
+		}
+	}
 	p.rounds = append(p.rounds, r)
-	p.t.Logf("%s round %d: %s: longest stall %v on the majority side, %v on the cut side; after the heal (%v after the fault): ISR full %v, every producer acknowledged %v; %d acknowledgements",
-		p.kind, n, what, r.majority.Round(10*time.Millisecond), r.cut.Round(10*time.Millisecond), healAt.Sub(faultAt).Round(10*time.Millisecond),
+	p.t.Logf("%s round %d: %s: longest stall %v on the majority side, %v on the cut side (without an acknowledgement: %v, %v); after the heal (%v after the fault): ISR full %v, every producer acknowledged %v; %d acknowledgements",
+		p.kind, n, what, r.majority.Round(10*time.Millisecond), r.cut.Round(10*time.Millisecond),
+		r.majorityAck.Round(10*time.Millisecond), r.cutAck.Round(10*time.Millisecond), healAt.Sub(faultAt).Round(10*time.Millisecond),
 		r.isr.Round(10*time.Millisecond), r.acked.Round(10*time.Millisecond), r.acks)
 }
 
@@ -505,8 +519,9 @@ func later(a, b time.Time) time.Time {
 }
 
 // stalls is each producer's longest time without an answer (an
-// acknowledgement or a refusal) that ended after from, up to to.
-func (l *load) stalls(from, to time.Time) map[string]time.Duration {
+// acknowledgement or a refusal; with acks, an acknowledgement) that ended
+// after from, up to to.
+func (l *load) stalls(from, to time.Time, acks bool) map[string]time.Duration {
 	l.ledger.mu.Lock()
 	defer l.ledger.mu.Unlock()
 	out := map[string]time.Duration{}
@@ -514,6 +529,9 @@ func (l *load) stalls(from, to time.Time) map[string]time.Duration {
 		prev := from
 		var longest time.Duration
 		for _, a := range as {
+			if acks && !a.ack {
+				continue
+			}
 			if !a.at.After(from) {
 				prev = a.at // the last answer before the fault
 				continue

@@ -55,15 +55,17 @@ func partitionReport(t *testing.T, kind string, rounds []roundResult, acks int, 
 	var worst roundResult
 	var rows []map[string]any
 	for i, r := range rounds {
-		t.Logf("partition row: | %s | %d | %s | %.1f s | %.1f s | %.1f s | %.1f s | %d |", kind, i+1, r.what,
-			ms(r.majority), ms(r.cut), ms(r.isr), ms(r.acked), r.acks)
+		t.Logf("partition row: | %s | %d | %s | %.1f s | %.1f s | %.1f s | %.1f s | %.1f s | %.1f s | %d |", kind, i+1, r.what,
+			ms(r.majority), ms(r.cut), ms(r.majorityAck), ms(r.cutAck), ms(r.isr), ms(r.acked), r.acks)
 		worst.majority, worst.cut = max(worst.majority, r.majority), max(worst.cut, r.cut)
+		worst.majorityAck, worst.cutAck = max(worst.majorityAck, r.majorityAck), max(worst.cutAck, r.cutAck)
 		worst.isr, worst.acked = max(worst.isr, r.isr), max(worst.acked, r.acked)
 		rows = append(rows, map[string]any{"what": r.what, "majority_stall_s": ms(r.majority), "cut_stall_s": ms(r.cut),
+			"majority_no_ack_s": ms(r.majorityAck), "cut_no_ack_s": ms(r.cutAck),
 			"isr_after_heal_s": ms(r.isr), "acked_after_heal_s": ms(r.acked), "acks": r.acks})
 	}
-	t.Logf("partition summary: | %s | %d | %d | %d | %d | %.1f s | %.1f s | %.1f s | %.1f s |", kind, len(rounds), acks,
-		res.lost, res.divergent, ms(worst.majority), ms(worst.cut), ms(worst.isr), ms(worst.acked))
+	t.Logf("partition summary: | %s | %d | %d | %d | %d | %.1f s | %.1f s | %.1f s | %.1f s | %.1f s | %.1f s |", kind, len(rounds), acks,
+		res.lost, res.divergent, ms(worst.majority), ms(worst.cut), ms(worst.majorityAck), ms(worst.cutAck), ms(worst.isr), ms(worst.acked))
 	if *reportFlag == "" {
 		return
 	}
