@@ -242,7 +242,7 @@ func TestPartition_Split3(t *testing.T) {
 		p.steady()
 		alone := p.s.nodes[(n-1)%3]
 		rest := slices.DeleteFunc(slices.Clone(p.s.nodes), func(nd *node) bool { return nd == alone })
-		p.round(n, fmt.Sprintf("split %s | %s", ids(rest), p.s.describe(p.st.name, []*node{alone})), []*node{alone}, func() time.Time {
+		p.round(n, fmt.Sprintf("split %s / %s", ids(rest), p.s.describe(p.st.name, []*node{alone})), []*node{alone}, func() time.Time {
 			p.s.split(rest, []*node{alone})
 			defer p.s.healAll()
 			return sleepFor(hold)
@@ -271,7 +271,7 @@ func TestPartition_Split5(t *testing.T) {
 			}
 		}
 		three := slices.DeleteFunc(slices.Clone(p.s.nodes), func(nd *node) bool { return slices.Contains(two, nd) })
-		p.round(n, fmt.Sprintf("split %s | %s", ids(three), p.s.describe(p.st.name, two)), two, func() time.Time {
+		p.round(n, fmt.Sprintf("split %s / %s", ids(three), p.s.describe(p.st.name, two)), two, func() time.Time {
 			p.s.split(three, two)
 			defer p.s.healAll()
 			return sleepFor(hold)
