@@ -199,7 +199,7 @@ func TestPartition_LeaderControllerLink(t *testing.T) {
 		p.l = loads[p.st.name]
 		p.round(n, fmt.Sprintf("cut %s (leader of %s) from %s (controller)", ld.id, p.st.name, ctrl.id), []*node{ld, ctrl}, func() time.Time {
 			p.s.cut(ld, ctrl)
-			defer p.s.healAll()
+			defer p.s.heal(ld, ctrl)
 			return sleepFor(hold)
 		})
 	}
