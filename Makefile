@@ -5,7 +5,7 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 export CGO_ENABLED = 0
 
-.PHONY: all run build test test-cluster test-deps vet fmt-check lint fuzz bench bench-fanin bench-memory bench-pi bench-source pi cross test-arm clean
+.PHONY: all run build test test-cluster test-partition test-deps vet fmt-check lint fuzz bench bench-fanin bench-memory bench-pi bench-source pi cross test-arm clean
 
 all: build
 
@@ -24,6 +24,10 @@ test: test-deps vet fmt-check
 ## test-cluster: real-process fault tests of a three-node site (cluster/sitetest): leader, follower and controller kill -9, rolling restart, consumer group failover, a dead node's removal, a live node's drain, a mirror leader's kill; a few minutes
 test-cluster: test-deps
 	PEAT_SITETEST=1 CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m -v ./cluster/sitetest/
+
+## test-partition: real network partitions of a site (cluster/sitetest, as root: a network namespace per node, nftables drops between them): leader, controller and follower cut off, the leader-controller link alone, 2/1 and 3/2 splits, a flapping link, SIGSTOP, kill -9 during a cut; 5 rounds each, a stall table per fault (scripts/bench-results/partition.md); about 30 minutes
+test-partition: test-deps
+	PEAT_SITETEST=1 PEAT_PARTITION=1 CGO_ENABLED=1 $(GO) test -race -count=1 -run 'TestPartition' -timeout 40m -v ./cluster/sitetest/ -sitetest.partition.rounds 5
 
 test-deps:
 	@./scripts/test-deps.sh

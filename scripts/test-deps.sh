@@ -5,7 +5,9 @@
 # (the replay protocol must work from any stock MQTT client); the small-disk
 # tests mkfs.ext4 (e2fsprogs) and mount; the status page test drives Debian's
 # chromium (headless, through chromedp); the sink tests run Debian's
-# mosquitto broker as the upstream.
+# mosquitto broker as the upstream; the partition tests (make
+# test-partition) put each node in a network namespace (iproute2's ip) and
+# cut links with nftables.
 set -euo pipefail
 
 need=()
@@ -21,6 +23,9 @@ command -v mount >/dev/null 2>&1 || need+=(mount)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 # scripts/benchtable checks that bench.sh's chart script draws.
 command -v gnuplot >/dev/null 2>&1 || need+=(gnuplot-nox)
+# cluster/sitetest's partition tests: namespaces, veths, a bridge, drops.
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v nft >/dev/null 2>&1 || need+=(nftables)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -18,11 +18,17 @@ type replica []string
 // stream, twice in a row, and returns it.
 func (s *site) settle(stream string) uint64 {
 	s.t.Helper()
+	return s.settleOn(stream, s.nodes)
+}
+
+// settleOn is settle on some nodes.
+func (s *site) settleOn(stream string, nodes []*node) uint64 {
+	s.t.Helper()
 	var last []uint64
 	var agreed uint64
 	testwait.EventuallyWithin(s.t, wait(2*time.Minute), "every node to report the same committed offset of "+stream, func() bool {
 		var now []uint64
-		for _, nd := range s.nodes {
+		for _, nd := range nodes {
 			c, err := nd.committed(stream)
 			if err != nil {
 				return false
@@ -96,9 +102,22 @@ func (nd *node) replay(tb testing.TB, st streamSpec, end uint64) []replayed {
 // replica.
 func (s *site) check(st streamSpec, loads ...*load) replica {
 	s.t.Helper()
-	end := s.settle(st.name)
+	r, _ := s.checkOn(st, s.nodes, loads...)
+	return r
+}
+
+// checked is what check found: records, and how many acknowledged
+// messages are on no replica (lost) and offsets where replicas differ
+// (divergent: at most one per replica, the first).
+type checked struct{ records, lost, divergent, dups int }
+
+// checkOn is check of the replicas on nodes (those that hold one: in a
+// site of more nodes than replicas the others have none).
+func (s *site) checkOn(st streamSpec, nodes []*node, loads ...*load) (replica, checked) {
+	s.t.Helper()
+	end := s.settleOn(st.name, nodes)
 	var replicas []replica
-	for _, nd := range s.nodes {
+	for _, nd := range nodes {
 		replicas = append(replicas, nd.read(s.t, st, end))
 	}
 	msgs := map[string]msgState{}
@@ -110,12 +129,19 @@ func (s *site) check(st streamSpec, loads ...*load) replica {
 		l.ledger.mu.Unlock()
 	}
 	problems, dups := judge(replicas, msgs)
+	res := checked{records: int(end), dups: dups}
 	for _, p := range problems {
 		s.t.Errorf("%s: %s", st.name, p)
+		switch {
+		case strings.Contains(p, "is on no replica"):
+			res.lost++
+		case strings.Contains(p, "diverge"), strings.Contains(p, "holds"):
+			res.divergent++
+		}
 	}
 	s.t.Logf("%s: %d records, identical on %d replicas; %d retried messages stored more than once (at least once)",
-		st.name, end, len(s.nodes), dups)
-	return replicas[0]
+		st.name, end, len(nodes), dups)
+	return replicas[0], res
 }
 
 // judge compares replicas (of equal length) offset by offset and with

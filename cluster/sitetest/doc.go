@@ -3,7 +3,8 @@
 // and SIGTERM, and MQTT clients that act as sensors and consumers do. They
 // run for minutes, so only with PEAT_SITETEST=1 (`make test-cluster`, which
 // .ci/run runs after `make test`); without it they skip, and only
-// TestJudge, the checks' own test, runs (in `make test`).
+// TestJudge and TestStalls, the checks' and the stall measure's own
+// tests, run (in `make test`).
 //
 // # The site (site_test.go)
 //
@@ -103,6 +104,88 @@
 //     leader 2.2-3.0 s after each kill, the sink at the source's end
 //     about 5 s after the second; per run 7-25 resends were acknowledged
 //     as duplicates and a few dozen at most refused and sent again.
+//
+// # A site of network namespaces (netns_test.go)
+//
+// newSiteWith(siteOpts{netns: true}) puts each node in a network
+// namespace of its own, peat-<pid>-<seq>-n<k>, with a veth pair
+// (pv<pid>s<seq>n<k>) to a bridge in the root namespace (pb<pid>s<seq>,
+// holding 10.a.b.254/24; node k is 10.a.b.k, the /24 picked from the
+// test's pid). Every listener of a node is on its namespace's address at
+// the default ports, with allow_plaintext and allow_anonymous (a private
+// bridge, not a LAN), and the process is started as `ip netns exec <ns>
+// peat serve ...`, which execs: kill -9, SIGSTOP and SIGCONT reach peat
+// itself. The test and its clients stay in the root namespace and reach
+// every node through the bridge. The namespaces, veths and bridge go at
+// the test's end; a site's setup first removes those of a test process
+// that died before its cleanup (its pid no longer runs), with any peat
+// left in them. It needs root, ip (iproute2) and nft (nftables): without
+// them a test skips, and fails under PEAT_PARTITION=1.
+//
+// Faults are nftables rules in a node's namespace (table inet
+// peat_fault, an input chain dropping what comes from the addresses in a
+// set): cut(a, b) puts b's address in a's set and a's in b's, heal takes
+// them out. Packets are dropped silently, as by a pulled cable: no reset,
+// and nothing dropped on output, which would fail the sender's connect()
+// at once (EPERM). isolate(n) cuts n from every other node, split(A, B)
+// every node of A from every node of B; clients still reach every node,
+// so those on the minority side show what a client there sees.
+//
+// # The partition tests (partition_test.go)
+//
+// They run only with PEAT_SITETEST=1 and PEAT_PARTITION=1 (`make
+// test-partition`, -sitetest.partition.rounds 5; 2 rounds by default):
+// `make test-cluster` skips them. Each has two producers per node on an
+// acks: all stream (three replicas, min ISR 2), and each round starts
+// from a healthy site (the ISR full on every node, one leader, every
+// producer sent back to its home node and acknowledged there, so every
+// node has its clients whatever the last round's failovers did). Per
+// round it records the longest stall of a
+// producer, the longest time it went without an acknowledgement or a
+// refusal (a refusal: a PUBACK >= 0x80, a DISCONNECT, the connection
+// closed or reset; a PUBACK not come in 15 s is no answer, the producer
+// moves on), separately for producers connected at the fault's start to
+// a node on the cut side and to the others (the majority side); the
+// same without an acknowledgement (refusals do not end it: a side that
+// refuses every publish serves no one, however promptly); and,
+// from the heal, the time until every running node shows the stream with
+// a leader and an ISR of every replica in one version, and until every
+// producer has had an acknowledgement again. It logs a line per round and
+// the rows of scripts/bench-results/partition.md ("partition row:",
+// "partition summary:"; -sitetest.report appends them as JSON), and ends
+// with the checks on the stream's replicas.
+//
+//   - TestPartition_LeaderIsolated: the stream's leader cut from both
+//     other nodes for 12 s, then healed. Cut side: the leader.
+//   - TestPartition_ControllerIsolated: the controller (Raft's leader)
+//     cut off for 12 s; it may lead the stream too (the log says).
+//   - TestPartition_LeaderControllerLink: only the link between a
+//     stream's leader and the controller cut for 12 s; Serf still sees
+//     every node alive through the third. Three streams (cg, a, c) whose
+//     leaders spread; each round measures one not led by the controller.
+//     Cut side: both ends of the link.
+//   - TestPartition_FollowerCut: a follower cut off for 15 s.
+//   - TestPartition_Split3: a 2/1 split of three nodes for 12 s, the node
+//     alone each node in turn (the leader in some rounds).
+//   - TestPartition_Split5: a 3/2 split of five voters (the stream has
+//     three replicas on three of them) for 12 s: the leader on the side
+//     of two in odd rounds, not in even ones. Checks run on the three
+//     replicas.
+//   - TestPartition_FlappingLeader: the leader's links cut for 1-3 s and
+//     healed for 1-3 s, for about 20 s; measured from the first cut to the
+//     last heal.
+//   - TestPartition_LeaderStopped: SIGSTOP of the leader for 10 s, then
+//     SIGCONT (a process that hangs rather than dies). Cut side: the
+//     leader.
+//   - TestPartition_KillDuringCut: a follower cut off for 12 s, then kill
+//     -9 of it (odd rounds) or of the leader (even rounds: the third node,
+//     alone in sync, has no Raft quorum until the heal, and the cut
+//     follower must truncate to it), the heal 5 s later, the killed node
+//     restarted at once. Cut side: the follower.
+//
+// The numbers are in scripts/bench-results/partition.md. To move a test
+// into `make test-cluster`, call needNetns instead of needPartition in
+// newPartition (or give it a flag of its own) and keep its rounds few.
 //
 // What they showed (2026-12-04, a loaded 2-core machine, make
 // test-cluster in 3 min 15 s): acknowledgements resumed 2.5-3.8 s after a

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,7 +22,10 @@ type msgState struct {
 
 // ledger is every producer's messages, and what they met.
 type ledger struct {
-	mu struct {
+	// rehome is raised to send every producer back to its home node
+	// (load.rehome).
+	rehome atomic.Int64
+	mu     struct {
 		sync.Mutex
 		msgs      map[string]*msgState
 		acks      int
@@ -31,7 +36,20 @@ type ledger struct {
 		// acksAfter holds every acknowledgement in the order they came:
 		// when its message was (last) sent, and when the PUBACK came.
 		acksAfter []ackAt
+		// answers are, per producer, when a node answered one of its
+		// publishes: an acknowledgement or a refusal (a PUBACK >= 0x80,
+		// a DISCONNECT, a connection closed or reset), not a PUBACK that
+		// never came. The partition tests measure stalls from them.
+		answers map[string][]answer
+		// at is the node (index in the site's addresses) each producer's
+		// connection is to, or was to last.
+		at map[string]int
 	}
+}
+
+type answer struct {
+	at  time.Time
+	ack bool
 }
 
 type ackAt struct{ sent, acked time.Time }
@@ -39,6 +57,8 @@ type ackAt struct{ sent, acked time.Time }
 func newLedger() *ledger {
 	l := &ledger{}
 	l.mu.msgs = map[string]*msgState{}
+	l.mu.answers = map[string][]answer{}
+	l.mu.at = map[string]int{}
 	return l
 }
 
@@ -100,6 +120,11 @@ func (l *load) waitResumed(since time.Time, n int) time.Duration {
 	return first
 }
 
+// rehome sends every producer back to its home node before its next
+// message: the partition tests start each round with producers on every
+// node, wherever the last round's failovers took them.
+func (l *load) rehome() { l.ledger.rehome.Add(1) }
+
 // summary says what the producers met.
 func (l *load) summary() string {
 	l.ledger.mu.Lock()
@@ -138,6 +163,7 @@ func (p *producer) run(ctx context.Context, l *ledger) {
 	}()
 	seq := 0
 	payload := ""
+	rehomed := l.rehome.Load()
 	backoff := func() {
 		if c != nil {
 			c.Close()
@@ -150,6 +176,14 @@ func (p *producer) run(ctx context.Context, l *ledger) {
 		}
 	}
 	for ctx.Err() == nil {
+		if g := l.rehome.Load(); g != rehomed {
+			rehomed = g
+			if c != nil && cur != p.home {
+				c.close()
+				c = nil
+			}
+			cur = p.home
+		}
 		if c == nil {
 			var err error
 			c, err = dial(p.addrs[cur], p.id, p.version)
@@ -161,11 +195,12 @@ func (p *producer) run(ctx context.Context, l *ledger) {
 				backoff()
 				continue
 			}
+			l.mu.Lock()
 			if cur != p.home {
-				l.mu.Lock()
 				l.mu.moves++
-				l.mu.Unlock()
 			}
+			l.mu.at[p.id] = cur
+			l.mu.Unlock()
 		}
 		if payload == "" {
 			seq++
@@ -181,17 +216,21 @@ func (p *producer) run(ctx context.Context, l *ledger) {
 		l.mu.Unlock()
 		sent := time.Now()
 		err := c.publish(p.topic, []byte(payload), wait(ackWait))
+		now := time.Now()
 		l.mu.Lock()
 		switch {
 		case err == nil:
 			m.acked, m.first = true, m.attempts == 1
 			l.mu.acks++
-			l.mu.acksAfter = append(l.mu.acksAfter, ackAt{sent: sent, acked: time.Now()})
+			l.mu.acksAfter = append(l.mu.acksAfter, ackAt{sent: sent, acked: now})
 			payload = ""
 		case errors.Is(err, errRefused):
 			l.mu.refusals++
 		default:
 			l.mu.lost++
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			l.mu.answers[p.id] = append(l.mu.answers[p.id], answer{at: now, ack: err == nil})
 		}
 		l.mu.Unlock()
 		if err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/peatmq/peat/mqtt/mqtttest/testwait"
 )
 
-// siteView is the part of GET /api/v1/cluster this test reads.
+// siteView is the part of GET /api/v1/cluster the tests read.
 type siteView struct {
 	Voters    []string `json:"voters"`
 	NonVoters []string `json:"non_voters"`
@@ -22,12 +22,17 @@ type siteView struct {
 		State   string `json:"state"`
 		Removal string `json:"removal"`
 	} `json:"members"`
-	Streams []struct {
-		Name     string   `json:"name"`
-		Leader   string   `json:"leader"`
-		Replicas []string `json:"replicas"`
-		ISR      []string `json:"isr"`
-	} `json:"streams"`
+	Streams []streamView `json:"streams"`
+}
+
+// streamView is a stream in siteView.
+type streamView struct {
+	Name              string   `json:"name"`
+	Leader            string   `json:"leader"`
+	Version           uint64   `json:"version"`
+	Replicas          []string `json:"replicas"`
+	ISR               []string `json:"isr"`
+	ReplicationFactor int      `json:"replication_factor"`
 }
 
 func (nd *node) view() (siteView, error) {

@@ -45,3 +45,38 @@ func report(t *testing.T, what string, gaps []time.Duration) {
 		t.Fatal(err)
 	}
 }
+
+// partitionReport logs a partition test's rounds and a summary (the
+// longest of each column over the rounds) as rows of the tables in
+// scripts/bench-results/partition.md and, with -sitetest.report, appends
+// them as a JSON line.
+func partitionReport(t *testing.T, kind string, rounds []roundResult, acks int, res checked) {
+	ms := func(d time.Duration) float64 { return float64(d.Milliseconds()) / 1000 }
+	var worst roundResult
+	var rows []map[string]any
+	for i, r := range rounds {
+		t.Logf("partition row: | %s | %d | %s | %.1f s | %.1f s | %.1f s | %.1f s | %.1f s | %.1f s | %d |", kind, i+1, r.what,
+			ms(r.majority), ms(r.cut), ms(r.majorityAck), ms(r.cutAck), ms(r.isr), ms(r.acked), r.acks)
+		worst.majority, worst.cut = max(worst.majority, r.majority), max(worst.cut, r.cut)
+		worst.majorityAck, worst.cutAck = max(worst.majorityAck, r.majorityAck), max(worst.cutAck, r.cutAck)
+		worst.isr, worst.acked = max(worst.isr, r.isr), max(worst.acked, r.acked)
+		rows = append(rows, map[string]any{"what": r.what, "majority_stall_s": ms(r.majority), "cut_stall_s": ms(r.cut),
+			"majority_no_ack_s": ms(r.majorityAck), "cut_no_ack_s": ms(r.cutAck),
+			"isr_after_heal_s": ms(r.isr), "acked_after_heal_s": ms(r.acked), "acks": r.acks})
+	}
+	t.Logf("partition summary: | %s | %d | %d | %d | %d | %.1f s | %.1f s | %.1f s | %.1f s | %.1f s | %.1f s |", kind, len(rounds), acks,
+		res.lost, res.divergent, ms(worst.majority), ms(worst.cut), ms(worst.majorityAck), ms(worst.cutAck), ms(worst.isr), ms(worst.acked))
+	if *reportFlag == "" {
+		return
+	}
+	line, _ := json.Marshal(map[string]any{"label": "partition-" + kind, "rounds": rows, "acknowledged": acks,
+		"lost": res.lost, "divergent": res.divergent})
+	f, err := os.OpenFile(*reportFlag, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(append(line, '\n')); err != nil {
+		t.Fatal(err)
+	}
+}

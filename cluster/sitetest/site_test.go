@@ -45,6 +45,9 @@ type node struct {
 	t                                 testing.TB
 	id, dir, cfgPath                  string
 	mqtt, http, serf, raft, transport string
+	// ns and ip are the node's network namespace and address in a
+	// site of namespaces (newSiteNetns); "" on loopback.
+	ns, ip string
 
 	mu struct {
 		sync.Mutex
@@ -63,6 +66,16 @@ type site struct {
 	t       testing.TB
 	nodes   []*node
 	streams []streamSpec
+	net     *netns // nil on loopback
+}
+
+// siteOpts is what newSiteWith builds.
+type siteOpts struct {
+	voters, brokers int
+	mirrors         []streamSpec
+	// netns puts each node in its own network namespace behind a bridge
+	// (netns_test.go), so that nftables can cut the links between nodes.
+	netns bool
 }
 
 // wait scales a deadline for slow (emulated) binaries.
@@ -108,12 +121,31 @@ func newSiteOf(t *testing.T, n, brokers int, streams ...streamSpec) *site {
 // true: written only by another Peat's peat sink, at its offsets).
 func newSiteMirrors(t *testing.T, n, brokers int, mirrors []streamSpec, streams ...streamSpec) *site {
 	t.Helper()
+	return newSiteWith(t, siteOpts{voters: n, brokers: brokers, mirrors: mirrors}, streams...)
+}
+
+// newSiteWith is every newSite* in one.
+func newSiteWith(t *testing.T, o siteOpts, streams ...streamSpec) *site {
+	t.Helper()
+	n, brokers, mirrors := o.voters, o.brokers, o.mirrors
 	s := &site{t: t, streams: streams}
+	if o.netns {
+		// Registered before the nodes' cleanup, so it runs after it:
+		// the namespaces go once their processes are dead.
+		s.net = newNetns(t, n+brokers)
+	}
 	dir := t.TempDir()
 	var join []string
 	for k := 1; k <= n+brokers; k++ {
 		nd := &node{t: t, id: fmt.Sprintf("node%d", k), dir: filepath.Join(dir, fmt.Sprintf("node%d", k))}
-		nd.mqtt, nd.http, nd.serf, nd.raft, nd.transport = freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+		if s.net != nil {
+			// Each namespace has ports of its own: the defaults, on the
+			// node's address.
+			nd.ns, nd.ip = s.net.ns(k), s.net.ip(k)
+			nd.mqtt, nd.http, nd.serf, nd.raft, nd.transport = nd.ip+":1883", nd.ip+":8080", nd.ip+":7946", nd.ip+":7947", nd.ip+":7948"
+		} else {
+			nd.mqtt, nd.http, nd.serf, nd.raft, nd.transport = freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+		}
 		join = append(join, nd.serf)
 		s.nodes = append(s.nodes, nd)
 	}
@@ -126,8 +158,15 @@ func newSiteMirrors(t *testing.T, n, brokers int, mirrors []streamSpec, streams 
 			voter, expect = false, 0
 		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "data_dir: %s\nlog: {format: json}\nhttp: {listen: %q}\nmqtt: {listen: %q}\nstreams:\n",
-			filepath.Join(nd.dir, "data"), nd.http, nd.mqtt)
+		plain := ""
+		if s.net != nil {
+			// A private bridge of the test, not a LAN: no tokens, users or
+			// TLS.
+			plain = ", allow_plaintext: true"
+			b.WriteString("auth: {allow_anonymous: true}\n")
+		}
+		fmt.Fprintf(&b, "data_dir: %s\nlog: {format: json}\nhttp: {listen: %q%s}\nmqtt: {listen: %q%s}\nstreams:\n",
+			filepath.Join(nd.dir, "data"), nd.http, plain, nd.mqtt, plain)
 		for _, st := range streams {
 			fmt.Fprintf(&b, "  - {name: %s, filters: [%q]}\n", st.name, st.filter)
 		}
@@ -136,6 +175,9 @@ func newSiteMirrors(t *testing.T, n, brokers int, mirrors []streamSpec, streams 
 		}
 		fmt.Fprintf(&b, "cluster:\n  name: sitetest\n  node_id: %s\n  listen: %q\n  raft_listen: %q\n  transport_listen: %q\n"+
 			"  join: [%s]\n  voter: %v\n  expect: %d\n", nd.id, nd.serf, nd.raft, nd.transport, `"`+strings.Join(join, `", "`)+`"`, voter, expect)
+		if s.net != nil {
+			b.WriteString("  allow_plaintext: true\n")
+		}
 		nd.cfgPath = filepath.Join(nd.dir, "peat.yaml")
 		if err := os.WriteFile(nd.cfgPath, []byte(b.String()), 0o644); err != nil {
 			t.Fatal(err)
@@ -170,6 +212,11 @@ func (nd *node) start() {
 	name := binPath
 	if *execFlag != "" {
 		name, args = *execFlag, append([]string{binPath}, args...)
+	}
+	if nd.ns != "" {
+		// ip netns exec execs (no fork): the process is peat itself, so
+		// kill -9, SIGSTOP and SIGCONT reach it.
+		name, args = "ip", append([]string{"netns", "exec", nd.ns, name}, args...)
 	}
 	cmd := exec.Command(name, args...)
 	cmd.Dir = nd.dir
@@ -291,6 +338,17 @@ func (nd *node) kill() {
 	}
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	<-exited
+}
+
+// signal sends sig to the node's process (SIGSTOP, SIGCONT).
+func (nd *node) signal(sig syscall.Signal) {
+	nd.t.Helper()
+	nd.mu.Lock()
+	cmd := nd.mu.cmd
+	nd.mu.Unlock()
+	if err := cmd.Process.Signal(sig); err != nil {
+		nd.t.Fatalf("%s: %v: %v", nd.id, sig, err)
+	}
 }
 
 // stop is SIGTERM (a graceful stop: the node hands its streams over); it
