@@ -21,9 +21,9 @@ build:
 test: test-deps vet fmt-check
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m ./...
 
-## test-cluster: real-process fault tests of a three-node site (cluster/sitetest): leader, follower and controller kill -9, rolling restart, consumer group failover, a dead node's removal, a live node's drain, a mirror leader's kill; a few minutes
+## test-cluster: real-process fault tests of a three-node site (cluster/sitetest): leader, follower and controller kill -9, rolling restart, consumer group failover, a dead node's removal, a live node's drain, a mirror leader's kill, and (as root) two partition tests: the leader-controller link cut, the leader isolated; a few minutes
 test-cluster: test-deps
-	PEAT_SITETEST=1 CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m -v ./cluster/sitetest/
+	PEAT_SITETEST=1 PEAT_PARTITION=core CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m -v ./cluster/sitetest/
 
 ## test-partition: real network partitions of a site (cluster/sitetest, as root: a network namespace per node, nftables drops between them): leader, controller and follower cut off, the leader-controller link alone, 2/1 and 3/2 splits, a flapping link, SIGSTOP, kill -9 during a cut; 5 rounds each, a stall table per fault (scripts/bench-results/partition.md); about 30 minutes
 test-partition: test-deps

@@ -133,9 +133,10 @@
 //
 // # The partition tests (partition_test.go)
 //
-// They run only with PEAT_SITETEST=1 and PEAT_PARTITION=1 (`make
-// test-partition`, -sitetest.partition.rounds 5; 2 rounds by default):
-// `make test-cluster` skips them. Each has two producers per node on an
+// They run with PEAT_SITETEST=1 and PEAT_PARTITION=1 (`make
+// test-partition`, -sitetest.partition.rounds 5; 2 rounds by default);
+// `make test-cluster` (PEAT_PARTITION=core) runs the leader-controller
+// link and the isolated leader at 2 rounds, and skips the others. Each has two producers per node on an
 // acks: all stream (three replicas, min ISR 2), and each round starts
 // from a healthy site (the ISR full on every node, one leader, every
 // producer sent back to its home node and acknowledged there, so every
@@ -184,8 +185,7 @@
 //     restarted at once. Cut side: the follower.
 //
 // The numbers are in scripts/bench-results/partition.md. To move a test
-// into `make test-cluster`, call needNetns instead of needPartition in
-// newPartition (or give it a flag of its own) and keep its rounds few.
+// into `make test-cluster`, add its kind to corePartitions.
 //
 // What they showed (2026-12-04, a loaded 2-core machine, make
 // test-cluster in 3 min 15 s): acknowledgements resumed 2.5-3.8 s after a

@@ -14,9 +14,16 @@ import (
 	"testing"
 )
 
-// partitionEnv turns the partition tests on (make test-partition), and
+// partitionEnv turns the partition tests on: "1" all of them (make
+// test-partition), "core" the corePartitions (make test-cluster). Either
 // turns a missing root or nft from a skip into a failure.
 const partitionEnv = "PEAT_PARTITION"
+
+// corePartitions are the partition tests make test-cluster runs too, at
+// the default rounds: the fault that froze a whole site before broker
+// heartbeats (the leader-controller link alone) and a leader cut off
+// from the rest.
+var corePartitions = map[string]bool{"leader-controller-link": true, "leader-isolated": true}
 
 // needNetns skips a test that runs a site of namespaces where it cannot
 // (not root, no ip or nft), and fails it there under PEAT_PARTITION=1:
@@ -36,18 +43,21 @@ func needNetns(t *testing.T) {
 		return
 	}
 	msg := "network namespaces and nftables need " + strings.Join(missing, ", ")
-	if os.Getenv(partitionEnv) == "1" {
-		t.Fatal(msg + " (" + partitionEnv + "=1)")
+	if v := os.Getenv(partitionEnv); v != "" {
+		t.Fatal(msg + " (" + partitionEnv + "=" + v + ")")
 	}
 	t.Skip(msg)
 }
 
 // needPartition keeps the partition tests, minutes each, out of make
-// test-cluster: they run with PEAT_SITETEST=1 and PEAT_PARTITION=1.
-func needPartition(t *testing.T) {
+// test-cluster but for the core ones: they run with PEAT_SITETEST=1 and
+// PEAT_PARTITION=1, the core ones (kind) with PEAT_PARTITION=core too.
+func needPartition(t *testing.T, kind string) {
 	t.Helper()
 	needSite(t)
-	if os.Getenv(partitionEnv) != "1" {
+	switch v := os.Getenv(partitionEnv); {
+	case v == "1", v == "core" && corePartitions[kind]:
+	default:
 		t.Skip("partition rounds run for minutes: set " + partitionEnv + "=1 too (make test-partition)")
 	}
 	needNetns(t)

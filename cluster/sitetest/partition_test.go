@@ -48,7 +48,7 @@ type partition struct {
 
 func newPartition(t *testing.T, kind string, voters int, streams ...streamSpec) *partition {
 	t.Helper()
-	needPartition(t)
+	needPartition(t, kind)
 	if len(streams) == 0 {
 		streams = []streamSpec{{"load", "load/#"}}
 	}
