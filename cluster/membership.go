@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
@@ -105,6 +106,10 @@ func (n *Node) startSerf() error {
 	ml.ProbeInterval = n.cfg.ProbeInterval
 	ml.ProbeTimeout = n.cfg.ProbeTimeout
 	ml.SuspicionMult = n.cfg.SuspicionMult
+	// memberlist's TCP connections (joins, Serf's reconnects, push-pull)
+	// wait 10 s by default; one started just before a heal then holds the
+	// rejoin that long. Four probe intervals: 2 s on a wired LAN.
+	ml.TCPTimeout = max(4*n.cfg.ProbeInterval, 2*time.Second)
 	ml.Logger = logger
 	ml.Label = n.cfg.Site  // packets of another site are dropped unread
 	ml.Keyring = n.keyring // with GossipVerifyIncoming (the default): no clear-text gossip accepted

@@ -59,7 +59,7 @@ import (
 const (
 	DefaultFetchMaxWait = 500 * time.Millisecond
 	fetchRetryMin       = 50 * time.Millisecond
-	fetchRetryMax       = 2 * time.Second
+	fetchRetryMax       = time.Second // a follower back from a cut tries again within a second
 	// DefaultFetchTimeout: a leader answers a fetch within its long poll
 	// and a read of at most 1 MiB; one silent 3 s longer is behind a
 	// dead link (a pulled cable, a partition), and the follower dials
