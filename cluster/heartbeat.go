@@ -223,8 +223,9 @@ func (n *Node) CutOff() bool {
 	if !n.beat.needed.Load() {
 		return false
 	}
+	// Before its first counted heartbeat a node counts from its start.
 	acked := n.beat.acked.Load()
-	return acked == 0 || time.Since(n.beat.born)-time.Duration(acked) >= limit
+	return time.Since(n.beat.born)-time.Duration(acked) >= limit
 }
 
 // sessionHeld reports, on a broker, whether the controller counted a
