@@ -55,6 +55,13 @@ type sessions struct {
 type heard struct {
 	epoch uint64 // the broker epoch the heartbeat came from
 	at    time.Time
+	// last: the previous controller, last heard over Raft at at (not a
+	// heartbeat): it gets no grace, since a new controller is elected
+	// because the site stopped hearing it, most often because it is cut
+	// off or dead. Its session counts from that contact, so a cut-off
+	// controller that led no stream is fenced a session after the cut,
+	// not a session after the election.
+	last bool
 }
 
 // beat is the broker side's record: when (since born, monotonic) it sent
@@ -64,14 +71,26 @@ type beat struct {
 	born   time.Time
 	acked  atomic.Int64 // ns after born; 0: none yet
 	needed atomic.Bool
+
+	mu   sync.Mutex
+	last heard // the controller this node heard last: id in from, when in at
+	from string
 }
 
-// startSessions begins a controller term's count.
+// startSessions begins a controller term's count, with the previous
+// controller's session counted from when this node last heard it.
 func (n *Node) startSessions(now time.Time) {
+	n.beat.mu.Lock()
+	prev, from := n.beat.last, n.beat.from
+	n.beat.mu.Unlock()
 	n.sessions.mu.Lock()
 	defer n.sessions.mu.Unlock()
 	n.sessions.leading = now
 	n.sessions.heard = map[string]heard{}
+	if from != "" && from != n.cfg.NodeID && !prev.at.IsZero() {
+		prev.last = true
+		n.sessions.heard[from] = prev
+	}
 }
 
 func (n *Node) endSessions() {
@@ -99,7 +118,10 @@ func (n *Node) lastHeard(m Member) (heard, leading time.Time) {
 	defer n.sessions.mu.Unlock()
 	h := n.sessions.heard[m.ID]
 	if h.epoch != m.Epoch {
-		h.at = time.Time{} // another incarnation's heartbeat
+		return time.Time{}, n.sessions.leading // another incarnation's heartbeat
+	}
+	if h.last {
+		return h.at, time.Time{}
 	}
 	return h.at, n.sessions.leading
 }
@@ -173,6 +195,9 @@ func (n *Node) heartbeat(conn *rpcConn) {
 	if id == "" || !ok {
 		return // no controller known: HearsController is false by Raft's contact already
 	}
+	n.beat.mu.Lock()
+	n.beat.from, n.beat.last = id, heard{epoch: memberOf(m).Epoch, at: n.raft.LastContact()}
+	n.beat.mu.Unlock()
 	n.beat.needed.Store(m.Tags[tagHeartbeat] != "")
 	addr := m.Tags[tagCluster]
 	if m.Tags[tagHeartbeat] == "" || addr == "" {
