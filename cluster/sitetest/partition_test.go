@@ -241,14 +241,21 @@ func TestPartition_Split3(t *testing.T) {
 	for n := 1; n <= *partitionRoundsFlag; n++ {
 		p.steady()
 		alone := p.s.nodes[(n-1)%3]
-		rest := slices.DeleteFunc(slices.Clone(p.s.nodes), func(nd *node) bool { return nd == alone })
-		p.round(n, fmt.Sprintf("split %s / %s", ids(rest), p.s.describe(p.st.name, []*node{alone})), []*node{alone}, func() time.Time {
-			p.s.split(rest, []*node{alone})
-			defer p.s.healAll()
-			return sleepFor(hold)
-		})
+		p.splitRound(n, []*node{alone})
 	}
 	p.finish()
+}
+
+// splitRound is round n of a split of the site into the nodes of small
+// (the cut side) and the rest, for hold.
+func (p *partition) splitRound(n int, small []*node) {
+	p.t.Helper()
+	big := slices.DeleteFunc(slices.Clone(p.s.nodes), func(nd *node) bool { return slices.Contains(small, nd) })
+	p.round(n, fmt.Sprintf("split %s / %s", ids(big), p.s.describe(p.st.name, small)), small, func() time.Time {
+		p.s.split(big, small)
+		defer p.s.healAll()
+		return sleepFor(hold)
+	})
 }
 
 // A 3/2 split of five voters (three replicas of the stream on three of
@@ -270,12 +277,7 @@ func TestPartition_Split5(t *testing.T) {
 				two = append(two, nd)
 			}
 		}
-		three := slices.DeleteFunc(slices.Clone(p.s.nodes), func(nd *node) bool { return slices.Contains(two, nd) })
-		p.round(n, fmt.Sprintf("split %s / %s", ids(three), p.s.describe(p.st.name, two)), two, func() time.Time {
-			p.s.split(three, two)
-			defer p.s.healAll()
-			return sleepFor(hold)
-		})
+		p.splitRound(n, two)
 	}
 	p.finish()
 }

@@ -32,10 +32,18 @@ func report(t *testing.T, what string, gaps []time.Duration) {
 	for i, g := range gaps {
 		ms[i] = float64(g.Microseconds()) / 1000
 	}
-	line, _ := json.Marshal(map[string]any{
+	appendReport(t, map[string]any{
 		"label": what, "kills": len(gaps),
 		"resume_median_ms": float64(med.Microseconds()) / 1000, "resume_max_ms": float64(mx.Microseconds()) / 1000, "resume_ms": ms,
 	})
+}
+
+// appendReport appends v as a JSON line to -sitetest.report.
+func appendReport(t *testing.T, v any) {
+	line, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
 	f, err := os.OpenFile(*reportFlag, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -69,14 +77,6 @@ func partitionReport(t *testing.T, kind string, rounds []roundResult, acks int, 
 	if *reportFlag == "" {
 		return
 	}
-	line, _ := json.Marshal(map[string]any{"label": "partition-" + kind, "rounds": rows, "acknowledged": acks,
+	appendReport(t, map[string]any{"label": "partition-" + kind, "rounds": rows, "acknowledged": acks,
 		"lost": res.lost, "divergent": res.divergent})
-	f, err := os.OpenFile(*reportFlag, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.Write(append(line, '\n')); err != nil {
-		t.Fatal(err)
-	}
 }
