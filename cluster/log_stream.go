@@ -512,8 +512,14 @@ func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 				c.err = fmt.Errorf("cluster: append to %s: %w", s.name, errFateUnknown)
 			default:
 				// Waiting for the ISR; if this leader cannot commit, look
-				// again when the session timeout has passed.
-				s.mu.recheck = p.at.Add(s.l.node.cfg.SessionTimeout)
+				// again when the session timeout has passed, and every
+				// quarter of it after (nothing else wakes this loop when
+				// the leader loses the controller).
+				timeout := s.l.node.cfg.SessionTimeout
+				s.mu.recheck = p.at.Add(timeout)
+				if soon := time.Now().Add(timeout / 4); s.mu.recheck.Before(soon) {
+					s.mu.recheck = soon
+				}
 				s.mu.Unlock()
 				s.call(calls)
 				return false
