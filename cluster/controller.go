@@ -137,6 +137,7 @@ func (n *Node) watchLeadership() {
 		case <-n.stop:
 			return
 		case leader := <-n.leaderCh:
+			n.controlling() // it leads from now on, or did until now
 			stopLeading()
 			if !leader {
 				n.log.Info("cluster: no longer the controller")

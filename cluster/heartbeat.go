@@ -50,6 +50,10 @@ type sessions struct {
 	mu      sync.Mutex
 	leading time.Time // when this node became controller; zero while it is not
 	heard   map[string]heard
+	// seen is when this controller first saw each member alive in its
+	// broker epoch: a broker that joins, or restarts, late in the term
+	// gets its whole session from then, not what is left of the term's.
+	seen map[string]heard
 }
 
 type heard struct {
@@ -87,6 +91,7 @@ func (n *Node) startSessions(now time.Time) {
 	defer n.sessions.mu.Unlock()
 	n.sessions.leading = now
 	n.sessions.heard = map[string]heard{}
+	n.sessions.seen = map[string]heard{}
 	if from != "" && from != n.cfg.NodeID && !prev.at.IsZero() {
 		prev.last = true
 		n.sessions.heard[from] = prev
@@ -97,7 +102,7 @@ func (n *Node) endSessions() {
 	n.sessions.mu.Lock()
 	defer n.sessions.mu.Unlock()
 	n.sessions.leading = time.Time{}
-	n.sessions.heard = nil
+	n.sessions.heard, n.sessions.seen = nil, nil
 }
 
 // sessionLive reports whether member m's session holds for the
@@ -107,23 +112,34 @@ func (n *Node) sessionLive(m Member, now time.Time) bool {
 	if m.ID == n.cfg.NodeID || m.Tags[tagHeartbeat] == "" {
 		return true
 	}
-	heard, leading := n.lastHeard(m)
-	return rules.SessionLive(heard, leading, now, n.cfg.SessionTimeout)
+	n.sessions.mu.Lock()
+	if sn, ok := n.sessions.seen[m.ID]; n.sessions.seen != nil && (!ok || sn.epoch != m.Epoch) {
+		n.sessions.seen[m.ID] = heard{epoch: m.Epoch, at: now}
+	}
+	n.sessions.mu.Unlock()
+	heard, since := n.lastHeard(m)
+	return rules.SessionLive(heard, since, now, n.cfg.SessionTimeout)
 }
 
 // lastHeard is when this controller counted member m's last heartbeat in
-// the broker epoch Serf shows (zero: none), and when it began to lead.
-func (n *Node) lastHeard(m Member) (heard, leading time.Time) {
+// the broker epoch Serf shows (zero: none), and when its grace began: the
+// later of this controller's start and its first sight of m alive in
+// that epoch (zero for the predecessor, which gets none).
+func (n *Node) lastHeard(m Member) (heard, since time.Time) {
 	n.sessions.mu.Lock()
 	defer n.sessions.mu.Unlock()
+	since = n.sessions.leading
+	if sn := n.sessions.seen[m.ID]; sn.epoch == m.Epoch && sn.at.After(since) {
+		since = sn.at
+	}
 	h := n.sessions.heard[m.ID]
 	if h.epoch != m.Epoch {
-		return time.Time{}, n.sessions.leading // another incarnation's heartbeat
+		return time.Time{}, since // another incarnation's heartbeat
 	}
 	if h.last {
 		return h.at, time.Time{}
 	}
-	return h.at, n.sessions.leading
+	return h.at, since
 }
 
 // nextExpiry is when the next live session among the brokers the state
@@ -222,10 +238,12 @@ func (n *Node) heartbeat(conn *rpcConn) {
 	}
 }
 
-// controlling notes that this node is the controller now: as good as a
-// heartbeat counted, since a controller after it gives every broker a
-// whole session from its own start, which comes later. So a controller
-// that hands over does not count as cut off until its first heartbeat.
+// controlling notes that this node is, or was until now, the controller:
+// as good as a heartbeat counted, since a controller after it gives every
+// broker a whole session from its own start, which comes later. So a
+// controller that hands over does not count as cut off until its first
+// heartbeat. Called on every change of Raft leadership (watchLeadership)
+// and every heartbeat interval while it leads, not on the publish path.
 func (n *Node) controlling() {
 	n.beat.acked.Store(max(int64(time.Since(n.beat.born)), 1))
 }
@@ -238,19 +256,19 @@ func (n *Node) controlling() {
 // controller's election, does not refuse: appends wait for it.
 func (n *Node) CutOff() bool {
 	if n.IsController() {
-		n.controlling()
 		return false
 	}
 	limit := rules.SelfFenceAfter(n.cfg.SessionTimeout)
 	if time.Since(n.raft.LastContact()) >= limit {
 		return true
 	}
-	if !n.beat.needed.Load() {
-		return false
-	}
-	// Before its first counted heartbeat a node counts from its start.
-	acked := n.beat.acked.Load()
-	return time.Since(n.beat.born)-time.Duration(acked) >= limit
+	return n.beat.needed.Load() && n.sinceCounted() >= limit
+}
+
+// sinceCounted is how long ago this node sent the last heartbeat the
+// controller counted; before the first, how long ago it started.
+func (n *Node) sinceCounted() time.Duration {
+	return time.Since(n.beat.born) - time.Duration(n.beat.acked.Load())
 }
 
 // sessionHeld reports, on a broker, whether the controller counted a
@@ -260,9 +278,6 @@ func (n *Node) sessionHeld() bool {
 	if !n.beat.needed.Load() {
 		return true
 	}
-	acked := n.beat.acked.Load()
-	if acked == 0 {
-		return false
-	}
-	return time.Since(n.beat.born)-time.Duration(acked) < rules.SelfFenceAfter(n.cfg.SessionTimeout)
+	// None counted yet: not held (CutOff gives a new node its start's grace).
+	return n.beat.acked.Load() != 0 && n.sinceCounted() < rules.SelfFenceAfter(n.cfg.SessionTimeout)
 }

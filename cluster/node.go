@@ -191,7 +191,6 @@ func (n *Node) IsController() bool { return n.raft.State() == raft.Leader }
 // site's sinks) stops too.
 func (n *Node) HearsController() bool {
 	if n.IsController() {
-		n.controlling()
 		return true
 	}
 	return rules.InTouch(false, time.Since(n.raft.LastContact()), n.cfg.HeartbeatTimeout) && n.sessionHeld()
