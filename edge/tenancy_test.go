@@ -2,6 +2,7 @@ package edge
 
 import (
 	"fmt"
+	"github.com/vmihailenco/msgpack/v5"
 	"net"
 	"strings"
 	"testing"
@@ -277,10 +278,10 @@ allow readwrite *          sensors/#
 	}
 }
 
-// In a site, a session's owner travels with it: another user connecting
-// with its client id on another node is refused there, while the owner
-// is connected (the owner's connection stays) and after.
-func TestCluster_SessionBelongsToItsUser(t *testing.T) {
+// tenancySite starts a site of three in-process nodes with users alice
+// and bob and tenancyACL.
+func tenancySite(t *testing.T) []*Node {
+	t.Helper()
 	dir := t.TempDir()
 	users := writeAuthFile(t, dir, "users", userLine(t, "alice", "pw-alice")+userLine(t, "bob", "pw-bob"))
 	acl := writeAuthFile(t, dir, "acl", tenancyACL)
@@ -301,7 +302,14 @@ func TestCluster_SessionBelongsToItsUser(t *testing.T) {
 		}
 		return true
 	})
+	return nodes
+}
 
+// In a site, a session's owner travels with it: another user connecting
+// with its client id on another node is refused there, while the owner
+// is connected (the owner's connection stays) and after.
+func TestCluster_SessionBelongsToItsUser(t *testing.T) {
+	nodes := tenancySite(t)
 	alice := mqtttest.Handshake(t, dialMQTT(t, nodes[0]), persistentConnect("dev-1", "alice", 5))
 	if alice.Connack.ReasonCode != 0 {
 		t.Fatalf("alice: CONNACK %#x", alice.Connack.ReasonCode)
@@ -328,4 +336,101 @@ func TestCluster_SessionBelongsToItsUser(t *testing.T) {
 	if again.Connack.ReasonCode != 0 || !again.Connack.SessionPresent {
 		t.Fatalf("alice on another node: CONNACK %#x present %v, want her session", again.Connack.ReasonCode, again.Connack.SessionPresent)
 	}
+}
+
+// A session resumed for one connection only (Clean Start 0, expiry 0)
+// is its user's while that connection lasts, site-wide: another user
+// with its client id on another node is refused, whether or not it asks
+// for a session of its own, and the owner's connection stays. Once the
+// owner's connection ends, so does the session, and the client id is
+// free again.
+func TestCluster_TransientSessionBelongsToItsUser(t *testing.T) {
+	nodes := tenancySite(t)
+
+	alice := resumeTransient(t, nodes[0], "dev-1", "alice")
+	for _, bob := range []mqtttest.Connect{persistentConnect("dev-1", "bob", 5),
+		{ClientID: "dev-1", Version: 5, Clean: true, Keepalive: 60, Username: "bob", Password: "pw-bob"}} {
+		got := mqtttest.Handshake(t, dialMQTT(t, nodes[1]), bob)
+		if got.Connack.ReasonCode != packets.ErrNotAuthorized.Code {
+			t.Fatalf("bob as dev-1 (clean %v) on another node: CONNACK %#x, want 0x87", bob.Clean, got.Connack.ReasonCode)
+		}
+		got.Close()
+	}
+	alice.Ping()
+	if pk := alice.ReadUntil(packets.Pingresp); pk.FixedHeader.Type != packets.Pingresp {
+		t.Fatal("alice's connection ended")
+	}
+
+	alice.Write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}})
+	alice.Close()
+	testwait.Eventually(t, "dev-1 free after alice's session ended", func() bool {
+		bob := mqtttest.Handshake(t, dialMQTT(t, nodes[1]), persistentConnect("dev-1", "bob", 5))
+		defer bob.Close()
+		return bob.Connack.ReasonCode == 0 && !bob.Connack.SessionPresent
+	})
+}
+
+// A transient session's owner is forgotten when the node holding its
+// connection dies: the node that adopts what it held deletes the record
+// of the owner, and the client id is free again.
+func TestCluster_TransientOwnerOfADeadNodeIsForgotten(t *testing.T) {
+	nodes := tenancySite(t)
+	alice := resumeTransient(t, nodes[2], "dev-2", "alice")
+	defer alice.Close()
+	eventually(t, "n1's replica holding alice's transient session as its owner only", func() bool {
+		return sessionOwnerOnly(t, nodes[0], "dev-2")
+	})
+	killNode(t, nodes[2])
+	eventually(t, "the owner's record deleted", func() bool { return !sessionStored(t, nodes[0], "dev-2") })
+	bob := mqtttest.Handshake(t, dialMQTT(t, nodes[1]), persistentConnect("dev-2", "bob", 5))
+	defer bob.Close()
+	if bob.Connack.ReasonCode != 0 || bob.Connack.SessionPresent {
+		t.Fatalf("bob as dev-2: CONNACK %#x present %v, want a new session", bob.Connack.ReasonCode, bob.Connack.SessionPresent)
+	}
+}
+
+// resumeTransient makes user's persistent session of client id on n, then
+// resumes it on n with Clean Start 0 and no Session Expiry Interval: a
+// session that ends with the connection it returns.
+func resumeTransient(t *testing.T, n *Node, id, user string) *mqtttest.Raw {
+	t.Helper()
+	first := mqtttest.Handshake(t, dialMQTT(t, n), persistentConnect(id, user, 5))
+	if first.Connack.ReasonCode != 0 {
+		t.Fatalf("%s: CONNACK %#x", user, first.Connack.ReasonCode)
+	}
+	first.Subscribe("sensors/#", 1) // the SUBACK waits until the site holds the session
+	first.Write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}})
+	first.Close()
+	transient := mqtttest.Connect{ClientID: id, Version: 5, Keepalive: 60, Username: user, Password: "pw-" + user}
+	var c *mqtttest.Raw
+	testwait.Eventually(t, user+"'s session resumed", func() bool {
+		c = mqtttest.Handshake(t, dialMQTT(t, n), transient)
+		if c.Connack.ReasonCode == 0 && c.Connack.SessionPresent {
+			return true
+		}
+		c.Close()
+		return false
+	})
+	return c
+}
+
+// sessionOwnerOnly reports whether n's copy of the site's sessions holds
+// client id's record as the owner of a transient session only (mqtt's
+// msgpack field "oo").
+func sessionOwnerOnly(t *testing.T, n *Node, id string) bool {
+	t.Helper()
+	var ownerOnly bool
+	err := n.site.Load().Log.SessionState().LoadState("s/"+id, func(k string, v []byte) error {
+		var rec struct {
+			OwnerOnly bool `msgpack:"oo"`
+		}
+		if k == "s/"+id && msgpack.Unmarshal(v, &rec) == nil {
+			ownerOnly = rec.OwnerOnly
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read the sessions on %s: %v", n.cfg.Cluster.NodeID, err)
+	}
+	return ownerOnly
 }

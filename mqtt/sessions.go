@@ -106,7 +106,13 @@ type session struct {
 	// Owner is the identity that made the session (Tenancy.Identity):
 	// no other may connect with its client id. "" for a session stored
 	// without Auth or by an older Peat: the next identity adopts it.
-	Owner          string                `msgpack:"ow,omitempty"`
+	Owner string `msgpack:"ow,omitempty"`
+	// OwnerOnly marks, in a site, the record of a connection whose
+	// session ends with it (transient): it names only its Owner, so that
+	// a broker another identity connects to with the client id refuses
+	// it rather than take the claim from the owner's connection. It is
+	// never resumed; the next holder of the claim deletes it.
+	OwnerOnly      bool                  `msgpack:"oo,omitempty"`
 	Listener       string                `msgpack:"l,omitempty"`
 	Clean          bool                  `msgpack:"c,omitempty"`
 	Expiry         uint32                `msgpack:"e,omitempty"`
@@ -272,7 +278,8 @@ func (ss *sessions) dropStream(name string) {
 
 // saveMeta writes the session of id (properties, subscriptions) as it is
 // when the writer gets to it; urgent writes it at once. A session that
-// ended, or is transient, is deleted.
+// ended is deleted, and so is a transient one, except in a site, where
+// an owner's transient session leaves a record of its owner only.
 func (ss *sessions) saveMeta(id string, urgent bool) {
 	ss.saveMetaDone(id, urgentDone(urgent))
 }
@@ -287,8 +294,11 @@ func (ss *sessions) saveMetaDone(id string, done func(error)) {
 			return nil, false // another broker of the site holds it now
 		}
 		s := ss.m[id]
-		if s == nil || s.transient {
+		if s == nil || s.transient && (ss.site == nil || s.Owner == "") {
 			return nil, true // deleted meanwhile, or not to be kept
+		}
+		if s.transient {
+			s = &session{ProtocolVersion: s.ProtocolVersion, Owner: s.Owner, OwnerOnly: true}
 		}
 		b, err := msgpack.Marshal(s)
 		if err != nil { // cannot happen for this struct

@@ -150,6 +150,12 @@ func (d *delivery) adopt(id string) bool {
 		ss.site.ReleaseSession(id)
 		return false
 	}
+	if s.OwnerOnly { // a connection's session that ended with its broker
+		ss.mu.Unlock()
+		ss.saveMeta(id, true) // not in ss.m: deleted
+		ss.releaseAfterWrite(id)
+		return false
+	}
 	s.orphan = true
 	since := s.Disconnected == 0
 	if since {

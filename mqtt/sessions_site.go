@@ -51,6 +51,11 @@ import (
 //  4. A session whose holder died, left or restarted, or that no broker
 //     holds, is adopted by one broker, which runs its expiry
 //     (sessions_orphans.go).
+//  5. A session that ends with its connection (Clean Start 0, expiry 0,
+//     resuming a stored one) holds the claim while it lasts but is not
+//     kept: with Auth, its record names only its owner (OwnerOnly), so
+//     that step 1 on another broker does not let another identity take
+//     the claim from the owner's live connection (tenancy.go).
 //
 // Clean sessions without expiry that find nothing stored claim nothing
 // (a sensor that only publishes costs no replicated write per connect),
@@ -133,6 +138,13 @@ func (d *delivery) siteEstablish(cl *mochi.Client) bool {
 	if err != nil {
 		d.logger.Warn("durable session: read failed", slog.String(attrClient, id), attrErr, err)
 		return false
+	}
+	if found && stored.OwnerOnly {
+		// The owner of a connection that ended with its session, the
+		// one this claim just closed: nothing to resume, and this
+		// broker, holding the claim now, deletes the record.
+		ss.saveMeta(id, true)
+		found = false
 	}
 	if !found {
 		return true

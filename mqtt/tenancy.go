@@ -22,7 +22,10 @@ import (
 // (Tenancy.Identity). A CONNECT with its client id from another identity
 // is refused before mochi looks at the session: it neither resumes nor
 // ends it, nor closes the owner's connection; the same holds for a
-// connection of that client id that is live, persistent or not. A
+// connection of that client id that is live, persistent or not. In a
+// site, another broker knows a live connection's owner from the stored
+// session: a persistent one's, or the record naming only the owner of
+// one resumed for its connection alone (session.OwnerOnly). A
 // session stored without an owner (by a Peat before owners, or run
 // without Auth) is adopted by the first identity that connects to it.
 // Without Auth there are no identities and nothing is checked.
