@@ -36,7 +36,10 @@ type corkConn struct {
 	// sessionEnded: the session this connection took over ended with the
 	// connection it took over (sessions_takeover.go).
 	sessionEnded atomic.Bool
-	mu           struct {
+	// ackHeld: corked until mochi has fanned out the client's publish on
+	// a topic no stream captures (ingest's OnPublish, OnPublished).
+	ackHeld atomic.Bool
+	mu      struct {
 		sync.Mutex
 		corks int
 		buf   []byte

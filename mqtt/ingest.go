@@ -113,7 +113,7 @@ func (h *ingest) ID() string { return "peat-ingest" }
 // Provides reports the hook events ingest handles.
 func (h *ingest) Provides(b byte) bool {
 	switch b {
-	case mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnPublish, mochi.OnConnect,
+	case mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnPublish, mochi.OnPublished, mochi.OnConnect,
 		mochi.OnSessionEstablish, mochi.OnSessionEstablished, mochi.OnDisconnect:
 		return true
 	}
@@ -327,6 +327,15 @@ func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 	}
 	st, owned := h.owner(pk.TopicName)
 	if !owned {
+		if cc, ok := cl.Net.Conn.(*corkConn); ok && pk.FixedHeader.Qos > 0 {
+			// mochi writes the PUBACK (PUBREC) before it fans the
+			// publish out: a client that subscribes once the publisher
+			// has its ack would get it live, though the broker had it
+			// before the SUBSCRIBE [MQTT-4.5.0-1]. The ack waits in the
+			// cork until OnPublished, after the fan-out.
+			cc.cork()
+			cc.ackHeld.Store(true)
+		}
 		return pk, nil
 	}
 	if err := h.routePublish(h.conn(cl), &pk, st); err != nil {
@@ -345,6 +354,14 @@ func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 		return pk, nil
 	}
 	return pk, packets.ErrRejectPacket
+}
+
+// OnPublished sends the ack OnPublish held back, now that mochi fanned
+// the publish out.
+func (h *ingest) OnPublished(cl *mochi.Client, pk packets.Packet) {
+	if cc, ok := cl.Net.Conn.(*corkConn); ok && cc.ackHeld.Swap(false) {
+		_ = cc.uncork() // a failed write ends the connection: mochi's read loop sees it
+	}
 }
 
 // routePublish appends pk to st, the stream owner found for it, or, when st is nil

@@ -3,7 +3,9 @@ package mqtt
 import (
 	"fmt"
 	"testing"
+	"time"
 
+	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/peatmq/peat/mqtt/mqtttest"
@@ -154,5 +156,36 @@ func TestTopicMatch_NoLiveCopyOfEarlierPublish(t *testing.T) {
 				t.Fatalf("got %d retained and %d live copies of the 20 earlier publishes, want %d retained", retained, live, want)
 			}
 		})
+	}
+}
+
+// slowFanout widens the window between mochi's ack of a QoS 1 publish on
+// a topic no stream captures and its fan-out: OnQosComplete runs between
+// the two.
+type slowFanout struct{ mochi.HookBase }
+
+func (slowFanout) ID() string                                  { return "slow-fanout" }
+func (slowFanout) Provides(b byte) bool                        { return b == mochi.OnQosComplete }
+func (slowFanout) OnQosComplete(*mochi.Client, packets.Packet) { time.Sleep(300 * time.Millisecond) }
+
+// A publish on a topic no stream captures that the broker acknowledged
+// before a SUBSCRIBE is no live message for it [MQTT-4.5.0-1]: mochi's
+// fan-out comes after its PUBACK, so the PUBACK waits for it.
+func TestTopicMatch_NoLiveCopyOfEarlierPublishWithoutStream(t *testing.T) {
+	b := newTestBroker(t, newMemLog(t, "elsewhere=elsewhere/#"))
+	if err := b.srv.AddHook(&slowFanout{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	pub := dialRaw(t, b, "pub", 5)
+	sub := dialRaw(t, b, "sub", 5)
+	publishQoS1(t, pub, 1, "t/1", "before", false)
+	sub.Subscribe("t/#", 1)
+	publishQoS1(t, pub, 2, "t/end", "marker", false)
+	for {
+		pk := readPublish(t, sub)
+		if string(pk.Payload) == "marker" {
+			return
+		}
+		t.Errorf("the subscriber got %q on %s, published and acknowledged before it subscribed", pk.Payload, pk.TopicName)
 	}
 }
