@@ -89,6 +89,7 @@ type delivery struct {
 	wg        sync.WaitGroup // readers, senders, cursors and taps
 	stateDone chan struct{}  // closed when the state writer has written its last
 	subs      *subIndex      // the connections' subscriptions (delivery_match.go)
+	parent    *parentLevel   // what mochi's index misses of '#' (parentlevel.go)
 	closed    sync.Once
 
 	mu struct {
@@ -132,6 +133,7 @@ func newDelivery(srv *mochi.Server, log Log, cfg Config, m *Metrics, logger *slo
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.subs = newSubIndex()
+	d.parent = newParentLevel(srv)
 	d.mu.clients = map[*mochi.Client]*deliveryClient{}
 	d.mu.byName = map[string]*deliveryReader{}
 	d.retained = newRetainedSet(srv, log.State(), logger.With(slog.String(attrPart, "retained")))
@@ -196,7 +198,8 @@ func (d *delivery) Provides(b byte) bool {
 	switch b {
 	case mochi.OnSubscribed, mochi.OnSessionEstablished, mochi.OnPacketRead, mochi.OnDisconnect,
 		mochi.OnSubscribe, mochi.OnUnsubscribed, mochi.OnPacketEncode, mochi.OnPacketSent, mochi.OnACLCheck,
-		mochi.OnSessionEstablish, mochi.OnClientExpired, mochi.StoredClients, mochi.StoredSubscriptions:
+		mochi.OnSessionEstablish, mochi.OnClientExpired, mochi.StoredClients, mochi.StoredSubscriptions,
+		mochi.OnSelectSubscribers:
 		return true
 	}
 	return false
@@ -300,7 +303,16 @@ func (d *delivery) StoredClients() ([]storage.Client, error) {
 // StoredSubscriptions gives mochi the durable sessions' subscriptions.
 func (d *delivery) StoredSubscriptions() ([]storage.Subscription, error) {
 	_, subs := d.sessions.stored()
+	for _, sub := range subs {
+		d.parent.track(sub.Client, sub.Filter)
+	}
 	return subs, nil
+}
+
+// OnSelectSubscribers adds the subscribers mochi's index misses at a
+// filter's parent level (parentlevel.go).
+func (d *delivery) OnSelectSubscribers(subs *mochi.Subscribers, pk packets.Packet) *mochi.Subscribers {
+	return d.parent.selectSubscribers(subs, pk)
 }
 
 // OnSubscribed starts delivery for a client's first granted subscription. It
@@ -310,6 +322,13 @@ func (d *delivery) StoredSubscriptions() ([]storage.Subscription, error) {
 // them was taken (delivery_retained.go).
 func (d *delivery) OnSubscribed(cl *mochi.Client, pk packets.Packet, reasonCodes []byte) {
 	d.indexSubscribed(cl, pk, reasonCodes) // delivery_match.go
+	if !cl.Net.Inline {
+		for i, sub := range pk.Filters {
+			if i < len(reasonCodes) && reasonCodes[i] < packets.ErrUnspecifiedError.Code {
+				d.parent.track(cl.ID, sub.Filter)
+			}
+		}
+	}
 	if c := d.client(cl); c != nil {
 		d.onSubscribedTaps(c, pk, reasonCodes)
 	}

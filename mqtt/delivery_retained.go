@@ -45,7 +45,10 @@ type retainedWant struct {
 	index   int // in the SUBSCRIBE's filters
 	filter  string
 	readers []*deliveryReader // of the streams the filter reaches
-	gate    *retainedGate     // nil for a filter the client had already
+	gate    *retainedGate     // nil for a filter the client had already, or no reader
+	// atParent: a filter "P/#", which also gets mochi's retained messages
+	// at P's level, which mochi leaves out (parentlevel.go).
+	atParent bool
 }
 
 // retainedGate keeps records that only a new filter matches from the
@@ -95,7 +98,8 @@ func (d *delivery) retainedSubscribe(cl *mochi.Client, pk packets.Packet) {
 			continue
 		}
 		readers := d.readersReached(sub.Filter)
-		if len(readers) == 0 {
+		atParent := sub.Filter != "#" && strings.HasSuffix(sub.Filter, "/#")
+		if len(readers) == 0 && !atParent {
 			continue // only topics no stream captures: mochi's own
 		}
 		if c == nil {
@@ -103,8 +107,8 @@ func (d *delivery) retainedSubscribe(cl *mochi.Client, pk packets.Packet) {
 				return
 			}
 		}
-		w := retainedWant{index: i, filter: sub.Filter, readers: readers}
-		if _, existed := cl.State.Subscriptions.Get(sub.Filter); !existed {
+		w := retainedWant{index: i, filter: sub.Filter, readers: readers, atParent: atParent}
+		if _, existed := cl.State.Subscriptions.Get(sub.Filter); !existed && len(readers) > 0 {
 			w.gate = &retainedGate{from: map[string]uint64{}, passed: map[string]bool{}, left: len(readers)}
 		}
 		wants = append(wants, w)
@@ -149,9 +153,13 @@ func (d *delivery) retainedSubscribed(cl *mochi.Client, pk packets.Packet, codes
 		return
 	}
 	var paused []*deliveryReader
+	var atParent []deliveryItem
 	for _, w := range wants {
 		granted := w.index < len(codes) && codes[w.index] < packets.ErrUnspecifiedError.Code
 		sub := pk.Filters[w.index]
+		if granted && w.atParent {
+			atParent = append(atParent, d.retainedAtParent(c, sub, codes[w.index])...)
+		}
 		for _, r := range w.readers {
 			if granted {
 				sub.Qos = min(sub.Qos, codes[w.index])
@@ -168,6 +176,44 @@ func (d *delivery) retainedSubscribed(cl *mochi.Client, pk packets.Packet, codes
 	for _, r := range paused {
 		r.resume(c)
 	}
+	if len(atParent) > 0 {
+		d.goPush(c, atParent)
+	}
+}
+
+// retainedAtParent builds the items of mochi's retained messages that
+// sub, granted QoS qos, gets at its filter's parent level.
+func (d *delivery) retainedAtParent(c *deliveryClient, sub packets.Subscription, qos byte) []deliveryItem {
+	var items []deliveryItem
+	sub.Qos = min(sub.Qos, qos)
+	for _, pk := range d.parent.retainedAtParent(sub.Filter) {
+		it, ok := c.item(nil, sub, sub.Filter, retainedRecord(pk))
+		if !ok {
+			continue
+		}
+		it.retain = true // [MQTT-3.3.1-8]
+		items = append(items, it)
+	}
+	return items
+}
+
+// goPush queues items to c from a goroutine of its own: the caller, a
+// client's read goroutine, must not wait for room in c's queue.
+func (d *delivery) goPush(c *deliveryClient, items []deliveryItem) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ctx.Err() != nil {
+		return
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		for _, it := range items {
+			if c.push(c.ctx, it) != nil {
+				return
+			}
+		}
+	}()
 }
 
 // readersReached returns the readers of the streams that capture topics

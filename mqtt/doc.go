@@ -275,7 +275,10 @@
 // (logstore.FilterIndex), not mochi's topic index, which lets '#' miss the
 // parent level after '+': routing, ACLs, retained and live delivery
 // match by the same rules (logstore.MatchFilter). mochi's index still
-// serves topics no stream captures. A QoS 1 subscriber
+// serves topics no stream captures, with what it misses of '#' at the
+// parent level added (parentlevel.go): a publish at that level reaches
+// the filter's subscribers through OnSelectSubscribers, and a new "P/#"
+// subscription gets mochi's retained messages at P too. A QoS 1 subscriber
 // that cannot keep up never loses a message and never grows the broker's
 // memory: when its queue is full it leaves the shared reader, reads the log
 // from the first record it missed with its own cursor, and rejoins when it

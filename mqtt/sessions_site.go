@@ -296,6 +296,7 @@ func (d *delivery) restoreClient(id string, s *session) {
 		}
 		d.srv.Topics.Subscribe(id, sb)
 		cl.State.Subscriptions.Add(sub.Filter, sb)
+		d.parent.track(id, sub.Filter)
 	}
 }
 
