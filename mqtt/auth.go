@@ -53,7 +53,7 @@ type Access interface {
 	// MayReadClientID reports whether the client may learn that the
 	// client id id published a record it may read: a $replay or $group
 	// delivery shows it only when the subscriber asked and this allows
-	// (delivery_tap.go, publisherShown).
+	// (delivery_tap.go, propClient).
 	MayReadClientID(id string) bool
 	// Tenancy says which groups, client ids and sessions are the
 	// client's (tenancy.go).
