@@ -10,7 +10,8 @@ import (
 
 // A peat source in a site runs on the mirror stream's leader; the leader
 // crashes mid-replay and the new leader resumes at the mirror's end: the
-// mirror holds HQ's stream at HQ's offsets, every record once.
+// mirror holds HQ's stream at HQ's offsets, every record once, each with
+// its HQ publisher's client id (replicated to the new leader).
 func TestCluster_PeatSourceAcrossFailover(t *testing.T) {
 	const n = 3000
 	hq := startNode(t, testConfig(t))
@@ -54,8 +55,10 @@ func TestCluster_PeatSourceAcrossFailover(t *testing.T) {
 		t.Fatalf("mirror %d records, hq %d, want %d", len(got), len(want), n)
 	}
 	for i := range got {
-		if got[i].Offset != want[i].Offset || string(got[i].Payload) != string(want[i].Payload) || got[i].Topic != "hq/"+want[i].Topic {
-			t.Fatalf("mirror offset %d: %q %q; hq: %d %q %q", got[i].Offset, got[i].Topic, got[i].Payload, want[i].Offset, want[i].Topic, want[i].Payload)
+		if got[i].Offset != want[i].Offset || string(got[i].Payload) != string(want[i].Payload) || got[i].Topic != "hq/"+want[i].Topic ||
+			got[i].ClientID != want[i].ClientID {
+			t.Fatalf("mirror offset %d: %q %q from %q; hq: %d %q %q from %q", got[i].Offset, got[i].Topic, got[i].Payload, got[i].ClientID,
+				want[i].Offset, want[i].Topic, want[i].Payload, want[i].ClientID)
 		}
 	}
 }

@@ -50,6 +50,11 @@ type Access interface {
 	// $replay or $group subscription). An implementation answers at once
 	// for a filter that lies wholly inside an allowed one.
 	MayRead(filter, topic string) bool
+	// MayReadClientID reports whether the client may learn that the
+	// client id id published a record it may read: a $replay or $group
+	// delivery shows it only when the subscriber asked and this allows
+	// (delivery_tap.go, propClient).
+	MayReadClientID(id string) bool
 	// Tenancy says which groups, client ids and sessions are the
 	// client's (tenancy.go).
 	Tenancy
@@ -280,6 +285,16 @@ func (d *delivery) readCheckOf(cl *mochi.Client) readCheck {
 		return acc.MayRead
 	}
 	return func(string, string) bool { return false }
+}
+
+// mayReadClientID reports whether c may see id as a record's publisher:
+// always without Auth, and for the node's own in-process clients.
+func (c *deliveryClient) mayReadClientID(id string) bool {
+	if c.d.auth == nil || c.cl.Net.Inline {
+		return true
+	}
+	acc := accessOf(c.cl)
+	return acc != nil && acc.MayReadClientID(id)
 }
 
 // sharedFilter is the filter of a $share/<group>/<filter> subscription

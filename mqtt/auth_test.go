@@ -29,6 +29,8 @@ type testAuth struct {
 	rules  []testRule
 	refuse string
 	reads  atomic.Int64 // MayRead calls that were not answered by the subscription's filter
+	// clientIDs says whose client ids a subscriber may see; nil: none.
+	clientIDs func(id string) bool
 }
 
 func (a *testAuth) Authenticate(l Login) (Access, string, bool) {
@@ -78,6 +80,10 @@ func (x *testAccess) Identity() string {
 }
 func (x *testAccess) MayUseClientID() bool               { return true }
 func (x *testAccess) MayGroup(group string, _ bool) bool { return true }
+
+func (x *testAccess) MayReadClientID(id string) bool {
+	return x.a.clientIDs != nil && x.a.clientIDs(id)
+}
 
 func (x *testAccess) MayRead(filter, topic string) bool {
 	x.a.reads.Add(1)

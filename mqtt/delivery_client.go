@@ -25,6 +25,8 @@ type deliveryItem struct {
 	// record is delivered for: it changes the topic and adds properties
 	// (publishExtras).
 	ext *extFilter
+	// client: the extension delivery shows rec.ClientID (tap.clients).
+	client bool
 	// settle, when set, is called once the consumer is through with the
 	// delivery: acknowledged (PUBACK, PUBCOMP), written (QoS 0), or skipped
 	// (expired, too large for the client). It moves the consumer's progress.
@@ -267,6 +269,9 @@ func (c *deliveryClient) send(it deliveryItem) error {
 	var x *publishExtras
 	if it.ext != nil {
 		x = &publishExtras{head: it.ext.head, offset: it.rec.Offset, timestamp: it.rec.Timestamp}
+		if it.client {
+			x.client = it.rec.ClientID
+		}
 		if it.r != nil {
 			x.stream = it.r.stream.Name()
 		}

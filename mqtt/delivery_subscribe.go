@@ -23,7 +23,8 @@ import (
 //	OnSubscribed    put the right reason code on refused filters (the
 //	                SUBACK's code slice is shared), install accepted taps
 //	OnPacketEncode  add the reason string and, for MQTT 5, the user
-//	                properties stream, start, end and notice to the SUBACK
+//	                properties stream, start, end, client (when asked) and
+//	                notice to the SUBACK
 //	OnPacketSent    start the taps once the SUBACK is out, so a client sees
 //	                the SUBACK before the first replayed record
 //
@@ -50,6 +51,7 @@ func (d *delivery) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Pack
 	var plan *subackPlan
 	var c *deliveryClient
 	now := time.Now()
+	clients := asksClients(pk.Properties.User)
 	for i := range pk.Filters {
 		sub := pk.Filters[i]
 		deep := tooDeep(sub.Filter, d.cfg.MaxTopicLevels)
@@ -92,6 +94,9 @@ func (d *delivery) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Pack
 				packets.UserProperty{Key: propStream, Val: t.r.stream.Name()},
 				packets.UserProperty{Key: propStart, Val: strconv.FormatUint(t.start, 10)},
 				packets.UserProperty{Key: propEnd, Val: strconv.FormatUint(t.r.stream.Committed(), 10)})
+			if t.clients = clients; clients {
+				plan.props = append(plan.props, packets.UserProperty{Key: propClient, Val: "true"})
+			}
 		}
 	}
 	if plan != nil && c != nil {

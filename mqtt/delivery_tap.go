@@ -37,6 +37,9 @@ type tap struct {
 	// untrack hands its mark to the session when the tap ends.
 	rs      *resends
 	untrack func()
+	// clients: the SUBSCRIBE asked for each record's publisher
+	// (propClient); each delivery shows it if the ACL allows.
+	clients bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -146,6 +149,7 @@ func (t *tap) place(rec *logstore.Record) error {
 	}
 	it.ext = &t.ext
 	it.rs = t.rs
+	it.client = t.clients && rec.ClientID != "" && t.c.mayReadClientID(rec.ClientID)
 	if t.prog != nil {
 		it.settle = t.prog.track(rec.Offset)
 	}
@@ -183,7 +187,24 @@ const (
 	propStart     = "start"     // SUBACK: the first offset the subscription reads
 	propEnd       = "end"       // SUBACK: the stream's committed end when subscribed: offsets below it are history
 	propNotice    = "notice"    // SUBACK: something the client should know (a <from> below the log start)
+	// propClient is the publisher's client id, which a $replay or $group
+	// delivery shows only when asked: a SUBSCRIBE with the user property
+	// client "true" gets it in the SUBACK (this Peat knows the request),
+	// then after timestamp on each delivery whose publisher's id the
+	// ACL lets the subscriber see (Access.MayReadClientID).
+	propClient = "client"
 )
+
+// asksClients reports whether a SUBSCRIBE's user properties ask for each
+// record's publisher (propClient).
+func asksClients(user []packets.UserProperty) bool {
+	for _, u := range user {
+		if u.Key == propClient && u.Val == "true" {
+			return true
+		}
+	}
+	return false
+}
 
 // tapError is a refused extension subscription: its SUBACK reason code and
 // reason string.

@@ -304,11 +304,25 @@
 // $replay/<from>/+/<filter>, $group/<name>/+/<filter> and
 // $offsets/<group>/<stream> are parsed in OnSubscribe, answered in the
 // SUBACK (refusals with reason codes and strings, accepted MQTT 5
-// subscriptions with user properties stream, start, end, notice) and served
-// by a tap each: a cursor of its own that reads the stream from its start
-// in bounded batches and, at the log's end, waits and goes on, so history
-// and live are one loop. Taps push into the client's queue and wait for
-// room; the client's sender keeps the window.
+// subscriptions with user properties stream, start, end, client when
+// asked, notice) and served by a tap each: a cursor of its own that reads
+// the stream from its start in bounded batches and, at the log's end,
+// waits and goes on, so history and live are one loop. Taps push into the
+// client's queue and wait for room; the client's sender keeps the window.
+//
+// A record's publisher (its ClientID) is not part of a delivery: a client
+// id names a device, and with it (where no connect rule binds ids to
+// users) a way to take its session or, through %c rules, its topics, so
+// reading a topic does not reveal who wrote to it. An MQTT 5 $replay or
+// $group SUBSCRIBE may ask with the user property client "true" (the
+// request holds for its filters, not for a session's resumed ones); the
+// SUBACK then carries client "true" after end (this Peat knows the
+// request), and each delivery whose record has a client id that
+// Access.MayReadClientID lets the subscriber see carries client with it,
+// after timestamp: the last property, where no record's own can be.
+// Without Auth every id is shown to a client that asks. Consumers that do
+// not ask see what they saw before. edge's Peat source asks, so a
+// mirror's records keep the publishers HQ lets its user see.
 //
 // # Writing packets (wire.go, corkconn.go)
 //

@@ -3,6 +3,7 @@ package mqtt
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -429,4 +430,114 @@ func TestReplay_PropertiesWithoutProblemInfo(t *testing.T) {
 	if userProp(pk.Properties, propOffset) != "0" || userProp(pk.Properties, propStream) != "default" {
 		t.Fatalf("user properties %v, want stream and offset", pk.Properties.User)
 	}
+}
+
+// subscribeAsking subscribes c to filter, asking for each record's
+// publisher (the SUBSCRIBE's user property client "true"), and returns the
+// SUBACK.
+func subscribeAsking(tb testing.TB, c *mqtttest.Raw, filter string) packets.Packet {
+	tb.Helper()
+	c.Write(packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
+		PacketID:    7,
+		Filters:     packets.Subscriptions{{Filter: filter, Qos: 1}},
+		Properties:  packets.Properties{User: []packets.UserProperty{{Key: propClient, Val: "true"}}},
+	})
+	ack := c.ReadUntil(packets.Suback)
+	if len(ack.ReasonCodes) != 1 || ack.ReasonCodes[0] > 2 {
+		tb.Fatalf("subscribe %s: %v %s", filter, ack.ReasonCodes, ack.Properties.ReasonString)
+	}
+	return ack
+}
+
+// A $replay or $group delivery shows the record's publisher (user property
+// client, after timestamp) only to a subscriber that asked for it, and
+// under Auth only for the client ids its Access lets it see; an ordinary
+// $replay consumer gets the stream, offset and timestamp properties as
+// before.
+func TestReplay_PublishersClientIDOnlyWhenAskedAndAllowed(t *testing.T) {
+	recs := func() []*logstore.Record {
+		return []*logstore.Record{
+			{Topic: "t/0", Payload: []byte("a"), QoS: 1, ClientID: "hq-sensor-1", Timestamp: 1000},
+			{Topic: "t/1", Payload: []byte("b"), QoS: 1, ClientID: "other-2", Timestamp: 2000},
+			{Topic: "t/2", Payload: []byte("c"), QoS: 1, Timestamp: 3000}, // no publisher (a source's record)
+		}
+	}
+	setup := func(t *testing.T, auth Auth) *Broker {
+		l := newMemLog(t, "default=#")
+		s := l.stream(t, "default")
+		done := make(chan error, 1)
+		s.AppendAsync(recs(), func(_ uint64, err error) { done <- err })
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		return newTestBroker(t, l, func(c *Config) {
+			if auth != nil {
+				c.Auth = auth
+			}
+		})
+	}
+	// lastKeys is the keys of a delivery's last user properties.
+	lastKeys := func(pk packets.Packet, n int) []string {
+		u := pk.Properties.User
+		var out []string
+		for _, p := range u[max(len(u)-n, 0):] {
+			out = append(out, p.Key)
+		}
+		return out
+	}
+	check := func(t *testing.T, pks []packets.Packet, want []string) {
+		t.Helper()
+		for i, pk := range pks {
+			got := ""
+			if keys := lastKeys(pk, 1); len(keys) == 1 && keys[0] == propClient {
+				got = pk.Properties.User[len(pk.Properties.User)-1].Val
+				if k := lastKeys(pk, 2)[0]; k != propTimestamp {
+					t.Errorf("delivery %d: client follows %q, want timestamp", i, k)
+				}
+			} else if k := lastKeys(pk, 3); !slices.Equal(k, []string{propStream, propOffset, propTimestamp}) {
+				t.Errorf("delivery %d: last properties %v, want stream, offset, timestamp", i, k)
+			}
+			if got != want[i] {
+				t.Errorf("delivery %d (%s): client %q, want %q", i, pk.TopicName, got, want[i])
+			}
+		}
+	}
+
+	t.Run("not asked", func(t *testing.T) {
+		b := setup(t, nil)
+		c := dialRaw(t, b, "plain", 5)
+		if ack := c.Subscribe("$replay/earliest/+/t/#", 1); userProp(ack.Properties, propClient) != "" {
+			t.Errorf("SUBACK %v: client without asking", ack.Properties.User)
+		}
+		check(t, readPublishes(t, c, 3), []string{"", "", ""})
+	})
+	t.Run("asked, no auth", func(t *testing.T) {
+		b := setup(t, nil)
+		c := dialRaw(t, b, "asker", 5)
+		if ack := subscribeAsking(t, c, "$replay/earliest/+/t/#"); userProp(ack.Properties, propClient) != "true" {
+			t.Errorf("SUBACK %v, want client true", ack.Properties.User)
+		}
+		check(t, readPublishes(t, c, 3), []string{"hq-sensor-1", "other-2", ""})
+	})
+	t.Run("asked, group", func(t *testing.T) {
+		b := setup(t, nil)
+		c := dialRaw(t, b, "grouper", 5)
+		subscribeAsking(t, c, "$group/g/+/t/#")
+		check(t, readPublishes(t, c, 3), []string{"hq-sensor-1", "other-2", ""})
+	})
+	t.Run("asked, the ACL shows some", func(t *testing.T) {
+		a := secretAuth()
+		a.clientIDs = func(id string) bool { return strings.HasPrefix(id, "hq-") }
+		b := setup(t, a)
+		c := dialRaw(t, b, "site", 5)
+		subscribeAsking(t, c, "$replay/earliest/+/t/#")
+		check(t, readPublishes(t, c, 3), []string{"hq-sensor-1", "", ""})
+	})
+	t.Run("asked, the ACL shows none", func(t *testing.T) {
+		b := setup(t, secretAuth())
+		c := dialRaw(t, b, "nosy", 5)
+		subscribeAsking(t, c, "$replay/earliest/+/t/#")
+		check(t, readPublishes(t, c, 3), []string{"", "", ""})
+	})
 }

@@ -61,12 +61,13 @@ func appendAck(dst []byte, typ byte, id uint16) []byte {
 // topic nor the properties are built as strings for each record: the topic
 // sent is head, the offset, "/" and the record's topic, and MQTT 5
 // deliveries carry the user properties stream, offset and timestamp after
-// the record's own.
+// the record's own, and client after them when it is set.
 type publishExtras struct {
 	head      string
 	stream    string
 	offset    uint64
 	timestamp int64
+	client    string // the publisher's client id, when shown (tap.clients)
 }
 
 // appendTopic appends the delivered topic for the record topic t.
@@ -77,20 +78,28 @@ func (x *publishExtras) appendTopic(dst []byte, t string) []byte {
 	return append(dst, t...)
 }
 
-// userLen is the length of x's three user properties, encoded.
+// userLen is the length of x's user properties, encoded.
 func (x *publishExtras) userLen() int {
 	var num [20]byte
-	return 3*5 + len(propStream) + len(x.stream) +
+	n := 3*5 + len(propStream) + len(x.stream) +
 		len(propOffset) + len(strconv.AppendUint(num[:0], x.offset, 10)) +
 		len(propTimestamp) + len(strconv.AppendInt(num[:0], x.timestamp, 10))
+	if x.client != "" {
+		n += 5 + len(propClient) + len(x.client)
+	}
+	return n
 }
 
-// appendUser appends x's three user properties.
+// appendUser appends x's user properties.
 func (x *publishExtras) appendUser(dst []byte) []byte {
 	var num [20]byte
 	dst = appendUserProp(dst, propStream, x.stream)
 	dst = appendUserPropBytes(dst, propOffset, strconv.AppendUint(num[:0], x.offset, 10))
-	return appendUserPropBytes(dst, propTimestamp, strconv.AppendInt(num[:0], x.timestamp, 10))
+	dst = appendUserPropBytes(dst, propTimestamp, strconv.AppendInt(num[:0], x.timestamp, 10))
+	if x.client != "" {
+		dst = appendUserProp(dst, propClient, x.client)
+	}
+	return dst
 }
 
 // appendPublish appends pk, a PUBLISH, with the extras x (nil for none),

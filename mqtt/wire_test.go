@@ -71,6 +71,7 @@ func TestAppendPublish_ExtrasSameBytesAsApplied(t *testing.T) {
 		{head: "$replay/earliest/", stream: "default", offset: 0, timestamp: 1764680000000},
 		{head: "$group/billing/", stream: "power", offset: 1<<64 - 1, timestamp: -1},
 		{head: "$replay/-15m/", stream: "", offset: 1234567, timestamp: 0},
+		{head: "$replay/earliest/", stream: "default", offset: 9, timestamp: 1764680000000, client: "hq-sensor-1"},
 	}
 	for name, pk := range publishFixtures() {
 		for _, x := range extras {
@@ -174,8 +175,8 @@ func FuzzAppendPublish(f *testing.F) {
 		if want := mochiPublish(t, pk, v5); !bytes.Equal(got, want) {
 			t.Errorf("\n got  % x\n want % x", got, want)
 		}
-		x := publishExtras{head: "$replay/" + contentType + "/", stream: key, offset: uint64(subID) * 7919, timestamp: int64(id) - 3}
-		if len(x.head)+len(topic)+21 > 65535 || len(x.stream) > 65535 {
+		x := publishExtras{head: "$replay/" + contentType + "/", stream: key, offset: uint64(subID) * 7919, timestamp: int64(id) - 3, client: val}
+		if len(x.head)+len(topic)+21 > 65535 || len(x.stream) > 65535 || len(x.client) > 65535 {
 			return
 		}
 		got = appendPublish(nil, &pk, &x, v5, true)
@@ -240,6 +241,9 @@ func (x *publishExtras) apply(pk packets.Packet, v5 bool) packets.Packet {
 			packets.UserProperty{Key: propStream, Val: x.stream},
 			packets.UserProperty{Key: propOffset, Val: strconv.FormatUint(x.offset, 10)},
 			packets.UserProperty{Key: propTimestamp, Val: strconv.FormatInt(x.timestamp, 10)})
+		if x.client != "" {
+			pk.Properties.User = append(pk.Properties.User, packets.UserProperty{Key: propClient, Val: x.client})
+		}
 	}
 	return pk
 }

@@ -25,7 +25,9 @@ import (
 type ACL struct {
 	rules     []rule
 	groups    []objRule // group:<pattern> rules (tenancy.go)
-	clientIDs []objRule // clientid:<pattern> rules (tenancy.go)
+	clientIDs []objRule // connect clientid:<pattern> rules (tenancy.go)
+	// clientIDReads are the read clientid:<pattern> rules (tenancy.go).
+	clientIDReads []objRule
 }
 
 // rule is one line of an ACL file.
@@ -55,6 +57,8 @@ func ParseACL(r io.Reader) (*ACL, error) {
 			switch {
 			case err != nil:
 				probs = append(probs, fmt.Sprintf("line %d: %v", n, err))
+			case clientID && or.read:
+				acl.clientIDReads = append(acl.clientIDReads, or)
 			case clientID:
 				acl.clientIDs = append(acl.clientIDs, or)
 			default:
@@ -140,7 +144,9 @@ func parseRule(line string) (rule, error) {
 }
 
 // Rules returns how many rules the ACL has.
-func (a *ACL) Rules() int { return len(a.rules) + len(a.groups) + len(a.clientIDs) }
+func (a *ACL) Rules() int {
+	return len(a.rules) + len(a.groups) + len(a.clientIDs) + len(a.clientIDReads)
+}
 
 // grant is one rule as it applies to one client: %u and %c substituted.
 type grant struct {

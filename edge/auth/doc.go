@@ -47,6 +47,7 @@
 //	allow read      user:ops   group:*
 //	allow connect   user:admin clientid:*
 //	allow connect   *          clientid:%u-*
+//	allow read      user:hq    clientid:*
 //
 // In a pattern, * is any text and %u and %c stand anywhere (a
 // substituted name is matched literally: a user "a*" is no wildcard); an
@@ -56,8 +57,14 @@
 // match, no. Client-id rules answer MayUseClientID only when the file has
 // some (with none, any id is allowed: %c then proves nothing); the first
 // that applies to the client and matches its id decides, no match is no.
-// A line whose object starts with group: or clientid: is one of these,
-// never a topic rule. Identity names the client for session ownership:
+// Read rules on client ids answer MayReadClientID: whose client ids a
+// $replay or $group subscriber that asks is shown as each record's
+// publisher (a Peat source mirroring this node asks). Without an ACL
+// every client may; with one, the first read rule that applies to the
+// client and matches the publisher's id decides, no match is no, so an
+// ACL written before these rules shows nobody's. They do not count as
+// client-id rules for MayUseClientID. A line whose object starts with
+// group: or clientid: is one of these, never a topic rule. Identity names the client for session ownership:
 // "user:<name>" (by password or certificate alike) or "anonymous".
 //
 // A subscription is granted when some topic matching it may be read

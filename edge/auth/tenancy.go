@@ -10,6 +10,11 @@ import (
 //
 //	<allow|deny> <read|write|readwrite> <who> group:<pattern>
 //	<allow|deny> connect                <who> clientid:<pattern>
+//	<allow|deny> read                   <who> clientid:<pattern>
+//
+// A connect rule is about the client's own id; a read rule about other
+// clients' ids: whose a $replay or $group subscriber that asks is shown
+// as each record's publisher (MayReadClientID).
 //
 // A pattern is a name in which * stands for any run of characters and
 // %u (the user name) and %c (the client id, group rules only) stand for
@@ -58,8 +63,10 @@ func parseObjectRule(line string) (ru objRule, clientID, ok bool, err error) {
 	case access == "connect" && clientID:
 	case access == "connect":
 		return ru, clientID, true, fmt.Errorf("connect rules name client ids: want clientid:<pattern>, got %q", object)
+	case access == "read" && clientID:
+		ru.read = true
 	case clientID:
-		return ru, clientID, true, fmt.Errorf("%q: a clientid: rule is a connect rule: want <allow|deny> connect <who> clientid:<pattern>", access)
+		return ru, clientID, true, fmt.Errorf("%q: a clientid: rule is a connect or read rule: want <allow|deny> <connect|read> <who> clientid:<pattern>", access)
 	case access == "read":
 		ru.read = true
 	case access == "write":
@@ -85,7 +92,7 @@ func parseObjectRule(line string) (ru objRule, clientID, ok bool, err error) {
 	case isGroup && strings.ContainsAny(ru.pattern, "+#/"):
 		return ru, clientID, true, fmt.Errorf("%q: a group name is one topic level, without + # or /", object)
 	case clientID && strings.Contains(ru.pattern, "%c"):
-		return ru, clientID, true, fmt.Errorf("%q: %%c in a client-id rule is always the client id", object)
+		return ru, clientID, true, fmt.Errorf("%q: %%c has no place in a client-id rule", object)
 	}
 	return ru, clientID, true, nil
 }
@@ -205,6 +212,24 @@ func (x *Access) MayGroup(group string, write bool) bool {
 	for _, ru := range set.acl.groups {
 		if (write && ru.write || !write && ru.read) && ru.appliesTo(x.user, x.client, x.anonymous) &&
 			ru.matches(group, x.user, x.client, x.anonymous) {
+			return ru.allow
+		}
+	}
+	return false
+}
+
+// MayReadClientID reports whether the client may be shown id as the
+// publisher of a record it reads (a $replay or $group subscription that
+// asks for it). Without an ACL every client may; with one, the first
+// clientid: read rule that applies to the client and matches id decides,
+// and no rule means no: an ACL from before these rules shows nobody's.
+func (x *Access) MayReadClientID(id string) bool {
+	set := x.a.cur.Load()
+	if set.acl == nil {
+		return true
+	}
+	for _, ru := range set.acl.clientIDReads {
+		if ru.appliesTo(x.user, x.client, x.anonymous) && ru.matches(id, x.user, x.client, x.anonymous) {
 			return ru.allow
 		}
 	}

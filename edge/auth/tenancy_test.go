@@ -91,8 +91,10 @@ allow readwrite *          group:/literal
 	}
 	for _, bad := range []string{
 		"allow connect * group:x",
-		"allow read * clientid:x",
+		"allow readwrite * clientid:x",
+		"allow write * clientid:x",
 		"allow connect * clientid:%c-1",
+		"allow read * clientid:%c-1",
 		"allow readwrite * group:",
 		"allow readwrite * group:a+b",
 	} {
@@ -120,5 +122,58 @@ func TestGlobMatch(t *testing.T) {
 		if got := globMatch(tc.segs, tc.s); got != tc.want {
 			t.Errorf("globMatch(%q, %q) = %v, want %v", tc.segs, tc.s, got, tc.want)
 		}
+	}
+}
+
+// Read rules on client ids say whose ids a subscriber that asks is shown
+// as records' publishers; they do not turn on the connect rules, and an
+// ACL without them shows nobody's.
+func TestACL_ClientIDReadRules(t *testing.T) {
+	acl, err := ParseACL(strings.NewReader(strings.Join([]string{
+		"deny  read      *            clientid:*-secret",
+		"allow read      user:site-a  clientid:*",
+		"allow read      *            clientid:%u-*",
+		"allow readwrite *            #",
+	}, "\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acl.Rules() != 4 {
+		t.Errorf("Rules() = %d, want 4", acl.Rules())
+	}
+	a := &Auth{}
+	a.cur.Store(&ruleset{acl: acl})
+	x := func(user, client string) *Access {
+		return &Access{a: a, user: user, client: client, anonymous: user == ""}
+	}
+	for _, tc := range []struct {
+		x    *Access
+		id   string
+		want bool
+	}{
+		{x("site-a", "site-a-down"), "hq-sensor-1", true},
+		{x("site-a", "site-a-down"), "hq-sensor-1-secret", false},
+		{x("bob", "c"), "bob-7", true},
+		{x("bob", "c"), "hq-sensor-1", false},
+		{x("", "c"), "-7", false}, // anonymous: no %u
+	} {
+		if got := tc.x.MayReadClientID(tc.id); got != tc.want {
+			t.Errorf("%q MayReadClientID(%q) = %v, want %v", tc.x.user, tc.id, got, tc.want)
+		}
+	}
+	if !x("bob", "anything").MayUseClientID() {
+		t.Error("read rules alone restrict the client ids one may connect with")
+	}
+	none, err := ParseACL(strings.NewReader("allow readwrite * #\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.cur.Store(&ruleset{acl: none})
+	if x("site-a", "c").MayReadClientID("hq-sensor-1") {
+		t.Error("an ACL without clientid read rules shows a publisher's id")
+	}
+	a.cur.Store(&ruleset{})
+	if !x("site-a", "c").MayReadClientID("hq-sensor-1") {
+		t.Error("without an ACL, a publisher's id is hidden")
 	}
 }

@@ -20,12 +20,15 @@ import (
 )
 
 // The user properties a Peat's replay adds after a record's own (mqtt:
-// delivery_tap.go), and the one it adds before them to an expired record.
+// delivery_tap.go), the one it adds before them to an expired record, and
+// the one it adds after them, when asked, naming the record's publisher
+// (also the SUBSCRIBE's request and the SUBACK's answer to it).
 const (
 	replayStream    = "stream"
 	replayOffset    = "offset"
 	replayTimestamp = "timestamp"
 	replayExpired   = "expired"
+	replayClient    = "client"
 )
 
 // conn is one replay subscription. The reader turns PUBLISHes into
@@ -80,6 +83,9 @@ func (c *conn) subscribe(ctx context.Context) error {
 		ProtocolVersion: 5,
 		PacketID:        subscribeID,
 		Filters:         packets.Subscriptions{{Filter: c.u.replayFilter(next), Qos: 2}},
+		// Ask for each record's publisher: headquarters shows it where
+		// its ACL lets this connection's user see it.
+		Properties: packets.Properties{User: []packets.UserProperty{{Key: replayClient, Val: "true"}}},
 	}
 	var buf bytes.Buffer
 	if err := pk.SubscribeEncode(&buf); err != nil {
@@ -116,6 +122,10 @@ func (c *conn) subscribe(ctx context.Context) error {
 		start, _ := strconv.ParseUint(props["start"], 10, 64)
 		end, _ := strconv.ParseUint(props["end"], 10, 64)
 		c.end.Store(max(end, next))
+		if props[replayClient] != "true" {
+			c.u.cfg.Logger.Warn("peat source: the upstream does not show publishers' client ids (a Peat before they could be asked for); mirrored records carry none",
+				slog.String("stream", props[replayStream]))
+		}
 		if start > next {
 			c.u.cfg.Logger.Warn("peat source: the upstream no longer holds the records after the mirror's end; they become gap markers",
 				slog.String("stream", props[replayStream]), slog.Uint64("from", next), slog.Uint64("to", start))
@@ -244,8 +254,9 @@ func (c *conn) readLoop() {
 
 // message turns a replay delivery into a record at its upstream offset:
 // the offset from its topic ($replay/<from>/<offset>/<topic>), its time
-// from the replay's properties, which are taken off. A record at or below
-// one already read (never on one connection) comes with no record.
+// and publisher from the replay's properties, which are taken off. A
+// record at or below one already read (never on one connection) comes
+// with no record.
 func (c *conn) message(pk packets.Packet) (source.Message, error) {
 	qos := pk.FixedHeader.Qos
 	if qos > 0 && pk.PacketID == 0 {
@@ -259,6 +270,11 @@ func (c *conn) message(pk packets.Packet) (source.Message, error) {
 		return m, mqttclient.Errorf("protocol", "replay delivery on %q, not %s<offset>/<topic>", pk.TopicName, c.head)
 	}
 	user := pk.Properties.User
+	var client string
+	if n := len(user); n > 0 && user[n-1].Key == replayClient {
+		// After timestamp, where no record's own property can be.
+		client, user = user[n-1].Val, user[:n-1]
+	}
 	n := len(user)
 	if n < 3 || user[n-3].Key != replayStream || user[n-2].Key != replayOffset || user[n-1].Key != replayTimestamp || user[n-2].Val != offStr {
 		return m, mqttclient.Errorf("protocol", "replay delivery of offset %d without the stream, offset and timestamp properties", off)
@@ -280,6 +296,7 @@ func (c *conn) message(pk packets.Packet) (source.Message, error) {
 		Payload:         pk.Payload,
 		QoS:             qos,
 		Retain:          pk.FixedHeader.Retain,
+		ClientID:        client,
 		ContentType:     p.ContentType,
 		ResponseTopic:   p.ResponseTopic,
 		CorrelationData: p.CorrelationData,

@@ -10,14 +10,19 @@
 // the replay (and, with Stream set, name that stream: a filter that
 // reaches another stream is refused rather than mirrored); its start
 // above end means headquarters' retention dropped what lies between.
+// The SUBSCRIBE asks for each record's publisher (user property client
+// "true"): headquarters shows a publisher's client id only to a
+// subscriber that asks and whose user its ACL lets see that id (a
+// clientid read rule; every id without an ACL), and says in the SUBACK
+// that it knows the request (a Peat that does not is logged at WARN).
 // Each delivery, $replay/<from>/<offset>/<topic> with the user
-// properties stream, offset and timestamp after the record's own, is
-// turned back into the record: its offset, timestamp (headquarters'),
-// topic (through the Topic template, "{topic}" by default), payload,
-// QoS, retain flag and MQTT 5 properties; the replay's properties are
-// taken off. Not carried by a replay: the publisher's client id; an
-// expired record's interval comes back exact, a live one's to the
-// second.
+// properties stream, offset and timestamp after the record's own, and
+// client after them when shown, is turned back into the record: its
+// offset, timestamp (headquarters'), publisher's client id (none when
+// not shown), topic (through the Topic template, "{topic}" by default),
+// payload, QoS, retain flag and MQTT 5 properties; the replay's
+// properties are taken off. An expired record's interval comes back
+// exact, a live one's to the second.
 //
 // The records are written by the mirror rules (edge/mirror.Apply, or a
 // site's Log.Mirror on the mirror stream's leader): MirrorLog gives the

@@ -152,9 +152,10 @@ func checkSameOffsets(t *testing.T, mirrorSt, hqSt *logstore.Stream, n int) {
 	}
 	for i, r := range got {
 		h := hq[i]
-		if r.Offset != h.Offset || string(r.Payload) != string(h.Payload) || r.Topic != "hq/"+h.Topic || r.Timestamp != h.Timestamp || r.QoS != h.QoS {
-			t.Fatalf("mirror record %d: offset %d %q %q t%d q%d; hq: offset %d %q %q t%d q%d", i,
-				r.Offset, r.Topic, r.Payload, r.Timestamp, r.QoS, h.Offset, h.Topic, h.Payload, h.Timestamp, h.QoS)
+		if r.Offset != h.Offset || string(r.Payload) != string(h.Payload) || r.Topic != "hq/"+h.Topic || r.Timestamp != h.Timestamp ||
+			r.QoS != h.QoS || r.ClientID != h.ClientID {
+			t.Fatalf("mirror record %d: offset %d %q %q t%d q%d from %q; hq: offset %d %q %q t%d q%d from %q", i,
+				r.Offset, r.Topic, r.Payload, r.Timestamp, r.QoS, r.ClientID, h.Offset, h.Topic, h.Payload, h.Timestamp, h.QoS, h.ClientID)
 		}
 		if source.Of(r) != "hq" {
 			t.Errorf("record %d without the source's name: %v", i, r.UserProperties)
