@@ -101,7 +101,7 @@ func held(t *testing.T, who string, recs []*logstore.Record, topic string, off u
 // leader holds it.
 func TestLog_ForwardLeaderSilent(t *testing.T) {
 	fnet := faultnet.New()
-	leader, others, _ := fwdSite(t, logSiteOpts{MinISR: 2, Net: fnet, Log: LogConfig{ForwardTimeout: fwdTestTimeout}})
+	leader, others, _ := fwdSite(t, logSiteOpts{MinISR: 2, Net: fnet, ForwardTimeout: fwdTestTimeout})
 	fl := others[1] // not the controller
 	f := fl.log.Route("s/x")
 	if _, err := logAppend(t, f, logRecs(2, "warm")...); err != nil {
@@ -179,7 +179,7 @@ func fwdConnOf(s mqtt.Stream) any {
 // answers are due.
 func TestLog_ForwardUnsentResent(t *testing.T) {
 	fnet := faultnet.New()
-	leader, others, _ := fwdSite(t, logSiteOpts{MinISR: 2, Net: fnet, Log: LogConfig{ForwardTimeout: fwdTestTimeout}})
+	leader, others, _ := fwdSite(t, logSiteOpts{MinISR: 2, Net: fnet, ForwardTimeout: fwdTestTimeout})
 	fl := others[1]
 	f := fl.log.Route("s/x")
 	if _, err := logAppend(t, f, logRecs(2, "warm")...); err != nil {

@@ -239,8 +239,8 @@ func TestLog_ForwardLeaderKilled(t *testing.T) {
 // (acks=all refuses them then), and state writes too.
 func TestLog_AcksLeader(t *testing.T) {
 	var acksLeader sync.Map // stream -> bool, flipped by the test
-	cfg := LogConfig{AcksLeader: func(s string) bool { v, _ := acksLeader.Load(s); return v == true }}
-	leader, others, kill := fwdSite(t, logSiteOpts{MinISR: 3, Log: cfg})
+	flipped := func(s string) bool { v, _ := acksLeader.Load(s); return v == true }
+	leader, others, kill := fwdSite(t, logSiteOpts{MinISR: 3, AcksLeader: flipped})
 	ls, f := leader.log.Route("s/x"), others[0].log.Route("s/x")
 	if _, err := logAppend(t, f, logRecs(2, "all")...); err != nil {
 		t.Fatalf("acks=all with the full ISR: %v", err)

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -10,6 +9,9 @@ import (
 	"github.com/peatmq/peat/cluster/wire"
 	"github.com/peatmq/peat/mqtt"
 )
+
+// onlyS makes stream "s" acks: leader (logSiteOpts.AcksLeader).
+func onlyS(stream string) bool { return stream == "s" }
 
 // produceOn runs a producer on s until the test ends or it is ended.
 func produceOn(t *testing.T, s mqtt.Stream) *producer {
@@ -26,8 +28,7 @@ func produceOn(t *testing.T, s mqtt.Stream) *producer {
 // leadership moves (ErrLeaderUnavailable), not acknowledged and lost.
 func TestLog_HandOverKeepsAcksLeaderRecords(t *testing.T) {
 	fnet := faultnet.New()
-	cfg := LogConfig{AcksLeader: func(s string) bool { return s == "s" }}
-	leader, others, kill := fwdSite(t, logSiteOpts{MinISR: 2, Log: cfg, Net: fnet})
+	leader, others, kill := fwdSite(t, logSiteOpts{MinISR: 2, AcksLeader: onlyS, Net: fnet})
 	for _, f := range others {
 		fnet.Delay(f.node.ID(), leader.node.ID(), 300*time.Millisecond)
 	}
@@ -43,7 +44,7 @@ func TestLog_HandOverKeepsAcksLeaderRecords(t *testing.T) {
 		return p.count() > 50
 	})
 
-	handOver(leader.node, leader.log, handOverTimeout, slog.New(slog.DiscardHandler))
+	leader.site.HandOver(handOverTimeout)
 	p.end()
 	kill(leader)
 
@@ -107,7 +108,7 @@ func TestLog_HandOverElectsAFollowerHoldingEveryRecord(t *testing.T) {
 		t.Fatalf("the stuck follower left the ISR before the hand-over (ISR %v): the test shows nothing", st.Streams["s"].ISR)
 	}
 
-	handOver(leader.node, leader.log, handOverTimeout, slog.New(slog.DiscardHandler))
+	leader.site.HandOver(handOverTimeout)
 	p.end()
 	kill(leader)
 	holdsAcked(t, []*logNode{ctl, stuck}, p)
@@ -120,8 +121,7 @@ func TestLog_HandOverElectsAFollowerHoldingEveryRecord(t *testing.T) {
 // holds all three.
 func acksLeaderSite(t *testing.T, fnet *faultnet.Network) (leader, next, ctl *logNode, kill func(*logNode)) {
 	t.Helper()
-	cfg := LogConfig{AcksLeader: func(s string) bool { return s == "s" }}
-	nodes, kill := startLogSite(t, logSiteOpts{MinISR: 2, Log: cfg, Net: fnet})
+	nodes, kill := startLogSite(t, logSiteOpts{MinISR: 2, AcksLeader: onlyS, Net: fnet})
 	ctl, rest := roles(t, nodes)
 	leader, next = rest[0], rest[1]
 	replicas := []string{leader.node.ID(), next.node.ID(), ctl.node.ID()}
@@ -154,7 +154,7 @@ func TestLog_HandOverKeepsAcksLeaderState(t *testing.T) {
 	if err := ls.WriteState(map[string][]byte{"g/last": offsetVal(2)}, nil); err != nil {
 		t.Fatalf("WriteState on the leader: %v", err)
 	}
-	handOver(leader.node, leader.log, handOverTimeout, slog.New(slog.DiscardHandler))
+	leader.site.HandOver(handOverTimeout)
 	kill(leader)
 	got := holdsAcked(t, []*logNode{next, ctl}, &producer{})
 	if v := loadKey(t, got.log.Route("s/x"), "g/last"); string(v) != string(offsetVal(2)) {

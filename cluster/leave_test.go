@@ -10,27 +10,6 @@ import (
 	"github.com/peatmq/peat/cluster/rules"
 )
 
-// leaveLoop runs Log.leaveLeads on ln as Site.manage does, until the
-// test ends.
-func leaveLoop(t *testing.T, ln *logNode) {
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		tried := map[string]time.Time{}
-		for {
-			_, changed := ln.node.State()
-			ln.log.leaveLeads(tried, time.Now())
-			select {
-			case <-stop:
-				return
-			case <-changed:
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}()
-	t.Cleanup(func() { close(stop); <-done })
-}
-
 // TestLog_LeavingKeepsAcksLeaderRecords: decommissioning (DrainBroker)
 // the leader of an acks: leader stream whose followers fetch slowly, or
 // moving its replica away (MoveReplicas, a rebalance), while a producer
@@ -52,8 +31,7 @@ func TestLog_LeavingKeepsAcksLeaderRecords(t *testing.T) {
 // leave submits to take the leader's replica away.
 func leaving(t *testing.T, leave func(leader, spare string) rules.Command) {
 	fnet := faultnet.New()
-	cfg := LogConfig{AcksLeader: func(s string) bool { return s == "s" }}
-	nodes, _ := startLogSite(t, logSiteOpts{Nodes: 4, MinISR: 2, Log: cfg, Net: fnet})
+	nodes, _ := startLogSite(t, logSiteOpts{Nodes: 4, MinISR: 2, AcksLeader: onlyS, Net: fnet})
 	ctl, rest := roles(t, nodes)
 	leader, next, spare := rest[0], rest[1], rest[2]
 	for _, ln := range nodes {
@@ -70,7 +48,6 @@ func leaving(t *testing.T, leave func(leader, spare string) rules.Command) {
 		return len(st.Streams["s"].ISR) == 3
 	})
 	for _, ln := range nodes {
-		leaveLoop(t, ln)
 		if ln != leader {
 			fnet.Delay(ln.node.ID(), leader.node.ID(), 300*time.Millisecond)
 		}

@@ -8,27 +8,27 @@ import (
 	"time"
 
 	"github.com/peatmq/peat/cluster/faultnet"
-	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/cluster/wire"
 )
 
-// sessionsSite is a three-node site serving the sessions' stream, led by
-// the first node, every node a replica, with the cluster transport on
-// fnet when it is not nil; kill stops a node.
+// sessionsSite is a three-node site serving the sessions' stream, which
+// the site creates on every node (a factor of 3 from 3 voters), with the
+// cluster transport on fnet when it is not nil; nodes are its replicas
+// in order, the first leading it; kill stops a node.
 func sessionsSite(t *testing.T, fnet *faultnet.Network) (nodes []*logNode, kill func(*logNode)) {
 	t.Helper()
-	nodes, kill = startLogSite(t, logSiteOpts{MinISR: 1, Net: fnet})
+	all, kill := startLogSite(t, logSiteOpts{MinISR: 1, Net: fnet})
 	var ids []string
-	for _, ln := range nodes {
-		ids = append(ids, ln.node.ID())
-		if _, err := ln.store.AddStream(sessionsStreamConfig()); err != nil {
-			t.Fatalf("add the sessions' stream to %s: %v", ln.node.ID(), err)
+	eventually(t, "the site creates "+SessionsStream+" on every node", func() bool {
+		st, _ := all[0].node.State()
+		if x := st.Streams[SessionsStream]; x != nil {
+			ids = x.Replicas
 		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := nodes[0].node.Submit(ctx, rules.CreateStream{Name: SessionsStream, Replicas: ids}); err != nil {
-		t.Fatalf("create %s: %v", SessionsStream, err)
+		return len(ids) == len(all)
+	})
+	for _, id := range ids {
+		i := slices.IndexFunc(all, func(ln *logNode) bool { return ln.node.ID() == id })
+		nodes = append(nodes, all[i])
 	}
 	for _, ln := range nodes {
 		eventually(t, ln.node.ID()+" serves "+SessionsStream+" with its leader known", func() bool {

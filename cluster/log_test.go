@@ -5,8 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,8 +25,13 @@ import (
 // Expire drops records.
 const logMaxAge = 100 * 365 * 24 * time.Hour
 
-// logNode is one node of a site with everything Log needs.
+// logNode is one node of a Log test site: a StartSite, as `peat serve`
+// starts one, whose configuration lists no stream but the site's
+// sessions'. The test creates the streams of its store itself, on
+// replicas of its choosing (createStreams), and may decide their acks
+// at run time (logNodeOpts.AcksLeader).
 type logNode struct {
+	site  *Site
 	node  *Node
 	store *logstore.Store
 	srv   *Server
@@ -34,19 +39,10 @@ type logNode struct {
 	log   *Log
 }
 
-// close closes the node's parts in order: Log, Replicator, Server, Node,
-// store.
+// close stops the node as a crash would (stopSite: no hand-over), then
+// closes its store.
 func (n *logNode) close() error {
-	err := n.log.Close()
-	n.rep.Close()
-	_ = n.srv.Close()
-	if cerr := n.node.Close(); cerr != nil && err == nil {
-		err = cerr
-	}
-	if cerr := n.store.Close(); cerr != nil && err == nil {
-		err = cerr
-	}
-	return err
+	return errors.Join(stopSite(n.site), n.store.Close())
 }
 
 // logStreams are the stream configurations of "name=filter[,filter]" specs.
@@ -71,7 +67,11 @@ type logNodeOpts struct {
 	Streams []string // the store's streams as "name=filter[,filter]"; nil: "s=s/#"
 	MinFree int64    // the store's MinFreeBytes; 0: -1, no check
 	MinISR  int      // min_insync_replicas
-	Log     LogConfig
+	// AcksLeader decides which streams are acks: leader, asked at every
+	// append; nil: none.
+	AcksLeader func(stream string) bool
+	// ForwardTimeout is LogConfig.ForwardTimeout; 0: its default.
+	ForwardTimeout time.Duration
 	// SessionTimeout is Config.SessionTimeout; 0: the default.
 	SessionTimeout time.Duration
 	// Net carries the cluster transport (forwarding, replica and state
@@ -81,11 +81,8 @@ type logNodeOpts struct {
 	Net *faultnet.Network
 }
 
-// openLogNode opens node id by hand, part by part: its store
-// (ManualCommit), Raft and Serf, a Server, a Replicator and the Log.
-// Tests of the Log's rules use it to create streams on replicas of their
-// choosing and to change a stream's acks at run time, which a node
-// started as `peat serve` starts one (newTestSite) does not allow.
+// openLogNode starts node id (StartSite) on a store of its own
+// (ManualCommit) holding o.Streams. A failed test prints its log.
 func openLogNode(tb testing.TB, id string, o logNodeOpts) *logNode {
 	tb.Helper()
 	if o.Dir == "" {
@@ -97,46 +94,45 @@ func openLogNode(tb testing.TB, id string, o logNodeOpts) *logNode {
 	if o.MinFree == 0 {
 		o.MinFree = -1
 	}
-	dir, fnet, lcfg := o.Dir, o.Net, o.Log
 	st, err := logstore.Open(logstore.Config{
-		Dir: dir + "/store", Profile: logstore.ProfilePiZero, Streams: logStreams(tb, o.Streams),
+		Dir: o.Dir + "/store", Profile: logstore.ProfilePiZero, Streams: logStreams(tb, o.Streams),
 		RetentionInterval: time.Hour, MinFreeBytes: o.MinFree, ManualCommit: true,
 	})
 	if err != nil {
 		tb.Fatalf("logstore.Open: %v", err)
 	}
-	var ln net.Listener
-	if fnet != nil {
-		ln, err = fnet.Listen(id)
-	} else {
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
-	}
-	if err != nil {
-		tb.Fatal(err)
-	}
+	test := &siteTest{acksLeader: o.AcksLeader, forwardTimeout: o.ForwardTimeout, fetchMaxWait: 200 * time.Millisecond}
 	cfg := DefaultConfig()
-	cfg.NodeID, cfg.SerfAddr, cfg.RaftAddr, cfg.ClusterAddr = id, "127.0.0.1:0", "127.0.0.1:0", ln.Addr().String()
-	if fnet != nil {
-		cfg.Dial = fnet.Dialer(id)
-		if cfg.RaftListener, err = fnet.Listen(id + "/raft"); err != nil {
+	cfg.NodeID, cfg.SerfAddr, cfg.RaftAddr = id, "127.0.0.1:0", "127.0.0.1:0"
+	if o.Net != nil {
+		test.transport, err = o.Net.Listen(id)
+		if err == nil {
+			cfg.RaftListener, err = o.Net.Listen(id + "/raft")
+		}
+		if err != nil {
+			_ = st.Close()
 			tb.Fatal(err)
 		}
+		cfg.Dial = o.Net.Dialer(id)
 	}
-	cfg.AcksLeader = lcfg.AcksLeader
 	cfg.SessionTimeout = cmp.Or(o.SessionTimeout, cfg.SessionTimeout)
 	cfg.Join, cfg.BootstrapExpect = o.Join, o.Expect
-	cfg.SnapshotDir = dir + "/snapshots"
+	cfg.SnapshotDir = o.Dir + "/snapshots"
 	cfg.MQTTAddr, cfg.Version = "127.0.0.1:1883", "test"
-	node, err := Open(cfg, st)
+	logs := &syncBuf{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	s, err := StartSite(SiteConfig{Node: cfg, TransportListen: "127.0.0.1:0", Store: st, MinInsyncReplicas: o.MinISR,
+		Logger: cfg.Logger, test: test})
 	if err != nil {
 		_ = st.Close()
-		tb.Fatalf("Open %s: %v", id, err)
+		tb.Fatalf("start %s: %v", id, err)
 	}
-	srv := Serve(ln, nil)
-	srv.ServeNode(node)
-	rep := StartReplicator(ReplicatorConfig{Node: node, Server: srv, Stream: st.Stream, FetchMaxWait: 200 * time.Millisecond,
-		MinInsyncReplicas: o.MinISR})
-	return &logNode{node: node, store: st, srv: srv, rep: rep, log: NewLogConfig(node, st, rep, lcfg)}
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			tb.Logf("log of %s:\n%s", id, logs)
+		}
+	})
+	return &logNode{site: s, node: s.Node, store: st, srv: s.Server, rep: s.Replicator, log: s.Log}
 }
 
 // createStreams has the controller create each stream of specs on
@@ -237,13 +233,14 @@ func TestLog_Contract(t *testing.T) {
 }
 
 // logSiteOpts configure a site of Log nodes (startLogSite); zero fields
-// take the defaults.
+// take the defaults, the others are logNodeOpts'.
 type logSiteOpts struct {
 	Nodes          int // voters n1, n2...; 0: 3
 	MinISR         int
-	Log            LogConfig
-	Net            *faultnet.Network // logNodeOpts.Net
-	SessionTimeout time.Duration     // logNodeOpts.SessionTimeout
+	AcksLeader     func(stream string) bool
+	ForwardTimeout time.Duration
+	Net            *faultnet.Network
+	SessionTimeout time.Duration
 }
 
 // startLogSite starts o.Nodes voters (openLogNode), each with stream "s"
@@ -259,8 +256,8 @@ func startLogSite(t *testing.T, o logSiteOpts) (nodes []*logNode, kill func(*log
 		if i > 0 {
 			join = []string{nodes[0].node.SerfAddr()}
 		}
-		ln := openLogNode(t, fmt.Sprintf("n%d", i+1), logNodeOpts{Join: join, Expect: n, MinISR: o.MinISR, Log: o.Log, Net: o.Net,
-			SessionTimeout: o.SessionTimeout})
+		ln := openLogNode(t, fmt.Sprintf("n%d", i+1), logNodeOpts{Join: join, Expect: n, MinISR: o.MinISR, AcksLeader: o.AcksLeader,
+			ForwardTimeout: o.ForwardTimeout, Net: o.Net, SessionTimeout: o.SessionTimeout})
 		nodes = append(nodes, ln)
 	}
 	kill = func(ln *logNode) {

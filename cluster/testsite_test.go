@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -174,13 +175,20 @@ func (n *testNode) crash(tb testing.TB) {
 		return
 	}
 	n.down = true
-	close(n.Site.stop)
-	n.Site.wg.Wait()
-	_ = n.Log.Close()
-	n.Replicator.Close()
-	_ = n.Server.Close()
-	_ = n.Node.Close()
+	_ = stopSite(n.Site)
 	_ = n.store.Close()
+}
+
+// stopSite stops s as kill -9 stops a node: its loops, then its parts,
+// with no hand-over and no leave (the others find it failed). The store
+// stays open.
+func stopSite(s *Site) error {
+	close(s.stop)
+	s.wg.Wait()
+	err := s.Log.Close()
+	s.Replicator.Close()
+	_ = s.Server.Close()
+	return errors.Join(err, s.Node.Close())
 }
 
 // restart starts a node that is down again on its data and addresses,
