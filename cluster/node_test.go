@@ -40,9 +40,9 @@ func (s *syncBuf) String() string {
 // test opens them: real Serf, real Raft TCP transports on ports the
 // kernel picks, data in temporary directories; with Serve, a Server
 // (replication and commands) on each; with replicate (replicator_test.go),
-// a Replicator. Tests of Site and Log, which put the parts together, start
-// them with StartSite: newTestSite (testsite_test.go) as a configuration
-// does, startLogSite (log_test.go) with the streams the test creates.
+// a Replicator. Tests of Site and Log, which put the parts together, use
+// newTestSite (testsite_test.go), which starts each node with StartSite;
+// tests of the Log's rules through startLogSite (log_test.go).
 type site struct {
 	tb     testing.TB
 	opts   partsOpts
