@@ -93,7 +93,9 @@ import (
 // follower side of consumer-state replication (log_state_follower.go).
 //
 // Its parts own their locks: claims (log_claims.go), the mirror queue
-// (log_mirror.go), consumer-state replication (rs, fs: log_state_*.go).
+// (log_mirror.go), consumer-state replication (rs, fs: log_state_*.go);
+// on SessionsStream, the adoption of orphaned sessions (orphans,
+// log_sessions_orphaned.go) decides under the claims' locks.
 // Lock order: claims.op, claims.dec, mu, then rs.mu or mirrorQ.mu;
 // claims.mu is taken alone.
 type stream struct {
@@ -128,9 +130,9 @@ type stream struct {
 	rs       replState      // consumer-state versions, while leader
 	fs       followState    // consumer-state replication, while follower
 
-	claims      *claims       // its group claims (log_claims.go)
-	orphansDone chan struct{} // watchOrphans ended (closed at once but for SessionsStream)
-	mirrorQ     *mirrorQueue  // mirror appends on their way to the mirror rules (log_mirror.go)
+	claims  *claims      // its group claims (log_claims.go)
+	orphans *orphans     // SessionsStream's adoption of orphaned sessions (log_sessions_orphaned.go); nil on others
+	mirrorQ *mirrorQueue // mirror appends on their way to the mirror rules (log_mirror.go)
 }
 
 // pendingAppend is one AppendAsync call until its done is called.
@@ -157,7 +159,6 @@ func newStream(l *Log, st *logstore.Stream) *stream {
 	s.mu.moved = make(chan struct{})
 	s.mu.leader = s.leading()
 	s.claims = newClaims(s)
-	s.orphansDone = make(chan struct{})
 	s.mirrorQ = newMirrorQueue()
 	s.rs.s, s.rs.changed = s, make(chan struct{})
 	s.rs.reset(s.mu.leader)
@@ -165,9 +166,8 @@ func newStream(l *Log, st *logstore.Stream) *stream {
 	go s.run(st.Changed()) // taken before Changed can be called: no advance is missed
 	go s.claims.repair()
 	if s.name == SessionsStream {
-		go s.watchOrphans() // log_sessions_orphaned.go
-	} else {
-		close(s.orphansDone)
+		s.orphans = newOrphans(s)
+		go s.orphans.watch()
 	}
 	return s
 }
@@ -563,7 +563,9 @@ func (s *stream) drain() {
 	}
 	s.fwds.Wait()
 	<-s.claims.done
-	<-s.orphansDone
+	if s.orphans != nil {
+		<-s.orphans.done
+	}
 	s.rpc.close()
 	s.claims.rpc.close()
 }
