@@ -156,9 +156,9 @@ func TestLog_ForwardLeaderSilent(t *testing.T) {
 // fwdConnOf is the connection s forwards on now, nil if none.
 func fwdConnOf(s mqtt.Stream) any {
 	st := s.(*stream)
-	st.mu.Lock()
-	f := st.mu.fwd
-	st.mu.Unlock()
+	st.fwd.mu.Lock()
+	f := st.fwd.mu.cur
+	st.fwd.mu.Unlock()
 	if f == nil {
 		return nil
 	}
