@@ -118,18 +118,13 @@ func (s *site) open(id string, o nodeOpts) *Node {
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	var ln net.Listener
 	if fnet := s.opts.Net; s.servers != nil {
-		var err error
 		if fnet != nil {
-			ln, err = fnet.Listen(id)
-			cfg.Dial = fnet.Dialer(id)
-			if err == nil {
-				cfg.RaftListener, err = fnet.Listen(id + "/raft")
-			}
+			ln = onNet(s.tb, fnet, id, &cfg)
 		} else {
-			ln, err = net.Listen("tcp", "127.0.0.1:0")
-		}
-		if err != nil {
-			s.tb.Fatal(err)
+			var err error
+			if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+				s.tb.Fatal(err)
+			}
 		}
 		cfg.ClusterAddr = ln.Addr().String()
 	}

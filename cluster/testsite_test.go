@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -162,8 +163,13 @@ func (n *testNode) run(tb testing.TB) {
 	cfg.SnapshotDir = n.dir + "/snapshots"
 	cfg.MQTTAddr, cfg.Version = "127.0.0.1:1883", "test"
 	cfg.ReplaceAfter = o.ReplaceAfter
+	cfg.SessionTimeout = cmp.Or(o.SessionTimeout, cfg.SessionTimeout)
 	n.logs = &syncBuf{}
 	cfg.Logger = slog.New(slog.NewTextHandler(n.logs, nil))
+	test := &siteTest{acksLeader: o.AcksLeaderFor, forwardTimeout: o.ForwardTimeout, fetchMaxWait: o.FetchMaxWait}
+	if o.Net != nil {
+		test.transport = onNet(tb, o.Net, n.id, &cfg)
+	}
 	var scs []logstore.StreamConfig
 	for _, x := range n.streams {
 		filter := x.Name + "/#"
@@ -178,19 +184,6 @@ func (n *testNode) run(tb testing.TB) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	test := &siteTest{acksLeader: o.AcksLeaderFor, forwardTimeout: o.ForwardTimeout, fetchMaxWait: o.FetchMaxWait}
-	if o.Net != nil {
-		test.transport, err = o.Net.Listen(n.id)
-		if err == nil {
-			cfg.RaftListener, err = o.Net.Listen(n.id + "/raft")
-		}
-		if err != nil {
-			_ = store.Close()
-			tb.Fatal(err)
-		}
-		cfg.Dial = o.Net.Dialer(n.id)
-	}
-	cfg.SessionTimeout = cmp.Or(o.SessionTimeout, cfg.SessionTimeout)
 	s, err := StartSite(SiteConfig{Node: cfg, TransportListen: cmp.Or(n.trans, "127.0.0.1:0"), Store: store,
 		Streams: n.streams, MinInsyncReplicas: o.MinISR, LagMax: o.LagMax, LeaderBalanceAfter: o.LeaderBalanceAfter,
 		Logger: cfg.Logger, test: test})
@@ -201,6 +194,22 @@ func (n *testNode) run(tb testing.TB) {
 	n.Site, n.store, n.down = s, store, false
 	// The next start takes the same addresses, the ports picked now.
 	n.serf, n.raft, n.trans = s.Node.SerfAddr(), s.Node.RaftAddr(), s.Node.cfg.ClusterAddr
+}
+
+// onNet puts node id's cluster transport and Raft (as id+"/raft") on
+// fnet, dialling through it: it sets cfg's Dial and RaftListener and
+// returns the transport's listener.
+func onNet(tb testing.TB, fnet *faultnet.Network, id string, cfg *Config) net.Listener {
+	tb.Helper()
+	ln, err := fnet.Listen(id)
+	if err == nil {
+		cfg.RaftListener, err = fnet.Listen(id + "/raft")
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.Dial = fnet.Dialer(id)
+	return ln
 }
 
 // stop is `peat serve` stopping on SIGTERM: a hand-over, then everything
