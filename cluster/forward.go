@@ -70,6 +70,116 @@ func (l *Log) forwardTimeout() time.Duration {
 	return l.node.cfg.SessionTimeout + time.Second
 }
 
+// forwarding is a follower's side of a stream's produce path: the
+// forwarder to the leader the state names, made when an append needs
+// one, replaced once when it has failed, ended when the state names
+// another leader or epoch (check) or the stream closes (end). The stream
+// hands it appends under the stream's mu, in call order, which is the
+// order they are sent in; its own mu guards which forwarder is current.
+type forwarding struct {
+	s  *stream
+	mu struct {
+		sync.Mutex
+		cur   *forwarder // nil: none needed yet, or ended
+		ended bool       // the stream closed: no more forwarders
+	}
+	wg sync.WaitGroup // every forwarder's goroutines
+}
+
+// send queues r on the forwarder to the leader the state names, making
+// one when there is none for that leader and epoch. r's append is
+// refused (ErrLeaderUnavailable) when no other leader, or no address
+// for it, is known, or a forwarder made anew fails at once too. what
+// names the call in errors ("append to", "mirror").
+func (fw *forwarding) send(r *fwdReq, what string) {
+	if err := fw.add(r, what); err != nil {
+		fw.s.settle(r.p, appendResult{err: err})
+	}
+}
+
+func (fw *forwarding) add(r *fwdReq, what string) error {
+	s := fw.s
+	leader, epoch := s.stateLeaderID()
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	if fw.mu.ended {
+		return fmt.Errorf("cluster: %s %s: %w", what, s.name, logstore.ErrClosed)
+	}
+	f := fw.mu.cur
+	if f == nil || !f.usable(leader, epoch) {
+		if f != nil {
+			f.close()
+			fw.mu.cur = nil
+		}
+		if leader == "" || leader == s.l.node.ID() {
+			return fmt.Errorf("cluster: %s %s: no leader known to forward to: %w", what, s.name, mqtt.ErrLeaderUnavailable)
+		}
+		addr := s.l.node.memberAddr(leader) // Serf's member list: only when the leader changes
+		if addr == "" {
+			return fmt.Errorf("cluster: %s %s: no address known for leader %s: %w", what, s.name, leader, mqtt.ErrLeaderUnavailable)
+		}
+		f = newForwarder(s, leader, epoch, addr)
+		fw.mu.cur = f
+	}
+	if f.add(r) {
+		return nil
+	}
+	f.close()
+	fw.mu.cur = newForwarder(s, f.leader, f.epoch, f.addr)
+	if fw.mu.cur.add(r) {
+		return nil
+	}
+	return fmt.Errorf("cluster: %s %s: forwarding to %s failed: %w", what, s.name, f.leader, mqtt.ErrLeaderUnavailable)
+}
+
+// check ends the forwarder whose leader the state no longer names: its
+// unanswered appends are refused (ErrLeaderUnavailable). A leader that
+// moved to another address fails the connection, and the next forwarder
+// looks the address up again.
+func (fw *forwarding) check() {
+	leader, epoch := fw.s.stateLeaderID()
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	if f := fw.mu.cur; f != nil && !f.usable(leader, epoch) {
+		f.close()
+		fw.mu.cur = nil
+	}
+}
+
+// end refuses what the current forwarder holds and makes no more; wait
+// on wg for their goroutines.
+func (fw *forwarding) end() {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	fw.mu.ended = true
+	if f := fw.mu.cur; f != nil {
+		f.close()
+		fw.mu.cur = nil
+	}
+}
+
+// newFwdReq encodes recs for the leader, stamping a zero timestamp with
+// this node's clock.
+func newFwdReq(what, stream string, recs []*logstore.Record) (*fwdReq, error) {
+	r := &fwdReq{recs: recs, body: make([][]byte, len(recs))}
+	now := time.Now().UnixMilli()
+	size := 0
+	for i, rec := range recs {
+		if rec != nil && rec.Timestamp == 0 {
+			rec.Timestamp = now // the broker clock of the node the producer reached
+		}
+		b, err := encodeFwdRecord(rec)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: %s %s: %w", what, stream, err)
+		}
+		r.body[i] = b
+		if size += len(b); size > wire.MaxFrame-64<<10 { // a frame carries the whole append
+			return nil, fmt.Errorf("cluster: %s %s: %d bytes in one append: %w", what, stream, size, logstore.ErrRecordTooLarge)
+		}
+	}
+	return r, nil
+}
+
 // forwarder passes one stream's appends to its leader (leader, epoch at
 // addr), pipelined: a writer sends them in call order while up to
 // fwdWindow are unanswered, a reader matches the answers, which come back
@@ -101,7 +211,7 @@ type forwarder struct {
 	sent chan struct{} // cap 1: sent something
 	stop chan struct{}
 	once sync.Once
-	wg   *sync.WaitGroup // the stream's: close waits for every forwarder
+	wg   *sync.WaitGroup // forwarding's: the stream's close waits for every forwarder
 
 	mu struct {
 		sync.Mutex
@@ -134,7 +244,7 @@ type fwdReq struct {
 
 func newForwarder(s *stream, leader string, epoch uint32, addr string) *forwarder {
 	f := &forwarder{s: s, leader: leader, epoch: epoch, addr: addr, timeout: s.l.forwardTimeout(),
-		sig: make(chan struct{}, 1), sent: make(chan struct{}, 1), stop: make(chan struct{}), wg: &s.fwds}
+		sig: make(chan struct{}, 1), sent: make(chan struct{}, 1), stop: make(chan struct{}), wg: &s.fwd.wg}
 	f.wg.Add(1)
 	go f.run()
 	return f
@@ -168,7 +278,7 @@ func signal(c chan struct{}) {
 }
 
 // close fails what is queued or in flight and stops the goroutines
-// without waiting (wait: f.wg). Callers hold the stream's mu: the failing
+// without waiting (wait: f.wg). Callers hold forwarding's mu: the failing
 // runs on its own goroutine, since closing a TLS connection may wait to
 // send its close alert.
 func (f *forwarder) close() {

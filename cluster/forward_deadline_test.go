@@ -101,9 +101,9 @@ func held(t *testing.T, who string, recs []*logstore.Record, topic string, off u
 // leader holds it.
 func TestLog_ForwardLeaderSilent(t *testing.T) {
 	fnet := faultnet.New()
-	leader, others, _ := fwdSite(t, logSiteOpts{MinISR: 2, Net: fnet, Log: LogConfig{ForwardTimeout: fwdTestTimeout}})
+	leader, others, _ := fwdSite(t, siteOpts{MinISR: 2, Net: fnet, ForwardTimeout: fwdTestTimeout})
 	fl := others[1] // not the controller
-	f := fl.log.Route("s/x")
+	f := fl.Log.Route("s/x")
 	if _, err := logAppend(t, f, logRecs(2, "warm")...); err != nil {
 		t.Fatalf("append before the partition: %v", err)
 	}
@@ -113,7 +113,7 @@ func TestLog_ForwardLeaderSilent(t *testing.T) {
 		t.Fatal("no forward connection after a forwarded append")
 	}
 
-	fnet.Partition(fl.node.ID(), leader.node.ID())
+	fnet.Partition(fl.Node.ID(), leader.Node.ID())
 	_, wait := timedAppends(f, "cut", 20)
 	// Not fatal: the heal below must come while a connection that is not
 	// given up would still hold them, for the append after it to show
@@ -140,7 +140,7 @@ func TestLog_ForwardLeaderSilent(t *testing.T) {
 		}
 	}
 
-	fnet.Heal(fl.node.ID(), leader.node.ID())
+	fnet.Heal(fl.Node.ID(), leader.Node.ID())
 	healed := time.Now()
 	first, err := logAppend(t, f, &logstore.Record{Topic: "s/after", QoS: 1})
 	if err != nil {
@@ -150,15 +150,15 @@ func TestLog_ForwardLeaderSilent(t *testing.T) {
 	if after := fwdConnOf(f); after == nil || after == before {
 		t.Fatal("the append after the heal went on the connection of the appends made during the cut")
 	}
-	held(t, leader.node.ID(), committedRecs(t, leader.node.ID(), leader.log.Route("s/x"), first+1), "s/after", first)
+	held(t, leader.Node.ID(), committedRecs(t, leader.Node.ID(), leader.Log.Route("s/x"), first+1), "s/after", first)
 }
 
 // fwdConnOf is the connection s forwards on now, nil if none.
 func fwdConnOf(s mqtt.Stream) any {
 	st := s.(*stream)
-	st.mu.Lock()
-	f := st.mu.fwd
-	st.mu.Unlock()
+	st.fwd.mu.Lock()
+	f := st.fwd.mu.cur
+	st.fwd.mu.Unlock()
 	if f == nil {
 		return nil
 	}
@@ -179,22 +179,22 @@ func fwdConnOf(s mqtt.Stream) any {
 // answers are due.
 func TestLog_ForwardUnsentResent(t *testing.T) {
 	fnet := faultnet.New()
-	leader, others, _ := fwdSite(t, logSiteOpts{MinISR: 2, Net: fnet, Log: LogConfig{ForwardTimeout: fwdTestTimeout}})
+	leader, others, _ := fwdSite(t, siteOpts{MinISR: 2, Net: fnet, ForwardTimeout: fwdTestTimeout})
 	fl := others[1]
-	f := fl.log.Route("s/x")
+	f := fl.Log.Route("s/x")
 	if _, err := logAppend(t, f, logRecs(2, "warm")...); err != nil {
 		t.Fatalf("append before the cut: %v", err)
 	}
 
 	const unsent = 50
-	fnet.Cut(leader.node.ID(), fl.node.ID())
+	fnet.Cut(leader.Node.ID(), fl.Node.ID())
 	first, wait := timedAppends(f, "q", fwdWindow+unsent)
 	select {
 	case <-first:
 	case <-time.After(45 * time.Second):
 		t.Fatal("no append was answered in 45 s")
 	}
-	fnet.Heal(leader.node.ID(), fl.node.ID())
+	fnet.Heal(leader.Node.ID(), fl.Node.ID())
 	res, ok := wait(time.Minute)
 	if !ok {
 		t.Fatal("not every append was answered within a minute")
@@ -212,8 +212,8 @@ func TestLog_ForwardUnsentResent(t *testing.T) {
 	for _, r := range res[:fwdWindow] { // sent, then the connection was given up
 		fateUnknown(t, r)
 	}
-	recs := committedRecs(t, leader.node.ID(), leader.log.Route("s/x"), last+1)
+	recs := committedRecs(t, leader.Node.ID(), leader.Log.Route("s/x"), last+1)
 	for _, r := range res[fwdWindow:] {
-		held(t, leader.node.ID(), recs, r.topic, r.first)
+		held(t, leader.Node.ID(), recs, r.topic, r.first)
 	}
 }

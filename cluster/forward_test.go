@@ -15,26 +15,26 @@ import (
 	"github.com/peatmq/peat/mqtt"
 )
 
-// fwdSite starts three nodes (startLogSite, o.Nodes aside) and creates
+// fwdSite starts three nodes (startLogSite, o.Voters aside) and creates
 // stream "s" with a follower (not the controller) as its leader: leader,
 // then the controller and the other follower as replicas. It returns the
 // leader and the two others.
-func fwdSite(t *testing.T, o logSiteOpts) (leader *logNode, others []*logNode, kill func(*logNode)) {
+func fwdSite(t *testing.T, o siteOpts) (leader *testNode, others []*testNode, kill func(*testNode)) {
 	t.Helper()
-	o.Nodes = 3
+	o.Voters = 3
 	nodes, kill := startLogSite(t, o)
 	ctl, rest := roles(t, nodes)
-	leader, others = rest[0], []*logNode{ctl, rest[1]}
-	replicas := []string{leader.node.ID(), ctl.node.ID(), rest[1].node.ID()}
+	leader, others = rest[0], []*testNode{ctl, rest[1]}
+	replicas := []string{leader.Node.ID(), ctl.Node.ID(), rest[1].Node.ID()}
 	for _, ln := range nodes {
 		createStreams(t, ln, replicas, "s")
 	}
 	// The followers forward once their copy of the state names the leader
 	// at an address.
 	for _, ln := range others {
-		eventually(t, ln.node.ID()+" knows the leader", func() bool {
-			id, _, addr := ln.log.Stream("s").(*stream).stateLeader()
-			return id == leader.node.ID() && addr != ""
+		eventually(t, ln.Node.ID()+" knows the leader", func() bool {
+			id, _, addr := ln.Log.Stream("s").(*stream).stateLeader()
+			return id == leader.Node.ID() && addr != ""
 		})
 	}
 	return leader, others, kill
@@ -89,17 +89,17 @@ func asyncAppends(s mqtt.Stream, prefix string, n int) func(t *testing.T) []fwdR
 // readable here), every replica holds it at that offset, and many
 // appends from two followers at once keep each follower's call order.
 func TestLog_ForwardAppend(t *testing.T) {
-	leader, others, _ := fwdSite(t, logSiteOpts{MinISR: 2})
-	f1, f2 := others[0].log.Route("s/x"), others[1].log.Route("s/x")
+	leader, others, _ := fwdSite(t, siteOpts{MinISR: 2})
+	f1, f2 := others[0].Log.Route("s/x"), others[1].Log.Route("s/x")
 	first, err := logAppend(t, f1, logRecs(3, "one")...)
 	if err != nil || first != 0 {
-		t.Fatalf("append on follower %s: first %d err %v, want 0 nil", others[0].node.ID(), first, err)
+		t.Fatalf("append on follower %s: first %d err %v, want 0 nil", others[0].Node.ID(), first, err)
 	}
 	if c := f1.Committed(); c < 3 {
 		t.Fatalf("done called with the follower's Committed at %d, want at least 3", c)
 	}
 	if first, err = logAppend(t, f2, logRecs(2, "two")...); err != nil || first != 3 {
-		t.Fatalf("append on follower %s: first %d err %v, want 3 nil", others[1].node.ID(), first, err)
+		t.Fatalf("append on follower %s: first %d err %v, want 3 nil", others[1].Node.ID(), first, err)
 	}
 	// The leader's refusal comes back as the error its own producer gets.
 	big := &logstore.Record{Topic: "s/big", QoS: 1, Payload: make([]byte, leader.store.MaxRecordBytes()+1)}
@@ -116,8 +116,8 @@ func TestLog_ForwardAppend(t *testing.T) {
 		}
 	}
 	total := uint64(5 + 2*n)
-	ls := leader.log.Route("s/x")
-	want := committedRecs(t, leader.node.ID(), ls, total)
+	ls := leader.Log.Route("s/x")
+	want := committedRecs(t, leader.Node.ID(), ls, total)
 	for _, rs := range [][]fwdResult{r1, r2} {
 		last := uint64(0)
 		for i, r := range rs {
@@ -134,10 +134,10 @@ func TestLog_ForwardAppend(t *testing.T) {
 		}
 	}
 	for _, ln := range others {
-		got := committedRecs(t, ln.node.ID(), ln.log.Route("s/x"), total)
+		got := committedRecs(t, ln.Node.ID(), ln.Log.Route("s/x"), total)
 		for i := range want {
 			if got[i].Topic != want[i].Topic || got[i].Offset != uint64(i) {
-				t.Fatalf("%s offset %d holds %s, the leader %s", ln.node.ID(), i, got[i].Topic, want[i].Topic)
+				t.Fatalf("%s offset %d holds %s, the leader %s", ln.Node.ID(), i, got[i].Topic, want[i].Topic)
 			}
 		}
 	}
@@ -149,8 +149,8 @@ func TestLog_ForwardAppend(t *testing.T) {
 // refused with ErrLeaderUnavailable (or ErrNotEnoughReplicas), and the
 // follower's appends succeed again under the new leader.
 func TestLog_ForwardLeaderKilled(t *testing.T) {
-	leader, others, kill := fwdSite(t, logSiteOpts{MinISR: 2})
-	f := others[1].log.Route("s/x")
+	leader, others, kill := fwdSite(t, siteOpts{MinISR: 2})
+	f := others[1].Log.Route("s/x")
 	var waits []func(*testing.T) []fwdResult
 	killed := make(chan struct{})
 	for round := 0; ; round++ {
@@ -166,7 +166,7 @@ func TestLog_ForwardLeaderKilled(t *testing.T) {
 			go func() {
 				// Its connections drop first, as in a crash, while its
 				// store still holds records not yet committed.
-				_ = leader.srv.Close()
+				_ = leader.Server.Close()
 				kill(leader)
 				close(killed)
 			}()
@@ -212,14 +212,14 @@ func TestLog_ForwardLeaderKilled(t *testing.T) {
 	}
 	var ref []*logstore.Record
 	for _, ln := range others {
-		got := committedRecs(t, ln.node.ID(), ln.log.Route("s/x"), end)
+		got := committedRecs(t, ln.Node.ID(), ln.Log.Route("s/x"), end)
 		seen := map[string]int{}
 		for _, r := range got {
 			seen[r.Topic]++
 		}
 		for topic, off := range acked {
 			if seen[topic] != 1 || got[off].Topic != topic {
-				t.Fatalf("%s: acknowledged %s at %d: held %d times, offset %d holds %s", ln.node.ID(), topic, off, seen[topic], off, got[off].Topic)
+				t.Fatalf("%s: acknowledged %s at %d: held %d times, offset %d holds %s", ln.Node.ID(), topic, off, seen[topic], off, got[off].Topic)
 			}
 		}
 		if ref == nil {
@@ -239,15 +239,15 @@ func TestLog_ForwardLeaderKilled(t *testing.T) {
 // (acks=all refuses them then), and state writes too.
 func TestLog_AcksLeader(t *testing.T) {
 	var acksLeader sync.Map // stream -> bool, flipped by the test
-	cfg := LogConfig{AcksLeader: func(s string) bool { v, _ := acksLeader.Load(s); return v == true }}
-	leader, others, kill := fwdSite(t, logSiteOpts{MinISR: 3, Log: cfg})
-	ls, f := leader.log.Route("s/x"), others[0].log.Route("s/x")
+	flipped := func(s string) bool { v, _ := acksLeader.Load(s); return v == true }
+	leader, others, kill := fwdSite(t, siteOpts{MinISR: 3, AcksLeaderFor: flipped})
+	ls, f := leader.Log.Route("s/x"), others[0].Log.Route("s/x")
 	if _, err := logAppend(t, f, logRecs(2, "all")...); err != nil {
 		t.Fatalf("acks=all with the full ISR: %v", err)
 	}
 	kill(others[1])
 	eventually(t, "the ISR loses the dead follower", func() bool {
-		st, _ := leader.node.State()
+		st, _ := leader.Node.State()
 		return len(st.Streams["s"].ISR) == 2
 	})
 	eventually(t, "acks=all refuses below min_insync_replicas", func() bool {
@@ -291,16 +291,16 @@ func loadKey(t *testing.T, s mqtt.Stream, key string) []byte {
 // leader is killed (WriteState answers once the ISR holds it), a deleted
 // key stays deleted, and the new leader's StateMoved fires.
 func TestLog_StateFailover(t *testing.T) {
-	leader, others, kill := fwdSite(t, logSiteOpts{MinISR: 2})
-	next, f := others[0].log.Route("s/x"), others[1].log.Route("s/x")
+	leader, others, kill := fwdSite(t, siteOpts{MinISR: 2})
+	next, f := others[0].Log.Route("s/x"), others[1].Log.Route("s/x")
 	if _, err := logAppend(t, f, logRecs(10, "r")...); err != nil {
 		t.Fatal(err)
 	}
-	if err := leader.log.Route("s/x").WriteState(map[string][]byte{"g/lead": offsetVal(4), "g/gone": offsetVal(1)}, nil); err != nil {
+	if err := leader.Log.Route("s/x").WriteState(map[string][]byte{"g/lead": offsetVal(4), "g/gone": offsetVal(1)}, nil); err != nil {
 		t.Fatalf("WriteState on the leader: %v", err)
 	}
 	if err := f.WriteState(map[string][]byte{"g/grp": offsetVal(7)}, []string{"g/gone"}); err != nil {
-		t.Fatalf("WriteState through follower %s: %v", others[1].node.ID(), err)
+		t.Fatalf("WriteState through follower %s: %v", others[1].Node.ID(), err)
 	}
 	moved := next.StateMoved()
 	kill(leader)
@@ -309,7 +309,7 @@ func TestLog_StateFailover(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("StateMoved did not fire on the new leader")
 	}
-	eventually(t, others[0].node.ID()+" leads", func() bool { return next.(*stream).leading() != nil })
+	eventually(t, others[0].Node.ID()+" leads", func() bool { return next.(*stream).leading() != nil })
 	if got := loadKey(t, next, "g/grp"); string(got) != string(offsetVal(7)) {
 		t.Fatalf("the new leader's g/grp = %x, want %x", got, offsetVal(7))
 	}
@@ -341,8 +341,8 @@ func TestLog_StateFailover(t *testing.T) {
 // Unclaim through a follower frees it, and a claim held by a client of a
 // node that dies is released once the site has it failed.
 func TestLog_ClaimAcrossNodes(t *testing.T) {
-	leader, others, kill := fwdSite(t, logSiteOpts{MinISR: 2})
-	a, b := others[0].log.Route("s/x"), others[1].log.Route("s/x")
+	leader, others, kill := fwdSite(t, siteOpts{MinISR: 2})
+	a, b := others[0].Log.Route("s/x"), others[1].Log.Route("s/x")
 	type res struct {
 		ok  bool
 		cur string
@@ -365,7 +365,7 @@ func TestLog_ClaimAcrossNodes(t *testing.T) {
 	} else if rb.cur != "ca" {
 		t.Fatalf("refused claim names %q, want ca", rb.cur)
 	}
-	if ok, cur := leader.log.Route("s/x").Claim("g/x", "cl"); ok || cur != wname {
+	if ok, cur := leader.Log.Route("s/x").Claim("g/x", "cl"); ok || cur != wname {
 		t.Fatalf("claim on the leader = %v %q, want refused naming %s", ok, cur, wname)
 	}
 	winner.Unclaim("g/x", wname)
@@ -383,7 +383,7 @@ func TestLog_ClaimAcrossNodes(t *testing.T) {
 	}
 	kill(holder)
 	eventually(t, "the dead node's claim is released", func() bool {
-		ok, _ := other.log.Route("s/x").Claim("g/x", "c3")
+		ok, _ := other.Log.Route("s/x").Claim("g/x", "c3")
 		return ok
 	})
 }
@@ -397,8 +397,8 @@ func TestLog_ClaimAcrossNodes(t *testing.T) {
 func TestLog_ForwardStopsEverything(t *testing.T) {
 	noLeakOf(t, []string{"cluster.(*forwarder)", "cluster.(*stream)", "cluster.(*Server)", "cluster.(*Log)", "cluster.(*rpcConn)"}, func(t *testing.T) {
 		t.Run("site", func(t *testing.T) {
-			_, others, _ := fwdSite(t, logSiteOpts{MinISR: 2})
-			f := others[0].log.Route("s/x")
+			_, others, _ := fwdSite(t, siteOpts{MinISR: 2})
+			f := others[0].Log.Route("s/x")
 			if _, err := logAppend(t, f, logRecs(2, "x")...); err != nil {
 				t.Fatal(err)
 			}

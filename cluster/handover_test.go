@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -10,6 +9,9 @@ import (
 	"github.com/peatmq/peat/cluster/wire"
 	"github.com/peatmq/peat/mqtt"
 )
+
+// onlyS makes stream "s" acks: leader (siteOpts.AcksLeaderFor).
+func onlyS(stream string) bool { return stream == "s" }
 
 // produceOn runs a producer on s until the test ends or it is ended.
 func produceOn(t *testing.T, s mqtt.Stream) *producer {
@@ -26,12 +28,11 @@ func produceOn(t *testing.T, s mqtt.Stream) *producer {
 // leadership moves (ErrLeaderUnavailable), not acknowledged and lost.
 func TestLog_HandOverKeepsAcksLeaderRecords(t *testing.T) {
 	fnet := faultnet.New()
-	cfg := LogConfig{AcksLeader: func(s string) bool { return s == "s" }}
-	leader, others, kill := fwdSite(t, logSiteOpts{MinISR: 2, Log: cfg, Net: fnet})
+	leader, others, kill := fwdSite(t, siteOpts{MinISR: 2, AcksLeaderFor: onlyS, Net: fnet})
 	for _, f := range others {
-		fnet.Delay(f.node.ID(), leader.node.ID(), 300*time.Millisecond)
+		fnet.Delay(f.Node.ID(), leader.Node.ID(), 300*time.Millisecond)
 	}
-	p := produceOn(t, leader.log.Route("s/x"))
+	p := produceOn(t, leader.Log.Route("s/x"))
 	ls := leader.store.Stream("s")
 	eventually(t, "the leader acknowledges records no follower holds yet", func() bool {
 		end := ls.NextOffset()
@@ -43,7 +44,7 @@ func TestLog_HandOverKeepsAcksLeaderRecords(t *testing.T) {
 		return p.count() > 50
 	})
 
-	handOver(leader.node, leader.log, handOverTimeout, slog.New(slog.DiscardHandler))
+	leader.HandOver(handOverTimeout)
 	p.end()
 	kill(leader)
 
@@ -57,16 +58,16 @@ func TestLog_HandOverKeepsAcksLeaderRecords(t *testing.T) {
 // holdsAcked waits until the controller names one of others, the old
 // leader's followers, to lead "s", then checks that the new leader holds
 // every record p had acknowledged, at its offset, and commits them.
-func holdsAcked(t *testing.T, others []*logNode, p *producer) (next *logNode) {
+func holdsAcked(t *testing.T, others []*testNode, p *producer) (next *testNode) {
 	t.Helper()
 	eventually(t, "a follower elected and leading", func() bool {
-		st, _ := others[0].node.State()
+		st, _ := others[0].Node.State()
 		for _, ln := range others {
-			if st.Streams["s"].Leader == ln.node.ID() {
+			if st.Streams["s"].Leader == ln.Node.ID() {
 				next = ln
 			}
 		}
-		return next != nil && next.log.Stream("s").(*stream).leading() != nil
+		return next != nil && next.Log.Stream("s").(*stream).leading() != nil
 	})
 	var top uint64
 	for off := range p.acked {
@@ -74,7 +75,7 @@ func holdsAcked(t *testing.T, others []*logNode, p *producer) (next *logNode) {
 	}
 	ns := next.store.Stream("s")
 	if end := ns.NextOffset(); end < top {
-		t.Fatalf("the new leader %s's log ends at %d: %d acknowledged records up to offset %d lost", next.node.ID(), end, top-end, top)
+		t.Fatalf("the new leader %s's log ends at %d: %d acknowledged records up to offset %d lost", next.Node.ID(), end, top-end, top)
 	}
 	eventually(t, "the new leader commits every acknowledged record", func() bool { return ns.Committed() >= top })
 	recs, err := ns.Read(0, int(top), 0)
@@ -98,19 +99,19 @@ func holdsAcked(t *testing.T, others []*logNode, p *producer) (next *logNode) {
 func TestLog_HandOverElectsAFollowerHoldingEveryRecord(t *testing.T) {
 	fnet := faultnet.New()
 	leader, stuck, ctl, kill := acksLeaderSite(t, fnet)
-	fnet.Cut(stuck.node.ID(), leader.node.ID()) // its fetches no longer arrive
-	p := produceOn(t, leader.log.Route("s/x"))
+	fnet.Cut(stuck.Node.ID(), leader.Node.ID()) // its fetches no longer arrive
+	p := produceOn(t, leader.Log.Route("s/x"))
 	eventually(t, "the leader acknowledges records the stuck follower lacks", func() bool {
 		return leader.store.Stream("s").NextOffset() > stuck.store.Stream("s").NextOffset() && p.count() > 50
 	})
-	if st, _ := leader.node.State(); !st.Streams["s"].InISR(stuck.node.ID()) {
+	if st, _ := leader.Node.State(); !st.Streams["s"].InISR(stuck.Node.ID()) {
 		t.Fatalf("the stuck follower left the ISR before the hand-over (ISR %v): the test shows nothing", st.Streams["s"].ISR)
 	}
 
-	handOver(leader.node, leader.log, handOverTimeout, slog.New(slog.DiscardHandler))
+	leader.HandOver(handOverTimeout)
 	p.end()
 	kill(leader)
-	holdsAcked(t, []*logNode{ctl, stuck}, p)
+	holdsAcked(t, []*testNode{ctl, stuck}, p)
 }
 
 // acksLeaderSite starts three nodes with stream "s" acks: leader and
@@ -118,18 +119,17 @@ func TestLog_HandOverElectsAFollowerHoldingEveryRecord(t *testing.T) {
 // is elected after the leader, and is not the controller, so the
 // controller's commands do not travel next's links. It waits until the ISR
 // holds all three.
-func acksLeaderSite(t *testing.T, fnet *faultnet.Network) (leader, next, ctl *logNode, kill func(*logNode)) {
+func acksLeaderSite(t *testing.T, fnet *faultnet.Network) (leader, next, ctl *testNode, kill func(*testNode)) {
 	t.Helper()
-	cfg := LogConfig{AcksLeader: func(s string) bool { return s == "s" }}
-	nodes, kill := startLogSite(t, logSiteOpts{MinISR: 2, Log: cfg, Net: fnet})
+	nodes, kill := startLogSite(t, siteOpts{MinISR: 2, AcksLeaderFor: onlyS, Net: fnet})
 	ctl, rest := roles(t, nodes)
 	leader, next = rest[0], rest[1]
-	replicas := []string{leader.node.ID(), next.node.ID(), ctl.node.ID()}
+	replicas := []string{leader.Node.ID(), next.Node.ID(), ctl.Node.ID()}
 	for _, ln := range nodes {
 		createStreams(t, ln, replicas, "s")
 	}
 	eventually(t, "every replica in the ISR", func() bool {
-		st, _ := leader.node.State()
+		st, _ := leader.Node.State()
 		return len(st.Streams["s"].ISR) == 3
 	})
 	return leader, next, ctl, kill
@@ -142,23 +142,23 @@ func acksLeaderSite(t *testing.T, fnet *faultnet.Network) (leader, next, ctl *lo
 func TestLog_HandOverKeepsAcksLeaderState(t *testing.T) {
 	fnet := faultnet.New()
 	leader, next, ctl, kill := acksLeaderSite(t, fnet)
-	ls := leader.log.Route("s/x")
+	ls := leader.Log.Route("s/x")
 	if _, err := logAppend(t, ls, logRecs(3, "r")...); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []*logNode{next, ctl} {
-		committedRecs(t, f.node.ID(), f.log.Route("s/x"), 3) // the records are not what lags here
+	for _, f := range []*testNode{next, ctl} {
+		committedRecs(t, f.Node.ID(), f.Log.Route("s/x"), 3) // the records are not what lags here
 	}
-	fnet.Delay(leader.node.ID(), next.node.ID(), 300*time.Millisecond)
-	fnet.Delay(next.node.ID(), leader.node.ID(), 300*time.Millisecond)
+	fnet.Delay(leader.Node.ID(), next.Node.ID(), 300*time.Millisecond)
+	fnet.Delay(next.Node.ID(), leader.Node.ID(), 300*time.Millisecond)
 	if err := ls.WriteState(map[string][]byte{"g/last": offsetVal(2)}, nil); err != nil {
 		t.Fatalf("WriteState on the leader: %v", err)
 	}
-	handOver(leader.node, leader.log, handOverTimeout, slog.New(slog.DiscardHandler))
+	leader.HandOver(handOverTimeout)
 	kill(leader)
-	got := holdsAcked(t, []*logNode{next, ctl}, &producer{})
-	if v := loadKey(t, got.log.Route("s/x"), "g/last"); string(v) != string(offsetVal(2)) {
-		t.Fatalf("the new leader %s's g/last = %x, want %x: an answered state write was lost", got.node.ID(), v, offsetVal(2))
+	got := holdsAcked(t, []*testNode{next, ctl}, &producer{})
+	if v := loadKey(t, got.Log.Route("s/x"), "g/last"); string(v) != string(offsetVal(2)) {
+		t.Fatalf("the new leader %s's g/last = %x, want %x: an answered state write was lost", got.Node.ID(), v, offsetVal(2))
 	}
 }
 

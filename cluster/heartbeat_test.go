@@ -12,8 +12,8 @@ import (
 // cutFrom cuts every link between a and b, both ways: the cluster
 // transport (forwards, fetches, commands, heartbeats) and Raft. Serf,
 // on loopback, still sees both alive; heal undoes it.
-func cutFrom(fnet *faultnet.Network, a, b *logNode, heal bool) {
-	ai, bi := a.node.ID(), b.node.ID()
+func cutFrom(fnet *faultnet.Network, a, b *testNode, heal bool) {
+	ai, bi := a.Node.ID(), b.Node.ID()
 	for _, l := range [][2]string{{ai, bi}, {ai, bi + "/raft"}, {bi, ai + "/raft"}} {
 		if heal {
 			fnet.Heal(l[0], l[1])
@@ -33,36 +33,36 @@ func cutFrom(fnet *faultnet.Network, a, b *logNode, heal bool) {
 // it is cut off (/readyz). Healed, it is back in the ISR.
 func TestSite_LeaderCutFromTheControllerIsFenced(t *testing.T) {
 	fnet := faultnet.New()
-	leader, others, _ := fwdSite(t, logSiteOpts{Net: fnet, MinISR: 2})
+	leader, others, _ := fwdSite(t, siteOpts{Net: fnet, MinISR: 2})
 	ctl, far := others[0], others[1]
-	if _, err := logAppend(t, leader.log.Stream("s"), logRecs(5, "before")...); err != nil {
+	if _, err := logAppend(t, leader.Log.Stream("s"), logRecs(5, "before")...); err != nil {
 		t.Fatal(err)
 	}
-	epoch := streamState(ctl.node).LeaderEpoch
+	epoch := streamState(ctl.Node).LeaderEpoch
 
 	cutAt := time.Now()
 	cutFrom(fnet, leader, ctl, false)
 	var refusals int
-	eventually(t, "a publish through "+far.node.ID()+" acknowledged under a new leader", func() bool {
-		_, err := logAppend(t, far.log.Stream("s"), logRecs(1, "during")...)
+	eventually(t, "a publish through "+far.Node.ID()+" acknowledged under a new leader", func() bool {
+		_, err := logAppend(t, far.Log.Stream("s"), logRecs(1, "during")...)
 		if err != nil {
 			refusals++
 		}
 		return err == nil
 	})
 	resumed := time.Since(cutAt)
-	st := streamState(ctl.node)
-	if st.Leader == leader.node.ID() || st.LeaderEpoch <= epoch || st.InISR(leader.node.ID()) {
+	st := streamState(ctl.Node)
+	if st.Leader == leader.Node.ID() || st.LeaderEpoch <= epoch || st.InISR(leader.Node.ID()) {
 		t.Fatalf("after the cut: leader %s in epoch %d, ISR %v; want another leader than %s, epoch above %d, and it fenced",
-			st.Leader, st.LeaderEpoch, st.ISR, leader.node.ID(), epoch)
+			st.Leader, st.LeaderEpoch, st.ISR, leader.Node.ID(), epoch)
 	}
-	t.Logf("acknowledgements through %s resumed %v after the cut (%d refusals meanwhile)", far.node.ID(), resumed.Round(time.Millisecond), refusals)
+	t.Logf("acknowledgements through %s resumed %v after the cut (%d refusals meanwhile)", far.Node.ID(), resumed.Round(time.Millisecond), refusals)
 
 	// The old leader's own producers get a refusal that says why.
-	if leader.node.HearsController() {
+	if leader.Node.HearsController() {
 		t.Fatal("the cut-off leader says it hears the controller")
 	}
-	_, err := logAppend(t, leader.log.Stream("s"), logRecs(1, "cut")...)
+	_, err := logAppend(t, leader.Log.Stream("s"), logRecs(1, "cut")...)
 	if rf, ok := errors.AsType[*mqtt.Refusal](err); !ok || !errors.Is(err, mqtt.ErrLeaderUnavailable) {
 		t.Fatalf("append on the cut-off leader: %v; want a refusal with a reason (leader unavailable)", err)
 	} else {
@@ -70,16 +70,16 @@ func TestSite_LeaderCutFromTheControllerIsFenced(t *testing.T) {
 	}
 
 	cutFrom(fnet, leader, ctl, true)
-	eventually(t, leader.node.ID()+" back in the ISR", func() bool { return streamState(ctl.node).InISR(leader.node.ID()) })
-	eventually(t, leader.node.ID()+" hears the controller again", leader.node.HearsController)
-	end, err := logAppend(t, leader.log.Stream("s"), logRecs(1, "after")...)
+	eventually(t, leader.Node.ID()+" back in the ISR", func() bool { return streamState(ctl.Node).InISR(leader.Node.ID()) })
+	eventually(t, leader.Node.ID()+" hears the controller again", leader.Node.HearsController)
+	end, err := logAppend(t, leader.Log.Stream("s"), logRecs(1, "after")...)
 	if err != nil {
 		t.Fatalf("append through the healed node: %v", err)
 	}
-	for _, ln := range []*logNode{leader, ctl, far} {
-		got := committedRecs(t, ln.node.ID(), ln.log.Stream("s"), end+1)
+	for _, ln := range []*testNode{leader, ctl, far} {
+		got := committedRecs(t, ln.Node.ID(), ln.Log.Stream("s"), end+1)
 		if got[end].Topic != "s/after/0" {
-			t.Fatalf("%s: offset %d holds %s", ln.node.ID(), end, got[end].Topic)
+			t.Fatalf("%s: offset %d holds %s", ln.Node.ID(), end, got[end].Topic)
 		}
 	}
 }

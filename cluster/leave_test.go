@@ -10,27 +10,6 @@ import (
 	"github.com/peatmq/peat/cluster/rules"
 )
 
-// leaveLoop runs Log.leaveLeads on ln as Site.manage does, until the
-// test ends.
-func leaveLoop(t *testing.T, ln *logNode) {
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		tried := map[string]time.Time{}
-		for {
-			_, changed := ln.node.State()
-			ln.log.leaveLeads(tried, time.Now())
-			select {
-			case <-stop:
-				return
-			case <-changed:
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}()
-	t.Cleanup(func() { close(stop); <-done })
-}
-
 // TestLog_LeavingKeepsAcksLeaderRecords: decommissioning (DrainBroker)
 // the leader of an acks: leader stream whose followers fetch slowly, or
 // moving its replica away (MoveReplicas, a rebalance), while a producer
@@ -52,43 +31,41 @@ func TestLog_LeavingKeepsAcksLeaderRecords(t *testing.T) {
 // leave submits to take the leader's replica away.
 func leaving(t *testing.T, leave func(leader, spare string) rules.Command) {
 	fnet := faultnet.New()
-	cfg := LogConfig{AcksLeader: func(s string) bool { return s == "s" }}
-	nodes, _ := startLogSite(t, logSiteOpts{Nodes: 4, MinISR: 2, Log: cfg, Net: fnet})
+	nodes, _ := startLogSite(t, siteOpts{Voters: 4, MinISR: 2, AcksLeaderFor: onlyS, Net: fnet})
 	ctl, rest := roles(t, nodes)
 	leader, next, spare := rest[0], rest[1], rest[2]
 	for _, ln := range nodes {
-		createStreams(t, ln, []string{leader.node.ID(), next.node.ID(), ctl.node.ID()}, "s")
+		createStreams(t, ln, []string{leader.Node.ID(), next.Node.ID(), ctl.Node.ID()}, "s")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// As a site sets it: without a factor, a drain would keep the added one.
-	if err := ctl.node.Submit(ctx, rules.SetReplicationFactor{Name: "s", ReplicationFactor: 3}); err != nil {
+	if err := ctl.Node.Submit(ctx, rules.SetReplicationFactor{Name: "s", ReplicationFactor: 3}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "every replica in the ISR", func() bool {
-		st, _ := leader.node.State()
+		st, _ := leader.Node.State()
 		return len(st.Streams["s"].ISR) == 3
 	})
 	for _, ln := range nodes {
-		leaveLoop(t, ln)
 		if ln != leader {
-			fnet.Delay(ln.node.ID(), leader.node.ID(), 300*time.Millisecond)
+			fnet.Delay(ln.Node.ID(), leader.Node.ID(), 300*time.Millisecond)
 		}
 	}
-	p := produceOn(t, leader.log.Route("s/x"))
+	p := produceOn(t, leader.Log.Route("s/x"))
 	eventually(t, "the leader acknowledges records no follower holds yet", func() bool {
 		end := leader.store.Stream("s").NextOffset()
 		return next.store.Stream("s").NextOffset() < end && ctl.store.Stream("s").NextOffset() < end && p.count() > 50
 	})
 
-	if err := ctl.node.Submit(ctx, leave(leader.node.ID(), spare.node.ID())); err != nil {
+	if err := ctl.Node.Submit(ctx, leave(leader.Node.ID(), spare.Node.ID())); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the leader's replica moved", func() bool {
-		st, _ := ctl.node.State()
-		return !slices.Contains(st.Streams["s"].Replicas, leader.node.ID())
+		st, _ := ctl.Node.State()
+		return !slices.Contains(st.Streams["s"].Replicas, leader.Node.ID())
 	})
 	p.end()
-	holdsAcked(t, []*logNode{next, ctl, spare}, p)
+	holdsAcked(t, []*testNode{next, ctl, spare}, p)
 	t.Logf("%d acknowledged, %d refused while it moved", len(p.acked), p.refused)
 }

@@ -26,28 +26,20 @@ func BenchmarkLog_AcksAll(b *testing.B) {
 }
 
 func benchAcksAll(b *testing.B, inFlight int) {
-	var nodes []*logNode
-	for i := range 3 {
-		var join []string
-		if i > 0 {
-			join = []string{nodes[0].node.SerfAddr()}
-		}
+	var dirs []string
+	for range 3 {
 		dir, err := os.MkdirTemp(".", "bench-")
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = os.RemoveAll(dir) })
-		nodes = append(nodes, openLogNode(b, fmt.Sprintf("n%d", i+1), logNodeOpts{Dir: dir, Join: join, Expect: 3, MinISR: 2}))
+		dirs = append(dirs, dir)
 	}
-	b.Cleanup(func() {
-		for _, n := range nodes {
-			_ = n.close()
-		}
-	})
-	eventually(b, "a controller", func() bool { return nodes[0].node.Controller() != "" })
-	var ctl *logNode
+	nodes := newTestSite(b, siteOpts{Dirs: dirs, MinISR: 2}.forLog()).nodes
+	eventually(b, "a controller", func() bool { return nodes[0].Node.Controller() != "" })
+	var ctl *testNode
 	for _, n := range nodes {
-		if n.node.IsController() {
+		if n.Node.IsController() {
 			ctl = n
 		}
 	}
@@ -55,9 +47,9 @@ func benchAcksAll(b *testing.B, inFlight int) {
 		b.Fatal("no controller")
 	}
 	createStreams(b, nodes[0], []string{"n1", "n2", "n3"}, "s")
-	s := nodes[0].log.Stream("s")
+	s := nodes[0].Log.Stream("s")
 	eventually(b, "a full ISR", func() bool {
-		st, _ := nodes[0].node.State()
+		st, _ := nodes[0].Node.State()
 		ss := st.Streams["s"]
 		return ss != nil && len(ss.ISR) == 3
 	})

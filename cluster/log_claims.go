@@ -312,12 +312,18 @@ func (c *claims) claim(key, holder string) (ok bool, current string) {
 		return false, ""
 	}
 	if ok {
-		c.mu.Lock()
-		c.mu.granted[key] = holder
-		delete(c.mu.releasing, claimRef{key, holder})
-		c.mu.Unlock()
+		c.granted(key, holder)
 	}
 	return ok, current
+}
+
+// granted records that the leader granted key to holder, this node's
+// client: a release of it still on its way is moot.
+func (c *claims) granted(key, holder string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.granted[key] = holder
+	delete(c.mu.releasing, claimRef{key, holder})
 }
 
 // unclaim gives key up if holder holds it, on the leader. A release that

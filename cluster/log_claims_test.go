@@ -14,25 +14,25 @@ import (
 // transport from the controller and keep it alive meanwhile: the
 // session timeout (heartbeats travel that transport) outlasts them, or
 // the controller would fence the node, and its clients' claims with it.
-func claimSite(t *testing.T) (fnet *faultnet.Network, leader, next, far *logNode, kill func(*logNode)) {
+func claimSite(t *testing.T) (fnet *faultnet.Network, leader, next, far *testNode, kill func(*testNode)) {
 	t.Helper()
 	fnet = faultnet.New()
-	leader, others, kill := fwdSite(t, logSiteOpts{MinISR: 1, Net: fnet, SessionTimeout: 5 * time.Minute})
+	leader, others, kill := fwdSite(t, siteOpts{MinISR: 1, Net: fnet, SessionTimeout: 5 * time.Minute})
 	return fnet, leader, others[0], others[1], kill
 }
 
 // isolate cuts a's cluster transport from b's both ways, connections
 // open now included (Serf and Raft still reach: both stay alive).
-func isolate(fnet *faultnet.Network, a, b *logNode) {
-	fnet.Partition(a.node.ID(), b.node.ID())
-	fnet.Drop(a.node.ID(), b.node.ID())
+func isolate(fnet *faultnet.Network, a, b *testNode) {
+	fnet.Partition(a.Node.ID(), b.Node.ID())
+	fnet.Drop(a.Node.ID(), b.Node.ID())
 }
 
 // waitLeads waits until ln leads stream "s".
-func waitLeads(t *testing.T, ln *logNode) {
+func waitLeads(t *testing.T, ln *testNode) {
 	t.Helper()
-	eventually(t, ln.node.ID()+" leads s", func() bool {
-		s, _ := ln.log.Stream("s").(*stream)
+	eventually(t, ln.Node.ID()+" leads s", func() bool {
+		s, _ := ln.Log.Stream("s").(*stream)
 		return s != nil && s.leading() != nil
 	})
 }
@@ -44,23 +44,23 @@ func waitLeads(t *testing.T, ln *logNode) {
 // replicated with the stream's state before it was granted.
 func TestLog_ClaimHeldAcrossAFailover(t *testing.T) {
 	fnet, leader, next, far, kill := claimSite(t)
-	if ok, cur := far.log.Route("s/x").Claim("g/y", "c1"); !ok {
+	if ok, cur := far.Log.Route("s/x").Claim("g/y", "c1"); !ok {
 		t.Fatalf("first claim refused, naming %q", cur)
 	}
 	isolate(fnet, far, next)
 	kill(leader)
 	waitLeads(t, next)
-	if ok, cur := next.log.Route("s/x").Claim("g/y", "c2"); ok || cur != "c1" {
+	if ok, cur := next.Log.Route("s/x").Claim("g/y", "c2"); ok || cur != "c1" {
 		t.Fatalf("a second consumer's claim on the new leader = %v %q, want refused naming c1", ok, cur)
 	}
 	// The holder keeps it once its node reaches the new leader again, and
 	// a claim from a third node is refused too.
-	fnet.Heal(far.node.ID(), next.node.ID())
+	fnet.Heal(far.Node.ID(), next.Node.ID())
 	eventually(t, "the holder's claim decided again", func() bool {
-		ok, _ := far.log.Route("s/x").Claim("g/y", "c1")
+		ok, _ := far.Log.Route("s/x").Claim("g/y", "c1")
 		return ok
 	})
-	if ok, cur := next.log.Route("s/x").Claim("g/y", "c2"); ok || cur != "c1" {
+	if ok, cur := next.Log.Route("s/x").Claim("g/y", "c2"); ok || cur != "c1" {
 		t.Fatalf("after healing, a second consumer's claim = %v %q, want refused naming c1", ok, cur)
 	}
 }
@@ -71,21 +71,21 @@ func TestLog_ClaimHeldAcrossAFailover(t *testing.T) {
 // node alive throughout.
 func TestLog_UnclaimWhileLeaderUnreachable(t *testing.T) {
 	fnet, leader, next, far, _ := claimSite(t)
-	if ok, cur := far.log.Route("s/x").Claim("g/y", "c1"); !ok {
+	if ok, cur := far.Log.Route("s/x").Claim("g/y", "c1"); !ok {
 		t.Fatalf("first claim refused, naming %q", cur)
 	}
 	isolate(fnet, far, leader)
-	far.log.Route("s/x").Unclaim("g/y", "c1")
-	if ok, cur := next.log.Route("s/x").Claim("g/y", "c2"); ok || cur != "c1" {
+	far.Log.Route("s/x").Unclaim("g/y", "c1")
+	if ok, cur := next.Log.Route("s/x").Claim("g/y", "c2"); ok || cur != "c1" {
 		t.Fatalf("while the release cannot reach the leader: claim = %v %q, want refused naming c1", ok, cur)
 	}
-	fnet.Heal(far.node.ID(), leader.node.ID())
+	fnet.Heal(far.Node.ID(), leader.Node.ID())
 	eventually(t, "another consumer takes the group once the release reached the leader", func() bool {
-		ok, _ := next.log.Route("s/x").Claim("g/y", "c2")
+		ok, _ := next.Log.Route("s/x").Claim("g/y", "c2")
 		return ok
 	})
 	// The holder's node does not take it back by itself.
-	if ok, cur := leader.log.Route("s/x").Claim("g/y", "c3"); ok || cur != "c2" {
+	if ok, cur := leader.Log.Route("s/x").Claim("g/y", "c3"); ok || cur != "c2" {
 		t.Fatalf("claim on the leader = %v %q, want refused naming c2", ok, cur)
 	}
 }
@@ -96,20 +96,20 @@ func TestLog_UnclaimWhileLeaderUnreachable(t *testing.T) {
 // found the dead node's claim in the replicated state.
 func TestLog_ClaimOfDeadLeadersClient(t *testing.T) {
 	_, leader, next, far, kill := claimSite(t)
-	if ok, cur := leader.log.Route("s/x").Claim("g/y", "c1"); !ok {
+	if ok, cur := leader.Log.Route("s/x").Claim("g/y", "c1"); !ok {
 		t.Fatalf("first claim refused, naming %q", cur)
 	}
 	// The claim is in every replica's state (answered once the ISR held it).
-	for _, ln := range []*logNode{next, far} {
-		h, ok, err := ln.log.Stream("s").(*stream).claims.load("g/y")
-		if err != nil || !ok || h.holder != "c1" || h.node != leader.node.ID() {
-			t.Fatalf("%s holds claim %+v %v %v, want c1 of %s", ln.node.ID(), h, ok, err, leader.node.ID())
+	for _, ln := range []*testNode{next, far} {
+		h, ok, err := ln.Log.Stream("s").(*stream).claims.load("g/y")
+		if err != nil || !ok || h.holder != "c1" || h.node != leader.Node.ID() {
+			t.Fatalf("%s holds claim %+v %v %v, want c1 of %s", ln.Node.ID(), h, ok, err, leader.Node.ID())
 		}
 	}
 	kill(leader)
 	waitLeads(t, next)
 	eventually(t, "a consumer on another node takes the dead node's group", func() bool {
-		ok, _ := far.log.Route("s/x").Claim("g/y", "c2")
+		ok, _ := far.Log.Route("s/x").Claim("g/y", "c2")
 		return ok
 	})
 }
@@ -120,16 +120,16 @@ func TestLog_ClaimOfDeadLeadersClient(t *testing.T) {
 // claimed again.
 func TestLog_ClaimRepair(t *testing.T) {
 	_, leader, next, far, _ := claimSite(t)
-	ls := leader.log.Stream("s").(*stream)
-	ghost := claimHolder{holder: "ghost", node: far.node.ID(), epoch: far.node.Epoch()}
+	ls := leader.Log.Stream("s").(*stream)
+	ghost := claimHolder{holder: "ghost", node: far.Node.ID(), epoch: far.Node.Epoch()}
 	if err := ls.rs.write(context.Background(), ls.leading(), map[string][]byte{claimStateKey("g/y"): ghost.encode()}, nil, waitISR); err != nil {
 		t.Fatalf("write the claim: %v", err)
 	}
-	if ok, cur := next.log.Route("s/x").Claim("g/y", "c2"); ok || cur != "ghost" {
+	if ok, cur := next.Log.Route("s/x").Claim("g/y", "c2"); ok || cur != "ghost" {
 		t.Fatalf("claim = %v %q, want refused naming ghost", ok, cur)
 	}
 	eventually(t, "the ghost's node releases it", func() bool {
-		ok, _ := next.log.Route("s/x").Claim("g/y", "c2")
+		ok, _ := next.Log.Route("s/x").Claim("g/y", "c2")
 		return ok
 	})
 }
@@ -139,14 +139,14 @@ func TestLog_ClaimRepair(t *testing.T) {
 // does not free the group it now holds.
 func TestLog_LateReleaseFromOldNode(t *testing.T) {
 	_, leader, next, far, _ := claimSite(t)
-	if ok, cur := far.log.Route("s/x").Claim("g/y", "c1"); !ok {
-		t.Fatalf("claim on %s refused, naming %q", far.node.ID(), cur)
+	if ok, cur := far.Log.Route("s/x").Claim("g/y", "c1"); !ok {
+		t.Fatalf("claim on %s refused, naming %q", far.Node.ID(), cur)
 	}
-	if ok, cur := next.log.Route("s/x").Claim("g/y", "c1"); !ok {
-		t.Fatalf("the same client's claim on %s refused, naming %q", next.node.ID(), cur)
+	if ok, cur := next.Log.Route("s/x").Claim("g/y", "c1"); !ok {
+		t.Fatalf("the same client's claim on %s refused, naming %q", next.Node.ID(), cur)
 	}
-	far.log.Route("s/x").Unclaim("g/y", "c1")
-	if ok, cur := leader.log.Route("s/x").Claim("g/y", "c2"); ok || cur != "c1" {
+	far.Log.Route("s/x").Unclaim("g/y", "c1")
+	if ok, cur := leader.Log.Route("s/x").Claim("g/y", "c2"); ok || cur != "c1" {
 		t.Fatalf("after the old node's release: claim = %v %q, want refused naming c1", ok, cur)
 	}
 }
@@ -155,29 +155,29 @@ func TestLog_LateReleaseFromOldNode(t *testing.T) {
 // consumer state: mqtt neither sees nor writes them.
 func TestLog_ClaimKeysHidden(t *testing.T) {
 	_, leader, _, far, _ := claimSite(t)
-	s := far.log.Route("s/x")
+	s := far.Log.Route("s/x")
 	if ok, _ := s.Claim("g/y", "c1"); !ok {
 		t.Fatal("claim refused")
 	}
 	if err := s.WriteState(map[string][]byte{"g/y": offsetVal(3)}, nil); err != nil {
 		t.Fatalf("WriteState: %v", err)
 	}
-	for _, ln := range []*logNode{leader, far} {
+	for _, ln := range []*testNode{leader, far} {
 		var keys []string
-		if err := ln.log.Route("s/x").LoadState("", func(k string, _ []byte) error {
+		if err := ln.Log.Route("s/x").LoadState("", func(k string, _ []byte) error {
 			keys = append(keys, k)
 			return nil
 		}); err != nil {
 			t.Fatalf("LoadState: %v", err)
 		}
 		if len(keys) != 1 || keys[0] != "g/y" {
-			t.Fatalf("%s: LoadState(\"\") = %q, want only g/y", ln.node.ID(), keys)
+			t.Fatalf("%s: LoadState(\"\") = %q, want only g/y", ln.Node.ID(), keys)
 		}
 	}
 	if err := s.WriteState(nil, []string{claimStateKey("g/y")}); err == nil {
 		t.Fatal("WriteState deleted a claim")
 	}
-	if ok, cur := leader.log.Route("s/x").Claim("g/y", "c2"); ok || cur != "c1" {
+	if ok, cur := leader.Log.Route("s/x").Claim("g/y", "c2"); ok || cur != "c1" {
 		t.Fatalf("claim = %v %q, want refused naming c1", ok, cur)
 	}
 }

@@ -244,11 +244,11 @@ func (s *stream) mirrorAsync(in []MirrorRecord, done func([]MirrorResult, []erro
 	switch {
 	case p.leader != nil:
 		if s.mirrorQ.push(mirrorJob{p: p, ld: ld, in: in, out: out}) {
-			s.fwds.Add(1) // drain waits for it
+			s.mirrorRun.Add(1) // drain waits for it
 			go s.mirrorWriter()
 		}
 	case p.fwd:
-		s.forwardLocked(p, fr, "mirror")
+		s.fwd.send(fr, "mirror") // under mu: sent in call order
 	}
 	s.mu.Unlock()
 	s.wake()
@@ -270,7 +270,7 @@ func mirrorRecords(in []MirrorRecord) []*logstore.Record {
 // Leader's Close (which waits for it) never returns with a write of its
 // epoch still on its way.
 func (s *stream) mirrorWriter() {
-	defer s.fwds.Done()
+	defer s.mirrorRun.Done()
 	for {
 		jobs, closed := s.mirrorQ.take()
 		if len(jobs) == 0 {

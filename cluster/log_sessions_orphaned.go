@@ -58,6 +58,19 @@ func (l *Log) OnSessionsOrphaned(fn func(ids []string)) {
 	l.orphaned.Store(&fn)
 }
 
+// orphans is the sessions' stream's adoption of its orphaned sessions:
+// while this node leads the stream, watch offers them to mqtt, and adopt
+// takes one over, a claim decided under the claims' locks like any
+// other. Only SessionsStream has one; it ends when the stream closes.
+type orphans struct {
+	s    *stream       // the sessions' stream
+	done chan struct{} // watch ended
+}
+
+func newOrphans(s *stream) *orphans {
+	return &orphans{s: s, done: make(chan struct{})}
+}
+
 // AdoptSession makes this node, which leads the sessions' stream, the
 // holder of client id's session if its claim still names a gone node,
 // or if no claim holds it and it is stored: a claim like ClaimSession's,
@@ -72,13 +85,14 @@ func (l *Log) AdoptSession(ctx context.Context, id string) bool {
 	if st == nil {
 		return false
 	}
-	return st.adopt(ctx, id)
+	return st.orphans.adopt(ctx, id)
 }
 
-// adopt is AdoptSession on the stream.
-func (s *stream) adopt(ctx context.Context, key string) bool {
-	s.claims.op.Lock()
-	defer s.claims.op.Unlock()
+// adopt is AdoptSession on the sessions' stream.
+func (o *orphans) adopt(ctx context.Context, key string) bool {
+	s, c := o.s, o.s.claims
+	c.op.Lock()
+	defer c.op.Unlock()
 	if s.closedErr("adopt in") != nil {
 		return false
 	}
@@ -86,44 +100,42 @@ func (s *stream) adopt(ctx context.Context, key string) bool {
 	if ld == nil {
 		return false
 	}
-	ctx, cancel := s.claims.ctxFrom(ctx, rpcTimeout)
+	ctx, cancel := c.ctxFrom(ctx, rpcTimeout)
 	defer cancel()
-	s.claims.dec.Lock()
-	cur, held, err := s.claims.load(key)
-	orphan := held && s.claims.holderGone(cur)
+	c.dec.Lock()
+	cur, held, err := c.load(key)
+	orphan := held && c.holderGone(cur)
 	if err == nil && !held {
-		orphan, err = s.sessionStored(key)
+		orphan, err = o.stored(key)
 	}
 	if err == nil && orphan {
-		err = s.claims.put(ctx, ld, key, cur, held, claimHolder{holder: key, node: s.l.node.ID(), epoch: s.l.node.Epoch()})
+		err = c.put(ctx, ld, key, cur, held, claimHolder{holder: key, node: s.l.node.ID(), epoch: s.l.node.Epoch()})
 		held = err == nil
 	} else {
 		held = false
 	}
-	s.claims.dec.Unlock()
+	c.dec.Unlock()
 	if err != nil {
 		s.l.log.Debug("cluster: orphaned session not adopted", slog.String("client", key), slog.Any("err", err))
 		return false
 	}
 	if held {
-		s.claims.mu.Lock()
-		s.claims.mu.granted[key] = key
-		delete(s.claims.mu.releasing, claimRef{key, key})
-		s.claims.mu.Unlock()
+		c.granted(key, key)
 	}
 	return held
 }
 
-// watchOrphans runs on the sessions' stream until it closes, offering
-// the claims of gone nodes to mqtt while this node leads the stream.
-func (s *stream) watchOrphans() {
-	defer close(s.orphansDone)
+// watch runs until the stream closes, offering the claims of gone nodes
+// to mqtt while this node leads the stream.
+func (o *orphans) watch() {
+	defer close(o.done)
+	s := o.s
 	t := time.NewTicker(orphanScanInterval)
 	defer t.Stop()
 	for {
 		_, changed := s.l.node.State()
 		_, moved := s.l.rep.Leading(s.name)
-		s.offerOrphans()
+		o.offer()
 		select {
 		case <-s.stop:
 			return
@@ -134,20 +146,20 @@ func (s *stream) watchOrphans() {
 	}
 }
 
-// sessionStored reports whether client id's session is in this replica's
-// state.
-func (s *stream) sessionStored(id string) (bool, error) {
+// stored reports whether client id's session is in this replica's state.
+func (o *orphans) stored(id string) (bool, error) {
 	key, found := mqtt.SiteSessionKey(id), false
-	err := s.st.LoadState(key, func(k string, _ []byte) error {
+	err := o.s.st.LoadState(key, func(k string, _ []byte) error {
 		found = found || k == key
 		return nil
 	})
 	return found, err
 }
 
-// offerOrphans makes one pass of watchOrphans: the claims of gone nodes,
-// and the stored sessions that no claim holds.
-func (s *stream) offerOrphans() {
+// offer makes one pass of watch: the claims of gone nodes, and the
+// stored sessions that no claim holds.
+func (o *orphans) offer() {
+	s := o.s
 	fn := s.l.orphaned.Load()
 	if fn == nil || s.noteLeader() == nil {
 		return

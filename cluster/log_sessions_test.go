@@ -8,31 +8,31 @@ import (
 	"time"
 
 	"github.com/peatmq/peat/cluster/faultnet"
-	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/cluster/wire"
 )
 
-// sessionsSite is a three-node site serving the sessions' stream, led by
-// the first node, every node a replica, with the cluster transport on
-// fnet when it is not nil; kill stops a node.
-func sessionsSite(t *testing.T, fnet *faultnet.Network) (nodes []*logNode, kill func(*logNode)) {
+// sessionsSite is a three-node site serving the sessions' stream, which
+// the site creates on every node (a factor of 3 from 3 voters), with the
+// cluster transport on fnet when it is not nil; nodes are its replicas
+// in order, the first leading it; kill stops a node.
+func sessionsSite(t *testing.T, fnet *faultnet.Network) (nodes []*testNode, kill func(*testNode)) {
 	t.Helper()
-	nodes, kill = startLogSite(t, logSiteOpts{MinISR: 1, Net: fnet})
+	all, kill := startLogSite(t, siteOpts{MinISR: 1, Net: fnet})
 	var ids []string
-	for _, ln := range nodes {
-		ids = append(ids, ln.node.ID())
-		if _, err := ln.store.AddStream(sessionsStreamConfig()); err != nil {
-			t.Fatalf("add the sessions' stream to %s: %v", ln.node.ID(), err)
+	eventually(t, "the site creates "+SessionsStream+" on every node", func() bool {
+		st, _ := all[0].Node.State()
+		if x := st.Streams[SessionsStream]; x != nil {
+			ids = x.Replicas
 		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := nodes[0].node.Submit(ctx, rules.CreateStream{Name: SessionsStream, Replicas: ids}); err != nil {
-		t.Fatalf("create %s: %v", SessionsStream, err)
+		return len(ids) == len(all)
+	})
+	for _, id := range ids {
+		i := slices.IndexFunc(all, func(ln *testNode) bool { return ln.Node.ID() == id })
+		nodes = append(nodes, all[i])
 	}
 	for _, ln := range nodes {
-		eventually(t, ln.node.ID()+" serves "+SessionsStream+" with its leader known", func() bool {
-			s := ln.log.stream(SessionsStream)
+		eventually(t, ln.Node.ID()+" serves "+SessionsStream+" with its leader known", func() bool {
+			s := ln.Log.stream(SessionsStream)
 			if s == nil {
 				return false
 			}
@@ -50,58 +50,58 @@ func TestLog_SessionTakenOver(t *testing.T) {
 	nodes, _ := sessionsSite(t, nil)
 	leader, a, b := nodes[0], nodes[1], nodes[2]
 	for _, ln := range nodes {
-		if ln.log.Stream(SessionsStream) != nil || len(ln.log.Streams()) != 0 { // "s" is not created
-			t.Fatalf("%s shows the sessions' stream to mqtt: %d streams", ln.node.ID(), len(ln.log.Streams()))
+		if ln.Log.Stream(SessionsStream) != nil || len(ln.Log.Streams()) != 0 { // "s" is not created
+			t.Fatalf("%s shows the sessions' stream to mqtt: %d streams", ln.Node.ID(), len(ln.Log.Streams()))
 		}
 	}
-	taken := map[*logNode]chan string{}
+	taken := map[*testNode]chan string{}
 	for _, ln := range nodes {
 		ch := make(chan string, 4)
 		taken[ln] = ch
-		ln.log.OnSessionTaken(func(id string) { ch <- id })
+		ln.Log.OnSessionTaken(func(id string) { ch <- id })
 	}
-	if !a.log.ClaimSession("c1") {
+	if !a.Log.ClaimSession("c1") {
 		t.Fatal("the first claim was refused")
 	}
-	if err := a.log.SessionState().WriteState(map[string][]byte{"s/c1": []byte("v1")}, nil); err != nil {
+	if err := a.Log.SessionState().WriteState(map[string][]byte{"s/c1": []byte("v1")}, nil); err != nil {
 		t.Fatalf("write the session: %v", err)
 	}
 	for _, ln := range nodes {
-		eventually(t, ln.node.ID()+" has the session", func() bool {
+		eventually(t, ln.Node.ID()+" has the session", func() bool {
 			var got string
-			_ = ln.log.SessionState().LoadState("s/c1", func(_ string, v []byte) error { got = string(v); return nil })
+			_ = ln.Log.SessionState().LoadState("s/c1", func(_ string, v []byte) error { got = string(v); return nil })
 			return got == "v1"
 		})
 	}
-	if !b.log.ClaimSession("c1") {
+	if !b.Log.ClaimSession("c1") {
 		t.Fatal("the claim on another node was refused")
 	}
 	select {
 	case id := <-taken[a]:
 		if id != "c1" {
-			t.Fatalf("%s was told of %q, want c1", a.node.ID(), id)
+			t.Fatalf("%s was told of %q, want c1", a.Node.ID(), id)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("%s, which held the session, was not told it was taken", a.node.ID())
+		t.Fatalf("%s, which held the session, was not told it was taken", a.Node.ID())
 	}
 	// The new holder claims again (a reconnect there): nobody is told.
-	if !b.log.ClaimSession("c1") {
+	if !b.Log.ClaimSession("c1") {
 		t.Fatal("claiming again on the holder's node was refused")
 	}
 	// And back on the first node: the second is told, through the leader
 	// deciding it this time as well as a follower's fetch.
-	if !leader.log.ClaimSession("c1") {
+	if !leader.Log.ClaimSession("c1") {
 		t.Fatal("the claim on the leader was refused")
 	}
 	select {
 	case <-taken[b]:
 	case <-time.After(30 * time.Second):
-		t.Fatalf("%s was not told its session was taken", b.node.ID())
+		t.Fatalf("%s was not told its session was taken", b.Node.ID())
 	}
-	for _, ln := range []*logNode{leader, a} {
+	for _, ln := range []*testNode{leader, a} {
 		select {
 		case id := <-taken[ln]:
-			t.Fatalf("%s was told %q was taken, holding nothing", ln.node.ID(), id)
+			t.Fatalf("%s was told %q was taken, holding nothing", ln.Node.ID(), id)
 		default:
 		}
 	}
@@ -116,21 +116,21 @@ func TestLog_OrphanedSessionAdopted(t *testing.T) {
 	nodes, kill := sessionsSite(t, nil)
 	leader, a, b := nodes[0], nodes[1], nodes[2]
 	type offer struct {
-		ln  *logNode
+		ln  *testNode
 		ids []string
 	}
 	offers := make(chan offer, 100)
 	taken := make(chan string, 4)
 	for _, ln := range nodes {
-		ln.log.OnSessionsOrphaned(func(ids []string) {
+		ln.Log.OnSessionsOrphaned(func(ids []string) {
 			select {
 			case offers <- offer{ln, ids}:
 			default:
 			}
 		})
 	}
-	leader.log.OnSessionTaken(func(id string) { taken <- id })
-	if !a.log.ClaimSession("gone") || !b.log.ClaimSession("alive") {
+	leader.Log.OnSessionTaken(func(id string) { taken <- id })
+	if !a.Log.ClaimSession("gone") || !b.Log.ClaimSession("alive") {
 		t.Fatal("a claim was refused")
 	}
 	kill(a)
@@ -139,28 +139,28 @@ func TestLog_OrphanedSessionAdopted(t *testing.T) {
 		select {
 		case o := <-offers:
 			if o.ln != leader {
-				t.Fatalf("%s, which does not lead the sessions' stream, was offered %v", o.ln.node.ID(), o.ids)
+				t.Fatalf("%s, which does not lead the sessions' stream, was offered %v", o.ln.Node.ID(), o.ids)
 			}
 			for _, id := range o.ids {
 				if id != "gone" {
 					t.Fatalf("offered %q, whose node is alive", id)
 				}
 			}
-			if b.log.AdoptSession(t.Context(), "gone") {
+			if b.Log.AdoptSession(t.Context(), "gone") {
 				t.Fatal("a node that does not lead the sessions' stream adopted a session")
 			}
-			if leader.log.AdoptSession(t.Context(), "alive") {
+			if leader.Log.AdoptSession(t.Context(), "alive") {
 				t.Fatal("the leader adopted the session of a live node")
 			}
-			adopted = leader.log.AdoptSession(t.Context(), "gone")
+			adopted = leader.Log.AdoptSession(t.Context(), "gone")
 		case <-deadline:
 			t.Fatal("the session of the dead node was never adopted")
 		}
 	}
-	if leader.log.AdoptSession(t.Context(), "gone") {
+	if leader.Log.AdoptSession(t.Context(), "gone") {
 		t.Fatal("a session adopted already was adopted again")
 	}
-	if !b.log.ClaimSession("gone") {
+	if !b.Log.ClaimSession("gone") {
 		t.Fatal("a client could not claim the adopted session")
 	}
 	select {
@@ -175,21 +175,21 @@ func TestLog_OrphanedSessionAdopted(t *testing.T) {
 
 // writeSessions writes the sessions' state from ln, as mqtt's state
 // writer does.
-func writeSessions(t *testing.T, ln *logNode, puts map[string]string, dels ...string) {
+func writeSessions(t *testing.T, ln *testNode, puts map[string]string, dels ...string) {
 	t.Helper()
 	p := map[string][]byte{}
 	for k, v := range puts {
 		p[k] = []byte(v)
 	}
-	if err := ln.log.SessionState().WriteState(p, dels); err != nil {
-		t.Fatalf("%s: write sessions: %v", ln.node.ID(), err)
+	if err := ln.Log.SessionState().WriteState(p, dels); err != nil {
+		t.Fatalf("%s: write sessions: %v", ln.Node.ID(), err)
 	}
 }
 
 // storedSessions is ln's replica of the sessions' state.
-func storedSessions(ln *logNode) map[string]string {
+func storedSessions(ln *testNode) map[string]string {
 	got := map[string]string{}
-	_ = ln.log.SessionState().LoadState("", func(k string, v []byte) error {
+	_ = ln.Log.SessionState().LoadState("", func(k string, v []byte) error {
 		got[k] = string(v)
 		return nil
 	})
@@ -198,10 +198,10 @@ func storedSessions(ln *logNode) map[string]string {
 
 // waitSessions waits until every node's replica of the sessions' state
 // is want.
-func waitSessions(t *testing.T, nodes []*logNode, want map[string]string) {
+func waitSessions(t *testing.T, nodes []*testNode, want map[string]string) {
 	t.Helper()
 	for _, ln := range nodes {
-		eventually(t, ln.node.ID()+" holds the sessions "+fmtKeys(want), func() bool {
+		eventually(t, ln.Node.ID()+" holds the sessions "+fmtKeys(want), func() bool {
 			return maps.Equal(storedSessions(ln), want)
 		})
 	}
@@ -225,11 +225,11 @@ func fmtKeys(m map[string]string) string {
 func TestLog_SessionWriteFencedOnLeader(t *testing.T) {
 	nodes, _ := sessionsSite(t, nil)
 	leader, a, b := nodes[0], nodes[1], nodes[2]
-	if !a.log.ClaimSession("c1") || !a.log.ClaimSession("c2") {
+	if !a.Log.ClaimSession("c1") || !a.Log.ClaimSession("c2") {
 		t.Fatal("a claim was refused")
 	}
 	writeSessions(t, a, map[string]string{"s/c1": "a1", "s/c2": "a2"})
-	if !b.log.ClaimSession("c1") {
+	if !b.Log.ClaimSession("c1") {
 		t.Fatal("the claim on another node was refused")
 	}
 	writeSessions(t, b, map[string]string{"s/c1": "b1"})
@@ -241,12 +241,12 @@ func TestLog_SessionWriteFencedOnLeader(t *testing.T) {
 	want := map[string]string{"s/c1": "b1", "s/c2": "a2-again"}
 	waitSessions(t, nodes, want)
 
-	ls := leader.log.stream(SessionsStream)
+	ls := leader.Log.stream(SessionsStream)
 	ld := ls.leading()
-	late := wire.StateWriteRequest{Stream: SessionsStream, LeaderEpoch: ld.epoch, Node: a.node.ID(), BrokerEpoch: a.node.Epoch(),
+	late := wire.StateWriteRequest{Stream: SessionsStream, LeaderEpoch: ld.epoch, Node: a.Node.ID(), BrokerEpoch: a.Node.Epoch(),
 		Puts: []wire.KV{{Key: "s/c1", Val: []byte("x")}, {Key: "s/c2", Val: []byte("y")}}}
 	if resp := ls.serveStateWrite(t.Context(), &late); resp.Code != wire.NotHolder || !slices.Equal(resp.Moved, []string{"s/c1"}) {
-		t.Fatalf("a late write naming %s: %+v, want NotHolder moving s/c1 alone", a.node.ID(), resp)
+		t.Fatalf("a late write naming %s: %+v, want NotHolder moving s/c1 alone", a.Node.ID(), resp)
 	}
 	old := wire.StateWriteRequest{Stream: SessionsStream, LeaderEpoch: ld.epoch, Puts: []wire.KV{{Key: "s/c1", Val: []byte("old")}}}
 	if resp := ls.serveStateWrite(t.Context(), &old); resp.Code != wire.None {
@@ -268,13 +268,13 @@ func TestLog_SessionOffsetsFencedOnStreamLeader(t *testing.T) {
 	leader, a, b := nodes[0], nodes[1], nodes[2]
 	// a leads the stream and loses the session: its late write is fenced
 	// where it is made; b's writes are forwarded to a.
-	createStreams(t, a, []string{a.node.ID(), b.node.ID(), leader.node.ID()}, "s")
-	if !a.log.ClaimSession("c1") || !a.log.ClaimSession("c2") {
+	createStreams(t, a, []string{a.Node.ID(), b.Node.ID(), leader.Node.ID()}, "s")
+	if !a.Log.ClaimSession("c1") || !a.Log.ClaimSession("c2") {
 		t.Fatal("a claim was refused")
 	}
 	tap := "t/c1\x00s/#"
 	writeStreamState(t, a, "s", map[string]string{"s/c1": "a1", "s/c2": "a2", tap: "a-tap"})
-	if !b.log.ClaimSession("c1") {
+	if !b.Log.ClaimSession("c1") {
 		t.Fatal("the claim on another node was refused")
 	}
 	writeStreamState(t, b, "s", map[string]string{"s/c1": "b1"})
@@ -285,7 +285,7 @@ func TestLog_SessionOffsetsFencedOnStreamLeader(t *testing.T) {
 	want := map[string]string{"s/c1": "b1", "s/c2": "a2-again", tap: "a-tap", "g/lake": "a-group"}
 	waitStreamState(t, nodes, "s", want)
 
-	ls := a.log.stream("s")
+	ls := a.Log.stream("s")
 	old := wire.StateWriteRequest{Stream: "s", LeaderEpoch: ls.leading().epoch, Puts: []wire.KV{{Key: "s/c1", Val: []byte("old")}}}
 	if resp := ls.serveStateWrite(t.Context(), &old); resp.Code != wire.None {
 		t.Fatalf("an older node's write: %+v, want written", resp)
@@ -295,25 +295,25 @@ func TestLog_SessionOffsetsFencedOnStreamLeader(t *testing.T) {
 }
 
 // writeStreamState writes stream name's own state through ln.
-func writeStreamState(t *testing.T, ln *logNode, name string, puts map[string]string, dels ...string) {
+func writeStreamState(t *testing.T, ln *testNode, name string, puts map[string]string, dels ...string) {
 	t.Helper()
 	p := map[string][]byte{}
 	for k, v := range puts {
 		p[k] = []byte(v)
 	}
-	if err := ln.log.Stream(name).WriteState(p, dels); err != nil {
-		t.Fatalf("%s: write the state of %s: %v", ln.node.ID(), name, err)
+	if err := ln.Log.Stream(name).WriteState(p, dels); err != nil {
+		t.Fatalf("%s: write the state of %s: %v", ln.Node.ID(), name, err)
 	}
 }
 
 // waitStreamState waits until every node's replica of stream name's
 // state is want.
-func waitStreamState(t *testing.T, nodes []*logNode, name string, want map[string]string) {
+func waitStreamState(t *testing.T, nodes []*testNode, name string, want map[string]string) {
 	t.Helper()
 	for _, ln := range nodes {
-		eventually(t, ln.node.ID()+" holds the state "+fmtKeys(want)+" of "+name, func() bool {
+		eventually(t, ln.Node.ID()+" holds the state "+fmtKeys(want)+" of "+name, func() bool {
 			got := map[string]string{}
-			_ = ln.log.Stream(name).LoadState("", func(k string, v []byte) error {
+			_ = ln.Log.Stream(name).LoadState("", func(k string, v []byte) error {
 				got[k] = string(v)
 				return nil
 			})
@@ -355,29 +355,29 @@ func TestLog_AdoptedSessionNotBroughtBack(t *testing.T) {
 	fnet := faultnet.New()
 	nodes, _ := sessionsSite(t, fnet)
 	leader, a := nodes[0], nodes[1]
-	if a.node.Controller() == a.node.ID() {
+	if a.Node.Controller() == a.Node.ID() {
 		a = nodes[2] // the leader must reach the controller to drop a from the ISR
 	}
 	taken := make(chan string, 4)
-	a.log.OnSessionTaken(func(id string) { taken <- id })
-	if !a.log.ClaimSession("p") {
+	a.Log.OnSessionTaken(func(id string) { taken <- id })
+	if !a.Log.ClaimSession("p") {
 		t.Fatal("the claim was refused")
 	}
 	writeSessions(t, a, map[string]string{"s/p": "connected"})
 	isolate(fnet, a, leader)
 
-	ls := leader.log.stream(SessionsStream)
+	ls := leader.Log.stream(SessionsStream)
 	adoptNow(t, ls, "p") // waits for the ISR to drop the cut-off node
 	writeSessions(t, leader, nil, "s/p")
-	leader.log.ReleaseSession("p")
+	leader.Log.ReleaseSession("p")
 	eventually(t, "the adopter's release", func() bool {
 		_, held, err := ls.claims.load("p")
 		return err == nil && !held
 	})
 
-	fnet.Heal(a.node.ID(), leader.node.ID())
+	fnet.Heal(a.Node.ID(), leader.Node.ID())
 	eventually(t, "the old holder's late write answered", func() bool {
-		return a.log.SessionState().WriteState(map[string][]byte{"s/p": []byte("late")}, nil) == nil
+		return a.Log.SessionState().WriteState(map[string][]byte{"s/p": []byte("late")}, nil) == nil
 	})
 	if got := storedSessions(leader); len(got) != 0 {
 		t.Fatalf("the expired session came back: %v", got)
@@ -385,10 +385,10 @@ func TestLog_AdoptedSessionNotBroughtBack(t *testing.T) {
 	select {
 	case id := <-taken:
 		if id != "p" {
-			t.Fatalf("%s was told of %q, want p", a.node.ID(), id)
+			t.Fatalf("%s was told of %q, want p", a.Node.ID(), id)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("%s was never told it lost the session", a.node.ID())
+		t.Fatalf("%s was never told it lost the session", a.Node.ID())
 	}
 	waitSessions(t, nodes, map[string]string{})
 }
@@ -402,9 +402,9 @@ func TestLog_UnclaimedSessionAdopted(t *testing.T) {
 	leader, b := nodes[0], nodes[2]
 	offered := make(chan []string, 100)
 	for _, ln := range nodes {
-		ln.log.OnSessionsOrphaned(func(ids []string) {
+		ln.Log.OnSessionsOrphaned(func(ids []string) {
 			if ln != leader {
-				t.Errorf("%s, which does not lead the sessions' stream, was offered %v", ln.node.ID(), ids)
+				t.Errorf("%s, which does not lead the sessions' stream, was offered %v", ln.Node.ID(), ids)
 			}
 			select {
 			case offered <- ids:
@@ -412,7 +412,7 @@ func TestLog_UnclaimedSessionAdopted(t *testing.T) {
 			}
 		})
 	}
-	ls := leader.log.stream(SessionsStream)
+	ls := leader.Log.stream(SessionsStream)
 	old := wire.StateWriteRequest{Stream: SessionsStream, LeaderEpoch: ls.leading().epoch, Puts: []wire.KV{{Key: "s/u", Val: []byte("v")}}}
 	if resp := ls.serveStateWrite(t.Context(), &old); resp.Code != wire.None {
 		t.Fatalf("an older node's write: %+v", resp)
@@ -425,17 +425,17 @@ func TestLog_UnclaimedSessionAdopted(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the unclaimed session was never offered")
 	}
-	if b.log.AdoptSession(t.Context(), "u") {
+	if b.Log.AdoptSession(t.Context(), "u") {
 		t.Fatal("a node that does not lead the sessions' stream adopted it")
 	}
-	if leader.log.AdoptSession(t.Context(), "nothing-stored") {
+	if leader.Log.AdoptSession(t.Context(), "nothing-stored") {
 		t.Fatal("a client id with no session and no claim was adopted")
 	}
-	if !leader.log.AdoptSession(t.Context(), "u") {
+	if !leader.Log.AdoptSession(t.Context(), "u") {
 		t.Fatal("the leader did not adopt the unclaimed session")
 	}
 	h, held, err := ls.claims.load("u")
-	if err != nil || !held || h.node != leader.node.ID() {
+	if err != nil || !held || h.node != leader.Node.ID() {
 		t.Fatalf("claim after the adoption: %+v %v %v, want the leader's", h, held, err)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/peatmq/peat/cluster/wire"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
@@ -92,10 +91,13 @@ import (
 // a forwarder whose leader is no longer the state's, and runs the
 // follower side of consumer-state replication (log_state_follower.go).
 //
-// Its parts own their locks: claims (log_claims.go), the mirror queue
-// (log_mirror.go), consumer-state replication (rs, fs: log_state_*.go).
-// Lock order: claims.op, claims.dec, mu, then rs.mu or mirrorQ.mu;
-// claims.mu is taken alone.
+// Its parts own their locks: forwarding (fwd: forward.go), claims
+// (log_claims.go), the mirror queue (log_mirror.go), consumer-state
+// replication (rs, fs: log_state_*.go);
+// on SessionsStream, the adoption of orphaned sessions (orphans,
+// log_sessions_orphaned.go) decides under the claims' locks.
+// Lock order: claims.op, claims.dec, mu, then rs.mu, mirrorQ.mu or
+// fwd.mu (then its forwarder's mu); claims.mu is taken alone.
 type stream struct {
 	l    *Log
 	st   *logstore.Stream
@@ -111,8 +113,7 @@ type stream struct {
 		closed  bool
 		changed chan struct{}
 		moved   chan struct{}
-		leader  *Leader    // the Leader last seen
-		fwd     *forwarder // to the leader, while another node leads
+		leader  *Leader // the Leader last seen
 		// gaveUp: closing gave up a written append; every later one is
 		// given up too, or a later append told committed would follow an
 		// earlier one told it failed.
@@ -122,15 +123,16 @@ type stream struct {
 		// off from the controller gives it up then.
 		recheck time.Time
 	}
-	stopOnce sync.Once
-	fwds     sync.WaitGroup // forwarders' goroutines
-	rpc      rpcConn        // forwarded state writes
-	rs       replState      // consumer-state versions, while leader
-	fs       followState    // consumer-state replication, while follower
+	stopOnce  sync.Once
+	fwd       forwarding     // appends to the leader, while another node leads (forward.go)
+	mirrorRun sync.WaitGroup // mirrorWriter, while it runs (log_mirror.go)
+	rpc       rpcConn        // forwarded state writes
+	rs        replState      // consumer-state versions, while leader
+	fs        followState    // consumer-state replication, while follower
 
-	claims      *claims       // its group claims (log_claims.go)
-	orphansDone chan struct{} // watchOrphans ended (closed at once but for SessionsStream)
-	mirrorQ     *mirrorQueue  // mirror appends on their way to the mirror rules (log_mirror.go)
+	claims  *claims      // its group claims (log_claims.go)
+	orphans *orphans     // SessionsStream's adoption of orphaned sessions (log_sessions_orphaned.go); nil on others
+	mirrorQ *mirrorQueue // mirror appends on their way to the mirror rules (log_mirror.go)
 }
 
 // pendingAppend is one AppendAsync call until its done is called.
@@ -157,17 +159,16 @@ func newStream(l *Log, st *logstore.Stream) *stream {
 	s.mu.moved = make(chan struct{})
 	s.mu.leader = s.leading()
 	s.claims = newClaims(s)
-	s.orphansDone = make(chan struct{})
 	s.mirrorQ = newMirrorQueue()
 	s.rs.s, s.rs.changed = s, make(chan struct{})
 	s.rs.reset(s.mu.leader)
 	s.fs.s, s.fs.stop = s, make(chan struct{})
+	s.fwd.s = s
 	go s.run(st.Changed()) // taken before Changed can be called: no advance is missed
 	go s.claims.repair()
 	if s.name == SessionsStream {
-		go s.watchOrphans() // log_sessions_orphaned.go
-	} else {
-		close(s.orphansDone)
+		s.orphans = newOrphans(s)
+		go s.orphans.watch()
 	}
 	return s
 }
@@ -254,7 +255,7 @@ func (s *stream) appendAsync(recs []*logstore.Record, done func(first uint64, er
 			s.settle(p, appendResult{first: first, end: first + n, err: err})
 		})
 	case p.fwd:
-		s.forwardLocked(p, fr, "append to")
+		s.fwd.send(fr, "append to") // under mu: sent in call order
 	}
 	s.mu.Unlock()
 	s.wake()
@@ -268,7 +269,7 @@ func (s *stream) admitLocked(p *pendingAppend, ld *Leader, what string, forward 
 	var fr *fwdReq
 	switch {
 	case ld == nil && forward:
-		fr, p.err = s.forwardReq(recs)
+		fr, p.err = newFwdReq(what, s.name, recs)
 		if p.err == nil {
 			p.fwd, fr.p = true, p
 		}
@@ -288,59 +289,6 @@ func (s *stream) admitLocked(p *pendingAppend, ld *Leader, what string, forward 
 	return fr
 }
 
-// forwardLocked hands fr to the forwarder, under mu so that it sends in
-// the order it is handed; a forwarder that failed meanwhile is replaced
-// once, and p refused if that one fails too.
-func (s *stream) forwardLocked(p *pendingAppend, fr *fwdReq, what string) {
-	if f := s.mu.fwd; !f.add(fr) {
-		f.close()
-		s.mu.fwd = newForwarder(s, f.leader, f.epoch, f.addr)
-		if !s.mu.fwd.add(fr) {
-			s.settle(p, appendResult{err: fmt.Errorf("cluster: %s %s: forwarding to %s failed: %w", what, s.name, f.leader, mqtt.ErrLeaderUnavailable)})
-		}
-	}
-}
-
-// forwardReq encodes recs for the leader the state names, and makes sure
-// mu.fwd forwards to it; it refuses when there is no other leader known.
-func (s *stream) forwardReq(recs []*logstore.Record) (*fwdReq, error) {
-	leader, epoch := s.stateLeaderID()
-	f := s.mu.fwd
-	var addr string
-	if f == nil || !f.usable(leader, epoch) {
-		addr = s.l.node.memberAddr(leader) // Serf's member list: only when the leader changes
-	}
-	if leader == "" || leader == s.l.node.ID() || f == nil && addr == "" {
-		return nil, fmt.Errorf("cluster: append to %s: no leader known to forward to: %w", s.name, mqtt.ErrLeaderUnavailable)
-	}
-	r := &fwdReq{recs: recs, body: make([][]byte, len(recs))}
-	now := time.Now().UnixMilli()
-	size := 0
-	for i, rec := range recs {
-		if rec != nil && rec.Timestamp == 0 {
-			rec.Timestamp = now // the broker clock of the node the producer reached
-		}
-		b, err := encodeFwdRecord(rec)
-		if err != nil {
-			return nil, fmt.Errorf("cluster: append to %s: %w", s.name, err)
-		}
-		r.body[i] = b
-		if size += len(b); size > wire.MaxFrame-64<<10 { // a frame carries the whole append
-			return nil, fmt.Errorf("cluster: append to %s: %d bytes in one append: %w", s.name, size, logstore.ErrRecordTooLarge)
-		}
-	}
-	if f == nil || !f.usable(leader, epoch) {
-		if f != nil {
-			f.close()
-		}
-		if addr == "" {
-			return nil, fmt.Errorf("cluster: append to %s: no address known for leader %s: %w", s.name, leader, mqtt.ErrLeaderUnavailable)
-		}
-		s.mu.fwd = newForwarder(s, leader, epoch, addr)
-	}
-	return r, nil
-}
-
 // stateLeader is the stream's leader as this node's copy of the
 // controller's state names it, with its leader epoch and cluster address.
 func (s *stream) stateLeader() (id string, epoch uint32, addr string) {
@@ -358,21 +306,6 @@ func (s *stream) stateLeaderID() (id string, epoch uint32) {
 		return cs.Leader, cs.LeaderEpoch
 	}
 	return "", 0
-}
-
-// checkForwarder ends a forwarder whose leader the state no longer names:
-// its unanswered appends are refused (ErrLeaderUnavailable). A leader
-// that moved to another address fails the connection, and the next
-// forwarder looks the address up again.
-func (s *stream) checkForwarder() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if f := s.mu.fwd; f != nil {
-		if leader, epoch := s.stateLeaderID(); !f.usable(leader, epoch) {
-			f.close()
-			s.mu.fwd = nil
-		}
-	}
 }
 
 // settle records an append's outcome and wakes the goroutine that answers.
@@ -398,7 +331,7 @@ func (s *stream) run(u <-chan struct{}) {
 	for {
 		_, repChanged := s.l.rep.Leading(s.name) // before looking: a change from now on closes it
 		ld := s.noteLeader()
-		s.checkForwarder()
+		s.fwd.check()
 		s.fs.follow(ld)
 		s.answer(ld, false)
 		s.mu.Lock()
@@ -552,18 +485,17 @@ func (s *stream) call(calls []answerCall) {
 func (s *stream) drain() {
 	s.mu.Lock()
 	close(s.mu.changed) // stays closed: Changed of a closed stream never blocks
-	f := s.mu.fwd
-	s.mu.fwd = nil
 	s.mu.Unlock()
-	if f != nil {
-		f.close() // its appends are answered ErrLeaderUnavailable
-	}
+	s.fwd.end() // its appends are answered ErrLeaderUnavailable
 	for !s.answer(nil, true) {
 		<-s.kick
 	}
-	s.fwds.Wait()
+	s.fwd.wg.Wait()
+	s.mirrorRun.Wait()
 	<-s.claims.done
-	<-s.orphansDone
+	if s.orphans != nil {
+		<-s.orphans.done
+	}
 	s.rpc.close()
 	s.claims.rpc.close()
 }

@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/peatmq/peat/cluster/faultnet"
 	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
@@ -24,30 +22,6 @@ import (
 // any record's age (the suite stamps records in 2023), so only the suite's
 // Expire drops records.
 const logMaxAge = 100 * 365 * 24 * time.Hour
-
-// logNode is one node of a site with everything Log needs.
-type logNode struct {
-	node  *Node
-	store *logstore.Store
-	srv   *Server
-	rep   *Replicator
-	log   *Log
-}
-
-// close closes the node's parts in order: Log, Replicator, Server, Node,
-// store.
-func (n *logNode) close() error {
-	err := n.log.Close()
-	n.rep.Close()
-	_ = n.srv.Close()
-	if cerr := n.node.Close(); cerr != nil && err == nil {
-		err = cerr
-	}
-	if cerr := n.store.Close(); cerr != nil && err == nil {
-		err = cerr
-	}
-	return err
-}
 
 // logStreams are the stream configurations of "name=filter[,filter]" specs.
 func logStreams(tb testing.TB, specs []string) []logstore.StreamConfig {
@@ -62,96 +36,35 @@ func logStreams(tb testing.TB, specs []string) []logstore.StreamConfig {
 	return out
 }
 
-// logNodeOpts are a Log node's configuration (openLogNode); zero fields
-// take the defaults.
-type logNodeOpts struct {
-	Dir     string // its data; "": a new temporary directory
-	Join    []string
-	Expect  int      // BootstrapExpect: 1 bootstraps alone
-	Streams []string // the store's streams as "name=filter[,filter]"; nil: "s=s/#"
-	MinFree int64    // the store's MinFreeBytes; 0: -1, no check
-	MinISR  int      // min_insync_replicas
-	Log     LogConfig
-	// SessionTimeout is Config.SessionTimeout; 0: the default.
-	SessionTimeout time.Duration
-	// Net carries the cluster transport (forwarding, replica and state
-	// fetch, commands, heartbeats) under the node's id and Raft under
-	// id+"/raft"; Serf stays on loopback, so a cut never looks like a
-	// failure to it. nil: loopback TCP.
-	Net *faultnet.Network
-}
-
-// openLogNode opens node id by hand, part by part: its store
-// (ManualCommit), Raft and Serf, a Server, a Replicator and the Log.
-// Tests of the Log's rules use it to create streams on replicas of their
-// choosing and to change a stream's acks at run time, which a node
-// started as `peat serve` starts one (newTestSite) does not allow.
-func openLogNode(tb testing.TB, id string, o logNodeOpts) *logNode {
-	tb.Helper()
-	if o.Dir == "" {
-		o.Dir = tb.TempDir()
+// forLog is o for a test of the Log's rules (startLogSite): its nodes
+// configure no stream, their stores hold o.Stored ("s=s/#" when none),
+// which the test creates on replicas of its choosing (createStreams);
+// replica_lag_max is the default, followers fetch every 200 ms, and a
+// node still up at cleanup stops as after a crash.
+func (o siteOpts) forLog() siteOpts {
+	o.Streams = []SiteStream{}
+	if o.Stored == nil {
+		o.Stored = []string{"s=s/#"}
 	}
-	if o.Streams == nil {
-		o.Streams = []string{"s=s/#"}
-	}
-	if o.MinFree == 0 {
-		o.MinFree = -1
-	}
-	dir, fnet, lcfg := o.Dir, o.Net, o.Log
-	st, err := logstore.Open(logstore.Config{
-		Dir: dir + "/store", Profile: logstore.ProfilePiZero, Streams: logStreams(tb, o.Streams),
-		RetentionInterval: time.Hour, MinFreeBytes: o.MinFree, ManualCommit: true,
-	})
-	if err != nil {
-		tb.Fatalf("logstore.Open: %v", err)
-	}
-	var ln net.Listener
-	if fnet != nil {
-		ln, err = fnet.Listen(id)
-	} else {
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
-	}
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cfg := DefaultConfig()
-	cfg.NodeID, cfg.SerfAddr, cfg.RaftAddr, cfg.ClusterAddr = id, "127.0.0.1:0", "127.0.0.1:0", ln.Addr().String()
-	if fnet != nil {
-		cfg.Dial = fnet.Dialer(id)
-		if cfg.RaftListener, err = fnet.Listen(id + "/raft"); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	cfg.AcksLeader = lcfg.AcksLeader
-	cfg.SessionTimeout = cmp.Or(o.SessionTimeout, cfg.SessionTimeout)
-	cfg.Join, cfg.BootstrapExpect = o.Join, o.Expect
-	cfg.SnapshotDir = dir + "/snapshots"
-	cfg.MQTTAddr, cfg.Version = "127.0.0.1:1883", "test"
-	node, err := Open(cfg, st)
-	if err != nil {
-		_ = st.Close()
-		tb.Fatalf("Open %s: %v", id, err)
-	}
-	srv := Serve(ln, nil)
-	srv.ServeNode(node)
-	rep := StartReplicator(ReplicatorConfig{Node: node, Server: srv, Stream: st.Stream, FetchMaxWait: 200 * time.Millisecond,
-		MinInsyncReplicas: o.MinISR})
-	return &logNode{node: node, store: st, srv: srv, rep: rep, log: NewLogConfig(node, st, rep, lcfg)}
+	o.LagMax = cmp.Or(o.LagMax, DefaultReplicaLagMax)
+	o.FetchMaxWait = cmp.Or(o.FetchMaxWait, 200*time.Millisecond)
+	o.Crash = true
+	return o
 }
 
 // createStreams has the controller create each stream of specs on
 // replicas, and waits until n's Log shows it and, when n is to lead it,
 // n leads it.
-func createStreams(tb testing.TB, n *logNode, replicas []string, names ...string) {
+func createStreams(tb testing.TB, n *testNode, replicas []string, names ...string) {
 	tb.Helper()
 	// The controller registers brokers as it reconciles with Serf; a
 	// stream naming one it has not registered yet is refused. A reopened
 	// node's state names it alive in its last epoch until its new one is
 	// registered, which fences it and elects its streams' leaders anew.
 	eventually(tb, "the controller to register "+strings.Join(replicas, ", "), func() bool {
-		st, _ := n.node.State()
+		st, _ := n.Node.State()
 		for _, id := range replicas {
-			if b := st.Brokers[id]; b == nil || !b.Alive || id == n.node.ID() && b.Epoch != n.node.Epoch() {
+			if b := st.Brokers[id]; b == nil || !b.Alive || id == n.Node.ID() && b.Epoch != n.Node.Epoch() {
 				return false
 			}
 		}
@@ -160,17 +73,17 @@ func createStreams(tb testing.TB, n *logNode, replicas []string, names ...string
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, name := range names {
-		if err := n.node.Submit(ctx, rules.CreateStream{Name: name, Replicas: replicas}); err != nil {
+		if err := n.Node.Submit(ctx, rules.CreateStream{Name: name, Replicas: replicas}); err != nil {
 			tb.Fatalf("create %s: %v", name, err)
 		}
 	}
 	for _, name := range names {
-		eventually(tb, n.node.ID()+" serves "+name, func() bool {
-			s, _ := n.log.Stream(name).(*stream)
+		eventually(tb, n.Node.ID()+" serves "+name, func() bool {
+			s, _ := n.Log.Stream(name).(*stream)
 			if s == nil {
 				return false
 			}
-			if replicas[0] != n.node.ID() {
+			if replicas[0] != n.Node.ID() {
 				return true
 			}
 			// Led in the state's leader epoch: an older leadership ends.
@@ -185,26 +98,19 @@ func createStreams(tb testing.TB, n *logNode, replicas []string, names ...string
 func openSoloLog(minFree int64) logtest.Open {
 	return func(t *testing.T, dir string, specs ...string) (mqtt.Log, func() error) {
 		t.Helper()
-		n := openLogNode(t, "n1", logNodeOpts{Dir: dir, Expect: 1, Streams: specs, MinFree: minFree})
+		n := newTestSite(t, siteOpts{Voters: 1, Dirs: []string{dir}, Stored: specs, MinFree: minFree}.forLog()).nodes[0]
 		var names []string
 		for _, sc := range logStreams(t, specs) {
 			names = append(names, sc.Name)
 		}
 		createStreams(t, n, []string{"n1"}, names...)
-		logs[n.log] = n
-		var closed bool
-		return n.log, func() error {
-			if closed {
-				return nil
-			}
-			closed = true
-			return n.close()
-		}
+		logs[n.Log] = n
+		return n.Log, func() error { return n.crash(t) }
 	}
 }
 
 // logs finds a test Log's node (the suite's hooks get the Log only).
-var logs = map[*Log]*logNode{}
+var logs = map[*Log]*testNode{}
 
 // TestLog_Contract runs mqtt/log.go's contract against the Log of a
 // one-node site: the node leads every stream, its ISR is itself.
@@ -236,55 +142,26 @@ func TestLog_Contract(t *testing.T) {
 	})
 }
 
-// logSiteOpts configure a site of Log nodes (startLogSite); zero fields
-// take the defaults.
-type logSiteOpts struct {
-	Nodes          int // voters n1, n2...; 0: 3
-	MinISR         int
-	Log            LogConfig
-	Net            *faultnet.Network // logNodeOpts.Net
-	SessionTimeout time.Duration     // logNodeOpts.SessionTimeout
-}
-
-// startLogSite starts o.Nodes voters (openLogNode), each with stream "s"
-// (filter "s/#") in its store, and waits until they agree on a
-// controller and it has registered them all. Nodes not killed close at
-// cleanup.
-func startLogSite(t *testing.T, o logSiteOpts) (nodes []*logNode, kill func(*logNode)) {
+// startLogSite starts o.Voters voters (3 when 0) for a test of the
+// Log's rules (o.forLog), and waits until they agree on a controller and
+// it has registered them all. kill stops a node as a crash does.
+func startLogSite(t *testing.T, o siteOpts) (nodes []*testNode, kill func(*testNode)) {
 	t.Helper()
-	n := cmp.Or(o.Nodes, 3)
-	closed := map[*logNode]bool{}
-	for i := range n {
-		var join []string
-		if i > 0 {
-			join = []string{nodes[0].node.SerfAddr()}
-		}
-		ln := openLogNode(t, fmt.Sprintf("n%d", i+1), logNodeOpts{Join: join, Expect: n, MinISR: o.MinISR, Log: o.Log, Net: o.Net,
-			SessionTimeout: o.SessionTimeout})
-		nodes = append(nodes, ln)
-	}
-	kill = func(ln *logNode) {
-		if !closed[ln] {
-			closed[ln] = true
-			if err := ln.close(); err != nil {
-				t.Errorf("close %s: %v", ln.node.ID(), err)
-			}
+	nodes = newTestSite(t, o.forLog()).nodes
+	kill = func(n *testNode) {
+		if err := n.crash(t); err != nil {
+			t.Errorf("close %s: %v", n.id, err)
 		}
 	}
-	t.Cleanup(func() {
-		for _, ln := range nodes {
-			kill(ln)
-		}
-	})
 	eventually(t, "one controller that has registered every node", func() bool {
-		id := nodes[0].node.Controller()
+		id := nodes[0].Node.Controller()
 		for _, ln := range nodes {
-			if ln.node.Controller() != id || id == "" {
+			if ln.Node.Controller() != id || id == "" {
 				return false
 			}
-			st, _ := ln.node.State()
+			st, _ := ln.Node.State()
 			for _, m := range nodes {
-				if b := st.Brokers[m.node.ID()]; b == nil || !b.Alive || b.Epoch != m.node.Epoch() {
+				if b := st.Brokers[m.Node.ID()]; b == nil || !b.Alive || b.Epoch != m.Node.Epoch() {
 					return false
 				}
 			}
@@ -295,10 +172,10 @@ func startLogSite(t *testing.T, o logSiteOpts) (nodes []*logNode, kill func(*log
 }
 
 // roles orders a site's nodes: the controller, then the others.
-func roles(t *testing.T, nodes []*logNode) (ctl *logNode, others []*logNode) {
+func roles(t *testing.T, nodes []*testNode) (ctl *testNode, others []*testNode) {
 	t.Helper()
 	for _, ln := range nodes {
-		if ln.node.IsController() {
+		if ln.Node.IsController() {
 			ctl = ln
 		} else {
 			others = append(others, ln)
@@ -352,27 +229,27 @@ func committedRecs(t *testing.T, who string, s mqtt.Stream, n uint64) []*logstor
 // at the same offsets, and after the leader dies the new leader's StateMoved fires and
 // it takes appends from where the old one stopped.
 func TestLog_ThreeNodes(t *testing.T) {
-	nodes, kill := startLogSite(t, logSiteOpts{MinISR: 2})
+	nodes, kill := startLogSite(t, siteOpts{MinISR: 2})
 	ctl, others := roles(t, nodes)
 	leader, follower := others[0], others[1]
 	// The leader is the first replica; the controller is next in line.
-	replicas := []string{leader.node.ID(), ctl.node.ID(), follower.node.ID()}
+	replicas := []string{leader.Node.ID(), ctl.Node.ID(), follower.Node.ID()}
 	// The store holds "s" everywhere; the Log shows it once the
 	// controller's state does.
 	for _, ln := range nodes {
-		if ln.log.Stream("s") != nil || ln.log.Route("s/x") != nil || len(ln.log.Streams()) != 0 {
-			t.Fatalf("%s shows a stream the controller has not created", ln.node.ID())
+		if ln.Log.Stream("s") != nil || ln.Log.Route("s/x") != nil || len(ln.Log.Streams()) != 0 {
+			t.Fatalf("%s shows a stream the controller has not created", ln.Node.ID())
 		}
 	}
-	events, cancel := follower.log.WatchStreams()
+	events, cancel := follower.Log.WatchStreams()
 	defer cancel()
 	for _, ln := range nodes {
 		createStreams(t, ln, replicas, "s")
 	}
-	if ev := logEvent(t, events); ev.Kind != logstore.StreamAdded || ev.Stream != follower.log.Stream("s") {
+	if ev := logEvent(t, events); ev.Kind != logstore.StreamAdded || ev.Stream != follower.Log.Stream("s") {
 		t.Fatalf("first event %v %v, want the created stream added", ev.Kind, ev.Stream)
 	}
-	ls := leader.log.Route("s/x")
+	ls := leader.Log.Route("s/x")
 	var want []*logstore.Record
 	for i := range 5 {
 		batch := logRecs(4, strconv.Itoa(i))
@@ -385,15 +262,15 @@ func TestLog_ThreeNodes(t *testing.T) {
 		}
 		want = append(want, batch...)
 	}
-	for _, ln := range []*logNode{ctl, follower} {
-		s := ln.log.Route("s/x")
-		got := committedRecs(t, ln.node.ID(), s, uint64(len(want)))
+	for _, ln := range []*testNode{ctl, follower} {
+		s := ln.Log.Route("s/x")
+		got := committedRecs(t, ln.Node.ID(), s, uint64(len(want)))
 		if len(got) != len(want) {
-			t.Fatalf("%s reads %d records, want %d", ln.node.ID(), len(got), len(want))
+			t.Fatalf("%s reads %d records, want %d", ln.Node.ID(), len(got), len(want))
 		}
 		for i, r := range got {
 			if r.Offset != uint64(i) || r.Topic != want[i].Topic || string(r.Payload) != string(want[i].Payload) {
-				t.Fatalf("%s offset %d: %d %s %q, want %d %s %q", ln.node.ID(), i, r.Offset, r.Topic, r.Payload, i, want[i].Topic, want[i].Payload)
+				t.Fatalf("%s offset %d: %d %s %q, want %d %s %q", ln.Node.ID(), i, r.Offset, r.Topic, r.Payload, i, want[i].Topic, want[i].Payload)
 			}
 		}
 	}
@@ -404,7 +281,7 @@ func TestLog_ThreeNodes(t *testing.T) {
 		t.Fatal("Claim on the leader refused")
 	}
 
-	next := ctl.log.Route("s/x")
+	next := ctl.Log.Route("s/x")
 	moved := next.StateMoved()
 	kill(leader)
 	select {
@@ -424,7 +301,7 @@ func TestLog_ThreeNodes(t *testing.T) {
 	if ok, _ := next.Claim("g/x", "c2"); !ok {
 		t.Fatal("the new leader refused a claim the dead leader held: claims live with the leader")
 	}
-	got := committedRecs(t, follower.node.ID(), follower.log.Route("s/x"), uint64(len(want))+1)
+	got := committedRecs(t, follower.Node.ID(), follower.Log.Route("s/x"), uint64(len(want))+1)
 	if got[len(want)].Topic != "s/after/0" {
 		t.Fatalf("the follower reads %s at %d, want the new leader's record", got[len(want)].Topic, len(want))
 	}
@@ -432,22 +309,22 @@ func TestLog_ThreeNodes(t *testing.T) {
 	// Reassigned away from the follower, the stream stays in its Log: the
 	// follower observes it (fetches without being a replica), so its
 	// clients still read it there and their appends are forwarded.
-	obs := follower.log.Stream("s")
+	obs := follower.Log.Stream("s")
 	ctx, cancelSubmit := context.WithTimeout(context.Background(), time.Minute)
 	defer cancelSubmit()
-	if err := ctl.node.Submit(ctx, rules.AssignReplicas{Name: "s", Replicas: []string{ctl.node.ID()}}); err != nil {
+	if err := ctl.Node.Submit(ctx, rules.AssignReplicas{Name: "s", Replicas: []string{ctl.Node.ID()}}); err != nil {
 		t.Fatalf("AssignReplicas: %v", err)
 	}
 	eventually(t, "the follower to see the reassignment", func() bool {
-		st, _ := follower.node.State()
-		return !slices.Contains(st.Streams["s"].Replicas, follower.node.ID())
+		st, _ := follower.Node.State()
+		return !slices.Contains(st.Streams["s"].Replicas, follower.Node.ID())
 	})
-	if follower.log.Stream("s") != obs || follower.log.Route("s/x") != obs {
+	if follower.Log.Stream("s") != obs || follower.Log.Route("s/x") != obs {
 		t.Fatal("the observer's Log lost a stream it observes")
 	}
 	// It reads what was committed, and its appends reach the leader,
 	// whose answer comes back: one replica left, below the minimum of 2.
-	if got := committedRecs(t, follower.node.ID(), obs, uint64(len(want))+1); got[len(want)].Topic != "s/after/0" {
+	if got := committedRecs(t, follower.Node.ID(), obs, uint64(len(want))+1); got[len(want)].Topic != "s/after/0" {
 		t.Fatalf("the observer reads %s at %d", got[len(want)].Topic, len(want))
 	}
 	eventually(t, "the leader's refusal through the observer", func() bool {
@@ -476,19 +353,19 @@ func logEvent(t *testing.T, events <-chan mqtt.StreamEvent) mqtt.StreamEvent {
 // refuses appends with ErrNotEnoughReplicas once a follower's failure has
 // taken it out of the ISR.
 func TestLog_MinInsyncReplicas(t *testing.T) {
-	nodes, kill := startLogSite(t, logSiteOpts{MinISR: 3})
+	nodes, kill := startLogSite(t, siteOpts{MinISR: 3})
 	ctl, others := roles(t, nodes)
-	replicas := []string{ctl.node.ID(), others[0].node.ID(), others[1].node.ID()}
+	replicas := []string{ctl.Node.ID(), others[0].Node.ID(), others[1].Node.ID()}
 	for _, ln := range nodes {
 		createStreams(t, ln, replicas, "s")
 	}
-	s := ctl.log.Route("s/x")
+	s := ctl.Log.Route("s/x")
 	if _, err := logAppend(t, s, logRecs(3, "a")...); err != nil {
 		t.Fatalf("append with the full ISR: %v", err)
 	}
 	kill(others[1])
 	eventually(t, "the ISR loses the dead follower", func() bool {
-		st, _ := ctl.node.State()
+		st, _ := ctl.Node.State()
 		return len(st.Streams["s"].ISR) == 2
 	})
 	eventually(t, "the leader refuses below min_insync_replicas", func() bool {

@@ -41,7 +41,8 @@ func (s *syncBuf) String() string {
 // kernel picks, data in temporary directories; with Serve, a Server
 // (replication and commands) on each; with replicate (replicator_test.go),
 // a Replicator. Tests of Site and Log, which put the parts together, use
-// newTestSite (testsite_test.go).
+// newTestSite (testsite_test.go), which starts each node with StartSite;
+// tests of the Log's rules through startLogSite (log_test.go).
 type site struct {
 	tb     testing.TB
 	opts   partsOpts
@@ -117,18 +118,13 @@ func (s *site) open(id string, o nodeOpts) *Node {
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	var ln net.Listener
 	if fnet := s.opts.Net; s.servers != nil {
-		var err error
 		if fnet != nil {
-			ln, err = fnet.Listen(id)
-			cfg.Dial = fnet.Dialer(id)
-			if err == nil {
-				cfg.RaftListener, err = fnet.Listen(id + "/raft")
-			}
+			ln = onNet(s.tb, fnet, id, &cfg)
 		} else {
-			ln, err = net.Listen("tcp", "127.0.0.1:0")
-		}
-		if err != nil {
-			s.tb.Fatal(err)
+			var err error
+			if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+				s.tb.Fatal(err)
+			}
 		}
 		cfg.ClusterAddr = ln.Addr().String()
 	}

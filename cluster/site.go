@@ -101,6 +101,25 @@ type SiteConfig struct {
 	Mirror MirrorApply
 
 	Logger *slog.Logger
+
+	// test is set only by this package's tests (testsite_test.go); nil
+	// for every node a configuration starts.
+	test *siteTest
+}
+
+// siteTest is what a test of this package sets on a SiteConfig that no
+// configuration can: the transport on faultnet, and the Log's choices of
+// a node its tests drive by hand (streams they create on replicas of
+// their choosing, acks flipped at run time).
+type siteTest struct {
+	// transport replaces the listener on TransportListen (which is then
+	// not used); Node.Dial and Node.RaftListener go with it.
+	transport net.Listener
+	// acksLeader replaces the Streams' AcksLeader settings, for the Log
+	// and the Node alike.
+	acksLeader     func(stream string) bool
+	forwardTimeout time.Duration // LogConfig.ForwardTimeout; 0: its default
+	fetchMaxWait   time.Duration // ReplicatorConfig.FetchMaxWait; 0: its default
 }
 
 // SiteStream is a stream of the configuration; zero fields take the
@@ -152,7 +171,8 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 	if cfg.LeaderBalanceAfter < 0 {
 		return nil, fmt.Errorf("cluster: leader_balance_after %v: want 0 (never) or more", cfg.LeaderBalanceAfter)
 	}
-	if err := checkAddr(cfg.TransportListen); err != nil {
+	test := cmp.Or(cfg.test, &siteTest{})
+	if err := checkAddr(cfg.TransportListen); err != nil && test.transport == nil {
 		return nil, fmt.Errorf("cluster: transport address: %w", err)
 	}
 	for _, st := range cfg.Streams {
@@ -170,9 +190,12 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 		}
 	}
 	cfg.Streams = append(slices.Clip(cfg.Streams), SiteStream{Name: SessionsStream, ReplicationFactor: sessionsFactor(cfg)})
-	ln, err := net.Listen("tcp", cfg.TransportListen)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: transport: %w", err)
+	ln := test.transport
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.TransportListen); err != nil {
+			return nil, fmt.Errorf("cluster: transport: %w", err)
+		}
 	}
 	cfg.Node.ClusterAddr = ln.Addr().String()
 	if cfg.Node.Logger == nil {
@@ -183,6 +206,9 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 		settings[st.Name] = st
 	}
 	acksLeader := func(name string) bool { return settings[name].AcksLeader }
+	if test.acksLeader != nil {
+		acksLeader = test.acksLeader
+	}
 	cfg.Node.AcksLeader = acksLeader
 	node, err := Open(cfg.Node, cfg.Store)
 	if err != nil {
@@ -193,13 +219,13 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 	srv.ServeNode(node)
 	rep := StartReplicator(ReplicatorConfig{
 		Node: node, Server: srv, Stream: currentReplica(node, cfg.Store), LagMax: cfg.LagMax,
-		MinInsyncReplicas: cfg.MinInsyncReplicas, Log: log,
+		MinInsyncReplicas: cfg.MinInsyncReplicas, Log: log, FetchMaxWait: test.fetchMaxWait,
 		MinInsyncFor: func(name string) int { return settings[name].MinInsyncReplicas },
 	})
 	s := &Site{
 		Node: node, Server: srv, Replicator: rep,
 		Log: NewLogConfig(node, cfg.Store, rep, LogConfig{Log: log.With(slog.String("component", "cluster-log")),
-			AcksLeader: acksLeader, Mirror: cfg.Mirror}),
+			AcksLeader: acksLeader, Mirror: cfg.Mirror, ForwardTimeout: test.forwardTimeout}),
 		cfg: cfg, log: log, stop: make(chan struct{}),
 	}
 	s.watchControllers()
@@ -240,17 +266,13 @@ const handOverTimeout = 5 * time.Second
 // (Leader.Drain), for at most 2/5 of timeout. Only call it on the way
 // out: the node leaves every ISR.
 func (s *Site) HandOver(timeout time.Duration) {
-	handOver(s.Node, s.Log, timeout, s.log)
-}
-
-// handOver is HandOver on a node's parts.
-func handOver(node *Node, lg *Log, timeout time.Duration, log *slog.Logger) {
+	node, log := s.Node, s.log
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	// A follower that fetches catches up within a round trip; one that
 	// does not must not hold the stop: the rest of the time is for the
 	// controller's election and Raft's transfer.
-	if behind := lg.drainAcksLeader(ctx, timeout*2/5); len(behind) > 0 {
+	if behind := s.Log.drainAcksLeader(ctx, timeout*2/5); len(behind) > 0 {
 		log.Warn("cluster: hand-over: no follower caught up; records only this node holds may be lost",
 			slog.Any("streams", behind))
 	}

@@ -2,12 +2,15 @@ package cluster
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/peatmq/peat/cluster/faultnet"
 	"github.com/peatmq/peat/logstore"
 )
 
@@ -20,7 +23,8 @@ type siteOpts struct {
 	IDs []string
 	// Streams are every node's configured streams; each node's store
 	// holds them ("default" captures #, the others <name>/#). nil: one,
-	// "default", of factor RF with AcksLeader.
+	// "default", of factor RF with AcksLeader; empty: none but the
+	// site's sessions'.
 	Streams    []SiteStream
 	RF         int  // the default stream's replication factor; 0: the site's default
 	AcksLeader bool // the default stream is acks: leader
@@ -28,11 +32,36 @@ type siteOpts struct {
 	LeaderBalanceAfter time.Duration // SiteConfig's; 0: never
 	ReplaceAfter       time.Duration // Config's; 0: never
 	LagMax             time.Duration // SiteConfig's; 0: 2 s
+
+	// Stored are streams of every node's store that its configuration
+	// does not list, as "name=filter[,filter]": the test creates them
+	// itself (createStreams), on replicas of its choosing.
+	Stored         []string
+	MinISR         int           // SiteConfig.MinInsyncReplicas
+	MinFree        int64         // the stores' MinFreeBytes; 0: -1, no check
+	SessionTimeout time.Duration // Config's; 0: the default
+	// Dirs are the first nodes' data directories, in start order; a node
+	// past its end gets a new temporary directory.
+	Dirs []string
+	// Net carries the cluster transport (forwarding, replica and state
+	// fetch, commands, heartbeats) under the node's id and Raft under
+	// id+"/raft"; Serf stays on loopback, so a cut never looks like a
+	// failure to it. nil: loopback TCP.
+	Net *faultnet.Network
+	// AcksLeaderFor, when set, decides which streams are acks: leader
+	// instead of Streams, asked at every append: a test may flip it.
+	AcksLeaderFor  func(stream string) bool
+	ForwardTimeout time.Duration // LogConfig's; 0: its default
+	FetchMaxWait   time.Duration // ReplicatorConfig's; 0: its default
+	// Crash: a node still up at cleanup stops as crash stops it, with no
+	// hand-over (which a test's cut links would hold for its timeout).
+	Crash bool
 }
 
 // testSite is a site of in-process nodes, each a StartSite on its own
-// store over loopback (real Serf, Raft and cluster transport), as `peat
-// serve` runs one. A failed test prints every node's log.
+// store over loopback (real Serf, Raft and cluster transport; the last
+// two on faultnet with siteOpts.Net), as `peat serve` runs one. A failed
+// test prints every node's log.
 type testSite struct {
 	tb    testing.TB
 	opts  siteOpts
@@ -100,7 +129,12 @@ func (s *testSite) add(id string) *testNode {
 // start starts node id with the site's configuration.
 func (s *testSite) start(id string, voter bool, expect int) *testNode {
 	s.tb.Helper()
-	n := &testNode{id: id, voter: voter, expect: expect, streams: slices.Clone(s.opts.Streams), site: s, dir: s.tb.TempDir()}
+	n := &testNode{id: id, voter: voter, expect: expect, streams: slices.Clone(s.opts.Streams), site: s}
+	if i := len(s.nodes); i < len(s.opts.Dirs) {
+		n.dir = s.opts.Dirs[i]
+	} else {
+		n.dir = s.tb.TempDir()
+	}
 	if s.first != nil {
 		n.join = []string{s.first.serf}
 	}
@@ -110,7 +144,11 @@ func (s *testSite) start(id string, voter bool, expect int) *testNode {
 		if s.tb.Failed() {
 			s.tb.Logf("log of %s:\n%s", n.id, n.logs)
 		}
-		n.stop(s.tb)
+		if !s.opts.Crash {
+			n.stop(s.tb)
+		} else if err := n.crash(s.tb); err != nil {
+			s.tb.Errorf("close %s: %v", n.id, err)
+		}
 	})
 	return n
 }
@@ -125,8 +163,13 @@ func (n *testNode) run(tb testing.TB) {
 	cfg.SnapshotDir = n.dir + "/snapshots"
 	cfg.MQTTAddr, cfg.Version = "127.0.0.1:1883", "test"
 	cfg.ReplaceAfter = o.ReplaceAfter
+	cfg.SessionTimeout = cmp.Or(o.SessionTimeout, cfg.SessionTimeout)
 	n.logs = &syncBuf{}
 	cfg.Logger = slog.New(slog.NewTextHandler(n.logs, nil))
+	test := &siteTest{acksLeader: o.AcksLeaderFor, forwardTimeout: o.ForwardTimeout, fetchMaxWait: o.FetchMaxWait}
+	if o.Net != nil {
+		test.transport = onNet(tb, o.Net, n.id, &cfg)
+	}
 	var scs []logstore.StreamConfig
 	for _, x := range n.streams {
 		filter := x.Name + "/#"
@@ -135,13 +178,15 @@ func (n *testNode) run(tb testing.TB) {
 		}
 		scs = append(scs, logstore.StreamConfig{Name: x.Name, Filters: []string{filter}})
 	}
-	store, err := logstore.Open(logstore.Config{Dir: n.dir + "/store", Profile: logstore.ProfilePiZero, Streams: scs,
-		RetentionInterval: time.Hour, MinFreeBytes: -1, ManualCommit: true})
+	store, err := logstore.Open(logstore.Config{Dir: n.dir + "/store", Profile: logstore.ProfilePiZero,
+		Streams: append(scs, logStreams(tb, o.Stored)...), RetentionInterval: time.Hour, MinFreeBytes: cmp.Or(o.MinFree, -1),
+		ManualCommit: true})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	s, err := StartSite(SiteConfig{Node: cfg, TransportListen: cmp.Or(n.trans, "127.0.0.1:0"), Store: store,
-		Streams: n.streams, LagMax: o.LagMax, LeaderBalanceAfter: o.LeaderBalanceAfter, Logger: cfg.Logger})
+		Streams: n.streams, MinInsyncReplicas: o.MinISR, LagMax: o.LagMax, LeaderBalanceAfter: o.LeaderBalanceAfter,
+		Logger: cfg.Logger, test: test})
 	if err != nil {
 		_ = store.Close()
 		tb.Fatalf("start %s: %v", n.id, err)
@@ -149,6 +194,22 @@ func (n *testNode) run(tb testing.TB) {
 	n.Site, n.store, n.down = s, store, false
 	// The next start takes the same addresses, the ports picked now.
 	n.serf, n.raft, n.trans = s.Node.SerfAddr(), s.Node.RaftAddr(), s.Node.cfg.ClusterAddr
+}
+
+// onNet puts node id's cluster transport and Raft (as id+"/raft") on
+// fnet, dialling through it: it sets cfg's Dial and RaftListener and
+// returns the transport's listener.
+func onNet(tb testing.TB, fnet *faultnet.Network, id string, cfg *Config) net.Listener {
+	tb.Helper()
+	ln, err := fnet.Listen(id)
+	if err == nil {
+		cfg.RaftListener, err = fnet.Listen(id + "/raft")
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.Dial = fnet.Dialer(id)
+	return ln
 }
 
 // stop is `peat serve` stopping on SIGTERM: a hand-over, then everything
@@ -167,20 +228,27 @@ func (n *testNode) stop(tb testing.TB) {
 	}
 }
 
-// crash stops the node as kill -9 would: no hand-over, no leave.
-func (n *testNode) crash(tb testing.TB) {
+// crash stops the node as kill -9 would: no hand-over, no leave. It
+// reports what failed to close.
+func (n *testNode) crash(tb testing.TB) error {
 	tb.Helper()
 	if n.down {
-		return
+		return nil
 	}
 	n.down = true
-	close(n.Site.stop)
-	n.Site.wg.Wait()
-	_ = n.Log.Close()
-	n.Replicator.Close()
-	_ = n.Server.Close()
-	_ = n.Node.Close()
-	_ = n.store.Close()
+	return errors.Join(stopSite(n.Site), n.store.Close())
+}
+
+// stopSite stops s as kill -9 stops a node: its loops, then its parts,
+// with no hand-over and no leave (the others find it failed). The store
+// stays open.
+func stopSite(s *Site) error {
+	close(s.stop)
+	s.wg.Wait()
+	err := s.Log.Close()
+	s.Replicator.Close()
+	_ = s.Server.Close()
+	return errors.Join(err, s.Node.Close())
 }
 
 // restart starts a node that is down again on its data and addresses,
