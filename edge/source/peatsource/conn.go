@@ -122,7 +122,7 @@ func (c *conn) subscribe(ctx context.Context) error {
 		start, _ := strconv.ParseUint(props["start"], 10, 64)
 		end, _ := strconv.ParseUint(props["end"], 10, 64)
 		c.end.Store(max(end, next))
-		if props[replayClient] != "true" {
+		if props[replayClient] != "true" && !c.u.noClients.Swap(true) {
 			c.u.cfg.Logger.Warn("peat source: the upstream does not show publishers' client ids (a Peat before they could be asked for); mirrored records carry none",
 				slog.String("stream", props[replayStream]))
 		}

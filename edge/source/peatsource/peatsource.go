@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -110,6 +111,9 @@ type Upstream struct {
 	cfg    Config
 	addr   string
 	useTLS bool
+	// noClients: the upstream's SUBACK said it shows no publishers'
+	// client ids, already logged (once, not at every reconnect).
+	noClients atomic.Bool
 }
 
 var _ source.Upstream = (*Upstream)(nil)
