@@ -31,7 +31,9 @@
 //	replica_server.go Server: the cluster transport's connections
 //	log.go            Log: the site's streams as the mqtt.Log of one node
 //	log_stream.go     stream: appends in call order, reads, the produce path
-//	forward.go        a follower's appends pipelined to the leader
+//	forward.go        a stream's forwarding: what it sends its leader, the codes back
+//	forwarder.go      one connection's pipelined appends, deadlines, redials
+//	rpcconn.go        one request at a time to a leader or the controller
 //	forward_server.go the leader's side of forwarded appends
 //	forward_codec.go  a forwarded append's records on the wire
 //	log_state_*.go    consumer-state replication (leader, follower)

@@ -1,0 +1,374 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/peatmq/peat/cluster/wire"
+	"github.com/peatmq/peat/logstore"
+	"github.com/peatmq/peat/mqtt"
+)
+
+// forwarder passes one stream's appends to its leader (leader, epoch at
+// addr), pipelined: a writer sends them in call order while up to
+// fwdWindow are unanswered, a reader matches the answers, which come back
+// in the same order.
+//
+// Each append sent must be answered within timeout of being sent. The
+// oldest unanswered one sets the connection's read deadline, so answers
+// that trickle in do not hold the ones behind them: past it the
+// connection is given up (closed), every append sent on it and
+// unanswered is refused as of unknown fate (an mqtt.Refusal wrapping
+// ErrLeaderUnavailable that says to publish again: the leader may have
+// stored it), and those queued and never sent go, in order, on a
+// connection dialled at once. Nothing is sent twice by the forwarder, and
+// nothing is reported done that the leader did not answer as done, so an
+// append is never acknowledged at two offsets; a producer that publishes
+// again after a refusal may duplicate (at least once).
+//
+// A dial that fails refuses what is queued (never sent: not stored) and
+// ends the forwarder, as close does (the leader changed): the next append
+// makes a new one, which looks the leader's address up again.
+type forwarder struct {
+	s       *stream
+	leader  string
+	epoch   uint32
+	addr    string
+	timeout time.Duration // for an answer, from its append's sending
+
+	sig  chan struct{} // cap 1: queued something, or an answer freed a slot
+	sent chan struct{} // cap 1: sent something
+	stop chan struct{}
+	once sync.Once
+	wg   *sync.WaitGroup // forwarding's: the stream's close waits for every forwarder
+
+	mu struct {
+		sync.Mutex
+		queue    []*fwdReq // not sent yet, in call order
+		inflight []*fwdReq // sent on conn, in order
+		seq      uint64
+		conn     *fwdConn // nil between connections
+		failed   bool     // no more appends: make a new forwarder
+	}
+}
+
+// fwdConn is one connection of a forwarder. dead is closed when it is
+// given up, which ends its reader and sends the writer to dial the next.
+type fwdConn struct {
+	net.Conn
+	dead chan struct{}
+}
+
+type fwdReq struct {
+	p    *pendingAppend
+	recs []*logstore.Record
+	body [][]byte
+	seq  uint64
+	sent time.Time // when it was taken to be sent: its answer is due timeout later
+	// mirror, for a mirror stream's append, holds the records' source
+	// offsets (sent with them); out gets the leader's result for each.
+	mirror []MirrorRecord
+	out    *mirrorOut
+}
+
+func newForwarder(s *stream, leader string, epoch uint32, addr string) *forwarder {
+	f := &forwarder{s: s, leader: leader, epoch: epoch, addr: addr, timeout: s.l.forwardTimeout(),
+		sig: make(chan struct{}, 1), sent: make(chan struct{}, 1), stop: make(chan struct{}), wg: &s.fwd.wg}
+	f.wg.Add(1)
+	go f.run()
+	return f
+}
+
+// usable reports whether f still forwards to leader in epoch.
+func (f *forwarder) usable(leader string, epoch uint32) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.mu.failed && f.leader == leader && f.epoch == epoch
+}
+
+// add queues an append; false if f failed (the caller makes a new one).
+func (f *forwarder) add(r *fwdReq) bool {
+	f.mu.Lock()
+	if f.mu.failed {
+		f.mu.Unlock()
+		return false
+	}
+	f.mu.queue = append(f.mu.queue, r)
+	f.mu.Unlock()
+	signal(f.sig)
+	return true
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// close fails what is queued or in flight and stops the goroutines
+// without waiting (wait: f.wg). Callers hold forwarding's mu: the failing
+// runs on its own goroutine, since closing a TLS connection may wait to
+// send its close alert.
+func (f *forwarder) close() {
+	f.once.Do(func() { close(f.stop) })
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		f.fail(fmt.Errorf("cluster: append to %s: forwarding to %s ended: %w", f.s.name, f.leader, mqtt.ErrLeaderUnavailable), fateEnded)
+	}()
+}
+
+// fail marks f failed and answers every append: those queued with err
+// (never sent, so not stored), those in flight with a refusal for why
+// (their fate is unknown). The first failure closes the connection.
+func (f *forwarder) fail(err error, why string) {
+	f.mu.Lock()
+	inflight, queue := f.mu.inflight, f.mu.queue
+	f.mu.inflight, f.mu.queue = nil, nil
+	f.mu.failed = true
+	c := f.mu.conn
+	f.mu.conn = nil
+	if c != nil {
+		close(c.dead)
+	}
+	f.mu.Unlock()
+	f.once.Do(func() { close(f.stop) })
+	for _, r := range inflight {
+		f.s.settle(r.p, appendResult{err: mqtt.Refuse(why, err)})
+	}
+	for _, r := range queue {
+		f.s.settle(r.p, appendResult{err: err})
+	}
+	if c != nil {
+		c.Close()
+	}
+}
+
+// broke gives c up after err, unless it was given up already: the
+// appends sent on it and unanswered (answered first: taken off by the
+// reader, then found wrong) are refused as of unknown fate, and the
+// writer dials again for those queued.
+func (f *forwarder) broke(c *fwdConn, err error, answered ...*fwdReq) {
+	reqs := answered
+	f.mu.Lock()
+	if f.mu.conn == c {
+		reqs = append(reqs, f.mu.inflight...)
+		f.mu.inflight, f.mu.conn = nil, nil
+		close(c.dead)
+	}
+	f.mu.Unlock()
+	why := fateLost
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		why = fateTimeout
+	}
+	refusal := mqtt.Refuse(why, fmt.Errorf("cluster: append to %s: leader %s: %v: %w", f.s.name, f.leader, err, mqtt.ErrLeaderUnavailable))
+	for _, r := range reqs {
+		f.s.settle(r.p, appendResult{err: refusal})
+	}
+	c.Close() // after the refusals: a TLS close may wait to send its alert
+}
+
+// run dials when there is something to send, and sends on the
+// connection until it is given up; then again while f is not failed.
+func (f *forwarder) run() {
+	defer f.wg.Done()
+	for f.waitQueued() {
+		c, err := f.dial()
+		if err != nil {
+			f.fail(fmt.Errorf("cluster: append to %s: dial leader %s: %v: %w", f.s.name, f.leader, err, mqtt.ErrLeaderUnavailable), fateLost)
+			return
+		}
+		f.mu.Lock()
+		failed := f.mu.failed
+		if !failed {
+			f.mu.conn = c
+		}
+		f.mu.Unlock()
+		if failed {
+			c.Close()
+			return
+		}
+		f.wg.Add(1)
+		go f.read(c)
+		if !f.write(c) {
+			return
+		}
+	}
+}
+
+// waitQueued waits until an append is queued: false if f failed first.
+func (f *forwarder) waitQueued() bool {
+	for {
+		f.mu.Lock()
+		failed, queued := f.mu.failed, len(f.mu.queue) > 0
+		f.mu.Unlock()
+		switch {
+		case failed:
+			return false
+		case queued:
+			return true
+		}
+		select {
+		case <-f.stop:
+			return false
+		case <-f.sig:
+		}
+	}
+}
+
+func (f *forwarder) dial() (*fwdConn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), fwdDialTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-f.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	conn, err := f.s.l.node.dialer()(ctx, f.addr)
+	if err != nil {
+		return nil, err
+	}
+	return &fwdConn{Conn: conn, dead: make(chan struct{})}, nil
+}
+
+// write sends the queued appends on c in order while the window has room:
+// true when c was given up (dial again), false when f failed.
+func (f *forwarder) write(c *fwdConn) bool {
+	// Frames are written through a buffer, flushed when the queue is
+	// empty or the window full: a burst of appends costs a few writes.
+	bw := bufio.NewWriterSize(c, 64<<10)
+	var buf []byte
+	for {
+		f.mu.Lock()
+		failed, dead := f.mu.failed, f.mu.conn != c
+		var r *fwdReq
+		if !failed && !dead && len(f.mu.queue) > 0 && len(f.mu.inflight) < fwdWindow {
+			r = f.mu.queue[0]
+			f.mu.queue[0] = nil
+			f.mu.queue = f.mu.queue[1:]
+			f.mu.seq++
+			r.seq, r.sent = f.mu.seq, time.Now()
+			f.mu.inflight = append(f.mu.inflight, r)
+		}
+		f.mu.Unlock()
+		switch {
+		case failed:
+			return false
+		case dead:
+			return true
+		case r != nil:
+			req := wire.ProduceRequest{Stream: f.s.name, From: f.s.l.node.ID(), LeaderEpoch: f.epoch, Seq: r.seq, Records: r.body}
+			if r.mirror != nil {
+				req.Mirror = mirrorPositions(r.mirror)
+			}
+			buf = req.AppendTo(buf[:0])
+			_ = c.SetWriteDeadline(time.Now().Add(f.timeout))
+			if err := wire.WriteFrame(bw, wire.KindProduceRequest, buf); err != nil {
+				f.broke(c, err)
+			} else if bw.Buffered() == 0 {
+				signal(f.sent) // a frame larger than the buffer went through unbuffered
+			}
+			continue
+		case bw.Buffered() > 0:
+			_ = c.SetWriteDeadline(time.Now().Add(f.timeout))
+			if err := bw.Flush(); err != nil {
+				f.broke(c, err)
+				continue
+			}
+			signal(f.sent)
+			continue
+		}
+		select {
+		case <-f.stop:
+			return false
+		case <-c.dead:
+			return true
+		case <-f.sig:
+		}
+	}
+}
+
+// read matches the leader's answers on c to the appends in flight, until
+// c is given up.
+func (f *forwarder) read(c *fwdConn) {
+	defer f.wg.Done()
+	br := bufio.NewReaderSize(c, 32<<10) // answers that came together are read without a deadline's look
+	var buf []byte
+	for {
+		f.mu.Lock()
+		live := f.mu.conn == c
+		var oldest time.Time
+		if live && len(f.mu.inflight) > 0 {
+			oldest = f.mu.inflight[0].sent
+		}
+		f.mu.Unlock()
+		if !live {
+			return
+		}
+		if oldest.IsZero() {
+			select {
+			case <-c.dead:
+				return
+			case <-f.sent:
+				continue
+			}
+		}
+		// The oldest unanswered append sets the deadline, not the last
+		// answer: a leader that answers now and then does not hold the
+		// appends behind for a timeout each.
+		_ = c.SetReadDeadline(oldest.Add(f.timeout))
+		kind, body, err := wire.ReadFrame(br, buf)
+		var resp wire.ProduceResponse
+		if err == nil {
+			buf = body[:0]
+			if kind != wire.KindProduceResponse {
+				err = fmt.Errorf("frame kind %d, want %d", kind, wire.KindProduceResponse)
+			} else {
+				err = resp.Decode(body)
+			}
+		}
+		if err != nil {
+			f.broke(c, err)
+			return
+		}
+		f.mu.Lock()
+		var r *fwdReq
+		switch {
+		case f.mu.conn != c:
+			f.mu.Unlock()
+			return // given up meanwhile: its appends are refused
+		case len(f.mu.inflight) > 0 && f.mu.inflight[0].seq == resp.Seq:
+			r = f.mu.inflight[0]
+			f.mu.inflight[0] = nil
+			f.mu.inflight = f.mu.inflight[1:]
+		}
+		f.mu.Unlock()
+		if r == nil {
+			f.broke(c, fmt.Errorf("answer %d out of order", resp.Seq))
+			return
+		}
+		signal(f.sig) // a slot in the window is free
+		res := appendResult{err: produceErr(f.s.name, &resp), at: time.Now()}
+		if res.err == nil && r.mirror != nil {
+			if res.end, err = r.mirrorAnswered(f.s.name, &resp); err != nil {
+				f.broke(c, fmt.Errorf("mirror: %v", err), r)
+				return
+			}
+		} else if res.err == nil {
+			res.first, res.end = resp.First, resp.First+uint64(len(r.recs))
+			for i, rec := range r.recs { // as the leader's appender set them
+				rec.Offset, rec.Epoch = resp.First+uint64(i), f.epoch
+			}
+		}
+		f.s.settle(r.p, res)
+	}
+}
