@@ -37,7 +37,7 @@ type corkConn struct {
 	// connection it took over (sessions_takeover.go).
 	sessionEnded atomic.Bool
 	// ackHeld: corked until mochi has fanned out the client's publish on
-	// a topic no stream captures (ingest's OnPublish, OnPublished).
+	// a topic no stream captures (ingest's OnPublish, OnPacketProcessed).
 	ackHeld atomic.Bool
 	mu      struct {
 		sync.Mutex

@@ -113,7 +113,7 @@ func (h *ingest) ID() string { return "peat-ingest" }
 // Provides reports the hook events ingest handles.
 func (h *ingest) Provides(b byte) bool {
 	switch b {
-	case mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnPublish, mochi.OnPublished, mochi.OnConnect,
+	case mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnPublish, mochi.OnPacketProcessed, mochi.OnConnect,
 		mochi.OnSessionEstablish, mochi.OnSessionEstablished, mochi.OnDisconnect:
 		return true
 	}
@@ -332,7 +332,7 @@ func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 			// publish out: a client that subscribes once the publisher
 			// has its ack would get it live, though the broker had it
 			// before the SUBSCRIBE [MQTT-4.5.0-1]. The ack waits in the
-			// cork until OnPublished, after the fan-out.
+			// cork until OnPacketProcessed, after the fan-out.
 			cc.cork()
 			cc.ackHeld.Store(true)
 		}
@@ -356,9 +356,12 @@ func (h *ingest) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet,
 	return pk, packets.ErrRejectPacket
 }
 
-// OnPublished sends the ack OnPublish held back, now that mochi fanned
-// the publish out.
-func (h *ingest) OnPublished(cl *mochi.Client, pk packets.Packet) {
+// OnPacketProcessed sends the ack OnPublish held back, now that mochi
+// fanned the publish out. It runs after every packet mochi processed,
+// whatever the outcome: a later hook that rejected the publish (edge's
+// $mirror/ hook) never reaches OnPublished, and the ack it wrote itself
+// must not stay held.
+func (h *ingest) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, _ error) {
 	if cc, ok := cl.Net.Conn.(*corkConn); ok && cc.ackHeld.Swap(false) {
 		_ = cc.uncork() // a failed write ends the connection: mochi's read loop sees it
 	}

@@ -11,6 +11,7 @@ import (
 
 	pahov5 "github.com/eclipse/paho.golang/paho"
 	paho "github.com/eclipse/paho.mqtt.golang"
+	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/peatmq/peat/logstore"
@@ -652,4 +653,32 @@ func TestMessageExpiry_IsMochisRule(t *testing.T) {
 			t.Errorf("messageExpiry(max %d, interval %d) = %d, want %d", c.max, c.interval, got, c.want)
 		}
 	}
+}
+
+// rejectingHook takes publishes on own/ as edge's $mirror/ hook does:
+// it answers them itself and tells mochi to drop them.
+type rejectingHook struct{ mochi.HookBase }
+
+func (*rejectingHook) ID() string           { return "rejecting" }
+func (*rejectingHook) Provides(b byte) bool { return b == mochi.OnPublish }
+func (*rejectingHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if !strings.HasPrefix(pk.TopicName, "own/") {
+		return pk, nil
+	}
+	_ = cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID})
+	return pk, packets.ErrRejectPacket
+}
+
+// A hook after Peat's that takes a publish on a topic no stream captures
+// and answers it itself is not held up by the ack Peat holds until the
+// fan-out, which never comes: its answer and the next ones go out.
+func TestIngest_AnotherHooksPublishIsAnswered(t *testing.T) {
+	b := newTestBroker(t, newMemLog(t, "elsewhere=elsewhere/#"))
+	if err := b.srv.AddHook(&rejectingHook{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	c := dialRaw(t, b, "c", 5)
+	publishQoS1(t, c, 1, "own/a", "x", false)
+	publishQoS1(t, c, 2, "other/a", "y", false)
+	publishQoS1(t, c, 3, "own/b", "z", false)
 }
