@@ -339,7 +339,7 @@ func (d *delivery) OnSubscribed(cl *mochi.Client, pk packets.Packet, reasonCodes
 				granted = append(granted, pk.Filters[i])
 			}
 		}
-		d.sessions.subscribed(cl.ID, granted)
+		d.sessions.subscribed(cl.ID, granted, asksClients(pk.Properties.User))
 	}
 	for _, code := range reasonCodes {
 		if code < packets.ErrUnspecifiedError.Code {

@@ -362,6 +362,7 @@ func (d *delivery) resumeTaps(c *deliveryClient) {
 				attrFilter, sub.Filter, attrReason, refusal.reason)
 			continue
 		}
+		t.clients = d.sessions.asksClients(c.id, sub.Filter)
 		c.installTap(t)
 		d.startTap(t)
 	}

@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"slices"
@@ -540,4 +541,66 @@ func TestReplay_PublishersClientIDOnlyWhenAskedAndAllowed(t *testing.T) {
 		subscribeAsking(t, c, "$replay/earliest/+/t/#")
 		check(t, readPublishes(t, c, 3), []string{"", "", ""})
 	})
+}
+
+// A durable session keeps a $replay subscription's request for
+// publishers: after a reconnect with Clean Start 0, its deliveries still
+// show them, on a broker restarted meanwhile too.
+func TestReplay_PublishersKeptByADurableSession(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	s := l.stream(t, "default")
+	done := make(chan error, 1)
+	s.AppendAsync([]*logstore.Record{
+		{Topic: "t/0", Payload: []byte("a"), QoS: 1, ClientID: "hq-sensor-1", Timestamp: 1000},
+		{Topic: "t/1", Payload: []byte("b"), QoS: 1, ClientID: "other-2", Timestamp: 2000},
+		{Topic: "t/2", Payload: []byte("c"), QoS: 1, ClientID: "third-3", Timestamp: 3000},
+	}, func(_ uint64, err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	connect := mqtttest.Connect{ClientID: "durable", Version: 5, Keepalive: 60,
+		Properties: packets.Properties{SessionExpiryInterval: 3600, SessionExpiryIntervalFlag: true}}
+	clientOf := func(pk packets.Packet) string {
+		if u := pk.Properties.User; len(u) > 0 && u[len(u)-1].Key == propClient {
+			return u[len(u)-1].Val
+		}
+		return ""
+	}
+
+	b := newTestBroker(t, l)
+	c := mqtttest.Dial(t, b.Addr().String(), connect)
+	subscribeAsking(t, c, "$replay/earliest/+/t/#")
+	if got := clientOf(readPublishes(t, c, 1)[0]); got != "hq-sensor-1" {
+		t.Fatalf("first delivery: client %q, want hq-sensor-1", got)
+	}
+	c.Ping()
+	c.ReadUntil(packets.Pingresp) // the PUBACK is in
+	c.Write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}})
+	c.Close()
+
+	c = mqtttest.Dial(t, b.Addr().String(), connect)
+	if !c.Connack.SessionPresent {
+		t.Fatal("the session did not resume")
+	}
+	if got := clientOf(readPublishes(t, c, 1)[0]); got != "other-2" {
+		t.Errorf("after a reconnect: client %q, want other-2", got)
+	}
+	c.Ping()
+	c.ReadUntil(packets.Pingresp)
+	c.Write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}})
+	c.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b = newTestBroker(t, l)
+	c = mqtttest.Dial(t, b.Addr().String(), connect)
+	if !c.Connack.SessionPresent {
+		t.Fatal("the session did not resume after a restart")
+	}
+	if got := clientOf(readPublishes(t, c, 1)[0]); got != "third-3" {
+		t.Errorf("after a restart: client %q, want third-3", got)
+	}
 }

@@ -93,6 +93,10 @@ type sessionSub struct {
 	RetainAsPublished bool   `msgpack:"rap,omitempty"`
 	RetainHandling    byte   `msgpack:"rh,omitempty"`
 	Identifier        int    `msgpack:"id,omitempty"`
+	// Clients: a $replay or $group subscription that asked for each
+	// record's publisher (user property client: true); its tap asks
+	// again when the session resumes.
+	Clients bool `msgpack:"cl,omitempty"`
 }
 
 // session is one durable session.
@@ -411,9 +415,12 @@ func (ss *sessions) establish(cl *mochi.Client) {
 	s.Expiry = cl.Properties.Props.SessionExpiryInterval
 	s.ExpiryFlag = cl.Properties.Props.SessionExpiryIntervalFlag
 	s.ReceiveMaximum = cl.Properties.Props.ReceiveMaximum
+	old := s.Subs
 	s.Subs = map[string]sessionSub{}
 	for _, sub := range cl.State.Subscriptions.GetAll() {
-		s.Subs[sub.Filter] = sessionSubOf(sub)
+		stored := sessionSubOf(sub)
+		stored.Clients = old[sub.Filter].Clients // mochi's subscription does not hold it
+		s.Subs[sub.Filter] = stored
 	}
 	cs := append(s.cursorList(), ended...)
 	ss.mu.Unlock()
@@ -437,13 +444,17 @@ func sessionSubOf(sub packets.Subscription) sessionSub {
 	}
 }
 
-// subscribed and unsubscribed follow a durable client's subscriptions.
-func (ss *sessions) subscribed(id string, subs []packets.Subscription) {
+// subscribed and unsubscribed follow a durable client's subscriptions;
+// clients: the SUBSCRIBE asked for publishers (asksClients), which its
+// extension subscriptions keep.
+func (ss *sessions) subscribed(id string, subs []packets.Subscription, clients bool) {
 	ss.mu.Lock()
 	s := ss.m[id]
 	if s != nil {
 		for _, sub := range subs {
-			s.Subs[sub.Filter] = sessionSubOf(sub)
+			stored := sessionSubOf(sub)
+			stored.Clients = clients && (strings.HasPrefix(sub.Filter, replayPrefix) || strings.HasPrefix(sub.Filter, groupPrefix))
+			s.Subs[sub.Filter] = stored
 		}
 	}
 	ss.mu.Unlock()
@@ -631,4 +642,13 @@ func (ss *sessions) releaseAfterWrite(id string) {
 		ss.site.ReleaseSession(id)
 	}
 	ss.w.after(done)
+}
+
+// asksClients reports whether the stored session of client id asked
+// for publishers on its subscription to filter (sessionSub.Clients).
+func (ss *sessions) asksClients(id, filter string) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	s := ss.m[id]
+	return s != nil && s.Subs[filter].Clients
 }
