@@ -256,6 +256,32 @@ func (s *Site) Close() error {
 // find the node failed as after a crash.
 const handOverTimeout = 5 * time.Second
 
+// StreamLeader returns the leader of stream that the controller's state
+// names and its epoch, and whether this node is that leader and runs its
+// Leader now: where a stream is read from for what acts as its leader
+// outside the log (a site's sinks). leader is "" for a stream the state
+// does not hold.
+func (s *Site) StreamLeader(stream string) (leader string, epoch uint32, here bool) {
+	cs := s.Node.View().Streams[stream]
+	if cs == nil {
+		return "", 0, false
+	}
+	ld, _ := s.Replicator.Leading(stream)
+	return cs.Leader, cs.LeaderEpoch, ld != nil && cs.Leader == s.Node.ID()
+}
+
+// LeadersChanged returns a channel closed when the Replicator next looks
+// at the state: after every change of a stream's leader, here or
+// elsewhere.
+func (s *Site) LeadersChanged() <-chan struct{} {
+	_, ch := s.Replicator.Leading("")
+	return ch
+}
+
+// HearsController is Node.HearsController: false while what this node
+// leads may have been moved without its knowing.
+func (s *Site) HearsController() bool { return s.Node.HearsController() }
+
 // HandOver is a controlled shutdown (Kafka's): the node reports itself
 // failed in its own broker epoch, so the controller fences it now (out of
 // every ISR, new leaders for the streams it led) instead of after Serf's

@@ -24,24 +24,17 @@ var (
 )
 
 func (l siteLeadership) Leader(stream string) (leader string, epoch uint64, here bool) {
-	cs := l.site.Node.View().Streams[stream]
-	if cs == nil {
-		return "", 0, false
-	}
-	ld, _ := l.site.Replicator.Leading(stream)
-	return cs.Leader, uint64(cs.LeaderEpoch), ld != nil && cs.Leader == l.site.Node.ID()
+	leader, e, here := l.site.StreamLeader(stream)
+	return leader, uint64(e), here
 }
 
 // Hold is true while this node has not heard from the controller for the
 // Raft heartbeat timeout.
-func (l siteLeadership) Hold() bool { return !l.site.Node.HearsController() }
+func (l siteLeadership) Hold() bool { return !l.site.HearsController() }
 
 // Changed closes when the Replicator next looks at the state: after every
 // change of leader, here or elsewhere.
-func (l siteLeadership) Changed() <-chan struct{} {
-	_, ch := l.site.Replicator.Leading("")
-	return ch
-}
+func (l siteLeadership) Changed() <-chan struct{} { return l.site.LeadersChanged() }
 
 // clientID is the client id a sink connects upstream with. In a site each
 // node has its own, <client_id>-<node_id>: nodes leading different
