@@ -468,7 +468,7 @@
 // # Storage profiles
 //
 // Profiles pi-zero, pi and server set Badger's memtables, level sizes,
-// compression, caches and value-log file size (see profile.go and issue 2),
+// compression, caches and value-log file size (see profile.go),
 // and a Go memory limit (Profile.MemoryLimit) the caller applies. All three
 // keep records in the value log (profile.go, recordsInValueLog). Their
 // memtables are small (pi-zero 4 MiB, pi and server 2 MiB, with 1 MiB

@@ -38,7 +38,7 @@ import (
 // PROFILES=pi-zero CLIENTS=0 scripts/bench-pi.sh.) The replay pays for
 // reading from the disk what the page cache would have held: about 9%.
 //
-// pi and server are at 4 MiB since issue 20 (profile.go, flatRSS): these
+// pi and server are at 4 MiB (profile.go, flatRSS): these
 // pages rise by the limit between trims, which showed as 6 MB of RSS
 // growth through a 1M-record pile-up. BenchmarkReadAll, which reads from
 // disk through the trimmer, 16 -> 4 MiB, 3 alternating runs on a loaded

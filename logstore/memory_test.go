@@ -8,7 +8,7 @@ import (
 )
 
 // The live Go heap a store holds while records pile up is what a broker's
-// RSS rests on through an upstream outage (issue 20): it must not grow with
+// RSS rests on through an upstream outage: it must not grow with
 // the records, and it must be small, since Go's GC lets garbage grow to
 // twice it before collecting (profile.go, flatRSS). Badger's memtable
 // arena was most of it: 21 MB for the old 16 MiB memtables, about 5 MB

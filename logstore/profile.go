@@ -24,7 +24,8 @@ const (
 	mib = 1 << 20
 )
 
-// profileSpec starts from the measured table of issue 2, item 4.
+// profileSpec starts from the project's first table of Badger settings per
+// board class, then measured (below).
 //
 // pi-zero keeps the table's 128 MiB Go memory limit, measured against lower
 // ones with 1,000 sensors publishing QoS 1 at 1 msg/s (peat-bench sensors,
@@ -134,7 +135,7 @@ var profiles = map[Profile]profileSpec{
 const recordsInValueLog = 64
 
 // serverReplay: the server profile's memtables, compression and caches
-// are sized for replay, a log read mostly once, in order (issue 3: broker
+// are sized for replay, a log read mostly once, in order (the target: broker
 // RSS during a 1M-record replay within 50 MB of idle). It had Snappy, a
 // 256 MiB block cache and a 128 MiB index cache: Badger's iterators fill
 // the block cache on every read (table.NOCACHE is not reachable from
@@ -166,7 +167,7 @@ const recordsInValueLog = 64
 
 // flatRSS: the pi and server profiles' memtables, tables, compactors and
 // mapped-page limit are sized so that a broker's RSS does not climb while
-// records pile up (issue 20: an upstream outage of 1M records and more).
+// records pile up (an upstream outage of 1M records and more).
 // With 16 MiB memtables (4 server, 3 pi), 8 MiB base tables, 4 server
 // compactors and a 16 MiB mapped limit, a server broker taking 1M QoS 1
 // records (10 publishers, 64-byte payloads, no subscriber, no sink) went

@@ -1,4 +1,4 @@
-// Package sitetest holds the fault tests of a site (issue 19): real `peat
+// Package sitetest holds the fault tests of a site: real `peat
 // serve` processes on loopback, three voters with `expect: 3`, real kill -9
 // and SIGTERM, and MQTT clients that act as sensors and consumers do. They
 // run for minutes, so only with PEAT_SITETEST=1 (`make test-cluster`, which

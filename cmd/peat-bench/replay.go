@@ -22,7 +22,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
-// The replay workload (issue 5, W4): fill the broker's log with Count
+// The replay workload (W4): fill the broker's log with Count
 // records on bench/replay/<i%16>, then read them back through
 // $replay/<from>/+/<filter> and check that every offset arrives exactly
 // once and in order, while sampling the broker's RSS.

@@ -221,7 +221,7 @@ func forwardPacket(r *bufio.Reader, w io.Writer) error {
 // mosquitto_sub -c with a session expiry reconnects to its stored session,
 // gets what it missed and subscribes again (packet id 1) while
 // redeliveries are in flight: its SUBSCRIBE is granted and every missed
-// message arrives (issue 17: it was refused with 0x91, and mosquitto_sub
+// message arrives (it was once refused with 0x91, and mosquitto_sub
 // printed "All subscription requests were denied").
 func TestMosquittoSub_ResumesSessionAndResubscribes(t *testing.T) {
 	p := startPeat(t, t.TempDir())

@@ -225,7 +225,7 @@ func w3Tables(w io.Writer, res *results) {
 	})
 }
 
-// Issue 3's replay targets.
+// The replay targets (W4).
 const (
 	targetReplayQoS0 = 200000 // msg/s
 	targetReplayQoS1 = 50000  // msg/s, window 100
@@ -263,7 +263,7 @@ func w4Tables(w io.Writer, res *results, limit float64) {
 		per, _ := fill.median("fill_per_s")
 		fmt.Fprintf(w, "Filled once with QoS 1 publishes at %s records/s; Peat restarted on that data before every replay. ", num(per))
 	}
-	fmt.Fprintf(w, "The QoS 1 consumer is MQTT 5 with Receive Maximum %s. Targets (issue 3): QoS 0 ≥ %s msg/s, QoS 1 ≥ %s msg/s, RSS within %d MB of idle.\n\n",
+	fmt.Fprintf(w, "The QoS 1 consumer is MQTT 5 with Receive Maximum %s. Targets: QoS 0 ≥ %s msg/s, QoS 1 ≥ %s msg/s, RSS within %d MB of idle.\n\n",
 		anyOf(res, "W4/qos1", "window"), num(targetReplayQoS0), num(targetReplayQoS1), targetReplayRSS)
 	table(w, "consumer", groups, names, []column{
 		col("msg/s", "msg_per_s"), total("missing / dups / reordered", "missing", "dups", "reordered"),

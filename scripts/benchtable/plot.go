@@ -173,7 +173,7 @@ func writePlot(dir, out, title string, res *results, limit float64) error {
 	return os.WriteFile(filepath.Join(dir, "compare.gp"), []byte(gp.String()), 0o644)
 }
 
-// Issue 19's targets for W5.
+// The targets for W5, a three-node site against one fsync node.
 const (
 	targetSiteRatio  = 0.5  // a site's acks/s against one fsync node's
 	targetFailoverMS = 5000 // from a leader's kill -9 until acks resume
