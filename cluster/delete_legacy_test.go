@@ -23,7 +23,10 @@ import (
 // are dropped, not left for a later session of that client id.
 func TestSite_DeleteStreamForgetsLayout3Positions(t *testing.T) {
 	a := newTestSite(t, siteOpts{Voters: 1, IDs: []string{"a"}, Streams: listed("keep", "old")}).nodes[0]
-	eventually(t, "a serves old", func() bool { return a.Log.Stream("old") != nil })
+	eventually(t, "a leads old", func() bool { // an append before its Leader runs is refused
+		_, _, here := a.StreamLeader("old")
+		return a.Log.Stream("old") != nil && here
+	})
 	for range 5 {
 		if _, err := logAppend(t, a.Log.Stream("old"), &logstore.Record{Topic: "old/x", QoS: 1}); err != nil {
 			t.Fatal(err)
