@@ -116,8 +116,8 @@ func (n *Node) sessionLive(m Member, now time.Time) bool {
 	if sn, ok := n.sessions.seen[m.ID]; n.sessions.seen != nil && (!ok || sn.epoch != m.Epoch) {
 		n.sessions.seen[m.ID] = heard{epoch: m.Epoch, at: now}
 	}
+	heard, since := n.lastHeardLocked(m)
 	n.sessions.mu.Unlock()
-	heard, since := n.lastHeard(m)
 	return rules.SessionLive(heard, since, now, n.cfg.SessionTimeout)
 }
 
@@ -128,6 +128,11 @@ func (n *Node) sessionLive(m Member, now time.Time) bool {
 func (n *Node) lastHeard(m Member) (heard, since time.Time) {
 	n.sessions.mu.Lock()
 	defer n.sessions.mu.Unlock()
+	return n.lastHeardLocked(m)
+}
+
+// lastHeardLocked is lastHeard with sessions.mu held.
+func (n *Node) lastHeardLocked(m Member) (heard, since time.Time) {
 	since = n.sessions.leading
 	if sn := n.sessions.seen[m.ID]; sn.epoch == m.Epoch && sn.at.After(since) {
 		since = sn.at

@@ -98,7 +98,7 @@ func (d *delivery) retainedSubscribe(cl *mochi.Client, pk packets.Packet) {
 			continue
 		}
 		readers := d.readersReached(sub.Filter)
-		atParent := sub.Filter != "#" && strings.HasSuffix(sub.Filter, "/#")
+		atParent := hasParentLevel(sub.Filter)
 		if len(readers) == 0 && !atParent {
 			continue // only topics no stream captures: mochi's own
 		}
@@ -186,7 +186,7 @@ func (d *delivery) retainedSubscribed(cl *mochi.Client, pk packets.Packet, codes
 func (d *delivery) retainedAtParent(c *deliveryClient, sub packets.Subscription, qos byte) []deliveryItem {
 	var items []deliveryItem
 	sub.Qos = min(sub.Qos, qos)
-	for _, pk := range d.parent.retainedAtParent(sub.Filter) {
+	for _, pk := range d.parent.retained(sub.Filter) {
 		it, ok := c.item(nil, sub, sub.Filter, retainedRecord(pk))
 		if !ok {
 			continue

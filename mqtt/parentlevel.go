@@ -173,12 +173,18 @@ func (p *parentLevel) selectSubscribers(subs *mochi.Subscribers, pk packets.Pack
 	return subs
 }
 
-// retainedAtParent returns the retained messages mochi holds (topics no
-// stream captures) at the parent level of filter "P/#": those matching
-// P, which mochi's index leaves out of the filter's; none for other
-// filters, and none expired.
-func (p *parentLevel) retainedAtParent(filter string) []packets.Packet {
-	if filter == "#" || !strings.HasSuffix(filter, "/#") {
+// hasParentLevel reports whether filter is "P/#", which matches P's
+// level too: mochi leaves the retained messages there out.
+func hasParentLevel(filter string) bool {
+	return filter != "#" && strings.HasSuffix(filter, "/#")
+}
+
+// retained returns the retained messages mochi holds (topics no stream
+// captures) at the parent level of filter "P/#": those matching P, which
+// mochi's index leaves out of the filter's; none for other filters, and
+// none expired.
+func (p *parentLevel) retained(filter string) []packets.Packet {
+	if !hasParentLevel(filter) {
 		return nil
 	}
 	now := time.Now().Unix()

@@ -1,7 +1,6 @@
 package mqtt
 
 import (
-	"context"
 	"fmt"
 	"runtime"
 	"slices"
@@ -590,12 +589,7 @@ func TestReplay_PublishersKeptByADurableSession(t *testing.T) {
 	c.Write(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}})
 	c.Close()
 
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	if err := b.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b = newTestBroker(t, l)
+	b = restartBroker(t, b, l)
 	c = mqtttest.Dial(t, b.Addr().String(), connect)
 	if !c.Connack.SessionPresent {
 		t.Fatal("the session did not resume after a restart")
