@@ -178,7 +178,7 @@ func (l *Log) Mirror(ctx context.Context, name string, in []MirrorRecord) ([]Mir
 			copy(res[c.from:c.to], r)
 			copy(errs[c.from:c.to], e)
 			close(c.ch)
-		}, true)
+		}, true, 0)
 		from = to
 	}
 	for _, c := range calls {
@@ -210,8 +210,8 @@ func (s *stream) Mirror() bool { return s.st.Mirror() }
 // source offsets, and done gets each one's result, in call order, once
 // the appended and duplicate ones are below the watermark (on a
 // follower, its own too, so that a reader there sees them). forward is
-// false for an append a follower forwarded here.
-func (s *stream) mirrorAsync(in []MirrorRecord, done func([]MirrorResult, []error), forward bool) {
+// false for an append a follower forwarded here, in leader epoch epoch.
+func (s *stream) mirrorAsync(in []MirrorRecord, done func([]MirrorResult, []error), forward bool, epoch uint32) {
 	out := &mirrorOut{res: make([]MirrorResult, len(in)), errs: make([]error, len(in))}
 	pdone := func(_ uint64, err error) {
 		if err != nil { // not known committed: all of it is sent again
@@ -227,20 +227,28 @@ func (s *stream) mirrorAsync(in []MirrorRecord, done func([]MirrorResult, []erro
 		return
 	}
 	p := &pendingAppend{done: pdone}
-	ld := s.leading()
-	var fr *fwdReq
+	s.mu.pending = append(s.mu.pending, p)
 	if s.l.cfg.Mirror == nil {
 		p.err = fmt.Errorf("cluster: mirror %s: this node applies no mirror rules: %w", s.name, ErrNotMirror)
-	} else {
-		var recs []*logstore.Record // only a forwarded call sends them as they are
-		if ld == nil && forward {
-			recs = mirrorRecords(in)
-		}
-		if fr = s.admitLocked(p, ld, "mirror", forward, recs); fr != nil {
-			fr.mirror, fr.out = in, out
-		}
+	} else if admit := func(ld *Leader) { s.admitMirrorLocked(p, ld, in, out, forward, epoch) }; !s.holdLocked(p, admit) {
+		admit(s.leading())
 	}
-	s.mu.pending = append(s.mu.pending, p)
+	s.mu.Unlock()
+	s.wake()
+}
+
+// admitMirrorLocked queues p's records for the mirror rules or sends them
+// to the leader, under mu, so that they go in call order.
+func (s *stream) admitMirrorLocked(p *pendingAppend, ld *Leader, in []MirrorRecord, out *mirrorOut, forward bool, epoch uint32) {
+	if !forward && ld != nil && ld.epoch != epoch { // it waited for a Leader of another epoch
+		p.err = wrongEpoch("mirror", s.name, epoch, ld)
+		return
+	}
+	var recs []*logstore.Record // only a forwarded call sends them as they are
+	if ld == nil && forward {
+		recs = mirrorRecords(in)
+	}
+	fr := s.admitLocked(p, ld, "mirror", forward, recs)
 	switch {
 	case p.leader != nil:
 		if s.mirrorQ.push(mirrorJob{p: p, ld: ld, in: in, out: out}) {
@@ -248,10 +256,9 @@ func (s *stream) mirrorAsync(in []MirrorRecord, done func([]MirrorResult, []erro
 			go s.mirrorWriter()
 		}
 	case p.fwd:
-		s.fwd.send(fr, "mirror") // under mu: sent in call order
+		fr.mirror, fr.out = in, out
+		s.fwd.send(fr, "mirror")
 	}
-	s.mu.Unlock()
-	s.wake()
 }
 
 func mirrorRecords(in []MirrorRecord) []*logstore.Record {
@@ -321,14 +328,14 @@ func (s *stream) applyMirror(jobs []mirrorJob) {
 // append, made in the leader epoch the follower believes in.
 func (s *stream) mirrorForwarded(epoch uint32, in []MirrorRecord, done func([]MirrorResult, []error)) {
 	if ld := s.leading(); ld != nil && ld.epoch != epoch {
-		done(refuseAll(len(in), fmt.Errorf("cluster: mirror %s: forwarded in leader epoch %d, this leader runs %d: %w", s.name, epoch, ld.epoch, mqtt.ErrLeaderUnavailable)))
+		done(refuseAll(len(in), wrongEpoch("mirror", s.name, epoch, ld)))
 		return
 	}
 	if !s.st.Mirror() {
 		done(refuseAll(len(in), fmt.Errorf("cluster: mirror %s: %w", s.name, ErrNotMirror)))
 		return
 	}
-	s.mirrorAsync(in, done, false)
+	s.mirrorAsync(in, done, false, epoch)
 }
 
 // mirrorResponse is the leader's answer to a forwarded mirror append:

@@ -30,7 +30,10 @@ import (
 // leader, so a producer's retry can duplicate them (at least once). A
 // Leader admits appends until Close (or a hand-over's Drain) begins and
 // Close waits until those are written: no record of an ended leadership
-// lands after the Fetcher that follows it truncated the log.
+// lands after the Fetcher that follows it truncated the log. An append
+// that reaches the node the state has just named leader, before its
+// Replicator has started the Leader, waits for it (holdLocked), for at
+// most leaderStartWait, with every later append behind it.
 //
 // On a follower, AppendAsync forwards (forward.go): the records
 // (forward_codec.go: the producer's fields; a zero timestamp is stamped
@@ -118,10 +121,14 @@ type stream struct {
 		// given up too, or a later append told committed would follow an
 		// earlier one told it failed.
 		gaveUp bool
-		// recheck is when answer looks again at the head of the queue
-		// waiting on this node's leadership (zero: no need): a leader cut
-		// off from the controller gives it up then.
+		// recheck is when run looks again (zero: no need): at the head of
+		// the queue waiting on this node's leadership (a leader cut off
+		// from the controller gives it up then), or at held appends.
 		recheck time.Time
+		// held are appends waiting, in call order, for this node's
+		// Leader: the state names it leader and the Replicator has not
+		// started it yet (release).
+		held []heldAppend
 	}
 	stopOnce  sync.Once
 	fwd       forwarding     // appends to the leader, while another node leads (forward.go)
@@ -138,6 +145,7 @@ type stream struct {
 // pendingAppend is one AppendAsync call until its done is called.
 type pendingAppend struct {
 	done   func(uint64, error)
+	held   bool         // not admitted yet: in mu.held
 	at     time.Time    // when it was admitted to this node's leadership
 	leader *Leader      // nil: forwarded, or refused at once with err
 	fwd    bool         // forwarded to the leader: res is its answer
@@ -200,17 +208,21 @@ func (s *stream) Filters() []string { return s.st.Filters() }
 // duplicates it (at least once, as Kafka's producers without
 // idempotence).
 func (s *stream) AppendAsync(recs []*logstore.Record, done func(first uint64, err error)) {
-	s.appendAsync(recs, done, true)
+	s.appendAsync(recs, done, true, 0)
 }
 
 // appendForwarded is the leader's side of a follower's forwarded append,
 // made in the leader epoch the follower believes in.
 func (s *stream) appendForwarded(epoch uint32, recs []*logstore.Record, done func(first uint64, err error)) {
 	if ld := s.leading(); ld != nil && ld.epoch != epoch {
-		done(0, fmt.Errorf("cluster: append to %s: forwarded in leader epoch %d, this leader runs %d: %w", s.name, epoch, ld.epoch, mqtt.ErrLeaderUnavailable))
+		done(0, wrongEpoch("append to", s.name, epoch, ld))
 		return
 	}
-	s.appendAsync(recs, done, false)
+	s.appendAsync(recs, done, false, epoch)
+}
+
+func wrongEpoch(what, stream string, epoch uint32, ld *Leader) error {
+	return fmt.Errorf("cluster: %s %s: forwarded in leader epoch %d, this leader runs %d: %w", what, stream, epoch, ld.epoch, mqtt.ErrLeaderUnavailable)
 }
 
 var errNotLeaderHere = fmt.Errorf("cluster: this node does not lead the stream: %w", mqtt.ErrLeaderUnavailable)
@@ -227,7 +239,10 @@ var (
 		"it may or may not be stored: publish again, through another node", mqtt.ErrLeaderUnavailable)
 )
 
-func (s *stream) appendAsync(recs []*logstore.Record, done func(first uint64, err error), forward bool) {
+// appendAsync is AppendAsync (forward: another node's leadership takes
+// the records through forwarding) and, with forward false, the leader's
+// side of a follower's append forwarded in leader epoch epoch.
+func (s *stream) appendAsync(recs []*logstore.Record, done func(first uint64, err error), forward bool, epoch uint32) {
 	s.mu.Lock()
 	if s.mu.closed {
 		s.mu.Unlock()
@@ -235,30 +250,106 @@ func (s *stream) appendAsync(recs []*logstore.Record, done func(first uint64, er
 		return
 	}
 	p := &pendingAppend{done: done}
-	ld := s.leading()
-	var fr *fwdReq
+	s.mu.pending = append(s.mu.pending, p)
 	if s.st.Mirror() && s.name != SessionsStream {
 		// Its offsets are its source's (mirrorAsync): mqtt routes no
 		// publish here, and a forwarded one is refused too.
 		p.err = fmt.Errorf("cluster: append to %s: %w", s.name, ErrNotMirror)
-	} else {
-		fr = s.admitLocked(p, ld, "append to", forward, recs)
+	} else if admit := func(ld *Leader) { s.admitAppendLocked(p, ld, recs, forward, epoch) }; !s.holdLocked(p, admit) {
+		admit(s.leading())
 	}
-	s.mu.pending = append(s.mu.pending, p)
+	s.mu.Unlock()
+	s.wake()
+}
+
+// admitAppendLocked sends p's records where admitLocked decides, under
+// mu, so that they go in call order.
+func (s *stream) admitAppendLocked(p *pendingAppend, ld *Leader, recs []*logstore.Record, forward bool, epoch uint32) {
+	if !forward && ld != nil && ld.epoch != epoch { // it waited for a Leader of another epoch
+		p.err = wrongEpoch("append to", s.name, epoch, ld)
+		return
+	}
+	fr := s.admitLocked(p, ld, "append to", forward, recs)
 	switch {
 	case p.leader != nil:
-		// Under mu, so that the replica takes appends in call order. Its
-		// done may run at once (a closed store): it takes no lock of ours.
+		// The replica's done may run at once (a closed store): it takes
+		// no lock of ours.
 		n := uint64(len(recs))
 		s.st.AppendAsync(recs, func(first uint64, err error) {
 			ld.endAppend()
 			s.settle(p, appendResult{first: first, end: first + n, err: err})
 		})
 	case p.fwd:
-		s.fwd.send(fr, "append to") // under mu: sent in call order
+		s.fwd.send(fr, "append to")
 	}
-	s.mu.Unlock()
-	s.wake()
+}
+
+// leaderStartWait bounds how long an append waits for this node's
+// Leader once the state names the node leader (holdLocked): the
+// Replicator starts it within milliseconds of the state's change, after
+// ending the role it had; a longer wait means something else holds it
+// (the node restarted and is not registered yet), and the append is
+// refused as it would have been at once.
+const leaderStartWait = 2 * time.Second
+
+// heldAppend is an append waiting for this node's Leader (holdLocked).
+type heldAppend struct {
+	p     *pendingAppend
+	until time.Time
+	admit func(ld *Leader) // admitAppendLocked or the mirror's, under mu
+}
+
+// holdLocked holds p when the state names this node the stream's leader
+// and no Leader runs here yet, or earlier appends are held (call order):
+// release admits them once the Leader runs. Without it, a producer that
+// reaches a just-elected leader in its first milliseconds would be
+// refused (an MQTT 3.1.1 client disconnected) for nothing. It reports
+// whether p is held.
+func (s *stream) holdLocked(p *pendingAppend, admit func(*Leader)) bool {
+	if len(s.mu.held) == 0 {
+		if s.leading() != nil {
+			return false
+		}
+		if id, _ := s.stateLeaderID(); id != s.l.node.ID() {
+			return false
+		}
+	}
+	p.held = true
+	until := time.Now().Add(leaderStartWait)
+	s.mu.held = append(s.mu.held, heldAppend{p: p, until: until, admit: admit})
+	s.recheckLocked(until)
+	return true
+}
+
+// release admits the held appends, in call order, once this node runs
+// the stream's Leader, the state names another leader, the first has
+// waited leaderStartWait, or the stream closed; admitted with no Leader
+// here, they are forwarded or refused as they would have been at once.
+func (s *stream) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.mu.held) == 0 {
+		return
+	}
+	ld := s.leading()
+	id, _ := s.stateLeaderID()
+	if ld == nil && id == s.l.node.ID() && !s.mu.closed && time.Now().Before(s.mu.held[0].until) {
+		s.recheckLocked(s.mu.held[0].until)
+		return
+	}
+	held := s.mu.held
+	s.mu.held = nil
+	for _, h := range held {
+		h.p.held = false
+		h.admit(ld)
+	}
+}
+
+// recheckLocked makes run look again by at.
+func (s *stream) recheckLocked(at time.Time) {
+	if s.mu.recheck.IsZero() || at.Before(s.mu.recheck) {
+		s.mu.recheck = at
+	}
 }
 
 // admitLocked decides, under mu, where p goes: to ld, this node's
@@ -332,6 +423,7 @@ func (s *stream) run(u <-chan struct{}) {
 		_, repChanged := s.l.rep.Leading(s.name) // before looking: a change from now on closes it
 		ld := s.noteLeader()
 		s.fwd.check()
+		s.release()
 		s.fs.follow(ld)
 		s.answer(ld, false)
 		s.mu.Lock()
@@ -403,6 +495,9 @@ func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 	committed := s.st.Committed()
 	for len(s.mu.pending) > 0 {
 		p := s.mu.pending[0]
+		if p.held {
+			break // release admits it
+		}
 		c := answerCall{done: p.done, err: p.err}
 		if p.fwd {
 			r, ok := p.res.Load().(appendResult)
@@ -449,10 +544,7 @@ func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 				// quarter of it after (nothing else wakes this loop when
 				// the leader loses the controller).
 				timeout := s.l.node.cfg.SessionTimeout
-				s.mu.recheck = p.at.Add(timeout)
-				if soon := time.Now().Add(timeout / 4); s.mu.recheck.Before(soon) {
-					s.mu.recheck = soon
-				}
+				s.recheckLocked(later(p.at.Add(timeout), time.Now().Add(timeout/4)))
 				s.mu.Unlock()
 				s.call(calls)
 				return false
@@ -465,6 +557,13 @@ func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 	s.mu.Unlock()
 	s.call(calls)
 	return empty
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // answerCall is one done call, made outside mu (done may append again).
@@ -487,6 +586,7 @@ func (s *stream) drain() {
 	close(s.mu.changed) // stays closed: Changed of a closed stream never blocks
 	s.mu.Unlock()
 	s.fwd.end() // its appends are answered ErrLeaderUnavailable
+	s.release() // closed: the held ones are refused
 	for !s.answer(nil, true) {
 		<-s.kick
 	}

@@ -71,6 +71,11 @@ type ReplicatorConfig struct {
 	MinInsyncFor func(stream string) int
 	FetchMaxWait time.Duration // 0: DefaultFetchMaxWait
 	Log          *slog.Logger
+
+	// beforeLead, set only by this package's tests (siteTest), runs
+	// before a Leader starts: a test holds it to widen the moment the
+	// state names this node leader and no Leader runs yet.
+	beforeLead func(stream string)
 }
 
 // Replicator drives replication from the controller's state: for every
@@ -204,6 +209,9 @@ func (r *Replicator) sync(st *rules.State) {
 		ctx, cancel := context.WithCancel(context.Background())
 		want.cancel, want.done = cancel, make(chan struct{})
 		if want.leader {
+			if r.cfg.beforeLead != nil {
+				r.cfg.beforeLead(name)
+			}
 			want.l = NewLeader(self, stream, want.epoch, s.ISR, r.log)
 			want.minISR = rules.MinInsync(r.minInsyncConfigured(name), len(s.Replicas))
 			want.l.SetMinInsync(want.minISR)

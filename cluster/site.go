@@ -118,8 +118,9 @@ type siteTest struct {
 	// acksLeader replaces the Streams' AcksLeader settings, for the Log
 	// and the Node alike.
 	acksLeader     func(stream string) bool
-	forwardTimeout time.Duration // LogConfig.ForwardTimeout; 0: its default
-	fetchMaxWait   time.Duration // ReplicatorConfig.FetchMaxWait; 0: its default
+	forwardTimeout time.Duration       // LogConfig.ForwardTimeout; 0: its default
+	fetchMaxWait   time.Duration       // ReplicatorConfig.FetchMaxWait; 0: its default
+	beforeLead     func(stream string) // ReplicatorConfig.beforeLead
 }
 
 // SiteStream is a stream of the configuration; zero fields take the
@@ -221,6 +222,7 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 		Node: node, Server: srv, Stream: currentReplica(node, cfg.Store), LagMax: cfg.LagMax,
 		MinInsyncReplicas: cfg.MinInsyncReplicas, Log: log, FetchMaxWait: test.fetchMaxWait,
 		MinInsyncFor: func(name string) int { return settings[name].MinInsyncReplicas },
+		beforeLead:   test.beforeLead,
 	})
 	s := &Site{
 		Node: node, Server: srv, Replicator: rep,

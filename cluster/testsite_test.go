@@ -53,6 +53,9 @@ type siteOpts struct {
 	AcksLeaderFor  func(stream string) bool
 	ForwardTimeout time.Duration // LogConfig's; 0: its default
 	FetchMaxWait   time.Duration // ReplicatorConfig's; 0: its default
+	// BeforeLead runs on node before its Replicator starts a Leader for
+	// stream; it may block (the Replicator waits).
+	BeforeLead func(node, stream string)
 	// Crash: a node still up at cleanup stops as crash stops it, with no
 	// hand-over (which a test's cut links would hold for its timeout).
 	Crash bool
@@ -167,6 +170,9 @@ func (n *testNode) run(tb testing.TB) {
 	n.logs = &syncBuf{}
 	cfg.Logger = slog.New(slog.NewTextHandler(n.logs, nil))
 	test := &siteTest{acksLeader: o.AcksLeaderFor, forwardTimeout: o.ForwardTimeout, fetchMaxWait: o.FetchMaxWait}
+	if o.BeforeLead != nil {
+		test.beforeLead = func(stream string) { o.BeforeLead(n.id, stream) }
+	}
 	if o.Net != nil {
 		test.transport = onNet(tb, o.Net, n.id, &cfg)
 	}
