@@ -28,6 +28,9 @@ const (
 	sourceMessages   = 3000
 	sourceKills      = 4
 	sourceReceiveMax = 32
+	// sourcePublishWindow is the cloud application's publishes in flight,
+	// below what mosquitto takes from a client at once (max_inflight_messages).
+	sourcePublishWindow = 20
 )
 
 // TestCrash_SourceKill9 kills `peat serve` mid-stream while its MQTT
@@ -35,21 +38,29 @@ const (
 // directory each time. Afterwards the log holds every message published
 // upstream: QoS 2 exactly once (the packet ids in the records and the
 // mark recognise what a killed node stored and never acknowledged);
-// QoS 1 at least once.
+// QoS 1 at least once, and, from an upstream that keeps to the source's
+// Receive Maximum (another Peat), at most one window again per kill.
 func TestCrash_SourceKill9(t *testing.T) {
 	for _, qos := range []int{2, 1} {
-		t.Run("qos"+strconv.Itoa(qos), func(t *testing.T) { sourceCrash(t, qos) })
+		t.Run("qos"+strconv.Itoa(qos), func(t *testing.T) { sourceCrash(t, qos, "mosquitto") })
 	}
+	t.Run("peat-upstream-qos1", func(t *testing.T) { sourceCrash(t, 1, "peat") })
 }
 
-func sourceCrash(t *testing.T, qos int) {
+// sourceCrash runs the test at qos with upstream "mosquitto" or "peat".
+func sourceCrash(t *testing.T, qos int, upstream string) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0x50c))
-	// mosquitto's own bound on what it sends unacknowledged, the same as
-	// the source's Receive Maximum: after a session resumes it sends
-	// beyond the Receive Maximum otherwise.
-	cloud := sinktest.StartMosquitto(t, fmt.Sprintf("max_inflight_messages %d", sourceReceiveMax))
+	var cloud string
+	if upstream == "peat" {
+		cloud = startPeat(t, t.TempDir()).mqttAddr
+	} else {
+		// mosquitto's own bound on what it sends unacknowledged, the same as
+		// the source's Receive Maximum: after a session resumes it sends
+		// beyond the Receive Maximum otherwise.
+		cloud = sinktest.StartMosquitto(t, fmt.Sprintf("max_inflight_messages %d", sourceReceiveMax))
+	}
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "peat.yaml")
 	yaml := fmt.Sprintf(`
@@ -80,10 +91,27 @@ sources:
 	start := make(chan struct{})
 	wg.Go(func() {
 		<-start
+		// A window of publishes in flight, so that the upstream holds a
+		// backlog for the source whatever its own speed.
+		window := sourcePublishWindow
+		if qos == 2 {
+			window = 1 // pipelined QoS 2 publishes were seen to lose paho's connection to mosquitto
+		}
+		toks := make([]paho.Token, 0, window)
 		for i := range sourceMessages {
-			tok := pub.Publish("site-a/cmd/dev", byte(qos), false, fmt.Sprintf("m-%d", i))
+			if len(toks) == cap(toks) {
+				if tok := toks[0]; !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+					t.Errorf("publish %d: %v", i-len(toks), tok.Error())
+					return
+				}
+				toks = toks[1:]
+				published.Add(1)
+			}
+			toks = append(toks, pub.Publish("site-a/cmd/dev", byte(qos), false, fmt.Sprintf("m-%d", i)))
+		}
+		for _, tok := range toks {
 			if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
-				t.Errorf("publish %d: %v", i, tok.Error())
+				t.Errorf("publish: %v", tok.Error())
 				return
 			}
 			published.Add(1)
@@ -164,11 +192,16 @@ sources:
 		}
 	}
 	// QoS 1 repeats the messages stored whose PUBACK the cloud had not
-	// processed at a kill: the source holds at most its window
-	// unacknowledged, but a reset connection also loses the PUBACKs
-	// mosquitto had not read, and after a resumed session mosquitto
-	// 2.0.11 was seen to redeliver more: they are logged, not bounded.
-	t.Logf("QoS %d: %d messages, %d records after %d kills (%d repeats)", qos, sourceMessages, len(count)+repeats, sourceKills, repeats)
+	// processed at a kill. The source takes at most its window before
+	// acknowledging, and an upstream sends at most the Receive Maximum
+	// unacknowledged [MQTT-3.3.4-9]: so at most a window per kill.
+	// Mosquitto 2.0.11 breaks that rule after a session resumes (it puts
+	// every message queued meanwhile in flight at once) and then resends
+	// hundreds the source had acknowledged: logged, not bounded.
+	t.Logf("QoS %d from %s: %d messages, %d records after %d kills (%d repeats)", qos, upstream, sourceMessages, len(count)+repeats, sourceKills, repeats)
+	if qos == 1 && upstream == "peat" && repeats > sourceKills*sourceReceiveMax {
+		t.Errorf("%d repeats after %d kills, want at most a window (%d) per kill", repeats, sourceKills, sourceReceiveMax)
+	}
 }
 
 // sourceOf is the only source of p, from GET /api/v1/sources.
