@@ -25,7 +25,7 @@ test: test-deps vet fmt-check
 test-cluster: test-deps
 	PEAT_SITETEST=1 PEAT_PARTITION=core CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m -v ./cluster/sitetest/
 
-## test-partition: real network partitions of a site (cluster/sitetest, as root: a network namespace per node, nftables drops between them): leader, controller and follower cut off, the leader-controller link alone, 2/1 and 3/2 splits, a flapping link, SIGSTOP, kill -9 during a cut; 5 rounds each, a stall table per fault (scripts/bench-results/partition.md); about 30 minutes
+## test-partition: real network partitions of a site (cluster/sitetest, as root: a network namespace per node, nftables drops between them): leader, controller and follower cut off, the leader-controller and leader-follower links alone, 2/1 and 3/2 splits, a flapping link, SIGSTOP, kill -9 during a cut; 5 rounds each, a stall table per fault (scripts/bench-results/partition.md); about 30 minutes
 test-partition: test-deps
 	PEAT_SITETEST=1 PEAT_PARTITION=1 CGO_ENABLED=1 $(GO) test -race -count=1 -run 'TestPartition' -timeout 40m -v ./cluster/sitetest/ -sitetest.partition.rounds 5
 

@@ -30,10 +30,11 @@ const (
 	// the controller is fenced after the session timeout and the leader
 	// then answers, or is itself cut off and refuses: the session timeout
 	// and a second. A member cut off from the leader alone holds the
-	// watermark for replica_lag_max (10 s): appends forwarded meanwhile
-	// are refused as of unknown fate, and may be stored twice when
-	// published again. That is the price of not holding every forward for
-	// as long as TCP takes to notice a silent leader.
+	// watermark until the leader drops it from the ISR, the session
+	// timeout after its last fetch: appends forwarded meanwhile may be
+	// refused as of unknown fate, and stored twice when published again.
+	// That is the price of not holding every forward for as long as TCP
+	// takes to notice a silent leader.
 	DefaultForwardTimeout = DefaultSessionTimeout + time.Second
 	// fwdDialTimeout bounds a dial to the leader: appends waiting for it
 	// were never sent, and are refused (not stored) when it fails.

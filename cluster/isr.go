@@ -15,7 +15,8 @@ const isrCheck = 500 * time.Millisecond
 
 // maintainISR is a leader's side of ISR maintenance: every quarter of
 // LagMax, or every isrCheck if sooner, it asks the controller (Submit,
-// wherever it runs) to drop the followers not caught up for LagMax and to
+// wherever it runs) to drop the followers not caught up for LagMax or not
+// heard from (no fetch) for the session timeout, and to
 // add those caught up in their current broker epoch (it asks only when
 // there is a change to make: a look costs no I/O). A replica back after
 // a healed link is in the ISR within isrCheck of catching up. The Leader applies an ISR only once the controller
@@ -90,6 +91,6 @@ func (r *Replicator) proposeISR(ro *role, name string) (c rules.AlterISR, added,
 	if s == nil || s.Leader != r.cfg.Node.ID() || s.LeaderEpoch != ro.epoch {
 		return rules.AlterISR{}, nil, nil, 0, false // the state moved on; sync replaces this role
 	}
-	c, added, ok = rules.ProposeISR(st, name, r.cfg.Node.ID(), ro.epoch, ro.l.Laggards(time.Now(), r.cfg.LagMax), ro.l.Joiners())
+	c, added, ok = rules.ProposeISR(st, name, r.cfg.Node.ID(), ro.epoch, ro.l.Laggards(time.Now(), r.cfg.LagMax, r.cfg.Node.cfg.SessionTimeout), ro.l.Joiners())
 	return c, added, s.ISR, s.Version, ok
 }

@@ -178,7 +178,7 @@ func (l *Log) drain(ctx context.Context, name string, ld *Leader, wait time.Dura
 // drained, to the followers that hold all of its log, when some do and
 // others do not: the controller elects the first ISR member in replica
 // order, which could otherwise be one that lacks acknowledged records (a
-// follower that stopped fetching stays in the ISR for replica_lag_max).
+// follower that stopped fetching stays in the ISR for the session timeout).
 // It reports whether the ISR then holds only such followers.
 func (l *Log) keepHolders(ctx context.Context, name string, ld *Leader) bool {
 	self := l.node.ID()

@@ -242,10 +242,10 @@ func (l *Leader) SetISR(isr []string) {
 
 // Laggards and Joiners are the ISR changes the leader should propose (see
 // rules.Tracker).
-func (l *Leader) Laggards(now time.Time, lagMax time.Duration) []string {
+func (l *Leader) Laggards(now time.Time, lagMax, silentMax time.Duration) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.mu.tr.Laggards(now, lagMax)
+	return l.mu.tr.Laggards(now, lagMax, silentMax)
 }
 
 // Joiners are the replicas outside the ISR that caught up to the
@@ -354,6 +354,9 @@ func (l *Leader) fetch(ctx context.Context, req *wire.FetchRequest) wire.FetchRe
 		if !l.wait(ctx, req.Offset, req.HighWatermark, wait) {
 			return fill(wire.NotLeader) // the stream closed or went away
 		}
+		l.mu.Lock()
+		l.mu.tr.Heard(req.ReplicaID, req.BrokerEpoch, time.Now())
+		l.mu.Unlock()
 	}
 	maxBytes := int(req.MaxBytes)
 	if maxBytes == 0 {

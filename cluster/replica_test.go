@@ -259,7 +259,7 @@ func TestReplication_PartitionLagAndRejoin(t *testing.T) {
 	}
 	lag := 300 * time.Millisecond
 	eventually(t, "the leader sees F lag", func() bool {
-		got := leader.Laggards(time.Now(), lag)
+		got := leader.Laggards(time.Now(), lag, 0)
 		return len(got) == 1 && got[0] == "F"
 	})
 	leader.SetISR([]string{"L"}) // as the controller would commit it

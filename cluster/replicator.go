@@ -23,7 +23,7 @@ import (
 // the watermark never moves on a smaller ISR before the controller agreed.
 // Every quarter of LagMax (replica_lag_max), at most isrCheck, a leader
 // proposes AlterISR through Submit (rules.ProposeISR: dropping followers not caught up for
-// LagMax, adding those caught up in their current broker epoch); the
+// LagMax or not heard from for the session timeout, adding those caught up in their current broker epoch); the
 // compare-and-set on leader epoch and version refuses a deposed leader's
 // proposals. After every pass it publishes the Leaders it runs (Leading),
 // which the Log's appends ask. A node leads only once its state has
@@ -48,7 +48,8 @@ import (
 // Replicator defaults.
 const (
 	// DefaultReplicaLagMax is replica_lag_max: how long an ISR member may
-	// stay behind before its leader asks the controller to drop it.
+	// stay behind before its leader asks the controller to drop it (one
+	// that sends no fetch at all goes after the session timeout).
 	DefaultReplicaLagMax = 10 * time.Second
 	replicatorRetry      = 500 * time.Millisecond
 )

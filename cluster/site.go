@@ -56,7 +56,7 @@ import (
 // fetched to its log end and acknowledged its state writes. Waiting for
 // all, not one, leaves the election as it is: it takes the first ISR
 // member in replica order, and each then holds everything answered. A
-// follower that stopped fetching stays in the ISR for replica_lag_max
+// follower that stopped fetching stays in the ISR for the session timeout
 // and must not hold the stop: the drain gets 2 s of the hand-over's 5 s;
 // then the leader shrinks the ISR (AlterISR) to the followers at its log
 // end, if some are, so that one of them is elected. With none, it hands

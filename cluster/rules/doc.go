@@ -118,7 +118,10 @@
 //     on, else 1); below it appends are refused (InSync).
 //  3. Laggards are ISR members not caught up for replica_lag_max
 //     (Kafka's lastCaughtUpTime: caught up when asking for the leader's
-//     end, or for what the leader had at the previous fetch).
+//     end, or for what the leader had at the previous fetch), or not
+//     heard from (no fetch arrived, no long poll ended) for the session
+//     timeout: a link cut between leader and follower alone, which
+//     fences neither, holds acks=all no longer than a fenced broker.
 //  4. Joiners are replicas outside the ISR at the watermark, with the
 //     broker epoch they fetched in; from then on the watermark waits for
 //     them too until the ISR takes them or the proposal fails (Kafka's

@@ -8,7 +8,8 @@ import (
 // ProposeISR is the AlterISR that self, leading stream name in leader
 // epoch epoch, should ask the controller for now, if any, and the
 // replicas it adds: the ISR of st without the laggards (followers not
-// caught up for replica_lag_max: Tracker.Laggards at now), with the
+// caught up for replica_lag_max, or silent for the session timeout:
+// Tracker.Laggards at now), with the
 // joiners (replicas caught up to the watermark in the broker epoch
 // given: Tracker.Joiners) that are alive replicas outside the ISR and
 // still run in that epoch. ok is false when there is nothing to change,

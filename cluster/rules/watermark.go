@@ -31,6 +31,7 @@ type replicaPos struct {
 	prevEnd     uint64    // the leader's log end when it answered the previous fetch
 	prevAt      time.Time // and when
 	caughtUp    time.Time // last time it held everything the leader had (Kafka's lastCaughtUpTime)
+	heard       time.Time // last time a fetch of it arrived or its long poll ended
 }
 
 // NewTracker starts tracking for leader self with the ISR isr at now:
@@ -59,6 +60,15 @@ func (t *Tracker) Fetched(id string, brokerEpoch, offset, leaderEnd uint64, now 
 		r.caughtUp = r.prevAt
 	}
 	r.prevEnd, r.prevAt = leaderEnd, now
+	r.heard = now
+}
+
+// Heard records that the leader answers a fetch of replica id at now,
+// after its long poll: the replica's next fetch is a round trip away.
+func (t *Tracker) Heard(id string, brokerEpoch uint64, now time.Time) {
+	if r := t.replicas[id]; r != nil && r.brokerEpoch == brokerEpoch {
+		r.heard = now
+	}
 }
 
 // SetISR changes the ISR (a change the controller committed); a joiner
@@ -107,23 +117,34 @@ func (t *Tracker) HW(leaderEnd uint64) uint64 {
 }
 
 // Laggards are the followers in the ISR that have not been caught up for
-// longer than lagMax (replica_lag_max): the leader asks the controller to
-// drop them, so that the watermark stops waiting for them.
-func (t *Tracker) Laggards(now time.Time, lagMax time.Duration) []string {
+// longer than lagMax (replica_lag_max), or not heard from (no fetch) for
+// longer than silentMax (0: no such bound): the leader asks the controller
+// to drop them, so that the watermark stops waiting for them. A follower
+// that fetches keeps a slow disk for lagMax; one that stopped fetching,
+// its link to the leader cut while both still reach the controller, is
+// gone as soon as a broker the controller stopped hearing from is.
+func (t *Tracker) Laggards(now time.Time, lagMax, silentMax time.Duration) []string {
 	var out []string
 	for _, id := range t.isr {
 		if id == t.self {
 			continue
 		}
-		since := t.started
-		if r := t.replicas[id]; r != nil && r.caughtUp.After(since) {
-			since = r.caughtUp
+		since, heard := t.started, t.started
+		if r := t.replicas[id]; r != nil {
+			since, heard = later(since, r.caughtUp), later(heard, r.heard)
 		}
-		if now.Sub(since) > lagMax {
+		if now.Sub(since) > lagMax || silentMax > 0 && now.Sub(heard) > silentMax {
 			out = append(out, id)
 		}
 	}
 	return out
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // Joiners are the replicas outside the ISR that have caught up to the

@@ -41,10 +41,10 @@ func TestTracker_Laggards(t *testing.T) {
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	lag := 500 * time.Millisecond
 	tr := NewTracker("a", []string{"a", "b", "c"}, t0)
-	if got := tr.Laggards(at(400), lag); len(got) != 0 {
+	if got := tr.Laggards(at(400), lag, 0); len(got) != 0 {
 		t.Fatalf("laggards within lag of the start = %v", got)
 	}
-	if got := tr.Laggards(at(600), lag); !slices.Equal(got, []string{"b", "c"}) {
+	if got := tr.Laggards(at(600), lag, 0); !slices.Equal(got, []string{"b", "c"}) {
 		t.Fatalf("laggards of followers that never fetched = %v, want b c", got)
 	}
 	// b keeps fetching what the leader had at its previous fetch while the
@@ -56,16 +56,48 @@ func TestTracker_Laggards(t *testing.T) {
 	// c asks for the leader's end at 1.2 s, then falls behind.
 	tr.Fetched("c", 1, 30, 30, at(1200))
 	tr.Fetched("c", 1, 31, 60, at(1400))
-	if got := tr.Laggards(at(1600), lag); len(got) != 0 {
+	if got := tr.Laggards(at(1600), lag, 0); len(got) != 0 {
 		t.Fatalf("laggards at 1.6 s = %v, want none", got)
 	}
 	tr.Fetched("b", 1, 40, 50, at(1650))
 	tr.Fetched("c", 1, 32, 90, at(1800))
-	if got := tr.Laggards(at(1800), lag); !slices.Equal(got, []string{"c"}) {
+	if got := tr.Laggards(at(1800), lag, 0); !slices.Equal(got, []string{"c"}) {
 		t.Fatalf("laggards at 1.8 s = %v, want c (caught up at 1.2 s)", got)
 	}
-	if got := tr.Laggards(at(2000), lag); !slices.Equal(got, []string{"b", "c"}) {
+	if got := tr.Laggards(at(2000), lag, 0); !slices.Equal(got, []string{"b", "c"}) {
 		t.Fatalf("laggards at 2.0 s = %v, want b (caught up as of 1.4 s) and c", got)
+	}
+}
+
+// TestTracker_SilentFollowerIsALaggard: on an idle stream every follower
+// is caught up, but one whose fetches stopped arriving is a laggard once
+// silentMax has passed, long before lagMax; one in a long poll, answered
+// at the end of it, is not.
+func TestTracker_SilentFollowerIsALaggard(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	lag, silent := 10*time.Second, 3*time.Second
+	tr := NewTracker("a", []string{"a", "b", "c"}, t0)
+	tr.Fetched("b", 1, 5, 5, at(100))
+	tr.Fetched("c", 1, 5, 5, at(100))
+	if got := tr.Laggards(at(2900), lag, silent); len(got) != 0 {
+		t.Fatalf("laggards within silentMax = %v", got)
+	}
+	// b polls: each fetch waits 2 s at the leader, answered at its end;
+	// c's fetches stopped after the first.
+	for ms := 100; ms < 5000; ms += 2000 {
+		tr.Fetched("b", 1, 5, 5, at(ms))
+		tr.Heard("b", 1, at(ms+2000))
+	}
+	if got := tr.Laggards(at(5000), lag, silent); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("laggards at 5 s = %v, want c (silent since 0.1 s)", got)
+	}
+	if got := tr.Laggards(at(5000), lag, 0); len(got) != 0 {
+		t.Fatalf("laggards at 5 s with no silence bound = %v, want none within lagMax", got)
+	}
+	tr.Heard("b", 2, at(9000)) // another broker epoch: not this replica
+	if got := tr.Laggards(at(9500), lag, silent); !slices.Equal(got, []string{"b", "c"}) {
+		t.Fatalf("laggards at 9.5 s = %v, want b (last heard at 6.1 s) and c", got)
 	}
 }
 

@@ -165,6 +165,10 @@
 //     every node alive through the third. Three streams (cg, a, c) whose
 //     leaders spread; each round measures one not led by the controller.
 //     Cut side: both ends of the link.
+//   - TestPartition_LeaderFollowerLink: the same, the link between the
+//     leader and the follower that is not the controller: both still
+//     reach it, so neither is fenced, and the leader stops hearing the
+//     follower's fetches. Cut side: both ends of the link.
 //   - TestPartition_FollowerCut: a follower cut off for 15 s.
 //   - TestPartition_Split3: a 2/1 split of three nodes for 12 s, the node
 //     alone each node in turn (the leader in some rounds).

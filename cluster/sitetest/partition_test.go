@@ -177,8 +177,28 @@ func TestPartition_ControllerIsolated(t *testing.T) {
 // leaders spread over the nodes; each round measures one whose leader is
 // not the controller (its producers alone run).
 func TestPartition_LeaderControllerLink(t *testing.T) {
+	linkCut(t, "leader-controller-link", func(ld, ctrl, _ *node) (*node, string) {
+		return ctrl, ctrl.id + " (controller)"
+	})
+}
+
+// Only the link between a stream's leader and one follower cut, where
+// the third node is the controller: both still reach it, so neither is
+// fenced, and the follower's fetches stop arriving at the leader.
+func TestPartition_LeaderFollowerLink(t *testing.T) {
+	linkCut(t, "leader-follower-link", func(ld, _, third *node) (*node, string) {
+		return third, third.id + " (a follower)"
+	})
+}
+
+// linkCut runs the rounds of a test that cuts only the link between the
+// leader of a stream not led by the controller and the node other picks
+// (of the controller and the third node), for hold. Three streams whose
+// leaders spread over the nodes; each round measures one such stream
+// (its producers alone run).
+func linkCut(t *testing.T, kind string, other func(ld, ctrl, third *node) (*node, string)) {
 	streams := []streamSpec{{"cg", "cg/#"}, {"a", "a/#"}, {"c", "c/#"}}
-	p := newPartition(t, "leader-controller-link", 3, streams...)
+	p := newPartition(t, kind, 3, streams...)
 	loads := map[string]*load{}
 	for n := 1; n <= *partitionRoundsFlag; n++ {
 		var ld, ctrl *node
@@ -192,14 +212,21 @@ func TestPartition_LeaderControllerLink(t *testing.T) {
 			}
 			return false
 		})
+		var third *node
+		for _, nd := range p.s.nodes {
+			if nd != ld && nd != ctrl {
+				third = nd
+			}
+		}
 		if loads[p.st.name] == nil {
 			p.start()
 			loads[p.st.name] = p.l
 		}
 		p.l = loads[p.st.name]
-		p.round(n, fmt.Sprintf("cut %s (leader of %s) from %s (controller)", ld.id, p.st.name, ctrl.id), []*node{ld, ctrl}, func() time.Time {
-			p.s.cut(ld, ctrl)
-			defer p.s.heal(ld, ctrl)
+		to, what := other(ld, ctrl, third)
+		p.round(n, fmt.Sprintf("cut %s (leader of %s) from %s", ld.id, p.st.name, what), []*node{ld, to}, func() time.Time {
+			p.s.cut(ld, to)
+			defer p.s.heal(ld, to)
 			return sleepFor(hold)
 		})
 	}
