@@ -83,3 +83,45 @@ func TestSite_LeaderCutFromTheControllerIsFenced(t *testing.T) {
 		}
 	}
 }
+
+// TestSite_AppendWaitingOnACutOffLeaderIsGivenUpAtTheCutOff: a leader
+// cut off from the site takes an append a moment before it counts as cut
+// off (its producer had just moved to it); the append cannot commit, and
+// is given up (publish again) once the node is cut off and refuses new
+// appends, not a whole session timeout after it was taken.
+func TestSite_AppendWaitingOnACutOffLeaderIsGivenUpAtTheCutOff(t *testing.T) {
+	const session = 8 * time.Second // cut off 6 s after the last contact
+	fnet := faultnet.New()
+	leader, others, _ := fwdSite(t, siteOpts{Net: fnet, MinISR: 2, SessionTimeout: session})
+	if _, err := logAppend(t, leader.Log.Stream("s"), logRecs(1, "before")...); err != nil {
+		t.Fatal(err)
+	}
+	cutAt := time.Now()
+	for _, o := range others {
+		cutFrom(fnet, leader, o, false)
+	}
+	time.Sleep(time.Until(cutAt.Add(session*3/4 - 1500*time.Millisecond)))
+	if leader.Node.CutOff() || leader.Node.HearsController() {
+		t.Fatalf("%v after the cut: cut off %v, hears the controller %v; want not cut off yet, and not hearing it",
+			time.Since(cutAt).Round(time.Millisecond), leader.Node.CutOff(), leader.Node.HearsController())
+	}
+	took := time.Now()
+	res := appendNoWait(leader.Log.Stream("s"), "late")
+	var r appendAt
+	select {
+	case r = <-res:
+	case <-time.After(time.Minute):
+		t.Fatal("the append on the cut-off leader was never answered")
+	}
+	waited := time.Since(took)
+	if rf, ok := errors.AsType[*mqtt.Refusal](r.err); !ok || !errors.Is(r.err, mqtt.ErrLeaderUnavailable) {
+		t.Fatalf("append on the cut-off leader: first %d, %v; want a refusal of unknown fate", r.first, r.err)
+	} else {
+		t.Logf("refused %v after it was taken, %v after the cut: %s", waited.Round(time.Millisecond),
+			time.Since(cutAt).Round(time.Millisecond), rf.Reason)
+	}
+	if waited >= session/2 {
+		t.Errorf("refused %v after it was taken: held past the node's cut-off (%v after the cut) for the session timeout",
+			waited.Round(time.Millisecond), session*3/4)
+	}
+}

@@ -230,8 +230,9 @@ var errNotLeaderHere = fmt.Errorf("cluster: this node does not lead the stream: 
 // What a producer is told when this node leads a stream it cannot commit
 // to: it lost the controller (or was deposed and has not heard yet).
 // errCutOff refuses a new append; errFateUnknown gives up one written
-// that could not commit within cluster.session_timeout (it may still
-// commit, if the node is back in time: publish again, at least once).
+// that could not commit before the node was cut off, or within
+// cluster.session_timeout (it may still commit, if the node is back in
+// time: publish again, at least once).
 var (
 	errCutOff = mqtt.Refuse("the stream's leader is cut off from the site's controller: publish through another node",
 		mqtt.ErrLeaderUnavailable)
@@ -536,15 +537,23 @@ func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 				c.err = fmt.Errorf("cluster: append to %s: leadership moved before the records committed: %w", s.name, mqtt.ErrLeaderUnavailable)
 			case !ld.InSync():
 				c.err = fmt.Errorf("cluster: append to %s: the ISR fell below min_insync_replicas: %w", s.name, mqtt.ErrNotEnoughReplicas)
-			case time.Since(p.at) >= s.l.node.cfg.SessionTimeout && !ld.Current():
+			case !ld.Current() && (time.Since(p.at) >= s.l.node.cfg.SessionTimeout || s.l.node.CutOff()):
+				// It cannot commit, and the node is cut off (refusing new
+				// appends), or it waited a whole session: the controller
+				// has deposed this leader by now, or is about to.
 				c.err = fmt.Errorf("cluster: append to %s: %w", s.name, errFateUnknown)
 			default:
-				// Waiting for the ISR; if this leader cannot commit, look
-				// again when the session timeout has passed, and every
-				// quarter of it after (nothing else wakes this loop when
-				// the leader loses the controller).
+				// Waiting for the ISR. Nothing else wakes this loop when the
+				// leader loses the controller: look again when the session
+				// timeout has passed, and every quarter of it after; while
+				// this leader cannot commit, every eighth, to give up once
+				// the node is cut off.
 				timeout := s.l.node.cfg.SessionTimeout
-				s.recheckLocked(later(p.at.Add(timeout), time.Now().Add(timeout/4)))
+				at := later(p.at.Add(timeout), time.Now().Add(timeout/4))
+				if !ld.Current() {
+					at = time.Now().Add(timeout / 8)
+				}
+				s.recheckLocked(at)
 				s.mu.Unlock()
 				s.call(calls)
 				return false
