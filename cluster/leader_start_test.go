@@ -140,3 +140,26 @@ func TestLog_AppendWaitsForAJustNamedLeaderOnlySoLong(t *testing.T) {
 		t.Fatal("held past leaderStartWait, with no Leader in sight")
 	}
 }
+
+// TestLog_AppendWaitingForAJustNamedLeaderIsRefusedAtClose: a node that
+// closes while an append waits for its Leader answers it (ErrClosed): the
+// close neither hangs on it nor leaves its producer waiting.
+func TestLog_AppendWaitingForAJustNamedLeaderIsRefusedAtClose(t *testing.T) {
+	gate := newLeaderGate()
+	next, _ := justNamed(t, gate)
+	ch := appendNoWait(next.Log.Route("s/x"), "held")
+	time.Sleep(100 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- next.Log.Close() }()
+	select {
+	case r := <-ch:
+		if !errors.Is(r.err, logstore.ErrClosed) {
+			t.Fatalf("answered first %d err %v, want ErrClosed", r.first, r.err)
+		}
+	case <-time.After(leaderStartWait - 500*time.Millisecond):
+		t.Fatal("the held append was not answered when its node closed")
+	}
+	if err := <-closed; err != nil {
+		t.Errorf("close: %v", err)
+	}
+}

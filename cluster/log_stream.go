@@ -323,9 +323,10 @@ func (s *stream) holdLocked(p *pendingAppend, admit func(*Leader)) bool {
 }
 
 // release admits the held appends, in call order, once this node runs
-// the stream's Leader, the state names another leader, the first has
-// waited leaderStartWait, or the stream closed; admitted with no Leader
-// here, they are forwarded or refused as they would have been at once.
+// the stream's Leader, the state names another leader, or the first has
+// waited leaderStartWait; admitted with no Leader here, they are
+// forwarded or refused as they would have been at once. A closed stream
+// refuses them (ErrClosed).
 func (s *stream) release() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -342,6 +343,10 @@ func (s *stream) release() {
 	s.mu.held = nil
 	for _, h := range held {
 		h.p.held = false
+		if s.mu.closed { // nothing is written once closing began
+			h.p.err = fmt.Errorf("cluster: append to %s: %w", s.name, logstore.ErrClosed)
+			continue
+		}
 		h.admit(ld)
 	}
 }
