@@ -146,6 +146,11 @@ func New(cfg Config, log Log) (*Broker, error) {
 			return nil, err
 		}
 	}
+	if cfg.beforeDelivery != nil {
+		if err := b.addHook(cfg.beforeDelivery, "test"); err != nil {
+			return nil, err
+		}
+	}
 	deliv, err := newDelivery(srv, log, cfg, m, logger, cfg.Auth, gs, ss)
 	if err != nil {
 		return nil, err

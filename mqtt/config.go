@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"time"
+
+	mochi "github.com/mochi-mqtt/server/v2"
 )
 
 // Defaults for Config. They are chosen for small boards: a connected sensor
@@ -144,6 +146,11 @@ type Config struct {
 
 	Logger  *slog.Logger
 	Metrics *Metrics // nil: a fresh, unregistered set
+
+	// beforeDelivery, set only by this package's tests, is a mochi hook
+	// that runs before delivery's: it can hold a connection between its
+	// CONNACK and delivery's OnSessionEstablished.
+	beforeDelivery mochi.Hook
 }
 
 // groupStart is GroupStart as a position.

@@ -274,7 +274,7 @@ func (d *delivery) OnSessionEstablish(cl *mochi.Client, _ packets.Packet) {
 	if ok {
 		d.endTakenOver(cl, old) // sessions_takeover.go
 	}
-	d.sessions.claim(cl)
+	d.sessions.claim(cl, d.ends())
 	ownTopicAliases(cl)
 	if !ok {
 		return
@@ -390,6 +390,17 @@ func (d *delivery) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
 	}
 	d.subs.removeConn(cl)
 	d.sessions.disconnected(cl, expire)
+}
+
+// ends are the committed offsets of the streams delivery reads.
+func (d *delivery) ends() map[string]uint64 {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	ends := make(map[string]uint64, len(d.mu.readers))
+	for _, r := range d.mu.readers {
+		ends[r.stream.Name()] = r.stream.Committed()
+	}
+	return ends
 }
 
 // client returns the delivery state of cl, or nil.

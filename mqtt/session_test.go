@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"testing"
 
+	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -316,5 +318,55 @@ func TestSession_UserNameReadsBothForms(t *testing.T) {
 	var o older
 	if err := msgpack.Unmarshal(b, &o); err != nil || string(o.Username) != "bob" {
 		t.Fatalf("read by an older Peat: %q, %v", o.Username, err)
+	}
+}
+
+// holdEstablished holds the connection of client id after its CONNACK,
+// before delivery's OnSessionEstablished attaches it, once armed, until
+// release is closed.
+type holdEstablished struct {
+	mochi.HookBase
+	id      string
+	armed   atomic.Bool
+	held    chan struct{} // closed once it holds
+	release chan struct{}
+}
+
+func (h *holdEstablished) ID() string           { return "hold-established" }
+func (h *holdEstablished) Provides(b byte) bool { return b == mochi.OnSessionEstablished }
+func (h *holdEstablished) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
+	if cl.ID == h.id && h.armed.Load() {
+		close(h.held)
+		<-h.release
+	}
+}
+
+// A durable session that resumes, with a subscription, where it has no
+// position in a stream (one added while it was away) gets what is
+// published there once it has its CONNACK, even when delivery attaches
+// the connection later: its position is taken before the CONNACK.
+func TestDurableSession_GetsWhatIsPublishedOnceItHasItsConnack(t *testing.T) {
+	l := newMemLog(t, "default=#")
+	hold := &holdEstablished{id: "dur", held: make(chan struct{}), release: make(chan struct{})}
+	b := newTestBroker(t, l, func(c *Config) { c.beforeDelivery = hold })
+	c := dialDurable(t, b, 5)
+	c.Subscribe("sensors/#", 1)
+	leave(t, b, c)
+	if _, err := l.ml.AddStream("sensors=sensors/#"); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, "delivery to read the added stream", func() bool { return b.deliv.reader("sensors") != nil })
+	pub := dialRaw(t, b, "pub", 5)
+	publishAcked(t, pub, "sensors/before", 1)
+
+	hold.armed.Store(true)
+	done := make(chan *mqtttest.Raw, 1)
+	go func() { done <- dialDurable(t, b, 5) }()
+	<-hold.held // dur has its CONNACK; delivery has not attached it yet
+	publishAcked(t, pub, "sensors/after", 2)
+	close(hold.release)
+	c = <-done
+	if pk := readPublishes(t, c, 1)[0]; pk.TopicName != "sensors/after" {
+		t.Fatalf("dur got %q, want sensors/after (published once it had its CONNACK)", pk.TopicName)
 	}
 }

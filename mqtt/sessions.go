@@ -365,15 +365,37 @@ func (s *session) cursorList() []cursorKey {
 // Start 0 to the new connection cl. It runs in OnSessionEstablish, before
 // mochi disconnects the client's earlier connection, so that connection's
 // end does not end the session the new one resumes.
-func (ss *sessions) claim(cl *mochi.Client) {
+//
+// ends are the streams' committed offsets now, before the CONNACK: a
+// session that resumes with subscriptions starts, in each stream it has
+// no position in, there. What is published once the client has its
+// CONNACK is then its own however late delivery attaches the connection
+// (OnSessionEstablished runs after the CONNACK), where starting at the
+// stream's end at that moment would skip it.
+func (ss *sessions) claim(cl *mochi.Client, ends map[string]uint64) {
 	if cl.Properties.Clean {
 		return
 	}
 	ss.mu.Lock()
 	if s := ss.m[cl.ID]; s != nil {
 		s.conn = cl
+		if len(s.Subs) > 0 {
+			if s.cursors == nil {
+				s.cursors = map[cursorKey]uint64{}
+			}
+			for name, end := range ends {
+				if k := (cursorKey{stream: name}); !hasCursor(s, k) {
+					s.cursors[k] = end
+				}
+			}
+		}
 	}
 	ss.mu.Unlock()
+}
+
+func hasCursor(s *session, k cursorKey) bool {
+	_, ok := s.cursors[k]
+	return ok
 }
 
 // establish records the session of a client that just connected, with the
