@@ -388,7 +388,9 @@
 // record an earlier connection of the session was sent is sent again with
 // DUP 1 (resend.go: after a restart, and on another broker of a site,
 // too, except for records first sent in the last 100 ms before a kill -9).
-// In a
+// In a stream where a resumed session has no position yet, it starts at
+// the stream's end as its connection is accepted, before the CONNACK
+// (sessions.claim), not when delivery attaches it after the CONNACK. In a
 // site (a Log that is SiteSessions) a session is the site's: it is read
 // when its client connects to any broker, claimed there (the broker that
 // held it closes its connection and stops writing it), and handed to mochi
