@@ -35,9 +35,7 @@ import (
 // Replicator has started the Leader, waits for it (holdLocked), for at
 // most leaderStartWait, with every later append behind it.
 //
-// On a follower, AppendAsync forwards (forward.go; a node cut off from
-// the controller, Node.CutOff, refuses at once instead, as /readyz
-// says): the records
+// On a follower, AppendAsync forwards (forward.go): the records
 // (forward_codec.go: the producer's fields; a zero timestamp is stamped
 // here, with this node's clock) go to the leader the state names, at its
 // Serf-advertised cluster address, dialled with the Node's dialer (cluster
