@@ -125,25 +125,3 @@ func TestSite_AppendWaitingOnACutOffLeaderIsGivenUpAtTheCutOff(t *testing.T) {
 			waited.Round(time.Millisecond), session*3/4)
 	}
 }
-
-// TestSite_CutOffFollowerRefusesAtOnce: a follower cut off from the rest
-// of the site (its state may name a leader long gone) refuses its
-// producers' appends at once with the reason, once it counts itself cut
-// off, rather than forwarding them into the cut and refusing them only
-// when the forward times out.
-func TestSite_CutOffFollowerRefusesAtOnce(t *testing.T) {
-	fnet := faultnet.New()
-	leader, others, _ := fwdSite(t, siteOpts{Net: fnet, MinISR: 2})
-	ctl, far := others[0], others[1]
-	if _, err := logAppend(t, far.Log.Stream("s"), logRecs(1, "before")...); err != nil {
-		t.Fatal(err)
-	}
-	cutFrom(fnet, far, leader, false)
-	cutFrom(fnet, far, ctl, false)
-	eventually(t, far.Node.ID()+" to count itself cut off", far.Node.CutOff)
-	_, err := logAppend(t, far.Log.Stream("s"), logRecs(1, "cut")...)
-	rf, ok := errors.AsType[*mqtt.Refusal](err)
-	if !ok || !errors.Is(err, mqtt.ErrLeaderUnavailable) || rf.Reason != errNodeCutOff.(*mqtt.Refusal).Reason {
-		t.Fatalf("append on the cut-off follower: %v; want the refusal %q", err, errNodeCutOff.(*mqtt.Refusal).Reason)
-	}
-}

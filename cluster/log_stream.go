@@ -238,10 +238,6 @@ var (
 		mqtt.ErrLeaderUnavailable)
 	errFateUnknown = mqtt.Refuse("the stream's leader lost the site's controller before the message committed; "+
 		"it may or may not be stored: publish again, through another node", mqtt.ErrLeaderUnavailable)
-	// errNodeCutOff refuses an append a node that does not lead the
-	// stream would forward while it is itself cut off (readyz says so).
-	errNodeCutOff = mqtt.Refuse("this node is cut off from the site's controller: publish through another node",
-		mqtt.ErrLeaderUnavailable)
 )
 
 // appendAsync is AppendAsync (forward: another node's leadership takes
@@ -369,11 +365,6 @@ func (s *stream) recheckLocked(at time.Time) {
 func (s *stream) admitLocked(p *pendingAppend, ld *Leader, what string, forward bool, recs []*logstore.Record) *fwdReq {
 	var fr *fwdReq
 	switch {
-	case ld == nil && forward && s.l.node.CutOff():
-		// Out of touch with the controller for a while: its state may
-		// name a leader long gone, and a forward to one behind the same
-		// cut would be refused only after the forward timeout.
-		p.err = fmt.Errorf("cluster: %s %s: %w", what, s.name, errNodeCutOff)
 	case ld == nil && forward:
 		fr, p.err = newFwdReq(what, s.name, recs)
 		if p.err == nil {
