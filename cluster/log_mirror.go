@@ -230,8 +230,8 @@ func (s *stream) mirrorAsync(in []MirrorRecord, done func([]MirrorResult, []erro
 	s.mu.pending = append(s.mu.pending, p)
 	if s.l.cfg.Mirror == nil {
 		p.err = fmt.Errorf("cluster: mirror %s: this node applies no mirror rules: %w", s.name, ErrNotMirror)
-	} else if admit := func(ld *Leader) { s.admitMirrorLocked(p, ld, in, out, forward, epoch) }; !s.holdLocked(p, admit) {
-		admit(s.leading())
+	} else {
+		s.admitOrHoldLocked(p, func(ld *Leader) { s.admitMirrorLocked(p, ld, in, out, forward, epoch) })
 	}
 	s.mu.Unlock()
 	s.wake()

@@ -32,7 +32,7 @@ import (
 // Close waits until those are written: no record of an ended leadership
 // lands after the Fetcher that follows it truncated the log. An append
 // that reaches the node the state has just named leader, before its
-// Replicator has started the Leader, waits for it (holdLocked), for at
+// Replicator has started the Leader, waits for it (admitOrHoldLocked), for at
 // most leaderStartWait, with every later append behind it.
 //
 // On a follower, AppendAsync forwards (forward.go): the records
@@ -256,8 +256,8 @@ func (s *stream) appendAsync(recs []*logstore.Record, done func(first uint64, er
 		// Its offsets are its source's (mirrorAsync): mqtt routes no
 		// publish here, and a forwarded one is refused too.
 		p.err = fmt.Errorf("cluster: append to %s: %w", s.name, ErrNotMirror)
-	} else if admit := func(ld *Leader) { s.admitAppendLocked(p, ld, recs, forward, epoch) }; !s.holdLocked(p, admit) {
-		admit(s.leading())
+	} else {
+		s.admitOrHoldLocked(p, func(ld *Leader) { s.admitAppendLocked(p, ld, recs, forward, epoch) })
 	}
 	s.mu.Unlock()
 	s.wake()
@@ -286,40 +286,41 @@ func (s *stream) admitAppendLocked(p *pendingAppend, ld *Leader, recs []*logstor
 }
 
 // leaderStartWait bounds how long an append waits for this node's
-// Leader once the state names the node leader (holdLocked): the
+// Leader once the state names the node leader (admitOrHoldLocked): the
 // Replicator starts it within milliseconds of the state's change, after
 // ending the role it had; a longer wait means something else holds it
 // (the node restarted and is not registered yet), and the append is
 // refused as it would have been at once.
 const leaderStartWait = 2 * time.Second
 
-// heldAppend is an append waiting for this node's Leader (holdLocked).
+// heldAppend is an append waiting for this node's Leader (admitOrHoldLocked).
 type heldAppend struct {
 	p     *pendingAppend
 	until time.Time
 	admit func(ld *Leader) // admitAppendLocked or the mirror's, under mu
 }
 
-// holdLocked holds p when the state names this node the stream's leader
+// admitOrHoldLocked admits p now, with this node's Leader if it runs
+// one, or holds it when the state names this node the stream's leader
 // and no Leader runs here yet, or earlier appends are held (call order):
-// release admits them once the Leader runs. Without it, a producer that
-// reaches a just-elected leader in its first milliseconds would be
-// refused (an MQTT 3.1.1 client disconnected) for nothing. It reports
-// whether p is held.
-func (s *stream) holdLocked(p *pendingAppend, admit func(*Leader)) bool {
+// release admits them once the Leader runs. Without the hold, a producer
+// that reaches a just-elected leader in its first milliseconds would be
+// refused (an MQTT 3.1.1 client disconnected) for nothing.
+func (s *stream) admitOrHoldLocked(p *pendingAppend, admit func(*Leader)) {
 	if len(s.mu.held) == 0 {
-		if s.leading() != nil {
-			return false
+		if ld := s.leading(); ld != nil {
+			admit(ld)
+			return
 		}
 		if id, _ := s.stateLeaderID(); id != s.l.node.ID() {
-			return false
+			admit(nil)
+			return
 		}
 	}
 	p.held = true
 	until := time.Now().Add(leaderStartWait)
 	s.mu.held = append(s.mu.held, heldAppend{p: p, until: until, admit: admit})
 	s.recheckLocked(until)
-	return true
 }
 
 // release admits the held appends, in call order, once this node runs
