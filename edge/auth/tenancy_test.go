@@ -129,23 +129,16 @@ func TestGlobMatch(t *testing.T) {
 // as records' publishers; they do not turn on the connect rules, and an
 // ACL without them shows nobody's.
 func TestACL_ClientIDReadRules(t *testing.T) {
-	acl, err := ParseACL(strings.NewReader(strings.Join([]string{
+	text := strings.Join([]string{
 		"deny  read      *            clientid:*-secret",
 		"allow read      user:site-a  clientid:*",
 		"allow read      *            clientid:%u-*",
 		"allow readwrite *            #",
-	}, "\n")))
-	if err != nil {
-		t.Fatal(err)
+	}, "\n")
+	if n := parseACL(t, text).Rules(); n != 4 {
+		t.Errorf("Rules() = %d, want 4", n)
 	}
-	if acl.Rules() != 4 {
-		t.Errorf("Rules() = %d, want 4", acl.Rules())
-	}
-	a := &Auth{}
-	a.cur.Store(&ruleset{acl: acl})
-	x := func(user, client string) *Access {
-		return &Access{a: a, user: user, client: client, anonymous: user == ""}
-	}
+	x := func(user, client string) *Access { return accessFor(t, text, user, client) }
 	for _, tc := range []struct {
 		x    *Access
 		id   string
@@ -164,16 +157,12 @@ func TestACL_ClientIDReadRules(t *testing.T) {
 	if !x("bob", "anything").MayUseClientID() {
 		t.Error("read rules alone restrict the client ids one may connect with")
 	}
-	none, err := ParseACL(strings.NewReader("allow readwrite * #\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.cur.Store(&ruleset{acl: none})
-	if x("site-a", "c").MayReadClientID("hq-sensor-1") {
+	if accessFor(t, "allow readwrite * #\n", "site-a", "c").MayReadClientID("hq-sensor-1") {
 		t.Error("an ACL without clientid read rules shows a publisher's id")
 	}
+	a := &Auth{}
 	a.cur.Store(&ruleset{})
-	if !x("site-a", "c").MayReadClientID("hq-sensor-1") {
+	if !(&Access{a: a, user: "site-a", client: "c"}).MayReadClientID("hq-sensor-1") {
 		t.Error("without an ACL, a publisher's id is hidden")
 	}
 }
