@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"sync"
@@ -35,12 +36,22 @@ import (
 // A dial that fails refuses what is queued (never sent: not stored) and
 // ends the forwarder, as close does (the leader changed): the next append
 // makes a new one, which looks the leader's address up again.
+//
+// While this node is cut off from the controller, an append unanswered
+// for probeAfter makes the forwarder probe the leader (probe): a leader
+// that does not answer within probeWait is behind the same cut, and the
+// forwarder ends at once, refusing what it holds, where it would
+// otherwise wait out the timeout; a dial made while cut off is bounded
+// by probeWait too. A node that is only between controllers still
+// reaches its leader and keeps forwarding.
 type forwarder struct {
 	s       *stream
 	leader  string
 	epoch   uint32
 	addr    string
 	timeout time.Duration // for an answer, from its append's sending
+	// probeAfter and probeWait: Log.cutOffProbe.
+	probeAfter, probeWait time.Duration
 
 	sig  chan struct{} // cap 1: queued something, or an answer freed a slot
 	sent chan struct{} // cap 1: sent something
@@ -53,8 +64,10 @@ type forwarder struct {
 		queue    []*fwdReq // not sent yet, in call order
 		inflight []*fwdReq // sent on conn, in order
 		seq      uint64
-		conn     *fwdConn // nil between connections
-		failed   bool     // no more appends: make a new forwarder
+		conn     *fwdConn  // nil between connections
+		failed   bool      // no more appends: make a new forwarder
+		probed   time.Time // when the last probe began
+		probing  bool      // a probe is running
 	}
 }
 
@@ -80,6 +93,7 @@ type fwdReq struct {
 func newForwarder(s *stream, leader string, epoch uint32, addr string) *forwarder {
 	f := &forwarder{s: s, leader: leader, epoch: epoch, addr: addr, timeout: s.l.forwardTimeout(),
 		sig: make(chan struct{}, 1), sent: make(chan struct{}, 1), stop: make(chan struct{}), wg: &s.fwd.wg}
+	f.probeAfter, f.probeWait = s.l.cutOffProbe()
 	f.wg.Add(1)
 	go f.run()
 	return f
@@ -180,8 +194,14 @@ func (f *forwarder) broke(c *fwdConn, err error, answered ...*fwdReq) {
 func (f *forwarder) run() {
 	defer f.wg.Done()
 	for f.waitQueued() {
-		c, err := f.dial()
-		if err != nil {
+		cut := f.s.l.node.CutOff()
+		c, err := f.dial(cut)
+		switch {
+		case err != nil && cut:
+			f.s.fwd.unreachable(f)
+			f.fail(fmt.Errorf("cluster: append to %s: dial leader %s: %v: %w", f.s.name, f.leader, err, errNodeCutOff), fateCutOff)
+			return
+		case err != nil:
 			f.fail(fmt.Errorf("cluster: append to %s: dial leader %s: %v: %w", f.s.name, f.leader, err, mqtt.ErrLeaderUnavailable), fateLost)
 			return
 		}
@@ -223,8 +243,14 @@ func (f *forwarder) waitQueued() bool {
 	}
 }
 
-func (f *forwarder) dial() (*fwdConn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), fwdDialTimeout)
+// dial connects to the leader within fwdDialTimeout, or within probeWait
+// when this node is cut off (the dial is the probe).
+func (f *forwarder) dial(cut bool) (*fwdConn, error) {
+	wait := fwdDialTimeout
+	if cut {
+		wait = f.probeWait
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	go func() {
 		select {
@@ -247,10 +273,21 @@ func (f *forwarder) write(c *fwdConn) bool {
 	// empty or the window full: a burst of appends costs a few writes.
 	bw := bufio.NewWriterSize(c, 64<<10)
 	var buf []byte
+	// watch looks, every probeAfter while appends are unanswered, whether
+	// the leader needs probing.
+	var watch *time.Timer
+	defer func() {
+		if watch != nil {
+			watch.Stop()
+		}
+	}()
 	for {
 		f.mu.Lock()
 		failed, dead := f.mu.failed, f.mu.conn != c
 		var r *fwdReq
+		if !failed && !dead && watch == nil && len(f.mu.inflight) > 0 {
+			watch = time.NewTimer(f.probeAfter)
+		}
 		if !failed && !dead && len(f.mu.queue) > 0 && len(f.mu.inflight) < fwdWindow {
 			r = f.mu.queue[0]
 			f.mu.queue[0] = nil
@@ -287,14 +324,85 @@ func (f *forwarder) write(c *fwdConn) bool {
 			signal(f.sent)
 			continue
 		}
+		var watched <-chan time.Time
+		if watch != nil {
+			watched = watch.C
+		}
 		select {
 		case <-f.stop:
 			return false
 		case <-c.dead:
 			return true
 		case <-f.sig:
+		case <-watched:
+			watch = nil
+			f.maybeProbe(c)
 		}
 	}
+}
+
+// maybeProbe starts a probe of the leader when this node is cut off, the
+// oldest append on c has gone unanswered for probeAfter, and no probe
+// began in the last probeAfter.
+func (f *forwarder) maybeProbe(c *fwdConn) {
+	if !f.s.l.node.CutOff() {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mu.conn != c || len(f.mu.inflight) == 0 || time.Since(f.mu.inflight[0].sent) < f.probeAfter ||
+		f.mu.probing || time.Since(f.mu.probed) < f.probeAfter {
+		return
+	}
+	f.mu.probing, f.mu.probed = true, time.Now()
+	f.wg.Add(1)
+	go f.probe(c)
+}
+
+// probe asks the leader, on a connection of its own, where an epoch ends:
+// a question it answers at once, with no commit to wait for. Unanswered
+// within probeWait while this node is still cut off and c still waits
+// for an answer, the leader is out of reach: f ends, refusing what it
+// holds (errNodeCutOff for appends never sent, fateCutOff for those
+// sent), and the stream's forwarding refuses new appends to that leader
+// at once for a while.
+func (f *forwarder) probe(c *fwdConn) {
+	defer f.wg.Done()
+	err := f.ask()
+	f.mu.Lock()
+	f.mu.probing = false
+	live := f.mu.conn == c && len(f.mu.inflight) > 0
+	f.mu.Unlock()
+	if err == nil || !live || !f.s.l.node.CutOff() {
+		return
+	}
+	f.s.l.log.Info("cluster: cut off from the controller and the stream's leader: refusing appends to forward",
+		slog.String("stream", f.s.name), slog.String("leader", f.leader), slog.Any("err", err))
+	f.s.fwd.unreachable(f)
+	f.fail(fmt.Errorf("cluster: append to %s: leader %s did not answer a probe: %v: %w", f.s.name, f.leader, err, errNodeCutOff), fateCutOff)
+}
+
+// ask is probe's question: nil once the leader answered, whatever the answer.
+func (f *forwarder) ask() error {
+	ctx, cancel := context.WithTimeout(context.Background(), f.probeWait)
+	defer cancel()
+	go func() {
+		select {
+		case <-f.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	conn, err := f.s.l.node.dialer()(ctx, f.addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	deadline, _ := ctx.Deadline()
+	pc := &fetchConn{conn: conn, wait: time.Until(deadline)}
+	req := wire.EpochRequest{Stream: f.s.name, ReplicaID: f.s.l.node.ID(), LeaderEpoch: f.epoch}
+	var resp wire.EpochResponse
+	return pc.roundTrip(wire.KindEpochRequest, req.AppendTo(nil), wire.KindEpochResponse, &resp)
 }
 
 // read matches the leader's answers on c to the appends in flight, until

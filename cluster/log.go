@@ -94,6 +94,9 @@ type LogConfig struct {
 	// connection (forward.go). 0: the node's SessionTimeout and a second
 	// (DefaultForwardTimeout, 4 s, by default).
 	ForwardTimeout time.Duration
+	// probeAfter and probeWait replace cutOffProbeAfter and
+	// cutOffProbeWait in this package's tests.
+	probeAfter, probeWait time.Duration
 }
 
 // NewLog is NewLogConfig with a logger alone: every stream acks=all.

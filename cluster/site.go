@@ -121,6 +121,8 @@ type siteTest struct {
 	forwardTimeout time.Duration       // LogConfig.ForwardTimeout; 0: its default
 	fetchMaxWait   time.Duration       // ReplicatorConfig.FetchMaxWait; 0: its default
 	beforeLead     func(stream string) // ReplicatorConfig.beforeLead
+	// probeAfter and probeWait: LogConfig's; 0: the defaults.
+	probeAfter, probeWait time.Duration
 }
 
 // SiteStream is a stream of the configuration; zero fields take the
@@ -227,7 +229,8 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 	s := &Site{
 		Node: node, Server: srv, Replicator: rep,
 		Log: NewLogConfig(node, cfg.Store, rep, LogConfig{Log: log.With(slog.String("component", "cluster-log")),
-			AcksLeader: acksLeader, Mirror: cfg.Mirror, ForwardTimeout: test.forwardTimeout}),
+			AcksLeader: acksLeader, Mirror: cfg.Mirror, ForwardTimeout: test.forwardTimeout,
+			probeAfter: test.probeAfter, probeWait: test.probeWait}),
 		cfg: cfg, log: log, stop: make(chan struct{}),
 	}
 	s.watchControllers()

@@ -52,7 +52,9 @@ type siteOpts struct {
 	// instead of Streams, asked at every append: a test may flip it.
 	AcksLeaderFor  func(stream string) bool
 	ForwardTimeout time.Duration // LogConfig's; 0: its default
-	FetchMaxWait   time.Duration // ReplicatorConfig's; 0: its default
+	// ProbeAfter and ProbeWait: LogConfig's probeAfter and probeWait.
+	ProbeAfter, ProbeWait time.Duration
+	FetchMaxWait          time.Duration // ReplicatorConfig's; 0: its default
 	// BeforeLead runs on node before its Replicator starts a Leader for
 	// stream; it may block (the Replicator waits).
 	BeforeLead func(node, stream string)
@@ -169,7 +171,8 @@ func (n *testNode) run(tb testing.TB) {
 	cfg.SessionTimeout = cmp.Or(o.SessionTimeout, cfg.SessionTimeout)
 	n.logs = &syncBuf{}
 	cfg.Logger = slog.New(slog.NewTextHandler(n.logs, nil))
-	test := &siteTest{acksLeader: o.AcksLeaderFor, forwardTimeout: o.ForwardTimeout, fetchMaxWait: o.FetchMaxWait}
+	test := &siteTest{acksLeader: o.AcksLeaderFor, forwardTimeout: o.ForwardTimeout, fetchMaxWait: o.FetchMaxWait,
+		probeAfter: o.ProbeAfter, probeWait: o.ProbeWait}
 	if o.BeforeLead != nil {
 		test.beforeLead = func(stream string) { o.BeforeLead(n.id, stream) }
 	}
