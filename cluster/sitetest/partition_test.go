@@ -286,17 +286,29 @@ func (p *partition) splitRound(n int, small []*node) {
 }
 
 // A 3/2 split of five voters (three replicas of the stream on three of
-// them): in odd rounds the leader is on the side of two, in even rounds
-// two followers or non-replicas are.
+// them): in odd rounds the leader is on the side of two; in rounds 2, 6...
+// the controller (when it does not lead) and one replica are, so the side
+// of three elects a controller while its producers try the other side;
+// in the others two followers or non-replicas are.
 func TestPartition_Split5(t *testing.T) {
 	p := newPartition(t, "split-3-2", 5)
 	p.start()
 	for n := 1; n <= *partitionRoundsFlag; n++ {
 		p.steady()
-		ld := p.s.leader(p.st.name)
+		ld, ctl := p.s.leader(p.st.name), p.s.controller()
 		var two []*node
-		if n%2 == 1 {
+		switch {
+		case n%2 == 1:
 			two = append(two, ld)
+		case n%4 == 2 && ctl != ld:
+			two = append(two, ctl)
+			replicas := p.s.replicas(p.st.name)
+			if slices.Contains(replicas, ctl) { // then a non-replica: one replica on the small side
+				i := slices.IndexFunc(p.s.nodes, func(nd *node) bool { return !slices.Contains(replicas, nd) })
+				two = append(two, p.s.nodes[i])
+			} else {
+				two = append(two, p.s.follower(p.st.name, n))
+			}
 		}
 		for k := range p.s.nodes {
 			nd := p.s.nodes[(k+n)%len(p.s.nodes)]
