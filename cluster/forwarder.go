@@ -343,7 +343,7 @@ func (f *forwarder) write(c *fwdConn) bool {
 
 // maybeProbe starts a probe of the leader when this node is cut off, the
 // oldest append on c has gone unanswered for probeAfter, and no probe
-// began in the last probeAfter.
+// began in the last probeWait (a leader only slow is asked now and then).
 func (f *forwarder) maybeProbe(c *fwdConn) {
 	if !f.s.l.node.CutOff() {
 		return
@@ -351,7 +351,7 @@ func (f *forwarder) maybeProbe(c *fwdConn) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.mu.conn != c || len(f.mu.inflight) == 0 || time.Since(f.mu.inflight[0].sent) < f.probeAfter ||
-		f.mu.probing || time.Since(f.mu.probed) < f.probeAfter {
+		f.mu.probing || time.Since(f.mu.probed) < f.probeWait {
 		return
 	}
 	f.mu.probing, f.mu.probed = true, time.Now()
