@@ -32,8 +32,8 @@
 //	log.go            Log: the site's streams as the mqtt.Log of one node
 //	log_stream.go     stream: appends in call order, reads, the produce path
 //	forward.go        a stream's forwarding: what it sends its leader, the codes back
-//	forwarder.go      one connection's pipelined appends, deadlines, redials,
-//	                  a cut-off node's probe of a silent leader
+//	forwarder.go      one connection's pipelined appends, deadlines, redials
+//	forward_probe.go  a cut-off node's probe of a silent leader
 //	rpcconn.go        one request at a time to a leader or the controller
 //	forward_server.go the leader's side of forwarded appends
 //	forward_codec.go  a forwarded append's records on the wire

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -48,18 +47,6 @@ const (
 	// fetch round trip or two when all is well; the ISR holds the
 	// records already, only reading them here waits.
 	fwdLocalWait = 2 * time.Second
-	// A node cut off from the controller (Node.CutOff) whose forward has
-	// gone unanswered for cutOffProbeAfter asks the leader a question
-	// that needs no commit (the end of an epoch) on a new connection,
-	// bounded by cutOffProbeWait. No answer means the leader is behind
-	// the same cut: the forward is given up at once and, for
-	// cutOffRefuseFor, so is any new append to that leader, rather than
-	// each waiting out the forward timeout. An answer means the leader is
-	// only slow (a controller election on its side too): the forward
-	// waits as before. On a LAN the probe takes milliseconds.
-	cutOffProbeAfter = 250 * time.Millisecond
-	cutOffProbeWait  = 500 * time.Millisecond
-	cutOffRefuseFor  = time.Second
 )
 
 // Why an append sent to the leader and not answered is refused: the
@@ -69,15 +56,7 @@ const (
 	fateTimeout = "the stream's leader did not answer in time; the message may or may not be stored: publish again"
 	fateLost    = "the connection to the stream's leader broke before it answered; the message may or may not be stored: publish again"
 	fateEnded   = "forwarding to the stream's leader ended before it answered; the message may or may not be stored: publish again"
-	fateCutOff  = "this node is cut off from the site's controller and from the stream's leader; " +
-		"the message may or may not be stored: publish again, through another node"
 )
-
-// errNodeCutOff refuses an append this node would forward to a leader it
-// found out of reach while it is cut off from the controller: never sent,
-// so not stored.
-var errNodeCutOff = mqtt.Refuse("this node is cut off from the site's controller and from the stream's leader: publish through another node",
-	mqtt.ErrLeaderUnavailable)
 
 // forwardTimeout is LogConfig.ForwardTimeout or its default, the node's
 // session timeout and a second.
@@ -86,12 +65,6 @@ func (l *Log) forwardTimeout() time.Duration {
 		return l.cfg.ForwardTimeout
 	}
 	return l.node.cfg.SessionTimeout + time.Second
-}
-
-// cutOffProbe is when and for how long a cut-off node probes a leader
-// that has not answered a forward: the defaults, or a test's.
-func (l *Log) cutOffProbe() (after, wait time.Duration) {
-	return cmp.Or(l.cfg.probeAfter, cutOffProbeAfter), cmp.Or(l.cfg.probeWait, cutOffProbeWait)
 }
 
 // forwarding is a follower's side of a stream's produce path: the
@@ -179,13 +152,6 @@ func (fw *forwarding) check() {
 		f.close()
 		fw.mu.cur = nil
 	}
-}
-
-// unreachable notes that f, cut off, found its leader out of reach.
-func (fw *forwarding) unreachable(f *forwarder) {
-	fw.mu.Lock()
-	defer fw.mu.Unlock()
-	fw.mu.unreached.leader, fw.mu.unreached.epoch, fw.mu.unreached.at = f.leader, f.epoch, time.Now()
 }
 
 // end refuses what the current forwarder holds and makes no more; wait

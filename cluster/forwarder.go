@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"sync"
@@ -339,70 +338,6 @@ func (f *forwarder) write(c *fwdConn) bool {
 			f.maybeProbe(c)
 		}
 	}
-}
-
-// maybeProbe starts a probe of the leader when this node is cut off, the
-// oldest append on c has gone unanswered for probeAfter, and no probe
-// began in the last probeWait (a leader only slow is asked now and then).
-func (f *forwarder) maybeProbe(c *fwdConn) {
-	if !f.s.l.node.CutOff() {
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.mu.conn != c || len(f.mu.inflight) == 0 || time.Since(f.mu.inflight[0].sent) < f.probeAfter ||
-		f.mu.probing || time.Since(f.mu.probed) < f.probeWait {
-		return
-	}
-	f.mu.probing, f.mu.probed = true, time.Now()
-	f.wg.Add(1)
-	go f.probe(c)
-}
-
-// probe asks the leader, on a connection of its own, where an epoch ends:
-// a question it answers at once, with no commit to wait for. Unanswered
-// within probeWait while this node is still cut off and c still waits
-// for an answer, the leader is out of reach: f ends, refusing what it
-// holds (errNodeCutOff for appends never sent, fateCutOff for those
-// sent), and the stream's forwarding refuses new appends to that leader
-// at once for a while.
-func (f *forwarder) probe(c *fwdConn) {
-	defer f.wg.Done()
-	err := f.ask()
-	f.mu.Lock()
-	f.mu.probing = false
-	live := f.mu.conn == c && len(f.mu.inflight) > 0
-	f.mu.Unlock()
-	if err == nil || !live || !f.s.l.node.CutOff() {
-		return
-	}
-	f.s.l.log.Info("cluster: cut off from the controller and the stream's leader: refusing appends to forward",
-		slog.String("stream", f.s.name), slog.String("leader", f.leader), slog.Any("err", err))
-	f.s.fwd.unreachable(f)
-	f.fail(fmt.Errorf("cluster: append to %s: leader %s did not answer a probe: %v: %w", f.s.name, f.leader, err, errNodeCutOff), fateCutOff)
-}
-
-// ask is probe's question: nil once the leader answered, whatever the answer.
-func (f *forwarder) ask() error {
-	ctx, cancel := context.WithTimeout(context.Background(), f.probeWait)
-	defer cancel()
-	go func() {
-		select {
-		case <-f.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	conn, err := f.s.l.node.dialer()(ctx, f.addr)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	deadline, _ := ctx.Deadline()
-	pc := &fetchConn{conn: conn, wait: time.Until(deadline)}
-	req := wire.EpochRequest{Stream: f.s.name, ReplicaID: f.s.l.node.ID(), LeaderEpoch: f.epoch}
-	var resp wire.EpochResponse
-	return pc.roundTrip(wire.KindEpochRequest, req.AppendTo(nil), wire.KindEpochResponse, &resp)
 }
 
 // read matches the leader's answers on c to the appends in flight, until
