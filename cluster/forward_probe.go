@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -93,21 +92,12 @@ func (f *forwarder) probe(c *fwdConn) {
 
 // ask is probe's question: nil once the leader answered, whatever the answer.
 func (f *forwarder) ask() error {
-	ctx, cancel := context.WithTimeout(context.Background(), f.probeWait)
-	defer cancel()
-	go func() {
-		select {
-		case <-f.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	conn, err := f.s.l.node.dialer()(ctx, f.addr)
+	deadline := time.Now().Add(f.probeWait)
+	conn, err := f.dialBy(deadline)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	deadline, _ := ctx.Deadline()
 	pc := &fetchConn{conn: conn, wait: time.Until(deadline)}
 	req := wire.EpochRequest{Stream: f.s.name, ReplicaID: f.s.l.node.ID(), LeaderEpoch: f.epoch}
 	var resp wire.EpochResponse

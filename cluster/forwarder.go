@@ -249,7 +249,16 @@ func (f *forwarder) dial(cut bool) (*fwdConn, error) {
 	if cut {
 		wait = f.probeWait
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	conn, err := f.dialBy(time.Now().Add(wait))
+	if err != nil {
+		return nil, err
+	}
+	return &fwdConn{Conn: conn, dead: make(chan struct{})}, nil
+}
+
+// dialBy connects to the leader by deadline, or fails once f stops.
+func (f *forwarder) dialBy(deadline time.Time) (net.Conn, error) {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	go func() {
 		select {
@@ -258,11 +267,7 @@ func (f *forwarder) dial(cut bool) (*fwdConn, error) {
 		case <-ctx.Done():
 		}
 	}()
-	conn, err := f.s.l.node.dialer()(ctx, f.addr)
-	if err != nil {
-		return nil, err
-	}
-	return &fwdConn{Conn: conn, dead: make(chan struct{})}, nil
+	return f.s.l.node.dialer()(ctx, f.addr)
 }
 
 // write sends the queued appends on c in order while the window has room:
