@@ -274,7 +274,9 @@ func (d *delivery) OnSessionEstablish(cl *mochi.Client, _ packets.Packet) {
 	if ok {
 		d.endTakenOver(cl, old) // sessions_takeover.go
 	}
-	d.sessions.claim(cl, d.ends())
+	if !cl.Properties.Clean { // only a resuming session takes positions (claim)
+		d.sessions.claim(cl, d.ends())
+	}
 	ownTopicAliases(cl)
 	if !ok {
 		return
