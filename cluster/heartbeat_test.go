@@ -125,3 +125,42 @@ func TestSite_AppendWaitingOnACutOffLeaderIsGivenUpAtTheCutOff(t *testing.T) {
 			waited.Round(time.Millisecond), session*3/4)
 	}
 }
+
+// TestSite_AppendTakenBeforeTheControllerWasLostWaitsOutTheCutOff: an
+// append a leader took while it could commit, then lost the controller
+// (an election, a cut that heals) for longer than the cut-off but less
+// than a session, is held and acknowledged once the leader hears the
+// controller again, not refused at the cut-off: its producer, on a
+// healthy node, would be disconnected (MQTT 3.1.1) for a controller
+// election.
+func TestSite_AppendTakenBeforeTheControllerWasLostWaitsOutTheCutOff(t *testing.T) {
+	const session = 8 * time.Second // cut off 6 s after the last contact
+	fnet := faultnet.New()
+	leader, others, _ := fwdSite(t, siteOpts{Net: fnet, MinISR: 3, SessionTimeout: session})
+	ctl := others[0]
+	if _, err := logAppend(t, leader.Log.Stream("s"), logRecs(1, "before")...); err != nil {
+		t.Fatal(err)
+	}
+	cutAt := time.Now()
+	cutFrom(fnet, leader, ctl, false) // the controller's fetches stop too: min ISR 3 holds the commit
+	res := appendNoWait(leader.Log.Stream("s"), "held")
+	eventually(t, leader.Node.ID()+" to count itself cut off", leader.Node.CutOff)
+	time.Sleep(session / 16) // the answer loop looks every session/8 while it cannot commit
+	select {
+	case r := <-res:
+		t.Fatalf("answered while cut off, %v after the cut: first %d, %v; want held", time.Since(cutAt).Round(time.Millisecond), r.first, r.err)
+	default:
+	}
+	if time.Since(cutAt) >= session*7/8 {
+		t.Fatalf("the cut-off came %v after the cut: too late to heal within the session", time.Since(cutAt))
+	}
+	cutFrom(fnet, leader, ctl, true)
+	select {
+	case r := <-res:
+		if r.err != nil {
+			t.Fatalf("append taken before the controller was lost: %v; want it acknowledged after the heal", r.err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the held append was never answered")
+	}
+}

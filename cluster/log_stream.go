@@ -147,6 +147,7 @@ type pendingAppend struct {
 	done   func(uint64, error)
 	held   bool         // not admitted yet: in mu.held
 	at     time.Time    // when it was admitted to this node's leadership
+	late   bool         // admitted while that leadership could not commit (!Current)
 	leader *Leader      // nil: forwarded, or refused at once with err
 	fwd    bool         // forwarded to the leader: res is its answer
 	err    error        // the refusal when neither
@@ -230,9 +231,10 @@ var errNotLeaderHere = fmt.Errorf("cluster: this node does not lead the stream: 
 // What a producer is told when this node leads a stream it cannot commit
 // to: it lost the controller (or was deposed and has not heard yet).
 // errCutOff refuses a new append; errFateUnknown gives up one written
-// that could not commit before the node was cut off, or within
-// cluster.session_timeout (it may still commit, if the node is back in
-// time: publish again, at least once).
+// that could not commit within cluster.session_timeout, or, taken when
+// the leader already could not commit, before the node was cut off (it
+// may still commit, if the node is back in time: publish again, at least
+// once).
 var (
 	errCutOff = mqtt.Refuse("the stream's leader is cut off from the site's controller: publish through another node",
 		mqtt.ErrLeaderUnavailable)
@@ -382,7 +384,7 @@ func (s *stream) admitLocked(p *pendingAppend, ld *Leader, what string, forward 
 	case !ld.beginAppend():
 		p.err = fmt.Errorf("cluster: %s %s: leadership ending: %w", what, s.name, mqtt.ErrLeaderUnavailable)
 	default:
-		p.leader, p.at = ld, time.Now()
+		p.leader, p.at, p.late = ld, time.Now(), !ld.Current()
 	}
 	return fr
 }
@@ -543,10 +545,14 @@ func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 				c.err = fmt.Errorf("cluster: append to %s: leadership moved before the records committed: %w", s.name, mqtt.ErrLeaderUnavailable)
 			case !ld.InSync():
 				c.err = fmt.Errorf("cluster: append to %s: the ISR fell below min_insync_replicas: %w", s.name, mqtt.ErrNotEnoughReplicas)
-			case !ld.Current() && (time.Since(p.at) >= s.l.node.cfg.SessionTimeout || s.l.node.CutOff()):
-				// It cannot commit, and the node is cut off (refusing new
-				// appends), or it waited a whole session: the controller
-				// has deposed this leader by now, or is about to.
+			case !ld.Current() && (time.Since(p.at) >= s.l.node.cfg.SessionTimeout || p.late && s.l.node.CutOff()):
+				// It cannot commit, and it waited a whole session (the
+				// controller has deposed this leader by now, or is about
+				// to), or it came when the leader already could not commit
+				// and the node is now cut off (refusing new appends): a
+				// producer that moved here during a failover. One taken
+				// while the leader could commit waits out a controller
+				// election longer than the cut-off, as before.
 				c.err = fmt.Errorf("cluster: append to %s: %w", s.name, errFateUnknown)
 			default:
 				// Waiting for the ISR. Nothing else wakes this loop when the
