@@ -88,12 +88,8 @@ func asyncAppends(s mqtt.Stream, prefix string, n int) func(t *testing.T) []fwdR
 // leader, done gets the leader's offset once it is committed there (and
 // readable here), every replica holds it at that offset, and many
 // appends from two followers at once keep each follower's call order.
-//
-// No fault here: a long session timeout keeps a controller election that
-// a starved machine causes (Raft's leader lease lapsed after 0.8 s in one
-// make test run) from counting the leader cut off and refusing.
 func TestLog_ForwardAppend(t *testing.T) {
-	leader, others, _ := fwdSite(t, siteOpts{MinISR: 2, SessionTimeout: 10 * time.Second})
+	leader, others, _ := fwdSite(t, siteOpts{MinISR: 2})
 	f1, f2 := others[0].Log.Route("s/x"), others[1].Log.Route("s/x")
 	first, err := logAppend(t, f1, logRecs(3, "one")...)
 	if err != nil || first != 0 {
