@@ -34,7 +34,11 @@
 // next node and send the same message again. So a message is either
 // acknowledged on its first attempt, or retried: a retried message may be
 // stored twice (its first attempt may have committed after all: at least
-// once), a first-attempt one never more than once. The tests log how
+// once), a first-attempt one never more than once. A connect (TCP and
+// CONNACK together) not done within 3 s (-sitetest.connect, the CONNECT
+// timeout the README advises) fails, and the producer tries the next
+// node: one that moved to a stopped node, whose kernel still accepts
+// connections, comes away from it. The tests log how
 // many refusals and lost connections the producers met, and how far
 // they wandered from home (without produce forwarding, every publish on
 // a node that does not lead the stream is refused with 0x80, and the

@@ -186,7 +186,7 @@ func (p *producer) run(ctx context.Context, l *ledger) {
 		}
 		if c == nil {
 			var err error
-			c, err = dial(p.addrs[cur], p.id, p.version)
+			c, err = dialWithin(p.addrs[cur], p.id, p.version, wait(*connectFlag))
 			if err != nil {
 				l.mu.Lock()
 				l.mu.dialFails++

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 var (
@@ -14,6 +15,11 @@ var (
 	execFlag   = flag.String("sitetest.exec", "", "runs the binary through this program (qemu-aarch64-static)")
 	roundsFlag = flag.Int("sitetest.rounds", 20, "leader kill rounds")
 	slowFlag   = flag.Int("sitetest.slow", 1, "multiplies every wait (an emulated binary is slower)")
+	// connectFlag is the producers' CONNECT timeout, the one the README
+	// advises: a producer that moves to a node that cannot answer (a
+	// stopped process whose kernel still accepts, a black-holed address)
+	// waits this long before it tries the next.
+	connectFlag = flag.Duration("sitetest.connect", 3*time.Second, "a producer's CONNECT timeout: TCP connection and CONNACK together")
 )
 
 // binPath is the peat binary every test runs.

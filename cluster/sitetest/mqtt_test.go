@@ -24,23 +24,30 @@ type conn struct {
 var errRefused = errors.New("refused")
 
 // dial connects a clean client with keepalive 60 (an MQTT 5 one with
-// Receive Maximum 64).
+// Receive Maximum 64), waiting up to 20 s.
 func dial(addr, clientID string, version byte) (*conn, error) {
+	return dialWithin(addr, clientID, version, 20*time.Second)
+}
+
+// dialWithin is dial with a CONNECT timeout of wait.
+func dialWithin(addr, clientID string, version byte, wait time.Duration) (*conn, error) {
 	c := rawmqtt.Connect{ClientID: clientID, Version: version, Clean: true, Keepalive: 60}
 	if version == 5 {
 		c.Properties.ReceiveMaximum = 64
 	}
-	return dialConnect(addr, c, 20*time.Second)
+	return dialConnect(addr, c, wait)
 }
 
-// dialConnect connects with c and waits up to wait for a successful
+// dialConnect connects with c and waits up to wait in all (the TCP
+// connection, at most 5 s of it, and the CONNACK) for a successful
 // CONNACK; a refusal is errRefused.
 func dialConnect(addr string, c rawmqtt.Connect, wait time.Duration) (*conn, error) {
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	deadline := time.Now().Add(wait)
+	nc, err := net.DialTimeout("tcp", addr, min(5*time.Second, wait))
 	if err != nil {
 		return nil, err
 	}
-	rc, err := rawmqtt.Connected(rawmqtt.New(nc, 64<<10), c, wait)
+	rc, err := rawmqtt.Connected(rawmqtt.New(nc, 64<<10), c, time.Until(deadline))
 	if errors.Is(err, rawmqtt.ErrRefused) {
 		err = fmt.Errorf("%w: %w", errRefused, err)
 	}
