@@ -85,9 +85,11 @@ var _ mochi.Hook = (*authHook)(nil)
 func (h *authHook) ID() string { return "peat-auth" }
 
 func (h *authHook) Provides(b byte) bool {
-	return b == mochi.OnConnectAuthenticate || b == mochi.OnACLCheck || b == mochi.OnPacketEncode ||
-		b == mochi.OnSubscribed
+	return b == mochi.OnConnectAuthenticate || b == mochi.OnACLCheck || b == mochi.OnSubscribed
 }
+
+// writes: OnPacketEncode runs on a client's write goroutine (panics.go).
+func (h *authHook) writes(b byte) bool { return b == mochi.OnPacketEncode }
 
 // OnSubscribed counts and logs the filters of a SUBSCRIBE the ACL refused
 // (mochi gives them 0x87). OnACLCheck cannot: for a topic name it does not

@@ -164,11 +164,21 @@ func New(cfg Config, log Log) (*Broker, error) {
 	return b, nil
 }
 
-// addHook adds h to mochi's hooks, recovering panics of its hooks that
-// run on a client's write goroutine (panics.go), and to b.hooks.
+// addHook adds h to mochi's hooks, and its work on a client's write
+// goroutine, if it is a writer, behind a recover (panics.go); and h to
+// b.hooks. A hook that provides a write-goroutine event itself is
+// refused: its panics there would end the process.
 func (b *Broker) addHook(h mochi.Hook, name string) error {
-	if err := b.srv.AddHook(writeRecover{Hook: h, p: b.panics}, nil); err != nil {
+	if h.Provides(mochi.OnPacketEncode) || h.Provides(mochi.OnPacketSent) {
+		return fmt.Errorf("add %s hook: it provides OnPacketEncode or OnPacketSent, which run on a client's write goroutine: name them in writes (panics.go)", name)
+	}
+	if err := b.srv.AddHook(h, nil); err != nil {
 		return fmt.Errorf("add %s hook: %w", name, err)
+	}
+	if w, ok := h.(writer); ok {
+		if err := b.srv.AddHook(&writeSide{h: w, p: b.panics}, nil); err != nil {
+			return fmt.Errorf("add %s hook: %w", name, err)
+		}
 	}
 	b.hooks = append(b.hooks, h)
 	return nil

@@ -197,13 +197,17 @@ func (d *delivery) ID() string { return "peat-delivery" }
 func (d *delivery) Provides(b byte) bool {
 	switch b {
 	case mochi.OnSubscribed, mochi.OnSessionEstablished, mochi.OnPacketRead, mochi.OnDisconnect,
-		mochi.OnSubscribe, mochi.OnUnsubscribed, mochi.OnPacketEncode, mochi.OnPacketSent, mochi.OnACLCheck,
+		mochi.OnSubscribe, mochi.OnUnsubscribed, mochi.OnACLCheck,
 		mochi.OnSessionEstablish, mochi.OnClientExpired, mochi.StoredClients, mochi.StoredSubscriptions,
 		mochi.OnSelectSubscribers:
 		return true
 	}
 	return false
 }
+
+// writes: OnPacketEncode and OnPacketSent run on a client's write
+// goroutine (panics.go).
+func (d *delivery) writes(b byte) bool { return b == mochi.OnPacketEncode || b == mochi.OnPacketSent }
 
 // Stop is mochi's hook shutdown; it is Close.
 func (d *delivery) Stop() error {

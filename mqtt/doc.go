@@ -231,7 +231,10 @@
 // peat_mqtt_panics_total, logged at ERROR with the stack, and that
 // client's connection closed. A panic on the read goroutine skips mochi's
 // end of the read loop, so the broker runs Peat's OnDisconnect hooks and
-// drops a clean session itself (Broker.afterPanic).
+// drops a clean session itself (Broker.afterPanic). mochi's write
+// goroutine is mochi's own: a hook's work there (OnPacketEncode,
+// OnPacketSent) is named in its writes rather than its Provides, and the
+// broker registers it apart, behind a recover (panics.go).
 //
 // A WebSocket listener (MQTT over WebSocket, subprotocol "mqtt") is the
 // same guard listener with one more step: on its connection goroutine,

@@ -113,12 +113,15 @@ func (h *ingest) ID() string { return "peat-ingest" }
 // Provides reports the hook events ingest handles.
 func (h *ingest) Provides(b byte) bool {
 	switch b {
-	case mochi.OnPacketRead, mochi.OnPacketEncode, mochi.OnPublish, mochi.OnPacketProcessed, mochi.OnConnect,
+	case mochi.OnPacketRead, mochi.OnPublish, mochi.OnPacketProcessed, mochi.OnConnect,
 		mochi.OnSessionEstablish, mochi.OnSessionEstablished, mochi.OnDisconnect:
 		return true
 	}
 	return false
 }
+
+// writes: OnPacketEncode runs on a client's write goroutine (panics.go).
+func (h *ingest) writes(b byte) bool { return b == mochi.OnPacketEncode }
 
 // beginClose makes publishers blocked on a full window give up, stops ack
 // drainers and will timers from starting, and cancels scheduled wills.

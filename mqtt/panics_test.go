@@ -82,11 +82,27 @@ type sentPanicHook struct {
 
 func (h *sentPanicHook) ID() string { return "test-sent-panic" }
 
-func (h *sentPanicHook) Provides(b byte) bool { return b == mochi.OnPacketSent }
+func (h *sentPanicHook) writes(b byte) bool { return b == mochi.OnPacketSent }
 
 func (h *sentPanicHook) OnPacketSent(_ *mochi.Client, pk packets.Packet, _ []byte) {
 	if pk.FixedHeader.Type == packets.Publish && pk.TopicName == h.topic {
 		panic("boom on the write goroutine")
+	}
+}
+
+// rawSentHook provides OnPacketSent itself, outside any recover.
+type rawSentHook struct{ sentPanicHook }
+
+func (h *rawSentHook) Provides(b byte) bool { return b == mochi.OnPacketSent }
+
+// TestBroker_RefusesAHookThatWritesUnrecovered: a hook that provides a
+// write-goroutine event itself, where a panic would end the process, is
+// refused.
+func TestBroker_RefusesAHookThatWritesUnrecovered(t *testing.T) {
+	b := newTestBroker(t, newMemLog(t, "news=news/#"))
+	err := b.addHook(&rawSentHook{sentPanicHook{topic: "boom/out"}}, "test")
+	if err == nil || !strings.Contains(err.Error(), "write goroutine") {
+		t.Fatalf("addHook = %v, want a refusal naming the write goroutine", err)
 	}
 }
 
