@@ -15,7 +15,12 @@ import (
 // with its stream (a $ group: MQTT clients cannot reach it). The
 // broker loads the configured streams' groups before it starts, so Load
 // sees a position stored by an earlier run.
-type brokerPositions struct{ b *mqtt.Broker }
+type brokerPositions struct {
+	b *mqtt.Broker
+	// commits ends when the node's shutdown gives up on commits still
+	// waiting (runners.stop).
+	commits context.Context
+}
 
 var (
 	_ sink.Positions = brokerPositions{}
@@ -27,10 +32,13 @@ func (p brokerPositions) Load(group, stream string) (uint64, bool, error) {
 	return off, ok, nil
 }
 
-// Commit returns once the offset is durable. The sink's own context ends
-// only at shutdown, after which nothing commits, so none is needed here.
+// Commit returns once the offset is durable, or when the node's shutdown
+// has waited commitGrace for it: in a site a commit the stream's ISR
+// cannot take (the other replicas gone) would otherwise hold the
+// shutdown for as long as it waits. A commit given up may still land; at
+// worst the next run sends again what came after the durable position.
 func (p brokerPositions) Commit(group, stream string, off uint64) error {
-	return p.b.CommitGroup(context.Background(), group, stream, off)
+	return p.b.CommitGroup(p.commits, group, stream, off)
 }
 
 // Watch follows the group's durable offset, which the node may also set

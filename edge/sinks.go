@@ -39,10 +39,40 @@ const (
 // sinkSet is the node's running sinks: started after the broker, stopped
 // before it.
 type sinkSet struct {
-	list   []*sink.Sink
-	kinds  map[string]string // sink name -> kind
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	list  []*sink.Sink
+	kinds map[string]string // sink name -> kind
+	runners
+}
+
+// runners are the goroutines of a node's sinks or sources.
+type runners struct {
+	cancel  context.CancelFunc // ends their runs
+	commits context.Context    // their position commits (brokerPositions)
+	// endCommits gives up the position commits still waiting grace
+	// after the runs were told to end.
+	endCommits context.CancelFunc
+	grace      time.Duration
+	wg         sync.WaitGroup
+}
+
+// commitGrace is how long a node's shutdown waits for position commits
+// (a sink's, a source's) still under way once their runs are told to end:
+// the last acknowledged position is worth a moment, not a hung shutdown.
+const commitGrace = 5 * time.Second
+
+func newRunners() runners {
+	commits, end := context.WithCancel(context.Background())
+	return runners{commits: commits, endCommits: end, grace: commitGrace}
+}
+
+// stop ends the runs and waits for them, giving up their position commits
+// r.grace after.
+func (r *runners) stop() {
+	r.cancel()
+	giveUp := time.AfterFunc(r.grace, r.endCommits)
+	r.wg.Wait()
+	giveUp.Stop()
+	r.endCommits()
 }
 
 // startSinks builds every configured sink over the open store and runs
@@ -60,7 +90,8 @@ func (n *Node) startSinks(store *logstore.Store, broker *mqtt.Broker) error {
 		env.siteName = n.cfg.Cluster.Name
 	}
 	env.sourceOrigins = n.cfg.sourceOrigins()
-	set := &sinkSet{kinds: map[string]string{}}
+	set := &sinkSet{kinds: map[string]string{}, runners: newRunners()}
+	env.commits = set.commits
 	for i, sc := range n.cfg.Sinks {
 		s, err := n.buildSink(sc, store, broker, metrics, env)
 		if err != nil {
@@ -145,8 +176,7 @@ func (n *Node) stopSinks() {
 	if set == nil {
 		return
 	}
-	set.cancel()
-	set.wg.Wait()
+	set.stop()
 }
 
 // sinkEnv is what the sinks of a node share: {node} in templates (the
@@ -159,6 +189,7 @@ type sinkEnv struct {
 	// this node pulls from: an MQTT 5 sink to one of them marks what it
 	// sends (source.PropSink), so that the source does not bring it back.
 	sourceOrigins map[string]bool
+	commits       context.Context // the sinks' position commits (runners)
 }
 
 func (n *Node) buildSink(sc SinkConfig, store *logstore.Store, broker *mqtt.Broker, metrics *sink.Metrics, env sinkEnv) (*sink.Sink, error) {
@@ -186,10 +217,11 @@ func (n *Node) buildSink(sc SinkConfig, store *logstore.Store, broker *mqtt.Brok
 	if err != nil {
 		return nil, err
 	}
-	var pos sink.Positions = brokerPositions{broker}
+	bp := brokerPositions{broker, env.commits}
+	var pos sink.Positions = bp
 	var lead sink.Leadership
 	if env.site != nil {
-		pos = sitePositions{brokerPositions{broker}, store}
+		pos = sitePositions{bp, store}
 		lead = siteLeadership{env.site}
 	}
 	return sink.New(sink.Config{

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/peatmq/peat/edge/mirror"
@@ -18,9 +17,8 @@ import (
 // sourceSet is the node's running sources: started after the broker,
 // stopped before it (and before the sinks).
 type sourceSet struct {
-	list   []*source.Source
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	list []*source.Source
+	runners
 }
 
 // sourceEnv is what the sources of a node share.
@@ -77,11 +75,12 @@ func (n *Node) startSources(log mqtt.Log, store *logstore.Store, broker *mqtt.Br
 	}
 	metrics := source.NewMetrics(n.reg)
 	env := sourceEnv{maxPayload: n.cfg.BrokerConfig().MaxPayload, sinkIDs: n.cfg.sinkIDs(), logger: n.log.With(attrComponent, "source")}
-	set := &sourceSet{}
-	var marks source.Positions = brokerPositions{broker}
+	set := &sourceSet{runners: newRunners()}
+	bp := brokerPositions{broker, set.commits}
+	var marks source.Positions = bp
 	var lead source.Leadership
 	if site := n.site.Load(); site != nil {
-		marks = sitePositions{brokerPositions{broker}, store}
+		marks = sitePositions{bp, store}
 		lead = siteLeadership{site}
 	}
 	for i, sc := range n.cfg.Sources {
@@ -145,8 +144,7 @@ func (n *Node) stopSources() {
 	if set == nil {
 		return
 	}
-	set.cancel()
-	set.wg.Wait()
+	set.stop()
 }
 
 // sourceRoutes adds the sources' API to the node's mux.
