@@ -20,9 +20,10 @@
 // New checks the configuration and builds the node's Prometheus registry; it
 // does no I/O. Start applies the storage profile's Go memory limit (unless
 // GOMEMLIMIT is set), opens the log, starts the MQTT broker and the HTTP
-// server. Close stops the HTTP server, then the broker (no new
-// connections or publishes), then closes the log (flush, close Badger), and
-// is idempotent.
+// server. Close stops the HTTP server, then the sources and sinks (their
+// position commits still under way get 5 s: runners, sinks.go), then the
+// broker (no new connections or publishes), then closes the log (flush,
+// close Badger), and is idempotent.
 //
 // With a `cluster:` section (config_cluster.go) the store opens with
 // ManualCommit and Start joins the site (cluster.StartSite, cluster.go)
