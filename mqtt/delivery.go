@@ -278,9 +278,7 @@ func (d *delivery) OnSessionEstablish(cl *mochi.Client, _ packets.Packet) {
 	if ok {
 		d.endTakenOver(cl, old) // sessions_takeover.go
 	}
-	if !cl.Properties.Clean { // only a resuming session takes positions (claim)
-		d.sessions.claim(cl, d.ends())
-	}
+	d.sessions.claim(cl, d.ends)
 	ownTopicAliases(cl)
 	if !ok {
 		return

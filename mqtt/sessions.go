@@ -366,16 +366,18 @@ func (s *session) cursorList() []cursorKey {
 // mochi disconnects the client's earlier connection, so that connection's
 // end does not end the session the new one resumes.
 //
-// ends are the streams' committed offsets now, before the CONNACK: a
-// session that resumes with subscriptions starts, in each stream it has
-// no position in, there. What is published once the client has its
+// ends gives the streams' committed offsets now, before the CONNACK
+// (read only for such a connect, not for every clean one): a session
+// that resumes with subscriptions starts, in each stream it has no
+// position in, there. What is published once the client has its
 // CONNACK is then its own however late delivery attaches the connection
 // (OnSessionEstablished runs after the CONNACK), where starting at the
 // stream's end at that moment would skip it.
-func (ss *sessions) claim(cl *mochi.Client, ends map[string]uint64) {
+func (ss *sessions) claim(cl *mochi.Client, ends func() map[string]uint64) {
 	if cl.Properties.Clean {
 		return
 	}
+	at := ends() // before ss.mu: it takes delivery's lock
 	ss.mu.Lock()
 	if s := ss.m[cl.ID]; s != nil {
 		s.conn = cl
@@ -383,7 +385,7 @@ func (ss *sessions) claim(cl *mochi.Client, ends map[string]uint64) {
 			if s.cursors == nil {
 				s.cursors = map[cursorKey]uint64{}
 			}
-			for name, end := range ends {
+			for name, end := range at {
 				if k := (cursorKey{stream: name}); !hasCursor(s, k) {
 					s.cursors[k] = end
 				}
