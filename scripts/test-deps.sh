@@ -7,7 +7,9 @@
 # chromium (headless, through chromedp); the sink tests run Debian's
 # mosquitto broker as the upstream; the partition tests (make
 # test-partition) put each node in a network namespace (iproute2's ip) and
-# cut links with nftables.
+# cut links with nftables. The sources' tests need a Mosquitto that keeps the
+# Receive Maximum (2.0.13 or newer; bookworm's is 2.0.11):
+# scripts/mosquitto-current.sh builds one when the system's is older.
 set -euo pipefail
 
 need=()
@@ -38,4 +40,5 @@ if [ ${#need[@]} -gt 0 ]; then
 	fi
 fi
 
+"$(dirname "$0")/mosquitto-current.sh"
 go mod download

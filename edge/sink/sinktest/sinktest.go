@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -28,7 +29,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
-// StartMosquitto runs Debian's mosquitto on a free loopback port with
+// StartMosquitto runs mosquitto (MosquittoBinary) on a free loopback port with
 // extra config lines (global options such as max_inflight_messages), and
 // returns its address. It is stopped at cleanup.
 func StartMosquitto(t testing.TB, extra ...string) string {
@@ -48,13 +49,7 @@ func StartMosquittoTLS(t testing.TB, certFile, keyFile string) (tlsAddr, plainAd
 // (each entry: that listener's option lines) and returns their addresses.
 func runMosquitto(t testing.TB, listeners []string, extra []string) []string {
 	t.Helper()
-	bin, err := exec.LookPath("mosquitto")
-	if err != nil {
-		if _, err = os.Stat("/usr/sbin/mosquitto"); err != nil {
-			t.Fatal("mosquitto not installed (scripts/test-deps.sh installs it)")
-		}
-		bin = "/usr/sbin/mosquitto"
-	}
+	bin := MosquittoBinary(t)
 	conf := "allow_anonymous true\npersistence false\nmax_queued_messages 0\n"
 	if os.Geteuid() == 0 {
 		// Run as root, mosquitto would switch to the user mosquitto, who
@@ -116,6 +111,65 @@ func runMosquitto(t testing.TB, listeners []string, extra []string) []string {
 		}
 	}
 	return addrs
+}
+
+// MosquittoBinary is the mosquitto the tests run: $PEAT_MOSQUITTO, else
+// the one scripts/mosquitto-current.sh built (scripts/.mosquitto), else
+// the system's.
+func MosquittoBinary(t testing.TB) string {
+	t.Helper()
+	if bin := os.Getenv("PEAT_MOSQUITTO"); bin != "" {
+		return bin
+	}
+	if dir, err := os.Getwd(); err == nil {
+		for ; ; dir = filepath.Dir(dir) {
+			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+				if bin := filepath.Join(dir, "scripts", ".mosquitto", "mosquitto"); isExecutable(bin) {
+					return bin
+				}
+				break
+			}
+			if dir == filepath.Dir(dir) {
+				break
+			}
+		}
+	}
+	if bin, err := exec.LookPath("mosquitto"); err == nil {
+		return bin
+	}
+	if isExecutable("/usr/sbin/mosquitto") {
+		return "/usr/sbin/mosquitto"
+	}
+	t.Fatal("mosquitto not installed (scripts/test-deps.sh installs it)")
+	return ""
+}
+
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
+// RequireReceiveMaximum fails t unless the mosquitto it runs keeps a
+// client's Receive Maximum [MQTT-3.3.4-9]. 2.0.11 (Debian bookworm's)
+// moves up to a window of queued messages into flight per PUBACK
+// (mosquitto's bug #2306, fixed in 2.0.13): a test that bounds what is
+// repeated after a lost connection cannot hold against it.
+func RequireReceiveMaximum(t testing.TB) {
+	t.Helper()
+	bin := MosquittoBinary(t)
+	out, _ := exec.Command(bin, "-h").Output()
+	m := regexp.MustCompile(`mosquitto version (\d+)\.(\d+)\.(\d+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("%s -h names no version:\n%s", bin, out)
+	}
+	v := [3]int{}
+	for i := range v {
+		v[i], _ = strconv.Atoi(string(m[i+1]))
+	}
+	if v[0] < 2 || v[0] == 2 && v[1] == 0 && v[2] < 13 {
+		t.Fatalf("%s is mosquitto %d.%d.%d, which sends beyond the Receive Maximum "+
+			"after a PUBACK; this test needs 2.0.13 or newer (scripts/mosquitto-current.sh builds one)", bin, v[0], v[1], v[2])
+	}
 }
 
 type lockedBuffer struct {
