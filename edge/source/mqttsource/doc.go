@@ -20,7 +20,8 @@
 //
 // QoS 1 is at least once: a message stored and not yet acknowledged when
 // the connection or the node dies comes again and is stored again (at
-// most the messages in flight, the Receive Maximum, repeat).
+// most the messages in flight, the Receive Maximum, repeat, from an
+// upstream that keeps it; Mosquitto before 2.0.13 does not).
 //
 // QoS 2 is exactly once, across reconnects and crashes, by MQTT's own
 // rule (method B: a receiver holds a packet id from PUBLISH to PUBREL):
