@@ -68,9 +68,10 @@
 //     and had a heartbeat sent less than rules.SelfFenceAfter ago counted
 //     (replica_leader.go, rules.MayCommit from replicator.go,
 //     heartbeat.go): a leader cut off from the controller stops
-//     committing, and refuses its producers, before the controller fences
-//     it, which it does when Serf declares it failed or its session
-//     expires, whichever comes first.
+//     committing, and refuses its producers and its consumer-state
+//     writers (log_state_leader.go), before the controller fences it,
+//     which it does when Serf declares it failed or its session expires,
+//     whichever comes first.
 //  5. An ISR change reaches a Leader only once the controller committed
 //     it (replicator.go, SetISR): the watermark never moves on a smaller
 //     ISR the controller has not agreed to. A larger one is counted from

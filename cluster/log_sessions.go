@@ -189,6 +189,7 @@ func (s *stream) writeStateFrom(ctx context.Context, ld *Leader, puts map[string
 	if from.node == "" {
 		return s.writeStateLeader(ctx, ld, puts, dels)
 	}
+	taken := takenBy(ld)                // outside claims.dec: Current takes the Node's locks
 	decides := s.name == SessionsStream // claims are decided here, under claims.dec
 	if decides {
 		s.claims.dec.Lock()
@@ -207,7 +208,7 @@ func (s *stream) writeStateFrom(ctx context.Context, ld *Leader, puts map[string
 	case len(moved) > 0:
 		return &movedError{keys: moved}
 	}
-	return s.rs.await(ctx, ld, seq, waitAcks)
+	return s.rs.await(ctx, ld, seq, waitAcks, taken)
 }
 
 // unheldIn returns the keys of a write whose session's claim in claims

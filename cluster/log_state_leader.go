@@ -38,7 +38,12 @@ import (
 //     acknowledged its seq (about one round trip), or refuses it:
 //     ErrNotEnoughReplicas below min_insync_replicas or when the ISR has
 //     not acknowledged it within 15 s, ErrLeaderUnavailable if leadership
-//     moves meanwhile. mqtt's state writer retries failed writes.
+//     moves meanwhile. A leader cut off from the controller refuses new
+//     writes, and gives up those waiting as it gives up appends
+//     (stream.answer): within cluster.session_timeout, or at the cut-off
+//     for one taken when it already could not commit. mqtt's state
+//     writer, one per node, retries failed writes: a write held here
+//     holds every group and session of the node.
 //
 // A new leader comes from the ISR, so it holds every state write that was
 // answered, and a group offset never points past its log: consumers are
@@ -149,12 +154,32 @@ func (s *stream) writeStateLeader(ctx context.Context, ld *Leader, puts map[stri
 
 // write is writeStateLeader with what to wait for.
 func (r *replState) write(ctx context.Context, ld *Leader, puts map[string][]byte, dels []string, w stateWait) error {
+	taken := takenBy(ld)
 	seq, err := r.stage(ld, puts, dels, w)
 	if err != nil {
 		return err
 	}
-	return r.await(ctx, ld, seq, w)
+	return r.await(ctx, ld, seq, w, taken)
 }
+
+// stateTaken is when a leader took a state write, and whether it could
+// commit then (Leader.Current): await gives the write up by an append's
+// rules (stream.answer). The zero value is never given up.
+type stateTaken struct {
+	at   time.Time
+	late bool
+}
+
+func takenBy(ld *Leader) stateTaken { return stateTaken{at: time.Now(), late: !ld.Current()} }
+
+// What a state write on a leader cut off from the controller is told;
+// see errCutOff and errFateUnknown, their appends' counterparts.
+var (
+	errStateCutOff = mqtt.Refuse("the stream's leader is cut off from the site's controller: "+
+		"its consumer state cannot be written there", mqtt.ErrLeaderUnavailable)
+	errStateFateUnknown = mqtt.Refuse("the stream's leader lost the site's controller before its replicas "+
+		"held the consumer state written; it may or may not be kept", mqtt.ErrLeaderUnavailable)
+)
 
 // stage writes into the leader ld's store under the next seq, which
 // it returns: what await then waits for the ISR to acknowledge.
@@ -163,6 +188,9 @@ func (r *replState) write(ctx context.Context, ld *Leader, puts map[string][]byt
 func (r *replState) stage(ld *Leader, puts map[string][]byte, dels []string, w stateWait) (uint64, error) {
 	if r.checksMin(w) && !ld.InSync() {
 		return 0, fmt.Errorf("cluster: write state of %s: %w", r.s.name, mqtt.ErrNotEnoughReplicas)
+	}
+	if w != waitNone && r.s.l.node.CutOff() {
+		return 0, fmt.Errorf("cluster: write state of %s: %w", r.s.name, errStateCutOff)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -198,12 +226,22 @@ func (r *replState) checksMin(w stateWait) bool {
 }
 
 // await waits, unless w or the stream's acks say not to, until
-// every other ISR member of the leader ld has acknowledged seq.
-func (r *replState) await(ctx context.Context, ld *Leader, seq uint64, w stateWait) error {
+// every other ISR member of the leader ld has acknowledged seq, or, for
+// a write taken (not zero) while ld cannot commit, until it gives up.
+func (r *replState) await(ctx context.Context, ld *Leader, seq uint64, w stateWait, taken stateTaken) error {
 	if w != waitISR && (w != waitAcks || r.s.l.acksLeader(r.s.name)) {
 		return nil
 	}
 	checkMin := r.checksMin(w)
+	session := r.s.l.node.cfg.SessionTimeout
+	// Nothing else wakes the wait when this node loses the controller:
+	// while ld cannot commit, look again every eighth of a session.
+	var recheck *time.Timer
+	defer func() {
+		if recheck != nil {
+			recheck.Stop()
+		}
+	}()
 	for {
 		st, stChanged := r.s.l.node.State()
 		r.mu.Lock()
@@ -225,7 +263,20 @@ func (r *replState) await(ctx context.Context, ld *Leader, seq uint64, w stateWa
 		case held:
 			return nil
 		}
+		var look <-chan time.Time
+		if !taken.at.IsZero() && !ld.Current() {
+			if time.Since(taken.at) >= session || taken.late && r.s.l.node.CutOff() {
+				return fmt.Errorf("cluster: write state of %s: %w", r.s.name, errStateFateUnknown)
+			}
+			if recheck == nil {
+				recheck = time.NewTimer(session / 8)
+			} else {
+				recheck.Reset(session / 8)
+			}
+			look = recheck.C
+		}
 		select {
+		case <-look:
 		case <-changed:
 		case <-stChanged:
 		case <-ctx.Done():
@@ -242,7 +293,7 @@ func (r *replState) drain(ctx context.Context, ld *Leader) bool {
 	r.mu.Lock()
 	seq, mine := r.seq, r.leader == ld
 	r.mu.Unlock()
-	return mine && r.await(ctx, ld, seq, waitISR) == nil
+	return mine && r.await(ctx, ld, seq, waitISR, stateTaken{}) == nil
 }
 
 // serveFetch answers a follower's state fetch: it records the seq
