@@ -17,7 +17,7 @@ import (
 // offset or session written on a leader cut off from the site cannot be
 // held by its ISR. Taken once the leader cannot commit but before the
 // node counts as cut off, it is given up at the cut-off (as an append
-// is), not after the 15 s of a forwarded write, nor a session after it
+// is), not after the 15 s a state write may wait for its ISR, nor a session after it
 // was taken; taken after, it is refused at once. One node's state is
 // written by one writer (mqtt's), so a wait here held every group and
 // session of the node.
