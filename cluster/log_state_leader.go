@@ -163,8 +163,8 @@ func (r *replState) write(ctx context.Context, ld *Leader, puts map[string][]byt
 }
 
 // stateTaken is when a leader took a state write, and whether it could
-// commit then (Leader.Current): await gives the write up by an append's
-// rules (stream.answer). The zero value is never given up.
+// not commit then (Leader.Current): await gives the write up by
+// Log.givesUp, as appends are. The zero value is never given up.
 type stateTaken struct {
 	at   time.Time
 	late bool
@@ -265,7 +265,7 @@ func (r *replState) await(ctx context.Context, ld *Leader, seq uint64, w stateWa
 		}
 		var look <-chan time.Time
 		if !taken.at.IsZero() && !ld.Current() {
-			if time.Since(taken.at) >= session || taken.late && r.s.l.node.CutOff() {
+			if r.s.l.givesUp(taken.at, taken.late) {
 				return fmt.Errorf("cluster: write state of %s: %w", r.s.name, errStateFateUnknown)
 			}
 			if recheck == nil {

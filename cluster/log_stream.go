@@ -545,7 +545,7 @@ func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 				c.err = fmt.Errorf("cluster: append to %s: leadership moved before the records committed: %w", s.name, mqtt.ErrLeaderUnavailable)
 			case !ld.InSync():
 				c.err = fmt.Errorf("cluster: append to %s: the ISR fell below min_insync_replicas: %w", s.name, mqtt.ErrNotEnoughReplicas)
-			case !ld.Current() && (time.Since(p.at) >= s.l.node.cfg.SessionTimeout || p.late && s.l.node.CutOff()):
+			case !ld.Current() && s.l.givesUp(p.at, p.late):
 				// It cannot commit, and it waited a whole session (the
 				// controller has deposed this leader by now, or is about
 				// to), or it came when the leader already could not commit
@@ -578,6 +578,14 @@ func (s *stream) answer(ld *Leader, closing bool) (empty bool) {
 	s.mu.Unlock()
 	s.call(calls)
 	return empty
+}
+
+// givesUp is whether a write a leader took at at, when it could (late
+// false) or could not commit, is given up now that it cannot: a session
+// after it was taken, or, taken late, once the node is cut off. Appends
+// (answer) and state writes (replState.await) follow it alike.
+func (l *Log) givesUp(at time.Time, late bool) bool {
+	return time.Since(at) >= l.node.cfg.SessionTimeout || late && l.node.CutOff()
 }
 
 func later(a, b time.Time) time.Time {
