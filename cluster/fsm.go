@@ -62,6 +62,14 @@ func (f *FSM) State() (*rules.State, <-chan struct{}) {
 	return f.mu.state.Clone(), f.mu.changed
 }
 
+// Watch returns the current state itself (as View does) and a channel
+// closed at the next change: for a watcher that only reads.
+func (f *FSM) Watch() (*rules.State, <-chan struct{}) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.mu.state, f.mu.changed
+}
+
 // View returns the current state itself, not a copy: apply and Restore
 // replace it, never change it, so it stays as it is. For a look at a
 // field or two on a hot path (a leader's fence on every watermark move);

@@ -133,7 +133,7 @@ func (o *orphans) watch() {
 	t := time.NewTicker(orphanScanInterval)
 	defer t.Stop()
 	for {
-		_, changed := s.l.node.State()
+		_, changed := s.l.node.Watch()
 		_, moved := s.l.rep.Leading(s.name)
 		o.offer()
 		select {

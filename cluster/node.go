@@ -173,6 +173,9 @@ func (n *Node) State() (*rules.State, <-chan struct{}) { return n.fsm.State() }
 // it, do not change it.
 func (n *Node) View() *rules.State { return n.fsm.View() }
 
+// Watch is View and a channel closed at the next change (FSM.Watch).
+func (n *Node) Watch() (*rules.State, <-chan struct{}) { return n.fsm.Watch() }
+
 // Controller returns the id of the controller (the Raft leader) this node
 // knows of, "" when it knows none.
 func (n *Node) Controller() string {
