@@ -1,12 +1,15 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/peatmq/peat/cluster/rules"
+	"github.com/peatmq/peat/cluster/wire"
 	"github.com/peatmq/peat/logstore"
 	"github.com/peatmq/peat/mqtt"
 )
@@ -161,5 +164,91 @@ func TestLog_AppendWaitingForAJustNamedLeaderIsRefusedAtClose(t *testing.T) {
 	}
 	if err := <-closed; err != nil {
 		t.Errorf("close: %v", err)
+	}
+}
+
+// TestLog_ForwardedAppendWaitsForTheStateHere: the controller's entry
+// naming a new leader reaches a follower before the new leader itself
+// (the controller's own node applies it first), and the follower
+// forwards a producer's append in the new leader epoch at once. The new
+// leader holds it until its own state names it and its Leader runs,
+// rather than refusing it as "not the leader" (an MQTT 3.1.1 producer
+// disconnected for a moment's delay); a forward in an epoch that does
+// not come is refused after leaderStartWait. A state write and a claim
+// forwarded in the new epoch wait the same way.
+func TestLog_ForwardedAppendWaitsForTheStateHere(t *testing.T) {
+	old, others, _ := fwdSite(t, siteOpts{MinISR: 2})
+	ctl, next := others[0], others[1]
+	epoch := streamState(next.Node).LeaderEpoch
+	forward := func(n *testNode, epoch uint32, payload string) <-chan appendAt {
+		ch := make(chan appendAt, 1)
+		n.Log.Stream("s").(*stream).appendForwarded(epoch, []*logstore.Record{{Topic: "s/x", QoS: 1, Payload: []byte(payload)}},
+			func(first uint64, err error) { ch <- appendAt{first, err} })
+		return ch
+	}
+	early := forward(next, epoch+1, "early")
+	// A state write and a claim forwarded in that epoch wait the same way.
+	ns := next.Log.Stream("s").(*stream)
+	wrote := make(chan wire.StateWriteResponse, 1)
+	go func() {
+		wrote <- ns.serveStateWrite(context.Background(), &wire.StateWriteRequest{Stream: "s", LeaderEpoch: epoch + 1,
+			Puts: []wire.KV{{Key: "g", Val: []byte("1")}}, Node: ctl.Node.ID(), BrokerEpoch: ctl.Node.Epoch()})
+	}()
+	claimed := make(chan wire.ClaimResponse, 1)
+	go func() {
+		claimed <- ns.claims.serve(&wire.ClaimRequest{Stream: "s", LeaderEpoch: epoch + 1, Key: "k", Holder: "h",
+			Node: ctl.Node.ID(), BrokerEpoch: ctl.Node.Epoch()})
+	}()
+	select {
+	case r := <-early:
+		t.Fatalf("answered (first %d, err %v) before the state here names epoch %d", r.first, r.err, epoch+1)
+	case r := <-wrote:
+		t.Fatalf("state write answered (%v: %s) before the state here names epoch %d", r.Code, r.Message, epoch+1)
+	case r := <-claimed:
+		t.Fatalf("claim answered (%v, granted %v) before the state here names epoch %d", r.Code, r.OK, epoch+1)
+	case <-time.After(200 * time.Millisecond):
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ctl.Node.Apply(ctx, rules.ElectLeader{Name: "s", Preferred: next.Node.ID()}); err != nil {
+		t.Fatal(err)
+	}
+	var r appendAt
+	select {
+	case r = <-early:
+	case <-time.After(time.Minute):
+		t.Fatal("not answered")
+	}
+	if st := streamState(next.Node); st.Leader != next.Node.ID() || st.LeaderEpoch != epoch+1 {
+		t.Fatalf("the state names %s in epoch %d; want %s in %d", st.Leader, st.LeaderEpoch, next.Node.ID(), epoch+1)
+	}
+	if r.err != nil {
+		t.Fatalf("forwarded in the epoch the state here named next: %v; want it appended", r.err)
+	}
+	if recs := committedRecs(t, next.Node.ID(), next.Log.Stream("s"), r.first+1); string(recs[r.first].Payload) != "early" {
+		t.Fatalf("offset %d holds %q", r.first, recs[r.first].Payload)
+	}
+	if r := <-wrote; r.Code != wire.None {
+		t.Fatalf("state write forwarded in the epoch the state here named next: %v: %s; want it written", r.Code, r.Message)
+	}
+	if r := <-claimed; r.Code != wire.None || !r.OK {
+		t.Fatalf("claim forwarded in the epoch the state here named next: %v, granted %v; want it granted", r.Code, r.OK)
+	}
+
+	// The old leader, a follower now, is sent an append in an epoch
+	// that never comes.
+	eventually(t, old.Node.ID()+" follows", func() bool { return old.Log.Stream("s").(*stream).leading() == nil })
+	took := time.Now()
+	never := forward(old, epoch+3, "never")
+	select {
+	case r := <-never:
+		if !errors.Is(r.err, mqtt.ErrLeaderUnavailable) {
+			t.Fatalf("forwarded in an epoch that never comes: first %d, err %v; want leader unavailable", r.first, r.err)
+		}
+		if d := time.Since(took); d < leaderStartWait/2 {
+			t.Fatalf("refused after %v; want it held for leaderStartWait (%v)", d, leaderStartWait)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("held past leaderStartWait")
 	}
 }

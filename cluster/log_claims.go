@@ -24,6 +24,10 @@ import (
 //
 //   - A follower's Claim and Unclaim are forwarded (ClaimRequest); a
 //     leader that cannot be reached grants nothing and names no holder.
+//     One still unanswered when the state names another leader (the
+//     old one cut off with it on the way) is sent to the new one
+//     (stream.whileLeads), which waits for its own state to name it if
+//     the follower's got there first (stream.leaderIn).
 //   - The leader decides one claim at a time from the claim its state
 //     holds under "\x00c/<key>" (hidden from mqtt's LoadState, refused in
 //     its WriteState): version 1 | broker epoch 8 BE | node length uvarint
@@ -236,19 +240,39 @@ func (c *claims) put(ctx context.Context, ld *Leader, key string, cur claimHolde
 }
 
 // decide has the stream's leader decide a claim of this node's
-// holder: here when this node leads the stream, else forwarded.
+// holder: here when this node leads the stream, else forwarded, and
+// forwarded again when the stream moves to another leader before the
+// first answered (stream.whileLeads).
 func (c *claims) decide(ctx context.Context, key, holder string, release bool) (ok bool, current string, err error) {
 	h := claimHolder{holder: holder, node: c.s.l.node.ID(), epoch: c.s.l.node.Epoch()}
-	if ld := c.s.noteLeader(); ld != nil {
-		return c.onLeader(ctx, ld, key, h, release)
+	for {
+		if ld := c.s.noteLeader(); ld != nil {
+			return c.onLeader(ctx, ld, key, h, release)
+		}
+		ok, current, err = c.forward(ctx, key, h, release)
+		if err != errLeaderMoved {
+			return ok, current, err
+		}
+		c.s.l.log.Debug("cluster: claim sent again to the stream's new leader", slog.String("stream", c.s.name), slog.String("key", key))
+		c.s.awaitLeading(ctx)
 	}
+}
+
+// forward sends a claim (or release) of h to the stream's leader; it
+// gives errLeaderMoved when the leader changed before it answered.
+func (c *claims) forward(ctx context.Context, key string, h claimHolder, release bool) (ok bool, current string, err error) {
 	leader, epoch, addr := c.s.stateLeader()
 	if leader == "" || leader == c.s.l.node.ID() || addr == "" {
 		return false, "", fmt.Errorf("cluster: claim in %s: no leader known: %w", c.s.name, mqtt.ErrLeaderUnavailable)
 	}
-	req := wire.ClaimRequest{Stream: c.s.name, LeaderEpoch: epoch, Key: key, Holder: holder, Node: h.node, BrokerEpoch: h.epoch, Release: release}
+	req := wire.ClaimRequest{Stream: c.s.name, LeaderEpoch: epoch, Key: key, Holder: h.holder, Node: h.node, BrokerEpoch: h.epoch, Release: release}
+	ctx, cancel := c.s.whileLeads(ctx, leader, epoch)
+	defer cancel()
 	var resp wire.ClaimResponse
 	if err := c.rpc.call(ctx, c.s.l.node.dialer(), addr, wire.KindClaimRequest, req.AppendTo(nil), wire.KindClaimResponse, &resp); err != nil {
+		if context.Cause(ctx) == errLeaderMoved {
+			return false, "", errLeaderMoved
+		}
 		return false, "", fmt.Errorf("cluster: claim in %s through %s: %v: %w", c.s.name, leader, err, mqtt.ErrLeaderUnavailable)
 	}
 	if err := codeErr("claim in", c.s.name, resp.Code, ""); err != nil {
@@ -353,12 +377,12 @@ func (c *claims) unclaim(key, holder string) {
 
 // serve is the leader's side of a forwarded claim.
 func (c *claims) serve(req *wire.ClaimRequest) wire.ClaimResponse {
-	ld := c.s.noteLeader()
-	if ld == nil || ld.epoch != req.LeaderEpoch {
-		return wire.ClaimResponse{Code: wire.NotLeader}
-	}
 	ctx, cancel := c.ctx(rpcTimeout - time.Second) // answered before the follower gives up
 	defer cancel()
+	ld := c.s.leaderIn(ctx, req.LeaderEpoch)
+	if ld == nil {
+		return wire.ClaimResponse{Code: wire.NotLeader}
+	}
 	ok, cur, err := c.onLeader(ctx, ld, req.Key, claimHolder{holder: req.Holder, node: req.Node, epoch: req.BrokerEpoch}, req.Release)
 	if err != nil {
 		return wire.ClaimResponse{Code: produceCode(err)}

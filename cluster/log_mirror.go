@@ -231,7 +231,7 @@ func (s *stream) mirrorAsync(in []MirrorRecord, done func([]MirrorResult, []erro
 	if s.l.cfg.Mirror == nil {
 		p.err = fmt.Errorf("cluster: mirror %s: this node applies no mirror rules: %w", s.name, ErrNotMirror)
 	} else {
-		s.admitOrHoldLocked(p, func(ld *Leader) { s.admitMirrorLocked(p, ld, in, out, forward, epoch) })
+		s.admitOrHoldLocked(p, forwardedIn(forward, epoch), func(ld *Leader) { s.admitMirrorLocked(p, ld, in, out, forward, epoch) })
 	}
 	s.mu.Unlock()
 	s.wake()

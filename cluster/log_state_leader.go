@@ -25,7 +25,9 @@ import (
 //     next version (leader epoch, seq); its latest writes, up to
 //     stateLogMax (4096) keys, are kept in memory as changes.
 //   - On a follower, WriteState is forwarded to the leader (a
-//     StateWriteRequest) and answered with the leader's answer.
+//     StateWriteRequest) and answered with the leader's answer; sent
+//     again to the next leader when the state names another before the
+//     first answered (whileLeads), as a claim is.
 //   - Every follower runs one more long poll per stream, a
 //     StateFetchRequest naming the version it holds: the leader counts it
 //     as that follower's acknowledgement, and answers with the changes
@@ -378,8 +380,81 @@ func (r *replState) serveFetch(ctx context.Context, req *wire.StateFetchRequest)
 	}
 }
 
+// errLeaderMoved ends a call to a stream's leader once this node's copy
+// of the controller's state names another (whileLeads); the caller sends
+// it to the new one.
+var errLeaderMoved = errors.New("cluster: the stream's leader moved")
+
+// whileLeads is ctx, ended with the cause errLeaderMoved once this node's
+// copy of the controller's state no longer names leader in epoch for the
+// stream. A leader cut off in the middle of a forwarded state write or
+// claim never answers it (the request and its answer go into the cut),
+// while the controller fences it and moves the stream within the
+// session timeout: the call is then better sent to the next leader than
+// waited out for rpcTimeout. Puts, deletes and claims are idempotent (a
+// claim of the same holder is granted again), so one sent twice changes
+// nothing more than once, and the new leader, elected from the ISR,
+// holds whatever the old one had committed.
+func (s *stream) whileLeads(ctx context.Context, leader string, epoch uint32) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		for {
+			st, changed := s.l.node.Watch()
+			if cs := st.Streams[s.name]; cs == nil || cs.Leader != leader || cs.LeaderEpoch != epoch {
+				cancel(errLeaderMoved)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// awaitLeading waits, when this node's copy of the controller's state
+// names it the stream's leader, until its Replicator leads the stream
+// (leaderIn): a write or claim that followed the stream here is then
+// decided here, not refused for want of a leader in between.
+func (s *stream) awaitLeading(ctx context.Context) {
+	if id, epoch := s.stateLeaderID(); id == s.l.node.ID() {
+		s.leaderIn(ctx, epoch)
+	}
+}
+
+// leaderIn is this node's Leader of the stream in epoch, waited for up
+// to leaderStartWait while no Leader runs here and the state here names
+// this node or is older than epoch (awaitsLeadership): a follower whose
+// state ran ahead of this node's forwards in an epoch this node learns
+// of a moment later. nil when it does not come.
+func (s *stream) leaderIn(ctx context.Context, epoch uint32) *Leader {
+	deadline := time.NewTimer(leaderStartWait)
+	defer deadline.Stop()
+	for {
+		_, leading := s.l.rep.Leading(s.name) // before looking: a change from now on closes it
+		_, changed := s.l.node.Watch()
+		if ld := s.noteLeader(); ld != nil || !s.awaitsLeadership(epoch) {
+			if ld == nil || ld.epoch != epoch {
+				return nil
+			}
+			return ld
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-deadline.C:
+			return nil
+		case <-leading:
+		case <-changed:
+		}
+	}
+}
+
 // forwardStateWrite passes a follower's state write to the leader,
-// naming this node when the leader fences it (fromFor).
+// naming this node when the leader fences it (fromFor). It gives
+// errLeaderMoved when the stream's leader changed before it answered.
 func (s *stream) forwardStateWrite(ctx context.Context, puts map[string][]byte, dels []string) error {
 	leader, epoch, addr := s.stateLeader()
 	if leader == "" || leader == s.l.node.ID() || addr == "" {
@@ -393,8 +468,13 @@ func (s *stream) forwardStateWrite(ctx context.Context, puts map[string][]byte, 
 	for _, k := range slices.Sorted(maps.Keys(puts)) {
 		req.Puts = append(req.Puts, wire.KV{Key: k, Val: puts[k]})
 	}
+	ctx, cancel := s.whileLeads(ctx, leader, epoch)
+	defer cancel()
 	var resp wire.StateWriteResponse
 	if err := s.rpc.call(ctx, s.l.node.dialer(), addr, wire.KindStateWriteRequest, req.AppendTo(nil), wire.KindStateWriteResponse, &resp); err != nil {
+		if context.Cause(ctx) == errLeaderMoved {
+			return errLeaderMoved
+		}
 		return fmt.Errorf("cluster: write state of %s through %s: %v: %w", s.name, leader, err, mqtt.ErrLeaderUnavailable)
 	}
 	if resp.Code == wire.NotHolder && len(resp.Moved) > 0 {
@@ -405,12 +485,12 @@ func (s *stream) forwardStateWrite(ctx context.Context, puts map[string][]byte, 
 
 // serveStateWrite is the leader's side of a forwarded state write.
 func (s *stream) serveStateWrite(ctx context.Context, req *wire.StateWriteRequest) wire.StateWriteResponse {
-	ld := s.noteLeader()
-	if ld == nil || ld.epoch != req.LeaderEpoch {
-		return wire.StateWriteResponse{Code: wire.NotLeader}
-	}
 	ctx, cancel := context.WithTimeout(ctx, rpcTimeout-time.Second) // answered before the follower gives up
 	defer cancel()
+	ld := s.leaderIn(ctx, req.LeaderEpoch)
+	if ld == nil {
+		return wire.StateWriteResponse{Code: wire.NotLeader}
+	}
 	puts := make(map[string][]byte, len(req.Puts))
 	for _, kv := range req.Puts {
 		puts[kv.Key] = kv.Val

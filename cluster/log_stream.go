@@ -32,8 +32,9 @@ import (
 // Close waits until those are written: no record of an ended leadership
 // lands after the Fetcher that follows it truncated the log. An append
 // that reaches the node the state has just named leader, before its
-// Replicator has started the Leader, waits for it (admitOrHoldLocked), for at
-// most leaderStartWait, with every later append behind it.
+// Replicator has started the Leader, or forwarded in a leader epoch this
+// node's state does not have yet, waits for it (admitOrHoldLocked), for
+// at most leaderStartWait, with every later append behind it.
 //
 // On a follower, AppendAsync forwards (forward.go): the records
 // (forward_codec.go: the producer's fields; a zero timestamp is stamped
@@ -129,6 +130,9 @@ type stream struct {
 		// Leader: the state names it leader and the Replicator has not
 		// started it yet (release).
 		held []heldAppend
+		// heldEpoch is the newest leader epoch a held append was
+		// forwarded in (0: none).
+		heldEpoch uint32
 	}
 	stopOnce  sync.Once
 	fwd       forwarding     // appends to the leader, while another node leads (forward.go)
@@ -259,10 +263,19 @@ func (s *stream) appendAsync(recs []*logstore.Record, done func(first uint64, er
 		// publish here, and a forwarded one is refused too.
 		p.err = fmt.Errorf("cluster: append to %s: %w", s.name, ErrNotMirror)
 	} else {
-		s.admitOrHoldLocked(p, func(ld *Leader) { s.admitAppendLocked(p, ld, recs, forward, epoch) })
+		s.admitOrHoldLocked(p, forwardedIn(forward, epoch), func(ld *Leader) { s.admitAppendLocked(p, ld, recs, forward, epoch) })
 	}
 	s.mu.Unlock()
 	s.wake()
+}
+
+// forwardedIn is the leader epoch an append was forwarded in, 0 for
+// this node's own (forward: it goes to whoever leads).
+func forwardedIn(forward bool, epoch uint32) uint32 {
+	if forward {
+		return 0
+	}
+	return epoch
 }
 
 // admitAppendLocked sends p's records where admitLocked decides, under
@@ -303,18 +316,21 @@ type heldAppend struct {
 }
 
 // admitOrHoldLocked admits p now, with this node's Leader if it runs
-// one, or holds it when the state names this node the stream's leader
-// and no Leader runs here yet, or earlier appends are held (call order):
-// release admits them once the Leader runs. Without the hold, a producer
-// that reaches a just-elected leader in its first milliseconds would be
-// refused (an MQTT 3.1.1 client disconnected) for nothing.
-func (s *stream) admitOrHoldLocked(p *pendingAppend, admit func(*Leader)) {
+// one, or holds it while no Leader runs here yet and either the state
+// names this node the stream's leader, or p was forwarded in a leader
+// epoch (forwardedIn, 0 for this node's own) newer than the state here
+// has yet (the controller's entry reached the follower first), or
+// earlier appends are held (call order): release admits them once the
+// Leader runs. Without the hold, a producer that reaches a just-elected
+// leader in its first milliseconds, directly or through another node,
+// would be refused (an MQTT 3.1.1 client disconnected) for nothing.
+func (s *stream) admitOrHoldLocked(p *pendingAppend, forwardedIn uint32, admit func(*Leader)) {
 	if len(s.mu.held) == 0 {
 		if ld := s.leading(); ld != nil {
 			admit(ld)
 			return
 		}
-		if id, _ := s.stateLeaderID(); id != s.l.node.ID() {
+		if !s.awaitsLeadership(forwardedIn) {
 			admit(nil)
 			return
 		}
@@ -322,7 +338,16 @@ func (s *stream) admitOrHoldLocked(p *pendingAppend, admit func(*Leader)) {
 	p.held = true
 	until := time.Now().Add(leaderStartWait)
 	s.mu.held = append(s.mu.held, heldAppend{p: p, until: until, admit: admit})
+	s.mu.heldEpoch = max(s.mu.heldEpoch, forwardedIn)
 	s.recheckLocked(until)
+}
+
+// awaitsLeadership, while no Leader runs here: the state names this
+// node the stream's leader, or is older than epoch (a leader epoch a
+// follower forwarded in).
+func (s *stream) awaitsLeadership(epoch uint32) bool {
+	id, have := s.stateLeaderID()
+	return id == s.l.node.ID() || have < epoch
 }
 
 // release admits the held appends, in call order, once this node runs
@@ -337,13 +362,12 @@ func (s *stream) release() {
 		return
 	}
 	ld := s.leading()
-	id, _ := s.stateLeaderID()
-	if ld == nil && id == s.l.node.ID() && !s.mu.closed && time.Now().Before(s.mu.held[0].until) {
+	if ld == nil && s.awaitsLeadership(s.mu.heldEpoch) && !s.mu.closed && time.Now().Before(s.mu.held[0].until) {
 		s.recheckLocked(s.mu.held[0].until)
 		return
 	}
 	held := s.mu.held
-	s.mu.held = nil
+	s.mu.held, s.mu.heldEpoch = nil, 0
 	for _, h := range held {
 		h.p.held = false
 		if s.mu.closed { // nothing is written once closing began
@@ -727,10 +751,16 @@ func (s *stream) writeStateOnce(puts map[string][]byte, dels []string) error {
 		case <-ctx.Done():
 		}
 	}()
-	if ld := s.noteLeader(); ld != nil {
-		return s.writeStateFrom(ctx, ld, puts, dels, stateFrom{s.l.node.ID(), s.l.node.Epoch()})
+	for {
+		if ld := s.noteLeader(); ld != nil {
+			return s.writeStateFrom(ctx, ld, puts, dels, stateFrom{s.l.node.ID(), s.l.node.Epoch()})
+		}
+		if err := s.forwardStateWrite(ctx, puts, dels); err != errLeaderMoved {
+			return err
+		}
+		s.l.log.Debug("cluster: state write sent again to the stream's new leader", slog.String("stream", s.name))
+		s.awaitLeading(ctx)
 	}
-	return s.forwardStateWrite(ctx, puts, dels)
 }
 
 // LoadState reads this node's copy of the stream's consumer state: the

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -61,5 +62,89 @@ func TestSite_StateWriteOnACutOffLeaderIsGivenUpAtTheCutOff(t *testing.T) {
 	}
 	if d := time.Since(took); d > time.Second {
 		t.Errorf("a state write on the cut-off node was refused after %v; want at once", d.Round(time.Millisecond))
+	}
+}
+
+// A follower's state write or claim is forwarded to the stream's leader.
+// When that leader is cut off with the request on its way, neither the
+// request nor an answer crosses the cut; the controller fences the
+// leader and moves the stream within the session timeout, and the
+// follower sends the request again to the new leader instead of waiting
+// out the 15 s a forwarded call may take. (Without it both tests took
+// 16 s and ended refused.)
+
+// cutLeaderWithRequestOpen isolates the stream's leader from the two
+// other nodes after first sends one request through far, so that far's
+// connection to the leader is open at the cut (the request then goes
+// into the cut rather than failing to dial); it heals at cleanup.
+func cutLeaderWithRequestOpen(t *testing.T, fnet *faultnet.Network, leader *testNode, others []*testNode, first func() error) time.Time {
+	t.Helper()
+	if err := first(); err != nil {
+		t.Fatalf("before the cut: %v", err)
+	}
+	for _, o := range others {
+		cutFrom(fnet, leader, o, false)
+	}
+	t.Cleanup(func() {
+		for _, o := range others {
+			cutFrom(fnet, leader, o, true)
+		}
+	})
+	return time.Now()
+}
+
+func TestSite_ForwardedStateWriteFollowsTheNewLeader(t *testing.T) {
+	fnet := faultnet.New()
+	leader, others, _ := fwdSite(t, siteOpts{Net: fnet, MinISR: 2})
+	far := others[1]
+	s := far.Log.Stream("s")
+	cutAt := cutLeaderWithRequestOpen(t, fnet, leader, others, func() error {
+		return s.WriteState(map[string][]byte{"g": []byte("1")}, nil)
+	})
+	if err := s.WriteState(map[string][]byte{"g": []byte("2")}, nil); err != nil {
+		t.Fatalf("state write through %s %v after its leader was cut off: %v; want it written by the next leader",
+			far.Node.ID(), time.Since(cutAt).Round(time.Millisecond), err)
+	}
+	took := time.Since(cutAt)
+	st := streamState(others[0].Node)
+	if st.Leader == leader.Node.ID() {
+		t.Fatalf("written, but %s still leads the stream", st.Leader)
+	}
+	t.Logf("written %v after the cut; %s leads now", took.Round(time.Millisecond), st.Leader)
+	for _, ln := range others {
+		if ln.Node.ID() != st.Leader {
+			continue
+		}
+		if got := string(loadKey(t, ln.Log.Stream("s"), "g")); got != "2" {
+			t.Fatalf("the new leader %s holds g=%q; want 2", st.Leader, got)
+		}
+	}
+}
+
+func TestSite_ForwardedClaimFollowsTheNewLeader(t *testing.T) {
+	fnet := faultnet.New()
+	leader, others, _ := fwdSite(t, siteOpts{Net: fnet, MinISR: 2})
+	far := others[1]
+	s := far.Log.Stream("s").(*stream)
+	cutAt := cutLeaderWithRequestOpen(t, fnet, leader, others, func() error {
+		if ok, cur := s.Claim("g1", "a"); !ok {
+			return fmt.Errorf("claim of g1 refused (held by %q)", cur)
+		}
+		return nil
+	})
+	ok, cur := s.Claim("g2", "b")
+	took := time.Since(cutAt)
+	if !ok {
+		t.Fatalf("claim through %s %v after its leader was cut off: not granted (holder %q); want it granted by the next leader",
+			far.Node.ID(), took.Round(time.Millisecond), cur)
+	}
+	st := streamState(others[0].Node)
+	if st.Leader == leader.Node.ID() {
+		t.Fatalf("granted, but %s still leads the stream", st.Leader)
+	}
+	t.Logf("granted %v after the cut; %s leads now", took.Round(time.Millisecond), st.Leader)
+	// The new leader decides from its state: another holder is refused.
+	if ok, cur := far.Log.Stream("s").(*stream).Claim("g2", "c"); ok || cur != "b" {
+		t.Fatalf("claim of g2 by another holder: granted %v, holder %q; want refused, held by b", ok, cur)
 	}
 }
