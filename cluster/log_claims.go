@@ -25,9 +25,10 @@ import (
 //   - A follower's Claim and Unclaim are forwarded (ClaimRequest); a
 //     leader that cannot be reached grants nothing and names no holder.
 //     One still unanswered when the state names another leader (the
-//     old one cut off with it on the way) is sent to the new one
-//     (stream.whileLeads), which waits for its own state to name it if
-//     the follower's got there first (stream.leaderIn).
+//     old one cut off with it on the way), or refused by a leader that
+//     knew of its successor before this node did, is sent to the new
+//     one (stream.whileLeads, movedOn), which waits for its own state
+//     to name it if the follower's got there first (stream.leaderIn).
 //   - The leader decides one claim at a time from the claim its state
 //     holds under "\x00c/<key>" (hidden from mqtt's LoadState, refused in
 //     its WriteState): version 1 | broker epoch 8 BE | node length uvarint
@@ -259,7 +260,8 @@ func (c *claims) decide(ctx context.Context, key, holder string, release bool) (
 }
 
 // forward sends a claim (or release) of h to the stream's leader; it
-// gives errLeaderMoved when the leader changed before it answered.
+// gives errLeaderMoved when the leader changed before it answered, or
+// answered "not the leader" and this node's state then moved on.
 func (c *claims) forward(ctx context.Context, key string, h claimHolder, release bool) (ok bool, current string, err error) {
 	leader, epoch, addr := c.s.stateLeader()
 	if leader == "" || leader == c.s.l.node.ID() || addr == "" {
@@ -274,6 +276,9 @@ func (c *claims) forward(ctx context.Context, key string, h claimHolder, release
 			return false, "", errLeaderMoved
 		}
 		return false, "", fmt.Errorf("cluster: claim in %s through %s: %v: %w", c.s.name, leader, err, mqtt.ErrLeaderUnavailable)
+	}
+	if resp.Code == wire.NotLeader && movedOn(ctx) {
+		return false, "", errLeaderMoved
 	}
 	if err := codeErr("claim in", c.s.name, resp.Code, ""); err != nil {
 		return false, "", err

@@ -27,7 +27,8 @@ import (
 //   - On a follower, WriteState is forwarded to the leader (a
 //     StateWriteRequest) and answered with the leader's answer; sent
 //     again to the next leader when the state names another before the
-//     first answered (whileLeads), as a claim is.
+//     first answered (whileLeads), or after a deposed leader answered
+//     "not the leader" (movedOn), as a claim is.
 //   - Every follower runs one more long poll per stream, a
 //     StateFetchRequest naming the version it holds: the leader counts it
 //     as that follower's acknowledgement, and answers with the changes
@@ -414,6 +415,22 @@ func (s *stream) whileLeads(ctx context.Context, leader string, epoch uint32) (c
 	return ctx, func() { cancel(context.Canceled) }
 }
 
+// movedOn waits up to leaderStartWait for ctx, a whileLeads, to end
+// with errLeaderMoved: a leader that answered "not the leader" has been
+// deposed, and this node's state names its successor a moment later
+// (the controller's entry reached the old leader first). The call was
+// not applied, so it is sent to the successor.
+func movedOn(ctx context.Context) bool {
+	t := time.NewTimer(leaderStartWait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx) == errLeaderMoved
+	case <-t.C:
+		return false
+	}
+}
+
 // awaitLeading waits, when this node's copy of the controller's state
 // names it the stream's leader, until its Replicator leads the stream
 // (leaderIn): a write or claim that followed the stream here is then
@@ -454,7 +471,8 @@ func (s *stream) leaderIn(ctx context.Context, epoch uint32) *Leader {
 
 // forwardStateWrite passes a follower's state write to the leader,
 // naming this node when the leader fences it (fromFor). It gives
-// errLeaderMoved when the stream's leader changed before it answered.
+// errLeaderMoved when the stream's leader changed before it answered,
+// or answered "not the leader" and this node's state then moved on.
 func (s *stream) forwardStateWrite(ctx context.Context, puts map[string][]byte, dels []string) error {
 	leader, epoch, addr := s.stateLeader()
 	if leader == "" || leader == s.l.node.ID() || addr == "" {
@@ -476,6 +494,9 @@ func (s *stream) forwardStateWrite(ctx context.Context, puts map[string][]byte, 
 			return errLeaderMoved
 		}
 		return fmt.Errorf("cluster: write state of %s through %s: %v: %w", s.name, leader, err, mqtt.ErrLeaderUnavailable)
+	}
+	if resp.Code == wire.NotLeader && movedOn(ctx) {
+		return errLeaderMoved
 	}
 	if resp.Code == wire.NotHolder && len(resp.Moved) > 0 {
 		return &movedError{keys: resp.Moved}

@@ -1,12 +1,14 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/peatmq/peat/cluster/faultnet"
+	"github.com/peatmq/peat/cluster/rules"
 	"github.com/peatmq/peat/mqtt"
 )
 
@@ -146,5 +148,59 @@ func TestSite_ForwardedClaimFollowsTheNewLeader(t *testing.T) {
 	// The new leader decides from its state: another holder is refused.
 	if ok, cur := far.Log.Stream("s").(*stream).Claim("g2", "c"); ok || cur != "b" {
 		t.Fatalf("claim of g2 by another holder: granted %v, holder %q; want refused, held by b", ok, cur)
+	}
+}
+
+// TestSite_ClaimAndStateWriteRefusedByADeposedLeaderFollowTheNewOne:
+// the controller moves a stream while its entry reaches one follower
+// late (its Raft link delayed 500 ms). The old leader knows at once
+// and answers that follower's claim and state write "not the leader";
+// the follower sends them on to the new leader once its own state names
+// it, rather than refusing its client for a moment's lag.
+func TestSite_ClaimAndStateWriteRefusedByADeposedLeaderFollowTheNewOne(t *testing.T) {
+	fnet := faultnet.New()
+	leader, others, _ := fwdSite(t, siteOpts{Net: fnet, MinISR: 2})
+	ctl, far := others[0], others[1]
+	s := far.Log.Stream("s").(*stream)
+	if ok, cur := s.Claim("g1", "a"); !ok { // the claim connection to the leader is open
+		t.Fatalf("claim of g1 refused (held by %q)", cur)
+	}
+	if err := s.WriteState(map[string][]byte{"g": []byte("1")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	epoch := streamState(ctl.Node).LeaderEpoch
+	fnet.Delay(ctl.Node.ID(), far.Node.ID()+"/raft", 500*time.Millisecond)
+	t.Cleanup(func() { fnet.Delay(ctl.Node.ID(), far.Node.ID()+"/raft", 0) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ctl.Node.Apply(ctx, rules.ElectLeader{Name: "s", Preferred: ctl.Node.ID()}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, leader.Node.ID()+" to know it was deposed", func() bool { return streamState(leader.Node).LeaderEpoch > epoch })
+	if id, e := s.stateLeaderID(); id != leader.Node.ID() || e != epoch {
+		t.Fatalf("%s already has the new leader (%s in %d): the delay did not hold its state back", far.Node.ID(), id, e)
+	}
+	ok, cur := s.Claim("g2", "b")
+	if !ok {
+		t.Fatalf("claim through %s while its state lagged: not granted (holder %q); want it granted by the new leader", far.Node.ID(), cur)
+	}
+	if id, _ := s.stateLeaderID(); id != ctl.Node.ID() {
+		t.Fatalf("granted, but %s names %s the leader", far.Node.ID(), id)
+	}
+
+	// Again for a state write, the stream moving back.
+	epoch = streamState(ctl.Node).LeaderEpoch
+	if err := ctl.Node.Apply(ctx, rules.ElectLeader{Name: "s", Preferred: leader.Node.ID()}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctl.Node.ID()+" to know it was deposed", func() bool { return ctl.Log.Stream("s").(*stream).leading() == nil })
+	if id, e := s.stateLeaderID(); id != ctl.Node.ID() || e != epoch {
+		t.Fatalf("%s already has the new leader (%s in %d): the delay did not hold its state back", far.Node.ID(), id, e)
+	}
+	if err := s.WriteState(map[string][]byte{"g": []byte("2")}, nil); err != nil {
+		t.Fatalf("state write through %s while its state lagged: %v; want it written by the new leader", far.Node.ID(), err)
+	}
+	if got := string(loadKey(t, leader.Log.Stream("s"), "g")); got != "2" {
+		t.Fatalf("the new leader %s holds g=%q; want 2", leader.Node.ID(), got)
 	}
 }
