@@ -37,7 +37,7 @@
 //	rpcconn.go        one request at a time to a leader or the controller
 //	forward_server.go the leader's side of forwarded appends
 //	forward_codec.go  a forwarded append's records on the wire
-//	log_state_*.go    consumer-state replication (leader, follower)
+//	log_state_*.go    consumer-state replication (leader, follower) and forwarded writes
 //	log_claims.go     claims: a group's single consumer, decided by the leader
 //	log_sessions*.go  durable sessions across the site, and their adoption
 //	log_mirror.go     mirror streams: records at their source offsets
