@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/peatmq/peat/cluster/wire"
-	"github.com/peatmq/peat/mqtt"
 )
 
 // Claims.
@@ -259,26 +258,18 @@ func (c *claims) decide(ctx context.Context, key, holder string, release bool) (
 	}
 }
 
-// forward sends a claim (or release) of h to the stream's leader; it
-// gives errLeaderMoved when the leader changed before it answered, or
-// answered "not the leader" and this node's state then moved on.
+// forward sends a claim (or release) of h to the stream's leader;
+// errLeaderMoved as stream.callLeader gives it.
 func (c *claims) forward(ctx context.Context, key string, h claimHolder, release bool) (ok bool, current string, err error) {
-	leader, epoch, addr := c.s.stateLeader()
-	if leader == "" || leader == c.s.l.node.ID() || addr == "" {
-		return false, "", fmt.Errorf("cluster: claim in %s: no leader known: %w", c.s.name, mqtt.ErrLeaderUnavailable)
+	to, err := c.s.forwardTo("claim in")
+	if err != nil {
+		return false, "", err
 	}
-	req := wire.ClaimRequest{Stream: c.s.name, LeaderEpoch: epoch, Key: key, Holder: h.holder, Node: h.node, BrokerEpoch: h.epoch, Release: release}
-	ctx, cancel := c.s.whileLeads(ctx, leader, epoch)
-	defer cancel()
+	req := wire.ClaimRequest{Stream: c.s.name, LeaderEpoch: to.epoch, Key: key, Holder: h.holder, Node: h.node, BrokerEpoch: h.epoch, Release: release}
 	var resp wire.ClaimResponse
-	if err := c.rpc.call(ctx, c.s.l.node.dialer(), addr, wire.KindClaimRequest, req.AppendTo(nil), wire.KindClaimResponse, &resp); err != nil {
-		if context.Cause(ctx) == errLeaderMoved {
-			return false, "", errLeaderMoved
-		}
-		return false, "", fmt.Errorf("cluster: claim in %s through %s: %v: %w", c.s.name, leader, err, mqtt.ErrLeaderUnavailable)
-	}
-	if resp.Code == wire.NotLeader && movedOn(ctx) {
-		return false, "", errLeaderMoved
+	if err := c.s.callLeader(ctx, &c.rpc, "claim in", to, wire.KindClaimRequest, req.AppendTo(nil),
+		wire.KindClaimResponse, &resp, func() wire.Code { return resp.Code }); err != nil {
+		return false, "", err
 	}
 	if err := codeErr("claim in", c.s.name, resp.Code, ""); err != nil {
 		return false, "", err

@@ -17,11 +17,11 @@ import (
 // same helpers, its claims: log_claims.go) goes to the stream's leader,
 // and follows the stream when the leader changes before it answered.
 //
-//   - whileLeads ends the call once this node's state names another
-//     leader or epoch (the old leader cut off with the call on its way),
-//     and movedOn, when a deposed leader answered "not the leader",
-//     waits for this node's state to name its successor; the call is
-//     then sent to the new leader.
+//   - callLeader ends the call once this node's state names another
+//     leader or epoch (whileLeads: the old leader cut off with the call
+//     on its way), or, when a deposed leader answered "not the leader",
+//     once this node's state names its successor (movedOn); the caller
+//     then sends it to the new leader.
 //   - A node the state has just named leader holds a call forwarded in
 //     an epoch it has not learnt yet, or before its Replicator leads,
 //     for up to leaderStartWait (leaderIn), as it holds appends
@@ -46,8 +46,8 @@ func (s *stream) whileLeads(ctx context.Context, leader string, epoch uint32) (c
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		for {
-			st, changed := s.l.node.Watch()
-			if cs := st.Streams[s.name]; cs == nil || cs.Leader != leader || cs.LeaderEpoch != epoch {
+			_, changed := s.l.node.Watch() // before looking: a change from now on closes it
+			if id, e := s.stateLeaderID(); id != leader || e != epoch {
 				cancel(errLeaderMoved)
 				return
 			}
@@ -98,11 +98,14 @@ func (s *stream) leaderIn(ctx context.Context, epoch uint32) *Leader {
 	for {
 		_, leading := s.l.rep.Leading(s.name) // before looking: a change from now on closes it
 		_, changed := s.l.node.Watch()
-		if ld := s.noteLeader(); ld != nil || !s.awaitsLeadership(epoch) {
-			if ld == nil || ld.epoch != epoch {
+		if ld := s.noteLeader(); ld != nil {
+			if ld.epoch != epoch {
 				return nil
 			}
 			return ld
+		}
+		if !s.awaitsLeadership(epoch) {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -115,34 +118,66 @@ func (s *stream) leaderIn(ctx context.Context, epoch uint32) *Leader {
 	}
 }
 
+// leaderAt is the leader a follower's call goes to, as this node's copy
+// of the controller's state names it.
+type leaderAt struct {
+	id    string
+	epoch uint32
+	addr  string
+}
+
+// forwardTo is the leader what ("write state of", "claim in") is
+// forwarded to; ErrLeaderUnavailable while the state names none, or
+// names this node (whose Leader has not started).
+func (s *stream) forwardTo(what string) (leaderAt, error) {
+	id, epoch, addr := s.stateLeader()
+	if id == "" || id == s.l.node.ID() || addr == "" {
+		return leaderAt{}, fmt.Errorf("cluster: %s %s: no leader known: %w", what, s.name, mqtt.ErrLeaderUnavailable)
+	}
+	return leaderAt{id, epoch, addr}, nil
+}
+
+// callLeader makes one forwarded call to the leader to on c, and reads
+// its answer into resp (code reads the answer's code). It gives
+// errLeaderMoved when the stream's leader changed before the answer
+// (whileLeads), or the answer was "not the leader" and this node's state
+// then moved on (movedOn): the caller sends the call to the new leader.
+func (s *stream) callLeader(ctx context.Context, c *rpcConn, what string, to leaderAt,
+	kind byte, body []byte, want byte, resp decoder, code func() wire.Code) error {
+	ctx, cancel := s.whileLeads(ctx, to.id, to.epoch)
+	defer cancel()
+	if err := c.call(ctx, s.l.node.dialer(), to.addr, kind, body, want, resp); err != nil {
+		if context.Cause(ctx) == errLeaderMoved {
+			return errLeaderMoved
+		}
+		return fmt.Errorf("cluster: %s %s through %s: %v: %w", what, s.name, to.id, err, mqtt.ErrLeaderUnavailable)
+	}
+	if code() == wire.NotLeader && movedOn(ctx) {
+		return errLeaderMoved
+	}
+	return nil
+}
+
 // forwardStateWrite passes a follower's state write to the leader,
-// naming this node when the leader fences it (fromFor). It gives
-// errLeaderMoved when the stream's leader changed before it answered,
-// or answered "not the leader" and this node's state then moved on.
+// naming this node when the leader fences it (fromFor); errLeaderMoved
+// as callLeader gives it.
 func (s *stream) forwardStateWrite(ctx context.Context, puts map[string][]byte, dels []string) error {
-	leader, epoch, addr := s.stateLeader()
-	if leader == "" || leader == s.l.node.ID() || addr == "" {
-		return fmt.Errorf("cluster: write state of %s: no leader known: %w", s.name, mqtt.ErrLeaderUnavailable)
+	to, err := s.forwardTo("write state of")
+	if err != nil {
+		return err
 	}
 	if n := len(puts) + len(dels); n > logstore.MaxStateWrite {
 		return fmt.Errorf("cluster: write state of %s: %d entries, at most %d", s.name, n, logstore.MaxStateWrite)
 	}
-	from := s.fromFor(leader)
-	req := wire.StateWriteRequest{Stream: s.name, LeaderEpoch: epoch, Dels: dels, Node: from.node, BrokerEpoch: from.epoch}
+	from := s.fromFor(to.id)
+	req := wire.StateWriteRequest{Stream: s.name, LeaderEpoch: to.epoch, Dels: dels, Node: from.node, BrokerEpoch: from.epoch}
 	for _, k := range slices.Sorted(maps.Keys(puts)) {
 		req.Puts = append(req.Puts, wire.KV{Key: k, Val: puts[k]})
 	}
-	ctx, cancel := s.whileLeads(ctx, leader, epoch)
-	defer cancel()
 	var resp wire.StateWriteResponse
-	if err := s.rpc.call(ctx, s.l.node.dialer(), addr, wire.KindStateWriteRequest, req.AppendTo(nil), wire.KindStateWriteResponse, &resp); err != nil {
-		if context.Cause(ctx) == errLeaderMoved {
-			return errLeaderMoved
-		}
-		return fmt.Errorf("cluster: write state of %s through %s: %v: %w", s.name, leader, err, mqtt.ErrLeaderUnavailable)
-	}
-	if resp.Code == wire.NotLeader && movedOn(ctx) {
-		return errLeaderMoved
+	if err := s.callLeader(ctx, &s.rpc, "write state of", to, wire.KindStateWriteRequest, req.AppendTo(nil),
+		wire.KindStateWriteResponse, &resp, func() wire.Code { return resp.Code }); err != nil {
+		return err
 	}
 	if resp.Code == wire.NotHolder && len(resp.Moved) > 0 {
 		return &movedError{keys: resp.Moved}
