@@ -244,7 +244,7 @@ func (r *replState) await(ctx context.Context, ld *Leader, seq uint64, w stateWa
 		}
 	}()
 	for {
-		st, stChanged := r.s.l.node.State()
+		st, stChanged := r.s.l.node.Watch() // read only: no copy per look
 		r.mu.Lock()
 		changed := r.changed
 		held := true
