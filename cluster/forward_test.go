@@ -88,8 +88,13 @@ func asyncAppends(s mqtt.Stream, prefix string, n int) func(t *testing.T) []fwdR
 // leader, done gets the leader's offset once it is committed there (and
 // readable here), every replica holds it at that offset, and many
 // appends from two followers at once keep each follower's call order.
+// No fault is made here: the session timeout is long so that a Raft
+// stall of the loaded test machine (a controller that missed its lease
+// for 500 ms, then an election) does not make the leader count itself
+// cut off and refuse, as it rightly does after 2.25 s without contact
+// under the default 3 s (seen twice in make test on 2026-12-07).
 func TestLog_ForwardAppend(t *testing.T) {
-	leader, others, _ := fwdSite(t, siteOpts{MinISR: 2})
+	leader, others, _ := fwdSite(t, siteOpts{MinISR: 2, SessionTimeout: 10 * time.Second})
 	f1, f2 := others[0].Log.Route("s/x"), others[1].Log.Route("s/x")
 	first, err := logAppend(t, f1, logRecs(3, "one")...)
 	if err != nil || first != 0 {
