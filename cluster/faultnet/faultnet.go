@@ -13,6 +13,9 @@
 //   - Partition: Cut both ways, and dials between the two fail.
 //   - Drop: the connections between two nodes are reset now (both ends
 //     read an error); new dials work.
+//   - Stall: the connections open now hold what they carry for a while,
+//     as TCP connections that lived through a cut do after the heal
+//     (their next retransmission is up to seconds away); new dials work.
 package faultnet
 
 import (
@@ -147,6 +150,27 @@ func (n *Network) Drop(a, b string) {
 	}
 }
 
+// Stall holds every byte written from -> to on the connections open now
+// until d from now, those written before included; bytes on connections
+// dialled meanwhile flow. Order is kept.
+func (n *Network) Stall(from, to string, d time.Duration) {
+	until := time.Now().Add(d)
+	n.mu.Lock()
+	var ps []*pipe
+	for p := range n.conns {
+		if p.link == (link{from, to}) {
+			ps = append(ps, p)
+		}
+	}
+	n.mu.Unlock()
+	for _, p := range ps {
+		p.mu.Lock()
+		p.stalled = until
+		p.mu.Unlock()
+		p.wakeUp()
+	}
+}
+
 func (n *Network) isCut(l link) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -228,6 +252,7 @@ type pipe struct {
 	err      error // reset, or the reader closed: fails reads and writes at once
 	wake     chan struct{}
 	deadline time.Time // the reader's
+	stalled  time.Time // nothing is readable before (Stall)
 }
 
 func newPipe(n *Network, l link) *pipe { return &pipe{net: n, link: l, wake: make(chan struct{})} }
@@ -283,7 +308,7 @@ func (p *pipe) read(b []byte) (int, error) {
 		}
 		var until time.Time
 		if len(p.q) > 0 && !cut {
-			if c := &p.q[0]; !now.Before(c.at) {
+			if c := &p.q[0]; !now.Before(c.at) && !now.Before(p.stalled) {
 				n := copy(b, c.b)
 				if c.b = c.b[n:]; len(c.b) == 0 {
 					p.q = p.q[1:]
@@ -291,11 +316,14 @@ func (p *pipe) read(b []byte) (int, error) {
 				p.mu.Unlock()
 				return n, nil
 			}
-			until = p.q[0].at
+			until = later(p.q[0].at, p.stalled)
 		}
 		if len(p.q) == 0 && p.eof {
-			p.mu.Unlock()
-			return 0, io.EOF
+			if !now.Before(p.stalled) {
+				p.mu.Unlock()
+				return 0, io.EOF
+			}
+			until = p.stalled // the end of the stream is held too
 		}
 		if !p.deadline.IsZero() && (until.IsZero() || p.deadline.Before(until)) {
 			until = p.deadline
@@ -315,6 +343,13 @@ func (p *pipe) read(b []byte) (int, error) {
 		}
 		<-wake
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (p *pipe) setDeadline(t time.Time) {

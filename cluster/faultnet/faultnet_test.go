@@ -141,3 +141,61 @@ func TestNetwork_PartitionAndDrop(t *testing.T) {
 		t.Fatal("write on a dropped connection succeeded")
 	}
 }
+
+// A stall holds what the connections open at the time carry, that way
+// only, and until its end; a connection dialled during it flows at once.
+func TestNetwork_StallHoldsOpenConnectionsOnly(t *testing.T) {
+	n := New()
+	ln, err := n.Listen("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 2)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func() (client, server net.Conn) {
+		t.Helper()
+		c, err := n.Dialer("a")(context.Background(), "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := <-accepted
+		t.Cleanup(func() { c.Close(); s.Close() })
+		return c, s
+	}
+	c, s := dial()
+	start := time.Now()
+	c.Write([]byte("before"))
+	n.Stall("a", "b", 500*time.Millisecond)
+	c.Write([]byte("during"))
+	if _, err := readN(t, s, 6, 100*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read on a stalled connection = %v, want nothing", err)
+	}
+	s.Write([]byte("ok")) // the other way is not stalled
+	if got, err := readN(t, c, 2, 10*time.Second); err != nil || got != "ok" {
+		t.Fatalf("reverse read %q, %v", got, err)
+	}
+	fc, fs := dial() // dialled during the stall: not held
+	fc.Write([]byte("fresh"))
+	if got, err := readN(t, fs, 5, 300*time.Millisecond); err != nil || got != "fresh" {
+		t.Fatalf("read on a connection dialled during the stall: %q, %v", got, err)
+	}
+	c.Close()
+	if got, err := readN(t, s, 12, 10*time.Second); err != nil || got != "beforeduring" {
+		t.Fatalf("read after the stall %q, %v", got, err)
+	}
+	if d := time.Since(start); d < 500*time.Millisecond {
+		t.Fatalf("stalled bytes came after %v, before the stall's end", d)
+	}
+	if _, err := readN(t, s, 1, 10*time.Second); err != io.EOF {
+		t.Fatalf("read after the peer closed = %v, want EOF", err)
+	}
+}
