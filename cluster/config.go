@@ -70,6 +70,9 @@ type Config struct {
 	// run Raft over faultnet to partition a node from the controller.
 	RaftListener net.Listener
 	Version      string // Peat's version, advertised in the tags
+	// noDedupTag, for this package's tests: the node does not advertise
+	// tagDedup, as a node that predates it.
+	noDedupTag bool
 
 	SnapshotDir string // Raft's snapshots (raft's file snapshot store)
 

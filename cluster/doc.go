@@ -34,6 +34,8 @@
 //	forward.go        a stream's forwarding: what it sends its leader, the codes back
 //	forwarder.go      one connection's pipelined appends, deadlines, redials
 //	forward_probe.go  a cut-off node's probe of a silent leader
+//	forward_resend.go a silent connection's appends sent again on a new one
+//	forward_dedup.go  the leader's memory of forwards: each appended once
 //	rpcconn.go        one request at a time to a leader or the controller
 //	forward_server.go the leader's side of forwarded appends
 //	forward_codec.go  a forwarded append's records on the wire

@@ -88,7 +88,8 @@ type forwarding struct {
 			at     time.Time
 		}
 	}
-	wg sync.WaitGroup // every forwarder's goroutines
+	wg  sync.WaitGroup // every forwarder's goroutines
+	seq fwdSeq         // numbers the forwards (forward_dedup.go)
 }
 
 // send queues r on the forwarder to the leader the state names, making

@@ -94,13 +94,7 @@ func (s *Server) produce(c net.Conn, first []byte) {
 		mu.Lock()
 		q = append(q, sl)
 		mu.Unlock()
-		answer := func(first uint64, err error) {
-			resp := &wire.ProduceResponse{Code: produceCode(err), Seq: sl.seq, First: first}
-			if rf, ok := errors.AsType[*mqtt.Refusal](err); ok {
-				resp.Message = rf.Reason // the follower tells its producer the same reason
-			} else if err != nil {
-				resp.Message = err.Error()
-			}
+		answer := func(resp *wire.ProduceResponse) {
 			mu.Lock()
 			sl.resp = resp
 			mu.Unlock()
@@ -115,23 +109,15 @@ func (s *Server) produce(c net.Conn, first []byte) {
 		}
 		switch ls := s.leaderStream(req.Stream); {
 		case err != nil:
-			answer(0, err)
+			answer(produceResponse(req.Seq, 0, err))
 		case ls == nil:
-			answer(0, errNotLeaderHere)
-		case len(req.Mirror) > 0:
-			in := make([]MirrorRecord, len(recs))
-			for i, r := range recs {
-				in[i] = MirrorRecord{Offset: req.Mirror[2*i], First: req.Mirror[2*i+1], Record: r}
-			}
-			ls.mirrorForwarded(req.LeaderEpoch, in, func(res []MirrorResult, errs []error) {
-				resp := mirrorResponse(sl.seq, res, errs)
-				mu.Lock()
-				sl.resp = resp
-				mu.Unlock()
-				signal(filled)
-			})
+			answer(produceResponse(req.Seq, 0, errNotLeaderHere))
 		default:
-			ls.appendForwarded(req.LeaderEpoch, recs, answer)
+			// A forward sent again is answered as its first copy was
+			// (forward_dedup.go).
+			ls.seen.handle(req.From, req.Seq, answer, func(finish func(*wire.ProduceResponse)) {
+				ls.appendProduced(&req, recs, finish)
+			})
 		}
 		var kind byte
 		kind, body, err = wire.ReadFrame(c, buf)
@@ -147,4 +133,36 @@ func (s *Server) produce(c net.Conn, first []byte) {
 			return
 		}
 	}
+}
+
+// appendProduced appends a forward's records on the leader and passes
+// the answer to finish.
+func (s *stream) appendProduced(req *wire.ProduceRequest, recs []*logstore.Record, finish func(*wire.ProduceResponse)) {
+	if len(req.Mirror) > 0 {
+		in := make([]MirrorRecord, len(recs))
+		for i, r := range recs {
+			in[i] = MirrorRecord{Offset: req.Mirror[2*i], First: req.Mirror[2*i+1], Record: r}
+		}
+		seq := req.Seq
+		s.mirrorForwarded(req.LeaderEpoch, in, func(res []MirrorResult, errs []error) {
+			finish(mirrorResponse(seq, res, errs))
+		})
+		return
+	}
+	seq := req.Seq
+	s.appendForwarded(req.LeaderEpoch, recs, func(first uint64, err error) {
+		finish(produceResponse(seq, first, err))
+	})
+}
+
+// produceResponse answers the forward seq: first is its first record's
+// offset, or err why it was refused.
+func produceResponse(seq, first uint64, err error) *wire.ProduceResponse {
+	resp := &wire.ProduceResponse{Code: produceCode(err), Seq: seq, First: first}
+	if rf, ok := errors.AsType[*mqtt.Refusal](err); ok {
+		resp.Message = rf.Reason // the follower tells its producer the same reason
+	} else if err != nil {
+		resp.Message = err.Error()
+	}
+	return resp
 }

@@ -32,6 +32,11 @@ import (
 // append is never acknowledged at two offsets; a producer that publishes
 // again after a refusal may duplicate (at least once).
 //
+// A connection that goes silent while a new one to the leader connects
+// is given up sooner, without refusing anything: the appends unanswered
+// on it are sent again on the new one, which the leader answers as it
+// answered their first copies (forward_resend.go, forward_dedup.go).
+//
 // A dial that fails refuses what is queued (never sent: not stored) and
 // ends the forwarder, as close does (the leader changed): the next append
 // makes a new one, which looks the leader's address up again.
@@ -51,6 +56,7 @@ type forwarder struct {
 	timeout time.Duration // for an answer, from its append's sending
 	// probeAfter and probeWait: Log.cutOffProbe.
 	probeAfter, probeWait time.Duration
+	resendAfter           time.Duration // Log.resendAfter
 
 	sig  chan struct{} // cap 1: queued something, or an answer freed a slot
 	sent chan struct{} // cap 1: sent something
@@ -62,11 +68,17 @@ type forwarder struct {
 		sync.Mutex
 		queue    []*fwdReq // not sent yet, in call order
 		inflight []*fwdReq // sent on conn, in order
-		seq      uint64
 		conn     *fwdConn  // nil between connections
 		failed   bool      // no more appends: make a new forwarder
 		probed   time.Time // when the last probe began
 		probing  bool      // a probe is running
+		// spare is a connection redial made for the appends of one that
+		// went silent: run takes it instead of dialling.
+		spare     *fwdConn
+		redialing bool // redial runs
+		// resends counts the connections given up for silence since the
+		// last answer: each waits twice as long as the one before.
+		resends int
 	}
 }
 
@@ -74,15 +86,16 @@ type forwarder struct {
 // given up, which ends its reader and sends the writer to dial the next.
 type fwdConn struct {
 	net.Conn
-	dead chan struct{}
+	dead  chan struct{}
+	since time.Time // when it was made the forwarder's connection
 }
 
 type fwdReq struct {
 	p    *pendingAppend
 	recs []*logstore.Record
 	body [][]byte
-	seq  uint64
-	sent time.Time // when it was taken to be sent: its answer is due timeout later
+	seq  uint64    // the Seq it was first sent with (forward_dedup.go); 0 until then
+	sent time.Time // when it was first taken to be sent: its answer is due timeout later
 	// mirror, for a mirror stream's append, holds the records' source
 	// offsets (sent with them); out gets the leader's result for each.
 	mirror []MirrorRecord
@@ -93,6 +106,7 @@ func newForwarder(s *stream, leader string, epoch uint32, addr string) *forwarde
 	f := &forwarder{s: s, leader: leader, epoch: epoch, addr: addr, timeout: s.l.forwardTimeout(),
 		sig: make(chan struct{}, 1), sent: make(chan struct{}, 1), stop: make(chan struct{}), wg: &s.fwd.wg}
 	f.probeAfter, f.probeWait = s.l.cutOffProbe()
+	f.resendAfter = s.l.resendAfter()
 	f.wg.Add(1)
 	go f.run()
 	return f
@@ -146,12 +160,15 @@ func (f *forwarder) fail(err error, why string) {
 	inflight, queue := f.mu.inflight, f.mu.queue
 	f.mu.inflight, f.mu.queue = nil, nil
 	f.mu.failed = true
-	c := f.mu.conn
-	f.mu.conn = nil
+	c, spare := f.mu.conn, f.mu.spare
+	f.mu.conn, f.mu.spare = nil, nil
 	if c != nil {
 		close(c.dead)
 	}
 	f.mu.Unlock()
+	if spare != nil {
+		spare.Close()
+	}
 	f.once.Do(func() { close(f.stop) })
 	for _, r := range inflight {
 		f.s.settle(r.p, appendResult{err: mqtt.Refuse(why, err)})
@@ -193,6 +210,12 @@ func (f *forwarder) broke(c *fwdConn, err error, answered ...*fwdReq) {
 func (f *forwarder) run() {
 	defer f.wg.Done()
 	for f.waitQueued() {
+		if c := f.takeSpare(); c != nil {
+			if !f.serve(c) {
+				return
+			}
+			continue
+		}
 		cut := f.s.l.node.CutOff()
 		c, err := f.dial(cut)
 		switch {
@@ -204,22 +227,28 @@ func (f *forwarder) run() {
 			f.fail(fmt.Errorf("cluster: append to %s: dial leader %s: %v: %w", f.s.name, f.leader, err, mqtt.ErrLeaderUnavailable), fateLost)
 			return
 		}
-		f.mu.Lock()
-		failed := f.mu.failed
-		if !failed {
-			f.mu.conn = c
-		}
-		f.mu.Unlock()
-		if failed {
-			c.Close()
-			return
-		}
-		f.wg.Add(1)
-		go f.read(c)
-		if !f.write(c) {
+		if !f.serve(c) {
 			return
 		}
 	}
+}
+
+// serve makes c the connection and sends on it until it is given up:
+// true to go on with another, false when f failed.
+func (f *forwarder) serve(c *fwdConn) bool {
+	f.mu.Lock()
+	failed := f.mu.failed
+	if !failed {
+		f.mu.conn, c.since = c, time.Now()
+	}
+	f.mu.Unlock()
+	if failed {
+		c.Close()
+		return false
+	}
+	f.wg.Add(1)
+	go f.read(c)
+	return f.write(c)
 }
 
 // waitQueued waits until an append is queued: false if f failed first.
@@ -253,8 +282,10 @@ func (f *forwarder) dial(cut bool) (*fwdConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &fwdConn{Conn: conn, dead: make(chan struct{})}, nil
+	return newFwdConn(conn), nil
 }
+
+func newFwdConn(conn net.Conn) *fwdConn { return &fwdConn{Conn: conn, dead: make(chan struct{})} }
 
 // dialBy connects to the leader by deadline, or fails once f stops.
 func (f *forwarder) dialBy(deadline time.Time) (net.Conn, error) {
@@ -296,8 +327,9 @@ func (f *forwarder) write(c *fwdConn) bool {
 			r = f.mu.queue[0]
 			f.mu.queue[0] = nil
 			f.mu.queue = f.mu.queue[1:]
-			f.mu.seq++
-			r.seq, r.sent = f.mu.seq, time.Now()
+			if r.seq == 0 { // not sent again: the leader knows it by its first Seq
+				r.seq, r.sent = f.s.fwd.seq.next(), time.Now()
+			}
 			f.mu.inflight = append(f.mu.inflight, r)
 		}
 		f.mu.Unlock()
@@ -341,6 +373,7 @@ func (f *forwarder) write(c *fwdConn) bool {
 		case <-watched:
 			watch = nil
 			f.maybeProbe(c)
+			f.maybeResend(c)
 		}
 	}
 }
@@ -398,6 +431,7 @@ func (f *forwarder) read(c *fwdConn) {
 			r = f.mu.inflight[0]
 			f.mu.inflight[0] = nil
 			f.mu.inflight = f.mu.inflight[1:]
+			f.mu.resends = 0
 		}
 		f.mu.Unlock()
 		if r == nil {

@@ -136,6 +136,7 @@ type stream struct {
 	}
 	stopOnce  sync.Once
 	fwd       forwarding     // appends to the leader, while another node leads (forward.go)
+	seen      fwdProducers   // the forwards received, while leader (forward_dedup.go)
 	mirrorRun sync.WaitGroup // mirrorWriter, while it runs (log_mirror.go)
 	rpc       rpcConn        // forwarded state writes
 	rs        replState      // consumer-state versions, while leader

@@ -82,6 +82,9 @@ func (n *Node) tags() map[string]string {
 	}
 	if n.cfg.ClusterAddr != "" {
 		t[tagHeartbeat] = "1" // it sends and counts heartbeats (heartbeat.go)
+		if !n.cfg.noDedupTag {
+			t[tagDedup] = "1" // its leaders remember forwards (forward_dedup.go)
+		}
 	}
 	if n.cfg.MQTTAddr != "" {
 		t[tagMQTT] = n.cfg.MQTTAddr

@@ -121,8 +121,10 @@ type siteTest struct {
 	forwardTimeout time.Duration       // LogConfig.ForwardTimeout; 0: its default
 	fetchMaxWait   time.Duration       // ReplicatorConfig.FetchMaxWait; 0: its default
 	beforeLead     func(stream string) // ReplicatorConfig.beforeLead
-	// probeAfter and probeWait: LogConfig's; 0: the defaults.
-	probeAfter, probeWait time.Duration
+	// probeAfter, probeWait and resendAfter: LogConfig's; 0: the
+	// defaults.
+	probeAfter, probeWait, resendAfter time.Duration
+	noDedupTag                         bool // Config's
 }
 
 // SiteStream is a stream of the configuration; zero fields take the
@@ -213,6 +215,7 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 		acksLeader = test.acksLeader
 	}
 	cfg.Node.AcksLeader = acksLeader
+	cfg.Node.noDedupTag = test.noDedupTag
 	node, err := Open(cfg.Node, cfg.Store)
 	if err != nil {
 		_ = ln.Close()
@@ -230,7 +233,7 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 		Node: node, Server: srv, Replicator: rep,
 		Log: NewLogConfig(node, cfg.Store, rep, LogConfig{Log: log.With(slog.String("component", "cluster-log")),
 			AcksLeader: acksLeader, Mirror: cfg.Mirror, ForwardTimeout: test.forwardTimeout,
-			probeAfter: test.probeAfter, probeWait: test.probeWait}),
+			probeAfter: test.probeAfter, probeWait: test.probeWait, resendAfter: test.resendAfter}),
 		cfg: cfg, log: log, stop: make(chan struct{}),
 	}
 	s.watchControllers()

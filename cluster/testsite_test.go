@@ -54,7 +54,10 @@ type siteOpts struct {
 	ForwardTimeout time.Duration // LogConfig's; 0: its default
 	// ProbeAfter and ProbeWait: LogConfig's probeAfter and probeWait.
 	ProbeAfter, ProbeWait time.Duration
-	FetchMaxWait          time.Duration // ReplicatorConfig's; 0: its default
+	// NoDedupTag: the nodes do not advertise tagDedup, as nodes that
+	// predate it (their forwarders then never send an append again).
+	NoDedupTag   bool
+	FetchMaxWait time.Duration // ReplicatorConfig's; 0: its default
 	// BeforeLead runs on node before its Replicator starts a Leader for
 	// stream; it may block (the Replicator waits).
 	BeforeLead func(node, stream string)
@@ -172,7 +175,7 @@ func (n *testNode) run(tb testing.TB) {
 	n.logs = &syncBuf{}
 	cfg.Logger = slog.New(slog.NewTextHandler(n.logs, nil))
 	test := &siteTest{acksLeader: o.AcksLeaderFor, forwardTimeout: o.ForwardTimeout, fetchMaxWait: o.FetchMaxWait,
-		probeAfter: o.ProbeAfter, probeWait: o.ProbeWait}
+		probeAfter: o.ProbeAfter, probeWait: o.ProbeWait, noDedupTag: o.NoDedupTag}
 	if o.BeforeLead != nil {
 		test.beforeLead = func(stream string) { o.BeforeLead(n.id, stream) }
 	}

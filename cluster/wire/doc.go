@@ -38,7 +38,11 @@
 //
 // A connection whose first request is a ProduceRequest is a produce
 // pipeline: the leader reads its requests without waiting for the
-// answers, which come back in request order, each naming its seq. In a
+// answers, which come back in request order, each naming its seq. A seq
+// names one append of the sending node: a producer id in the high 32
+// bits (0 from a node that predates them) and a count in the low 32; an
+// append sent again, on another connection, keeps its seq, and the
+// leader answers it as it answered the first copy. In a
 // ProduceRequest a record is not a stored value but a ProducedRecord, the
 // producer's fields (the leader assigns offsets and its epoch):
 //

@@ -17,9 +17,12 @@ const (
 	KindClaimResponse      byte = 14
 )
 
-// ProduceRequest is one append forwarded to the stream's leader, the
-// Seq-th on its connection (from 1). A connection that carries one is a
-// produce pipeline from then on: requests are read without waiting for
+// ProduceRequest is one append forwarded to the stream's leader. Seq
+// names it among the sending node's appends to the stream: a producer
+// id in the high 32 bits (0 from a node that predates them) and a count
+// in the low 32, rising in the order sent; an append sent again keeps
+// its Seq, and the leader answers it as it answered the first copy. A
+// connection that carries one is a produce pipeline from then on: requests are read without waiting for
 // the answers, which come back in request order. Each of Records is a
 // ProducedRecord's encoding.
 //
