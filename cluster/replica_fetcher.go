@@ -1,11 +1,13 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/peatmq/peat/cluster/rules"
@@ -40,6 +42,15 @@ import (
 // which its rules.Tracker keeps: the watermark, laggards and joiners are
 // the rules package's (rules/doc.go, "The watermark and the ISR").
 //
+// A fetch unanswered a second past MaxWait, on a connection that has
+// received nothing meanwhile, makes the follower dial the leader again;
+// once a new connection connects the silent one is given up (fetch,
+// watch). A connection that lived through a cut may stay idle for
+// seconds after the heal, until TCP's next retransmission, and the
+// leader's watermark, and so every acks=all producer, waits for the
+// follower's fetch. A leader that is only slow is given up on once or
+// twice (the allowance doubles each time), then waited for.
+//
 // An acks=all acknowledgement waits for the slowest ISR member's fsync.
 // Two things keep that to about one fsync rather than four in a row: the
 // leader serves a group commit while it is still writing it (logstore's
@@ -65,6 +76,14 @@ const (
 	// dead link (a pulled cable, a partition), and the follower dials
 	// again, so that it is back in the ISR soon after a heal.
 	DefaultFetchTimeout = 3 * time.Second
+	// fetchSilentAfter: a fetch unanswered this long past MaxWait (twice
+	// as long per connection given up since one was answered in time)
+	// makes the follower dial the leader again; once a new connection
+	// connects, the silent one is given up and the fetch made again on
+	// the new one. A connection that lived through a cut may stay idle
+	// for seconds after the heal, until TCP's next retransmission; a
+	// fetch is idempotent.
+	fetchSilentAfter = time.Second
 )
 
 // Fetcher replicates one stream from its leader into the local replica
@@ -86,6 +105,11 @@ type Fetcher struct {
 	// connection is given up and dialled again; 0: DefaultFetchTimeout.
 	Timeout time.Duration
 	Log     *slog.Logger
+
+	// silentAfter replaces fetchSilentAfter in this package's tests.
+	silentAfter time.Duration
+	silent      int      // connections given up for silence since a fetch was answered in time
+	spare       net.Conn // the connection that replaced a silent one, for the next session
 }
 
 // ErrFenced wraps the leader's answer that this fetcher's view of the
@@ -106,6 +130,11 @@ func (f *Fetcher) Run(ctx context.Context) error {
 	if f.Timeout <= 0 {
 		f.Timeout = DefaultFetchTimeout
 	}
+	defer func() {
+		if f.spare != nil {
+			f.spare.Close()
+		}
+	}()
 	backoff := fetchRetryMin
 	for ctx.Err() == nil {
 		err := f.session(ctx)
@@ -119,6 +148,9 @@ func (f *Fetcher) Run(ctx context.Context) error {
 			return fmt.Errorf("cluster: fetch %s from %s: %w", f.Stream.Name(), f.LeaderAddr, code)
 		case errors.Is(err, errLocal):
 			return err
+		case errors.Is(err, errSilent):
+			f.Log.Info("cluster: the fetch connection went silent: going on on a new one", slog.String("stream", f.Stream.Name()))
+			continue // on f.spare, connected just now
 		}
 		f.Log.Info("cluster: fetch session ended", slog.String("stream", f.Stream.Name()), slog.Any("err", err))
 		select {
@@ -136,9 +168,13 @@ var errLocal = errors.New("cluster: local replica")
 
 // session is one connection: the epoch handshake, then fetches.
 func (f *Fetcher) session(ctx context.Context) error {
-	conn, err := f.Dial(ctx, f.LeaderAddr)
-	if err != nil {
-		return err
+	conn := f.spare
+	f.spare = nil
+	if conn == nil {
+		var err error
+		if conn, err = f.Dial(ctx, f.LeaderAddr); err != nil {
+			return err
+		}
 	}
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() }) // unblock a read when ctx ends
@@ -153,7 +189,7 @@ func (f *Fetcher) session(ctx context.Context) error {
 			LeaderEpoch: f.LeaderEpoch, Offset: f.Stream.NextOffset(), HighWatermark: hw, MaxBytes: f.MaxBytes,
 			MaxWaitMs: uint32(f.MaxWait / time.Millisecond)}
 		var resp wire.FetchResponse
-		if err := c.roundTrip(wire.KindFetchRequest, req.AppendTo(nil), wire.KindFetchResponse, &resp); err != nil {
+		if err := f.fetch(ctx, c, &req, &resp); err != nil {
 			return err
 		}
 		switch resp.Code {
@@ -177,6 +213,96 @@ func (f *Fetcher) session(ctx context.Context) error {
 		hw = resp.HighWatermark
 		if err := f.Stream.SetHighWatermark(ctx, min(hw, f.Stream.NextOffset())); err != nil {
 			return fmt.Errorf("%w: %w", errLocal, err)
+		}
+	}
+}
+
+// errSilent ends a session whose connection went silent while a new one
+// connected (f.spare).
+var errSilent = errors.New("cluster: the fetch connection went silent")
+
+// fetch is one fetch round trip on c. Unanswered past MaxWait and the
+// silence allowed (fetchSilentAfter, doubled per connection given up
+// since a fetch was answered within it), it dials the leader again,
+// a try at a time; once a new connection connects, c is given up and
+// fetch returns errSilent, the new connection in f.spare. A leader only
+// slow to answer is given up on once or twice, then waited for.
+func (f *Fetcher) fetch(ctx context.Context, c *fetchConn, req *wire.FetchRequest, resp *wire.FetchResponse) error {
+	base := f.MaxWait + cmp.Or(f.silentAfter, fetchSilentAfter)
+	after := f.MaxWait + (base-f.MaxWait)<<min(f.silent, 4)
+	if after >= c.wait {
+		return c.roundTrip(wire.KindFetchRequest, req.AppendTo(nil), wire.KindFetchResponse, resp)
+	}
+	start, got := time.Now(), c.got.Load()
+	done := make(chan struct{})
+	spare := make(chan net.Conn, 1)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		f.watch(ctx, c, got, after, done, spare)
+	}()
+	err := c.roundTrip(wire.KindFetchRequest, req.AppendTo(nil), wire.KindFetchResponse, resp)
+	close(done)
+	<-watched
+	select {
+	case f.spare = <-spare:
+		f.silent++
+		return errSilent // its answer, if it came meanwhile, is fetched again
+	default:
+	}
+	if err == nil && time.Since(start) < base {
+		f.silent = 0
+	}
+	return err
+}
+
+// watch waits after, then dials the leader, each try bounded by
+// cutOffProbeWait, until one connects: it closes c, which ends the round
+// trip waiting on it, and passes the new connection on spare. It stops
+// once done is closed, or bytes came on c since it had read got (an
+// answer on its way over a slow link is not silence).
+func (f *Fetcher) watch(ctx context.Context, c *fetchConn, got uint64, after time.Duration, done <-chan struct{}, spare chan<- net.Conn) {
+	t := time.NewTimer(after)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+		return
+	case <-t.C:
+	}
+	for c.got.Load() == got {
+		try := time.Now().Add(cutOffProbeWait)
+		dctx, cancel := context.WithDeadline(ctx, try)
+		go func() {
+			select {
+			case <-done:
+				cancel()
+			case <-dctx.Done():
+			}
+		}()
+		nc, err := f.Dial(dctx, f.LeaderAddr)
+		cancel()
+		if err == nil {
+			select {
+			case <-done:
+				nc.Close() // answered meanwhile
+			default:
+				if c.got.Load() != got {
+					nc.Close() // an answer began to come meanwhile
+					return
+				}
+				spare <- nc
+				c.conn.Close()
+			}
+			return
+		}
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(try)):
 		}
 	}
 }
@@ -239,6 +365,14 @@ type fetchConn struct {
 	conn net.Conn
 	wait time.Duration
 	buf  []byte
+	got  atomic.Uint64 // bytes read: an answer on its way is not silence
+}
+
+// Read reads from the connection, counting what came.
+func (c *fetchConn) Read(p []byte) (int, error) {
+	n, err := c.conn.Read(p)
+	c.got.Add(uint64(n))
+	return n, err
 }
 
 type decoder interface{ Decode([]byte) error }
@@ -252,7 +386,7 @@ func (c *fetchConn) roundTrip(kind byte, body []byte, want byte, resp decoder) e
 	if err := wire.WriteFrame(c.conn, kind, body); err != nil {
 		return err
 	}
-	got, b, err := wire.ReadFrame(c.conn, c.buf)
+	got, b, err := wire.ReadFrame(c, c.buf)
 	if err != nil {
 		return err
 	}

@@ -292,3 +292,83 @@ func TestReplication_PartitionLagAndRejoin(t *testing.T) {
 	eventually(t, "F reconnects and goes on", func() bool { return fs.NextOffset() == 80 && fs.Committed() == 80 })
 	sameLog(t, ls, fs)
 }
+
+// TestReplication_SilentConnectionIsReplaced: the fetch connection goes
+// silent (its bytes held one way, as a connection that lived through a
+// cut holds them until TCP's next retransmission) while a new one would
+// connect. The follower gives it up for a new connection and catches up
+// long before the fetch timeout, whichever way the connection stalls.
+func TestReplication_SilentConnectionIsReplaced(t *testing.T) {
+	for _, dir := range []struct{ name, from, to string }{
+		{"answers held", "L", "F"},
+		{"requests held", "F", "L"},
+	} {
+		t.Run(dir.name, func(t *testing.T) {
+			fn := faultnet.New()
+			ln, err := fn.Listen("L")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := Serve(ln, nil)
+			t.Cleanup(func() { _ = srv.Close() })
+			ls, fs := openReplica(t), openReplica(t)
+			lead(t, srv, ls, 1, "L", "F")
+			const stall = 20 * time.Second
+			// The fetch timeout is past the stall: only giving the silent
+			// connection up early lets the follower catch up within it.
+			runFetcher(t, &Fetcher{Self: "F", BrokerEpoch: 1, Stream: fs, LeaderAddr: "L", LeaderEpoch: 1,
+				Dial: fn.Dialer("F"), MaxWait: 200 * time.Millisecond, Timeout: 2 * stall})
+			appendRecs(t, ls, 10, "a")
+			eventually(t, "replicated and committed", func() bool { return fs.Committed() == 10 && ls.Committed() == 10 })
+
+			start := time.Now()
+			fn.Stall(dir.from, dir.to, stall)
+			appendRecs(t, ls, 10, "b")
+			for fs.NextOffset() < 20 || fs.Committed() < 20 {
+				if time.Since(start) > stall/2 {
+					t.Fatalf("the follower holds %d records, committed %d, %v into the stall of its connection: it waits for the silent one",
+						fs.NextOffset(), fs.Committed(), time.Since(start))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Logf("caught up %v into the stall", time.Since(start).Round(time.Millisecond))
+			sameLog(t, ls, fs)
+		})
+	}
+}
+
+// TestReplication_SlowLinkIsNotSilence: every answer of the leader takes
+// longer than the silence a fetch is allowed (a slow link, not a dead
+// connection). The follower gives a connection up at most once or twice
+// and then waits: it keeps catching up rather than starting over.
+func TestReplication_SlowLinkIsNotSilence(t *testing.T) {
+	fn := faultnet.New()
+	ln, err := fn.Listen("L")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := Serve(ln, nil)
+	t.Cleanup(func() { _ = srv.Close() })
+	ls, fs := openReplica(t), openReplica(t)
+	lead(t, srv, ls, 1, "L", "F")
+	fn.Delay("L", "F", 400*time.Millisecond)
+	var dials atomic.Int64
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := fn.Dialer("F")(ctx, addr)
+		if err == nil {
+			dials.Add(1)
+		}
+		return c, err
+	}
+	runFetcher(t, &Fetcher{Self: "F", BrokerEpoch: 1, Stream: fs, LeaderAddr: "L", LeaderEpoch: 1,
+		Dial: dial, MaxWait: 50 * time.Millisecond, Timeout: 5 * time.Second, silentAfter: 200 * time.Millisecond})
+	for i := range 5 {
+		appendRecs(t, ls, 10, fmt.Sprint("b", i))
+		want := uint64(10 * (i + 1))
+		eventually(t, "caught up over the slow link", func() bool { return fs.NextOffset() == want })
+	}
+	if n := dials.Load(); n > 3 {
+		t.Fatalf("%d connections for 5 fetches over a slow link: given up again and again", n)
+	}
+	sameLog(t, ls, fs)
+}
