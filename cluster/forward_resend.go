@@ -44,35 +44,38 @@ func (f *forwarder) maybeResend(c *fwdConn) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.mu.conn != c || f.mu.redialing {
+	if f.mu.conn != c || len(f.mu.inflight) == 0 || f.mu.redialing {
 		return
 	}
 	f.mu.redialing = true
 	f.wg.Add(1)
-	go f.redial(c)
+	go f.redial(c, f.mu.inflight[0])
+}
+
+// stillOldest reports whether r is still the oldest append unanswered
+// on c, the connection.
+func (f *forwarder) stillOldest(c *fwdConn, r *fwdReq) bool {
+	return f.mu.conn == c && len(f.mu.inflight) > 0 && f.mu.inflight[0] == r
 }
 
 // redial dials the leader until a connection connects, then gives c up
-// for it (resend); it stops once c is answered or given up, f stops, or
-// c's oldest append is due. Each try is bounded by probeWait, so that a
-// try begun in a cut does not outlast it (a dial's own SYN is resent
-// only after a second).
-func (f *forwarder) redial(c *fwdConn) {
+// for it (resend). It stops once r, the oldest append unanswered on c
+// when it began, is answered or due, c is given up, or f stops. Each
+// try is bounded by probeWait, so that a try begun in a cut does not
+// outlast it (a dial's own SYN is sent again only after a second).
+func (f *forwarder) redial(c *fwdConn, r *fwdReq) {
 	defer f.wg.Done()
 	defer func() {
 		f.mu.Lock()
 		f.mu.redialing = false
 		f.mu.Unlock()
 	}()
+	due := r.sent.Add(f.timeout)
 	for {
 		f.mu.Lock()
-		oldest := time.Time{}
-		if f.mu.conn == c && len(f.mu.inflight) > 0 {
-			oldest = f.mu.inflight[0].sent
-		}
+		live := f.stillOldest(c, r)
 		f.mu.Unlock()
-		due := oldest.Add(f.timeout)
-		if oldest.IsZero() || !time.Now().Before(due) {
+		if !live || !time.Now().Before(due) {
 			return
 		}
 		try := time.Now().Add(f.probeWait)
@@ -81,7 +84,7 @@ func (f *forwarder) redial(c *fwdConn) {
 		}
 		conn, err := f.dialBy(try)
 		if err == nil {
-			f.resend(c, newFwdConn(conn), oldest)
+			f.resend(c, newFwdConn(conn), r)
 			return
 		}
 		select { // a dial refused at once is not tried again at once
@@ -94,12 +97,12 @@ func (f *forwarder) redial(c *fwdConn) {
 	}
 }
 
-// resend gives c up for nc, if c still has unanswered the append that
-// was oldest when redial began: the appends unanswered on c go back to
-// the head of the queue, to be sent again on nc, which run takes next.
-func (f *forwarder) resend(c, nc *fwdConn, oldest time.Time) {
+// resend gives c up for nc if r is still the oldest append unanswered on
+// it: the appends unanswered on c go back to the head of the queue, to
+// be sent again on nc, which run takes next.
+func (f *forwarder) resend(c, nc *fwdConn, r *fwdReq) {
 	f.mu.Lock()
-	if f.mu.failed || f.mu.conn != c || len(f.mu.inflight) == 0 || !f.mu.inflight[0].sent.Equal(oldest) {
+	if f.mu.failed || !f.stillOldest(c, r) {
 		f.mu.Unlock()
 		nc.Close()
 		return
@@ -113,7 +116,7 @@ func (f *forwarder) resend(c, nc *fwdConn, oldest time.Time) {
 	f.mu.Unlock()
 	f.s.l.log.Info("cluster: the connection to the stream's leader went silent: sending its unanswered appends again on a new one",
 		slog.String("stream", f.s.name), slog.String("leader", f.leader), slog.Int("appends", n),
-		slog.Duration("unanswered", time.Since(oldest)))
+		slog.Duration("unanswered", time.Since(r.sent)))
 	signal(f.sig)
 	c.Close() // after the swap: a TLS close may wait to send its alert
 }
