@@ -109,6 +109,10 @@
 //  13. Every goroutine has an owner that stops it and waits for it: the
 //     Close of Node, Replicator, Leader, Server, Log and Site, a Fetcher's
 //     context (leak_test.go checks).
+//  14. A forwarded append sent again (its connection went silent) is
+//     stored once: the leader answers a Seq it has seen as it answered
+//     the first copy, refuses one it forgot, and a follower sends again
+//     only to a leader whose tags say it remembers (forward_dedup.go).
 //
 // # Raft's keys in the key-value space (raftstore.go)
 //
@@ -135,5 +139,7 @@
 // leader whose Serf tags show its own version (log_sessions.go). A new
 // command (remove-node of a live node, keep-node, a changed
 // replication_factor, rebalance) is used once every node runs the
-// version that knows it.
+// version that knows it. A follower sends a forwarded append again only
+// to a leader that advertises remembering forwards (tagDedup); to an
+// older one it refuses it at the forward timeout, as before.
 package cluster
