@@ -237,13 +237,16 @@ func (f *Fetcher) fetch(ctx context.Context, c *fetchConn, req *wire.FetchReques
 	done := make(chan struct{})
 	spare := make(chan net.Conn, 1)
 	watched := make(chan struct{})
-	go func() {
+	// A timer, not a goroutine, per fetch: most are answered in time.
+	t := time.AfterFunc(after, func() {
 		defer close(watched)
-		f.watch(ctx, c, got, after, done, spare)
-	}()
+		f.watch(ctx, c, got, done, spare)
+	})
 	err := c.roundTrip(wire.KindFetchRequest, req.AppendTo(nil), wire.KindFetchResponse, resp)
 	close(done)
-	<-watched
+	if !t.Stop() {
+		<-watched // it began: wait until it has given c up or stopped
+	}
 	select {
 	case f.spare = <-spare:
 		f.silent++
@@ -256,22 +259,21 @@ func (f *Fetcher) fetch(ctx context.Context, c *fetchConn, req *wire.FetchReques
 	return err
 }
 
-// watch waits after, then dials the leader, each try bounded by
-// cutOffProbeWait, until one connects: it closes c, which ends the round
-// trip waiting on it, and passes the new connection on spare. It stops
-// once done is closed, or bytes came on c since it had read got (an
-// answer on its way over a slow link is not silence).
-func (f *Fetcher) watch(ctx context.Context, c *fetchConn, got uint64, after time.Duration, done <-chan struct{}, spare chan<- net.Conn) {
-	t := time.NewTimer(after)
-	defer t.Stop()
-	select {
-	case <-done:
-		return
-	case <-ctx.Done():
-		return
-	case <-t.C:
-	}
-	for c.got.Load() == got {
+// watch dials the leader, each try bounded by cutOffProbeWait, until
+// one connects: it closes c, which ends the round trip waiting on it,
+// and passes the new connection on spare. It stops once done is closed,
+// or bytes came on c since it had read got (an answer on its way over a
+// slow link is not silence).
+func (f *Fetcher) watch(ctx context.Context, c *fetchConn, got uint64, done <-chan struct{}, spare chan<- net.Conn) {
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		if c.got.Load() != got || ctx.Err() != nil {
+			return
+		}
 		try := time.Now().Add(cutOffProbeWait)
 		dctx, cancel := context.WithDeadline(ctx, try)
 		go func() {
