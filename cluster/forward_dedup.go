@@ -42,9 +42,9 @@ import (
 // producer publishes again, at least once). The forwarder has at most
 // fwdWindow appends unanswered and sends again only those, so keeping
 // the last fwdSeenMax forwards, answered or not, finds every forward sent
-// again. A producer that sent nothing for fwdSeenFor (longer than any
-// forwarder waits for an answer, its forward timeout) is forgotten
-// whole: a forward of it that still comes is one its forwarder has
+// again. A producer that sent nothing for fwdSeenFor, or twice this
+// node's forward timeout if longer (longer than any forwarder of the
+// site waits for an answer), is forgotten whole: a forward of it that still comes is one its forwarder has
 // already refused, and appending it is then at least once, as publishing
 // it again would be.
 //
@@ -65,8 +65,9 @@ const tagDedup = "fd"
 const fateForgotten = "the stream's leader no longer knows whether it stored the message; it may or may not be stored: publish again"
 
 // fwdProducers is what a stream's leader remembers of the forwards it
-// received. Its zero value is ready.
+// received.
 type fwdProducers struct {
+	keep  time.Duration // how long a silent producer and an answered forward are kept
 	mu    sync.Mutex
 	by    map[fwdProducerKey]*fwdProducer
 	swept time.Time
@@ -137,7 +138,7 @@ func (t *fwdProducers) handle(from string, seq uint64, answer func(*wire.Produce
 	}
 	e := &fwdSeen{seq: seq}
 	p.seen = slices.Insert(p.seen, i, e)
-	p.forget(now)
+	p.forget(now, t.keep)
 	p.mu.Unlock()
 	send(func(resp *wire.ProduceResponse) {
 		p.mu.Lock()
@@ -152,13 +153,13 @@ func (t *fwdProducers) handle(from string, seq uint64, answer func(*wire.Produce
 	})
 }
 
-// forget drops the oldest answered forwards beyond fwdSeenMax or older
-// than fwdSeenFor; p.mu is held. One still unanswered stops it: those
-// behind are bounded by the produce pipelines' queues.
-func (p *fwdProducer) forget(now time.Time) {
+// forget drops the oldest answered forwards beyond fwdSeenMax or
+// answered longer than keep ago; p.mu is held. One still unanswered
+// stops it: those behind are bounded by the produce pipelines' queues.
+func (p *fwdProducer) forget(now time.Time, keep time.Duration) {
 	n := 0
 	for _, e := range p.seen {
-		if e.resp == nil || (len(p.seen)-n <= fwdSeenMax && now.Sub(e.at) < fwdSeenFor) {
+		if e.resp == nil || (len(p.seen)-n <= fwdSeenMax && now.Sub(e.at) < keep) {
 			break
 		}
 		p.low = e.seq + 1
@@ -170,16 +171,16 @@ func (p *fwdProducer) forget(now time.Time) {
 	}
 }
 
-// producer is key's, made if new; producers silent for fwdSeenFor are
-// forgotten whole, looked for at most once per fwdSeenFor.
+// producer is key's, made if new; producers silent for keep are
+// forgotten whole, looked for at most once per keep.
 func (t *fwdProducers) producer(key fwdProducerKey, now time.Time) *fwdProducer {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if now.Sub(t.swept) >= fwdSeenFor {
+	if now.Sub(t.swept) >= t.keep {
 		t.swept = now
 		for k, p := range t.by {
 			p.mu.Lock()
-			idle := now.Sub(p.last) >= fwdSeenFor
+			idle := now.Sub(p.last) >= t.keep
 			p.mu.Unlock()
 			if idle {
 				delete(t.by, k)

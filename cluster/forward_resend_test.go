@@ -118,7 +118,7 @@ func TestLog_ForwardNotResentToALeaderThatForgets(t *testing.T) {
 // fwdProducers answers a forward seen before as its first copy, at once
 // or once that one is answered, and never sends it twice.
 func TestFwdProducers_AnswersAForwardSeenBeforeAsItsFirstCopy(t *testing.T) {
-	var tbl fwdProducers
+	tbl := fwdProducers{keep: fwdSeenFor}
 	var sent []uint64
 	var finishes []func(*wire.ProduceResponse)
 	send := func(seq uint64) func(func(*wire.ProduceResponse)) {

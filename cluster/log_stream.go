@@ -178,6 +178,7 @@ func newStream(l *Log, st *logstore.Stream) *stream {
 	s.rs.reset(s.mu.leader)
 	s.fs.s, s.fs.stop = s, make(chan struct{})
 	s.fwd.s = s
+	s.seen.keep = max(fwdSeenFor, 2*l.forwardTimeout())
 	go s.run(st.Changed()) // taken before Changed can be called: no advance is missed
 	go s.claims.repair()
 	if s.name == SessionsStream {
