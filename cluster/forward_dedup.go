@@ -111,7 +111,6 @@ func (t *fwdProducers) handle(from string, seq uint64, answer func(*wire.Produce
 	p.order.Lock()
 	defer p.order.Unlock()
 	p.mu.Lock()
-	p.last = now
 	i, found := slices.BinarySearchFunc(p.seen, seq, func(e *fwdSeen, seq uint64) int {
 		switch {
 		case e.seq < seq:
@@ -192,9 +191,12 @@ func (t *fwdProducers) producer(key fwdProducerKey, now time.Time) *fwdProducer 
 	}
 	p := t.by[key]
 	if p == nil {
-		p = &fwdProducer{last: now}
+		p = &fwdProducer{}
 		t.by[key] = p
 	}
+	p.mu.Lock()
+	p.last = now // under t.mu: a sweep cannot drop p between here and its use
+	p.mu.Unlock()
 	return p
 }
 
