@@ -29,7 +29,7 @@ import (
 // random when the node first forwards to the stream, never 0, and the
 // count of the node's forwards of the stream in the low 32 (a new id once
 // they run out). So a Seq is never reused by a running node; a restarted
-// one draws a new id. A Seq whose producer id is 0 comes from a node that
+// one draws its ids again. A Seq whose producer id is 0 comes from a node that
 // predates this and never sends again: it is not remembered. A node
 // advertises that it remembers (Serf tag tagDedup), and a forwarder sends
 // again only to a leader that does.
@@ -44,9 +44,9 @@ import (
 // the last fwdSeenMax forwards, answered or not, finds every forward sent
 // again. A producer that sent nothing for fwdSeenFor, or twice this
 // node's forward timeout if longer (longer than any forwarder of the
-// site waits for an answer), is forgotten whole: a forward of it that still comes is one its forwarder has
-// already refused, and appending it is then at least once, as publishing
-// it again would be.
+// site waits for an answer), is forgotten whole: a forward of it that
+// still comes is one its forwarder has already refused, and appending
+// it is then at least once, as publishing it again would be.
 //
 // A leader epoch is one process's: a leader that restarts registers a new
 // broker epoch, and the controller elects anew (rules.State's
