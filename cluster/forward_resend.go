@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"cmp"
 	"log/slog"
 	"time"
 )
@@ -15,9 +14,6 @@ import (
 // (its ISR shrinking around a cut follower) gets the appends at most a
 // few times.
 const fwdResendAfter = time.Second
-
-// resendAfter is fwdResendAfter, or a test's.
-func (l *Log) resendAfter() time.Duration { return cmp.Or(l.cfg.resendAfter, fwdResendAfter) }
 
 // dedupsForwards reports whether node id's leaders answer a forward sent
 // again as they answered its first copy (tagDedup): a leader that

@@ -95,9 +95,8 @@ type LogConfig struct {
 	// (DefaultForwardTimeout, 4 s, by default).
 	ForwardTimeout time.Duration
 	// probeAfter and probeWait replace cutOffProbeAfter and
-	// cutOffProbeWait in this package's tests, resendAfter
-	// fwdResendAfter.
-	probeAfter, probeWait, resendAfter time.Duration
+	// cutOffProbeWait in this package's tests.
+	probeAfter, probeWait time.Duration
 }
 
 // NewLog is NewLogConfig with a logger alone: every stream acks=all.

@@ -121,10 +121,9 @@ type siteTest struct {
 	forwardTimeout time.Duration       // LogConfig.ForwardTimeout; 0: its default
 	fetchMaxWait   time.Duration       // ReplicatorConfig.FetchMaxWait; 0: its default
 	beforeLead     func(stream string) // ReplicatorConfig.beforeLead
-	// probeAfter, probeWait and resendAfter: LogConfig's; 0: the
-	// defaults.
-	probeAfter, probeWait, resendAfter time.Duration
-	noDedupTag                         bool // Config's
+	// probeAfter and probeWait: LogConfig's; 0: the defaults.
+	probeAfter, probeWait time.Duration
+	noDedupTag            bool // Config's
 }
 
 // SiteStream is a stream of the configuration; zero fields take the
@@ -233,7 +232,7 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 		Node: node, Server: srv, Replicator: rep,
 		Log: NewLogConfig(node, cfg.Store, rep, LogConfig{Log: log.With(slog.String("component", "cluster-log")),
 			AcksLeader: acksLeader, Mirror: cfg.Mirror, ForwardTimeout: test.forwardTimeout,
-			probeAfter: test.probeAfter, probeWait: test.probeWait, resendAfter: test.resendAfter}),
+			probeAfter: test.probeAfter, probeWait: test.probeWait}),
 		cfg: cfg, log: log, stop: make(chan struct{}),
 	}
 	s.watchControllers()
