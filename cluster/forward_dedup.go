@@ -16,7 +16,7 @@ import (
 // A forward connection that lived through a cut may stay silent for
 // seconds after the heal: TCP sends a lost segment again only at its
 // next retransmission, 0.2, 0.6, 1.4, 3.0 s... after the first send. A
-// forwarder whose oldest append has gone unanswered for resendAfter
+// forwarder whose oldest append has gone unanswered for fwdResendAfter
 // therefore dials the leader again and, once a new connection connects,
 // gives the old one up and sends the appends unanswered on it again on
 // the new one (forward_resend.go). The leader may hold them already (the

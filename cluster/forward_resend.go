@@ -24,13 +24,13 @@ func (n *Node) dedupsForwards(id string) bool {
 }
 
 // maybeResend starts redial when c's oldest append has gone unanswered
-// for resendAfter (doubled per resend since the last answer), counted
+// for fwdResendAfter (doubled per resend since the last answer), counted
 // from when it was sent or c was made, whichever is later, and the
 // leader remembers forwards.
 func (f *forwarder) maybeResend(c *fwdConn) {
 	f.mu.Lock()
 	if f.mu.conn != c || len(f.mu.inflight) == 0 || f.mu.redialing ||
-		time.Since(later(f.mu.inflight[0].sent, c.since)) < f.resendAfter<<min(f.mu.resends, 4) {
+		time.Since(later(f.mu.inflight[0].sent, c.since)) < fwdResendAfter<<min(f.mu.resends, 4) {
 		f.mu.Unlock()
 		return
 	}

@@ -56,7 +56,6 @@ type forwarder struct {
 	timeout time.Duration // for an answer, from its append's sending
 	// probeAfter and probeWait: Log.cutOffProbe.
 	probeAfter, probeWait time.Duration
-	resendAfter           time.Duration // fwdResendAfter
 
 	sig  chan struct{} // cap 1: queued something, or an answer freed a slot
 	sent chan struct{} // cap 1: sent something
@@ -106,7 +105,6 @@ func newForwarder(s *stream, leader string, epoch uint32, addr string) *forwarde
 	f := &forwarder{s: s, leader: leader, epoch: epoch, addr: addr, timeout: s.l.forwardTimeout(),
 		sig: make(chan struct{}, 1), sent: make(chan struct{}, 1), stop: make(chan struct{}), wg: &s.fwd.wg}
 	f.probeAfter, f.probeWait = s.l.cutOffProbe()
-	f.resendAfter = fwdResendAfter
 	f.wg.Add(1)
 	go f.run()
 	return f
