@@ -235,16 +235,24 @@ func TestReplication_StaleViewsAreRefused(t *testing.T) {
 // (acks=all) until the leader sees it lag and the ISR drops it; healed, it
 // catches up, is a joiner again, and nothing diverges. A dropped
 // connection and a slow link change nothing either.
-func TestReplication_PartitionLagAndRejoin(t *testing.T) {
-	fn := faultnet.New()
+// netLeader serves a Leader "L" of a new replica over a new faultnet
+// network, with its ISR L and F, and returns the network, the leader's
+// replica and a follower replica for F's Fetcher.
+func netLeader(t *testing.T) (fn *faultnet.Network, leader *Leader, ls, fs *logstore.Stream) {
+	t.Helper()
+	fn = faultnet.New()
 	ln, err := fn.Listen("L")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := Serve(ln, nil)
 	t.Cleanup(func() { _ = srv.Close() })
-	ls, fs := openReplica(t), openReplica(t)
-	leader := lead(t, srv, ls, 1, "L", "F")
+	ls, fs = openReplica(t), openReplica(t)
+	return fn, lead(t, srv, ls, 1, "L", "F"), ls, fs
+}
+
+func TestReplication_PartitionLagAndRejoin(t *testing.T) {
+	fn, leader, ls, fs := netLeader(t)
 	runFetcher(t, &Fetcher{Self: "F", BrokerEpoch: 7, Stream: fs, LeaderAddr: "L", LeaderEpoch: 1,
 		Dial: fn.Dialer("F"), MaxWait: 200 * time.Millisecond, Timeout: 300 * time.Millisecond})
 
@@ -304,15 +312,7 @@ func TestReplication_SilentConnectionIsReplaced(t *testing.T) {
 		{"requests held", "F", "L"},
 	} {
 		t.Run(dir.name, func(t *testing.T) {
-			fn := faultnet.New()
-			ln, err := fn.Listen("L")
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := Serve(ln, nil)
-			t.Cleanup(func() { _ = srv.Close() })
-			ls, fs := openReplica(t), openReplica(t)
-			lead(t, srv, ls, 1, "L", "F")
+			fn, _, ls, fs := netLeader(t)
 			const stall = 20 * time.Second
 			// The fetch timeout is past the stall: only giving the silent
 			// connection up early lets the follower catch up within it.
@@ -342,15 +342,7 @@ func TestReplication_SilentConnectionIsReplaced(t *testing.T) {
 // connection). The follower gives a connection up at most once or twice
 // and then waits: it keeps catching up rather than starting over.
 func TestReplication_SlowLinkIsNotSilence(t *testing.T) {
-	fn := faultnet.New()
-	ln, err := fn.Listen("L")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := Serve(ln, nil)
-	t.Cleanup(func() { _ = srv.Close() })
-	ls, fs := openReplica(t), openReplica(t)
-	lead(t, srv, ls, 1, "L", "F")
+	fn, _, ls, fs := netLeader(t)
 	fn.Delay("L", "F", 400*time.Millisecond)
 	var dials atomic.Int64
 	dial := func(ctx context.Context, addr string) (net.Conn, error) {
