@@ -111,8 +111,7 @@ func (r *deliveryReader) join(c *deliveryClient) {
 		if old := r.mu.members[c.id]; old != nil {
 			prev = old.rs
 		}
-		m.rs = newResends(r.d.sessions.written(c.id, key), prev)
-		m.untrack = r.d.sessions.track(c.id, key, m.rs)
+		m.rs, m.untrack = r.d.sessions.track(c.id, key, prev)
 		// A new session's position is where it starts: records written
 		// while it is offline, before it got any, are still its to get.
 		r.d.sessions.advance(c.id, key, from)

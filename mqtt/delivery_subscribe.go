@@ -161,8 +161,7 @@ func (d *delivery) prepareTap(c *deliveryClient, sub packets.Subscription, ext e
 				t.start, notice = d.resolve(s, position{kind: posOffset, offset: off})
 			}
 			t.prog = newProgress(t.start, func(v uint64) { d.sessions.advance(c.id, key, v) })
-			t.rs = newResends(d.sessions.written(c.id, key), nil)
-			t.untrack = d.sessions.track(c.id, key, t.rs)
+			t.rs, t.untrack = d.sessions.track(c.id, key, nil)
 		}
 	case extGroup:
 		t.group = groupKey{group: ext.group, stream: s.Name()}

@@ -18,7 +18,9 @@ import (
 // highest one written on this one. The session keeps the latter when the
 // connection ends (sessions.wrote), and a connection that takes over a
 // live one also follows that one's mark, since the old connection leaves
-// the reader after the new one joined and may still be finishing a write.
+// the reader after the new one joined and may still be finishing a write;
+// so does one whose session resumes before the taps of the last
+// connection have ended (sessions.track).
 //
 // The marks outlive the broker: each is kept beside its offset in the
 // stream's state ("w" before the offset's key), written with the offset
@@ -115,12 +117,25 @@ func liveEnds(live map[cursorKey]*resends) map[cursorKey]uint64 {
 	return ends
 }
 
-// track makes rs the live mark of id's offset c: it is stored as it
-// moves, and taken into the session when untrack is called, unless c was
-// unsubscribed or another connection tracks it meanwhile.
-func (ss *sessions) track(id string, c cursorKey, rs *resends) (untrack func()) {
+// track starts the marks of a connection of id in c (newResends) and
+// makes them c's live mark: stored as they move, and taken into the
+// session when untrack is called, unless c was unsubscribed or another
+// connection tracks it meanwhile. prev is the marks of a connection this
+// one takes over, when the caller knows it; without it, marks still live
+// in c are followed: they are an earlier connection's whose delivery has
+// not ended yet (a tap's goroutine exits after its connection has gone),
+// and whose untrack will no longer hand them to the session.
+func (ss *sessions) track(id string, c cursorKey, prev *resends) (rs *resends, untrack func()) {
 	ss.mu.Lock()
 	s := ss.m[id]
+	var below uint64
+	if s != nil {
+		below = s.written[c]
+		if prev == nil {
+			prev = s.live[c]
+		}
+	}
+	rs = newResends(below, prev)
 	if s != nil && !s.transient {
 		if s.live == nil {
 			s.live = map[cursorKey]*resends{}
@@ -129,7 +144,7 @@ func (ss *sessions) track(id string, c cursorKey, rs *resends) (untrack func()) 
 		rs.save = func() { ss.saveMark(id, c, false) }
 	}
 	ss.mu.Unlock()
-	return func() {
+	return rs, func() {
 		ss.mu.Lock()
 		s := ss.m[id]
 		tracked := s != nil && s.live[c] == rs // not since unsubscribed or taken over
@@ -158,17 +173,6 @@ func (ss *sessions) wrote(id string, c cursorKey, off uint64) {
 	s.written[c] = off
 	ss.mu.Unlock()
 	ss.saveMark(id, c, false)
-}
-
-// written returns the offset below which id's session was written the
-// records of c.
-func (ss *sessions) written(id string, c cursorKey) uint64 {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if s := ss.m[id]; s != nil {
-		return s.written[c]
-	}
-	return 0
 }
 
 // saveMark writes the resend mark of id's offset c, as saveCursors does
