@@ -43,13 +43,11 @@ import (
 // the rules package's (rules/doc.go, "The watermark and the ISR").
 //
 // A fetch unanswered a second past MaxWait, on a connection that has
-// received nothing meanwhile, makes the follower dial the leader again;
-// once a new connection connects the silent one is given up (fetch,
-// watch). A connection that lived through a cut may stay idle for
-// seconds after the heal, until TCP's next retransmission, and the
+// received nothing meanwhile, makes the follower dial the leader again
+// and fetch on the new connection (fetch_silence.go): a connection that
+// lived through a cut may stay idle for seconds after the heal, and the
 // leader's watermark, and so every acks=all producer, waits for the
-// follower's fetch. A leader that is only slow is given up on once or
-// twice (the allowance doubles each time), then waited for.
+// follower's fetch.
 //
 // An acks=all acknowledgement waits for the slowest ISR member's fsync.
 // Two things keep that to about one fsync rather than four in a row: the
@@ -108,8 +106,7 @@ type Fetcher struct {
 
 	// silentAfter replaces fetchSilentAfter in this package's tests.
 	silentAfter time.Duration
-	silent      int      // connections given up for silence since a fetch was answered in time
-	spare       net.Conn // the connection that replaced a silent one, for the next session
+	sw          silenceWatch
 }
 
 // ErrFenced wraps the leader's answer that this fetcher's view of the
@@ -130,11 +127,9 @@ func (f *Fetcher) Run(ctx context.Context) error {
 	if f.Timeout <= 0 {
 		f.Timeout = DefaultFetchTimeout
 	}
-	defer func() {
-		if f.spare != nil {
-			f.spare.Close()
-		}
-	}()
+	f.sw = silenceWatch{maxWait: f.MaxWait, after: cmp.Or(f.silentAfter, fetchSilentAfter),
+		dial: func(ctx context.Context) (net.Conn, error) { return f.Dial(ctx, f.LeaderAddr) }}
+	defer f.sw.close()
 	backoff := fetchRetryMin
 	for ctx.Err() == nil {
 		err := f.session(ctx)
@@ -150,7 +145,7 @@ func (f *Fetcher) Run(ctx context.Context) error {
 			return err
 		case errors.Is(err, errSilent):
 			f.Log.Info("cluster: the fetch connection went silent: going on on a new one", slog.String("stream", f.Stream.Name()))
-			continue // on f.spare, connected just now
+			continue // on the connection that replaced it, connected just now
 		}
 		f.Log.Info("cluster: fetch session ended", slog.String("stream", f.Stream.Name()), slog.Any("err", err))
 		select {
@@ -168,13 +163,9 @@ var errLocal = errors.New("cluster: local replica")
 
 // session is one connection: the epoch handshake, then fetches.
 func (f *Fetcher) session(ctx context.Context) error {
-	conn := f.spare
-	f.spare = nil
-	if conn == nil {
-		var err error
-		if conn, err = f.Dial(ctx, f.LeaderAddr); err != nil {
-			return err
-		}
+	conn, err := f.sw.conn(ctx)
+	if err != nil {
+		return err
 	}
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() }) // unblock a read when ctx ends
@@ -189,7 +180,7 @@ func (f *Fetcher) session(ctx context.Context) error {
 			LeaderEpoch: f.LeaderEpoch, Offset: f.Stream.NextOffset(), HighWatermark: hw, MaxBytes: f.MaxBytes,
 			MaxWaitMs: uint32(f.MaxWait / time.Millisecond)}
 		var resp wire.FetchResponse
-		if err := f.fetch(ctx, c, &req, &resp); err != nil {
+		if err := f.sw.roundTrip(ctx, c, wire.KindFetchRequest, req.AppendTo(nil), wire.KindFetchResponse, &resp); err != nil {
 			return err
 		}
 		switch resp.Code {
@@ -213,98 +204,6 @@ func (f *Fetcher) session(ctx context.Context) error {
 		hw = resp.HighWatermark
 		if err := f.Stream.SetHighWatermark(ctx, min(hw, f.Stream.NextOffset())); err != nil {
 			return fmt.Errorf("%w: %w", errLocal, err)
-		}
-	}
-}
-
-// errSilent ends a session whose connection went silent while a new one
-// connected (f.spare).
-var errSilent = errors.New("cluster: the fetch connection went silent")
-
-// fetch is one fetch round trip on c. Unanswered past MaxWait and the
-// silence allowed (fetchSilentAfter, doubled per connection given up
-// since a fetch was answered within it), it dials the leader again,
-// a try at a time; once a new connection connects, c is given up and
-// fetch returns errSilent, the new connection in f.spare. A leader only
-// slow to answer is given up on once or twice, then waited for.
-func (f *Fetcher) fetch(ctx context.Context, c *fetchConn, req *wire.FetchRequest, resp *wire.FetchResponse) error {
-	base := f.MaxWait + cmp.Or(f.silentAfter, fetchSilentAfter)
-	after := f.MaxWait + (base-f.MaxWait)<<min(f.silent, 4)
-	if after >= c.wait {
-		return c.roundTrip(wire.KindFetchRequest, req.AppendTo(nil), wire.KindFetchResponse, resp)
-	}
-	start, got := time.Now(), c.got.Load()
-	done := make(chan struct{})
-	spare := make(chan net.Conn, 1)
-	watched := make(chan struct{})
-	// A timer, not a goroutine, per fetch: most are answered in time.
-	t := time.AfterFunc(after, func() {
-		defer close(watched)
-		f.watch(ctx, c, got, done, spare)
-	})
-	err := c.roundTrip(wire.KindFetchRequest, req.AppendTo(nil), wire.KindFetchResponse, resp)
-	close(done)
-	if !t.Stop() {
-		<-watched // it began: wait until it has given c up or stopped
-	}
-	select {
-	case f.spare = <-spare:
-		f.silent++
-		return errSilent // its answer, if it came meanwhile, is fetched again
-	default:
-	}
-	if err == nil && time.Since(start) < base {
-		f.silent = 0
-	}
-	return err
-}
-
-// watch dials the leader, each try bounded by cutOffProbeWait, until
-// one connects: it closes c, which ends the round trip waiting on it,
-// and passes the new connection on spare. It stops once done is closed,
-// or bytes came on c since it had read got (an answer on its way over a
-// slow link is not silence).
-func (f *Fetcher) watch(ctx context.Context, c *fetchConn, got uint64, done <-chan struct{}, spare chan<- net.Conn) {
-	for {
-		select {
-		case <-done:
-			return
-		default:
-		}
-		if c.got.Load() != got || ctx.Err() != nil {
-			return
-		}
-		try := time.Now().Add(cutOffProbeWait)
-		dctx, cancel := context.WithDeadline(ctx, try)
-		go func() {
-			select {
-			case <-done:
-				cancel()
-			case <-dctx.Done():
-			}
-		}()
-		nc, err := f.Dial(dctx, f.LeaderAddr)
-		cancel()
-		if err == nil {
-			select {
-			case <-done:
-				nc.Close() // answered meanwhile
-			default:
-				if c.got.Load() != got {
-					nc.Close() // an answer began to come meanwhile
-					return
-				}
-				spare <- nc
-				c.conn.Close()
-			}
-			return
-		}
-		select {
-		case <-done:
-			return
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Until(try)):
 		}
 	}
 }
