@@ -97,6 +97,9 @@ type LogConfig struct {
 	// probeAfter and probeWait replace cutOffProbeAfter and
 	// cutOffProbeWait in this package's tests.
 	probeAfter, probeWait time.Duration
+	// stateFetchTimeout replaces DefaultFetchTimeout for state fetches in
+	// this package's tests.
+	stateFetchTimeout time.Duration
 }
 
 // NewLog is NewLogConfig with a logger alone: every stream acks=all.

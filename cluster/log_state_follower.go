@@ -1,10 +1,12 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
 	"time"
 
@@ -66,11 +68,18 @@ func (fs *followState) follow(ld *Leader) {
 func (fs *followState) fetch(ctx context.Context, leader string, epoch uint32, addr string) {
 	defer close(fs.done)
 	defer fs.s.wake() // run looks again (a fenced fetch ends this one)
+	sw := &silenceWatch{maxWait: stateFetchWait, after: fetchSilentAfter,
+		dial: func(ctx context.Context) (net.Conn, error) { return fs.s.l.node.dialer()(ctx, addr) }}
+	defer sw.close()
 	for ctx.Err() == nil {
-		err := fs.session(ctx, epoch, addr)
+		err := fs.session(ctx, sw, epoch)
 		var code wire.Code
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, errSilent) {
+			fs.s.l.log.Info("cluster: the state fetch connection went silent: going on on a new one", slog.String("stream", fs.s.name))
+			continue // on the connection that replaced it
 		}
 		if errors.As(err, &code) && (code == wire.FencedLeaderEpoch || code == wire.NotLeader) {
 			select { // the state moves on; run starts another after a pause
@@ -89,21 +98,24 @@ func (fs *followState) fetch(ctx context.Context, leader string, epoch uint32, a
 	}
 }
 
-// session is one connection to the leader, fetching state changes.
-func (fs *followState) session(ctx context.Context, epoch uint32, addr string) error {
-	conn, err := fs.s.l.node.dialer()(ctx, addr)
+// session is one connection to the leader, fetching state changes; one
+// that goes silent is replaced as a replica fetch's is
+// (fetch_silence.go): every answer to a state write waits for this
+// follower's next fetch.
+func (fs *followState) session(ctx context.Context, sw *silenceWatch, epoch uint32) error {
+	conn, err := sw.conn(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	c := &fetchConn{conn: conn, wait: stateFetchWait + DefaultFetchTimeout}
+	c := &fetchConn{conn: conn, wait: stateFetchWait + cmp.Or(fs.s.l.cfg.stateFetchTimeout, DefaultFetchTimeout)}
 	for {
 		req := wire.StateFetchRequest{Stream: fs.s.name, ReplicaID: fs.s.l.node.ID(), LeaderEpoch: epoch,
 			Epoch: fs.haveEpoch, Seq: fs.haveSeq, MaxWaitMs: uint32(stateFetchWait / time.Millisecond)}
 		var resp wire.StateFetchResponse
-		if err := c.roundTrip(wire.KindStateFetchRequest, req.AppendTo(nil), wire.KindStateFetchResponse, &resp); err != nil {
+		if err := sw.roundTrip(ctx, c, wire.KindStateFetchRequest, req.AppendTo(nil), wire.KindStateFetchResponse, &resp); err != nil {
 			return err
 		}
 		if resp.Code != wire.None {

@@ -123,7 +123,8 @@ type siteTest struct {
 	beforeLead     func(stream string) // ReplicatorConfig.beforeLead
 	// probeAfter and probeWait: LogConfig's; 0: the defaults.
 	probeAfter, probeWait time.Duration
-	noDedupTag            bool // Config's
+	stateFetchTimeout     time.Duration // LogConfig's; 0: its default
+	noDedupTag            bool          // Config's
 }
 
 // SiteStream is a stream of the configuration; zero fields take the
@@ -232,7 +233,7 @@ func StartSite(cfg SiteConfig) (*Site, error) {
 		Node: node, Server: srv, Replicator: rep,
 		Log: NewLogConfig(node, cfg.Store, rep, LogConfig{Log: log.With(slog.String("component", "cluster-log")),
 			AcksLeader: acksLeader, Mirror: cfg.Mirror, ForwardTimeout: test.forwardTimeout,
-			probeAfter: test.probeAfter, probeWait: test.probeWait}),
+			probeAfter: test.probeAfter, probeWait: test.probeWait, stateFetchTimeout: test.stateFetchTimeout}),
 		cfg: cfg, log: log, stop: make(chan struct{}),
 	}
 	s.watchControllers()

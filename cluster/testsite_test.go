@@ -58,6 +58,8 @@ type siteOpts struct {
 	// predate it (their forwarders then never send an append again).
 	NoDedupTag   bool
 	FetchMaxWait time.Duration // ReplicatorConfig's; 0: its default
+	// StateFetchTimeout replaces DefaultFetchTimeout for state fetches.
+	StateFetchTimeout time.Duration
 	// BeforeLead runs on node before its Replicator starts a Leader for
 	// stream; it may block (the Replicator waits).
 	BeforeLead func(node, stream string)
@@ -175,7 +177,8 @@ func (n *testNode) run(tb testing.TB) {
 	n.logs = &syncBuf{}
 	cfg.Logger = slog.New(slog.NewTextHandler(n.logs, nil))
 	test := &siteTest{acksLeader: o.AcksLeaderFor, forwardTimeout: o.ForwardTimeout, fetchMaxWait: o.FetchMaxWait,
-		probeAfter: o.ProbeAfter, probeWait: o.ProbeWait, noDedupTag: o.NoDedupTag}
+		probeAfter: o.ProbeAfter, probeWait: o.ProbeWait, noDedupTag: o.NoDedupTag,
+		stateFetchTimeout: o.StateFetchTimeout}
 	if o.BeforeLead != nil {
 		test.beforeLead = func(stream string) { o.BeforeLead(n.id, stream) }
 	}
