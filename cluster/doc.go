@@ -28,6 +28,7 @@
 //	isr.go            a leader's ISR proposals (rules.ProposeISR), submitted
 //	replica_leader.go Leader: serves fetches, moves the high watermark
 //	replica_fetcher.go Fetcher: a follower's truncation and fetch loop
+//	fetch_silence.go  a silent long-poll connection replaced (replica and state fetch)
 //	replica_server.go Server: the cluster transport's connections
 //	log.go            Log: the site's streams as the mqtt.Log of one node
 //	log_stream.go     stream: appends in call order, reads, the produce path
