@@ -27,6 +27,18 @@ import (
 // wakes at the next expiry. A new controller gives each broker a whole
 // session before it fences any.
 //
+// Nothing is relayed through a third node, neither heartbeats nor ISR
+// changes. A broker cut from the controller alone has lost Raft's leader
+// with it (the controller is Raft's leader): its copy of the state stops
+// moving, its heartbeats would not count (RaftContactMs), and a leader
+// applies an ISR only from that copy (isr.go), so a relayed AlterISR
+// could commit but never unfreeze its watermark. Keeping such a broker
+// leading would mean acting on answers a third node passes on rather than
+// on the replicated state; KRaft's brokers do not either (KIP-631: each
+// fetches the metadata log from the controllers itself). It is fenced
+// instead and its streams move to an in-sync replica: clients wait about
+// one failover (scripts/bench-results/partition.md, leader-controller-link).
+//
 // A broker remembers when it sent the last heartbeat the controller
 // counted (acked). HearsController turns false SelfFenceAfter past it
 // (or one Raft heartbeat timeout without Raft contact), before the
