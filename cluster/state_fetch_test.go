@@ -7,23 +7,6 @@ import (
 	"github.com/peatmq/peat/cluster/faultnet"
 )
 
-// stateOf is key's value in s's consumer state as this node's store
-// holds it ("" when absent).
-func stateOf(t *testing.T, n *testNode, key string) string {
-	t.Helper()
-	var got string
-	err := n.Log.Stream("s").LoadState(key, func(k string, v []byte) error {
-		if k == key {
-			got = string(v)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return got
-}
-
 // TestSite_SilentStateFetchConnectionIsReplaced: the connections open
 // between a follower and the stream's leader stall, one way (what they
 // carry is held, as by TCP's retransmission backoff after a cut, while
@@ -50,7 +33,7 @@ func TestSite_SilentStateFetchConnectionIsReplaced(t *testing.T) {
 			if err := s.WriteState(map[string][]byte{"g": []byte("1")}, nil); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, fl.Node.ID()+" to hold the first write", func() bool { return stateOf(t, fl, "g") == "1" })
+			eventually(t, fl.Node.ID()+" to hold the first write", func() bool { return string(loadKey(t, fl.Log.Stream("s"), "g")) == "1" })
 
 			from, to := leader.Node.ID(), fl.Node.ID()
 			if dir.toLeader {
@@ -67,7 +50,7 @@ func TestSite_SilentStateFetchConnectionIsReplaced(t *testing.T) {
 			} else {
 				t.Logf("state write answered %v into the stall", took.Round(time.Millisecond))
 			}
-			if got := stateOf(t, fl, "g"); got != "2" {
+			if got := string(loadKey(t, fl.Log.Stream("s"), "g")); got != "2" {
 				t.Fatalf("%s holds g=%q after the write was answered, want 2", fl.Node.ID(), got)
 			}
 		})
