@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -111,15 +112,7 @@ func (t *fwdProducers) handle(from string, seq uint64, answer func(*wire.Produce
 	p.order.Lock()
 	defer p.order.Unlock()
 	p.mu.Lock()
-	i, found := slices.BinarySearchFunc(p.seen, seq, func(e *fwdSeen, seq uint64) int {
-		switch {
-		case e.seq < seq:
-			return -1
-		case e.seq > seq:
-			return 1
-		}
-		return 0
-	})
+	i, found := slices.BinarySearchFunc(p.seen, seq, func(e *fwdSeen, seq uint64) int { return cmp.Compare(e.seq, seq) })
 	switch {
 	case found && p.seen[i].resp != nil:
 		resp := p.seen[i].resp
