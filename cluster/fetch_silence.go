@@ -21,6 +21,11 @@ import (
 // up since a request was answered within it, so a leader that is only
 // slow is given up on once or twice, then waited for.
 
+// fetchSilentAfter is the silence allowed past a long poll before the
+// follower dials again (doubled per connection given up since a request
+// was answered within it).
+const fetchSilentAfter = time.Second
+
 // silenceWatch watches one follower's long polls to one leader.
 type silenceWatch struct {
 	maxWait time.Duration // the long poll: how long the leader may hold a request

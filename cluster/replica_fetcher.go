@@ -74,14 +74,6 @@ const (
 	// dead link (a pulled cable, a partition), and the follower dials
 	// again, so that it is back in the ISR soon after a heal.
 	DefaultFetchTimeout = 3 * time.Second
-	// fetchSilentAfter: a fetch unanswered this long past MaxWait (twice
-	// as long per connection given up since one was answered in time)
-	// makes the follower dial the leader again; once a new connection
-	// connects, the silent one is given up and the fetch made again on
-	// the new one. A connection that lived through a cut may stay idle
-	// for seconds after the heal, until TCP's next retransmission; a
-	// fetch is idempotent.
-	fetchSilentAfter = time.Second
 )
 
 // Fetcher replicates one stream from its leader into the local replica
