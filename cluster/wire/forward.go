@@ -22,9 +22,9 @@ const (
 // id in the high 32 bits (0 from a node that predates them) and a count
 // in the low 32, rising in the order sent; an append sent again keeps
 // its Seq, and the leader answers it as it answered the first copy. A
-// connection that carries one is a produce pipeline from then on: requests are read without waiting for
-// the answers, which come back in request order. Each of Records is a
-// ProducedRecord's encoding.
+// connection that carries one is a produce pipeline from then on:
+// requests are read without waiting for the answers, which come back in
+// request order. Each of Records is a ProducedRecord's encoding.
 //
 //wire:message check
 type ProduceRequest struct {
